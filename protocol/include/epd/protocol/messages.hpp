@@ -1,0 +1,452 @@
+#pragma once
+// Every control-plane message. Names are the contract of ARCHITECTURE.md; docs/protocol.md gives each field.
+// `fields()` lists the wire keys once, for encoding and decoding alike: `req` keys must be present,
+// `opt` keys keep their default when absent. Unknown keys are ignored (forward compatibility).
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "epd/protocol/errors.hpp"
+#include "epd/protocol/kv_layout.hpp"
+#include "epd/protocol/segment.hpp"
+
+namespace epd::protocol {
+
+enum class MessageType : uint16_t {
+  // membership
+  hello = 1,
+  hello_ack = 2,
+  peers = 3,
+  heartbeat = 4,
+  goodbye = 5,
+  // KV (decode <-> prefill)
+  bootstrap = 16,
+  kv_status = 17,
+  chunk_ready = 18,
+  abort = 19,
+  abort_ack = 20,
+  // staging (heterogeneous layouts)
+  staging_req = 32,
+  staging_rsp = 33,
+  watermark = 34,
+  // embeddings (encoder <-> prefill)
+  embed_meta = 48,
+  embed_pull = 49,
+  embed_done = 50,
+  // requests (router <-> roles)
+  submit = 64,
+  tokens = 65,
+  result = 66,
+  cancel = 67,
+  // replies to bad input
+  error = 96,
+};
+
+// Room state as in sglang's KVPoll; only moves forward, Failed overrides.
+enum class KvState : uint8_t { bootstrapping = 0, waiting_for_input = 1, transferring = 2, success = 3, failed = 4 };
+constexpr bool wire_enum_valid(KvState, uint64_t raw) { return raw <= 4; }
+
+enum class StagingStatus : uint8_t { ok = 0, oversized = 1, rejected = 2 };
+constexpr bool wire_enum_valid(StagingStatus, uint64_t raw) { return raw <= 2; }
+
+// ---- membership -------------------------------------------------------------------------------------------
+
+struct PeerInfo {
+  std::string instance_id;
+  std::string role;
+  std::string control_endpoint;
+  uint64_t incarnation = 0;
+  bool healthy = true;
+  uint32_t free_kv_pages = 0;
+  uint32_t active_rooms = 0;
+  std::optional<SegmentDescriptor> segment;
+  std::optional<KvLayout> kv_layout;
+
+  template <class S, class V>
+  static void fields(S& s, V& v) {
+    v.req("instance_id", s.instance_id);
+    v.req("role", s.role);
+    v.req("control_endpoint", s.control_endpoint);
+    v.req("incarnation", s.incarnation);
+    v.opt("healthy", s.healthy);
+    v.opt("free_kv_pages", s.free_kv_pages);
+    v.opt("active_rooms", s.active_rooms);
+    v.opt("segment", s.segment);
+    v.opt("kv_layout", s.kv_layout);
+  }
+};
+
+struct Hello {
+  static constexpr MessageType kType = MessageType::hello;
+  std::string role;
+  std::string control_endpoint;
+  std::optional<SegmentDescriptor> segment;
+  std::optional<KvLayout> kv_layout;
+  uint32_t kv_pages_total = 0;
+
+  template <class S, class V>
+  static void fields(S& s, V& v) {
+    v.req("role", s.role);
+    v.req("control_endpoint", s.control_endpoint);
+    v.opt("segment", s.segment);
+    v.opt("kv_layout", s.kv_layout);
+    v.opt("kv_pages_total", s.kv_pages_total);
+  }
+};
+
+struct HelloAck {
+  static constexpr MessageType kType = MessageType::hello_ack;
+  bool accepted = false;
+  std::string reason;
+  uint32_t heartbeat_interval_ms = 0;
+
+  template <class S, class V>
+  static void fields(S& s, V& v) {
+    v.req("accepted", s.accepted);
+    v.opt("reason", s.reason);
+    v.opt("heartbeat_interval_ms", s.heartbeat_interval_ms);
+  }
+};
+
+// Registry -> members: the full membership after any change.
+struct Peers {
+  static constexpr MessageType kType = MessageType::peers;
+  uint64_t version = 0;
+  std::vector<PeerInfo> peers;
+
+  template <class S, class V>
+  static void fields(S& s, V& v) {
+    v.req("version", s.version);
+    v.req("peers", s.peers);
+  }
+};
+
+struct Heartbeat {
+  static constexpr MessageType kType = MessageType::heartbeat;
+  uint64_t seq = 0;
+  bool healthy = true;
+  uint32_t free_kv_pages = 0;
+  uint32_t active_rooms = 0;
+
+  template <class S, class V>
+  static void fields(S& s, V& v) {
+    v.req("seq", s.seq);
+    v.opt("healthy", s.healthy);
+    v.opt("free_kv_pages", s.free_kv_pages);
+    v.opt("active_rooms", s.active_rooms);
+  }
+};
+
+struct Goodbye {
+  static constexpr MessageType kType = MessageType::goodbye;
+  std::string reason;
+
+  template <class S, class V>
+  static void fields(S& s, V& v) {
+    v.opt("reason", s.reason);
+  }
+};
+
+// ---- KV ---------------------------------------------------------------------------------------------------
+
+// Decode's pre-allocation for a room (sglang's pre-alloc notice).
+struct Bootstrap {
+  static constexpr MessageType kType = MessageType::bootstrap;
+  uint64_t room = 0;
+  std::vector<uint32_t> dst_pages;  // decode pool page indices, in token order
+  uint32_t aux_slot = 0;
+  uint32_t expected_chunks = 0;
+  uint32_t prompt_len = 0;
+
+  template <class S, class V>
+  static void fields(S& s, V& v) {
+    v.req("room", s.room);
+    v.req("dst_pages", s.dst_pages);
+    v.req("aux_slot", s.aux_slot);
+    v.opt("expected_chunks", s.expected_chunks);
+    v.opt("prompt_len", s.prompt_len);
+  }
+};
+
+struct KvStatus {
+  static constexpr MessageType kType = MessageType::kv_status;
+  uint64_t room = 0;
+  KvState state = KvState::bootstrapping;
+  ErrorCode code = ErrorCode::ok;
+  std::string reason;
+
+  template <class S, class V>
+  static void fields(S& s, V& v) {
+    v.req("room", s.room);
+    v.req("state", s.state);
+    v.opt("code", s.code);
+    v.opt("reason", s.reason);
+  }
+};
+
+struct ChunkReady {
+  static constexpr MessageType kType = MessageType::chunk_ready;
+  uint64_t room = 0;
+  uint32_t chunk = 0;
+  uint64_t offset = 0;  // staging ring offset (staged path)
+  uint64_t bytes = 0;
+  uint64_t round = 0;
+  uint32_t first_token = 0;  // prompt position of the chunk's first token
+  uint32_t tokens = 0;
+  bool last = false;
+
+  template <class S, class V>
+  static void fields(S& s, V& v) {
+    v.req("room", s.room);
+    v.req("chunk", s.chunk);
+    v.opt("offset", s.offset);
+    v.opt("bytes", s.bytes);
+    v.opt("round", s.round);
+    v.opt("first_token", s.first_token);
+    v.opt("tokens", s.tokens);
+    v.opt("last", s.last);
+  }
+};
+
+struct Abort {
+  static constexpr MessageType kType = MessageType::abort;
+  uint64_t room = 0;
+  ErrorCode code = ErrorCode::aborted;
+  std::string reason;
+
+  template <class S, class V>
+  static void fields(S& s, V& v) {
+    v.req("room", s.room);
+    v.opt("code", s.code);
+    v.opt("reason", s.reason);
+  }
+};
+
+struct AbortAck {
+  static constexpr MessageType kType = MessageType::abort_ack;
+  uint64_t room = 0;
+
+  template <class S, class V>
+  static void fields(S& s, V& v) {
+    v.req("room", s.room);
+  }
+};
+
+// ---- staging ----------------------------------------------------------------------------------------------
+
+struct StagingReq {
+  static constexpr MessageType kType = MessageType::staging_req;
+  uint64_t room = 0;
+  uint32_t chunk = 0;
+  uint64_t bytes = 0;
+
+  template <class S, class V>
+  static void fields(S& s, V& v) {
+    v.req("room", s.room);
+    v.req("chunk", s.chunk);
+    v.req("bytes", s.bytes);
+  }
+};
+
+struct StagingRsp {
+  static constexpr MessageType kType = MessageType::staging_rsp;
+  uint64_t room = 0;
+  uint32_t chunk = 0;
+  StagingStatus status = StagingStatus::ok;
+  uint64_t offset = 0;
+  uint64_t round = 0;
+  std::string reason;
+
+  template <class S, class V>
+  static void fields(S& s, V& v) {
+    v.req("room", s.room);
+    v.req("chunk", s.chunk);
+    v.req("status", s.status);
+    v.opt("offset", s.offset);
+    v.opt("round", s.round);
+    v.opt("reason", s.reason);
+  }
+};
+
+// Decode's ring consumption report: everything before (round, tail) has been scattered and may be reused.
+struct Watermark {
+  static constexpr MessageType kType = MessageType::watermark;
+  uint64_t round = 0;
+  uint64_t tail = 0;
+
+  template <class S, class V>
+  static void fields(S& s, V& v) {
+    v.req("round", s.round);
+    v.req("tail", s.tail);
+  }
+};
+
+// ---- embeddings -------------------------------------------------------------------------------------------
+
+struct EmbedMeta {
+  static constexpr MessageType kType = MessageType::embed_meta;
+  uint64_t room = 0;
+  uint32_t tokens = 0;  // embeddings (image patches)
+  uint32_t dim = 0;
+  uint64_t bytes = 0;
+  DType dtype = DType::f32;
+
+  template <class S, class V>
+  static void fields(S& s, V& v) {
+    v.req("room", s.room);
+    v.req("tokens", s.tokens);
+    v.req("dim", s.dim);
+    v.req("bytes", s.bytes);
+    v.opt("dtype", s.dtype);
+  }
+};
+
+// Prefill names where the encoder may write this room's embeddings (an address in prefill's segment).
+struct EmbedPull {
+  static constexpr MessageType kType = MessageType::embed_pull;
+  uint64_t room = 0;
+  uint64_t addr = 0;
+  uint64_t bytes = 0;
+  ErrorCode code = ErrorCode::ok;  // non-ok: prefill cannot take the embeddings (e.g. out_of_capacity)
+  std::string reason;
+
+  template <class S, class V>
+  static void fields(S& s, V& v) {
+    v.req("room", s.room);
+    v.req("addr", s.addr);
+    v.req("bytes", s.bytes);
+    v.opt("code", s.code);
+    v.opt("reason", s.reason);
+  }
+};
+
+struct EmbedDone {
+  static constexpr MessageType kType = MessageType::embed_done;
+  uint64_t room = 0;
+  bool ok = true;
+  ErrorCode code = ErrorCode::ok;
+  std::string reason;
+
+  template <class S, class V>
+  static void fields(S& s, V& v) {
+    v.req("room", s.room);
+    v.req("ok", s.ok);
+    v.opt("code", s.code);
+    v.opt("reason", s.reason);
+  }
+};
+
+// ---- requests ---------------------------------------------------------------------------------------------
+
+// Router -> role. Each role reads the fields it needs: E the image, P the prompt, D the lengths.
+struct Submit {
+  static constexpr MessageType kType = MessageType::submit;
+  uint64_t room = 0;
+  uint32_t attempt = 0;
+  std::vector<uint32_t> prompt;  // token ids, with IMAGE placeholders where embeddings go
+  std::vector<uint8_t> image;    // binary PPM (P6); empty = text only
+  uint32_t image_tokens = 0;
+  uint32_t max_tokens = 0;
+  std::string encoder;  // instance ids of the room's path
+  std::string prefill;
+  std::string decode;
+
+  template <class S, class V>
+  static void fields(S& s, V& v) {
+    v.req("room", s.room);
+    v.opt("attempt", s.attempt);
+    v.opt("prompt", s.prompt);
+    v.opt("image", s.image);
+    v.opt("image_tokens", s.image_tokens);
+    v.opt("max_tokens", s.max_tokens);
+    v.opt("encoder", s.encoder);
+    v.opt("prefill", s.prefill);
+    v.opt("decode", s.decode);
+  }
+};
+
+// Decode -> router: generated tokens, streamed.
+struct Tokens {
+  static constexpr MessageType kType = MessageType::tokens;
+  uint64_t room = 0;
+  uint32_t index = 0;  // position of tokens[0] in the generated sequence
+  std::vector<uint32_t> tokens;
+
+  template <class S, class V>
+  static void fields(S& s, V& v) {
+    v.req("room", s.room);
+    v.req("index", s.index);
+    v.req("tokens", s.tokens);
+  }
+};
+
+// RESULT: terminal report of a room from a role to the router. Stage times are the reporting role's own (µs).
+struct RoomResult {
+  static constexpr MessageType kType = MessageType::result;
+  uint64_t room = 0;
+  bool ok = false;
+  ErrorCode code = ErrorCode::ok;
+  std::string reason;
+  std::vector<uint32_t> tokens;
+  uint64_t encode_us = 0;
+  uint64_t prefill_us = 0;
+  uint64_t transfer_us = 0;
+  uint64_t first_token_us = 0;
+  uint64_t decode_us = 0;
+
+  template <class S, class V>
+  static void fields(S& s, V& v) {
+    v.req("room", s.room);
+    v.req("ok", s.ok);
+    v.opt("code", s.code);
+    v.opt("reason", s.reason);
+    v.opt("tokens", s.tokens);
+    v.opt("encode_us", s.encode_us);
+    v.opt("prefill_us", s.prefill_us);
+    v.opt("transfer_us", s.transfer_us);
+    v.opt("first_token_us", s.first_token_us);
+    v.opt("decode_us", s.decode_us);
+  }
+};
+
+struct Cancel {
+  static constexpr MessageType kType = MessageType::cancel;
+  uint64_t room = 0;
+  std::string reason;
+
+  template <class S, class V>
+  static void fields(S& s, V& v) {
+    v.req("room", s.room);
+    v.opt("reason", s.reason);
+  }
+};
+
+// Reply to a message that could not be accepted (malformed, unexpected, unknown room ...).
+struct ErrorReply {
+  static constexpr MessageType kType = MessageType::error;
+  ErrorCode code = ErrorCode::internal;
+  std::string detail;
+  uint16_t in_reply_to = 0;  // the offending message's type, 0 if unknown
+  uint64_t room = 0;
+
+  template <class S, class V>
+  static void fields(S& s, V& v) {
+    v.req("code", s.code);
+    v.opt("detail", s.detail);
+    v.opt("in_reply_to", s.in_reply_to);
+    v.opt("room", s.room);
+  }
+};
+
+using Body = std::variant<Hello, HelloAck, Peers, Heartbeat, Goodbye, Bootstrap, KvStatus, ChunkReady, Abort,
+                          AbortAck, StagingReq, StagingRsp, Watermark, EmbedMeta, EmbedPull, EmbedDone, Submit,
+                          Tokens, RoomResult, Cancel, ErrorReply>;
+
+MessageType type_of(const Body& body);
+std::string_view type_name(MessageType type);
+bool is_known_type(uint64_t raw);
+
+}  // namespace epd::protocol
