@@ -1,0 +1,59 @@
+#pragma once
+// The data plane of one process: allocates the regions peers write into, describes them to peers, opens
+// sessions on peers' descriptors and moves bytes with the best backend both ends share.
+#include <map>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "epd/protocol/segment.hpp"
+#include "epd/transport/backend.hpp"
+#include "epd/transport/config.hpp"
+#include "epd/transport/session.hpp"
+
+namespace epd::transport {
+
+class Engine {
+ public:
+  static Result<std::unique_ptr<Engine>> create(EngineConfig config);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Allocates `bytes` (rounded up to the page size) of zeroed, shareable, registered memory.
+  // The region lives until the engine is destroyed.
+  Result<Region> allocate(std::string name, uint64_t bytes);
+  // My regions; the pointers stay valid for the engine's lifetime.
+  std::vector<Region> regions() const;
+  // Finds the local region holding [addr, addr+len).
+  const Region* find_local(uint64_t addr, uint64_t len) const;
+
+  // Everything a peer needs to write into my regions (send it in HELLO).
+  protocol::SegmentDescriptor descriptor() const;
+  const EngineConfig& config() const { return config_; }
+  uint64_t incarnation() const { return incarnation_; }
+  uint64_t token() const { return token_; }
+  // Kinds this engine offers (after backends that failed to start were dropped, with a log line).
+  std::vector<BackendKind> offered() const;
+
+  // Opens a session on `peer`: picks shm (same host), else rdma (both have devices), else tcp, unless
+  // config.force names one. Errors: no_common_backend, peer_unreachable, ...
+  Result<SessionPtr> open_session(const protocol::SegmentDescriptor& peer);
+  // Which backend open_session would pick (for logs and tests).
+  Result<BackendKind> choose_backend(const protocol::SegmentDescriptor& peer) const;
+
+ private:
+  explicit Engine(EngineConfig config);
+  Status start();
+
+  EngineConfig config_;
+  uint64_t incarnation_ = 0;
+  uint64_t token_ = 0;
+  std::string host_id_;
+  mutable std::mutex mu_;
+  std::vector<std::unique_ptr<Region>> regions_;
+  std::map<BackendKind, std::unique_ptr<Backend>> backends_;
+  uint64_t next_batch_id_ = 1;
+};
+
+}  // namespace epd::transport

@@ -1,0 +1,56 @@
+#pragma once
+// My engine opened on one peer's descriptor. submit() validates every op (local range inside one of my
+// regions, remote range inside one of the peer's regions, overflow-safe) before any byte moves, then hands
+// the batch to the backend's link. Thread-safe.
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "epd/protocol/segment.hpp"
+#include "epd/transport/backend.hpp"
+#include "epd/transport/batch.hpp"
+
+namespace epd::transport {
+
+class Engine;
+
+struct SessionStats {
+  uint64_t batches_submitted = 0;
+  uint64_t batches_ok = 0;
+  uint64_t batches_failed = 0;
+  uint64_t bytes_ok = 0;
+};
+
+class Session {
+ public:
+  Session(const Engine& engine, protocol::SegmentDescriptor peer, BackendKind kind, std::unique_ptr<Link> link,
+          std::atomic<uint64_t>& batch_ids);
+  ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  // Validation errors (out_of_range, local_out_of_range, session_closed) come back here and move nothing;
+  // transfer errors come back through the batch.
+  Result<BatchPtr> submit(std::vector<WriteOp> ops);
+  // Fails outstanding batches with session_closed. Idempotent; also done by the destructor.
+  void close();
+
+  BackendKind backend() const { return kind_; }
+  const protocol::SegmentDescriptor& peer() const { return peer_; }
+  bool healthy() const;
+  SessionStats stats() const;
+
+ private:
+  const Engine& engine_;
+  const protocol::SegmentDescriptor peer_;
+  const BackendKind kind_;
+  std::unique_ptr<Link> link_;
+  std::atomic<uint64_t>& batch_ids_;
+  std::atomic<bool> closed_{false};
+  std::shared_ptr<struct SessionCounters> counters_;
+};
+
+using SessionPtr = std::shared_ptr<Session>;
+
+}  // namespace epd::transport

@@ -1,0 +1,31 @@
+#pragma once
+// Plain value types of the data plane.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "epd/protocol/errors.hpp"
+#include "epd/protocol/result.hpp"
+
+namespace epd::transport {
+
+using protocol::Error;
+using protocol::ErrorCode;
+using protocol::make_error;
+using protocol::Result;
+using protocol::Status;
+
+enum class BackendKind : uint8_t { shm = 0, tcp = 1, rdma = 2 };
+std::string_view backend_name(BackendKind kind);
+std::optional<BackendKind> parse_backend(std::string_view name);
+
+// One write of a batch: `len` bytes from my address `local_addr` (inside one of my engine's regions) to the
+// peer's address `remote_addr` (inside one of the peer's registered regions).
+struct WriteOp {
+  uint64_t local_addr = 0;
+  uint64_t remote_addr = 0;
+  uint64_t len = 0;
+};
+
+}  // namespace epd::transport
