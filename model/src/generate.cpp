@@ -36,8 +36,8 @@ protocol::Result<GenerateResult> generate(ModelRunner& runner, std::string_view 
   }
   res.encode_ms = ms_since(t0);
 
-  auto prompt = build_prompt(cfg, text, image ? std::optional<ImageDims>({image->width, image->height})
-                                              : std::nullopt);
+  auto prompt =
+      build_prompt(cfg, text, image ? std::optional<ImageDims>({image->width, image->height}) : std::nullopt);
   if (!prompt) return prompt.error();
   res.prompt = std::move(*prompt);
   const uint32_t n = static_cast<uint32_t>(res.prompt.size());
@@ -58,7 +58,8 @@ protocol::Result<GenerateResult> generate(ModelRunner& runner, std::string_view 
   TokenId next = 0;
   for (uint32_t begin = 0; begin < n; begin += chunk) {
     const uint32_t end = std::min(n, begin + chunk);
-    auto r = runner.prefill_chunk(pool, pages, begin, slice_prompt(res.prompt, emb.data, cfg.d_model, begin, end));
+    auto r =
+        runner.prefill_chunk(pool, pages, begin, slice_prompt(res.prompt, emb.data, cfg.d_model, begin, end));
     if (!r) return r.error();
     next = *r;
   }

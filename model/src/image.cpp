@@ -16,7 +16,9 @@ protocol::Error ppm_error(std::string detail) {
   return make_error(ErrorCode::invalid_request, "PPM: " + std::move(detail));
 }
 
-bool is_space(uint8_t c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
+bool is_space(uint8_t c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
+}
 
 // Cursor over the header: whitespace and '#' comments (to end of line) separate fields.
 struct HeaderReader {
@@ -69,7 +71,8 @@ protocol::Result<Image> parse_ppm(std::span<const uint8_t> bytes) {
   if (*w == 0 || *h == 0) return ppm_error("zero width or height");
   if (*w > kMaxImageSide || *h > kMaxImageSide)
     return ppm_error("image side exceeds " + std::to_string(kMaxImageSide) + " pixels");
-  if (*w * *h > kMaxImagePixels) return ppm_error("image exceeds " + std::to_string(kMaxImagePixels) + " pixels");
+  if (*w * *h > kMaxImagePixels)
+    return ppm_error("image exceeds " + std::to_string(kMaxImagePixels) + " pixels");
   if (*maxval != 255) return ppm_error("maxval " + std::to_string(*maxval) + " not supported (only 255)");
   // Exactly one whitespace byte separates the header from the raster (number() checked it exists).
   if (!is_space(bytes[r.pos])) return ppm_error("missing whitespace before pixel data");
@@ -77,7 +80,8 @@ protocol::Result<Image> parse_ppm(std::span<const uint8_t> bytes) {
   const uint64_t need = *w * *h * 3;
   const uint64_t have = bytes.size() - r.pos;
   if (have < need)
-    return ppm_error("truncated pixel data: need " + std::to_string(need) + " bytes, have " + std::to_string(have));
+    return ppm_error("truncated pixel data: need " + std::to_string(need) + " bytes, have " +
+                     std::to_string(have));
   Image img;
   img.width = static_cast<uint32_t>(*w);
   img.height = static_cast<uint32_t>(*h);
@@ -111,7 +115,8 @@ std::vector<uint8_t> encode_ppm(const Image& img) {
 protocol::Status write_ppm_file(const std::string& path, const Image& img) {
   const auto bytes = encode_ppm(img);
   std::ofstream out(path, std::ios::binary);
-  if (!out || !out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size())))
+  if (!out ||
+      !out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size())))
     return make_error(ErrorCode::io_error, "cannot write image '" + path + "'");
   return {};
 }

@@ -54,7 +54,8 @@ void rmsnorm(const float* x, const float* g, size_t n, float eps, float* y) {
 }
 
 float exp_det(float x) {
-  x = std::min(std::max(x, -87.0f), 88.0f);
+  x = x >= -87.0f ? x : -87.0f;  // also maps NaN (from a corrupted KV page) to a defined value
+  x = x <= 88.0f ? x : 88.0f;
   const float k = std::floor(x * 1.44269504f + 0.5f);
   // Cody-Waite reduction with ln2 split in two, then a degree-6 Taylor polynomial on |r| <= 0.35.
   const float r = (x - k * 0.693145751953125f) - k * 1.42860682030941723212e-6f;

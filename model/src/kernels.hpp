@@ -20,7 +20,7 @@ void matmul(const float* x, size_t rows, size_t in, const float* w, size_t out, 
 void rmsnorm(const float* x, const float* g, size_t n, float eps, float* y);
 
 // exp with a fixed polynomial (no libm: libm may pick ISA-specific code paths). Input clamped to
-// [-87, 88], so the result is always finite and > 0.
+// [-87, 88] (NaN counts as -87), so the result is always finite and > 0.
 float exp_det(float x);
 
 // a[i] = silu(a[i]) * b[i]

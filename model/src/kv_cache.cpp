@@ -1,8 +1,8 @@
 #include "epd/model/kv_cache.hpp"
 
+#include <xxhash.h>
 #include <bit>
 #include <cstring>
-#include <xxhash.h>
 
 namespace epd::model {
 
@@ -25,7 +25,8 @@ protocol::Status check_pool(const ModelConfig& cfg, const KvPool& pool) {
     return protocol::make_error(protocol::ErrorCode::invalid_request,
                                 "KV layout does not match the model (layers/kv_heads/head_dim/page_size)");
   if (static_cast<uint8_t>(l.dtype) > 2 || static_cast<uint8_t>(l.order) > 1)
-    return protocol::make_error(protocol::ErrorCode::invalid_request, "KV layout has an unknown dtype or order");
+    return protocol::make_error(protocol::ErrorCode::invalid_request,
+                                "KV layout has an unknown dtype or order");
   if (pool.base == nullptr || l.num_pages == 0)
     return protocol::make_error(protocol::ErrorCode::invalid_request, "KV pool is empty");
   if (reinterpret_cast<uintptr_t>(pool.base) % protocol::dtype_size(l.dtype) != 0)
@@ -40,13 +41,15 @@ uint16_t f32_to_bf16(float f) {
   return static_cast<uint16_t>(u >> 16);
 }
 
-float bf16_to_f32(uint16_t h) { return std::bit_cast<float>(uint32_t{h} << 16); }
+float bf16_to_f32(uint16_t h) {
+  return std::bit_cast<float>(uint32_t{h} << 16);
+}
 
 uint16_t f32_to_f16(float f) {
   const uint32_t u = std::bit_cast<uint32_t>(f);
   const uint32_t sign = (u >> 16) & 0x8000u;
   const uint32_t a = u & 0x7FFFFFFFu;
-  if (a > 0x7F800000u) return static_cast<uint16_t>(sign | 0x7E00u);  // NaN
+  if (a > 0x7F800000u) return static_cast<uint16_t>(sign | 0x7E00u);   // NaN
   if (a >= 0x477FF000u) return static_cast<uint16_t>(sign | 0x7C00u);  // rounds to >= 65520: inf
   if (a < 0x38800000u) {  // below the smallest normal half: subnormal or zero
     if (a < 0x33000000u) return static_cast<uint16_t>(sign);  // < 2^-25: rounds to zero

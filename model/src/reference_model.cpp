@@ -14,7 +14,9 @@ namespace k = kernels;
 using protocol::ErrorCode;
 using protocol::make_error;
 
-protocol::Error invalid(std::string detail) { return make_error(ErrorCode::invalid_request, std::move(detail)); }
+protocol::Error invalid(std::string detail) {
+  return make_error(ErrorCode::invalid_request, std::move(detail));
+}
 
 // Where one LM input row goes: its sequence's page table and its position.
 struct RowTarget {
@@ -96,10 +98,11 @@ class ReferenceModel final : public ModelRunner {
     const uint64_t n_img = count_image_tokens(chunk.tokens);
     if (chunk.embeddings.size() != n_img * d)
       return invalid("chunk has " + std::to_string(n_img) + " image tokens but " +
-                     std::to_string(chunk.embeddings.size()) + " embedding floats (d_model " + std::to_string(d) +
-                     ")");
+                     std::to_string(chunk.embeddings.size()) + " embedding floats (d_model " +
+                     std::to_string(d) + ")");
     for (float v : chunk.embeddings)
-      if (!std::isfinite(v) || std::fabs(v) > 1e6f) return invalid("image embedding not finite or out of range");
+      if (!std::isfinite(v) || std::fabs(v) > 1e6f)
+        return invalid("image embedding not finite or out of range");
 
     x_.resize(n * d);
     targets_.resize(n);

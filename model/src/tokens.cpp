@@ -37,9 +37,9 @@ protocol::Result<std::vector<TokenId>> build_prompt(const ModelConfig& cfg, std:
   }
   const uint64_t total = 1 + n_img + text.size();
   if (total >= cfg.max_seq)  // leave room for at least one generated token
-    return protocol::make_error(protocol::ErrorCode::invalid_request,
-                                "prompt of " + std::to_string(total) + " tokens does not fit max_seq " +
-                                    std::to_string(cfg.max_seq));
+    return protocol::make_error(
+        protocol::ErrorCode::invalid_request,
+        "prompt of " + std::to_string(total) + " tokens does not fit max_seq " + std::to_string(cfg.max_seq));
   std::vector<TokenId> out;
   out.reserve(total);
   out.push_back(kBos);

@@ -11,7 +11,9 @@ namespace {
 // tensor's values do not depend on which other tensors exist.
 enum Group : uint64_t { kLm = 1, kLmBlock = 2, kEnc = 3, kEncBlock = 4 };
 
-uint64_t tag(Group g, uint64_t layer, uint64_t slot) { return (uint64_t{g} << 32) | (layer << 8) | slot; }
+uint64_t tag(Group g, uint64_t layer, uint64_t slot) {
+  return (uint64_t{g} << 32) | (layer << 8) | slot;
+}
 
 // Uniform in [-a, a) with a = gain * sqrt(3 / fan_in): variance gain^2 / fan_in.
 std::vector<float> uniform(uint64_t seed, uint64_t t, size_t n, size_t fan_in, float gain) {
@@ -33,14 +35,17 @@ std::vector<float> gains(uint64_t seed, uint64_t t, size_t n) {
 BlockWeights block(const ModelConfig& c, uint64_t seed, Group g, uint32_t layer, uint32_t kv_heads,
                    uint32_t depth) {
   const size_t d = c.d_model, q = size_t{c.heads} * c.head_dim, kv = size_t{kv_heads} * c.head_dim;
-  // Residual branches are damped by depth so the residual stream grows slowly.
+  // Sharp attention (q/k gain 2) with a strong output (gain 2) makes the output depend on the context,
+  // not just on the current token: a wrong or corrupted KV page then shows up in the tokens.
+  // The MLP branch is damped by depth so the residual stream grows slowly.
+  const float qk_gain = 2.0f, attn_out_gain = 2.0f;
   const float out_gain = 1.0f / std::sqrt(2.0f * static_cast<float>(depth));
   BlockWeights b;
   b.attn_norm = gains(seed, tag(g, layer, 0), d);
-  b.wq = uniform(seed, tag(g, layer, 1), q * d, d, 1.0f);
-  b.wk = uniform(seed, tag(g, layer, 2), kv * d, d, 1.0f);
+  b.wq = uniform(seed, tag(g, layer, 1), q * d, d, qk_gain);
+  b.wk = uniform(seed, tag(g, layer, 2), kv * d, d, qk_gain);
   b.wv = uniform(seed, tag(g, layer, 3), kv * d, d, 1.0f);
-  b.wo = uniform(seed, tag(g, layer, 4), d * q, q, out_gain);
+  b.wo = uniform(seed, tag(g, layer, 4), d * q, q, attn_out_gain);
   b.mlp_norm = gains(seed, tag(g, layer, 5), d);
   b.w_gate = uniform(seed, tag(g, layer, 6), c.ffn * d, d, 1.0f);
   b.w_up = uniform(seed, tag(g, layer, 7), c.ffn * d, d, 1.0f);
@@ -54,7 +59,8 @@ Weights make_weights(const ModelConfig& c) {
   const uint64_t s = c.seed;
   const size_t d = c.d_model, v = c.vocab, patch_dim = size_t{c.patch_size} * c.patch_size * 3;
   Weights w;
-  w.tok_emb = uniform(s, tag(kLm, 0, 0), v * d, 1, 1.0f / std::sqrt(3.0f));  // unit-scale rows
+  // Small token embeddings (uniform in +-0.35) so attention output is comparable to them.
+  w.tok_emb = uniform(s, tag(kLm, 0, 0), v * d, 1, 0.2f);
   w.final_norm = gains(s, tag(kLm, 0, 1), d);
   // A larger head gain sharpens the logits: greedy choice depends on context more than on ties.
   w.lm_head = uniform(s, tag(kLm, 0, 2), v * d, d, 4.0f);

@@ -15,9 +15,9 @@ struct ModelConfig {
   uint32_t d_model = 64;
   uint32_t layers = 2;
   uint32_t heads = 4;
-  uint32_t kv_heads = 2;  // grouped-query attention: heads % kv_heads == 0
-  uint32_t head_dim = 16;  // even (RoPE rotates pairs)
-  uint32_t ffn = 192;  // SwiGLU hidden size
+  uint32_t kv_heads = 2;    // grouped-query attention: heads % kv_heads == 0
+  uint32_t head_dim = 16;   // even (RoPE rotates pairs)
+  uint32_t ffn = 192;       // SwiGLU hidden size
   uint32_t max_seq = 1024;  // longest sequence (prompt + generated); sizes the RoPE table
   uint32_t page_size = 16;  // tokens per KV page
   uint32_t patch_size = 8;  // image pixels per patch side
@@ -42,7 +42,8 @@ protocol::Result<ModelConfig> preset(std::string_view name);
 
 // TOML with one [model] table; unknown keys are errors (a typo must not silently give another model).
 // Keys not given keep the defaults above; `preset = "tiny"` starts from a preset instead.
-protocol::Result<ModelConfig> parse_model_config(std::string_view toml_text, std::string_view source = "<string>");
+protocol::Result<ModelConfig> parse_model_config(std::string_view toml_text,
+                                                 std::string_view source = "<string>");
 protocol::Result<ModelConfig> load_model_config(const std::string& path);
 
 std::string to_toml(const ModelConfig& cfg);

@@ -13,7 +13,7 @@ namespace epd::model {
 
 struct GenerateOptions {
   uint32_t max_tokens = 16;  // generated tokens, including the one prefill returns
-  uint32_t chunk = 0;  // prefill chunk size; 0 = whole prompt in one chunk
+  uint32_t chunk = 0;        // prefill chunk size; 0 = whole prompt in one chunk
   bool stop_at_eos = true;
   DType dtype = DType::f32;
   KvDimOrder order = KvDimOrder::token_head_dim;
@@ -22,8 +22,8 @@ struct GenerateOptions {
 struct GenerateResult {
   std::vector<TokenId> prompt;
   std::vector<TokenId> tokens;  // generated
-  std::string text;  // decode_text(tokens)
-  uint64_t kv_digest = 0;  // kv_digest() of the sequence's pages after generation
+  std::string text;             // decode_text(tokens)
+  uint64_t kv_digest = 0;       // kv_digest() of the sequence's pages after generation
   double encode_ms = 0, prefill_ms = 0, decode_ms = 0;
 };
 

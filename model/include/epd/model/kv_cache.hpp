@@ -45,7 +45,8 @@ class KvView {
   const float* load(uint32_t layer, uint32_t kind, PageId page, uint32_t slot, uint32_t head,
                     float* scratch) const {
     if (l_.dtype == DType::f32)
-      return reinterpret_cast<const float*>(base_ + l_.page_offset(layer, kind, page)) + elem_index(slot, head);
+      return reinterpret_cast<const float*>(base_ + l_.page_offset(layer, kind, page)) +
+             elem_index(slot, head);
     return load_converted(layer, kind, page, slot, head, scratch);
   }
   const KvLayout& layout() const { return l_; }

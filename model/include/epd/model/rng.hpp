@@ -26,6 +26,8 @@ class SplitMix64 {
 };
 
 // Independent stream for one tensor: state = mix64(seed ^ mix64(tag)).
-constexpr SplitMix64 tensor_stream(uint64_t seed, uint64_t tag) { return SplitMix64(mix64(seed ^ mix64(tag))); }
+constexpr SplitMix64 tensor_stream(uint64_t seed, uint64_t tag) {
+  return SplitMix64(mix64(seed ^ mix64(tag)));
+}
 
 }  // namespace epd::model

@@ -36,7 +36,7 @@ PrefillChunk slice_prompt(std::span<const TokenId> prompt, std::span<const float
 // predict the next token. Afterwards the caller sets length += 1, last_token = predicted.
 struct DecodeSeq {
   std::span<const PageId> pages;  // logical page i -> page index in the pool
-  uint32_t length = 0;  // tokens whose K/V are already in the pages
+  uint32_t length = 0;            // tokens whose K/V are already in the pages
   TokenId last_token = 0;
 };
 
