@@ -204,28 +204,35 @@ class ReferenceModel final : public ModelRunner {
   }
 
   // Causal attention of one row over positions [0, pos] of its sequence, read back from the pool.
+  // Each K/V vector is loaded once per kv head and used by all query heads of its group; per query head
+  // the operations (dot per position, max, exp, fixed-order sum, axpy in position order) never change.
   void attend(const KvView& kv, uint32_t layer, const RowTarget& t, const float* q, float* out) {
     const size_t hd = cfg_.head_dim, len = size_t{t.pos} + 1, group = cfg_.heads / cfg_.kv_heads;
-    scores_.resize(len);
+    const uint32_t ps = cfg_.page_size;
+    scores_.resize(group * len);
     conv_.resize(hd);
-    for (uint32_t hq = 0; hq < cfg_.heads; ++hq) {
-      const uint32_t g = hq / group;
-      const float* qh = q + hq * hd;
-      float m = -INFINITY;
+    for (uint32_t g = 0; g < cfg_.kv_heads; ++g) {
+      const float* qg = q + size_t{g} * group * hd;
       for (size_t p = 0; p < len; ++p) {
-        const float* kp = kv.load(layer, 0, t.pages[p / cfg_.page_size], p % cfg_.page_size, g, conv_.data());
-        scores_[p] = k::dot(qh, kp, hd);
-        m = std::max(m, scores_[p]);
+        const float* kp = kv.load(layer, 0, t.pages[p / ps], p % ps, g, conv_.data());
+        for (size_t j = 0; j < group; ++j) scores_[j * len + p] = k::dot(qg + j * hd, kp, hd);
       }
-      for (size_t p = 0; p < len; ++p) scores_[p] = k::exp_det(scores_[p] - m);
-      const float inv = 1.0f / k::sum(scores_.data(), len);
-      float* oh = out + hq * hd;
-      std::fill(oh, oh + hd, 0.0f);
+      float* og = out + size_t{g} * group * hd;
+      std::fill(og, og + group * hd, 0.0f);
+      for (size_t j = 0; j < group; ++j) {
+        float* s = &scores_[j * len];
+        float m = s[0];
+        for (size_t p = 1; p < len; ++p) m = std::max(m, s[p]);
+        for (size_t p = 0; p < len; ++p) s[p] = k::exp_det(s[p] - m);
+      }
       for (size_t p = 0; p < len; ++p) {
-        const float* vp = kv.load(layer, 1, t.pages[p / cfg_.page_size], p % cfg_.page_size, g, conv_.data());
-        k::axpy(scores_[p], vp, oh, hd);
+        const float* vp = kv.load(layer, 1, t.pages[p / ps], p % ps, g, conv_.data());
+        for (size_t j = 0; j < group; ++j) k::axpy(scores_[j * len + p], vp, og + j * hd, hd);
       }
-      for (size_t i = 0; i < hd; ++i) oh[i] *= inv;
+      for (size_t j = 0; j < group; ++j) {
+        const float inv = 1.0f / k::sum(&scores_[j * len], len);
+        for (size_t i = 0; i < hd; ++i) og[j * hd + i] *= inv;
+      }
     }
   }
 
