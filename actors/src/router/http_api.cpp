@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <charconv>
 #include <cstring>
+#include <memory>
 #include <optional>
 
 #include <httplib.h>
@@ -191,6 +192,15 @@ protocol::Result<uint16_t> HttpApi::start(const std::string& host, uint16_t port
 
   auto server = std::make_unique<httplib::Server>();
   install_routes(*server);
+  // httplib's default socket options add SO_REUSEPORT, which lets a second router silently share a busy port.
+  // Keep only SO_REUSEADDR (quick restarts over TIME_WAIT) so "port in use" is reported. Remember the socket:
+  // its backlog is raised below.
+  auto listen_fd = std::make_shared<int>(-1);
+  server->set_socket_options([listen_fd](socket_t sock) {
+    int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    *listen_fd = sock;
+  });
 
   errno = 0;
   int bound = port == 0 ? server->bind_to_any_port(host) : (server->bind_to_port(host, port) ? port : -1);
@@ -201,6 +211,10 @@ protocol::Result<uint16_t> HttpApi::start(const std::string& host, uint16_t port
     return make_error(ErrorCode::io_error,
                       "http: cannot listen on " + where + ": " + (e != 0 ? std::strerror(e) : "bind failed"));
   }
+
+  // Debian's library listens with a backlog of 5: a burst of more connects drops SYNs and the client retries
+  // a second later. On Linux, listen() again on the bound socket just raises the backlog.
+  ::listen(*listen_fd, SOMAXCONN);
 
   httplib::Server* s = server.get();
   listener_ = std::thread([s] { s->listen_after_bind(); });
