@@ -119,6 +119,12 @@ std::string allow_header(const Request& req) {
   return find_route(req.path) == Route::generate ? "POST" : "GET, HEAD";
 }
 
+// A check_head() rejection; 405 says which method would do.
+void reply_head_error(const Request& req, Response& res, const HttpError& err) {
+  reply_error(res, err);
+  if (err.status == 405) res.set_header("Allow", allow_header(req));
+}
+
 void reply_service_result(Response& res, const GenerateResponse& out) {
   if (out.http_status == 200) return reply(res, 200, generate_reply_json(out));
   if (out.http_status >= 400 && out.http_status <= 599) {
@@ -255,7 +261,7 @@ void HttpApi::install_routes(httplib::Server& server) {
       err = body_too_large(config_.max_body_bytes);
     }
     if (!err) return 100;
-    reply_error(res, *err);
+    reply_head_error(req, res, *err);
     res.set_header("Connection", "close");  // the client may not send the body now; don't read it
     return err->status;
   });
@@ -263,8 +269,7 @@ void HttpApi::install_routes(httplib::Server& server) {
   server.set_pre_routing_handler([](const Request& req, Response& res) {
     auto err = check_head(req);
     if (!err) return HandlerResponse::Unhandled;
-    reply_error(res, *err);
-    if (err->status == 405) res.set_header("Allow", allow_header(req));
+    reply_head_error(req, res, *err);
     // Its body is left unread, so this connection cannot carry another request.
     if (carries_body(req)) res.set_header("Connection", "close");
     return HandlerResponse::Handled;
