@@ -9,7 +9,7 @@
 namespace epd::actors {
 namespace {
 
-caf::behavior echo(caf::event_based_actor* self, RoleContext ctx, uint32_t max_tokens) {
+caf::behavior echo(caf::event_based_actor*, RoleContext ctx, uint32_t max_tokens) {
   return {
       [=](protocol::Envelope& env) {
         auto* submit = std::get_if<protocol::Submit>(&env.body);
