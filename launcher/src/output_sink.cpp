@@ -44,7 +44,7 @@ FdSink::~FdSink() {
   {
     std::unique_lock lock(mu_);
     auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
-    cv_.wait_until(lock, deadline, [&] { return queue_.empty() || broken_; });
+    cv_.wait_until(lock, deadline, [&] { return (queue_.empty() && !in_flight_) || broken_; });
     stopping_ = true;
   }
   cv_.notify_all();
@@ -102,9 +102,11 @@ void FdSink::run() {
       queued_bytes_ -= queue_.front().size();
       queue_.pop_front();
     }
+    in_flight_ = true;
     lock.unlock();
     bool ok = write_all(chunk);
     lock.lock();
+    in_flight_ = false;
     if (!ok) {
       broken_ = true;
       queue_.clear();

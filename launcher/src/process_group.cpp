@@ -275,26 +275,26 @@ void ProcessGroup::pump_output(int timeout_ms) {
     while (::read(wake_pipe_[0], buf, sizeof buf) > 0) {
     }
   }
-  char buf[64 * 1024];
-  for (size_t i = 1; i < fds.size(); ++i) {
-    if (!fds[i].revents) continue;
-    Stream& s = streams_[i - 1];
-    auto emit = [&](std::string_view line) { sink_->child_line(s.id, line); };
-    // A few reads per round at most, so one chatty child cannot starve the others or reaping.
-    for (int round = 0; round < 4; ++round) {
-      ssize_t got = ::read(s.fd, buf, sizeof buf);
-      if (got > 0) {
-        s.splitter.feed(std::string_view(buf, size_t(got)), emit);
-        continue;
-      }
-      if (got < 0 && (errno == EAGAIN || errno == EINTR)) break;
-      s.splitter.finish(emit);  // EOF (or a broken pipe): the stream is done
-      close(s.fd);
-      s.fd = -1;
-      break;
-    }
-  }
+  for (size_t i = 1; i < fds.size(); ++i)
+    if (fds[i].revents) read_stream(streams_[i - 1]);
   std::erase_if(streams_, [](const Stream& s) { return s.fd < 0; });
+}
+
+void ProcessGroup::read_stream(Stream& s) {
+  static thread_local char buf[64 * 1024];
+  auto emit = [&](std::string_view line) { sink_->child_line(s.id, line); };
+  // A few reads per round at most, so one chatty child cannot starve the others or reaping.
+  for (int round = 0; round < 4 && s.fd >= 0; ++round) {
+    ssize_t got = ::read(s.fd, buf, sizeof buf);
+    if (got > 0) {
+      s.splitter.feed(std::string_view(buf, size_t(got)), emit);
+      continue;
+    }
+    if (got < 0 && (errno == EAGAIN || errno == EINTR)) break;
+    s.splitter.finish(emit);  // EOF (or a broken pipe): the stream is done
+    close(s.fd);
+    s.fd = -1;
+  }
 }
 
 void ProcessGroup::reap(bool stopping) {
@@ -304,6 +304,9 @@ void ProcessGroup::reap(bool stopping) {
     pid_t r = waitpid(c.pid, &status, WNOHANG);
     if (r == 0 || (r < 0 && errno == EINTR)) continue;
     pid_t pid = c.pid;
+    // Print what it wrote last before saying it died (its last words usually explain why).
+    for (auto& s : streams_)
+      if (s.id == c.spec.id) read_stream(s);
     std::string what =
         r < 0 ? std::string("vanished (waitpid: ") + strerror(errno) + ")" : describe_wait_status(status);
     std::string head = c.spec.id + " (pid " + std::to_string(pid) + ") " + what;
@@ -344,7 +347,7 @@ void ProcessGroup::restart_due() {
     auto err = spawn(i, true);
     if (!err) continue;
     // Could not even exec (binary removed?): counts as another death of this child.
-    std::lock_guard lock(mu_);
+    std::unique_lock lock(mu_);
     c.last_exit = err->detail;
     auto d = c.tracker.on_exit(Clock::now());
     std::string line = "restart of " + c.spec.id + " failed: " + err->detail;
@@ -355,6 +358,7 @@ void ProcessGroup::restart_due() {
       c.state = ChildState::gave_up;
       line += "; giving up";
     }
+    lock.unlock();  // never call out to the sink while holding mu_
     sink_->launcher_line(line);
   }
 }

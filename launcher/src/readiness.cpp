@@ -60,7 +60,7 @@ Readiness probe_instances(const HostPort& router, const std::vector<std::string>
   if (!res) {
     Readiness r;
     r.error = "router " + router.host + ":" + std::to_string(router.port) +
-              " not reachable: " + httplib::to_string(res.error());
+              " not answering (httplib error: " + httplib::to_string(res.error()) + ")";
     r.missing = expected;
     return r;
   }

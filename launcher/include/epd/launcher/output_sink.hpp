@@ -48,6 +48,7 @@ class FdSink : public OutputSink {
   size_t queued_bytes_ = 0;
   uint64_t dropped_ = 0;
   uint64_t dropped_reported_ = 0;
+  bool in_flight_ = false;  // the writer holds lines taken off the queue
   bool stopping_ = false;
   bool broken_ = false;
   std::thread writer_;

@@ -66,6 +66,7 @@ class ProcessGroup {
   bool start_initial(std::vector<ChildSpec>& specs);
   std::optional<protocol::Error> spawn(size_t index, bool is_restart);
   void pump_output(int timeout_ms);
+  void read_stream(Stream& s);
   void reap(bool stopping);
   void restart_due();
   void shutdown();
