@@ -160,15 +160,22 @@ TEST_CASE("garbage and unexpected control messages are rejected; every role keep
     REQUIRE(std::holds_alternative<protocol::ErrorReply>(err->body));
     CHECK(std::get<protocol::ErrorReply>(err->body).code == protocol::ErrorCode::bad_magic);
     // Well-formed but unexpected or for rooms that do not exist: dropped with a log line, no state change.
-    for (protocol::Body body : std::vector<protocol::Body>{
-             protocol::KvStatus{424242, protocol::KvState::success},
-             protocol::Watermark{1, 2},
-             protocol::EmbedPull{777, 0x1000, 64},
-             protocol::EmbedDone{888, true},
-             protocol::ChunkReady{999, 1},
-             protocol::Tokens{31337, 0, {1, 2, 3}},
-             protocol::RoomResult{31337, true},
-             protocol::AbortAck{5}})
+    protocol::KvStatus kv;
+    kv.room = 424242;
+    kv.state = protocol::KvState::success;
+    protocol::EmbedPull pull;
+    pull.room = 777;
+    pull.addr = 0x1000;
+    pull.bytes = 64;
+    protocol::EmbedDone done;
+    done.room = 888;
+    protocol::RoomResult result;
+    result.room = 31337;
+    result.ok = true;
+    for (protocol::Body body : std::vector<protocol::Body>{kv, protocol::Watermark{1, 2}, pull, done,
+                                                           protocol::ChunkReady{.room = 999, .chunk = 1},
+                                                           protocol::Tokens{31337, 0, {1, 2, 3}}, result,
+                                                           protocol::AbortAck{5}})
       raw.send(zmq::buffer(protocol::encode({"intruder", 1, body})), zmq::send_flags::none);
   }
   run_and_compare(cluster, 6, 3);
