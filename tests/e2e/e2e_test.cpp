@@ -138,7 +138,7 @@ TEST_CASE("bad HTTP requests get a 4xx with a reason and the cluster keeps servi
   run_and_compare(cluster, 4, 2);
 }
 
-TEST_CASE("garbage and unexpected control messages are rejected; every role keeps serving", "[e2e][multiproc]") {
+TEST_CASE("garbage and unexpected control messages are rejected and every role keeps serving", "[e2e][multiproc]") {
   Cluster cluster(ClusterSpec{});
   cluster.start();
   std::map<std::string, pid_t> pids;
@@ -217,6 +217,7 @@ TEST_CASE("the echo role (docs/adding-a-role.md) runs through the generic runner
           me.value()->send_to_endpoint("tcp://127.0.0.1:" + std::to_string(port), s);
         });
   }
+  INFO(cluster.logs());
   REQUIRE(result);
   CHECK(result->room == 99);
   CHECK(result->tokens == std::vector<uint32_t>{50, 40, 30});
