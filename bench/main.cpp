@@ -2,6 +2,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "e2e_bench.hpp"
 #include "model_bench.hpp"
 #include "transfer_bench.hpp"
 
@@ -17,6 +18,7 @@ struct Subcommand {
 constexpr Subcommand kSubcommands[] = {
     {"transfer", run_transfer_bench, "transfer engine throughput/latency (shm, tcp, rdma) vs baselines"},
     {"model", run_model_bench, "reference model: prefill/decode tokens/s, KV bytes per token"},
+    {"e2e", run_e2e_bench, "cluster TTFT/TPOT/throughput vs colocated; control-plane rooms/s and latency"},
 };
 
 int usage(FILE* out) {

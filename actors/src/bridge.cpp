@@ -10,10 +10,13 @@ using protocol::MessageType;
 Bridge::Bridge(std::string id, uint64_t incarnation, protocol::CodecLimits limits)
     : id_(std::move(id)), incarnation_(incarnation), limits_(limits) {}
 
-Bridge::~Bridge() { stop(); }
+Bridge::~Bridge() {
+  stop();
+}
 
 protocol::Result<std::shared_ptr<Bridge>> Bridge::start(std::string instance_id, uint64_t incarnation,
-                                                        std::string bind_endpoint, protocol::CodecLimits limits) {
+                                                        std::string bind_endpoint,
+                                                        protocol::CodecLimits limits) {
   std::shared_ptr<Bridge> bridge(new Bridge(instance_id, incarnation, limits));
   transport::ChannelConfig cc;
   cc.identity = instance_id;
@@ -71,7 +74,9 @@ void Bridge::reply(const std::string& routing_id, protocol::Body body) {
   channel_->reply(routing_id, encode(std::move(body)));
 }
 
-void Bridge::forget_peer(const std::string& endpoint) { channel_->forget(endpoint); }
+void Bridge::forget_peer(const std::string& endpoint) {
+  channel_->forget(endpoint);
+}
 
 void Bridge::reject(const std::string& from, bool via_router, const protocol::Error& error, uint16_t type) {
   ++rejected_;
@@ -91,8 +96,8 @@ void Bridge::on_frame(const std::string& from, bool via_router, std::vector<uint
   // A DEALER's routing id is its instance id: a frame claiming another sender is refused.
   if (via_router && env->sender != from) {
     reject(from, via_router,
-           protocol::make_error(ErrorCode::invalid_request,
-                                "envelope sender '" + env->sender + "' does not match routing id '" + from + "'"),
+           protocol::make_error(ErrorCode::invalid_request, "envelope sender '" + env->sender +
+                                                                "' does not match routing id '" + from + "'"),
            uint16_t(env->type()));
     return;
   }
@@ -111,7 +116,9 @@ void Bridge::on_frame(const std::string& from, bool via_router, std::vector<uint
   caf::anon_send(target, std::move(env.value()));
 }
 
-BridgeStats Bridge::stats() const { return {delivered_.load(), rejected_.load(), undeliverable_.load(), sent_.load()}; }
+BridgeStats Bridge::stats() const {
+  return {delivered_.load(), rejected_.load(), undeliverable_.load(), sent_.load()};
+}
 
 void Bridge::stop() {
   if (channel_) channel_->stop();

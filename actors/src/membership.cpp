@@ -42,8 +42,8 @@ void send_heartbeat(MembershipState& st) {
   st.bridge->send_to_endpoint(st.config.registry_endpoint, hb);
 }
 
-caf::behavior membership(caf::stateful_actor<MembershipState>* self, BridgePtr bridge, MembershipConfig config,
-                         std::shared_ptr<LoadGauge> load, caf::actor role) {
+caf::behavior membership(caf::stateful_actor<MembershipState>* self, BridgePtr bridge,
+                         MembershipConfig config, std::shared_ptr<LoadGauge> load, caf::actor role) {
   harden(self, "membership");
   auto& st = self->state;
   st.bridge = std::move(bridge);
@@ -56,8 +56,10 @@ caf::behavior membership(caf::stateful_actor<MembershipState>* self, BridgePtr b
       [=](tick_atom) {
         auto& s = self->state;
         // Until the registry acknowledged us, every tick is another HELLO (the registry may start later).
-        if (s.acked) send_heartbeat(s);
-        else send_hello(s);
+        if (s.acked)
+          send_heartbeat(s);
+        else
+          send_hello(s);
         self->delayed_send(self, s.config.heartbeat_interval, tick_atom::value);
       },
       [=](Envelope& env) {
@@ -72,10 +74,13 @@ caf::behavior membership(caf::stateful_actor<MembershipState>* self, BridgePtr b
         } else if (auto* peers = std::get_if<protocol::Peers>(&env.body)) {
           auto changes = s.bridge->peers().replace(peers->version, peers->peers);
           for (const auto& c : changes) {
-            if (c.new_incarnation == 0) spdlog::info("membership: peer '{}' left", c.id);
-            else if (c.old_incarnation == 0) spdlog::info("membership: peer '{}' joined", c.id);
-            else spdlog::info("membership: peer '{}' restarted (incarnation {} -> {})", c.id, c.old_incarnation,
-                              c.new_incarnation);
+            if (c.new_incarnation == 0)
+              spdlog::info("membership: peer '{}' left", c.id);
+            else if (c.old_incarnation == 0)
+              spdlog::info("membership: peer '{}' joined", c.id);
+            else
+              spdlog::info("membership: peer '{}' restarted (incarnation {} -> {})", c.id, c.old_incarnation,
+                           c.new_incarnation);
           }
           if (!changes.empty() && s.role) self->send(s.role, PeerChanges{std::move(changes)});
         } else if (auto* err = std::get_if<protocol::ErrorReply>(&env.body)) {

@@ -12,8 +12,10 @@ std::vector<PeerDirectory::Change> PeerDirectory::replace(uint64_t version,
   for (const auto& p : peers) next[p.instance_id] = p;
   for (const auto& [id, old] : peers_) {
     auto it = next.find(id);
-    if (it == next.end()) changes.push_back({id, old.incarnation, 0});
-    else if (it->second.incarnation != old.incarnation) changes.push_back({id, old.incarnation, it->second.incarnation});
+    if (it == next.end())
+      changes.push_back({id, old.incarnation, 0});
+    else if (it->second.incarnation != old.incarnation)
+      changes.push_back({id, old.incarnation, it->second.incarnation});
   }
   for (const auto& [id, p] : next)
     if (!peers_.count(id)) changes.push_back({id, 0, p.incarnation});

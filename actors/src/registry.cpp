@@ -40,8 +40,8 @@ void on_hello(RegistryState& st, const Envelope& env, const protocol::Hello& hel
     return;
   }
   if (it != st.entries.end())
-    spdlog::info("registry: '{}' re-registered (incarnation {} -> {})", env.sender, it->second.info.incarnation,
-                 env.incarnation);
+    spdlog::info("registry: '{}' re-registered (incarnation {} -> {})", env.sender,
+                 it->second.info.incarnation, env.incarnation);
   else
     spdlog::info("registry: '{}' registered as {} at {}", env.sender, hello.role, hello.control_endpoint);
   RegistryEntry e;

@@ -18,11 +18,16 @@ bool RoomState::fail(protocol::Error error) {
 
 std::string_view state_name(KvState s) {
   switch (s) {
-    case KvState::bootstrapping: return "Bootstrapping";
-    case KvState::waiting_for_input: return "WaitingForInput";
-    case KvState::transferring: return "Transferring";
-    case KvState::success: return "Success";
-    case KvState::failed: return "Failed";
+    case KvState::bootstrapping:
+      return "Bootstrapping";
+    case KvState::waiting_for_input:
+      return "WaitingForInput";
+    case KvState::transferring:
+      return "Transferring";
+    case KvState::success:
+      return "Success";
+    case KvState::failed:
+      return "Failed";
   }
   return "?";
 }

@@ -96,9 +96,9 @@ int run_role(int argc, char** argv, const char* fixed_role) {
   std::vector<caf::actor> actors;
   if (cfg->cluster.registry == id) {
     ctx.registry = std::make_shared<RegistryView>();
-    actors.push_back(spawn_registry(system, ctx.bridge,
-                                    RegistryConfig{cfg->cluster.heartbeat_interval, cfg->cluster.heartbeat_misses},
-                                    ctx.registry));
+    actors.push_back(spawn_registry(
+        system, ctx.bridge, RegistryConfig{cfg->cluster.heartbeat_interval, cfg->cluster.heartbeat_misses},
+        ctx.registry));
   }
   auto handle = spec->spawn(ctx);
   if (!handle) {

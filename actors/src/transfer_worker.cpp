@@ -38,7 +38,8 @@ struct WorkerState {
 protocol::Result<transport::SessionPtr> session_for(WorkerState& st, const std::string& peer_id, bool fresh) {
   auto peer = st.bridge->peers().find(peer_id);
   if (!peer || !peer->segment)
-    return protocol::make_error(ErrorCode::unknown_peer, "no transfer segment known for peer '" + peer_id + "'");
+    return protocol::make_error(ErrorCode::unknown_peer,
+                                "no transfer segment known for peer '" + peer_id + "'");
   auto it = st.sessions.find(peer_id);
   if (it != st.sessions.end()) {
     if (!fresh && it->second.incarnation == peer->incarnation && it->second.session->healthy())
@@ -55,7 +56,8 @@ protocol::Result<transport::SessionPtr> session_for(WorkerState& st, const std::
 void reply(WorkerState& st, caf::event_based_actor* self, InFlight& f, bool ok, protocol::Error error) {
   const auto micros =
       uint64_t(std::chrono::duration_cast<std::chrono::microseconds>(clock::now() - f.started).count());
-  if (micros > uint64_t(std::chrono::duration_cast<std::chrono::microseconds>(st.config.slow_threshold).count()))
+  if (micros >
+      uint64_t(std::chrono::duration_cast<std::chrono::microseconds>(st.config.slow_threshold).count()))
     spdlog::info("{}: slow transfer: room {} to '{}', {} bytes in {} ms", st.config.name, f.job.room,
                  f.job.peer_id, f.bytes, micros / 1000);
   TransferDone done{f.job.room, f.job.tag, ok, std::move(error), f.bytes, micros, f.attempts};
@@ -80,8 +82,10 @@ bool submit(WorkerState& st, caf::event_based_actor* self, uint64_t id, bool fre
   f.batch = batch.value();
   caf::actor me = caf::actor_cast<caf::actor>(self);
   f.batch->on_complete([me, id](const protocol::Status& status) {
-    if (status.ok()) caf::anon_send(me, done_atom::value, id, true, protocol::Error{protocol::ErrorCode::ok, false, {}});
-    else caf::anon_send(me, done_atom::value, id, false, status.error());
+    if (status.ok())
+      caf::anon_send(me, done_atom::value, id, true, protocol::Error{protocol::ErrorCode::ok, false, {}});
+    else
+      caf::anon_send(me, done_atom::value, id, false, status.error());
   });
   return true;
 }

@@ -13,11 +13,11 @@ namespace {
 using protocol::ErrorCode;
 using protocol::make_error;
 
-#define EPD_TRY_ASSIGN(lhs, expr)        \
-  do {                                   \
-    auto r_ = (expr);                    \
-    if (!r_) return r_.error();          \
-    lhs = std::move(r_.value());         \
+#define EPD_TRY_ASSIGN(lhs, expr) \
+  do {                            \
+    auto r_ = (expr);             \
+    if (!r_) return r_.error();   \
+    lhs = std::move(r_.value());  \
   } while (0)
 
 protocol::Error bad(const std::filesystem::path& file, const std::string& what) {
@@ -188,7 +188,8 @@ Result<transport::EngineConfig> engine_config_for(const InstanceConfig& inst) {
   EPD_TRY_ASSIGN(e.tcp.connect_timeout, s.get_ms("connect_timeout_ms", e.tcp.connect_timeout));
   double rate = 0;
   EPD_TRY_ASSIGN(rate, s.get_double("fault_error_rate", 0.0));
-  if (rate < 0 || rate > 1) return make_error(ErrorCode::config_error, s.where() + ": fault_error_rate must be in [0, 1]");
+  if (rate < 0 || rate > 1)
+    return make_error(ErrorCode::config_error, s.where() + ": fault_error_rate must be in [0, 1]");
   e.fault.error_rate = rate;
   EPD_TRY_ASSIGN(v, s.get_uint("fault_delay_us", 0, 0, 60'000'000));
   e.fault.delay_us = uint32_t(v);

@@ -17,7 +17,9 @@ protocol::Error bad(const std::string& where, std::string_view key, const std::s
 }
 }  // namespace
 
-bool Settings::has(std::string_view key) const { return table_->table.contains(key); }
+bool Settings::has(std::string_view key) const {
+  return table_->table.contains(key);
+}
 
 protocol::Result<uint64_t> Settings::get_uint(std::string_view key, uint64_t fallback, uint64_t min,
                                               uint64_t max) const {
@@ -26,8 +28,9 @@ protocol::Result<uint64_t> Settings::get_uint(std::string_view key, uint64_t fal
   auto v = n->value<int64_t>();
   if (!n->is_integer() || !v) return bad(where_, key, "must be an integer");
   if (*v < 0 || uint64_t(*v) < min || uint64_t(*v) > max)
-    return bad(where_, key, "must be in [" + std::to_string(min) + ", " + std::to_string(max) + "], got " +
-                                std::to_string(*v));
+    return bad(
+        where_, key,
+        "must be in [" + std::to_string(min) + ", " + std::to_string(max) + "], got " + std::to_string(*v));
   return uint64_t(*v);
 }
 

@@ -74,13 +74,14 @@ Result<Header> decode_header(std::span<const uint8_t> frame, const CodecLimits& 
   if (frame.size() < 4 || std::memcmp(frame.data(), kMagic, 4) != 0)
     return make_error(ErrorCode::bad_magic, "frame does not start with \"EPD1\"");
   if (frame.size() < kHeaderFixedBytes)
-    return make_error(ErrorCode::bad_header, "header truncated at " + std::to_string(frame.size()) + " bytes");
+    return make_error(ErrorCode::bad_header,
+                      "header truncated at " + std::to_string(frame.size()) + " bytes");
   Header h;
   h.version = frame[4];
   if (h.version != kProtocolVersion)
-    return make_error(ErrorCode::unsupported_version, "version " + std::to_string(h.version) +
-                                                          " not supported, speak " +
-                                                          std::to_string(kProtocolVersion));
+    return make_error(
+        ErrorCode::unsupported_version,
+        "version " + std::to_string(h.version) + " not supported, speak " + std::to_string(kProtocolVersion));
   if (frame[5] != 0) return make_error(ErrorCode::bad_header, "reserved flags byte is not 0");
   const uint64_t raw_type = get_be(frame.data() + 6, 2);
   if (!is_known_type(raw_type))
@@ -106,7 +107,8 @@ Result<msgpack::object_handle> unpack_whole(std::span<const uint8_t> bytes, cons
     handle = msgpack::unpack(reinterpret_cast<const char*>(bytes.data()), bytes.size(), off, nullptr, nullptr,
                              limit);
   } catch (const std::exception& e) {
-    return make_error(ErrorCode::malformed_body, std::string("body is not valid msgpack within limits: ") + e.what());
+    return make_error(ErrorCode::malformed_body,
+                      std::string("body is not valid msgpack within limits: ") + e.what());
   }
   if (off != bytes.size())
     return make_error(ErrorCode::trailing_bytes,

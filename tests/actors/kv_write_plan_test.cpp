@@ -20,8 +20,8 @@ KvLayout layout(uint32_t pages) {
 }
 
 // Applies the plan with memcpy and checks every logical page of [first, end) arrived intact.
-void check_copy(const std::vector<uint32_t>& src_pages, const std::vector<uint32_t>& dst_pages, uint32_t first,
-                uint32_t end, size_t expect_ops) {
+void check_copy(const std::vector<uint32_t>& src_pages, const std::vector<uint32_t>& dst_pages,
+                uint32_t first, uint32_t end, size_t expect_ops) {
   const KvLayout sl = layout(16), dl = layout(24);
   std::vector<uint8_t> src(sl.total_bytes()), dst(dl.total_bytes(), 0);
   std::mt19937 rng(7);
@@ -33,7 +33,8 @@ void check_copy(const std::vector<uint32_t>& src_pages, const std::vector<uint32
   for (const auto& op : ops) {
     REQUIRE(op.remote_addr >= d.base);
     REQUIRE(op.remote_addr + op.len <= d.base + dst.size());
-    std::memcpy(reinterpret_cast<void*>(op.remote_addr), reinterpret_cast<const void*>(op.local_addr), op.len);
+    std::memcpy(reinterpret_cast<void*>(op.remote_addr), reinterpret_cast<const void*>(op.local_addr),
+                op.len);
   }
   for (uint32_t layer = 0; layer < sl.layers; ++layer)
     for (uint32_t kind = 0; kind < 2; ++kind)

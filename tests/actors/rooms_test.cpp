@@ -36,7 +36,8 @@ TEST_CASE("room state only moves forward, Failed overrides and carries a reason"
   CHECK_FALSE(g.failure().detail.empty());  // a reason is always present
 }
 
-TEST_CASE("every forward path through the room states is accepted, every backward one refused", "[actors][room]") {
+TEST_CASE("every forward path through the room states is accepted, every backward one refused",
+          "[actors][room]") {
   const KvState order[] = {KvState::bootstrapping, KvState::waiting_for_input, KvState::transferring,
                            KvState::success};
   for (int from = 0; from < 4; ++from)
@@ -92,9 +93,12 @@ TEST_CASE("peer directory reports joins, departures and restarts", "[actors][pee
   REQUIRE(c2.size() == 3);
   int restarted = 0, left = 0, joined = 0;
   for (auto& c : c2) {
-    if (c.old_incarnation && c.new_incarnation) ++restarted;
-    else if (c.old_incarnation) ++left;
-    else ++joined;
+    if (c.old_incarnation && c.new_incarnation)
+      ++restarted;
+    else if (c.old_incarnation)
+      ++left;
+    else
+      ++joined;
   }
   CHECK(restarted == 1);
   CHECK(left == 1);

@@ -5,9 +5,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <httplib.h>
 #include <chrono>
 #include <fstream>
-#include <httplib.h>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
@@ -49,15 +49,16 @@ Cluster::Cluster(ClusterSpec spec) : spec_(std::move(spec)) {
   for (int i = 0; i < spec_.prefills; ++i) instances_.emplace_back("prefill-" + std::to_string(i), "prefill");
   for (int i = 0; i < spec_.decodes; ++i) instances_.emplace_back("decode-" + std::to_string(i), "decode");
   std::ostringstream cfg;
-  cfg << "[cluster]\nname = \"e2e\"\nregistry = \"router\"\nheartbeat_interval_ms = 100\nheartbeat_misses = 20\n"
+  cfg << "[cluster]\nname = \"e2e\"\nregistry = \"router\"\nheartbeat_interval_ms = 100\nheartbeat_misses = "
+         "20\n"
       << "request_timeout_ms = 30000\nmax_attempts = 3\n\n[model]\npreset = \"tiny\"\n\n"
       << "[transport]\nbackend = \"" << spec_.backend << "\"\nhost = \"127.0.0.1\"\ntcp_lanes = 2\n\n"
       << "[defaults.decode]\nkv_pages = 512\n\n";
   for (const auto& [id, role] : instances_) {
     const int port = free_port();
     control_ports_.emplace_back(id, port);
-    cfg << "[[instance]]\nid = \"" << id << "\"\nrole = \"" << role << "\"\ncontrol = \"tcp://127.0.0.1:" << port
-        << "\"\n";
+    cfg << "[[instance]]\nid = \"" << id << "\"\nrole = \"" << role
+        << "\"\ncontrol = \"tcp://127.0.0.1:" << port << "\"\n";
     if (role == "router") cfg << "http = \"127.0.0.1:" << http_port_ << "\"\n";
     cfg << "\n";
   }
@@ -91,9 +92,11 @@ void Cluster::start() {
   group_ = std::make_unique<launcher::ProcessGroup>(opts, sink_);
   std::vector<launcher::ChildSpec> children;
   for (const auto& [id, role] : instances_)
-    children.push_back({id, {std::string(EPD_BIN_DIR) + "/epd-" + role, "--config", config_.string(), "--id", id}});
+    children.push_back(
+        {id, {std::string(EPD_BIN_DIR) + "/epd-" + role, "--config", config_.string(), "--id", id}});
   for (const auto& id : spec_.extra_ids)
-    children.push_back({id, {std::string(EPD_BIN_DIR) + "/epd-role", "--config", config_.string(), "--id", id}});
+    children.push_back(
+        {id, {std::string(EPD_BIN_DIR) + "/epd-role", "--config", config_.string(), "--id", id}});
   if (auto st = group_->start(std::move(children)); !st) throw std::runtime_error(st.error().to_string());
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   while (std::chrono::steady_clock::now() < deadline) {
@@ -142,8 +145,8 @@ nlohmann::json Cluster::wait_all_free(int timeout_ms) const {
     last = instances();
     bool all_free = !last.empty();
     for (const auto& i : last)
-      all_free = all_free && i["free_kv_pages"] == i["total_kv_pages"] && i["free_slots"] == i["total_slots"] &&
-                 i["active_rooms"] == 0;
+      all_free = all_free && i["free_kv_pages"] == i["total_kv_pages"] &&
+                 i["free_slots"] == i["total_slots"] && i["active_rooms"] == 0;
     if (all_free) return last;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }

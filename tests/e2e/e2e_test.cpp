@@ -28,7 +28,8 @@ std::vector<Case> workload(int n) {
   std::vector<Case> out;
   for (int i = 0; i < n; ++i) {
     Case c;
-    c.prompt = "request " + std::to_string(i) + ": " + std::string(size_t(5 + 13 * i % 90), char('a' + i % 26));
+    c.prompt =
+        "request " + std::to_string(i) + ": " + std::string(size_t(5 + 13 * i % 90), char('a' + i % 26));
     if (i % 2 == 1) c.image = model::make_test_image(8 + 8 * (i % 4), 16 + 4 * (i % 3), uint64_t(i));
     c.max_tokens = 4 + uint32_t(i % 9);
     out.push_back(std::move(c));
@@ -62,7 +63,8 @@ void run_and_compare(Cluster& cluster, int n, int parallel) {
   std::vector<std::thread> threads;
   for (int t = 0; t < parallel; ++t)
     threads.emplace_back([&] {
-      for (size_t i = next++; i < cases.size(); i = next++) answers[i] = cluster.generate(request_of(cases[i]));
+      for (size_t i = next++; i < cases.size(); i = next++)
+        answers[i] = cluster.generate(request_of(cases[i]));
     });
   for (auto& t : threads) t.join();
   for (size_t i = 0; i < cases.size(); ++i) {
@@ -121,7 +123,8 @@ TEST_CASE("bad HTTP requests get a 4xx with a reason and the cluster keeps servi
       {R"({"prompt": 17})", 400, "prompt"},
       {R"({"prompt": "x", "max_tokens": 0})", 400, "max_tokens"},
       {R"({"prompt": "x", "image": "@@@not base64@@@"})", 400, "base64"},
-      {R"({"prompt": "x", "image": ")" + actors::base64_encode(std::vector<uint8_t>{'P', '6', ' ', '9'}) + R"("})",
+      {R"({"prompt": "x", "image": ")" + actors::base64_encode(std::vector<uint8_t>{'P', '6', ' ', '9'}) +
+           R"("})",
        400, "image"},
       {R"({"prompt": ")" + std::string(70000, 'a') + R"("})", 413, ""},
       {R"({"prompt": ")" + std::string(5000, 'a') + R"("})", 400, ""},  // longer than the model's max_seq
@@ -138,7 +141,8 @@ TEST_CASE("bad HTTP requests get a 4xx with a reason and the cluster keeps servi
   run_and_compare(cluster, 4, 2);
 }
 
-TEST_CASE("garbage and unexpected control messages are rejected and every role keeps serving", "[e2e][multiproc]") {
+TEST_CASE("garbage and unexpected control messages are rejected and every role keeps serving",
+          "[e2e][multiproc]") {
   Cluster cluster(ClusterSpec{});
   cluster.start();
   std::map<std::string, pid_t> pids;
@@ -172,10 +176,9 @@ TEST_CASE("garbage and unexpected control messages are rejected and every role k
     protocol::RoomResult result;
     result.room = 31337;
     result.ok = true;
-    for (protocol::Body body : std::vector<protocol::Body>{kv, protocol::Watermark{1, 2}, pull, done,
-                                                           protocol::ChunkReady{.room = 999, .chunk = 1},
-                                                           protocol::Tokens{31337, 0, {1, 2, 3}}, result,
-                                                           protocol::AbortAck{5}})
+    for (protocol::Body body : std::vector<protocol::Body>{
+             kv, protocol::Watermark{1, 2}, pull, done, protocol::ChunkReady{.room = 999, .chunk = 1},
+             protocol::Tokens{31337, 0, {1, 2, 3}}, result, protocol::AbortAck{5}})
       raw.send(zmq::buffer(protocol::encode({"intruder", 1, body})), zmq::send_flags::none);
   }
   run_and_compare(cluster, 6, 3);
@@ -189,8 +192,10 @@ TEST_CASE("garbage and unexpected control messages are rejected and every role k
 TEST_CASE("the echo role (docs/adding-a-role.md) runs through the generic runner", "[e2e][multiproc]") {
   ClusterSpec spec;
   const int port = epd::testing::free_port();
-  spec.extra_sections = "[defaults.echo]\nmax_tokens = 3\n\n[[instance]]\nid = \"echo-0\"\nrole = \"echo\"\n"
-                        "control = \"tcp://127.0.0.1:" + std::to_string(port) + "\"\n";
+  spec.extra_sections =
+      "[defaults.echo]\nmax_tokens = 3\n\n[[instance]]\nid = \"echo-0\"\nrole = \"echo\"\n"
+      "control = \"tcp://127.0.0.1:" +
+      std::to_string(port) + "\"\n";
   spec.extra_ids = {"echo-0"};
   Cluster cluster(spec);
   cluster.start();
@@ -213,9 +218,8 @@ TEST_CASE("the echo role (docs/adding-a-role.md) runs through the generic runner
         [&](protocol::Envelope& env) {
           if (auto* r = std::get_if<protocol::RoomResult>(&env.body)) result = *r;
         },
-        caf::after(std::chrono::milliseconds(200)) >> [&] {
-          me.value()->send_to_endpoint("tcp://127.0.0.1:" + std::to_string(port), s);
-        });
+        caf::after(std::chrono::milliseconds(200)) >>
+            [&] { me.value()->send_to_endpoint("tcp://127.0.0.1:" + std::to_string(port), s); });
   }
   INFO(cluster.logs());
   REQUIRE(result);

@@ -26,7 +26,8 @@ std::vector<uint8_t> pack(Fn fn) {
   msgpack::sbuffer buf;
   msgpack::packer<msgpack::sbuffer> pk(buf);
   fn(pk);
-  return {reinterpret_cast<const uint8_t*>(buf.data()), reinterpret_cast<const uint8_t*>(buf.data()) + buf.size()};
+  return {reinterpret_cast<const uint8_t*>(buf.data()),
+          reinterpret_cast<const uint8_t*>(buf.data()) + buf.size()};
 }
 
 Error decode_error(const std::vector<uint8_t>& frame, const CodecLimits& limits = {}) {
@@ -114,8 +115,8 @@ TEST_CASE("decoder rejects bad envelopes with typed errors", "[protocol][codec]"
     CHECK(decode_error(std::vector<uint8_t>(good.begin(), good.begin() + 18)).code == ErrorCode::bad_header);
   }
   SECTION("empty and non-printable sender id") {
-    CHECK(decode_error(frame_of(MessageType::goodbye, pack([](auto& pk) { pk.pack_map(0); }), 1, ""))
-              .code == ErrorCode::bad_header);
+    CHECK(decode_error(frame_of(MessageType::goodbye, pack([](auto& pk) { pk.pack_map(0); }), 1, "")).code ==
+          ErrorCode::bad_header);
     CHECK(decode_error(frame_of(MessageType::goodbye, pack([](auto& pk) { pk.pack_map(0); }), 1, "a\nb"))
               .code == ErrorCode::bad_header);
   }
@@ -195,7 +196,8 @@ TEST_CASE("decoder rejects bad bodies with the field named", "[protocol][codec]"
   }
   SECTION("hostile array32 header does not allocate: limit error") {
     // array32 claiming 2^32-1 elements, then nothing.
-    std::vector<uint8_t> body = {0x81, 0xa9, 'd', 's', 't', '_', 'p', 'a', 'g', 'e', 's', 0xdd, 0xff, 0xff, 0xff, 0xff};
+    std::vector<uint8_t> body = {0x81, 0xa9, 'd', 's',  't',  '_',  'p',  'a',
+                                 'g',  'e',  's', 0xdd, 0xff, 0xff, 0xff, 0xff};
     CHECK(decode_error(frame_of(MessageType::bootstrap, body)).code == ErrorCode::malformed_body);
   }
   SECTION("nesting deeper than the limit") {

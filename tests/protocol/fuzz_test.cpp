@@ -34,10 +34,18 @@ TEST_CASE("decoder survives 120k mutated and random buffers", "[protocol][fuzz]"
       const int flips = 1 + int(rng() % 6);
       for (int k = 0; k < flips; ++k) {
         switch (rng() % 4) {
-          case 0: buf[rng() % buf.size()] ^= uint8_t(1u << (rng() % 8)); break;
-          case 1: buf[rng() % buf.size()] = uint8_t(rng()); break;
-          case 2: buf.resize(rng() % (buf.size() + 1)); break;
-          default: buf.insert(buf.begin() + (rng() % (buf.size() + 1)), uint8_t(rng())); break;
+          case 0:
+            buf[rng() % buf.size()] ^= uint8_t(1u << (rng() % 8));
+            break;
+          case 1:
+            buf[rng() % buf.size()] = uint8_t(rng());
+            break;
+          case 2:
+            buf.resize(rng() % (buf.size() + 1));
+            break;
+          default:
+            buf.insert(buf.begin() + (rng() % (buf.size() + 1)), uint8_t(rng()));
+            break;
         }
         if (buf.empty()) break;
       }

@@ -14,9 +14,13 @@ class Filler {
   explicit Filler(uint32_t seed) : n_(seed) {}
 
   template <class T>
-  void req(std::string_view, T& v) { fill(v); }
+  void req(std::string_view, T& v) {
+    fill(v);
+  }
   template <class T>
-  void opt(std::string_view, T& v) { fill(v); }
+  void opt(std::string_view, T& v) {
+    fill(v);
+  }
 
   template <class T>
   void fill(T& v) {

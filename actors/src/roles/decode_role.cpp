@@ -11,9 +11,9 @@
 #include "epd/actors/membership.hpp"
 #include "epd/actors/page_allocator.hpp"
 #include "epd/actors/role_support.hpp"
-#include "epd/actors/room.hpp"
 #include "epd/actors/roles/decode_loop.hpp"
 #include "epd/actors/roles/roles.hpp"
+#include "epd/actors/room.hpp"
 #include "epd/model/kv_cache.hpp"
 
 namespace epd::actors {
@@ -100,7 +100,8 @@ void end_quarantine(DecodeState& st, uint64_t id) {
   publish_load(st);
 }
 
-void on_submit(caf::event_based_actor* self, DecodeState& st, const Envelope& env, const protocol::Submit& s) {
+void on_submit(caf::event_based_actor* self, DecodeState& st, const Envelope& env,
+               const protocol::Submit& s) {
   const auto& m = st.ctx.model;
   auto refuse = [&](protocol::Error e) {
     spdlog::warn("decode: refused room {}: {}", s.room, e.to_string());
@@ -109,9 +110,9 @@ void on_submit(caf::event_based_actor* self, DecodeState& st, const Envelope& en
   if (s.room == 0 || st.rooms.count(s.room) || st.quarantine.count(s.room))
     return refuse(make_error(ErrorCode::invalid_request, "room id " + std::to_string(s.room) + " is in use"));
   if (s.prompt.empty() || s.prompt.size() >= m.max_seq || s.max_tokens == 0 || s.prefill.empty())
-    return refuse(make_error(ErrorCode::invalid_request,
-                             "SUBMIT needs 1.." + std::to_string(m.max_seq - 1) +
-                                 " prompt tokens, max_tokens >= 1 and a prefill instance"));
+    return refuse(
+        make_error(ErrorCode::invalid_request, "SUBMIT needs 1.." + std::to_string(m.max_seq - 1) +
+                                                   " prompt tokens, max_tokens >= 1 and a prefill instance"));
   DecodeRoom room;
   room.router = env.sender;
   room.prefill = s.prefill;
@@ -124,9 +125,9 @@ void on_submit(caf::event_based_actor* self, DecodeState& st, const Envelope& en
     if (pages) st.pages.free(*pages);
     if (slot) st.aux.free(*slot);
     return refuse(make_error(ErrorCode::out_of_capacity,
-                             "decode '" + st.ctx.instance->id + "' has " + std::to_string(st.pages.free_count()) +
-                                 " free KV pages, room " + std::to_string(s.room) + " needs " +
-                                 std::to_string(need)));
+                             "decode '" + st.ctx.instance->id + "' has " +
+                                 std::to_string(st.pages.free_count()) + " free KV pages, room " +
+                                 std::to_string(s.room) + " needs " + std::to_string(need)));
   }
   room.pages = std::move(*pages);
   room.aux_slot = (*slot)[0];
@@ -143,7 +144,8 @@ void on_submit(caf::event_based_actor* self, DecodeState& st, const Envelope& en
   st.rooms.emplace(id, std::move(room));
   publish_load(st);
   if (!st.ctx.bridge->send(s.prefill, std::move(b))) {
-    fail_room(self, st, id, make_error(ErrorCode::unknown_peer, "prefill '" + s.prefill + "' is not registered"));
+    fail_room(self, st, id,
+              make_error(ErrorCode::unknown_peer, "prefill '" + s.prefill + "' is not registered"));
     return;
   }
   self->delayed_send(self, st.settings.waiting_timeout, timeout_atom::value, id);
@@ -162,8 +164,9 @@ void on_kv_status(caf::event_based_actor* self, DecodeState& st, const Envelope&
   if (kv.state == KvState::failed) {
     // Prefill failed the room and holds no more writes for it.
     room.state.advance(KvState::transferring);
-    fail_room(self, st, kv.room, make_error(kv.code == ErrorCode::ok ? ErrorCode::transfer_failed : kv.code,
-                                            "prefill '" + env.sender + "': " + kv.reason));
+    fail_room(self, st, kv.room,
+              make_error(kv.code == ErrorCode::ok ? ErrorCode::transfer_failed : kv.code,
+                         "prefill '" + env.sender + "': " + kv.reason));
     return;
   }
   if (kv.state != KvState::success) return;  // progress reports need no action
@@ -185,7 +188,8 @@ void on_kv_status(caf::event_based_actor* self, DecodeState& st, const Envelope&
   room.state.advance(KvState::success);
   room.kv = kv;
   room.kv_ready = clock::now();
-  self->send(st.loop, DecodeJoin{kv.room, room.pages, room.prompt_len, aux.first_token, room.max_new, room.router});
+  self->send(st.loop,
+             DecodeJoin{kv.room, room.pages, room.prompt_len, aux.first_token, room.max_new, room.router});
 }
 
 void on_finished(DecodeState& st, DecodeFinished& f) {
@@ -255,12 +259,17 @@ caf::behavior decode_role(caf::stateful_actor<DecodeState>* self, RoleContext ct
         std::visit(
             [&](auto& msg) {
               using T = std::decay_t<decltype(msg)>;
-              if constexpr (std::is_same_v<T, protocol::Submit>) on_submit(self, s, env, msg);
-              else if constexpr (std::is_same_v<T, protocol::KvStatus>) on_kv_status(self, s, env, msg);
-              else if constexpr (std::is_same_v<T, protocol::Cancel>) on_cancel(self, s, msg);
-              else if constexpr (std::is_same_v<T, protocol::AbortAck>) end_quarantine(s, msg.room);
+              if constexpr (std::is_same_v<T, protocol::Submit>)
+                on_submit(self, s, env, msg);
+              else if constexpr (std::is_same_v<T, protocol::KvStatus>)
+                on_kv_status(self, s, env, msg);
+              else if constexpr (std::is_same_v<T, protocol::Cancel>)
+                on_cancel(self, s, msg);
+              else if constexpr (std::is_same_v<T, protocol::AbortAck>)
+                end_quarantine(s, msg.room);
               else if constexpr (std::is_same_v<T, protocol::ErrorReply>)
-                spdlog::warn("decode: ERROR from '{}': {} {}", env.sender, protocol::error_name(msg.code), msg.detail);
+                spdlog::warn("decode: ERROR from '{}': {} {}", env.sender, protocol::error_name(msg.code),
+                             msg.detail);
               else {
                 spdlog::warn("decode: unexpected {} from '{}'", protocol::type_name(T::kType), env.sender);
                 s.ctx.bridge->send(env.sender, protocol::ErrorReply{ErrorCode::unexpected_message,
@@ -327,7 +336,8 @@ protocol::Result<RoleHandle> spawn_decode(RoleContext& ctx) {
 
   const auto layout = model::kv_layout_for(ctx.model, s.kv_pages);
   if (auto r = ctx.engine->allocate(kKvRegion, layout.total_bytes()); !r) return r.error();
-  if (auto r = ctx.engine->allocate(kAuxRegion, uint64_t(s.aux_slots) * sizeof(AuxRecord)); !r) return r.error();
+  if (auto r = ctx.engine->allocate(kAuxRegion, uint64_t(s.aux_slots) * sizeof(AuxRecord)); !r)
+    return r.error();
   spdlog::info("decode: KV pool of {} pages ({} MiB), {} aux slots", s.kv_pages, layout.total_bytes() >> 20,
                s.aux_slots);
   RoleHandle h;

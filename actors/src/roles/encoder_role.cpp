@@ -96,10 +96,13 @@ void fail_room(EncoderState& st, uint64_t id, const protocol::Error& error, bool
   auto it = st.rooms.find(id);
   if (it == st.rooms.end()) return;
   spdlog::warn("encoder: room {} failed: {}", id, error.to_string());
-  if (tell_prefill) st.ctx.bridge->send(it->second.prefill, protocol::EmbedDone{id, false, error.code, error.detail, 0});
+  if (tell_prefill)
+    st.ctx.bridge->send(it->second.prefill, protocol::EmbedDone{id, false, error.code, error.detail, 0});
   report_failure(*st.ctx.bridge, it->second.router, id, error);
-  if (!it->second.writing) finish(st, id);
-  else it->second.prefill.clear();  // marks it failed; the write's completion frees it
+  if (!it->second.writing)
+    finish(st, id);
+  else
+    it->second.prefill.clear();  // marks it failed; the write's completion frees it
 }
 
 caf::behavior encode_compute(caf::event_based_actor* self, model::ModelConfig cfg, caf::actor role) {
@@ -122,7 +125,8 @@ caf::behavior encode_compute(caf::event_based_actor* self, model::ModelConfig cf
         } else if (auto emb = r->encode(*image); !emb) {
           done.error = emb.error();
         } else if (emb->data.size() > job.capacity_floats) {
-          done.error = make_error(ErrorCode::invalid_request, "image gives more embeddings than a slot holds");
+          done.error =
+              make_error(ErrorCode::invalid_request, "image gives more embeddings than a slot holds");
         } else {
           std::memcpy(job.out, emb->data.data(), emb->data.size() * sizeof(float));
           done.ok = true;
@@ -134,7 +138,8 @@ caf::behavior encode_compute(caf::event_based_actor* self, model::ModelConfig cf
   };
 }
 
-caf::behavior encoder_role(caf::stateful_actor<EncoderState>* self, RoleContext ctx, EncoderSettings settings) {
+caf::behavior encoder_role(caf::stateful_actor<EncoderState>* self, RoleContext ctx,
+                           EncoderSettings settings) {
   harden(self, "encoder");
   auto& st = self->state;
   st.ctx = std::move(ctx);
@@ -148,7 +153,8 @@ caf::behavior encoder_role(caf::stateful_actor<EncoderState>* self, RoleContext 
     st.workers.push_back(spawn_transfer_worker(*st.ctx.system, *st.ctx.engine, st.ctx.bridge, wc));
     self->link_to(st.workers.back());
   }
-  st.compute = st.ctx.system->spawn<caf::detached>(encode_compute, st.ctx.model, caf::actor_cast<caf::actor>(self));
+  st.compute =
+      st.ctx.system->spawn<caf::detached>(encode_compute, st.ctx.model, caf::actor_cast<caf::actor>(self));
   self->link_to(st.compute);
   publish_load(st);
   return {
@@ -159,36 +165,44 @@ caf::behavior encoder_role(caf::stateful_actor<EncoderState>* self, RoleContext 
           if (sub->room == 0 || s.rooms.count(sub->room))
             return refuse(make_error(ErrorCode::invalid_request, "room id in use"));
           if (sub->image.empty() || sub->prefill.empty())
-            return refuse(make_error(ErrorCode::invalid_request, "SUBMIT to an encoder needs an image and a prefill"));
+            return refuse(
+                make_error(ErrorCode::invalid_request, "SUBMIT to an encoder needs an image and a prefill"));
           auto slot = s.slots.allocate(1);
-          if (!slot) return refuse(make_error(ErrorCode::out_of_capacity, "no free embedding slot on the encoder"));
+          if (!slot)
+            return refuse(make_error(ErrorCode::out_of_capacity, "no free embedding slot on the encoder"));
           EncoderRoom room{env.sender, sub->prefill, (*slot)[0]};
           s.rooms.emplace(sub->room, room);
           publish_load(s);
-          self->send(s.compute, EncodeJob{sub->room, std::move(sub->image),
-                                          reinterpret_cast<float*>(s.slots_base + uint64_t(room.slot) * s.slot_bytes),
-                                          s.slot_bytes / sizeof(float)});
+          self->send(s.compute,
+                     EncodeJob{sub->room, std::move(sub->image),
+                               reinterpret_cast<float*>(s.slots_base + uint64_t(room.slot) * s.slot_bytes),
+                               s.slot_bytes / sizeof(float)});
           self->delayed_send(self, s.settings.waiting_timeout, timeout_atom::value, sub->room);
         } else if (auto* pull = std::get_if<protocol::EmbedPull>(&env.body)) {
           auto it = s.rooms.find(pull->room);
-          if (it == s.rooms.end() || it->second.prefill != env.sender || !it->second.encoded || it->second.writing) {
+          if (it == s.rooms.end() || it->second.prefill != env.sender || !it->second.encoded ||
+              it->second.writing) {
             spdlog::warn("encoder: unexpected EMBED_PULL for room {} from '{}'", pull->room, env.sender);
             return;
           }
           if (pull->code != ErrorCode::ok)
-            return fail_room(s, pull->room, make_error(pull->code, "prefill '" + env.sender + "': " + pull->reason),
-                             false);
+            return fail_room(s, pull->room,
+                             make_error(pull->code, "prefill '" + env.sender + "': " + pull->reason), false);
           if (pull->bytes != it->second.bytes)
-            return fail_room(s, pull->room, make_error(ErrorCode::invalid_request, "EMBED_PULL size mismatch"));
+            return fail_room(s, pull->room,
+                             make_error(ErrorCode::invalid_request, "EMBED_PULL size mismatch"));
           it->second.writing = true;
-          const uint64_t src = reinterpret_cast<uint64_t>(s.slots_base) + uint64_t(it->second.slot) * s.slot_bytes;
-          TransferJob job{pull->room, 0, env.sender, {{src, pull->addr, pull->bytes}}, caf::actor_cast<caf::actor>(self)};
+          const uint64_t src =
+              reinterpret_cast<uint64_t>(s.slots_base) + uint64_t(it->second.slot) * s.slot_bytes;
+          TransferJob job{
+              pull->room, 0, env.sender, {{src, pull->addr, pull->bytes}}, caf::actor_cast<caf::actor>(self)};
           self->send(s.workers[pull->room % s.workers.size()], std::move(job));
         } else if (auto* cancel = std::get_if<protocol::Cancel>(&env.body)) {
           auto it = s.rooms.find(cancel->room);
           if (it != s.rooms.end() && !it->second.writing) finish(s, cancel->room);
         } else if (auto* err = std::get_if<protocol::ErrorReply>(&env.body)) {
-          spdlog::warn("encoder: ERROR from '{}': {} {}", env.sender, protocol::error_name(err->code), err->detail);
+          spdlog::warn("encoder: ERROR from '{}': {} {}", env.sender, protocol::error_name(err->code),
+                       err->detail);
         } else {
           spdlog::warn("encoder: unexpected {} from '{}'", protocol::type_name(env.type()), env.sender);
           s.ctx.bridge->send(env.sender, protocol::ErrorReply{ErrorCode::unexpected_message,
@@ -208,9 +222,8 @@ caf::behavior encoder_role(caf::stateful_actor<EncoderState>* self, RoleContext 
         it->second.tokens = d.tokens;
         it->second.bytes = uint64_t(d.tokens) * s.ctx.model.d_model * sizeof(float);
         it->second.encode_us = d.encode_us;
-        s.ctx.bridge->send(it->second.prefill,
-                           protocol::EmbedMeta{d.room, d.tokens, s.ctx.model.d_model, it->second.bytes,
-                                               protocol::DType::f32});
+        s.ctx.bridge->send(it->second.prefill, protocol::EmbedMeta{d.room, d.tokens, s.ctx.model.d_model,
+                                                                   it->second.bytes, protocol::DType::f32});
       },
       [=](TransferDone& d) {
         auto& s = self->state;
@@ -223,16 +236,18 @@ caf::behavior encoder_role(caf::stateful_actor<EncoderState>* self, RoleContext 
           e.detail = "embedding write to '" + it->second.prefill + "' failed: " + e.detail;
           return fail_room(s, d.room, e);
         }
-        s.ctx.bridge->send(it->second.prefill, protocol::EmbedDone{d.room, true, ErrorCode::ok, "", it->second.encode_us});
+        s.ctx.bridge->send(it->second.prefill,
+                           protocol::EmbedDone{d.room, true, ErrorCode::ok, "", it->second.encode_us});
         finish(s, d.room);
       },
       [=](timeout_atom, uint64_t id) {
         auto& s = self->state;
         auto it = s.rooms.find(id);
         if (it == s.rooms.end() || it->second.writing) return;
-        fail_room(s, id, make_error(ErrorCode::waiting_timeout,
-                                    "prefill '" + it->second.prefill + "' did not ask for room " + std::to_string(id) +
-                                        "'s embeddings in time"));
+        fail_room(s, id,
+                  make_error(ErrorCode::waiting_timeout, "prefill '" + it->second.prefill +
+                                                             "' did not ask for room " + std::to_string(id) +
+                                                             "'s embeddings in time"));
       },
       [=](PeerChanges& pc) {
         auto& s = self->state;
@@ -243,7 +258,8 @@ caf::behavior encoder_role(caf::stateful_actor<EncoderState>* self, RoleContext 
           for (auto& [id, r] : s.rooms)
             if (r.prefill == c.id || r.router == c.id) affected.push_back(id);
           for (uint64_t id : affected)
-            fail_room(s, id, make_error(ErrorCode::peer_died, "peer '" + c.id + "' left or restarted"), false);
+            fail_room(s, id, make_error(ErrorCode::peer_died, "peer '" + c.id + "' left or restarted"),
+                      false);
         }
       },
   };
@@ -265,7 +281,8 @@ protocol::Result<RoleHandle> spawn_encoder(RoleContext& ctx) {
   if (auto r = ctx.engine->allocate(kEmbedRegion, slot_bytes * s.embed_slots); !r) return r.error();
   RoleHandle h;
   h.main = ctx.system->spawn(encoder_role, ctx, s);
-  for (auto t : {MessageType::submit, MessageType::embed_pull, MessageType::cancel}) ctx.bridge->subscribe(t, h.main);
+  for (auto t : {MessageType::submit, MessageType::embed_pull, MessageType::cancel})
+    ctx.bridge->subscribe(t, h.main);
   return h;
 }
 

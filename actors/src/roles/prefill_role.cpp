@@ -12,10 +12,10 @@
 #include "epd/actors/membership.hpp"
 #include "epd/actors/page_allocator.hpp"
 #include "epd/actors/role_support.hpp"
-#include "epd/actors/room.hpp"
 #include "epd/actors/roles/kv_write_plan.hpp"
 #include "epd/actors/roles/prefill_compute.hpp"
 #include "epd/actors/roles/roles.hpp"
+#include "epd/actors/room.hpp"
 #include "epd/actors/transfer_worker.hpp"
 #include "epd/model/kv_cache.hpp"
 
@@ -46,7 +46,7 @@ struct PrefillRoom {
   protocol::Submit submit;
   bool have_bootstrap = false;
   protocol::Bootstrap boot;
-  std::string decode;  // from SUBMIT, or BOOTSTRAP's sender until SUBMIT arrives
+  std::string decode;               // from SUBMIT, or BOOTSTRAP's sender until SUBMIT arrives
   std::optional<uint32_t> landing;  // embedding slot
   uint64_t embed_bytes = 0;
   bool embed_writing = false;  // EMBED_PULL sent, EMBED_DONE not yet in: the encoder may write the slot
@@ -155,10 +155,12 @@ protocol::Result<DecodeTarget> decode_target(PrefillState& st, const std::string
     return make_error(ErrorCode::unknown_peer, "decode '" + decode + "' is not registered with a KV segment");
   const auto* kv = find_region(*peer->segment, kKvRegion);
   const auto* aux = find_region(*peer->segment, kAuxRegion);
-  if (!kv || !aux) return make_error(ErrorCode::invalid_request, "decode '" + decode + "' publishes no kv/aux region");
+  if (!kv || !aux)
+    return make_error(ErrorCode::invalid_request, "decode '" + decode + "' publishes no kv/aux region");
   if (!peer->kv_layout->same_page_format(st.layout))
-    return make_error(ErrorCode::invalid_request,
-                      "decode '" + decode + "' uses a different KV page format; staged transfer is not available");
+    return make_error(
+        ErrorCode::invalid_request,
+        "decode '" + decode + "' uses a different KV page format; staged transfer is not available");
   return DecodeTarget{*peer->kv_layout, kv->base, aux->base};
 }
 
@@ -170,11 +172,12 @@ void maybe_start(PrefillState& st, uint64_t id) {
   const auto& prompt = r.submit.prompt;
   const uint32_t need = model::pages_for(st.layout, prompt.size());
   if (r.boot.dst_pages.size() != need || r.boot.prompt_len != prompt.size())
-    return fail_room(st, id, make_error(ErrorCode::invalid_request,
-                                        "BOOTSTRAP names " + std::to_string(r.boot.dst_pages.size()) +
-                                            " pages for " + std::to_string(r.boot.prompt_len) +
-                                            " tokens; the prompt has " + std::to_string(prompt.size()) +
-                                            " tokens in " + std::to_string(need) + " pages"));
+    return fail_room(
+        st, id,
+        make_error(ErrorCode::invalid_request,
+                   "BOOTSTRAP names " + std::to_string(r.boot.dst_pages.size()) + " pages for " +
+                       std::to_string(r.boot.prompt_len) + " tokens; the prompt has " +
+                       std::to_string(prompt.size()) + " tokens in " + std::to_string(need) + " pages"));
   auto target = decode_target(st, r.decode);
   if (!target) return fail_room(st, id, target.error());
   auto pages = st.pages.allocate(need);
@@ -182,9 +185,10 @@ void maybe_start(PrefillState& st, uint64_t id) {
   if (!pages || !aux) {
     if (pages) st.pages.free(*pages);
     if (aux) st.aux.free(*aux);
-    return fail_room(st, id, make_error(ErrorCode::out_of_capacity,
-                                        "prefill has " + std::to_string(st.pages.free_count()) +
-                                            " free pages, room needs " + std::to_string(need)));
+    return fail_room(
+        st, id,
+        make_error(ErrorCode::out_of_capacity, "prefill has " + std::to_string(st.pages.free_count()) +
+                                                   " free pages, room needs " + std::to_string(need)));
   }
   r.local_pages = std::move(*pages);
   r.aux_src = (*aux)[0];
@@ -212,7 +216,8 @@ void send_pages(caf::event_based_actor* self, PrefillState& st, uint64_t id, Pre
   if (!target) return fail_room(st, id, target.error());
   KvSide src{st.layout, st.kv_base, r.local_pages};
   KvSide dst{target->layout, target->kv_base, r.boot.dst_pages};
-  TransferJob job{id, tag, r.decode, plan_kv_writes(src, dst, r.pages_sent, upto), caf::actor_cast<caf::actor>(self)};
+  TransferJob job{id, tag, r.decode, plan_kv_writes(src, dst, r.pages_sent, upto),
+                  caf::actor_cast<caf::actor>(self)};
   r.pages_sent = upto;
   ++r.inflight;
   self->send(r.worker, std::move(job));
@@ -225,8 +230,8 @@ void maybe_send_aux(caf::event_based_actor* self, PrefillState& st, uint64_t id,
   AuxRecord rec{r.first_token, 0, id};
   uint8_t* src = st.aux_base + uint64_t(*r.aux_src) * sizeof(AuxRecord);
   std::memcpy(src, &rec, sizeof rec);
-  transport::WriteOp op{reinterpret_cast<uint64_t>(src), target->aux_base + uint64_t(r.boot.aux_slot) * sizeof(AuxRecord),
-                        sizeof(AuxRecord)};
+  transport::WriteOp op{reinterpret_cast<uint64_t>(src),
+                        target->aux_base + uint64_t(r.boot.aux_slot) * sizeof(AuxRecord), sizeof(AuxRecord)};
   r.aux_sent = true;
   ++r.inflight;
   self->send(r.worker, TransferJob{id, kAuxTag, r.decode, {op}, caf::actor_cast<caf::actor>(self)});
@@ -293,18 +298,20 @@ void on_message(caf::event_based_actor* self, PrefillState& st, Envelope& env) {
           if (r.have_submit || r.state.terminal()) return;
           r.router = env.sender;
           const uint32_t image_tokens = model::count_image_tokens(msg.prompt);
-          if (msg.prompt.empty() || msg.prompt.size() >= st.ctx.model.max_seq || image_tokens != msg.image_tokens ||
-              (image_tokens > 0 && msg.encoder.empty()) || msg.decode.empty())
+          if (msg.prompt.empty() || msg.prompt.size() >= st.ctx.model.max_seq ||
+              image_tokens != msg.image_tokens || (image_tokens > 0 && msg.encoder.empty()) ||
+              msg.decode.empty())
             return fail_room(st, msg.room,
                              make_error(ErrorCode::invalid_request,
-                                        "SUBMIT: prompt of " + std::to_string(msg.prompt.size()) + " tokens with " +
-                                            std::to_string(image_tokens) + " image tokens (says " +
-                                            std::to_string(msg.image_tokens) + "), encoder '" + msg.encoder +
-                                            "', decode '" + msg.decode + "'"));
+                                        "SUBMIT: prompt of " + std::to_string(msg.prompt.size()) +
+                                            " tokens with " + std::to_string(image_tokens) +
+                                            " image tokens (says " + std::to_string(msg.image_tokens) +
+                                            "), encoder '" + msg.encoder + "', decode '" + msg.decode + "'"));
           if (r.have_bootstrap && r.decode != msg.decode)
-            return fail_room(st, msg.room, make_error(ErrorCode::invalid_request,
-                                                      "BOOTSTRAP came from '" + r.decode + "', SUBMIT names '" +
-                                                          msg.decode + "'"));
+            return fail_room(
+                st, msg.room,
+                make_error(ErrorCode::invalid_request,
+                           "BOOTSTRAP came from '" + r.decode + "', SUBMIT names '" + msg.decode + "'"));
           r.decode = msg.decode;
           r.submit = std::move(msg);
           r.have_submit = true;
@@ -313,7 +320,8 @@ void on_message(caf::event_based_actor* self, PrefillState& st, Envelope& env) {
           PrefillRoom& r = room_for(self, st, msg.room);
           if (r.have_bootstrap || r.state.terminal()) return;
           if (r.have_submit && r.decode != env.sender) {
-            spdlog::warn("prefill: BOOTSTRAP for room {} from '{}', expected '{}'", msg.room, env.sender, r.decode);
+            spdlog::warn("prefill: BOOTSTRAP for room {} from '{}', expected '{}'", msg.room, env.sender,
+                         r.decode);
             return;
           }
           r.decode = env.sender;
@@ -329,22 +337,25 @@ void on_message(caf::event_based_actor* self, PrefillState& st, Envelope& env) {
               (r.have_submit && msg.tokens != r.submit.image_tokens)) {
             st.ctx.bridge->send(env.sender, protocol::EmbedPull{msg.room, 0, 0, ErrorCode::invalid_request,
                                                                 "embedding shape does not match the prompt"});
-            return fail_room(st, msg.room, make_error(ErrorCode::invalid_request,
-                                                      "EMBED_META: " + std::to_string(msg.tokens) + "x" +
-                                                          std::to_string(msg.dim) + " = " + std::to_string(msg.bytes) +
-                                                          " bytes does not fit this model/slot"));
+            return fail_room(
+                st, msg.room,
+                make_error(ErrorCode::invalid_request,
+                           "EMBED_META: " + std::to_string(msg.tokens) + "x" + std::to_string(msg.dim) +
+                               " = " + std::to_string(msg.bytes) + " bytes does not fit this model/slot"));
           }
           auto slot = st.slots.allocate(1);
           if (!slot) {
             st.ctx.bridge->send(env.sender, protocol::EmbedPull{msg.room, 0, 0, ErrorCode::out_of_capacity,
                                                                 "no free embedding slot"});
-            return fail_room(st, msg.room, make_error(ErrorCode::out_of_capacity, "no free embedding landing slot"));
+            return fail_room(st, msg.room,
+                             make_error(ErrorCode::out_of_capacity, "no free embedding landing slot"));
           }
           r.landing = (*slot)[0];
           r.embed_bytes = msg.bytes;
           r.embed_writing = true;
           publish_load(st);
-          const uint64_t addr = reinterpret_cast<uint64_t>(st.embed_base) + uint64_t(*r.landing) * st.slot_bytes;
+          const uint64_t addr =
+              reinterpret_cast<uint64_t>(st.embed_base) + uint64_t(*r.landing) * st.slot_bytes;
           st.ctx.bridge->send(env.sender, protocol::EmbedPull{msg.room, addr, msg.bytes, ErrorCode::ok, ""});
         } else if constexpr (std::is_same_v<T, protocol::EmbedDone>) {
           auto it = st.rooms.find(msg.room);
@@ -353,8 +364,9 @@ void on_message(caf::event_based_actor* self, PrefillState& st, Envelope& env) {
           r.embed_writing = false;
           r.encode_us = msg.encode_us;
           if (!msg.ok)
-            return fail_room(st, msg.room, make_error(msg.code == ErrorCode::ok ? ErrorCode::transfer_failed : msg.code,
-                                                      "encoder '" + env.sender + "': " + msg.reason));
+            return fail_room(st, msg.room,
+                             make_error(msg.code == ErrorCode::ok ? ErrorCode::transfer_failed : msg.code,
+                                        "encoder '" + env.sender + "': " + msg.reason));
           if (r.state.terminal()) return maybe_reap(st, msg.room);
           r.embed_ready = true;
           maybe_start(st, msg.room);
@@ -370,11 +382,13 @@ void on_message(caf::event_based_actor* self, PrefillState& st, Envelope& env) {
             it->second.decode = env.sender;
             return maybe_reap(st, msg.room);
           }
-          fail_room(st, msg.room, make_error(msg.code, "aborted by '" + env.sender + "': " + msg.reason), false);
+          fail_room(st, msg.room, make_error(msg.code, "aborted by '" + env.sender + "': " + msg.reason),
+                    false);
         } else if constexpr (std::is_same_v<T, protocol::Cancel>) {
           fail_room(st, msg.room, make_error(ErrorCode::aborted, "cancelled: " + msg.reason), false);
         } else if constexpr (std::is_same_v<T, protocol::ErrorReply>) {
-          spdlog::warn("prefill: ERROR from '{}': {} {}", env.sender, protocol::error_name(msg.code), msg.detail);
+          spdlog::warn("prefill: ERROR from '{}': {} {}", env.sender, protocol::error_name(msg.code),
+                       msg.detail);
         } else {
           spdlog::warn("prefill: unexpected {} from '{}'", protocol::type_name(T::kType), env.sender);
           st.ctx.bridge->send(env.sender, protocol::ErrorReply{ErrorCode::unexpected_message,
@@ -385,7 +399,8 @@ void on_message(caf::event_based_actor* self, PrefillState& st, Envelope& env) {
       env.body);
 }
 
-caf::behavior prefill_role(caf::stateful_actor<PrefillState>* self, RoleContext ctx, PrefillSettings settings) {
+caf::behavior prefill_role(caf::stateful_actor<PrefillState>* self, RoleContext ctx,
+                           PrefillSettings settings) {
   harden(self, "prefill");
   auto& st = self->state;
   st.ctx = std::move(ctx);
@@ -420,9 +435,11 @@ caf::behavior prefill_role(caf::stateful_actor<PrefillState>* self, RoleContext 
         if (it == s.rooms.end() || it->second.started || it->second.state.terminal()) return;
         const auto& r = it->second;
         const char* missing = !r.have_bootstrap ? "BOOTSTRAP" : !r.have_submit ? "SUBMIT" : "embeddings";
-        fail_room(s, id, make_error(r.have_bootstrap ? ErrorCode::waiting_timeout : ErrorCode::bootstrap_timeout,
-                                    std::string(missing) + " for room " + std::to_string(id) + " did not arrive within " +
-                                        std::to_string(s.settings.bootstrap_timeout.count()) + " ms"));
+        fail_room(
+            s, id,
+            make_error(r.have_bootstrap ? ErrorCode::waiting_timeout : ErrorCode::bootstrap_timeout,
+                       std::string(missing) + " for room " + std::to_string(id) + " did not arrive within " +
+                           std::to_string(s.settings.bootstrap_timeout.count()) + " ms"));
       },
       [=](PeerChanges& pc) {
         auto& s = self->state;
@@ -431,7 +448,8 @@ caf::behavior prefill_role(caf::stateful_actor<PrefillState>* self, RoleContext 
           for (auto& w : s.workers) self->send(w, forget_atom::value, c.id);
           std::vector<uint64_t> affected;
           for (auto& [id, r] : s.rooms)
-            if (r.decode == c.id || r.router == c.id || (r.submit.encoder == c.id && !r.embed_ready)) affected.push_back(id);
+            if (r.decode == c.id || r.router == c.id || (r.submit.encoder == c.id && !r.embed_ready))
+              affected.push_back(id);
           for (uint64_t id : affected) {
             auto& r = s.rooms.at(id);
             if (r.submit.encoder == c.id) r.embed_writing = false;
@@ -462,15 +480,18 @@ protocol::Result<RoleHandle> spawn_prefill(RoleContext& ctx) {
   const uint64_t slot_bytes = uint64_t(ctx.model.max_image_patches) * ctx.model.d_model * sizeof(float);
   if (auto r = ctx.engine->allocate(kKvRegion, layout.total_bytes()); !r) return r.error();
   if (auto r = ctx.engine->allocate(kEmbedRegion, slot_bytes * s.embed_slots); !r) return r.error();
-  if (auto r = ctx.engine->allocate(kAuxRegion, uint64_t(s.aux_slots) * sizeof(AuxRecord)); !r) return r.error();
-  spdlog::info("prefill: local KV pool of {} pages, {} embedding slots of {} KiB, chunks of {} tokens, {} transfer workers",
-               s.kv_pages, s.embed_slots, slot_bytes >> 10, s.chunk_tokens, s.transfer_workers);
+  if (auto r = ctx.engine->allocate(kAuxRegion, uint64_t(s.aux_slots) * sizeof(AuxRecord)); !r)
+    return r.error();
+  spdlog::info(
+      "prefill: local KV pool of {} pages, {} embedding slots of {} KiB, chunks of {} tokens, {} transfer "
+      "workers",
+      s.kv_pages, s.embed_slots, slot_bytes >> 10, s.chunk_tokens, s.transfer_workers);
   RoleHandle h;
   h.main = ctx.system->spawn(prefill_role, ctx, s);
   h.kv_layout = layout;
   h.kv_pages_total = s.kv_pages;
-  for (auto t : {MessageType::submit, MessageType::bootstrap, MessageType::embed_meta, MessageType::embed_done,
-                 MessageType::abort, MessageType::cancel})
+  for (auto t : {MessageType::submit, MessageType::bootstrap, MessageType::embed_meta,
+                 MessageType::embed_done, MessageType::abort, MessageType::cancel})
     ctx.bridge->subscribe(t, h.main);
   return h;
 }
@@ -482,7 +503,8 @@ RoleSpec prefill_role_spec() {
   spec.name = "prefill";
   spec.summary = "runs chunked prefill and writes KV pages into decode's pool";
   spec.needs_engine = true;
-  spec.settings = {"kv_pages", "chunk_tokens", "transfer_workers", "embed_slots", "aux_slots", "bootstrap_timeout_ms"};
+  spec.settings = {"kv_pages",    "chunk_tokens", "transfer_workers",
+                   "embed_slots", "aux_slots",    "bootstrap_timeout_ms"};
   spec.spawn = spawn_prefill;
   return spec;
 }

@@ -65,23 +65,29 @@ struct RouterState {
 
 int http_status_for(ErrorCode code) {
   switch (code) {
-    case ErrorCode::invalid_request: return 400;
+    case ErrorCode::invalid_request:
+      return 400;
     case ErrorCode::out_of_capacity:
-    case ErrorCode::unknown_peer: return 503;
+    case ErrorCode::unknown_peer:
+      return 503;
     case ErrorCode::timeout:
     case ErrorCode::waiting_timeout:
-    case ErrorCode::bootstrap_timeout: return 504;
-    default: return 502;
+    case ErrorCode::bootstrap_timeout:
+      return 504;
+    default:
+      return 502;
   }
 }
 
 // Least loaded healthy instance of `role`: fewest rooms in flight from this router, then most free KV pages.
-std::optional<std::string> pick(RouterState& st, const std::string& role, const std::set<std::string>& avoid) {
+std::optional<std::string> pick(RouterState& st, const std::string& role,
+                                const std::set<std::string>& avoid) {
   std::optional<std::string> best, fallback;
   std::tuple<uint32_t, int64_t> best_score{UINT32_MAX, 0}, fallback_score{UINT32_MAX, 0};
   for (const auto& e : st.ctx.registry->entries()) {
     if (e.info.role != role || !e.info.healthy) continue;
-    const std::tuple<uint32_t, int64_t> score{st.inflight[e.info.instance_id], -int64_t(e.info.free_kv_pages)};
+    const std::tuple<uint32_t, int64_t> score{st.inflight[e.info.instance_id],
+                                              -int64_t(e.info.free_kv_pages)};
     if (!avoid.count(e.info.instance_id) && (!best || score < best_score)) {
       best = e.info.instance_id;
       best_score = score;
@@ -131,11 +137,13 @@ void start_attempt(RouterState& st, uint64_t req_id) {
   while (a.room == 0 || st.room_to_request.count(a.room));
   auto decode = pick(st, "decode", p.failed_instances);
   auto prefill = pick(st, "prefill", p.failed_instances);
-  auto encoder = p.request.image_ppm.empty() ? std::optional<std::string>("") : pick(st, "encoder", p.failed_instances);
+  auto encoder =
+      p.request.image_ppm.empty() ? std::optional<std::string>("") : pick(st, "encoder", p.failed_instances);
   if (!decode || !prefill || !encoder) {
     const char* missing = !decode ? "decode" : !prefill ? "prefill" : "encoder";
-    return respond_error(st, req_id, make_error(ErrorCode::unknown_peer,
-                                                std::string("no healthy ") + missing + " instance is registered"));
+    return respond_error(st, req_id,
+                         make_error(ErrorCode::unknown_peer,
+                                    std::string("no healthy ") + missing + " instance is registered"));
   }
   a.decode = *decode;
   a.prefill = *prefill;
@@ -199,8 +207,8 @@ void on_result(RouterState& st, const Envelope& env, protocol::RoomResult& res) 
   release_attempt(st, p.current);
   const uint32_t max_attempts = st.ctx.cluster->cluster.max_attempts;
   if (protocol::is_retryable(res.code) && p.attempts < max_attempts) {
-    spdlog::info("router: room {} failed ({}); retrying (attempt {}/{})", res.room, e.to_string(), p.attempts + 1,
-                 max_attempts);
+    spdlog::info("router: room {} failed ({}); retrying (attempt {}/{})", res.room, e.to_string(),
+                 p.attempts + 1, max_attempts);
     ++st.stats.retries;
     p.failed_instances.insert(env.sender);
     start_attempt(st, req_id);
@@ -252,10 +260,11 @@ caf::behavior router(caf::stateful_actor<RouterState>* self, RoleContext ctx) {
         auto it = s.requests.find(id);
         if (it == s.requests.end()) return;
         cancel_attempt(s, it->second.current, "request timed out");
-        respond_error(s, id, make_error(ErrorCode::timeout,
-                                        "no answer within " +
-                                            std::to_string(s.ctx.cluster->cluster.request_timeout.count()) +
-                                            " ms (room " + std::to_string(it->second.current.room) + ")"));
+        respond_error(
+            s, id,
+            make_error(ErrorCode::timeout,
+                       "no answer within " + std::to_string(s.ctx.cluster->cluster.request_timeout.count()) +
+                           " ms (room " + std::to_string(it->second.current.room) + ")"));
       },
       [=](Envelope& env) {
         auto& s = self->state;
@@ -267,7 +276,8 @@ caf::behavior router(caf::stateful_actor<RouterState>* self, RoleContext ctx) {
         } else if (auto* r = std::get_if<protocol::RoomResult>(&env.body)) {
           on_result(s, env, *r);
         } else if (auto* e = std::get_if<protocol::ErrorReply>(&env.body)) {
-          spdlog::warn("router: ERROR from '{}': {} {}", env.sender, protocol::error_name(e->code), e->detail);
+          spdlog::warn("router: ERROR from '{}': {} {}", env.sender, protocol::error_name(e->code),
+                       e->detail);
         } else {
           spdlog::warn("router: unexpected {} from '{}'", protocol::type_name(env.type()), env.sender);
           s.ctx.bridge->send(env.sender, protocol::ErrorReply{ErrorCode::unexpected_message,
@@ -317,7 +327,8 @@ class ActorRouterService final : public RouterService {
       v.free_slots = e.info.free_slots;
       v.total_slots = e.info.total_slots;
       v.active_rooms = e.info.active_rooms;
-      v.last_seen_ms = uint64_t(std::chrono::duration_cast<std::chrono::milliseconds>(now - e.last_seen).count());
+      v.last_seen_ms =
+          uint64_t(std::chrono::duration_cast<std::chrono::milliseconds>(now - e.last_seen).count());
       out.push_back(std::move(v));
     }
     return out;
@@ -348,9 +359,9 @@ struct HttpFront {
 
 protocol::Result<RoleHandle> spawn_router(RoleContext& ctx) {
   if (!ctx.registry)
-    return make_error(ErrorCode::config_error,
-                      "router '" + ctx.instance->id + "' must host the registry ([cluster] registry = \"" +
-                          ctx.instance->id + "\")");
+    return make_error(ErrorCode::config_error, "router '" + ctx.instance->id +
+                                                   "' must host the registry ([cluster] registry = \"" +
+                                                   ctx.instance->id + "\")");
   auto http = ctx.instance->settings.get_string("http", "127.0.0.1:8080");
   if (!http) return http.error();
   const auto colon = http->rfind(':');
@@ -361,8 +372,8 @@ protocol::Result<RoleHandle> spawn_router(RoleContext& ctx) {
     port = 70000;
   }
   if (colon == std::string::npos || port > 65535)
-    return make_error(ErrorCode::config_error, ctx.instance->settings.where() + ": key 'http' must be HOST:PORT, got '" +
-                                                   *http + "'");
+    return make_error(ErrorCode::config_error,
+                      ctx.instance->settings.where() + ": key 'http' must be HOST:PORT, got '" + *http + "'");
   HttpApiConfig http_config;
   auto max_tokens = setting_u32(ctx.instance->settings, "max_tokens_limit", 1024, 1, 1u << 20);
   if (!max_tokens) return max_tokens.error();

@@ -72,7 +72,8 @@ struct ControlChannel::Impl {
             ++sent;
           } else {
             ++dropped_send;
-            spdlog::warn("control: queue to {} is full, dropped a {}-byte frame", cmd.target, cmd.frame.size());
+            spdlog::warn("control: queue to {} is full, dropped a {}-byte frame", cmd.target,
+                         cmd.frame.size());
           }
           break;
         }
@@ -206,9 +207,13 @@ Result<std::unique_ptr<ControlChannel>> ControlChannel::start(ChannelConfig conf
   return std::unique_ptr<ControlChannel>(new ControlChannel(std::move(impl)));
 }
 
-ControlChannel::~ControlChannel() { stop(); }
+ControlChannel::~ControlChannel() {
+  stop();
+}
 
-const std::string& ControlChannel::endpoint() const { return impl_->bound; }
+const std::string& ControlChannel::endpoint() const {
+  return impl_->bound;
+}
 
 void ControlChannel::send(const std::string& endpoint, std::vector<uint8_t> frame) {
   impl_->push({CmdKind::send, endpoint, std::move(frame)});
@@ -216,7 +221,9 @@ void ControlChannel::send(const std::string& endpoint, std::vector<uint8_t> fram
 void ControlChannel::reply(const std::string& routing_id, std::vector<uint8_t> frame) {
   impl_->push({CmdKind::reply, routing_id, std::move(frame)});
 }
-void ControlChannel::forget(const std::string& endpoint) { impl_->push({CmdKind::forget, endpoint, {}}); }
+void ControlChannel::forget(const std::string& endpoint) {
+  impl_->push({CmdKind::forget, endpoint, {}});
+}
 
 ChannelStats ControlChannel::stats() const {
   return {impl_->received.load(), impl_->sent.load(), impl_->dropped_send.load(), impl_->dropped_recv.load()};

@@ -20,7 +20,7 @@ namespace epd::actors {
 
 struct BridgeStats {
   uint64_t delivered = 0;
-  uint64_t rejected = 0;     // frames that failed to decode or were spoofed
+  uint64_t rejected = 0;       // frames that failed to decode or were spoofed
   uint64_t undeliverable = 0;  // decoded, but no actor subscribed / peer unknown
   uint64_t sent = 0;
 };

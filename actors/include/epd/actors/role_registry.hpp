@@ -15,8 +15,8 @@ namespace epd::actors {
 struct RoleSpec {
   std::string name;
   std::string summary;
-  bool needs_engine = false;                 // the runner creates a transfer engine for it
-  std::vector<std::string_view> settings;    // keys allowed in [defaults.<role>] / the instance table
+  bool needs_engine = false;               // the runner creates a transfer engine for it
+  std::vector<std::string_view> settings;  // keys allowed in [defaults.<role>] / the instance table
   std::function<protocol::Result<RoleHandle>(RoleContext&)> spawn;
 };
 

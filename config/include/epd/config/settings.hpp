@@ -25,7 +25,8 @@ class Settings {
   protocol::Result<double> get_double(std::string_view key, double fallback) const;
   protocol::Result<bool> get_bool(std::string_view key, bool fallback) const;
   protocol::Result<std::string> get_string(std::string_view key, std::string fallback) const;
-  protocol::Result<std::chrono::milliseconds> get_ms(std::string_view key, std::chrono::milliseconds fallback) const;
+  protocol::Result<std::chrono::milliseconds> get_ms(std::string_view key,
+                                                     std::chrono::milliseconds fallback) const;
   // Keys present in the table that are not in `known`: typos get a clear error instead of being ignored.
   protocol::Status only_keys(const std::vector<std::string_view>& known) const;
   const std::string& where() const { return where_; }

@@ -68,7 +68,8 @@ std::vector<uint8_t> encode_value(const T& value) {
   msgpack::sbuffer buf;
   msgpack::packer<msgpack::sbuffer> pk(buf);
   detail::Writer<msgpack::sbuffer>(pk).write_struct(value);
-  return {reinterpret_cast<const uint8_t*>(buf.data()), reinterpret_cast<const uint8_t*>(buf.data()) + buf.size()};
+  return {reinterpret_cast<const uint8_t*>(buf.data()),
+          reinterpret_cast<const uint8_t*>(buf.data()) + buf.size()};
 }
 
 template <class T>

@@ -63,7 +63,9 @@ const ErrorInfo& error_info(ErrorCode code);
 std::string_view error_name(ErrorCode code);
 bool is_retryable(ErrorCode code);
 bool is_known_error_code(uint64_t raw);
-inline bool wire_enum_valid(ErrorCode, uint64_t raw) { return is_known_error_code(raw); }
+inline bool wire_enum_valid(ErrorCode, uint64_t raw) {
+  return is_known_error_code(raw);
+}
 // Every row, in code order (for docs checks and the `errors` listing).
 const ErrorInfo* error_table_begin();
 const ErrorInfo* error_table_end();

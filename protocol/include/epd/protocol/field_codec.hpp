@@ -56,7 +56,9 @@ class Writer {
   struct Counter {
     uint32_t n = 0;
     template <class T>
-    void req(std::string_view, const T&) { ++n; }
+    void req(std::string_view, const T&) {
+      ++n;
+    }
     template <class T>
     void opt(std::string_view, const T& v) {
       if constexpr (is_optional<T>::value) {
@@ -83,7 +85,10 @@ class Writer {
       pk_.pack_array(static_cast<uint32_t>(v.size()));
       for (const auto& e : v) write_value(e);
     } else if constexpr (is_optional<T>::value) {
-      if (v) write_value(*v); else pk_.pack_nil();
+      if (v)
+        write_value(*v);
+      else
+        pk_.pack_nil();
     } else {
       write_struct(v);
     }
@@ -125,7 +130,8 @@ class Reader {
     if (failed_) return;
     const msgpack::object* o = find(key);
     if (o == nullptr) {
-      if (required) fail(ErrorCode::missing_field, std::string("missing required field '") + std::string(key) + "'");
+      if (required)
+        fail(ErrorCode::missing_field, std::string("missing required field '") + std::string(key) + "'");
       return;
     }
     path_.push_back(key);
@@ -136,7 +142,8 @@ class Reader {
   const msgpack::object* find(std::string_view key) const {
     for (uint32_t i = 0; i < map_->size; ++i) {
       const auto& kv = map_->ptr[i];
-      if (kv.key.type == msgpack::type::STR && std::string_view(kv.key.via.str.ptr, kv.key.via.str.size) == key)
+      if (kv.key.type == msgpack::type::STR &&
+          std::string_view(kv.key.via.str.ptr, kv.key.via.str.size) == key)
         return &kv.val;
     }
     return nullptr;
@@ -151,13 +158,14 @@ class Reader {
     } else if constexpr (std::is_enum_v<T>) {
       if (o.type != object_type::POSITIVE_INTEGER) return type_fail("an enum (unsigned integer)", o);
       if (!wire_enum_valid(T{}, o.via.u64))
-        return (void)fail(ErrorCode::enum_out_of_range, where() + ": value " + std::to_string(o.via.u64) +
-                                                           " is not defined for this enum");
+        return (void)fail(ErrorCode::enum_out_of_range,
+                          where() + ": value " + std::to_string(o.via.u64) + " is not defined for this enum");
       v = static_cast<T>(o.via.u64);
     } else if constexpr (std::is_integral_v<T> && std::is_unsigned_v<T>) {
       if (o.type != object_type::POSITIVE_INTEGER) return type_fail("an unsigned integer", o);
       if (o.via.u64 > std::numeric_limits<T>::max())
-        return (void)fail(ErrorCode::bad_field_type, where() + ": " + std::to_string(o.via.u64) + " does not fit");
+        return (void)fail(ErrorCode::bad_field_type,
+                          where() + ": " + std::to_string(o.via.u64) + " does not fit");
       v = static_cast<T>(o.via.u64);
     } else if constexpr (std::is_integral_v<T>) {
       int64_t x = 0;
@@ -174,10 +182,14 @@ class Reader {
         return (void)fail(ErrorCode::bad_field_type, where() + ": " + std::to_string(x) + " does not fit");
       v = static_cast<T>(x);
     } else if constexpr (std::is_floating_point_v<T>) {
-      if (o.type == object_type::FLOAT32 || o.type == object_type::FLOAT64) v = static_cast<T>(o.via.f64);
-      else if (o.type == object_type::POSITIVE_INTEGER) v = static_cast<T>(o.via.u64);
-      else if (o.type == object_type::NEGATIVE_INTEGER) v = static_cast<T>(o.via.i64);
-      else return type_fail("a number", o);
+      if (o.type == object_type::FLOAT32 || o.type == object_type::FLOAT64)
+        v = static_cast<T>(o.via.f64);
+      else if (o.type == object_type::POSITIVE_INTEGER)
+        v = static_cast<T>(o.via.u64);
+      else if (o.type == object_type::NEGATIVE_INTEGER)
+        v = static_cast<T>(o.via.i64);
+      else
+        return type_fail("a number", o);
     } else if constexpr (std::is_same_v<T, std::string>) {
       if (o.type != object_type::STR) return type_fail("a string", o);
       v.assign(o.via.str.ptr, o.via.str.size);

@@ -8,14 +8,20 @@
 namespace epd::protocol {
 
 enum class DType : uint8_t { f32 = 0, f16 = 1, bf16 = 2 };
-constexpr bool wire_enum_valid(DType, uint64_t raw) { return raw <= 2; }
-constexpr uint32_t dtype_size(DType t) { return t == DType::f32 ? 4 : 2; }
+constexpr bool wire_enum_valid(DType, uint64_t raw) {
+  return raw <= 2;
+}
+constexpr uint32_t dtype_size(DType t) {
+  return t == DType::f32 ? 4 : 2;
+}
 
 enum class KvDimOrder : uint8_t {
   token_head_dim = 0,  // [token][kv_head][head_dim] inside a page
   head_token_dim = 1,  // [kv_head][token][head_dim] inside a page
 };
-constexpr bool wire_enum_valid(KvDimOrder, uint64_t raw) { return raw <= 1; }
+constexpr bool wire_enum_valid(KvDimOrder, uint64_t raw) {
+  return raw <= 1;
+}
 
 struct KvLayout {
   uint32_t layers = 0;
@@ -35,8 +41,8 @@ struct KvLayout {
   }
   // Same element placement (so a page can be copied byte for byte); num_pages may differ.
   bool same_page_format(const KvLayout& o) const {
-    return layers == o.layers && kv_heads == o.kv_heads && head_dim == o.head_dim && page_size == o.page_size &&
-           dtype == o.dtype && order == o.order;
+    return layers == o.layers && kv_heads == o.kv_heads && head_dim == o.head_dim &&
+           page_size == o.page_size && dtype == o.dtype && order == o.order;
   }
   bool operator==(const KvLayout&) const = default;
 

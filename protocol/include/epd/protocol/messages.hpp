@@ -46,11 +46,21 @@ enum class MessageType : uint16_t {
 };
 
 // Room state as in sglang's KVPoll; only moves forward, Failed overrides.
-enum class KvState : uint8_t { bootstrapping = 0, waiting_for_input = 1, transferring = 2, success = 3, failed = 4 };
-constexpr bool wire_enum_valid(KvState, uint64_t raw) { return raw <= 4; }
+enum class KvState : uint8_t {
+  bootstrapping = 0,
+  waiting_for_input = 1,
+  transferring = 2,
+  success = 3,
+  failed = 4
+};
+constexpr bool wire_enum_valid(KvState, uint64_t raw) {
+  return raw <= 4;
+}
 
 enum class StagingStatus : uint8_t { ok = 0, oversized = 1, rejected = 2 };
-constexpr bool wire_enum_valid(StagingStatus, uint64_t raw) { return raw <= 2; }
+constexpr bool wire_enum_valid(StagingStatus, uint64_t raw) {
+  return raw <= 2;
+}
 
 // ---- membership -------------------------------------------------------------------------------------------
 
@@ -138,9 +148,9 @@ struct Heartbeat {
   static constexpr MessageType kType = MessageType::heartbeat;
   uint64_t seq = 0;
   bool healthy = true;
-  uint32_t free_kv_pages = 0;   // decode: pool pages; prefill: local compute pages
+  uint32_t free_kv_pages = 0;  // decode: pool pages; prefill: local compute pages
   uint32_t total_kv_pages = 0;
-  uint32_t free_slots = 0;      // embedding slots (encoder: source, prefill: landing)
+  uint32_t free_slots = 0;  // embedding slots (encoder: source, prefill: landing)
   uint32_t total_slots = 0;
   uint32_t active_rooms = 0;
 
@@ -484,8 +494,8 @@ struct ErrorReply {
 };
 
 using Body = std::variant<Hello, HelloAck, Peers, Heartbeat, Goodbye, Bootstrap, KvStatus, ChunkReady, Abort,
-                          AbortAck, StagingReq, StagingRsp, Watermark, EmbedMeta, EmbedPull, EmbedDone, Submit,
-                          Tokens, RoomResult, Cancel, ErrorReply>;
+                          AbortAck, StagingReq, StagingRsp, Watermark, EmbedMeta, EmbedPull, EmbedDone,
+                          Submit, Tokens, RoomResult, Cancel, ErrorReply>;
 
 MessageType type_of(const Body& body);
 std::string_view type_name(MessageType type);

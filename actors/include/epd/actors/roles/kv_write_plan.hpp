@@ -12,11 +12,12 @@ namespace epd::actors {
 
 struct KvSide {
   protocol::KvLayout layout;
-  uint64_t base = 0;  // address of the KV region
+  uint64_t base = 0;                // address of the KV region
   std::span<const uint32_t> pages;  // logical page -> pool page
 };
 
 // Requires src.layout.same_page_format(dst.layout) and first <= end <= both page lists' sizes.
-std::vector<transport::WriteOp> plan_kv_writes(const KvSide& src, const KvSide& dst, uint32_t first, uint32_t end);
+std::vector<transport::WriteOp> plan_kv_writes(const KvSide& src, const KvSide& dst, uint32_t first,
+                                               uint32_t end);
 
 }  // namespace epd::actors

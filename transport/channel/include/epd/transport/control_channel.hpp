@@ -15,23 +15,24 @@
 namespace epd::transport {
 
 struct ChannelConfig {
-  std::string identity;                      // my instance id, the DEALERs' routing id
-  std::string bind_endpoint;                 // e.g. tcp://127.0.0.1:17001 or tcp://127.0.0.1:* (any port)
-  int linger_ms = 200;                       // bounded, so shutdown never hangs on an absent peer
-  int send_hwm = 10000;                      // frames queued per peer before sends are dropped (logged)
-  int64_t max_frame_bytes = 64ll << 20;      // larger inbound frames make ZeroMQ drop the connection
+  std::string identity;                  // my instance id, the DEALERs' routing id
+  std::string bind_endpoint;             // e.g. tcp://127.0.0.1:17001 or tcp://127.0.0.1:* (any port)
+  int linger_ms = 200;                   // bounded, so shutdown never hangs on an absent peer
+  int send_hwm = 10000;                  // frames queued per peer before sends are dropped (logged)
+  int64_t max_frame_bytes = 64ll << 20;  // larger inbound frames make ZeroMQ drop the connection
 };
 
 struct ChannelStats {
   uint64_t received = 0;
   uint64_t sent = 0;
-  uint64_t dropped_send = 0;   // peer queue full or unknown routing id
-  uint64_t dropped_recv = 0;   // frames with an unexpected number of parts
+  uint64_t dropped_send = 0;  // peer queue full or unknown routing id
+  uint64_t dropped_recv = 0;  // frames with an unexpected number of parts
 };
 
 class ControlChannel {
  public:
-  // `from`: the sender's routing id when `via_router`, else the endpoint of the DEALER the reply came back on.
+  // `from`: the sender's routing id when `via_router`, else the endpoint of the DEALER the reply came back
+  // on.
   using Handler = std::function<void(const std::string& from, bool via_router, std::vector<uint8_t> frame)>;
 
   // Binds and starts the I/O thread. Errors: io_error naming the endpoint (e.g. address already in use).

@@ -1,0 +1,256 @@
+#include "e2e_bench.hpp"
+
+#include <httplib.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "control_plane_bench.hpp"
+#include "epd/actors/router/base64.hpp"
+#include "epd/config/cluster_config.hpp"
+#include "epd/launcher/process_group.hpp"
+#include "epd/model/generate.hpp"
+#include "epd/model/image.hpp"
+#include "stats.hpp"
+
+namespace epd::bench {
+namespace {
+
+using clock = std::chrono::steady_clock;
+using nlohmann::json;
+
+struct Workload {
+  std::string prompt;
+  std::optional<model::Image> image;
+};
+
+struct Sample {
+  double ttft_ms = 0, tpot_ms = 0, total_ms = 0;
+  size_t tokens = 0;
+  bool ok = false;
+};
+
+std::vector<Workload> make_workload(int n, int prompt_bytes, bool images, uint32_t image_side) {
+  std::vector<Workload> out;
+  for (int i = 0; i < n; ++i) {
+    Workload w;
+    for (int k = 0; k < prompt_bytes; ++k) w.prompt.push_back(char('a' + (i * 7 + k * 3) % 26));
+    if (images && i % 2 == 0) w.image = model::make_test_image(image_side, image_side, uint64_t(i));
+    out.push_back(std::move(w));
+  }
+  return out;
+}
+
+void progress(const char* what, size_t done, size_t total) {
+  const int width = 30;
+  const int filled = total ? int(width * done / total) : width;
+  std::fprintf(stderr, "\r  %-12s [%s%s] %zu/%zu", what, std::string(size_t(filled), '#').c_str(),
+               std::string(size_t(width - filled), '.').c_str(), done, total);
+  if (done == total) std::fprintf(stderr, "\n");
+}
+
+// Sends every request, at most `concurrency` in flight, starting them `interval` apart (0 = back to back).
+std::vector<Sample> run_disaggregated(const std::string& host, int port, const std::vector<Workload>& work,
+                                      uint32_t max_tokens, int concurrency,
+                                      std::chrono::microseconds interval, double& wall_s) {
+  std::vector<Sample> samples(work.size());
+  std::atomic<size_t> next{0}, done{0};
+  std::mutex print_mu;
+  const auto t0 = clock::now();
+  std::vector<std::thread> threads;
+  for (int t = 0; t < concurrency; ++t)
+    threads.emplace_back([&] {
+      httplib::Client c(host, port);
+      c.set_read_timeout(120, 0);
+      for (size_t i = next++; i < work.size(); i = next++) {
+        if (interval.count() > 0) std::this_thread::sleep_until(t0 + interval * i);
+        json req{{"prompt", work[i].prompt}, {"max_tokens", max_tokens}};
+        if (work[i].image) req["image"] = actors::base64_encode(model::encode_ppm(*work[i].image));
+        const auto start = clock::now();
+        auto r = c.Post("/v1/generate", req.dump(), "application/json");
+        Sample s;
+        s.total_ms = std::chrono::duration<double, std::milli>(clock::now() - start).count();
+        if (r && r->status == 200) {
+          auto j = json::parse(r->body, nullptr, false);
+          s.ok = true;
+          s.tokens = j["tokens"].size();
+          s.ttft_ms = j["timings_ms"]["first_token"].get<double>();
+          s.tpot_ms = s.tokens > 1 ? (s.total_ms - s.ttft_ms) / double(s.tokens - 1) : 0;
+        }
+        samples[i] = s;
+        std::lock_guard lock(print_mu);
+        progress("requests", ++done, work.size());
+      }
+    });
+  for (auto& t : threads) t.join();
+  wall_s = std::chrono::duration<double>(clock::now() - t0).count();
+  return samples;
+}
+
+std::vector<Sample> run_colocated(const model::ModelConfig& cfg, const std::vector<Workload>& work,
+                                  uint32_t max_tokens) {
+  auto runner = model::make_reference_runner(cfg);
+  std::vector<Sample> samples;
+  model::GenerateOptions opts;
+  opts.max_tokens = max_tokens;
+  opts.chunk = 64;  // the prefill role's default chunk size
+  for (size_t i = 0; i < work.size(); ++i) {
+    auto r = model::generate(**runner, work[i].prompt, work[i].image ? &*work[i].image : nullptr, opts);
+    Sample s;
+    if (r) {
+      s.ok = true;
+      s.tokens = r->tokens.size();
+      s.ttft_ms = r->encode_ms + r->prefill_ms;
+      s.tpot_ms = s.tokens > 1 ? r->decode_ms / double(s.tokens - 1) : 0;
+      s.total_ms = r->encode_ms + r->prefill_ms + r->decode_ms;
+    }
+    samples.push_back(s);
+    progress("colocated", i + 1, work.size());
+  }
+  return samples;
+}
+
+void row(const char* name, const std::vector<Sample>& s, double Sample::*field) {
+  std::vector<double> v;
+  for (const auto& x : s)
+    if (x.ok) v.push_back(x.*field);
+  std::printf("  %-22s p50 %9.2f ms   p99 %9.2f ms\n", name, percentile(v, 50), percentile(v, 99));
+}
+
+double p50(const std::vector<Sample>& s, double Sample::*field) {
+  std::vector<double> v;
+  for (const auto& x : s)
+    if (x.ok) v.push_back(x.*field);
+  return percentile(v, 50);
+}
+
+// Starts `epd-cluster --config FILE` and waits until the router lists every instance as healthy.
+std::unique_ptr<launcher::ProcessGroup> start_cluster(const std::string& config, const std::string& host,
+                                                      int port, size_t instances) {
+  launcher::GroupOptions opts;
+  opts.restart.enabled = false;
+  auto group = std::make_unique<launcher::ProcessGroup>(opts, std::make_shared<launcher::FdSink>(2));
+  char self[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
+  const std::filesystem::path bin =
+      std::filesystem::path(std::string(self, size_t(std::max<ssize_t>(n, 0)))).parent_path();
+  if (auto st = group->start({{"epd-cluster", {(bin / "epd-cluster").string(), "--config", config}}}); !st) {
+    std::fprintf(stderr, "cannot start the cluster: %s\n", st.error().to_string().c_str());
+    return nullptr;
+  }
+  httplib::Client c(host, port);
+  for (int i = 0; i < 600; ++i) {
+    if (auto r = c.Get("/v1/instances"); r && r->status == 200) {
+      auto j = json::parse(r->body, nullptr, false);
+      size_t healthy = 0;
+      for (const auto& e : j)
+        if (e.value("healthy", false)) ++healthy;
+      if (healthy >= instances) return group;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  std::fprintf(stderr, "the cluster did not become ready\n");
+  return nullptr;
+}
+
+}  // namespace
+
+int run_e2e(int argc, char** argv) {
+  CLI::App app{"epd-bench e2e: disaggregated TTFT/TPOT/throughput vs the same workload colocated"};
+  std::string config = "configs/bench-local.toml";
+  bool start = true, quick = false, images = true, control_plane = true;
+  int requests = 24, concurrency = 4, prompt_bytes = 480;
+  double rate = 0;
+  uint32_t max_tokens = 32;
+  app.add_option("--config", config, "cluster config: its router is used, and its model runs colocated");
+  app.add_flag("!--no-start", start, "use an already running cluster instead of starting one");
+  app.add_option("--requests", requests, "requests in the throughput run");
+  app.add_option("--concurrency", concurrency, "requests in flight in the throughput run");
+  app.add_option("--rate", rate,
+                 "requests per second in the throughput run (0 = as fast as concurrency allows)");
+  app.add_option("--prompt-bytes", prompt_bytes, "prompt length in bytes (= tokens)");
+  app.add_option("--max-tokens", max_tokens, "tokens generated per request");
+  app.add_flag("!--no-images", images, "text only (default: every other request has an image)");
+  app.add_flag("!--no-control-plane", control_plane, "skip the control-plane micro-benchmark");
+  app.add_flag("--quick", quick, "a few seconds: 6 requests, short prompts");
+  CLI11_PARSE(app, argc, argv);
+  if (quick) {
+    requests = 6;
+    prompt_bytes = std::min(prompt_bytes, 200);
+    max_tokens = std::min<uint32_t>(max_tokens, 8);
+  }
+
+  auto cfg = config::load_cluster_config(config);
+  if (!cfg) {
+    std::fprintf(stderr, "%s\n", cfg.error().detail.c_str());
+    return 2;
+  }
+  auto http = cfg->registry()->settings.get_string("http", "127.0.0.1:8080");
+  const std::string host = http->substr(0, http->rfind(':'));
+  const int port = std::stoi(http->substr(http->rfind(':') + 1));
+  auto model_cfg = cfg->model.path.empty() ? model::preset(cfg->model.preset)
+                                           : model::load_model_config(cfg->model.path.string());
+  if (!model_cfg) {
+    std::fprintf(stderr, "model: %s\n", model_cfg.error().detail.c_str());
+    return 2;
+  }
+  std::unique_ptr<launcher::ProcessGroup> cluster;
+  if (start) {
+    cluster = start_cluster(config, host, port, cfg->instances.size());
+    if (!cluster) return 1;
+  }
+  const uint32_t side = model_cfg->patch_size * 8;  // 64 patches
+  const auto work = make_workload(requests, prompt_bytes, images, side);
+  std::printf("epd-bench e2e: model '%s', %d requests, prompt %d tokens%s, %u generated tokens\n",
+              model_cfg->name.c_str(), requests, prompt_bytes,
+              images ? " (+64 image patches every other)" : "", max_tokens);
+
+  // Overhead: one request at a time, so queueing does not count against either side.
+  double wall = 0;
+  auto seq = run_disaggregated(host, port, work, max_tokens, 1, {}, wall);
+  auto colo = run_colocated(*model_cfg, work, max_tokens);
+  const auto interval =
+      rate > 0 ? std::chrono::microseconds(int64_t(1e6 / rate)) : std::chrono::microseconds(0);
+  double tput_wall = 0;
+  auto tput = run_disaggregated(host, port, work, max_tokens, concurrency, interval, tput_wall);
+  size_t failed = 0, tokens = 0;
+  for (const auto& s : tput) {
+    failed += !s.ok;
+    tokens += s.tokens;
+  }
+  for (const auto& s : seq) failed += !s.ok;
+
+  std::printf("\none request at a time (disaggregated over the cluster vs colocated in this process):\n");
+  row("TTFT disaggregated", seq, &Sample::ttft_ms);
+  row("TTFT colocated", colo, &Sample::ttft_ms);
+  row("TPOT disaggregated", seq, &Sample::tpot_ms);
+  row("TPOT colocated", colo, &Sample::tpot_ms);
+  const double ttft_ratio = p50(seq, &Sample::ttft_ms) / std::max(1e-9, p50(colo, &Sample::ttft_ms));
+  std::printf("  TTFT overhead p50: %.2fx colocated (goal <= 1.10x on the bench preset over shm)\n",
+              ttft_ratio);
+  std::printf("\nthroughput, %d in flight%s:\n", concurrency, rate > 0 ? " at the given rate" : "");
+  row("TTFT", tput, &Sample::ttft_ms);
+  row("TPOT", tput, &Sample::tpot_ms);
+  row("end to end", tput, &Sample::total_ms);
+  std::printf("  %.2f requests/s, %.1f tokens/s, %zu failed\n", double(requests) / tput_wall,
+              double(tokens) / tput_wall, failed);
+  if (cluster) cluster->stop();
+  if (control_plane) {
+    std::printf("\n");
+    if (int rc = run_control_plane_bench(quick); rc != 0) return rc;
+  }
+  return failed == 0 ? 0 : 1;
+}
+
+}  // namespace epd::bench
+
+int run_e2e_bench(int argc, char** argv) {
+  return epd::bench::run_e2e(argc, argv);
+}
