@@ -16,6 +16,7 @@ set_target_properties(caf::core PROPERTIES IMPORTED_LOCATION ${CAF_CORE_LIBRARY}
                                            INTERFACE_INCLUDE_DIRECTORIES ${CAF_INCLUDE_DIR})
 
 find_path(HTTPLIB_INCLUDE_DIR httplib.h REQUIRED)   # libcpp-httplib-dev: the router's HTTP API
+find_package(nlohmann_json CONFIG REQUIRED)  # nlohmann-json3-dev: JSON bodies of the HTTP API
 find_path(CLI11_INCLUDE_DIR CLI/CLI.hpp REQUIRED)   # libcli11-dev: command-line flags
 find_library(XXHASH_LIBRARY xxhash REQUIRED)        # libxxhash-dev: checksums in tests and benches
 find_path(XXHASH_INCLUDE_DIR xxhash.h REQUIRED)

@@ -65,6 +65,7 @@ struct PeerInfo {
   std::optional<SegmentDescriptor> segment;
   std::optional<KvLayout> kv_layout;
 
+  bool operator==(const PeerInfo&) const = default;
   template <class S, class V>
   static void fields(S& s, V& v) {
     v.req("instance_id", s.instance_id);
@@ -87,6 +88,7 @@ struct Hello {
   std::optional<KvLayout> kv_layout;
   uint32_t kv_pages_total = 0;
 
+  bool operator==(const Hello&) const = default;
   template <class S, class V>
   static void fields(S& s, V& v) {
     v.req("role", s.role);
@@ -103,6 +105,7 @@ struct HelloAck {
   std::string reason;
   uint32_t heartbeat_interval_ms = 0;
 
+  bool operator==(const HelloAck&) const = default;
   template <class S, class V>
   static void fields(S& s, V& v) {
     v.req("accepted", s.accepted);
@@ -117,6 +120,7 @@ struct Peers {
   uint64_t version = 0;
   std::vector<PeerInfo> peers;
 
+  bool operator==(const Peers&) const = default;
   template <class S, class V>
   static void fields(S& s, V& v) {
     v.req("version", s.version);
@@ -131,6 +135,7 @@ struct Heartbeat {
   uint32_t free_kv_pages = 0;
   uint32_t active_rooms = 0;
 
+  bool operator==(const Heartbeat&) const = default;
   template <class S, class V>
   static void fields(S& s, V& v) {
     v.req("seq", s.seq);
@@ -144,6 +149,7 @@ struct Goodbye {
   static constexpr MessageType kType = MessageType::goodbye;
   std::string reason;
 
+  bool operator==(const Goodbye&) const = default;
   template <class S, class V>
   static void fields(S& s, V& v) {
     v.opt("reason", s.reason);
@@ -161,6 +167,7 @@ struct Bootstrap {
   uint32_t expected_chunks = 0;
   uint32_t prompt_len = 0;
 
+  bool operator==(const Bootstrap&) const = default;
   template <class S, class V>
   static void fields(S& s, V& v) {
     v.req("room", s.room);
@@ -178,6 +185,7 @@ struct KvStatus {
   ErrorCode code = ErrorCode::ok;
   std::string reason;
 
+  bool operator==(const KvStatus&) const = default;
   template <class S, class V>
   static void fields(S& s, V& v) {
     v.req("room", s.room);
@@ -198,6 +206,7 @@ struct ChunkReady {
   uint32_t tokens = 0;
   bool last = false;
 
+  bool operator==(const ChunkReady&) const = default;
   template <class S, class V>
   static void fields(S& s, V& v) {
     v.req("room", s.room);
@@ -217,6 +226,7 @@ struct Abort {
   ErrorCode code = ErrorCode::aborted;
   std::string reason;
 
+  bool operator==(const Abort&) const = default;
   template <class S, class V>
   static void fields(S& s, V& v) {
     v.req("room", s.room);
@@ -229,6 +239,7 @@ struct AbortAck {
   static constexpr MessageType kType = MessageType::abort_ack;
   uint64_t room = 0;
 
+  bool operator==(const AbortAck&) const = default;
   template <class S, class V>
   static void fields(S& s, V& v) {
     v.req("room", s.room);
@@ -243,6 +254,7 @@ struct StagingReq {
   uint32_t chunk = 0;
   uint64_t bytes = 0;
 
+  bool operator==(const StagingReq&) const = default;
   template <class S, class V>
   static void fields(S& s, V& v) {
     v.req("room", s.room);
@@ -260,6 +272,7 @@ struct StagingRsp {
   uint64_t round = 0;
   std::string reason;
 
+  bool operator==(const StagingRsp&) const = default;
   template <class S, class V>
   static void fields(S& s, V& v) {
     v.req("room", s.room);
@@ -277,6 +290,7 @@ struct Watermark {
   uint64_t round = 0;
   uint64_t tail = 0;
 
+  bool operator==(const Watermark&) const = default;
   template <class S, class V>
   static void fields(S& s, V& v) {
     v.req("round", s.round);
@@ -294,6 +308,7 @@ struct EmbedMeta {
   uint64_t bytes = 0;
   DType dtype = DType::f32;
 
+  bool operator==(const EmbedMeta&) const = default;
   template <class S, class V>
   static void fields(S& s, V& v) {
     v.req("room", s.room);
@@ -313,6 +328,7 @@ struct EmbedPull {
   ErrorCode code = ErrorCode::ok;  // non-ok: prefill cannot take the embeddings (e.g. out_of_capacity)
   std::string reason;
 
+  bool operator==(const EmbedPull&) const = default;
   template <class S, class V>
   static void fields(S& s, V& v) {
     v.req("room", s.room);
@@ -330,6 +346,7 @@ struct EmbedDone {
   ErrorCode code = ErrorCode::ok;
   std::string reason;
 
+  bool operator==(const EmbedDone&) const = default;
   template <class S, class V>
   static void fields(S& s, V& v) {
     v.req("room", s.room);
@@ -354,6 +371,7 @@ struct Submit {
   std::string prefill;
   std::string decode;
 
+  bool operator==(const Submit&) const = default;
   template <class S, class V>
   static void fields(S& s, V& v) {
     v.req("room", s.room);
@@ -375,6 +393,7 @@ struct Tokens {
   uint32_t index = 0;  // position of tokens[0] in the generated sequence
   std::vector<uint32_t> tokens;
 
+  bool operator==(const Tokens&) const = default;
   template <class S, class V>
   static void fields(S& s, V& v) {
     v.req("room", s.room);
@@ -397,6 +416,7 @@ struct RoomResult {
   uint64_t first_token_us = 0;
   uint64_t decode_us = 0;
 
+  bool operator==(const RoomResult&) const = default;
   template <class S, class V>
   static void fields(S& s, V& v) {
     v.req("room", s.room);
@@ -417,6 +437,7 @@ struct Cancel {
   uint64_t room = 0;
   std::string reason;
 
+  bool operator==(const Cancel&) const = default;
   template <class S, class V>
   static void fields(S& s, V& v) {
     v.req("room", s.room);
@@ -432,6 +453,7 @@ struct ErrorReply {
   uint16_t in_reply_to = 0;  // the offending message's type, 0 if unknown
   uint64_t room = 0;
 
+  bool operator==(const ErrorReply&) const = default;
   template <class S, class V>
   static void fields(S& s, V& v) {
     v.req("code", s.code);

@@ -1,0 +1,61 @@
+#pragma once
+// A cluster config file (TOML): the shared sections every instance reads, and the list of instances.
+// One file describes a whole local cluster; a role executable picks its own entry with --id.
+// docs/configuration.md documents every key.
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "epd/config/settings.hpp"
+#include "epd/protocol/result.hpp"
+#include "epd/transport/config.hpp"
+
+namespace epd::config {
+
+using protocol::Result;
+
+struct ClusterSection {
+  std::string name = "epd";
+  std::string registry = "router";  // instance id hosting the embedded registry
+  std::chrono::milliseconds heartbeat_interval{500};
+  uint32_t heartbeat_misses = 3;  // a peer silent for this many intervals is dead
+  std::chrono::milliseconds request_timeout{60000};
+  uint32_t max_attempts = 3;  // router retries of a failed request (retryable causes only)
+};
+
+struct ModelSection {
+  std::string preset = "tiny";  // used when `path` is empty
+  std::filesystem::path path;   // a model TOML file, relative paths resolved against the cluster file
+};
+
+struct InstanceConfig {
+  std::string id;
+  std::string role;
+  std::string control;  // ZeroMQ endpoint the instance binds, e.g. tcp://127.0.0.1:17101
+  Settings settings;    // [defaults.<role>] overlaid with the instance's own keys
+  Settings transport;   // [transport] overlaid with the instance's [instance.transport] keys
+};
+
+struct ClusterConfig {
+  std::filesystem::path file;
+  ClusterSection cluster;
+  ModelSection model;
+  std::vector<InstanceConfig> instances;
+
+  const InstanceConfig* find(std::string_view id) const;
+  const InstanceConfig* registry() const { return find(cluster.registry); }
+  std::vector<const InstanceConfig*> with_role(std::string_view role) const;
+};
+
+// Parses and validates the file: unknown top-level sections, duplicate ids, bad endpoints, wrong types and
+// a registry id that names no instance are config_error with the file and key in the message.
+Result<ClusterConfig> load_cluster_config(const std::filesystem::path& file);
+Result<ClusterConfig> parse_cluster_config(std::string_view toml_text, const std::filesystem::path& file);
+
+// The transport engine settings of one instance ([transport] + its overrides), validated.
+Result<transport::EngineConfig> engine_config_for(const InstanceConfig& instance);
+
+}  // namespace epd::config

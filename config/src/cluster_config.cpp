@@ -1,0 +1,207 @@
+#include "epd/config/cluster_config.hpp"
+
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "epd/protocol/codec.hpp"
+#include "settings_table.hpp"
+
+namespace epd::config {
+namespace {
+
+using protocol::ErrorCode;
+using protocol::make_error;
+
+#define EPD_TRY_ASSIGN(lhs, expr)        \
+  do {                                   \
+    auto r_ = (expr);                    \
+    if (!r_) return r_.error();          \
+    lhs = std::move(r_.value());         \
+  } while (0)
+
+protocol::Error bad(const std::filesystem::path& file, const std::string& what) {
+  return make_error(ErrorCode::config_error, file.string() + ": " + what);
+}
+
+Settings settings_of(const toml::table* t, std::string where) {
+  auto st = std::make_shared<SettingsTable>();
+  if (t) st->table = *t;
+  return Settings(std::move(st), std::move(where));
+}
+
+// base overlaid with over (keys of `over` win).
+Settings merged(const toml::table* base, const toml::table* over, std::string where,
+                const std::vector<std::string_view>& skip = {}) {
+  auto st = std::make_shared<SettingsTable>();
+  if (base) st->table = *base;
+  if (over)
+    for (const auto& [k, v] : *over) {
+      bool skipped = false;
+      for (auto s : skip) skipped = skipped || k.str() == s;
+      if (!skipped) st->table.insert_or_assign(k, v);
+    }
+  return Settings(std::move(st), std::move(where));
+}
+
+bool valid_endpoint(const std::string& ep) {
+  return (ep.rfind("tcp://", 0) == 0 && ep.find(':', 6) != std::string::npos) || ep.rfind("ipc://", 0) == 0;
+}
+
+}  // namespace
+
+const InstanceConfig* ClusterConfig::find(std::string_view id) const {
+  for (const auto& i : instances)
+    if (i.id == id) return &i;
+  return nullptr;
+}
+
+std::vector<const InstanceConfig*> ClusterConfig::with_role(std::string_view role) const {
+  std::vector<const InstanceConfig*> out;
+  for (const auto& i : instances)
+    if (i.role == role) out.push_back(&i);
+  return out;
+}
+
+Result<ClusterConfig> load_cluster_config(const std::filesystem::path& file) {
+  std::ifstream in(file);
+  if (!in) return bad(file, "cannot open the config file");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parse_cluster_config(ss.str(), file);
+}
+
+Result<ClusterConfig> parse_cluster_config(std::string_view text, const std::filesystem::path& file) {
+  toml::table root;
+  try {
+    root = toml::parse(text, file.string());
+  } catch (const toml::parse_error& e) {
+    std::ostringstream msg;
+    msg << "line " << e.source().begin.line << ": " << e.description();
+    return bad(file, msg.str());
+  }
+  ClusterConfig cfg;
+  cfg.file = file;
+  for (const auto& [k, _] : root) {
+    static const std::set<std::string> known = {"cluster", "model", "transport", "defaults", "instance"};
+    if (!known.count(std::string(k.str())))
+      return bad(file, "unknown section '" + std::string(k.str()) + "'");
+  }
+
+  {
+    auto s = settings_of(root["cluster"].as_table(), file.string() + " [cluster]");
+    if (auto st = s.only_keys({"name", "registry", "heartbeat_interval_ms", "heartbeat_misses",
+                               "request_timeout_ms", "max_attempts"});
+        !st)
+      return st.error();
+    auto& c = cfg.cluster;
+    EPD_TRY_ASSIGN(c.name, s.get_string("name", c.name));
+    EPD_TRY_ASSIGN(c.registry, s.get_string("registry", c.registry));
+    EPD_TRY_ASSIGN(c.heartbeat_interval, s.get_ms("heartbeat_interval_ms", c.heartbeat_interval));
+    uint64_t misses = 0;
+    EPD_TRY_ASSIGN(misses, s.get_uint("heartbeat_misses", c.heartbeat_misses, 1, 1000));
+    c.heartbeat_misses = uint32_t(misses);
+    EPD_TRY_ASSIGN(c.request_timeout, s.get_ms("request_timeout_ms", c.request_timeout));
+    uint64_t attempts = 0;
+    EPD_TRY_ASSIGN(attempts, s.get_uint("max_attempts", c.max_attempts, 1, 100));
+    c.max_attempts = uint32_t(attempts);
+    if (c.heartbeat_interval.count() == 0) return bad(file, "[cluster] heartbeat_interval_ms must be > 0");
+  }
+  {
+    auto s = settings_of(root["model"].as_table(), file.string() + " [model]");
+    if (auto st = s.only_keys({"preset", "path"}); !st) return st.error();
+    EPD_TRY_ASSIGN(cfg.model.preset, s.get_string("preset", cfg.model.preset));
+    std::string path;
+    EPD_TRY_ASSIGN(path, s.get_string("path", ""));
+    if (!path.empty()) {
+      cfg.model.path = path;
+      if (cfg.model.path.is_relative()) cfg.model.path = file.parent_path() / cfg.model.path;
+    }
+  }
+  const toml::table* transport = root["transport"].as_table();
+  const toml::table* defaults = root["defaults"].as_table();
+
+  const toml::array* list = root["instance"].as_array();
+  if (!list || list->empty()) return bad(file, "no [[instance]] entries");
+  std::set<std::string> ids, controls;
+  for (size_t i = 0; i < list->size(); ++i) {
+    const toml::table* t = (*list)[i].as_table();
+    if (!t) return bad(file, "[[instance]] #" + std::to_string(i + 1) + " is not a table");
+    InstanceConfig inst;
+    auto base = settings_of(t, file.string() + " [[instance]] #" + std::to_string(i + 1));
+    EPD_TRY_ASSIGN(inst.id, base.get_string("id", ""));
+    EPD_TRY_ASSIGN(inst.role, base.get_string("role", ""));
+    EPD_TRY_ASSIGN(inst.control, base.get_string("control", ""));
+    if (!protocol::valid_instance_id(inst.id))
+      return bad(file, "[[instance]] #" + std::to_string(i + 1) +
+                           ": 'id' must be 1..64 printable ASCII characters without spaces");
+    const std::string where = file.string() + " instance '" + inst.id + "'";
+    if (!ids.insert(inst.id).second) return bad(file, "duplicate instance id '" + inst.id + "'");
+    if (inst.role.empty()) return bad(file, "instance '" + inst.id + "' has no 'role'");
+    if (!valid_endpoint(inst.control))
+      return bad(file, "instance '" + inst.id + "': 'control' must be tcp://HOST:PORT or ipc://PATH, got '" +
+                           inst.control + "'");
+    if (!controls.insert(inst.control).second)
+      return bad(file, "instance '" + inst.id + "': control endpoint " + inst.control + " is used twice");
+    const toml::table* role_defaults = defaults ? (*defaults)[inst.role].as_table() : nullptr;
+    inst.settings = merged(role_defaults, t, where, {"id", "role", "control", "transport"});
+    inst.transport = merged(transport, (*t)["transport"].as_table(), where + " transport");
+    cfg.instances.push_back(std::move(inst));
+  }
+  if (!cfg.registry())
+    return bad(file, "[cluster] registry = '" + cfg.cluster.registry + "' names no instance");
+  for (const auto& inst : cfg.instances)
+    if (auto e = engine_config_for(inst); !e) return e.error();
+  return cfg;
+}
+
+Result<transport::EngineConfig> engine_config_for(const InstanceConfig& inst) {
+  const Settings& s = inst.transport;
+  if (auto st = s.only_keys({"backend", "host", "tcp_port", "tcp_lanes", "tcp_slice_bytes",
+                             "tcp_op_timeout_ms", "connect_timeout_ms", "fault_error_rate", "fault_delay_us",
+                             "fault_throw_after_ops", "fault_seed", "rdma_device", "rdma_gid_index",
+                             "rdma_qps_per_peer", "rdma_slice_bytes"});
+      !st)
+    return st.error();
+  transport::EngineConfig e;
+  e.instance_id = inst.id;
+  std::string backend;
+  EPD_TRY_ASSIGN(backend, s.get_string("backend", "auto"));
+  if (backend != "auto") {
+    auto kind = transport::parse_backend(backend);
+    if (!kind)
+      return make_error(ErrorCode::config_error,
+                        s.where() + ": key 'backend' must be auto, shm, tcp or rdma, got '" + backend + "'");
+    e.force = *kind;
+  }
+  std::string host;
+  EPD_TRY_ASSIGN(host, s.get_string("host", e.tcp.listen_host));
+  e.tcp.listen_host = host;
+  e.rdma.handshake_host = host;
+  uint64_t v = 0;
+  EPD_TRY_ASSIGN(v, s.get_uint("tcp_port", 0, 0, 65535));
+  e.tcp.listen_port = uint16_t(v);
+  EPD_TRY_ASSIGN(v, s.get_uint("tcp_lanes", e.tcp.lanes, 1, 64));
+  e.tcp.lanes = uint32_t(v);
+  EPD_TRY_ASSIGN(e.tcp.slice_bytes, s.get_uint("tcp_slice_bytes", e.tcp.slice_bytes, 4096, 1ull << 30));
+  EPD_TRY_ASSIGN(e.tcp.op_timeout, s.get_ms("tcp_op_timeout_ms", e.tcp.op_timeout));
+  EPD_TRY_ASSIGN(e.tcp.connect_timeout, s.get_ms("connect_timeout_ms", e.tcp.connect_timeout));
+  double rate = 0;
+  EPD_TRY_ASSIGN(rate, s.get_double("fault_error_rate", 0.0));
+  if (rate < 0 || rate > 1) return make_error(ErrorCode::config_error, s.where() + ": fault_error_rate must be in [0, 1]");
+  e.fault.error_rate = rate;
+  EPD_TRY_ASSIGN(v, s.get_uint("fault_delay_us", 0, 0, 60'000'000));
+  e.fault.delay_us = uint32_t(v);
+  EPD_TRY_ASSIGN(e.fault.throw_after_ops, s.get_uint("fault_throw_after_ops", 0));
+  EPD_TRY_ASSIGN(e.fault.seed, s.get_uint("fault_seed", 1));
+  e.fault.enabled = e.fault.error_rate > 0 || e.fault.delay_us > 0 || e.fault.throw_after_ops > 0;
+  EPD_TRY_ASSIGN(e.rdma.device, s.get_string("rdma_device", ""));
+  EPD_TRY_ASSIGN(v, s.get_uint("rdma_gid_index", 0, 0, 255));
+  if (s.has("rdma_gid_index")) e.rdma.gid_index = int(v);
+  EPD_TRY_ASSIGN(v, s.get_uint("rdma_qps_per_peer", e.rdma.qps_per_peer, 1, 64));
+  e.rdma.qps_per_peer = uint32_t(v);
+  EPD_TRY_ASSIGN(e.rdma.slice_bytes, s.get_uint("rdma_slice_bytes", e.rdma.slice_bytes, 4096, 1ull << 30));
+  return e;
+}
+
+}  // namespace epd::config

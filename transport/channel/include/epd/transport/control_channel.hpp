@@ -1,0 +1,61 @@
+#pragma once
+// The control plane's sockets: one ZeroMQ ROUTER bound at this instance's control endpoint (receives from
+// every peer) and one DEALER per peer endpoint (routing id = my instance id) for sending. All sockets live
+// on one I/O thread; other threads hand frames over through a queue, so callers never touch a socket and
+// never block on the network. Frames are opaque bytes here: the codec lives in protocol/.
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "epd/transport/types.hpp"
+
+namespace epd::transport {
+
+struct ChannelConfig {
+  std::string identity;                      // my instance id, the DEALERs' routing id
+  std::string bind_endpoint;                 // e.g. tcp://127.0.0.1:17001 or tcp://127.0.0.1:* (any port)
+  int linger_ms = 200;                       // bounded, so shutdown never hangs on an absent peer
+  int send_hwm = 10000;                      // frames queued per peer before sends are dropped (logged)
+  int64_t max_frame_bytes = 64ll << 20;      // larger inbound frames make ZeroMQ drop the connection
+};
+
+struct ChannelStats {
+  uint64_t received = 0;
+  uint64_t sent = 0;
+  uint64_t dropped_send = 0;   // peer queue full or unknown routing id
+  uint64_t dropped_recv = 0;   // frames with an unexpected number of parts
+};
+
+class ControlChannel {
+ public:
+  // `from`: the sender's routing id (ROUTER side) or the endpoint we sent to (a reply on a DEALER).
+  using Handler = std::function<void(const std::string& from, std::vector<uint8_t> frame)>;
+
+  // Binds and starts the I/O thread. Errors: io_error naming the endpoint (e.g. address already in use).
+  static Result<std::unique_ptr<ControlChannel>> start(ChannelConfig config, Handler handler);
+  ~ControlChannel();
+  ControlChannel(const ControlChannel&) = delete;
+  ControlChannel& operator=(const ControlChannel&) = delete;
+
+  // The endpoint actually bound (a wildcard port resolved).
+  const std::string& endpoint() const;
+  // Queues `frame` for the peer listening at `endpoint` (a DEALER is connected on first use).
+  void send(const std::string& endpoint, std::vector<uint8_t> frame);
+  // Queues `frame` back to a peer that reached my ROUTER with routing id `routing_id`.
+  void reply(const std::string& routing_id, std::vector<uint8_t> frame);
+  // Closes the DEALER to `endpoint` (e.g. after the peer died); queued frames to it are dropped.
+  void forget(const std::string& endpoint);
+  ChannelStats stats() const;
+  // Stops the I/O thread and closes every socket (bounded by linger). Idempotent.
+  void stop();
+
+ private:
+  struct Impl;
+  explicit ControlChannel(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace epd::transport

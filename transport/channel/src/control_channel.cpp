@@ -1,0 +1,233 @@
+#include "epd/transport/control_channel.hpp"
+
+#include <poll.h>
+#include <spdlog/spdlog.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <zmq.hpp>
+
+namespace epd::transport {
+namespace {
+
+enum class CmdKind { send, reply, forget };
+struct Cmd {
+  CmdKind kind;
+  std::string target;
+  std::vector<uint8_t> frame;
+};
+
+}  // namespace
+
+struct ControlChannel::Impl {
+  ChannelConfig config;
+  Handler handler;
+  zmq::context_t ctx{1};
+  zmq::socket_t router{ctx, zmq::socket_type::router};
+  std::map<std::string, zmq::socket_t> dealers;  // endpoint -> socket; I/O thread only
+  std::string bound;
+  int wake_fd = -1;
+  std::mutex mu;
+  std::deque<Cmd> queue;
+  std::thread io;
+  std::atomic<bool> stopping{false};
+  std::atomic<uint64_t> received{0}, sent{0}, dropped_send{0}, dropped_recv{0};
+
+  ~Impl() {
+    if (wake_fd >= 0) ::close(wake_fd);
+  }
+
+  void push(Cmd cmd) {
+    {
+      std::lock_guard lock(mu);
+      queue.push_back(std::move(cmd));
+    }
+    const uint64_t one = 1;
+    [[maybe_unused]] auto n = ::write(wake_fd, &one, sizeof one);
+  }
+
+  zmq::socket_t& dealer_for(const std::string& endpoint) {
+    auto it = dealers.find(endpoint);
+    if (it != dealers.end()) return it->second;
+    zmq::socket_t s(ctx, zmq::socket_type::dealer);
+    s.set(zmq::sockopt::routing_id, config.identity);
+    s.set(zmq::sockopt::linger, config.linger_ms);
+    s.set(zmq::sockopt::sndhwm, config.send_hwm);
+    s.set(zmq::sockopt::maxmsgsize, config.max_frame_bytes);
+    s.connect(endpoint);
+    return dealers.emplace(endpoint, std::move(s)).first->second;
+  }
+
+  void run_command(Cmd& cmd) {
+    try {
+      switch (cmd.kind) {
+        case CmdKind::send: {
+          auto& s = dealer_for(cmd.target);
+          if (s.send(zmq::buffer(cmd.frame), zmq::send_flags::dontwait)) {
+            ++sent;
+          } else {
+            ++dropped_send;
+            spdlog::warn("control: queue to {} is full, dropped a {}-byte frame", cmd.target, cmd.frame.size());
+          }
+          break;
+        }
+        case CmdKind::reply: {
+          // ROUTER_MANDATORY: an unknown routing id throws EHOSTUNREACH instead of vanishing silently.
+          if (router.send(zmq::buffer(cmd.target), zmq::send_flags::sndmore | zmq::send_flags::dontwait) &&
+              router.send(zmq::buffer(cmd.frame), zmq::send_flags::dontwait)) {
+            ++sent;
+          } else {
+            ++dropped_send;
+          }
+          break;
+        }
+        case CmdKind::forget:
+          dealers.erase(cmd.target);
+          break;
+      }
+    } catch (const zmq::error_t& e) {
+      ++dropped_send;
+      spdlog::warn("control: cannot send to {}: {}", cmd.target, e.what());
+    }
+  }
+
+  void drain_commands() {
+    uint64_t counter;
+    [[maybe_unused]] auto n = ::read(wake_fd, &counter, sizeof counter);
+    std::deque<Cmd> batch;
+    {
+      std::lock_guard lock(mu);
+      batch.swap(queue);
+    }
+    for (auto& cmd : batch) run_command(cmd);
+  }
+
+  // Reads one multipart message; returns its parts.
+  static std::vector<zmq::message_t> read_parts(zmq::socket_t& s) {
+    std::vector<zmq::message_t> parts;
+    while (true) {
+      zmq::message_t m;
+      if (!s.recv(m, zmq::recv_flags::dontwait)) break;
+      const bool more = m.more();
+      parts.push_back(std::move(m));
+      if (!more) break;
+    }
+    return parts;
+  }
+
+  void deliver(const std::string& from, zmq::message_t& m) {
+    ++received;
+    const auto* p = static_cast<const uint8_t*>(m.data());
+    try {
+      handler(from, std::vector<uint8_t>(p, p + m.size()));
+    } catch (const std::exception& e) {
+      spdlog::error("control: handler failed on a frame from {}: {}", from, e.what());
+    }
+  }
+
+  void on_router_readable() {
+    auto parts = read_parts(router);
+    if (parts.size() != 2) {
+      ++dropped_recv;
+      spdlog::warn("control: dropped a {}-part message on the ROUTER (expected routing id + one frame)",
+                   parts.size());
+      return;
+    }
+    deliver(parts[0].to_string(), parts[1]);
+  }
+
+  void on_dealer_readable(const std::string& endpoint, zmq::socket_t& s) {
+    auto parts = read_parts(s);
+    if (parts.size() != 1) {
+      ++dropped_recv;
+      return;
+    }
+    deliver(endpoint, parts[0]);
+  }
+
+  void loop() {
+    std::vector<zmq::pollitem_t> items;
+    std::vector<std::pair<std::string, zmq::socket_t*>> polled;
+    while (!stopping.load()) {
+      items.clear();
+      polled.clear();
+      items.push_back({nullptr, wake_fd, ZMQ_POLLIN, 0});
+      items.push_back({router.handle(), 0, ZMQ_POLLIN, 0});
+      for (auto& [ep, s] : dealers) {
+        items.push_back({s.handle(), 0, ZMQ_POLLIN, 0});
+        polled.emplace_back(ep, &s);
+      }
+      try {
+        zmq::poll(items.data(), items.size(), std::chrono::milliseconds(200));
+      } catch (const zmq::error_t& e) {
+        if (e.num() == ETERM) break;
+        if (e.num() == EINTR) continue;
+        spdlog::error("control: poll failed: {}", e.what());
+        continue;
+      }
+      if (items[1].revents & ZMQ_POLLIN) on_router_readable();
+      for (size_t i = 0; i < polled.size(); ++i)
+        if (items[i + 2].revents & ZMQ_POLLIN) on_dealer_readable(polled[i].first, *polled[i].second);
+      // Commands last: they may erase dealers referenced by `polled`.
+      if (items[0].revents & ZMQ_POLLIN) drain_commands();
+    }
+    drain_commands();  // flush what callers queued before stop(), bounded by linger
+    dealers.clear();
+    router.close();
+  }
+};
+
+ControlChannel::ControlChannel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Result<std::unique_ptr<ControlChannel>> ControlChannel::start(ChannelConfig config, Handler handler) {
+  auto impl = std::make_unique<Impl>();
+  impl->config = std::move(config);
+  impl->handler = std::move(handler);
+  impl->wake_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (impl->wake_fd < 0) return make_error(ErrorCode::io_error, "eventfd failed");
+  try {
+    impl->router.set(zmq::sockopt::linger, impl->config.linger_ms);
+    impl->router.set(zmq::sockopt::router_mandatory, 1);
+    impl->router.set(zmq::sockopt::maxmsgsize, impl->config.max_frame_bytes);
+    impl->router.set(zmq::sockopt::sndhwm, impl->config.send_hwm);
+    impl->router.bind(impl->config.bind_endpoint);
+    impl->bound = impl->router.get(zmq::sockopt::last_endpoint);
+  } catch (const zmq::error_t& e) {
+    return make_error(ErrorCode::io_error,
+                      "cannot bind control endpoint " + impl->config.bind_endpoint + ": " + e.what());
+  }
+  Impl* raw = impl.get();
+  impl->io = std::thread([raw] { raw->loop(); });
+  return std::unique_ptr<ControlChannel>(new ControlChannel(std::move(impl)));
+}
+
+ControlChannel::~ControlChannel() { stop(); }
+
+const std::string& ControlChannel::endpoint() const { return impl_->bound; }
+
+void ControlChannel::send(const std::string& endpoint, std::vector<uint8_t> frame) {
+  impl_->push({CmdKind::send, endpoint, std::move(frame)});
+}
+void ControlChannel::reply(const std::string& routing_id, std::vector<uint8_t> frame) {
+  impl_->push({CmdKind::reply, routing_id, std::move(frame)});
+}
+void ControlChannel::forget(const std::string& endpoint) { impl_->push({CmdKind::forget, endpoint, {}}); }
+
+ChannelStats ControlChannel::stats() const {
+  return {impl_->received.load(), impl_->sent.load(), impl_->dropped_send.load(), impl_->dropped_recv.load()};
+}
+
+void ControlChannel::stop() {
+  if (!impl_ || impl_->stopping.exchange(true)) return;
+  const uint64_t one = 1;
+  [[maybe_unused]] auto n = ::write(impl_->wake_fd, &one, sizeof one);
+  if (impl_->io.joinable()) impl_->io.join();
+  impl_->ctx.close();
+}
+
+}  // namespace epd::transport
