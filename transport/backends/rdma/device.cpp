@@ -67,7 +67,8 @@ std::optional<std::array<uint8_t, 4>> ipv4_of(const std::string& host) {
 Result<Pick> inspect(ibv_device* dev, const RdmaConfig& cfg) {
   const std::string name = ibv_get_device_name(dev);
   ibv_context* ctx = ibv_open_device(dev);
-  if (!ctx) return make_error(ErrorCode::config_error, name + ": ibv_open_device failed: " + std::strerror(errno));
+  if (!ctx)
+    return make_error(ErrorCode::config_error, name + ": ibv_open_device failed: " + std::strerror(errno));
   Pick p;
   p.dev = dev;
   std::string why;
@@ -167,8 +168,8 @@ Device::~Device() {
 Result<ibv_mr*> Device::register_memory(void* base, uint64_t len) {
   ibv_mr* mr = ibv_reg_mr(pd_, base, len, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
   if (!mr) {
-    return make_error(ErrorCode::io_error,
-                      "ibv_reg_mr(" + std::to_string(len) + " bytes) on " + name_ + ": " + std::strerror(errno));
+    return make_error(ErrorCode::io_error, "ibv_reg_mr(" + std::to_string(len) + " bytes) on " + name_ +
+                                               ": " + std::strerror(errno));
   }
   std::lock_guard lock(mu_);
   mrs_.push_back(mr);

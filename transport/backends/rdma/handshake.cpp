@@ -32,7 +32,9 @@ uint64_t get(std::span<const uint8_t> b, size_t at, int bytes) {
   for (int i = 0; i < bytes; ++i) v = (v << 8) | b[at + i];
   return v;
 }
-Error malformed(std::string what) { return make_error(ErrorCode::transfer_failed, "rdma handshake: " + what); }
+Error malformed(std::string what) {
+  return make_error(ErrorCode::transfer_failed, "rdma handshake: " + what);
+}
 Error sys_error(ErrorCode code, const std::string& what) {
   return make_error(code, what + ": " + std::strerror(errno));
 }
@@ -55,14 +57,15 @@ bool split_endpoint(const std::string& ep, std::string& host, std::string& port)
 std::vector<uint8_t> encode_hello(const Hello& h) {
   std::vector<uint8_t> b;
   b.reserve(kHelloFixedBytes + 8 * h.qps.size());
-  b.insert(b.end(), kMagic, kMagic + 4);
+  for (uint8_t m : kMagic)
+    b.push_back(m);  // (vector::insert trips a GCC 12 -Wstringop-overflow false positive)
   b.push_back(kHandshakeVersion);
   b.push_back(uint8_t(h.kind));
   put16(b, uint16_t(h.qps.size()));
   b.push_back(h.mtu);
   b.push_back(uint8_t(h.reason));
   put16(b, h.lid);
-  b.insert(b.end(), h.gid.begin(), h.gid.end());
+  for (uint8_t g : h.gid) b.push_back(g);
   put64(b, h.target_incarnation);
   put64(b, h.target_token);
   for (const auto& q : h.qps) {

@@ -13,9 +13,9 @@
 //   9      reject reason (0 in request/accept; see HandshakeReject)
 //   10..11 LID (0 on RoCE)
 //   12..27 GID (16 bytes)
-//   28..35 target incarnation (u64): the incarnation the requester saw in the target's descriptor (0 in replies)
-//   36..43 target token (u64): the token from that descriptor (0 in replies)
-//   44..   qp_count x { qpn (u32), psn (u32) }
+//   28..35 target incarnation (u64): the incarnation the requester saw in the target's descriptor (0 in
+//   replies) 36..43 target token (u64): the token from that descriptor (0 in replies) 44..   qp_count x { qpn
+//   (u32), psn (u32) }
 #include <array>
 #include <chrono>
 #include <cstdint>
@@ -31,7 +31,13 @@ inline constexpr uint8_t kHandshakeVersion = 1;
 inline constexpr uint16_t kMaxQpsPerLink = 64;
 
 enum class HelloKind : uint8_t { request = 1, accept = 2, reject = 3 };
-enum class HandshakeReject : uint8_t { none = 0, bad_token = 1, stale_incarnation = 2, no_resources = 3, malformed = 4 };
+enum class HandshakeReject : uint8_t {
+  none = 0,
+  bad_token = 1,
+  stale_incarnation = 2,
+  no_resources = 3,
+  malformed = 4
+};
 
 struct QpEndpoint {
   uint32_t qpn = 0;

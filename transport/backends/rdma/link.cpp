@@ -18,9 +18,13 @@ void LinkState::Outcomes::apply() {
 LinkState::LinkState(std::shared_ptr<Core> core, protocol::SegmentDescriptor peer)
     : core_(std::move(core)), peer_(std::move(peer)) {}
 
-LinkState::~LinkState() { teardown_locked(); }
+LinkState::~LinkState() {
+  teardown_locked();
+}
 
-std::string LinkState::where() const { return "rdma link to " + peer_.instance_id; }
+std::string LinkState::where() const {
+  return "rdma link to " + peer_.instance_id;
+}
 
 Status LinkState::connect() {
   std::lock_guard lock(mu_);
@@ -136,12 +140,14 @@ void LinkState::submit(const BatchPtr& batch, std::span<const ResolvedOp> ops) {
       // The engine validated already; the backend re-checks what it is about to hand to the NIC.
       for (const auto& op : ops) {
         const auto* r = op.remote_region;
-        if (!r || op.remote_addr < r->base || op.len > r->length || op.remote_addr - r->base > r->length - op.len) {
+        if (!r || op.remote_addr < r->base || op.len > r->length ||
+            op.remote_addr - r->base > r->length - op.len) {
           refuse(make_error(ErrorCode::out_of_range, where() + ": remote range outside the peer's region"));
           break;
         }
         if (op.len && (r->rkey == 0 || !op.local_region || op.local_region->lkey == 0)) {
-          Error e = make_error(ErrorCode::transfer_failed, where() + ": region not registered with the device");
+          Error e =
+              make_error(ErrorCode::transfer_failed, where() + ": region not registered with the device");
           e.retryable = false;
           refuse(std::move(e));
           break;
@@ -199,7 +205,8 @@ void LinkState::pump_locked(Outcomes& out) {
     wr.wr.rdma.remote_addr = s.raddr;
     wr.wr.rdma.rkey = s.rkey;
     if (int rc = ibv_post_send(qps_[qi], &wr, &bad); rc != 0) {
-      break_locked(make_error(ErrorCode::transfer_failed, where() + ": ibv_post_send: " + std::strerror(rc)), out);
+      break_locked(make_error(ErrorCode::transfer_failed, where() + ": ibv_post_send: " + std::strerror(rc)),
+                   out);
       return;
     }
     posted_.emplace(wr.wr_id, Posted{s, qi, Clock::now()});
@@ -219,7 +226,8 @@ void LinkState::break_locked(const Error& err, Outcomes& out) {
   posted_.clear();
   queue_.clear();
   teardown_locked();
-  if (!broken_ && !closed_) spdlog::warn("{}: broken ({}); reconnecting on next use", where(), err.to_string());
+  if (!broken_ && !closed_)
+    spdlog::warn("{}: broken ({}); reconnecting on next use", where(), err.to_string());
   broken_ = true;
 }
 
@@ -266,15 +274,17 @@ void LinkState::check(Clock::time_point now) {
     std::unique_lock lock(mu_, std::try_to_lock);
     if (!lock || closed_ || broken_ || qps_.empty()) return;  // busy (e.g. reconnecting): next round
     if (fd_ >= 0 && peer_gone(fd_)) {
-      break_locked(make_error(ErrorCode::peer_died, where() + ": side channel closed (peer process gone)"), out);
+      break_locked(make_error(ErrorCode::peer_died, where() + ": side channel closed (peer process gone)"),
+                   out);
     } else if (!posted_.empty()) {
       auto oldest = std::min_element(posted_.begin(), posted_.end(), [](const auto& a, const auto& b) {
                       return a.second.at < b.second.at;
                     })->second.at;
       if (now - oldest > core_->cfg.op_timeout) {
-        break_locked(make_error(ErrorCode::timeout, where() + ": no completion within " +
-                                                        std::to_string(core_->cfg.op_timeout.count()) + " ms"),
-                     out);
+        break_locked(
+            make_error(ErrorCode::timeout, where() + ": no completion within " +
+                                               std::to_string(core_->cfg.op_timeout.count()) + " ms"),
+            out);
       }
     }
   }

@@ -29,8 +29,8 @@ struct Core {
   std::atomic<uint64_t> next_wr_id{1};  // unique per engine, so a late completion of a dropped QP is ignored
   std::mutex mu;
   std::unordered_map<uint32_t, std::weak_ptr<LinkState>> by_qpn;  // routes completions to links
-  std::vector<std::weak_ptr<LinkState>> links;                     // for the watchdog
-  int reserved_cqe = 0;                                            // sum of qps * max_outstanding_wr
+  std::vector<std::weak_ptr<LinkState>> links;                    // for the watchdog
+  int reserved_cqe = 0;                                           // sum of qps * max_outstanding_wr
 };
 
 class LinkState : public std::enable_shared_from_this<LinkState> {

@@ -24,7 +24,8 @@ Result<ibv_qp*> create_rc_qp(Device& dev, uint32_t max_send_wr) {
   init.cap.max_send_sge = 1;
   init.cap.max_recv_sge = 1;
   ibv_qp* qp = ibv_create_qp(dev.pd(), &init);
-  if (!qp) return make_error(ErrorCode::transfer_failed, std::string("ibv_create_qp: ") + std::strerror(errno));
+  if (!qp)
+    return make_error(ErrorCode::transfer_failed, std::string("ibv_create_qp: ") + std::strerror(errno));
   return qp;
 }
 
@@ -63,8 +64,8 @@ Status connect_qp(ibv_qp* qp, const Device& dev, uint32_t local_psn, const Remot
   a.rnr_retry = 7;
   a.max_rd_atomic = 1;
   if (int rc = ibv_modify_qp(qp, &a,
-                             IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-                                 IBV_QP_MAX_QP_RD_ATOMIC))
+                             IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+                                 IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC))
     return qp_error("RTS", rc);
   return {};
 }
@@ -80,7 +81,9 @@ uint32_t random_psn() {
   return rng() & 0xffffff;
 }
 
-ibv_mtu min_mtu(ibv_mtu a, ibv_mtu b) { return a < b ? a : b; }
+ibv_mtu min_mtu(ibv_mtu a, ibv_mtu b) {
+  return a < b ? a : b;
+}
 
 Error map_wc_status(ibv_wc_status status, bool closing, const std::string& where) {
   const std::string detail = where + ": " + ibv_wc_status_str(status);

@@ -55,7 +55,8 @@ class RdmaBackend final : public Backend {
     incarnation_ = self.incarnation;
   }
 
-  bool can_reach(const protocol::SegmentDescriptor& self, const protocol::SegmentDescriptor& peer) const override {
+  bool can_reach(const protocol::SegmentDescriptor& self,
+                 const protocol::SegmentDescriptor& peer) const override {
     if (!self.rdma || !peer.rdma || peer.rdma->gid.size() != 16 || peer.rdma->handshake_endpoint.empty()) {
       return false;
     }
@@ -227,13 +228,13 @@ Result<std::unique_ptr<Backend>> make_rdma_backend(const RdmaConfig& cfg) {
   auto core = std::make_shared<rdma::Core>();
   core->dev = *dev;
   core->cfg = cfg;
-  const std::string host = cfg.handshake_host.find(':') != std::string::npos ? "[" + cfg.handshake_host + "]"
-                                                                               : cfg.handshake_host;
+  const std::string host =
+      cfg.handshake_host.find(':') != std::string::npos ? "[" + cfg.handshake_host + "]" : cfg.handshake_host;
   const std::string endpoint = host + ":" + std::to_string(port);
   const auto& d = *core->dev;
-  spdlog::info("rdma: device {} port {} gid[{}] {} mtu {}, {} QPs/peer, slice {} B, handshake on {}", d.name(),
-               d.port(), d.gid_index(), rdma::gid_to_string(d.gid()), 128 << int(d.active_mtu()), cfg.qps_per_peer,
-               cfg.slice_bytes, endpoint);
+  spdlog::info("rdma: device {} port {} gid[{}] {} mtu {}, {} QPs/peer, slice {} B, handshake on {}",
+               d.name(), d.port(), d.gid_index(), rdma::gid_to_string(d.gid()), 128 << int(d.active_mtu()),
+               cfg.qps_per_peer, cfg.slice_bytes, endpoint);
   return std::unique_ptr<Backend>(new rdma::RdmaBackend(std::move(core), *fd, endpoint));
 }
 
