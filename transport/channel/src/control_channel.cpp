@@ -120,11 +120,11 @@ struct ControlChannel::Impl {
     return parts;
   }
 
-  void deliver(const std::string& from, zmq::message_t& m) {
+  void deliver(const std::string& from, bool via_router, zmq::message_t& m) {
     ++received;
     const auto* p = static_cast<const uint8_t*>(m.data());
     try {
-      handler(from, std::vector<uint8_t>(p, p + m.size()));
+      handler(from, via_router, std::vector<uint8_t>(p, p + m.size()));
     } catch (const std::exception& e) {
       spdlog::error("control: handler failed on a frame from {}: {}", from, e.what());
     }
@@ -138,7 +138,7 @@ struct ControlChannel::Impl {
                    parts.size());
       return;
     }
-    deliver(parts[0].to_string(), parts[1]);
+    deliver(parts[0].to_string(), true, parts[1]);
   }
 
   void on_dealer_readable(const std::string& endpoint, zmq::socket_t& s) {
@@ -147,7 +147,7 @@ struct ControlChannel::Impl {
       ++dropped_recv;
       return;
     }
-    deliver(endpoint, parts[0]);
+    deliver(endpoint, false, parts[0]);
   }
 
   void loop() {

@@ -61,6 +61,9 @@ struct PeerInfo {
   uint64_t incarnation = 0;
   bool healthy = true;
   uint32_t free_kv_pages = 0;
+  uint32_t total_kv_pages = 0;
+  uint32_t free_slots = 0;
+  uint32_t total_slots = 0;
   uint32_t active_rooms = 0;
   std::optional<SegmentDescriptor> segment;
   std::optional<KvLayout> kv_layout;
@@ -74,6 +77,9 @@ struct PeerInfo {
     v.req("incarnation", s.incarnation);
     v.opt("healthy", s.healthy);
     v.opt("free_kv_pages", s.free_kv_pages);
+    v.opt("total_kv_pages", s.total_kv_pages);
+    v.opt("free_slots", s.free_slots);
+    v.opt("total_slots", s.total_slots);
     v.opt("active_rooms", s.active_rooms);
     v.opt("segment", s.segment);
     v.opt("kv_layout", s.kv_layout);
@@ -132,7 +138,10 @@ struct Heartbeat {
   static constexpr MessageType kType = MessageType::heartbeat;
   uint64_t seq = 0;
   bool healthy = true;
-  uint32_t free_kv_pages = 0;
+  uint32_t free_kv_pages = 0;   // decode: pool pages; prefill: local compute pages
+  uint32_t total_kv_pages = 0;
+  uint32_t free_slots = 0;      // embedding slots (encoder: source, prefill: landing)
+  uint32_t total_slots = 0;
   uint32_t active_rooms = 0;
 
   bool operator==(const Heartbeat&) const = default;
@@ -141,6 +150,9 @@ struct Heartbeat {
     v.req("seq", s.seq);
     v.opt("healthy", s.healthy);
     v.opt("free_kv_pages", s.free_kv_pages);
+    v.opt("total_kv_pages", s.total_kv_pages);
+    v.opt("free_slots", s.free_slots);
+    v.opt("total_slots", s.total_slots);
     v.opt("active_rooms", s.active_rooms);
   }
 };
@@ -184,6 +196,9 @@ struct KvStatus {
   KvState state = KvState::bootstrapping;
   ErrorCode code = ErrorCode::ok;
   std::string reason;
+  uint64_t encode_us = 0;  // stage times of the room so far, for the router's report
+  uint64_t prefill_us = 0;
+  uint64_t transfer_us = 0;
 
   bool operator==(const KvStatus&) const = default;
   template <class S, class V>
@@ -192,6 +207,9 @@ struct KvStatus {
     v.req("state", s.state);
     v.opt("code", s.code);
     v.opt("reason", s.reason);
+    v.opt("encode_us", s.encode_us);
+    v.opt("prefill_us", s.prefill_us);
+    v.opt("transfer_us", s.transfer_us);
   }
 };
 
@@ -345,6 +363,7 @@ struct EmbedDone {
   bool ok = true;
   ErrorCode code = ErrorCode::ok;
   std::string reason;
+  uint64_t encode_us = 0;
 
   bool operator==(const EmbedDone&) const = default;
   template <class S, class V>
@@ -353,6 +372,7 @@ struct EmbedDone {
     v.req("ok", s.ok);
     v.opt("code", s.code);
     v.opt("reason", s.reason);
+    v.opt("encode_us", s.encode_us);
   }
 };
 

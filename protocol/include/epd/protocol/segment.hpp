@@ -52,6 +52,7 @@ struct SegmentDescriptor {
   uint64_t incarnation = 0;  // changes on every restart of the owner
   uint64_t token = 0;        // random per engine; every write must present it
   int32_t pid = 0;           // owner pid, for shm (0: shm not offered)
+  int32_t shm_control_fd = -1;  // memfd of the owner's shm control page (token check), -1: shm not offered
   std::string tcp_endpoint;  // "host:port" of the tcp backend's listener ("" = not offered)
   std::optional<RdmaOffer> rdma;
   std::vector<RegionDesc> regions;
@@ -64,6 +65,7 @@ struct SegmentDescriptor {
     v.req("incarnation", s.incarnation);
     v.req("token", s.token);
     v.opt("pid", s.pid);
+    v.opt("shm_control_fd", s.shm_control_fd);
     v.opt("tcp_endpoint", s.tcp_endpoint);
     v.opt("rdma", s.rdma);
     v.req("regions", s.regions);

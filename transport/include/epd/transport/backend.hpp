@@ -19,7 +19,7 @@ struct ResolvedOp {
   const uint8_t* src = nullptr;
   uint64_t len = 0;
   uint64_t remote_addr = 0;
-  const Region* local_region = nullptr;             // for lkey
+  const Region* local_region = nullptr;                 // for lkey
   const protocol::RegionDesc* remote_region = nullptr;  // for rkey / shm fd; owned by the session
 };
 
@@ -44,7 +44,8 @@ class Backend {
   // Adds this backend's offer (endpoint, device, ...) to my own descriptor.
   virtual void describe(protocol::SegmentDescriptor& self) const = 0;
   // Whether this backend can reach `peer` from `self` (e.g. shm needs the same host and a shm offer).
-  virtual bool can_reach(const protocol::SegmentDescriptor& self, const protocol::SegmentDescriptor& peer) const = 0;
+  virtual bool can_reach(const protocol::SegmentDescriptor& self,
+                         const protocol::SegmentDescriptor& peer) const = 0;
   // A newly allocated local region (rdma registers it; others may ignore it).
   virtual Status on_region_added(Region& region) = 0;
   virtual Result<std::unique_ptr<Link>> connect(const protocol::SegmentDescriptor& peer) = 0;

@@ -14,13 +14,22 @@
 
 namespace epd::transport {
 
+// Per-session totals a batch adds itself to when it finishes (so the session needs no callback slot).
+struct BatchCounters {
+  std::atomic<uint64_t> submitted{0};
+  std::atomic<uint64_t> ok{0};
+  std::atomic<uint64_t> failed{0};
+  std::atomic<uint64_t> bytes_ok{0};
+};
+
 class Batch {
  public:
   enum class State : uint8_t { pending, done, failed };
   using Callback = std::function<void(const Status&)>;
 
   // `parts`: how many completions (ops or slices) the backend will report before the batch is done.
-  Batch(uint64_t id, uint64_t parts, uint64_t bytes);
+  // `parts` == 0 means nothing to move: the batch is done at once.
+  Batch(uint64_t id, uint64_t parts, uint64_t bytes, std::shared_ptr<BatchCounters> counters = nullptr);
 
   uint64_t id() const { return id_; }
   uint64_t bytes() const { return bytes_; }
@@ -47,6 +56,7 @@ class Batch {
 
   const uint64_t id_;
   const uint64_t bytes_;
+  const std::shared_ptr<BatchCounters> counters_;
   std::atomic<uint64_t> remaining_;
   std::atomic<State> state_{State::pending};
   mutable std::mutex mu_;

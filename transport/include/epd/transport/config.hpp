@@ -22,15 +22,16 @@ struct TcpConfig {
 
 struct FaultConfig {
   bool enabled = false;
-  double error_rate = 0.0;       // probability that a write op fails with injected_fault (no bytes moved)
-  uint32_t delay_us = 0;         // added before each batch completes
-  uint64_t throw_after_ops = 0;  // > 0: the Nth submitted op throws std::runtime_error in the submitting thread
+  double error_rate = 0.0;  // probability that a write op fails with injected_fault (no bytes moved)
+  uint32_t delay_us = 0;    // added before each batch completes
+  uint64_t throw_after_ops =
+      0;  // > 0: the Nth submitted op throws std::runtime_error in the submitting thread
   uint64_t seed = 1;
 };
 
 struct RdmaConfig {
-  std::string device;            // "" = pick by routability
-  int gid_index = -1;            // -1 = pick the RoCE v2 IPv4-mapped GID of the interface
+  std::string device;  // "" = pick by routability
+  int gid_index = -1;  // -1 = pick the RoCE v2 IPv4-mapped GID of the interface
   uint8_t port = 1;
   uint32_t qps_per_peer = 2;
   uint64_t slice_bytes = 1u << 20;
@@ -42,10 +43,11 @@ struct RdmaConfig {
 
 struct EngineConfig {
   std::string instance_id = "engine";
-  std::string host_id;      // "" = this host's id (hostname + boot id); equal ids => shm possible
-  uint64_t incarnation = 0; // 0 = derive a fresh one (time + random)
+  std::string host_id;       // "" = this host's id (hostname + boot id); equal ids => shm possible
+  uint64_t incarnation = 0;  // 0 = derive a fresh one (time + random)
   std::vector<BackendKind> offer{BackendKind::shm, BackendKind::tcp};  // what this engine serves to peers
-  std::optional<BackendKind> force;  // outgoing sessions use exactly this backend (error if the peer lacks it)
+  std::optional<BackendKind>
+      force;  // outgoing sessions use exactly this backend (error if the peer lacks it)
   TcpConfig tcp;
   RdmaConfig rdma;
   FaultConfig fault;  // wraps every outgoing session's backend when enabled

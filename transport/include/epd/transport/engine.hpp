@@ -1,6 +1,7 @@
 #pragma once
 // The data plane of one process: allocates the regions peers write into, describes them to peers, opens
 // sessions on peers' descriptors and moves bytes with the best backend both ends share.
+#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -9,19 +10,23 @@
 #include "epd/protocol/segment.hpp"
 #include "epd/transport/backend.hpp"
 #include "epd/transport/config.hpp"
+#include "epd/transport/fault.hpp"
 #include "epd/transport/session.hpp"
 
 namespace epd::transport {
 
+struct FaultCounters;
+
 class Engine {
  public:
   static Result<std::unique_ptr<Engine>> create(EngineConfig config);
+  // Closes every session still open, stops the backends (joins their threads), then unmaps the regions.
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
   // Allocates `bytes` (rounded up to the page size) of zeroed, shareable, registered memory.
-  // The region lives until the engine is destroyed.
+  // The region lives until the engine is destroyed. Peers see it in descriptors taken after this call.
   Result<Region> allocate(std::string name, uint64_t bytes);
   // My regions; the pointers stay valid for the engine's lifetime.
   std::vector<Region> regions() const;
@@ -33,14 +38,18 @@ class Engine {
   const EngineConfig& config() const { return config_; }
   uint64_t incarnation() const { return incarnation_; }
   uint64_t token() const { return token_; }
+  const std::string& host_id() const { return host_id_; }
   // Kinds this engine offers (after backends that failed to start were dropped, with a log line).
   std::vector<BackendKind> offered() const;
 
   // Opens a session on `peer`: picks shm (same host), else rdma (both have devices), else tcp, unless
-  // config.force names one. Errors: no_common_backend, peer_unreachable, ...
+  // config.force names one. Errors: no_common_backend, peer_unreachable, bad_token, ...
   Result<SessionPtr> open_session(const protocol::SegmentDescriptor& peer);
   // Which backend open_session would pick (for logs and tests).
   Result<BackendKind> choose_backend(const protocol::SegmentDescriptor& peer) const;
+
+  // Totals of every fault link this engine created (all zero unless config.fault.enabled).
+  FaultStats fault_stats() const;
 
  private:
   explicit Engine(EngineConfig config);
@@ -53,7 +62,9 @@ class Engine {
   mutable std::mutex mu_;
   std::vector<std::unique_ptr<Region>> regions_;
   std::map<BackendKind, std::unique_ptr<Backend>> backends_;
-  uint64_t next_batch_id_ = 1;
+  std::vector<std::weak_ptr<Session>> sessions_;  // closed by the destructor
+  std::shared_ptr<FaultCounters> fault_counters_;
+  std::atomic<uint64_t> next_batch_id_{1};
 };
 
 }  // namespace epd::transport

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "epd/protocol/segment.hpp"
@@ -24,15 +25,19 @@ struct SessionStats {
 
 class Session {
  public:
-  Session(const Engine& engine, protocol::SegmentDescriptor peer, BackendKind kind, std::unique_ptr<Link> link,
-          std::atomic<uint64_t>& batch_ids);
+  // `batch_ids` belongs to the engine; a session must not be used after its engine is destroyed (the engine
+  // closes its sessions on destruction, after which submit() only returns session_closed).
+  Session(const Engine& engine, protocol::SegmentDescriptor peer, BackendKind kind,
+          std::unique_ptr<Link> link, std::atomic<uint64_t>& batch_ids);
   ~Session();
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
 
   // Validation errors (out_of_range, local_out_of_range, session_closed) come back here and move nothing;
-  // transfer errors come back through the batch.
-  Result<BatchPtr> submit(std::vector<WriteOp> ops);
+  // transfer errors come back through the batch. Zero-length ops are validated, then skipped. May throw
+  // std::runtime_error only when a fault backend is configured to (throw_after_ops).
+  Result<BatchPtr> submit(std::span<const WriteOp> ops);
+  Result<BatchPtr> submit(const std::vector<WriteOp>& ops) { return submit(std::span<const WriteOp>(ops)); }
   // Fails outstanding batches with session_closed. Idempotent; also done by the destructor.
   void close();
 
@@ -48,7 +53,7 @@ class Session {
   std::unique_ptr<Link> link_;
   std::atomic<uint64_t>& batch_ids_;
   std::atomic<bool> closed_{false};
-  std::shared_ptr<struct SessionCounters> counters_;
+  std::shared_ptr<BatchCounters> counters_;
 };
 
 using SessionPtr = std::shared_ptr<Session>;

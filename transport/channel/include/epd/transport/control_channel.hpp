@@ -31,8 +31,8 @@ struct ChannelStats {
 
 class ControlChannel {
  public:
-  // `from`: the sender's routing id (ROUTER side) or the endpoint we sent to (a reply on a DEALER).
-  using Handler = std::function<void(const std::string& from, std::vector<uint8_t> frame)>;
+  // `from`: the sender's routing id when `via_router`, else the endpoint of the DEALER the reply came back on.
+  using Handler = std::function<void(const std::string& from, bool via_router, std::vector<uint8_t> frame)>;
 
   // Binds and starts the I/O thread. Errors: io_error naming the endpoint (e.g. address already in use).
   static Result<std::unique_ptr<ControlChannel>> start(ChannelConfig config, Handler handler);

@@ -1,0 +1,75 @@
+#pragma once
+// The ZeroMQ bridge of one process. Inbound: the control channel's I/O thread decodes each frame with the
+// protocol codec (limits on) and delivers the typed Envelope to the actor subscribed to its type; bad frames
+// are logged with their sender and answered with ERROR when the sender can be addressed. Outbound: any actor
+// (or thread) calls send(), which encodes and queues the frame for the I/O thread — it never blocks.
+// The bridge is a thread-owned object, not an actor: ZeroMQ sockets must stay on one thread, and a bridge
+// actor would add a mailbox hop per message without adding isolation.
+#include <atomic>
+#include <caf/all.hpp>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "epd/actors/caf_types.hpp"
+#include "epd/actors/peer_directory.hpp"
+#include "epd/transport/control_channel.hpp"
+
+namespace epd::actors {
+
+struct BridgeStats {
+  uint64_t delivered = 0;
+  uint64_t rejected = 0;     // frames that failed to decode or were spoofed
+  uint64_t undeliverable = 0;  // decoded, but no actor subscribed / peer unknown
+  uint64_t sent = 0;
+};
+
+class Bridge {
+ public:
+  static protocol::Result<std::shared_ptr<Bridge>> start(std::string instance_id, uint64_t incarnation,
+                                                         std::string bind_endpoint,
+                                                         protocol::CodecLimits limits = {});
+  ~Bridge();
+
+  // Messages of `type` go to `target`; everything else to the default target.
+  void subscribe(protocol::MessageType type, caf::actor target);
+  void set_default(caf::actor target);
+  void unsubscribe_all();
+
+  // Sends to a registered peer by instance id; false (and a log line) when its endpoint is unknown.
+  bool send(const std::string& peer_id, protocol::Body body);
+  // Sends to an endpoint directly (e.g. the registry, before any PEERS arrived).
+  void send_to_endpoint(const std::string& endpoint, protocol::Body body);
+  // Answers a peer that reached our ROUTER (routing id = its instance id), even if it is not registered.
+  void reply(const std::string& routing_id, protocol::Body body);
+  // Drops the DEALER to a peer (after it died), so queued frames to a dead incarnation are discarded.
+  void forget_peer(const std::string& endpoint);
+
+  PeerDirectory& peers() { return peers_; }
+  const std::string& instance_id() const { return id_; }
+  uint64_t incarnation() const { return incarnation_; }
+  const std::string& endpoint() const { return channel_->endpoint(); }
+  BridgeStats stats() const;
+  void stop();
+
+ private:
+  Bridge(std::string id, uint64_t incarnation, protocol::CodecLimits limits);
+  void on_frame(const std::string& from, bool via_router, std::vector<uint8_t> frame);
+  void reject(const std::string& from, bool via_router, const protocol::Error& error, uint16_t type);
+  std::vector<uint8_t> encode(protocol::Body body) const;
+
+  const std::string id_;
+  const uint64_t incarnation_;
+  const protocol::CodecLimits limits_;
+  std::unique_ptr<transport::ControlChannel> channel_;
+  PeerDirectory peers_;
+  mutable std::mutex mu_;
+  std::map<protocol::MessageType, caf::actor> routes_;
+  caf::actor default_;
+  std::atomic<uint64_t> delivered_{0}, rejected_{0}, undeliverable_{0}, sent_{0};
+};
+
+using BridgePtr = std::shared_ptr<Bridge>;
+
+}  // namespace epd::actors

@@ -1,0 +1,38 @@
+#pragma once
+// What every role gets from the process runner: the actor system, its configuration, the bridge, the
+// transfer engine (roles that move bulk bytes), the model configuration and the load gauge it publishes.
+#include <caf/all.hpp>
+#include <memory>
+#include <optional>
+
+#include "epd/actors/bridge.hpp"
+#include "epd/actors/load_gauge.hpp"
+#include "epd/actors/registry_view.hpp"
+#include "epd/config/cluster_config.hpp"
+#include "epd/model/config.hpp"
+#include "epd/protocol/kv_layout.hpp"
+#include "epd/transport/engine.hpp"
+
+namespace epd::actors {
+
+struct RoleContext {
+  caf::actor_system* system = nullptr;
+  const config::ClusterConfig* cluster = nullptr;
+  const config::InstanceConfig* instance = nullptr;
+  BridgePtr bridge;
+  transport::Engine* engine = nullptr;  // null for roles that declare needs_engine = false
+  model::ModelConfig model;
+  std::shared_ptr<LoadGauge> load = std::make_shared<LoadGauge>();
+  std::shared_ptr<RegistryView> registry;  // set in the process that hosts the registry
+};
+
+// What a spawned role tells the runner: its main actor (receives everything not subscribed elsewhere and
+// peer changes) and what goes into its HELLO.
+struct RoleHandle {
+  caf::actor main;
+  std::optional<protocol::KvLayout> kv_layout;
+  uint32_t kv_pages_total = 0;
+  std::vector<caf::actor> others;  // stopped with the role
+};
+
+}  // namespace epd::actors

@@ -1,0 +1,25 @@
+#pragma once
+// Small helpers shared by the roles: typed settings, finding a peer's region by name, failure reports.
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include "epd/actors/bridge.hpp"
+#include "epd/config/settings.hpp"
+#include "epd/protocol/segment.hpp"
+#include "epd/transport/engine.hpp"
+
+namespace epd::actors {
+
+protocol::Result<uint32_t> setting_u32(const config::Settings& s, std::string_view key, uint32_t fallback,
+                                       uint32_t min, uint32_t max);
+
+const protocol::RegionDesc* find_region(const protocol::SegmentDescriptor& seg, std::string_view name);
+const transport::Region* find_local_region(const transport::Engine& engine, std::string_view name);
+
+// Tells the router that `room` failed here, with the code and reason (the router decides whether to retry).
+void report_failure(Bridge& bridge, const std::string& router, uint64_t room, const protocol::Error& error);
+
+uint64_t micros_since(std::chrono::steady_clock::time_point t0);
+
+}  // namespace epd::actors

@@ -1,0 +1,48 @@
+#pragma once
+// Decode's compute actor (detached: a decode step is blocking CPU work). Continuous batching: every step
+// advances all active sequences at once (up to max_batch); rooms join and leave between steps. Each
+// generated token is streamed to the router as TOKENS; a finished room is reported to the decode role.
+#include <caf/all.hpp>
+#include <string>
+#include <vector>
+
+#include "epd/actors/bridge.hpp"
+#include "epd/model/runner.hpp"
+
+namespace epd::actors {
+
+struct DecodeJoin {
+  uint64_t room = 0;
+  std::vector<uint32_t> pages;
+  uint32_t prompt_len = 0;
+  uint32_t first_token = 0;
+  uint32_t max_new = 0;
+  std::string router;
+};
+
+struct DecodeDrop {
+  uint64_t room = 0;
+};
+
+struct DecodeFinished {
+  uint64_t room = 0;
+  bool ok = true;
+  protocol::Error error;
+  std::vector<uint32_t> tokens;
+  uint64_t decode_us = 0;
+};
+
+struct DecodeLoopConfig {
+  model::ModelConfig model;
+  model::KvPool pool;
+  uint32_t max_batch = 16;
+};
+
+caf::actor spawn_decode_loop(caf::actor_system& system, BridgePtr bridge, DecodeLoopConfig config,
+                             caf::actor role);
+
+}  // namespace epd::actors
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(epd::actors::DecodeJoin)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(epd::actors::DecodeDrop)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(epd::actors::DecodeFinished)

@@ -1,0 +1,22 @@
+#pragma once
+// Turns "logical pages [first, end) of a room are ready" into transfer writes: one write per layer, K/V
+// and run of pages that are contiguous on both sides (merged runs keep the op count low).
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "epd/protocol/kv_layout.hpp"
+#include "epd/transport/types.hpp"
+
+namespace epd::actors {
+
+struct KvSide {
+  protocol::KvLayout layout;
+  uint64_t base = 0;  // address of the KV region
+  std::span<const uint32_t> pages;  // logical page -> pool page
+};
+
+// Requires src.layout.same_page_format(dst.layout) and first <= end <= both page lists' sizes.
+std::vector<transport::WriteOp> plan_kv_writes(const KvSide& src, const KvSide& dst, uint32_t first, uint32_t end);
+
+}  // namespace epd::actors

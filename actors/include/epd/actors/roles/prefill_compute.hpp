@@ -1,0 +1,38 @@
+#pragma once
+// Prefill's compute actor (detached: prefill is blocking CPU work). Runs a room's prompt chunk by chunk into
+// local KV pages and reports each chunk as soon as it is computed, so the role can ship its pages while the
+// next chunk computes.
+#include <caf/all.hpp>
+#include <vector>
+
+#include "epd/model/runner.hpp"
+
+namespace epd::actors {
+
+struct PrefillJob {
+  uint64_t room = 0;
+  std::vector<uint32_t> prompt;
+  const float* embeddings = nullptr;  // rows for the prompt's IMAGE tokens, in order (landing slot)
+  uint64_t embedding_floats = 0;
+  std::vector<uint32_t> pages;  // local pool pages, logical order
+  uint32_t chunk_tokens = 64;
+};
+
+struct ChunkComputed {
+  uint64_t room = 0;
+  uint32_t chunk = 0;
+  uint32_t end = 0;  // tokens [0, end) have K/V in the local pages
+  bool last = false;
+  bool ok = true;
+  protocol::Error error;
+  uint32_t first_token = 0;  // valid when last
+  uint64_t compute_us = 0;
+};
+
+caf::actor spawn_prefill_compute(caf::actor_system& system, model::ModelConfig model, model::KvPool pool,
+                                 caf::actor role);
+
+}  // namespace epd::actors
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(epd::actors::PrefillJob)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(epd::actors::ChunkComputed)

@@ -1,0 +1,121 @@
+#include "epd/actors/bridge.hpp"
+
+#include <spdlog/spdlog.h>
+
+namespace epd::actors {
+
+using protocol::ErrorCode;
+using protocol::MessageType;
+
+Bridge::Bridge(std::string id, uint64_t incarnation, protocol::CodecLimits limits)
+    : id_(std::move(id)), incarnation_(incarnation), limits_(limits) {}
+
+Bridge::~Bridge() { stop(); }
+
+protocol::Result<std::shared_ptr<Bridge>> Bridge::start(std::string instance_id, uint64_t incarnation,
+                                                        std::string bind_endpoint, protocol::CodecLimits limits) {
+  std::shared_ptr<Bridge> bridge(new Bridge(instance_id, incarnation, limits));
+  transport::ChannelConfig cc;
+  cc.identity = instance_id;
+  cc.bind_endpoint = std::move(bind_endpoint);
+  cc.max_frame_bytes = int64_t(limits.max_frame_bytes);
+  Bridge* raw = bridge.get();  // the channel stops (joins its thread) before the bridge is destroyed
+  auto channel = transport::ControlChannel::start(
+      cc, [raw](const std::string& from, bool via_router, std::vector<uint8_t> frame) {
+        raw->on_frame(from, via_router, std::move(frame));
+      });
+  if (!channel) return channel.error();
+  bridge->channel_ = std::move(channel.value());
+  return bridge;
+}
+
+void Bridge::subscribe(MessageType type, caf::actor target) {
+  std::lock_guard lock(mu_);
+  routes_[type] = std::move(target);
+}
+
+void Bridge::set_default(caf::actor target) {
+  std::lock_guard lock(mu_);
+  default_ = std::move(target);
+}
+
+void Bridge::unsubscribe_all() {
+  std::lock_guard lock(mu_);
+  routes_.clear();
+  default_ = caf::actor{};
+}
+
+std::vector<uint8_t> Bridge::encode(protocol::Body body) const {
+  return protocol::encode(protocol::Envelope{id_, incarnation_, std::move(body)});
+}
+
+bool Bridge::send(const std::string& peer_id, protocol::Body body) {
+  auto ep = peers_.endpoint_of(peer_id);
+  if (!ep) {
+    ++undeliverable_;
+    spdlog::warn("bridge: cannot send {} to unknown peer '{}'", protocol::type_name(protocol::type_of(body)),
+                 peer_id);
+    return false;
+  }
+  send_to_endpoint(*ep, std::move(body));
+  return true;
+}
+
+void Bridge::send_to_endpoint(const std::string& endpoint, protocol::Body body) {
+  ++sent_;
+  channel_->send(endpoint, encode(std::move(body)));
+}
+
+void Bridge::reply(const std::string& routing_id, protocol::Body body) {
+  ++sent_;
+  channel_->reply(routing_id, encode(std::move(body)));
+}
+
+void Bridge::forget_peer(const std::string& endpoint) { channel_->forget(endpoint); }
+
+void Bridge::reject(const std::string& from, bool via_router, const protocol::Error& error, uint16_t type) {
+  ++rejected_;
+  spdlog::warn("bridge: rejected a frame from '{}': {}", from, error.to_string());
+  // Reply only to peers that reached our ROUTER, and never to an ERROR (no ping-pong).
+  if (!via_router || type == uint16_t(MessageType::error)) return;
+  channel_->reply(from, encode(protocol::ErrorReply{error.code, error.detail, type, 0}));
+}
+
+void Bridge::on_frame(const std::string& from, bool via_router, std::vector<uint8_t> frame) {
+  auto env = protocol::decode(frame, limits_);
+  if (!env) {
+    auto header = protocol::decode_header(frame, limits_);
+    reject(from, via_router, env.error(), header ? uint16_t(header->type) : 0);
+    return;
+  }
+  // A DEALER's routing id is its instance id: a frame claiming another sender is refused.
+  if (via_router && env->sender != from) {
+    reject(from, via_router,
+           protocol::make_error(ErrorCode::invalid_request,
+                                "envelope sender '" + env->sender + "' does not match routing id '" + from + "'"),
+           uint16_t(env->type()));
+    return;
+  }
+  caf::actor target;
+  {
+    std::lock_guard lock(mu_);
+    auto it = routes_.find(env->type());
+    target = it != routes_.end() ? it->second : default_;
+  }
+  if (!target) {
+    ++undeliverable_;
+    spdlog::warn("bridge: no handler for {} from '{}'", protocol::type_name(env->type()), env->sender);
+    return;
+  }
+  ++delivered_;
+  caf::anon_send(target, std::move(env.value()));
+}
+
+BridgeStats Bridge::stats() const { return {delivered_.load(), rejected_.load(), undeliverable_.load(), sent_.load()}; }
+
+void Bridge::stop() {
+  if (channel_) channel_->stop();
+  unsubscribe_all();
+}
+
+}  // namespace epd::actors

@@ -1,0 +1,141 @@
+#include "epd/actors/registry.hpp"
+
+#include <spdlog/spdlog.h>
+
+namespace epd::actors {
+namespace {
+
+using protocol::Envelope;
+using protocol::ErrorCode;
+using protocol::MessageType;
+using clock = std::chrono::steady_clock;
+
+struct RegistryState {
+  BridgePtr bridge;
+  RegistryConfig config;
+  std::shared_ptr<RegistryView> view;
+  std::map<std::string, RegistryEntry> entries;
+  uint64_t version = 0;
+  static inline const char* name = "registry";
+};
+
+void publish(RegistryState& st) {
+  ++st.version;
+  st.view->set(st.entries);
+  protocol::Peers peers;
+  peers.version = st.version;
+  for (const auto& [_, e] : st.entries) peers.peers.push_back(e.info);
+  for (const auto& [_, e] : st.entries) st.bridge->send_to_endpoint(e.info.control_endpoint, peers);
+}
+
+void on_hello(RegistryState& st, const Envelope& env, const protocol::Hello& hello) {
+  auto it = st.entries.find(env.sender);
+  if (it != st.entries.end() && it->second.info.incarnation == env.incarnation &&
+      it->second.info.control_endpoint == hello.control_endpoint) {
+    // A repeated HELLO (our ACK was lost): acknowledge again, nothing changed.
+    st.bridge->send_to_endpoint(hello.control_endpoint, protocol::HelloAck{true, "", 0});
+    it->second.last_seen = clock::now();
+    return;
+  }
+  if (it != st.entries.end())
+    spdlog::info("registry: '{}' re-registered (incarnation {} -> {})", env.sender, it->second.info.incarnation,
+                 env.incarnation);
+  else
+    spdlog::info("registry: '{}' registered as {} at {}", env.sender, hello.role, hello.control_endpoint);
+  RegistryEntry e;
+  e.info.instance_id = env.sender;
+  e.info.role = hello.role;
+  e.info.control_endpoint = hello.control_endpoint;
+  e.info.incarnation = env.incarnation;
+  e.info.segment = hello.segment;
+  e.info.kv_layout = hello.kv_layout;
+  e.info.total_kv_pages = hello.kv_pages_total;
+  e.info.free_kv_pages = hello.kv_pages_total;
+  e.info.healthy = true;
+  e.last_seen = clock::now();
+  st.entries[env.sender] = std::move(e);
+  st.bridge->send_to_endpoint(hello.control_endpoint,
+                              protocol::HelloAck{true, "", uint32_t(st.config.heartbeat_interval.count())});
+  publish(st);
+}
+
+void on_heartbeat(RegistryState& st, const Envelope& env, const protocol::Heartbeat& hb) {
+  auto it = st.entries.find(env.sender);
+  if (it == st.entries.end() || it->second.info.incarnation != env.incarnation) {
+    // Unknown (expired, or a registry restart): tell it to register again, on the socket it came from.
+    st.bridge->reply(env.sender, protocol::ErrorReply{ErrorCode::unknown_peer, "not registered; send HELLO",
+                                                      uint16_t(MessageType::heartbeat), 0});
+    return;
+  }
+  auto& info = it->second.info;
+  const bool health_changed = info.healthy != hb.healthy;
+  info.healthy = hb.healthy;
+  info.free_kv_pages = hb.free_kv_pages;
+  info.total_kv_pages = hb.total_kv_pages;
+  info.free_slots = hb.free_slots;
+  info.total_slots = hb.total_slots;
+  info.active_rooms = hb.active_rooms;
+  it->second.last_seen = clock::now();
+  if (health_changed) {
+    spdlog::info("registry: '{}' is now {}", env.sender, hb.healthy ? "healthy" : "unhealthy");
+    publish(st);
+  } else {
+    st.view->set(st.entries);
+  }
+}
+
+caf::behavior registry(caf::stateful_actor<RegistryState>* self, BridgePtr bridge, RegistryConfig config,
+                       std::shared_ptr<RegistryView> view) {
+  auto& st = self->state;
+  st.bridge = std::move(bridge);
+  st.config = config;
+  st.view = std::move(view);
+  self->delayed_send(self, st.config.heartbeat_interval, tick_atom::value);
+  return {
+      [=](tick_atom) {
+        auto& s = self->state;
+        const auto limit = s.config.heartbeat_interval * s.config.misses;
+        const auto now = clock::now();
+        bool changed = false;
+        for (auto it = s.entries.begin(); it != s.entries.end();) {
+          if (now - it->second.last_seen > limit) {
+            spdlog::warn("registry: '{}' missed {} heartbeats; removed", it->first, s.config.misses);
+            it = s.entries.erase(it);
+            changed = true;
+          } else {
+            ++it;
+          }
+        }
+        if (changed) publish(s);
+        self->delayed_send(self, s.config.heartbeat_interval, tick_atom::value);
+      },
+      [=](Envelope& env) {
+        auto& s = self->state;
+        if (auto* hello = std::get_if<protocol::Hello>(&env.body)) {
+          on_hello(s, env, *hello);
+        } else if (auto* hb = std::get_if<protocol::Heartbeat>(&env.body)) {
+          on_heartbeat(s, env, *hb);
+        } else if (std::holds_alternative<protocol::Goodbye>(env.body)) {
+          auto it = s.entries.find(env.sender);
+          if (it != s.entries.end() && it->second.info.incarnation == env.incarnation) {
+            spdlog::info("registry: '{}' said goodbye", env.sender);
+            s.entries.erase(it);
+            publish(s);
+          }
+        }
+      },
+  };
+}
+
+}  // namespace
+
+caf::actor spawn_registry(caf::actor_system& system, BridgePtr bridge, RegistryConfig config,
+                          std::shared_ptr<RegistryView> view) {
+  auto a = system.spawn(registry, bridge, config, std::move(view));
+  bridge->subscribe(MessageType::hello, a);
+  bridge->subscribe(MessageType::heartbeat, a);
+  bridge->subscribe(MessageType::goodbye, a);
+  return a;
+}
+
+}  // namespace epd::actors

@@ -1,0 +1,38 @@
+#include "epd/actors/role_support.hpp"
+
+namespace epd::actors {
+
+protocol::Result<uint32_t> setting_u32(const config::Settings& s, std::string_view key, uint32_t fallback,
+                                       uint32_t min, uint32_t max) {
+  auto v = s.get_uint(key, fallback, min, max);
+  if (!v) return v.error();
+  return uint32_t(*v);
+}
+
+const protocol::RegionDesc* find_region(const protocol::SegmentDescriptor& seg, std::string_view name) {
+  for (const auto& r : seg.regions)
+    if (r.name == name) return &r;
+  return nullptr;
+}
+
+const transport::Region* find_local_region(const transport::Engine& engine, std::string_view name) {
+  for (const auto& r : engine.regions())
+    if (r.name == name) return engine.find_local(r.addr(), r.length);
+  return nullptr;
+}
+
+void report_failure(Bridge& bridge, const std::string& router, uint64_t room, const protocol::Error& error) {
+  protocol::RoomResult r;
+  r.room = room;
+  r.ok = false;
+  r.code = error.code;
+  r.reason = error.detail.empty() ? std::string(protocol::error_name(error.code)) : error.detail;
+  bridge.send(router, std::move(r));
+}
+
+uint64_t micros_since(std::chrono::steady_clock::time_point t0) {
+  return uint64_t(
+      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count());
+}
+
+}  // namespace epd::actors

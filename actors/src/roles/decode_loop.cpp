@@ -1,0 +1,137 @@
+#include "epd/actors/roles/decode_loop.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <deque>
+
+#include "epd/actors/role_support.hpp"
+
+namespace epd::actors {
+namespace {
+
+struct Sequence {
+  DecodeJoin join;
+  std::vector<uint32_t> tokens;
+  std::chrono::steady_clock::time_point started;
+};
+
+struct LoopState {
+  BridgePtr bridge;
+  DecodeLoopConfig config;
+  caf::actor role;
+  std::unique_ptr<model::ModelRunner> runner;
+  std::deque<Sequence> active;  // rotated each step so a full batch is fair
+  bool stepping = false;
+  static inline const char* name = "decode-loop";
+};
+
+bool finished(const Sequence& s) {
+  return s.tokens.size() >= s.join.max_new || s.tokens.back() == model::kEos;
+}
+
+void stream(LoopState& st, const Sequence& s) {
+  protocol::Tokens t;
+  t.room = s.join.room;
+  t.index = uint32_t(s.tokens.size() - 1);
+  t.tokens = {s.tokens.back()};
+  st.bridge->send(s.join.router, std::move(t));
+}
+
+void finish(caf::local_actor* self, LoopState& st, Sequence& s, bool ok, protocol::Error error = {}) {
+  DecodeFinished f{s.join.room, ok, std::move(error), std::move(s.tokens), micros_since(s.started)};
+  self->send(st.role, std::move(f));
+}
+
+void step(caf::event_based_actor* self, LoopState& st) {
+  st.stepping = false;
+  if (st.active.empty()) return;
+  const size_t n = std::min<size_t>(st.active.size(), st.config.max_batch);
+  std::vector<model::DecodeSeq> batch(n);
+  std::vector<model::TokenId> next(n);
+  for (size_t i = 0; i < n; ++i) {
+    const Sequence& s = st.active[i];
+    batch[i].pages = s.join.pages;
+    batch[i].length = s.join.prompt_len + uint32_t(s.tokens.size()) - 1;
+    batch[i].last_token = s.tokens.back();
+  }
+  auto status = st.runner->decode_step(st.config.pool, batch, next);
+  std::deque<Sequence> rest;
+  size_t stepped = 0;  // survivors among the first n
+  const bool overfull = st.active.size() > n;
+  for (size_t i = 0; i < st.active.size(); ++i) {
+    Sequence& s = st.active[i];
+    if (i < n) {
+      if (!status.ok()) {
+        finish(self, st, s, false, status.error());
+        continue;
+      }
+      s.tokens.push_back(next[i]);
+      stream(st, s);
+      if (finished(s)) {
+        finish(self, st, s, true);
+        continue;
+      }
+      ++stepped;
+    }
+    rest.push_back(std::move(s));
+  }
+  // Sequences that were left out of a full batch go first next time.
+  if (overfull) std::rotate(rest.begin(), rest.begin() + stepped, rest.end());
+  st.active = std::move(rest);
+  if (!st.active.empty()) {
+    st.stepping = true;
+    self->send(self, step_atom::value);  // queued behind any joins that already arrived
+  }
+}
+
+caf::behavior decode_loop(caf::stateful_actor<LoopState>* self, BridgePtr bridge, DecodeLoopConfig config,
+                          caf::actor role) {
+  auto& st = self->state;
+  st.bridge = std::move(bridge);
+  st.config = std::move(config);
+  st.role = std::move(role);
+  auto runner = model::make_reference_runner(st.config.model);
+  if (!runner) {
+    spdlog::critical("decode-loop: cannot build the model: {}", runner.error().to_string());
+    self->quit(caf::exit_reason::user_shutdown);
+    return {};
+  }
+  st.runner = std::move(runner.value());
+  return {
+      [=](DecodeJoin& join) {
+        auto& s = self->state;
+        Sequence seq{std::move(join), {}, std::chrono::steady_clock::now()};
+        seq.tokens.push_back(seq.join.first_token);
+        stream(s, seq);
+        if (finished(seq)) {
+          finish(self, s, seq, true);
+          return;
+        }
+        s.active.push_back(std::move(seq));
+        if (!s.stepping) {
+          s.stepping = true;
+          self->send(self, step_atom::value);
+        }
+      },
+      [=](step_atom) { step(self, self->state); },
+      [=](DecodeDrop drop) {
+        auto& s = self->state;
+        auto it = std::find_if(s.active.begin(), s.active.end(),
+                               [&](const Sequence& q) { return q.join.room == drop.room; });
+        if (it == s.active.end()) return;
+        finish(self, s, *it, false, protocol::make_error(protocol::ErrorCode::aborted, "room cancelled"));
+        s.active.erase(it);
+      },
+  };
+}
+
+}  // namespace
+
+caf::actor spawn_decode_loop(caf::actor_system& system, BridgePtr bridge, DecodeLoopConfig config,
+                             caf::actor role) {
+  return system.spawn<caf::detached>(decode_loop, std::move(bridge), std::move(config), std::move(role));
+}
+
+}  // namespace epd::actors

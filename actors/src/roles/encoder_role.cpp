@@ -1,0 +1,282 @@
+// The encoder role: SUBMIT (image) -> encode on the compute actor into an engine-registered source slot ->
+// EMBED_META to prefill -> EMBED_PULL names the landing address -> one write through the transfer worker ->
+// EMBED_DONE. The source slots are one region registered once at start, never per send.
+#include <spdlog/spdlog.h>
+
+#include <cstring>
+#include <map>
+
+#include "epd/actors/aux_record.hpp"
+#include "epd/actors/membership.hpp"
+#include "epd/actors/page_allocator.hpp"
+#include "epd/actors/role_support.hpp"
+#include "epd/actors/roles/roles.hpp"
+#include "epd/actors/transfer_worker.hpp"
+#include "epd/model/image.hpp"
+#include "epd/model/runner.hpp"
+
+namespace epd::actors {
+namespace {
+
+using clock = std::chrono::steady_clock;
+using protocol::Envelope;
+using protocol::ErrorCode;
+using protocol::make_error;
+using protocol::MessageType;
+
+struct EncoderSettings {
+  uint32_t embed_slots = 16;
+  uint32_t transfer_workers = 1;
+  std::chrono::milliseconds waiting_timeout{10000};
+};
+
+struct EncodeJob {
+  uint64_t room = 0;
+  std::vector<uint8_t> image;
+  float* out = nullptr;  // source slot
+  uint64_t capacity_floats = 0;
+};
+
+struct EncodeDone {
+  uint64_t room = 0;
+  bool ok = false;
+  protocol::Error error;
+  uint32_t tokens = 0;
+  uint64_t encode_us = 0;
+};
+
+}  // namespace
+}  // namespace epd::actors
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(epd::actors::EncodeJob)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(epd::actors::EncodeDone)
+
+namespace epd::actors {
+namespace {
+
+struct EncoderRoom {
+  std::string router;
+  std::string prefill;
+  uint32_t slot = 0;
+  uint32_t tokens = 0;
+  uint64_t bytes = 0;
+  uint64_t encode_us = 0;
+  bool encoded = false;
+  bool writing = false;
+};
+
+struct EncoderState {
+  RoleContext ctx;
+  EncoderSettings settings;
+  uint8_t* slots_base = nullptr;
+  uint64_t slot_bytes = 0;
+  PageAllocator slots{0};
+  std::map<uint64_t, EncoderRoom> rooms;
+  std::vector<caf::actor> workers;
+  caf::actor compute;
+  static inline const char* name = "encoder";
+};
+
+void publish_load(EncoderState& st) {
+  st.ctx.load->free_slots = st.slots.free_count();
+  st.ctx.load->total_slots = st.slots.total();
+  st.ctx.load->active_rooms = uint32_t(st.rooms.size());
+}
+
+void finish(EncoderState& st, uint64_t id) {
+  auto it = st.rooms.find(id);
+  if (it == st.rooms.end()) return;
+  st.slots.free(std::span<const uint32_t>(&it->second.slot, 1));
+  st.rooms.erase(it);
+  publish_load(st);
+}
+
+// Fails the room: prefill and router are told; the slot is freed unless a write is still reading it.
+void fail_room(EncoderState& st, uint64_t id, const protocol::Error& error, bool tell_prefill = true) {
+  auto it = st.rooms.find(id);
+  if (it == st.rooms.end()) return;
+  spdlog::warn("encoder: room {} failed: {}", id, error.to_string());
+  if (tell_prefill) st.ctx.bridge->send(it->second.prefill, protocol::EmbedDone{id, false, error.code, error.detail, 0});
+  report_failure(*st.ctx.bridge, it->second.router, id, error);
+  if (!it->second.writing) finish(st, id);
+  else it->second.prefill.clear();  // marks it failed; the write's completion frees it
+}
+
+caf::behavior encode_compute(caf::event_based_actor* self, model::ModelConfig cfg, caf::actor role) {
+  auto runner = model::make_reference_runner(cfg);
+  if (!runner) {
+    spdlog::critical("encoder-compute: cannot build the model: {}", runner.error().to_string());
+    self->quit(caf::exit_reason::user_shutdown);
+    return {};
+  }
+  std::shared_ptr<model::ModelRunner> r(std::move(runner.value()));
+  return {
+      [=](EncodeJob& job) {
+        const auto t0 = clock::now();
+        EncodeDone done;
+        done.room = job.room;
+        auto image = model::parse_ppm(job.image);
+        if (!image) {
+          done.error = image.error();
+        } else if (auto emb = r->encode(*image); !emb) {
+          done.error = emb.error();
+        } else if (emb->data.size() > job.capacity_floats) {
+          done.error = make_error(ErrorCode::invalid_request, "image gives more embeddings than a slot holds");
+        } else {
+          std::memcpy(job.out, emb->data.data(), emb->data.size() * sizeof(float));
+          done.ok = true;
+          done.tokens = emb->tokens;
+        }
+        done.encode_us = micros_since(t0);
+        self->send(role, std::move(done));
+      },
+  };
+}
+
+caf::behavior encoder_role(caf::stateful_actor<EncoderState>* self, RoleContext ctx, EncoderSettings settings) {
+  auto& st = self->state;
+  st.ctx = std::move(ctx);
+  st.settings = settings;
+  st.slot_bytes = uint64_t(st.ctx.model.max_image_patches) * st.ctx.model.d_model * sizeof(float);
+  st.slots_base = find_local_region(*st.ctx.engine, kEmbedRegion)->base;
+  st.slots = PageAllocator(settings.embed_slots);
+  for (uint32_t i = 0; i < settings.transfer_workers; ++i) {
+    TransferWorkerConfig wc;
+    wc.name = "encoder-transfer-" + std::to_string(i);
+    st.workers.push_back(spawn_transfer_worker(*st.ctx.system, *st.ctx.engine, st.ctx.bridge, wc));
+    self->link_to(st.workers.back());
+  }
+  st.compute = st.ctx.system->spawn<caf::detached>(encode_compute, st.ctx.model, caf::actor_cast<caf::actor>(self));
+  self->link_to(st.compute);
+  publish_load(st);
+  return {
+      [=](Envelope& env) {
+        auto& s = self->state;
+        if (auto* sub = std::get_if<protocol::Submit>(&env.body)) {
+          auto refuse = [&](protocol::Error e) { report_failure(*s.ctx.bridge, env.sender, sub->room, e); };
+          if (sub->room == 0 || s.rooms.count(sub->room))
+            return refuse(make_error(ErrorCode::invalid_request, "room id in use"));
+          if (sub->image.empty() || sub->prefill.empty())
+            return refuse(make_error(ErrorCode::invalid_request, "SUBMIT to an encoder needs an image and a prefill"));
+          auto slot = s.slots.allocate(1);
+          if (!slot) return refuse(make_error(ErrorCode::out_of_capacity, "no free embedding slot on the encoder"));
+          EncoderRoom room{env.sender, sub->prefill, (*slot)[0]};
+          s.rooms.emplace(sub->room, room);
+          publish_load(s);
+          self->send(s.compute, EncodeJob{sub->room, std::move(sub->image),
+                                          reinterpret_cast<float*>(s.slots_base + uint64_t(room.slot) * s.slot_bytes),
+                                          s.slot_bytes / sizeof(float)});
+          self->delayed_send(self, s.settings.waiting_timeout, timeout_atom::value, sub->room);
+        } else if (auto* pull = std::get_if<protocol::EmbedPull>(&env.body)) {
+          auto it = s.rooms.find(pull->room);
+          if (it == s.rooms.end() || it->second.prefill != env.sender || !it->second.encoded || it->second.writing) {
+            spdlog::warn("encoder: unexpected EMBED_PULL for room {} from '{}'", pull->room, env.sender);
+            return;
+          }
+          if (pull->code != ErrorCode::ok)
+            return fail_room(s, pull->room, make_error(pull->code, "prefill '" + env.sender + "': " + pull->reason),
+                             false);
+          if (pull->bytes != it->second.bytes)
+            return fail_room(s, pull->room, make_error(ErrorCode::invalid_request, "EMBED_PULL size mismatch"));
+          it->second.writing = true;
+          const uint64_t src = reinterpret_cast<uint64_t>(s.slots_base) + uint64_t(it->second.slot) * s.slot_bytes;
+          TransferJob job{pull->room, 0, env.sender, {{src, pull->addr, pull->bytes}}, caf::actor_cast<caf::actor>(self)};
+          self->send(s.workers[pull->room % s.workers.size()], std::move(job));
+        } else if (auto* cancel = std::get_if<protocol::Cancel>(&env.body)) {
+          auto it = s.rooms.find(cancel->room);
+          if (it != s.rooms.end() && !it->second.writing) finish(s, cancel->room);
+        } else if (auto* err = std::get_if<protocol::ErrorReply>(&env.body)) {
+          spdlog::warn("encoder: ERROR from '{}': {} {}", env.sender, protocol::error_name(err->code), err->detail);
+        } else {
+          spdlog::warn("encoder: unexpected {} from '{}'", protocol::type_name(env.type()), env.sender);
+          s.ctx.bridge->send(env.sender, protocol::ErrorReply{ErrorCode::unexpected_message,
+                                                              "encoder does not handle this message",
+                                                              uint16_t(env.type()), 0});
+        }
+      },
+      [=](EncodeDone& d) {
+        auto& s = self->state;
+        auto it = s.rooms.find(d.room);
+        if (it == s.rooms.end()) return;
+        if (!d.ok) {
+          // A bad image is the request's fault: tell the router (not retryable) and prefill.
+          return fail_room(s, d.room, d.error);
+        }
+        it->second.encoded = true;
+        it->second.tokens = d.tokens;
+        it->second.bytes = uint64_t(d.tokens) * s.ctx.model.d_model * sizeof(float);
+        it->second.encode_us = d.encode_us;
+        s.ctx.bridge->send(it->second.prefill,
+                           protocol::EmbedMeta{d.room, d.tokens, s.ctx.model.d_model, it->second.bytes,
+                                               protocol::DType::f32});
+      },
+      [=](TransferDone& d) {
+        auto& s = self->state;
+        auto it = s.rooms.find(d.room);
+        if (it == s.rooms.end()) return;
+        it->second.writing = false;
+        if (it->second.prefill.empty()) return finish(s, d.room);  // failed meanwhile
+        if (!d.ok) {
+          protocol::Error e = d.error;
+          e.detail = "embedding write to '" + it->second.prefill + "' failed: " + e.detail;
+          return fail_room(s, d.room, e);
+        }
+        s.ctx.bridge->send(it->second.prefill, protocol::EmbedDone{d.room, true, ErrorCode::ok, "", it->second.encode_us});
+        finish(s, d.room);
+      },
+      [=](timeout_atom, uint64_t id) {
+        auto& s = self->state;
+        auto it = s.rooms.find(id);
+        if (it == s.rooms.end() || it->second.writing) return;
+        fail_room(s, id, make_error(ErrorCode::waiting_timeout,
+                                    "prefill '" + it->second.prefill + "' did not ask for room " + std::to_string(id) +
+                                        "'s embeddings in time"));
+      },
+      [=](PeerChanges& pc) {
+        auto& s = self->state;
+        for (const auto& c : pc.changes) {
+          if (c.old_incarnation == 0) continue;
+          for (auto& w : s.workers) self->send(w, forget_atom::value, c.id);
+          std::vector<uint64_t> affected;
+          for (auto& [id, r] : s.rooms)
+            if (r.prefill == c.id || r.router == c.id) affected.push_back(id);
+          for (uint64_t id : affected)
+            fail_room(s, id, make_error(ErrorCode::peer_died, "peer '" + c.id + "' left or restarted"), false);
+        }
+      },
+  };
+}
+
+protocol::Result<RoleHandle> spawn_encoder(RoleContext& ctx) {
+  EncoderSettings s;
+  const auto& cfg = ctx.instance->settings;
+  auto slots = setting_u32(cfg, "embed_slots", s.embed_slots, 1, 1u << 16);
+  if (!slots) return slots.error();
+  s.embed_slots = *slots;
+  auto workers = setting_u32(cfg, "transfer_workers", s.transfer_workers, 1, 64);
+  if (!workers) return workers.error();
+  s.transfer_workers = *workers;
+  auto wt = cfg.get_ms("waiting_timeout_ms", s.waiting_timeout);
+  if (!wt) return wt.error();
+  s.waiting_timeout = *wt;
+  const uint64_t slot_bytes = uint64_t(ctx.model.max_image_patches) * ctx.model.d_model * sizeof(float);
+  if (auto r = ctx.engine->allocate(kEmbedRegion, slot_bytes * s.embed_slots); !r) return r.error();
+  RoleHandle h;
+  h.main = ctx.system->spawn(encoder_role, ctx, s);
+  for (auto t : {MessageType::submit, MessageType::embed_pull, MessageType::cancel}) ctx.bridge->subscribe(t, h.main);
+  return h;
+}
+
+}  // namespace
+
+RoleSpec encoder_role_spec() {
+  RoleSpec spec;
+  spec.name = "encoder";
+  spec.summary = "turns images into embeddings and writes them into prefill's landing slots";
+  spec.needs_engine = true;
+  spec.settings = {"embed_slots", "transfer_workers", "waiting_timeout_ms"};
+  spec.spawn = spawn_encoder;
+  return spec;
+}
+
+}  // namespace epd::actors

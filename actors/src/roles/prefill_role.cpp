@@ -1,0 +1,489 @@
+// The prefill role. A room becomes runnable when its SUBMIT (router), BOOTSTRAP (decode) and — for an image
+// prompt — its embeddings (encoder) are all in, whatever order they arrive in. It then runs chunked prefill
+// on the compute actor; after each chunk the completed pages go to decode's pool through the room's transfer
+// worker (contiguous runs merged), and after the last chunk the aux record goes last, then KV_STATUS
+// Success. A failure at any step fails exactly this room, on both sides, with its cause.
+#include <spdlog/spdlog.h>
+
+#include <cstring>
+#include <map>
+
+#include "epd/actors/aux_record.hpp"
+#include "epd/actors/membership.hpp"
+#include "epd/actors/page_allocator.hpp"
+#include "epd/actors/role_support.hpp"
+#include "epd/actors/room.hpp"
+#include "epd/actors/roles/kv_write_plan.hpp"
+#include "epd/actors/roles/prefill_compute.hpp"
+#include "epd/actors/roles/roles.hpp"
+#include "epd/actors/transfer_worker.hpp"
+#include "epd/model/kv_cache.hpp"
+
+namespace epd::actors {
+namespace {
+
+using clock = std::chrono::steady_clock;
+using protocol::Envelope;
+using protocol::ErrorCode;
+using protocol::make_error;
+using protocol::MessageType;
+constexpr uint64_t kAuxTag = ~uint64_t{0};
+
+struct PrefillSettings {
+  uint32_t kv_pages = 512;
+  uint32_t chunk_tokens = 64;
+  uint32_t transfer_workers = 2;
+  uint32_t embed_slots = 16;
+  uint32_t aux_slots = 1024;
+  std::chrono::milliseconds bootstrap_timeout{10000};
+};
+
+struct PrefillRoom {
+  RoomState state;
+  clock::time_point created = clock::now();
+  std::string router;
+  bool have_submit = false;
+  protocol::Submit submit;
+  bool have_bootstrap = false;
+  protocol::Bootstrap boot;
+  std::string decode;  // from SUBMIT, or BOOTSTRAP's sender until SUBMIT arrives
+  std::optional<uint32_t> landing;  // embedding slot
+  uint64_t embed_bytes = 0;
+  bool embed_writing = false;  // EMBED_PULL sent, EMBED_DONE not yet in: the encoder may write the slot
+  bool embed_ready = false;
+  uint64_t encode_us = 0;
+  bool started = false;
+  bool computing = false;
+  std::vector<uint32_t> local_pages;
+  std::optional<uint32_t> aux_src;
+  uint32_t pages_sent = 0;
+  uint32_t inflight = 0;
+  bool computed_all = false;
+  bool aux_sent = false;
+  bool status_sent = false;  // KV_STATUS (or ABORT_ACK) already sent to decode
+  bool ack_abort = false;    // decode asked to abort: ack once nothing is in flight
+  uint32_t first_token = 0;
+  uint64_t prefill_us = 0;
+  clock::time_point transfer_start;
+  uint64_t transfer_us = 0;
+  caf::actor worker;
+};
+
+struct PrefillState {
+  RoleContext ctx;
+  PrefillSettings settings;
+  protocol::KvLayout layout;
+  uint64_t kv_base = 0;
+  uint8_t* embed_base = nullptr;
+  uint64_t slot_bytes = 0;
+  uint8_t* aux_base = nullptr;
+  PageAllocator pages{0}, slots{0}, aux{0};
+  std::map<uint64_t, PrefillRoom> rooms;
+  std::vector<caf::actor> workers;
+  caf::actor compute;
+  static inline const char* name = "prefill";
+};
+
+void publish_load(PrefillState& st) {
+  st.ctx.load->free_kv_pages = st.pages.free_count();
+  st.ctx.load->total_kv_pages = st.pages.total();
+  st.ctx.load->free_slots = st.slots.free_count();
+  st.ctx.load->total_slots = st.slots.total();
+  st.ctx.load->active_rooms = uint32_t(st.rooms.size());
+}
+
+PrefillRoom& room_for(caf::event_based_actor* self, PrefillState& st, uint64_t id) {
+  auto [it, created] = st.rooms.try_emplace(id);
+  if (created) {
+    it->second.router = st.ctx.cluster->cluster.registry;
+    it->second.worker = st.workers[id % st.workers.size()];
+    self->delayed_send(self, st.settings.bootstrap_timeout, timeout_atom::value, id);
+    publish_load(st);
+  }
+  return it->second;
+}
+
+// Frees the room once nothing can touch its memory any more: no write in flight, no compute running, no
+// encoder writing its landing slot. Sends the deferred KV_STATUS Failed / ABORT_ACK first.
+void maybe_reap(PrefillState& st, uint64_t id) {
+  auto it = st.rooms.find(id);
+  if (it == st.rooms.end()) return;
+  PrefillRoom& r = it->second;
+  if (!r.state.terminal() || r.inflight > 0) return;
+  if (r.state.state() == KvState::failed && !r.status_sent && !r.decode.empty()) {
+    r.status_sent = true;
+    if (r.ack_abort) {
+      st.ctx.bridge->send(r.decode, protocol::AbortAck{id});
+    } else {
+      protocol::KvStatus kv;
+      kv.room = id;
+      kv.state = KvState::failed;
+      kv.code = r.state.failure().code;
+      kv.reason = r.state.failure().detail;
+      st.ctx.bridge->send(r.decode, std::move(kv));
+    }
+  }
+  if (r.computing || r.embed_writing) return;
+  if (!r.local_pages.empty()) st.pages.free(r.local_pages);
+  if (r.landing) st.slots.free(std::span<const uint32_t>(&*r.landing, 1));
+  if (r.aux_src) st.aux.free(std::span<const uint32_t>(&*r.aux_src, 1));
+  st.rooms.erase(it);
+  publish_load(st);
+}
+
+void fail_room(PrefillState& st, uint64_t id, protocol::Error error, bool tell_router = true) {
+  auto it = st.rooms.find(id);
+  if (it == st.rooms.end()) return;
+  PrefillRoom& r = it->second;
+  if (!r.state.fail(error)) return;
+  spdlog::warn("prefill: room {} failed: {}", id, error.to_string());
+  if (tell_router) report_failure(*st.ctx.bridge, r.router, id, error);
+  if (r.embed_writing && !r.submit.encoder.empty() && !st.ctx.bridge->peers().find(r.submit.encoder))
+    r.embed_writing = false;  // the encoder is gone: nobody will write the slot
+  maybe_reap(st, id);
+}
+
+struct DecodeTarget {
+  protocol::KvLayout layout;
+  uint64_t kv_base = 0;
+  uint64_t aux_base = 0;
+};
+
+protocol::Result<DecodeTarget> decode_target(PrefillState& st, const std::string& decode) {
+  auto peer = st.ctx.bridge->peers().find(decode);
+  if (!peer || !peer->segment || !peer->kv_layout)
+    return make_error(ErrorCode::unknown_peer, "decode '" + decode + "' is not registered with a KV segment");
+  const auto* kv = find_region(*peer->segment, kKvRegion);
+  const auto* aux = find_region(*peer->segment, kAuxRegion);
+  if (!kv || !aux) return make_error(ErrorCode::invalid_request, "decode '" + decode + "' publishes no kv/aux region");
+  if (!peer->kv_layout->same_page_format(st.layout))
+    return make_error(ErrorCode::invalid_request,
+                      "decode '" + decode + "' uses a different KV page format; staged transfer is not available");
+  return DecodeTarget{*peer->kv_layout, kv->base, aux->base};
+}
+
+void maybe_start(PrefillState& st, uint64_t id) {
+  PrefillRoom& r = st.rooms.at(id);
+  if (r.started || r.state.terminal() || !r.have_submit || !r.have_bootstrap) return;
+  const bool needs_image = r.submit.image_tokens > 0;
+  if (needs_image && !r.embed_ready) return;
+  const auto& prompt = r.submit.prompt;
+  const uint32_t need = model::pages_for(st.layout, prompt.size());
+  if (r.boot.dst_pages.size() != need || r.boot.prompt_len != prompt.size())
+    return fail_room(st, id, make_error(ErrorCode::invalid_request,
+                                        "BOOTSTRAP names " + std::to_string(r.boot.dst_pages.size()) +
+                                            " pages for " + std::to_string(r.boot.prompt_len) +
+                                            " tokens; the prompt has " + std::to_string(prompt.size()) +
+                                            " tokens in " + std::to_string(need) + " pages"));
+  auto target = decode_target(st, r.decode);
+  if (!target) return fail_room(st, id, target.error());
+  auto pages = st.pages.allocate(need);
+  auto aux = st.aux.allocate(1);
+  if (!pages || !aux) {
+    if (pages) st.pages.free(*pages);
+    if (aux) st.aux.free(*aux);
+    return fail_room(st, id, make_error(ErrorCode::out_of_capacity,
+                                        "prefill has " + std::to_string(st.pages.free_count()) +
+                                            " free pages, room needs " + std::to_string(need)));
+  }
+  r.local_pages = std::move(*pages);
+  r.aux_src = (*aux)[0];
+  r.started = true;
+  r.computing = true;
+  r.state.advance(KvState::transferring);
+  r.transfer_start = clock::now();
+  PrefillJob job;
+  job.room = id;
+  job.prompt = prompt;
+  if (r.landing) {
+    job.embeddings = reinterpret_cast<const float*>(st.embed_base + uint64_t(*r.landing) * st.slot_bytes);
+    job.embedding_floats = r.embed_bytes / sizeof(float);
+  }
+  job.pages = r.local_pages;
+  job.chunk_tokens = st.settings.chunk_tokens;
+  publish_load(st);
+  caf::anon_send(st.compute, std::move(job));
+}
+
+void send_pages(caf::event_based_actor* self, PrefillState& st, uint64_t id, PrefillRoom& r, uint32_t upto,
+                uint64_t tag) {
+  if (upto <= r.pages_sent) return;
+  auto target = decode_target(st, r.decode);
+  if (!target) return fail_room(st, id, target.error());
+  KvSide src{st.layout, st.kv_base, r.local_pages};
+  KvSide dst{target->layout, target->kv_base, r.boot.dst_pages};
+  TransferJob job{id, tag, r.decode, plan_kv_writes(src, dst, r.pages_sent, upto), caf::actor_cast<caf::actor>(self)};
+  r.pages_sent = upto;
+  ++r.inflight;
+  self->send(r.worker, std::move(job));
+}
+
+void maybe_send_aux(caf::event_based_actor* self, PrefillState& st, uint64_t id, PrefillRoom& r) {
+  if (!r.computed_all || r.inflight > 0 || r.aux_sent || r.state.terminal()) return;
+  auto target = decode_target(st, r.decode);
+  if (!target) return fail_room(st, id, target.error());
+  AuxRecord rec{r.first_token, 0, id};
+  uint8_t* src = st.aux_base + uint64_t(*r.aux_src) * sizeof(AuxRecord);
+  std::memcpy(src, &rec, sizeof rec);
+  transport::WriteOp op{reinterpret_cast<uint64_t>(src), target->aux_base + uint64_t(r.boot.aux_slot) * sizeof(AuxRecord),
+                        sizeof(AuxRecord)};
+  r.aux_sent = true;
+  ++r.inflight;
+  self->send(r.worker, TransferJob{id, kAuxTag, r.decode, {op}, caf::actor_cast<caf::actor>(self)});
+}
+
+void on_chunk(caf::event_based_actor* self, PrefillState& st, ChunkComputed& c) {
+  auto it = st.rooms.find(c.room);
+  if (it == st.rooms.end()) return;
+  PrefillRoom& r = it->second;
+  r.prefill_us += c.compute_us;
+  if (c.last) r.computing = false;
+  if (!c.ok) return fail_room(st, c.room, c.error);
+  if (r.state.terminal()) return maybe_reap(st, c.room);
+  const uint32_t ps = st.layout.page_size;
+  const uint32_t complete = c.last ? uint32_t(r.local_pages.size()) : c.end / ps;
+  send_pages(self, st, c.room, r, complete, c.chunk);
+  if (c.last) {
+    r.computed_all = true;
+    r.first_token = c.first_token;
+    // The landing slot is no longer read by compute.
+    if (r.landing && !r.embed_writing) {
+      st.slots.free(std::span<const uint32_t>(&*r.landing, 1));
+      r.landing.reset();
+      publish_load(st);
+    }
+    maybe_send_aux(self, st, c.room, r);
+  }
+}
+
+void on_transfer_done(caf::event_based_actor* self, PrefillState& st, TransferDone& d) {
+  auto it = st.rooms.find(d.room);
+  if (it == st.rooms.end()) return;
+  PrefillRoom& r = it->second;
+  --r.inflight;
+  if (!d.ok) {
+    protocol::Error e = d.error;
+    e.detail = "KV write to '" + r.decode + "' failed: " + e.detail;
+    return fail_room(st, d.room, e);
+  }
+  if (r.state.terminal()) return maybe_reap(st, d.room);
+  if (d.tag == kAuxTag) {
+    r.transfer_us = micros_since(r.transfer_start);
+    r.state.advance(KvState::success);
+    protocol::KvStatus kv;
+    kv.room = d.room;
+    kv.state = KvState::success;
+    kv.encode_us = r.encode_us;
+    kv.prefill_us = r.prefill_us;
+    kv.transfer_us = r.transfer_us;
+    r.status_sent = true;
+    st.ctx.bridge->send(r.decode, std::move(kv));
+    return maybe_reap(st, d.room);
+  }
+  maybe_send_aux(self, st, d.room, r);
+}
+
+void on_message(caf::event_based_actor* self, PrefillState& st, Envelope& env) {
+  std::visit(
+      [&](auto& msg) {
+        using T = std::decay_t<decltype(msg)>;
+        if constexpr (std::is_same_v<T, protocol::Submit>) {
+          if (msg.room == 0) return;
+          PrefillRoom& r = room_for(self, st, msg.room);
+          if (r.have_submit || r.state.terminal()) return;
+          r.router = env.sender;
+          const uint32_t image_tokens = model::count_image_tokens(msg.prompt);
+          if (msg.prompt.empty() || msg.prompt.size() >= st.ctx.model.max_seq || image_tokens != msg.image_tokens ||
+              (image_tokens > 0 && msg.encoder.empty()) || msg.decode.empty())
+            return fail_room(st, msg.room,
+                             make_error(ErrorCode::invalid_request,
+                                        "SUBMIT: prompt of " + std::to_string(msg.prompt.size()) + " tokens with " +
+                                            std::to_string(image_tokens) + " image tokens (says " +
+                                            std::to_string(msg.image_tokens) + "), encoder '" + msg.encoder +
+                                            "', decode '" + msg.decode + "'"));
+          if (r.have_bootstrap && r.decode != msg.decode)
+            return fail_room(st, msg.room, make_error(ErrorCode::invalid_request,
+                                                      "BOOTSTRAP came from '" + r.decode + "', SUBMIT names '" +
+                                                          msg.decode + "'"));
+          r.decode = msg.decode;
+          r.submit = std::move(msg);
+          r.have_submit = true;
+          maybe_start(st, r.submit.room);
+        } else if constexpr (std::is_same_v<T, protocol::Bootstrap>) {
+          PrefillRoom& r = room_for(self, st, msg.room);
+          if (r.have_bootstrap || r.state.terminal()) return;
+          if (r.have_submit && r.decode != env.sender) {
+            spdlog::warn("prefill: BOOTSTRAP for room {} from '{}', expected '{}'", msg.room, env.sender, r.decode);
+            return;
+          }
+          r.decode = env.sender;
+          r.boot = std::move(msg);
+          r.have_bootstrap = true;
+          r.state.advance(KvState::waiting_for_input);
+          maybe_start(st, r.boot.room);
+        } else if constexpr (std::is_same_v<T, protocol::EmbedMeta>) {
+          PrefillRoom& r = room_for(self, st, msg.room);
+          if (r.landing || r.state.terminal()) return;
+          const uint64_t expect = uint64_t(msg.tokens) * st.ctx.model.d_model * sizeof(float);
+          if (msg.dim != st.ctx.model.d_model || msg.bytes != expect || msg.bytes > st.slot_bytes ||
+              (r.have_submit && msg.tokens != r.submit.image_tokens)) {
+            st.ctx.bridge->send(env.sender, protocol::EmbedPull{msg.room, 0, 0, ErrorCode::invalid_request,
+                                                                "embedding shape does not match the prompt"});
+            return fail_room(st, msg.room, make_error(ErrorCode::invalid_request,
+                                                      "EMBED_META: " + std::to_string(msg.tokens) + "x" +
+                                                          std::to_string(msg.dim) + " = " + std::to_string(msg.bytes) +
+                                                          " bytes does not fit this model/slot"));
+          }
+          auto slot = st.slots.allocate(1);
+          if (!slot) {
+            st.ctx.bridge->send(env.sender, protocol::EmbedPull{msg.room, 0, 0, ErrorCode::out_of_capacity,
+                                                                "no free embedding slot"});
+            return fail_room(st, msg.room, make_error(ErrorCode::out_of_capacity, "no free embedding landing slot"));
+          }
+          r.landing = (*slot)[0];
+          r.embed_bytes = msg.bytes;
+          r.embed_writing = true;
+          publish_load(st);
+          const uint64_t addr = reinterpret_cast<uint64_t>(st.embed_base) + uint64_t(*r.landing) * st.slot_bytes;
+          st.ctx.bridge->send(env.sender, protocol::EmbedPull{msg.room, addr, msg.bytes, ErrorCode::ok, ""});
+        } else if constexpr (std::is_same_v<T, protocol::EmbedDone>) {
+          auto it = st.rooms.find(msg.room);
+          if (it == st.rooms.end()) return;
+          PrefillRoom& r = it->second;
+          r.embed_writing = false;
+          r.encode_us = msg.encode_us;
+          if (!msg.ok)
+            return fail_room(st, msg.room, make_error(msg.code == ErrorCode::ok ? ErrorCode::transfer_failed : msg.code,
+                                                      "encoder '" + env.sender + "': " + msg.reason));
+          if (r.state.terminal()) return maybe_reap(st, msg.room);
+          r.embed_ready = true;
+          maybe_start(st, msg.room);
+        } else if constexpr (std::is_same_v<T, protocol::Abort>) {
+          auto it = st.rooms.find(msg.room);
+          if (it == st.rooms.end()) {
+            st.ctx.bridge->send(env.sender, protocol::AbortAck{msg.room});
+            return;
+          }
+          it->second.ack_abort = true;
+          if (it->second.state.terminal()) {
+            it->second.status_sent = false;  // answer this ABORT with an ACK once idle
+            it->second.decode = env.sender;
+            return maybe_reap(st, msg.room);
+          }
+          fail_room(st, msg.room, make_error(msg.code, "aborted by '" + env.sender + "': " + msg.reason), false);
+        } else if constexpr (std::is_same_v<T, protocol::Cancel>) {
+          fail_room(st, msg.room, make_error(ErrorCode::aborted, "cancelled: " + msg.reason), false);
+        } else if constexpr (std::is_same_v<T, protocol::ErrorReply>) {
+          spdlog::warn("prefill: ERROR from '{}': {} {}", env.sender, protocol::error_name(msg.code), msg.detail);
+        } else {
+          spdlog::warn("prefill: unexpected {} from '{}'", protocol::type_name(T::kType), env.sender);
+          st.ctx.bridge->send(env.sender, protocol::ErrorReply{ErrorCode::unexpected_message,
+                                                               "prefill does not handle this message",
+                                                               uint16_t(T::kType), 0});
+        }
+      },
+      env.body);
+}
+
+caf::behavior prefill_role(caf::stateful_actor<PrefillState>* self, RoleContext ctx, PrefillSettings settings) {
+  auto& st = self->state;
+  st.ctx = std::move(ctx);
+  st.settings = settings;
+  st.layout = model::kv_layout_for(st.ctx.model, settings.kv_pages);
+  st.pages = PageAllocator(settings.kv_pages);
+  st.slots = PageAllocator(settings.embed_slots);
+  st.aux = PageAllocator(settings.aux_slots);
+  st.slot_bytes = uint64_t(st.ctx.model.max_image_patches) * st.ctx.model.d_model * sizeof(float);
+  const auto* kv = find_local_region(*st.ctx.engine, kKvRegion);
+  st.kv_base = kv->addr();
+  st.embed_base = find_local_region(*st.ctx.engine, kEmbedRegion)->base;
+  st.aux_base = find_local_region(*st.ctx.engine, kAuxRegion)->base;
+  for (uint32_t i = 0; i < settings.transfer_workers; ++i) {
+    TransferWorkerConfig wc;
+    wc.name = "prefill-transfer-" + std::to_string(i);
+    st.workers.push_back(spawn_transfer_worker(*st.ctx.system, *st.ctx.engine, st.ctx.bridge, wc));
+    self->link_to(st.workers.back());
+  }
+  st.compute = spawn_prefill_compute(*st.ctx.system, st.ctx.model,
+                                     model::KvPool{reinterpret_cast<std::byte*>(kv->base), st.layout},
+                                     caf::actor_cast<caf::actor>(self));
+  self->link_to(st.compute);
+  publish_load(st);
+  return {
+      [=](Envelope& env) { on_message(self, self->state, env); },
+      [=](ChunkComputed& c) { on_chunk(self, self->state, c); },
+      [=](TransferDone& d) { on_transfer_done(self, self->state, d); },
+      [=](timeout_atom, uint64_t id) {
+        auto& s = self->state;
+        auto it = s.rooms.find(id);
+        if (it == s.rooms.end() || it->second.started || it->second.state.terminal()) return;
+        const auto& r = it->second;
+        const char* missing = !r.have_bootstrap ? "BOOTSTRAP" : !r.have_submit ? "SUBMIT" : "embeddings";
+        fail_room(s, id, make_error(r.have_bootstrap ? ErrorCode::waiting_timeout : ErrorCode::bootstrap_timeout,
+                                    std::string(missing) + " for room " + std::to_string(id) + " did not arrive within " +
+                                        std::to_string(s.settings.bootstrap_timeout.count()) + " ms"));
+      },
+      [=](PeerChanges& pc) {
+        auto& s = self->state;
+        for (const auto& c : pc.changes) {
+          if (c.old_incarnation == 0) continue;
+          for (auto& w : s.workers) self->send(w, forget_atom::value, c.id);
+          std::vector<uint64_t> affected;
+          for (auto& [id, r] : s.rooms)
+            if (r.decode == c.id || r.router == c.id || (r.submit.encoder == c.id && !r.embed_ready)) affected.push_back(id);
+          for (uint64_t id : affected) {
+            auto& r = s.rooms.at(id);
+            if (r.submit.encoder == c.id) r.embed_writing = false;
+            if (r.decode == c.id) r.status_sent = true;  // nobody to tell
+            fail_room(s, id, make_error(ErrorCode::peer_died, "peer '" + c.id + "' left or restarted"));
+          }
+        }
+      },
+  };
+}
+
+protocol::Result<RoleHandle> spawn_prefill(RoleContext& ctx) {
+  PrefillSettings s;
+  const auto& cfg = ctx.instance->settings;
+  for (auto [key, field, min, max] : {std::tuple{"kv_pages", &s.kv_pages, 1u, 1u << 24},
+                                      std::tuple{"chunk_tokens", &s.chunk_tokens, 1u, 1u << 20},
+                                      std::tuple{"transfer_workers", &s.transfer_workers, 1u, 64u},
+                                      std::tuple{"embed_slots", &s.embed_slots, 1u, 1u << 16},
+                                      std::tuple{"aux_slots", &s.aux_slots, 1u, 1u << 20}}) {
+    auto v = setting_u32(cfg, key, *field, min, max);
+    if (!v) return v.error();
+    *field = *v;
+  }
+  auto bt = cfg.get_ms("bootstrap_timeout_ms", s.bootstrap_timeout);
+  if (!bt) return bt.error();
+  s.bootstrap_timeout = *bt;
+  const auto layout = model::kv_layout_for(ctx.model, s.kv_pages);
+  const uint64_t slot_bytes = uint64_t(ctx.model.max_image_patches) * ctx.model.d_model * sizeof(float);
+  if (auto r = ctx.engine->allocate(kKvRegion, layout.total_bytes()); !r) return r.error();
+  if (auto r = ctx.engine->allocate(kEmbedRegion, slot_bytes * s.embed_slots); !r) return r.error();
+  if (auto r = ctx.engine->allocate(kAuxRegion, uint64_t(s.aux_slots) * sizeof(AuxRecord)); !r) return r.error();
+  spdlog::info("prefill: local KV pool of {} pages, {} embedding slots of {} KiB, chunks of {} tokens, {} transfer workers",
+               s.kv_pages, s.embed_slots, slot_bytes >> 10, s.chunk_tokens, s.transfer_workers);
+  RoleHandle h;
+  h.main = ctx.system->spawn(prefill_role, ctx, s);
+  h.kv_layout = layout;
+  h.kv_pages_total = s.kv_pages;
+  for (auto t : {MessageType::submit, MessageType::bootstrap, MessageType::embed_meta, MessageType::embed_done,
+                 MessageType::abort, MessageType::cancel})
+    ctx.bridge->subscribe(t, h.main);
+  return h;
+}
+
+}  // namespace
+
+RoleSpec prefill_role_spec() {
+  RoleSpec spec;
+  spec.name = "prefill";
+  spec.summary = "runs chunked prefill and writes KV pages into decode's pool";
+  spec.needs_engine = true;
+  spec.settings = {"kv_pages", "chunk_tokens", "transfer_workers", "embed_slots", "aux_slots", "bootstrap_timeout_ms"};
+  spec.spawn = spawn_prefill;
+  return spec;
+}
+
+}  // namespace epd::actors

@@ -1,0 +1,397 @@
+// The router role: the front door. It turns a generate call into a room (encoder for the image, prefill,
+// decode — each picked by least load among healthy registered instances), sends the SUBMITs, collects
+// TOKENS and the final RESULT, and retries a failed room on other instances when the cause is retryable,
+// up to max_attempts. Every call ends within request_timeout: with tokens or with an error naming the cause.
+#include <spdlog/spdlog.h>
+
+#include <map>
+#include <random>
+#include <set>
+
+#include "epd/actors/membership.hpp"
+#include "epd/actors/role_support.hpp"
+#include "epd/actors/roles/roles.hpp"
+#include "epd/actors/router/http_api.hpp"
+#include "epd/actors/router/router_service.hpp"
+#include "epd/model/image.hpp"
+#include "epd/model/tokens.hpp"
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(epd::actors::GenerateRequest)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(epd::actors::GenerateResponse)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(epd::actors::RouterStats)
+
+namespace epd::actors {
+namespace {
+
+using clock = std::chrono::steady_clock;
+using protocol::Envelope;
+using protocol::ErrorCode;
+using protocol::make_error;
+using protocol::MessageType;
+using stats_atom = caf::atom_constant<caf::atom("stats")>;
+
+double ms_between(clock::time_point a, clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+struct Attempt {
+  uint64_t room = 0;
+  std::string encoder, prefill, decode;
+  clock::time_point started;
+  std::optional<clock::time_point> first_token;
+};
+
+struct Pending {
+  caf::response_promise promise;
+  GenerateRequest request;
+  std::vector<uint32_t> prompt;
+  uint32_t image_tokens = 0;
+  uint32_t attempts = 0;
+  Attempt current;
+  clock::time_point started;
+  std::set<std::string> failed_instances;  // avoided on retries while alternatives exist
+};
+
+struct RouterState {
+  RoleContext ctx;
+  std::map<uint64_t, uint64_t> room_to_request;
+  std::map<uint64_t, Pending> requests;
+  std::map<std::string, uint32_t> inflight;  // rooms this router has on each instance
+  uint64_t next_request = 1;
+  std::mt19937_64 rng{std::random_device{}()};
+  RouterStats stats;
+  static inline const char* name = "router";
+};
+
+int http_status_for(ErrorCode code) {
+  switch (code) {
+    case ErrorCode::invalid_request: return 400;
+    case ErrorCode::out_of_capacity:
+    case ErrorCode::unknown_peer: return 503;
+    case ErrorCode::timeout:
+    case ErrorCode::waiting_timeout:
+    case ErrorCode::bootstrap_timeout: return 504;
+    default: return 502;
+  }
+}
+
+// Least loaded healthy instance of `role`: fewest rooms in flight from this router, then most free KV pages.
+std::optional<std::string> pick(RouterState& st, const std::string& role, const std::set<std::string>& avoid) {
+  std::optional<std::string> best, fallback;
+  std::tuple<uint32_t, int64_t> best_score{UINT32_MAX, 0}, fallback_score{UINT32_MAX, 0};
+  for (const auto& e : st.ctx.registry->entries()) {
+    if (e.info.role != role || !e.info.healthy) continue;
+    const std::tuple<uint32_t, int64_t> score{st.inflight[e.info.instance_id], -int64_t(e.info.free_kv_pages)};
+    if (!avoid.count(e.info.instance_id) && (!best || score < best_score)) {
+      best = e.info.instance_id;
+      best_score = score;
+    }
+    if (!fallback || score < fallback_score) {
+      fallback = e.info.instance_id;
+      fallback_score = score;
+    }
+  }
+  return best ? best : fallback;
+}
+
+void release_attempt(RouterState& st, const Attempt& a) {
+  for (const auto* id : {&a.encoder, &a.prefill, &a.decode})
+    if (!id->empty() && st.inflight[*id] > 0) --st.inflight[*id];
+  st.room_to_request.erase(a.room);
+}
+
+void cancel_attempt(RouterState& st, const Attempt& a, const std::string& reason) {
+  for (const auto* id : {&a.encoder, &a.prefill, &a.decode})
+    if (!id->empty()) st.ctx.bridge->send(*id, protocol::Cancel{a.room, reason});
+}
+
+void respond_error(RouterState& st, uint64_t req_id, const protocol::Error& e) {
+  auto it = st.requests.find(req_id);
+  if (it == st.requests.end()) return;
+  Pending& p = it->second;
+  GenerateResponse r;
+  r.http_status = http_status_for(e.code);
+  r.error_code = std::string(protocol::error_name(e.code));
+  r.error = e.detail;
+  r.attempts = p.attempts;
+  r.room = p.current.room;
+  r.timings.total_ms = ms_between(p.started, clock::now());
+  ++st.stats.failed;
+  spdlog::warn("router: request {} failed after {} attempt(s): {}", req_id, p.attempts, e.to_string());
+  p.promise.deliver(std::move(r));
+  release_attempt(st, p.current);
+  st.requests.erase(it);
+}
+
+void start_attempt(RouterState& st, uint64_t req_id) {
+  Pending& p = st.requests.at(req_id);
+  Attempt a;
+  a.started = clock::now();
+  do a.room = st.rng();
+  while (a.room == 0 || st.room_to_request.count(a.room));
+  auto decode = pick(st, "decode", p.failed_instances);
+  auto prefill = pick(st, "prefill", p.failed_instances);
+  auto encoder = p.request.image_ppm.empty() ? std::optional<std::string>("") : pick(st, "encoder", p.failed_instances);
+  if (!decode || !prefill || !encoder) {
+    const char* missing = !decode ? "decode" : !prefill ? "prefill" : "encoder";
+    return respond_error(st, req_id, make_error(ErrorCode::unknown_peer,
+                                                std::string("no healthy ") + missing + " instance is registered"));
+  }
+  a.decode = *decode;
+  a.prefill = *prefill;
+  a.encoder = *encoder;
+  ++p.attempts;
+  p.current = a;
+  st.room_to_request[a.room] = req_id;
+  for (const auto* id : {&a.encoder, &a.prefill, &a.decode})
+    if (!id->empty()) ++st.inflight[*id];
+
+  protocol::Submit s;
+  s.room = a.room;
+  s.attempt = p.attempts;
+  s.prompt = p.prompt;
+  s.image_tokens = p.image_tokens;
+  s.max_tokens = p.request.max_tokens;
+  s.encoder = a.encoder;
+  s.prefill = a.prefill;
+  s.decode = a.decode;
+  // Decode first: its BOOTSTRAP is usually what prefill waits for longest.
+  st.ctx.bridge->send(a.decode, s);
+  if (!a.encoder.empty()) {
+    protocol::Submit e = s;
+    e.image = p.request.image_ppm;
+    e.prompt.clear();
+    st.ctx.bridge->send(a.encoder, std::move(e));
+  }
+  st.ctx.bridge->send(a.prefill, std::move(s));
+}
+
+void on_result(RouterState& st, const Envelope& env, protocol::RoomResult& res) {
+  auto rit = st.room_to_request.find(res.room);
+  if (rit == st.room_to_request.end()) return;  // a finished or superseded attempt
+  const uint64_t req_id = rit->second;
+  Pending& p = st.requests.at(req_id);
+  if (res.ok) {
+    if (env.sender != p.current.decode) return;
+    const auto now = clock::now();
+    GenerateResponse r;
+    r.tokens = std::move(res.tokens);
+    r.text = model::decode_text(r.tokens);
+    r.room = res.room;
+    r.attempts = p.attempts;
+    r.encoder = p.current.encoder;
+    r.prefill = p.current.prefill;
+    r.decode = p.current.decode;
+    r.timings.encode_ms = double(res.encode_us) / 1000;
+    r.timings.prefill_ms = double(res.prefill_us) / 1000;
+    r.timings.transfer_ms = double(res.transfer_us) / 1000;
+    r.timings.decode_ms = double(res.decode_us) / 1000;
+    r.timings.first_token_ms = ms_between(p.started, p.current.first_token.value_or(now));
+    r.timings.total_ms = ms_between(p.started, now);
+    ++st.stats.completed;
+    p.promise.deliver(std::move(r));
+    release_attempt(st, p.current);
+    st.requests.erase(req_id);
+    return;
+  }
+  const protocol::Error e = make_error(res.code, "'" + env.sender + "': " + res.reason);
+  cancel_attempt(st, p.current, "failed at '" + env.sender + "'");
+  release_attempt(st, p.current);
+  const uint32_t max_attempts = st.ctx.cluster->cluster.max_attempts;
+  if (protocol::is_retryable(res.code) && p.attempts < max_attempts) {
+    spdlog::info("router: room {} failed ({}); retrying (attempt {}/{})", res.room, e.to_string(), p.attempts + 1,
+                 max_attempts);
+    ++st.stats.retries;
+    p.failed_instances.insert(env.sender);
+    start_attempt(st, req_id);
+    return;
+  }
+  respond_error(st, req_id, e);
+}
+
+caf::behavior router(caf::stateful_actor<RouterState>* self, RoleContext ctx) {
+  self->state.ctx = std::move(ctx);
+  return {
+      [=](generate_atom, GenerateRequest& req) -> caf::response_promise {
+        auto& s = self->state;
+        ++s.stats.requests;
+        auto promise = self->make_response_promise();
+        auto bad_request = [&](std::string why) {
+          GenerateResponse bad;
+          bad.http_status = 400;
+          bad.error_code = "invalid_request";
+          bad.error = std::move(why);
+          ++s.stats.failed;
+          promise.deliver(std::move(bad));
+          return promise;
+        };
+        std::optional<model::ImageDims> dims;
+        if (!req.image_ppm.empty()) {
+          auto image = model::parse_ppm(req.image_ppm);
+          if (!image) return bad_request("image: " + image.error().detail);
+          dims = model::ImageDims{image->width, image->height};
+        }
+        auto prompt = model::build_prompt(s.ctx.model, req.prompt, dims);
+        if (!prompt) return bad_request(prompt.error().detail);
+        const uint64_t id = s.next_request++;
+        Pending p;
+        p.promise = promise;
+        p.request = std::move(req);
+        p.prompt = std::move(prompt.value());
+        p.image_tokens = model::count_image_tokens(p.prompt);
+        p.started = clock::now();
+        s.requests.emplace(id, std::move(p));
+        self->delayed_send(self, s.ctx.cluster->cluster.request_timeout, timeout_atom::value, id);
+        start_attempt(s, id);
+        return promise;
+      },
+      [=](stats_atom) { return self->state.stats; },
+      [=](timeout_atom, uint64_t id) {
+        auto& s = self->state;
+        auto it = s.requests.find(id);
+        if (it == s.requests.end()) return;
+        cancel_attempt(s, it->second.current, "request timed out");
+        respond_error(s, id, make_error(ErrorCode::timeout,
+                                        "no answer within " +
+                                            std::to_string(s.ctx.cluster->cluster.request_timeout.count()) +
+                                            " ms (room " + std::to_string(it->second.current.room) + ")"));
+      },
+      [=](Envelope& env) {
+        auto& s = self->state;
+        if (auto* t = std::get_if<protocol::Tokens>(&env.body)) {
+          auto rit = s.room_to_request.find(t->room);
+          if (rit == s.room_to_request.end()) return;
+          auto& a = s.requests.at(rit->second).current;
+          if (!a.first_token) a.first_token = clock::now();
+        } else if (auto* r = std::get_if<protocol::RoomResult>(&env.body)) {
+          on_result(s, env, *r);
+        } else if (auto* e = std::get_if<protocol::ErrorReply>(&env.body)) {
+          spdlog::warn("router: ERROR from '{}': {} {}", env.sender, protocol::error_name(e->code), e->detail);
+        } else {
+          spdlog::warn("router: unexpected {} from '{}'", protocol::type_name(env.type()), env.sender);
+          s.ctx.bridge->send(env.sender, protocol::ErrorReply{ErrorCode::unexpected_message,
+                                                              "router does not handle this message",
+                                                              uint16_t(env.type()), 0});
+        }
+      },
+      [=](PeerChanges&) {
+        // Rooms on a departed instance fail through the surviving roles' reports (they see the same
+        // PEERS); the per-request timeout bounds everything else.
+      },
+  };
+}
+
+// RouterService on top of the router actor, for the HTTP threads.
+class ActorRouterService final : public RouterService {
+ public:
+  ActorRouterService(caf::actor_system& system, caf::actor router, std::shared_ptr<RegistryView> registry,
+                     std::chrono::milliseconds timeout)
+      : system_(system), router_(std::move(router)), registry_(std::move(registry)), timeout_(timeout) {}
+
+  GenerateResponse generate(const GenerateRequest& request) override {
+    caf::scoped_actor self{system_};
+    GenerateResponse out;
+    self->request(router_, timeout_ + std::chrono::seconds(5), generate_atom::value, request)
+        .receive([&](GenerateResponse& r) { out = std::move(r); },
+                 [&](caf::error& e) {
+                   out.http_status = 504;
+                   out.error_code = "timeout";
+                   out.error = "router did not answer: " + system_.render(e);
+                 });
+    return out;
+  }
+
+  std::vector<InstanceView> instances() override {
+    std::vector<InstanceView> out;
+    const auto now = clock::now();
+    for (const auto& e : registry_->entries()) {
+      InstanceView v;
+      v.id = e.info.instance_id;
+      v.role = e.info.role;
+      v.control_endpoint = e.info.control_endpoint;
+      v.incarnation = e.info.incarnation;
+      v.healthy = e.info.healthy;
+      v.free_kv_pages = e.info.free_kv_pages;
+      v.total_kv_pages = e.info.total_kv_pages;
+      v.free_slots = e.info.free_slots;
+      v.total_slots = e.info.total_slots;
+      v.active_rooms = e.info.active_rooms;
+      v.last_seen_ms = uint64_t(std::chrono::duration_cast<std::chrono::milliseconds>(now - e.last_seen).count());
+      out.push_back(std::move(v));
+    }
+    return out;
+  }
+
+  RouterStats stats() override {
+    caf::scoped_actor self{system_};
+    RouterStats out;
+    self->request(router_, std::chrono::seconds(5), stats_atom::value)
+        .receive([&](RouterStats& s) { out = s; }, [&](caf::error&) {});
+    return out;
+  }
+
+  bool healthy() override { return true; }
+
+ private:
+  caf::actor_system& system_;
+  caf::actor router_;
+  std::shared_ptr<RegistryView> registry_;
+  std::chrono::milliseconds timeout_;
+};
+
+// Owns the HTTP server for the router's lifetime; stopped when the router actor terminates.
+struct HttpFront {
+  std::unique_ptr<ActorRouterService> service;
+  std::unique_ptr<HttpApi> api;
+};
+
+protocol::Result<RoleHandle> spawn_router(RoleContext& ctx) {
+  if (!ctx.registry)
+    return make_error(ErrorCode::config_error,
+                      "router '" + ctx.instance->id + "' must host the registry ([cluster] registry = \"" +
+                          ctx.instance->id + "\")");
+  auto http = ctx.instance->settings.get_string("http", "127.0.0.1:8080");
+  if (!http) return http.error();
+  const auto colon = http->rfind(':');
+  uint64_t port = 0;
+  try {
+    port = colon == std::string::npos ? 70000 : std::stoul(http->substr(colon + 1));
+  } catch (...) {
+    port = 70000;
+  }
+  if (colon == std::string::npos || port > 65535)
+    return make_error(ErrorCode::config_error, ctx.instance->settings.where() + ": key 'http' must be HOST:PORT, got '" +
+                                                   *http + "'");
+  HttpLimits limits;
+  auto max_tokens = setting_u32(ctx.instance->settings, "max_tokens_limit", 1024, 1, 1u << 20);
+  if (!max_tokens) return max_tokens.error();
+  limits.max_tokens = *max_tokens;
+  RoleHandle h;
+  h.main = ctx.system->spawn(router, ctx);
+  auto front = std::make_shared<HttpFront>();
+  front->service = std::make_unique<ActorRouterService>(*ctx.system, h.main, ctx.registry,
+                                                        ctx.cluster->cluster.request_timeout);
+  front->api = std::make_unique<HttpApi>(*front->service, limits);
+  if (auto st = front->api->start(http->substr(0, colon), uint16_t(port)); !st) {
+    caf::anon_send_exit(h.main, caf::exit_reason::user_shutdown);
+    return st.error();
+  }
+  spdlog::info("router: HTTP API on http://{}:{}", http->substr(0, colon), front->api->port());
+  h.main->attach_functor([front] { front->api->stop(); });
+  for (auto t : {MessageType::tokens, MessageType::result}) ctx.bridge->subscribe(t, h.main);
+  return h;
+}
+
+}  // namespace
+
+RoleSpec router_role_spec() {
+  RoleSpec spec;
+  spec.name = "router";
+  spec.summary = "HTTP front door; places rooms on encoder/prefill/decode instances and retries failures";
+  spec.needs_engine = false;
+  spec.settings = {"http", "max_tokens_limit"};
+  spec.spawn = spawn_router;
+  return spec;
+}
+
+}  // namespace epd::actors

@@ -1,0 +1,135 @@
+#include "epd/actors/run_role.hpp"
+
+#include <signal.h>
+#include <spdlog/spdlog.h>
+#include <sys/prctl.h>
+
+#include <CLI/CLI.hpp>
+#include <random>
+
+#include "epd/actors/membership.hpp"
+#include "epd/actors/registry.hpp"
+#include "epd/actors/role_registry.hpp"
+#include "epd/model/config.hpp"
+
+namespace epd::actors {
+namespace {
+
+int fail(const std::string& what) {
+  spdlog::critical("{}", what);
+  return 2;
+}
+
+uint64_t fresh_incarnation() {
+  // Time in the high bits keeps incarnations increasing across restarts; random low bits avoid collisions.
+  const uint64_t t = uint64_t(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                  std::chrono::system_clock::now().time_since_epoch())
+                                  .count());
+  return (t << 16) | (std::random_device{}() & 0xffff);
+}
+
+protocol::Result<model::ModelConfig> load_model(const config::ClusterConfig& cfg) {
+  if (!cfg.model.path.empty()) return model::load_model_config(cfg.model.path.string());
+  return model::preset(cfg.model.preset);
+}
+
+}  // namespace
+
+int run_role(int argc, char** argv, const char* fixed_role) {
+  CLI::App app{fixed_role ? std::string("epd ") + fixed_role + " role" : "epd role runner"};
+  std::string config_file, id, role_flag, log_level = "info";
+  app.add_option("--config", config_file, "cluster config file (TOML)")->required();
+  app.add_option("--id", id, "this instance's id in the config")->required();
+  if (!fixed_role) app.add_option("--role", role_flag, "role to run (default: the instance's role)");
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
+  CLI11_PARSE(app, argc, argv);
+  spdlog::set_level(spdlog::level::from_str(log_level));
+  spdlog::set_pattern("%H:%M:%S.%e %^%l%$ %v");
+  // No orphans: if the launcher dies, so do we.
+  prctl(PR_SET_PDEATHSIG, SIGTERM);
+
+  auto cfg = config::load_cluster_config(config_file);
+  if (!cfg) return fail(cfg.error().detail);
+  const config::InstanceConfig* inst = cfg->find(id);
+  if (!inst) return fail(config_file + ": no instance with id '" + id + "'");
+  const std::string role = fixed_role ? fixed_role : (role_flag.empty() ? inst->role : role_flag);
+  if (inst->role != role)
+    return fail("instance '" + id + "' has role '" + inst->role + "', this executable runs '" + role + "'");
+  const RoleSpec* spec = builtin_roles().find(role);
+  if (!spec) return fail("unknown role '" + role + "'");
+  {
+    std::vector<std::string_view> keys = spec->settings;
+    if (auto st = inst->settings.only_keys(keys); !st) return fail(st.error().detail);
+  }
+  auto model = load_model(*cfg);
+  if (!model) return fail("model: " + model.error().detail);
+
+  // Signals are taken by sigwait below; block them before any thread starts so none of them gets one.
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  const uint64_t incarnation = fresh_incarnation();
+  std::unique_ptr<transport::Engine> engine;
+  if (spec->needs_engine) {
+    auto ec = config::engine_config_for(*inst);
+    if (!ec) return fail(ec.error().detail);
+    ec->incarnation = incarnation;
+    auto e = transport::Engine::create(*ec);
+    if (!e) return fail("transfer engine: " + e.error().to_string());
+    engine = std::move(e.value());
+  }
+  auto bridge = Bridge::start(id, incarnation, inst->control);
+  if (!bridge) return fail(bridge.error().detail);
+
+  caf::actor_system_config sys_cfg;
+  sys_cfg.set("scheduler.max-threads", 2);
+  caf::actor_system system{sys_cfg};
+
+  RoleContext ctx;
+  ctx.system = &system;
+  ctx.cluster = &cfg.value();
+  ctx.instance = inst;
+  ctx.bridge = bridge.value();
+  ctx.engine = engine.get();
+  ctx.model = model.value();
+  std::vector<caf::actor> actors;
+  if (cfg->cluster.registry == id) {
+    ctx.registry = std::make_shared<RegistryView>();
+    actors.push_back(spawn_registry(system, ctx.bridge,
+                                    RegistryConfig{cfg->cluster.heartbeat_interval, cfg->cluster.heartbeat_misses},
+                                    ctx.registry));
+  }
+  auto handle = spec->spawn(ctx);
+  if (!handle) {
+    for (auto& a : actors) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+    ctx.bridge->stop();
+    return fail(handle.error().detail);
+  }
+  ctx.bridge->set_default(handle->main);
+  MembershipConfig mc;
+  mc.registry_endpoint = cfg->registry()->control;
+  mc.role = role;
+  mc.heartbeat_interval = cfg->cluster.heartbeat_interval;
+  if (engine) mc.segment = engine->descriptor();
+  mc.kv_layout = handle->kv_layout;
+  mc.kv_pages_total = handle->kv_pages_total;
+  actors.push_back(spawn_membership(system, ctx.bridge, mc, ctx.load, handle->main));
+  actors.push_back(handle->main);
+  for (auto& a : handle->others) actors.push_back(a);
+  spdlog::info("{} '{}' serving on {} (incarnation {})", role, id, ctx.bridge->endpoint(), incarnation);
+
+  int sig = 0;
+  sigwait(&sigs, &sig);
+  spdlog::info("{} '{}' stopping on signal {}", role, id, sig);
+  ctx.bridge->send_to_endpoint(mc.registry_endpoint, protocol::Goodbye{"shutdown"});
+  for (auto& a : actors) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+  ctx.bridge->stop();  // flushes the GOODBYE within linger
+  system.await_all_actors_done();
+  return 0;
+}
+
+}  // namespace epd::actors

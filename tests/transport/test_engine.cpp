@@ -1,0 +1,97 @@
+#include <unistd.h>
+#include <catch2/catch.hpp>
+
+#include "epd/protocol/codec.hpp"
+#include "test_util.hpp"
+
+using namespace epd::test;
+
+TEST_CASE("regions are page-rounded, zeroed, distinct and findable", "[engine]") {
+  EngineConfig c;
+  c.offer = {BackendKind::shm};
+  auto e = Engine::create(c);
+  REQUIRE(e);
+  auto a = (*e)->allocate("a", 1);
+  auto b = (*e)->allocate("b", 3 * 4096 + 5);
+  REQUIRE(a);
+  REQUIRE(b);
+  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  CHECK(a->length == page);
+  CHECK(b->length % page == 0);
+  CHECK(b->length >= 3 * 4096 + 5);
+  CHECK(a->id != b->id);
+  for (uint64_t i = 0; i < b->length; ++i) REQUIRE(b->base[i] == 0);
+  CHECK((*e)->find_local(b->addr(), b->length) != nullptr);
+  CHECK((*e)->find_local(b->addr() + 1, b->length) == nullptr);
+  CHECK((*e)->find_local(a->addr() + a->length - 1, 2) == nullptr);
+  CHECK_FALSE((*e)->allocate("zero", 0));
+  CHECK((*e)->regions().size() == 2);
+}
+
+TEST_CASE("descriptor round-trips through the protocol codec", "[engine]") {
+  LocalTarget t("shm,tcp", 2, 8192);
+  REQUIRE(t.ok());
+  const auto& d = t.descriptor();
+  CHECK(d.token != 0);
+  CHECK(d.incarnation != 0);
+  CHECK(d.pid == getpid());
+  CHECK(d.shm_control_fd >= 0);
+  CHECK(d.tcp_endpoint.rfind("127.0.0.1:", 0) == 0);
+  CHECK(d.regions.size() == 2);
+  auto decoded =
+      epd::protocol::decode_value<epd::protocol::SegmentDescriptor>(epd::protocol::encode_value(d));
+  REQUIRE(decoded);
+  CHECK(*decoded == d);
+}
+
+TEST_CASE("backend choice: shm on one host, tcp across hosts, force wins", "[engine]") {
+  LocalTarget t("shm,tcp", 1, 4096);
+  REQUIRE(t.ok());
+  EngineConfig c;
+  auto e = Engine::create(c);
+  REQUIRE(e);
+  CHECK(*(*e)->choose_backend(t.descriptor()) == BackendKind::shm);
+
+  auto other_host = t.descriptor();
+  other_host.host_id = "elsewhere";
+  CHECK(*(*e)->choose_backend(other_host) == BackendKind::tcp);
+
+  auto shm_only = other_host;
+  shm_only.tcp_endpoint.clear();
+  auto none = (*e)->choose_backend(shm_only);
+  REQUIRE_FALSE(none);
+  CHECK(none.error().code == ErrorCode::no_common_backend);
+
+  EngineConfig forced;
+  forced.force = BackendKind::tcp;
+  auto f = Engine::create(forced);
+  REQUIRE(f);
+  CHECK(*(*f)->choose_backend(t.descriptor()) == BackendKind::tcp);
+  auto no_tcp = t.descriptor();
+  no_tcp.tcp_endpoint.clear();
+  CHECK((*f)->choose_backend(no_tcp).error().code == ErrorCode::no_common_backend);
+
+  EngineConfig rdma;
+  rdma.force = BackendKind::rdma;
+  auto r = Engine::create(rdma);
+  REQUIRE(r);  // shm/tcp still start; rdma is only offered when its backend starts
+  CHECK((*r)->choose_backend(t.descriptor()).error().code == ErrorCode::no_common_backend);
+}
+
+TEST_CASE("sessions are closed when their engine goes away", "[engine]") {
+  LocalTarget t("shm", 1, 4096);
+  REQUIRE(t.ok());
+  SessionPtr s;
+  {
+    auto init = make_initiator(BackendKind::shm, 4096);
+    REQUIRE(init.engine);
+    auto opened = init.engine->open_session(t.descriptor());
+    REQUIRE(opened);
+    s = *opened;
+    CHECK(s->healthy());
+  }
+  CHECK_FALSE(s->healthy());
+  auto r = s->submit({WriteOp{1, t.region(0).base, 1}});
+  REQUIRE_FALSE(r);
+  CHECK(r.error().code == ErrorCode::session_closed);
+}

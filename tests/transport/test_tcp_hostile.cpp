@@ -1,0 +1,157 @@
+// Hostile bytes straight at a tcp listener: every bad frame is refused, nothing outside a region is written,
+// and the listener keeps serving.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <vector>
+
+#include "../../transport/backends/tcp/wire.hpp"
+#include "test_util.hpp"
+
+using namespace epd::test;
+using namespace epd::transport::tcp;
+using namespace std::chrono_literals;
+
+namespace {
+
+int connect_raw(const std::string& endpoint) {
+  const auto colon = endpoint.rfind(':');
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(static_cast<uint16_t>(std::stoi(endpoint.substr(colon + 1))));
+  inet_pton(AF_INET, endpoint.substr(0, colon).c_str(), &sa.sin_addr);
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  timeval tv{5, 0};  // every read below is bounded
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  if (connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+void send_all(int fd, const void* p, size_t n) {
+  REQUIRE(send(fd, p, n, MSG_NOSIGNAL) == static_cast<ssize_t>(n));
+}
+
+void send_frame(int fd, uint64_t seq, uint64_t token, uint64_t addr, uint64_t len,
+                const std::vector<uint8_t>& payload) {
+  WriteHeader h;
+  h.seq = seq;
+  h.token = token;
+  h.addr = addr;
+  h.len = len;
+  send_all(fd, &h, sizeof(h));
+  if (!payload.empty()) send_all(fd, payload.data(), payload.size());
+}
+
+Reply read_reply(int fd) {
+  Reply r{};
+  r.magic = 0;
+  REQUIRE(recv(fd, &r, sizeof(r), MSG_WAITALL) == static_cast<ssize_t>(sizeof(r)));
+  CHECK(r.magic == kReplyMagic);
+  return r;
+}
+
+bool closed_by_peer(int fd) {
+  char c;
+  return recv(fd, &c, 1, 0) == 0;
+}
+
+}  // namespace
+
+TEST_CASE("tcp listener refuses hostile frames and survives", "[tcp][hostile]") {
+  LocalTarget target("tcp", 2, 1 << 16);
+  REQUIRE(target.ok());
+  const auto& d = target.descriptor();
+  const auto& r0 = d.regions[0];
+  REQUIRE(target.fill(r0.base, r0.length, 0x11));
+  REQUIRE(target.fill(d.regions[1].base, d.regions[1].length, 0x22));
+  const uint64_t sum0 = *target.checksum(r0.base, r0.length);
+  const uint64_t sum1 = *target.checksum(d.regions[1].base, d.regions[1].length);
+  const std::vector<uint8_t> payload(16, 0xEE);
+
+  SECTION("refused frames are drained and nacked; the connection stays usable") {
+    const int fd = connect_raw(d.tcp_endpoint);
+    REQUIRE(fd >= 0);
+    send_frame(fd, 1, d.token, r0.base + r0.length - 8, 16, payload);  // past the end
+    Reply r = read_reply(fd);
+    CHECK(r.type == kTypeNack);
+    CHECK(r.seq == 1);
+    CHECK(r.code == static_cast<uint16_t>(ErrorCode::out_of_range));
+    send_frame(fd, 2, d.token ^ 1, r0.base, 16, payload);  // wrong token
+    r = read_reply(fd);
+    CHECK(r.type == kTypeNack);
+    CHECK(r.code == static_cast<uint16_t>(ErrorCode::bad_token));
+    send_frame(fd, 3, d.token, ~0ull - 4, 16, payload);  // address wraps
+    r = read_reply(fd);
+    CHECK(r.code == static_cast<uint16_t>(ErrorCode::out_of_range));
+    send_frame(fd, 4, d.token, 4096, 16, payload);  // an address that is no region at all
+    r = read_reply(fd);
+    CHECK(r.code == static_cast<uint16_t>(ErrorCode::out_of_range));
+    CHECK(*target.checksum(r0.base, r0.length) == sum0);
+    // Still framed: a valid write lands and is acked.
+    send_frame(fd, 5, d.token, r0.base + 100, 16, payload);
+    r = read_reply(fd);
+    CHECK(r.type == kTypeAck);
+    CHECK(r.seq == 5);
+    CHECK(reinterpret_cast<const uint8_t*>(r0.base)[100] == 0xEE);
+    CHECK(reinterpret_cast<const uint8_t*>(r0.base)[116] == 0x11);
+    close(fd);
+  }
+  SECTION("a huge length is refused and the connection dropped") {
+    const int fd = connect_raw(d.tcp_endpoint);
+    REQUIRE(fd >= 0);
+    send_frame(fd, 9, d.token, r0.base, ~0ull, {});
+    Reply r = read_reply(fd);
+    CHECK(r.type == kTypeNack);
+    CHECK(r.code == static_cast<uint16_t>(ErrorCode::frame_too_large));
+    CHECK(closed_by_peer(fd));
+    close(fd);
+    CHECK(*target.checksum(r0.base, r0.length) == sum0);
+  }
+  SECTION("garbage is refused and the connection dropped") {
+    const int fd = connect_raw(d.tcp_endpoint);
+    REQUIRE(fd >= 0);
+    std::vector<uint8_t> junk(40);
+    fill_random(junk.data(), junk.size(), 7);
+    send_all(fd, junk.data(), junk.size());
+    Reply r = read_reply(fd);
+    CHECK(r.type == kTypeNack);
+    CHECK(r.code == static_cast<uint16_t>(ErrorCode::bad_header));
+    CHECK(closed_by_peer(fd));
+    close(fd);
+  }
+  SECTION("a sender that vanishes mid-payload or mid-header leaves the listener serving") {
+    for (size_t cut : {size_t{7}, sizeof(WriteHeader) + 5}) {
+      const int fd = connect_raw(d.tcp_endpoint);
+      REQUIRE(fd >= 0);
+      WriteHeader h;
+      h.seq = 1;
+      h.token = d.token;
+      h.addr = d.regions[1].base;
+      h.len = 1000;
+      std::vector<uint8_t> bytes(sizeof(h) + 1000, 0x77);
+      std::memcpy(bytes.data(), &h, sizeof(h));
+      send_all(fd, bytes.data(), cut);
+      close(fd);
+    }
+  }
+  // Whatever happened above, the listener serves a proper session afterwards.
+  auto init = make_initiator(BackendKind::tcp, 4096);
+  REQUIRE(init.engine);
+  auto s = init.engine->open_session(d);
+  REQUIRE(s);
+  fill_random(init.src.base, 4096, 8);
+  auto b = (*s)->submit({WriteOp{init.src.addr(), d.regions[1].base + 4096, 4096}});
+  REQUIRE(b);
+  REQUIRE((*b)->wait(10s));
+  CHECK((*b)->status().ok());
+  CHECK(*target.checksum(d.regions[1].base + 4096, 4096) == xxh(init.src.base, 4096));
+  (void)sum1;
+}

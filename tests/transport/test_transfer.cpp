@@ -1,0 +1,125 @@
+// Bytes arrive intact: single writes from 1 B to 64 MiB and hundreds of batches in flight with random offsets
+// and sizes, on shm and tcp, with the target in this process and in a child process.
+#include <catch2/catch.hpp>
+
+#include <vector>
+
+#include "test_util.hpp"
+
+using namespace epd::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr uint64_t kMiB = 1ull << 20;
+
+void single_writes_of_every_size(bool child, BackendKind kind) {
+  auto target = make_target(child, std::string(backend_name(kind)), 2, 64 * kMiB + 4096);
+  REQUIRE(target->ok());
+  auto init = make_initiator(kind, 64 * kMiB + 4096);
+  REQUIRE(init.engine);
+  auto session = init.engine->open_session(target->descriptor());
+  REQUIRE(session);
+  CHECK((*session)->backend() == kind);
+
+  const std::vector<uint64_t> sizes = {1, 7, 4096, 65536 + 3, kMiB, 16 * kMiB + 5, 64 * kMiB};
+  uint64_t seed = 1;
+  for (uint64_t size : sizes) {
+    CAPTURE(size);
+    const uint64_t src_off = 13, dst_off = 1 + seed;  // odd, unaligned offsets
+    uint8_t* src = init.src.base + src_off;
+    fill_random(src, size, seed);
+    const uint64_t dst = target->region(seed % 2).base + dst_off;
+    auto batch = (*session)->submit({WriteOp{reinterpret_cast<uint64_t>(src), dst, size}});
+    REQUIRE(batch);
+    REQUIRE((*batch)->wait(30s));
+    REQUIRE((*batch)->status().ok());
+    CHECK(target->checksum(dst, size) == xxh(src, size));
+    ++seed;
+  }
+  CHECK((*session)->stats().batches_ok == sizes.size());
+}
+
+void many_in_flight(bool child, BackendKind kind) {
+  constexpr uint64_t kSlot = 64 * 1024, kSlots = 600;
+  auto target = make_target(child, std::string(backend_name(kind)), 1, kSlot * kSlots);
+  REQUIRE(target->ok());
+  auto init = make_initiator(kind, 8 * kMiB);
+  REQUIRE(init.engine);
+  fill_random(init.src.base, init.src.length, 99);
+  auto session = init.engine->open_session(target->descriptor());
+  REQUIRE(session);
+
+  std::mt19937_64 rng(1234);
+  std::vector<WriteOp> all;
+  std::vector<BatchPtr> batches;
+  uint64_t slot = 0;
+  while (slot < kSlots) {
+    std::vector<WriteOp> ops;
+    const uint64_t n = std::min<uint64_t>(1 + rng() % 3, kSlots - slot);
+    for (uint64_t i = 0; i < n; ++i, ++slot) {
+      const uint64_t len = 1 + rng() % kSlot;
+      const uint64_t dst_off = rng() % (kSlot - len + 1);
+      const uint64_t src_off = rng() % (init.src.length - len + 1);
+      ops.push_back(WriteOp{init.src.addr() + src_off, target->region(0).base + slot * kSlot + dst_off, len});
+    }
+    auto b = (*session)->submit(ops);
+    REQUIRE(b);
+    batches.push_back(*b);
+    all.insert(all.end(), ops.begin(), ops.end());
+  }
+  CHECK(batches.size() > 250);
+  for (auto& b : batches) {
+    REQUIRE(b->wait(30s));
+    REQUIRE(b->status().ok());
+  }
+  for (const WriteOp& w : all)
+    REQUIRE(target->checksum(w.remote_addr, w.len) ==
+            xxh(reinterpret_cast<const uint8_t*>(w.local_addr), w.len));
+}
+
+}  // namespace
+
+TEST_CASE("shm: single writes of 1 B .. 64 MiB, same process", "[transfer][shm]") {
+  single_writes_of_every_size(false, BackendKind::shm);
+}
+TEST_CASE("tcp: single writes of 1 B .. 64 MiB, same process", "[transfer][tcp]") {
+  single_writes_of_every_size(false, BackendKind::tcp);
+}
+TEST_CASE("shm: single writes of 1 B .. 64 MiB, child process", "[transfer][shm][multiproc]") {
+  single_writes_of_every_size(true, BackendKind::shm);
+}
+TEST_CASE("tcp: single writes of 1 B .. 64 MiB, child process", "[transfer][tcp][multiproc]") {
+  single_writes_of_every_size(true, BackendKind::tcp);
+}
+TEST_CASE("shm: hundreds of random batches in flight, same process", "[transfer][shm]") {
+  many_in_flight(false, BackendKind::shm);
+}
+TEST_CASE("tcp: hundreds of random batches in flight, same process", "[transfer][tcp]") {
+  many_in_flight(false, BackendKind::tcp);
+}
+TEST_CASE("shm: hundreds of random batches in flight, child process", "[transfer][shm][multiproc]") {
+  many_in_flight(true, BackendKind::shm);
+}
+TEST_CASE("tcp: hundreds of random batches in flight, child process", "[transfer][tcp][multiproc]") {
+  many_in_flight(true, BackendKind::tcp);
+}
+
+TEST_CASE("tcp: one lane, tiny slices and a small in-flight window still deliver", "[transfer][tcp]") {
+  LocalTarget target("tcp", 1, 4 * kMiB);
+  REQUIRE(target.ok());
+  EngineConfig c;
+  c.tcp.lanes = 1;
+  c.tcp.slice_bytes = 4096;
+  c.tcp.max_inflight_slices = 2;
+  auto init = make_initiator(BackendKind::tcp, 4 * kMiB, c);
+  REQUIRE(init.engine);
+  fill_random(init.src.base, init.src.length, 5);
+  auto s = init.engine->open_session(target.descriptor());
+  REQUIRE(s);
+  auto b = (*s)->submit({WriteOp{init.src.addr(), target.region(0).base, init.src.length}});
+  REQUIRE(b);
+  REQUIRE((*b)->wait(30s));
+  REQUIRE((*b)->status().ok());
+  CHECK(target.checksum(target.region(0).base, init.src.length) == xxh(init.src.base, init.src.length));
+}

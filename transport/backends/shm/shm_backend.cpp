@@ -1,0 +1,68 @@
+// shm backend: serves by exporting a control page; connects by mapping the peer's memfds (see shm_link.hpp).
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <new>
+
+#include "backend_factory.hpp"
+#include "control_page.hpp"
+#include "shm_link.hpp"
+
+namespace epd::transport {
+namespace shm {
+namespace {
+
+class ShmBackend final : public Backend {
+ public:
+  ShmBackend(int fd, ControlPage* page) : fd_(fd), page_(page) {}
+  ~ShmBackend() override {
+    page_->token.store(0, std::memory_order_release);  // writers still mapped see the engine is gone
+    munmap(page_, kPage);
+    ::close(fd_);
+  }
+
+  BackendKind kind() const override { return BackendKind::shm; }
+  void describe(protocol::SegmentDescriptor& self) const override {
+    self.pid = page_->pid;
+    self.shm_control_fd = fd_;
+  }
+  bool can_reach(const protocol::SegmentDescriptor& self,
+                 const protocol::SegmentDescriptor& peer) const override {
+    return !peer.host_id.empty() && peer.host_id == self.host_id && peer.pid > 0 && peer.shm_control_fd >= 0;
+  }
+  Status on_region_added(Region&) override { return {}; }  // regions are memfds already
+  Result<std::unique_ptr<Link>> connect(const protocol::SegmentDescriptor& peer) override {
+    return ShmLink::open(peer);
+  }
+
+  static constexpr size_t kPage = 4096;
+
+ private:
+  int fd_;
+  ControlPage* page_;
+};
+
+}  // namespace
+}  // namespace shm
+
+Result<std::unique_ptr<Backend>> make_shm_backend(const BackendContext& ctx) {
+  using shm::ControlPage;
+  const int fd = memfd_create(("epd:" + ctx.config.instance_id + ":shm-control").c_str(), MFD_CLOEXEC);
+  if (fd < 0) return make_error(ErrorCode::io_error, std::string("memfd_create: ") + strerror(errno));
+  if (ftruncate(fd, shm::ShmBackend::kPage) != 0) {
+    ::close(fd);
+    return make_error(ErrorCode::io_error, std::string("ftruncate: ") + strerror(errno));
+  }
+  void* p = mmap(nullptr, shm::ShmBackend::kPage, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) {
+    ::close(fd);
+    return make_error(ErrorCode::io_error, std::string("mmap: ") + strerror(errno));
+  }
+  auto* page = new (p) ControlPage{
+      shm::kControlMagic, shm::kControlVersion, static_cast<int32_t>(getpid()), ctx.incarnation, {}};
+  page->token.store(ctx.token, std::memory_order_release);
+  return std::unique_ptr<Backend>(new shm::ShmBackend(fd, page));
+}
+
+}  // namespace epd::transport

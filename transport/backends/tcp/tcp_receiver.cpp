@@ -1,0 +1,165 @@
+#include "tcp_receiver.hpp"
+
+#include <poll.h>
+#include <spdlog/spdlog.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "wire.hpp"
+
+namespace epd::transport::tcp {
+namespace {
+
+constexpr size_t kDrainChunk = 64 << 10;
+// Small frames are acked together: at most this many, and never while more bytes already wait to be read.
+constexpr uint32_t kAckEvery = 32;
+constexpr uint64_t kAckAlwaysAbove = 64 << 10;
+
+bool send_reply(int fd, uint8_t type, ErrorCode code, uint64_t seq) {
+  Reply r;
+  r.type = type;
+  r.code = static_cast<uint16_t>(code);
+  r.seq = seq;
+  return send_exact(fd, &r, sizeof(r));
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Receiver>> Receiver::start(const Endpoint& at, uint64_t token, std::string name) {
+  uint16_t port = 0;
+  auto fd = listen_on(at, &port);
+  if (!fd) return fd.error();
+  const int wake = eventfd(0, EFD_CLOEXEC);
+  if (wake < 0) {
+    close(*fd);
+    return make_error(ErrorCode::io_error, std::string("eventfd: ") + strerror(errno));
+  }
+  std::unique_ptr<Receiver> r(
+      new Receiver(*fd, wake, token, std::move(name), at.host + ":" + std::to_string(port)));
+  r->acceptor_ = std::thread([p = r.get()] { p->accept_loop(); });
+  return r;
+}
+
+Receiver::Receiver(int listen_fd, int wake_fd, uint64_t token, std::string name, std::string endpoint)
+    : listen_fd_(listen_fd),
+      wake_fd_(wake_fd),
+      token_(token),
+      name_(std::move(name)),
+      endpoint_(std::move(endpoint)) {}
+
+Receiver::~Receiver() {
+  stop_.store(true);
+  const uint64_t one = 1;
+  [[maybe_unused]] auto n = write(wake_fd_, &one, sizeof(one));
+  acceptor_.join();
+  std::lock_guard lock(conns_mu_);
+  for (auto& c : conns_) shutdown(c.fd, SHUT_RDWR);  // unblocks recv in serve()
+  for (auto& c : conns_) {
+    c.thread.join();
+    close(c.fd);
+  }
+  conns_.clear();
+  close(listen_fd_);
+  close(wake_fd_);
+}
+
+void Receiver::add_region(uint64_t base, uint64_t length) {
+  std::unique_lock lock(regions_mu_);
+  regions_.push_back({base, length});
+}
+
+uint8_t* Receiver::find(uint64_t addr, uint64_t len) const {
+  std::shared_lock lock(regions_mu_);
+  for (const Span& s : regions_)
+    if (addr >= s.base && len <= s.length && addr - s.base <= s.length - len)
+      return reinterpret_cast<uint8_t*>(addr);
+  return nullptr;
+}
+
+void Receiver::reap_finished() {
+  std::lock_guard lock(conns_mu_);
+  for (auto it = conns_.begin(); it != conns_.end();) {
+    if (it->done.load()) {
+      it->thread.join();
+      close(it->fd);
+      it = conns_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void Receiver::accept_loop() {
+  pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
+  while (!stop_.load()) {
+    const int r = poll(fds, 2, 1000);
+    reap_finished();
+    if (r <= 0 || stop_.load()) continue;
+    if (!(fds[0].revents & POLLIN)) continue;
+    const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) continue;
+    std::lock_guard lock(conns_mu_);
+    Conn& c = conns_.emplace_back();
+    c.fd = fd;
+    c.thread = std::thread([this, &c] {
+      serve(c);
+      c.done.store(true);
+    });
+  }
+}
+
+void Receiver::serve(Conn& conn) {
+  const int fd = conn.fd;
+  std::vector<uint8_t> scratch;  // only for draining refused payloads
+  uint64_t ack_seq = 0;
+  uint32_t unacked = 0;
+  WriteHeader h;
+  while (!stop_.load(std::memory_order_relaxed)) {
+    if (!recv_exact(fd, &h, sizeof(h))) break;  // peer closed or we are shutting down
+    if (h.magic != kWriteMagic || h.version != kWireVersion || h.type != kTypeWrite || h.reserved != 0) {
+      // Framing is lost: say why, then drop the connection.
+      spdlog::warn("transport tcp[{}]: garbled frame header, closing the connection", name_);
+      send_reply(fd, kTypeNack, ErrorCode::bad_header, h.seq);
+      break;
+    }
+    if (h.len > kMaxFrameBytes) {
+      spdlog::warn("transport tcp[{}]: frame of {} bytes exceeds the limit, closing the connection", name_,
+                   h.len);
+      send_reply(fd, kTypeNack, ErrorCode::frame_too_large, h.seq);
+      break;
+    }
+    ErrorCode refused = ErrorCode::ok;
+    uint8_t* dst = nullptr;
+    if (h.token != token_)
+      refused = ErrorCode::bad_token;
+    else if (!(dst = find(h.addr, h.len)))
+      refused = ErrorCode::out_of_range;
+    if (refused != ErrorCode::ok) {
+      if (scratch.empty()) scratch.resize(kDrainChunk);
+      uint64_t left = h.len;
+      bool ok = true;
+      while (ok && left > 0) {
+        const size_t n = static_cast<size_t>(std::min<uint64_t>(left, scratch.size()));
+        ok = recv_exact(fd, scratch.data(), n);
+        left -= n;
+      }
+      // A nack also acknowledges every earlier frame, so pending acks need no flush.
+      if (!ok || !send_reply(fd, kTypeNack, refused, h.seq)) break;
+      unacked = 0;
+      continue;
+    }
+    if (h.len > 0 && !recv_exact(fd, dst, h.len)) break;  // straight into place
+    ack_seq = h.seq;
+    ++unacked;
+    if (h.len >= kAckAlwaysAbove || unacked >= kAckEvery || readable_bytes(fd) == 0) {
+      if (!send_reply(fd, kTypeAck, ErrorCode::ok, ack_seq)) break;
+      unacked = 0;
+    }
+  }
+  shutdown(fd, SHUT_RDWR);
+}
+
+}  // namespace epd::transport::tcp

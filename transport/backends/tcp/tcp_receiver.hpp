@@ -1,0 +1,58 @@
+#pragma once
+// The receiving side of the tcp backend: one listener per engine, one thread per incoming lane. Every frame
+// is checked (magic, size, token, range inside one registered region) before its payload is received straight
+// into the region; refused payloads are drained so the stream stays framed, and answered with a nack.
+#include <atomic>
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "epd/transport/types.hpp"
+#include "socket_util.hpp"
+
+namespace epd::transport::tcp {
+
+class Receiver {
+ public:
+  static Result<std::unique_ptr<Receiver>> start(const Endpoint& at, uint64_t token, std::string name);
+  // Stops accepting, shuts every connection down and joins every thread.
+  ~Receiver();
+
+  void add_region(uint64_t base, uint64_t length);
+  const std::string& endpoint() const { return endpoint_; }
+
+ private:
+  struct Conn {
+    int fd = -1;
+    std::thread thread;
+    std::atomic<bool> done{false};
+  };
+  struct Span {
+    uint64_t base, length;
+  };
+
+  Receiver(int listen_fd, int wake_fd, uint64_t token, std::string name, std::string endpoint);
+  void accept_loop();
+  void serve(Conn& conn);
+  uint8_t* find(uint64_t addr, uint64_t len) const;
+  void reap_finished();
+
+  const int listen_fd_;
+  const int wake_fd_;  // eventfd: wakes accept_loop on shutdown
+  const uint64_t token_;
+  const std::string name_;
+  const std::string endpoint_;
+  std::atomic<bool> stop_{false};
+  std::thread acceptor_;
+  std::mutex conns_mu_;
+  std::list<Conn> conns_;
+  mutable std::shared_mutex regions_mu_;
+  std::vector<Span> regions_;
+};
+
+}  // namespace epd::transport::tcp
