@@ -1,8 +1,7 @@
-// The transport conformance cases on real verbs, between two processes: they need an RDMA device, so they
-// run inside the Soft-RoCE VM (scripts/rdma-vm, ctest label rdma-vm). Tagged [verbs]; on a host without
-// devices every case fails at once with a clear message rather than pretending to pass.
+// rdma-specific cases on real verbs (the shared conformance cases run on rdma from tests/transport). They
+// need an RDMA device, so they run inside the Soft-RoCE VM (scripts/rdma-vm, ctest label rdma-vm). Tagged
+// [verbs]; on a host without devices every case fails at once with a clear message rather than passing.
 #include <infiniband/verbs.h>
-#include <signal.h>
 
 #include <catch2/catch.hpp>
 #include <chrono>
@@ -41,31 +40,8 @@ Status wait_batch(const BatchPtr& b, std::chrono::milliseconds limit = 20s) {
 
 }  // namespace
 
-TEST_CASE("rdma: single writes of 1 B to 16 MiB arrive intact", "[verbs][multiproc]") {
-  require_device();
-  ChildTarget target("rdma", 1, 32 * kMiB);
-  REQUIRE(target.ok());
-  REQUIRE(target.descriptor().rdma.has_value());
-  auto init = rdma_initiator(16 * kMiB + 4096);
-  auto session = init.engine->open_session(target.descriptor());
-  REQUIRE(session.ok());
-  CHECK((*session)->backend() == BackendKind::rdma);
-  const auto& dst = target.region(0);
-  uint64_t off = 0;
-  for (uint64_t len : {uint64_t(1), uint64_t(3), uint64_t(4095), uint64_t(4096), uint64_t(65537), kMiB,
-                       kMiB + 1, 3 * kMiB + 17, 16 * kMiB}) {
-    INFO("len " << len);
-    off = (off + 4096 + 7) % (dst.length - len);  // odd, moving offsets
-    const uint64_t src_off = len % 4093;
-    auto b = (*session)->submit({WriteOp{init.src.addr() + src_off, dst.base + off, len}});
-    REQUIRE(b.ok());
-    REQUIRE(wait_batch(*b).ok());
-    CHECK(target.checksum(dst.base + off, len) == xxh(init.src.base + src_off, len));
-  }
-  CHECK((*session)->healthy());
-}
-
-TEST_CASE("rdma: many batches and ops in flight, bytes verified", "[verbs][multiproc]") {
+TEST_CASE("rdma: bounded WRs per QP: small slices over 3 QPs, 8 WRs each, bytes verified",
+          "[verbs][multiproc]") {
   require_device();
   ChildTarget target("rdma", 2, 16 * kMiB);
   REQUIRE(target.ok());
@@ -99,27 +75,6 @@ TEST_CASE("rdma: many batches and ops in flight, bytes verified", "[verbs][multi
   CHECK(stats.bytes_ok == 32 * kMiB);
 }
 
-TEST_CASE("rdma: out-of-range writes are refused and move nothing", "[verbs][multiproc]") {
-  require_device();
-  ChildTarget target("rdma", 1, kMiB);
-  REQUIRE(target.ok());
-  auto init = rdma_initiator(2 * kMiB);
-  auto session = init.engine->open_session(target.descriptor());
-  REQUIRE(session.ok());
-  const auto& dst = target.region(0);
-  REQUIRE(target.fill(dst.base, dst.length, 0xab));
-  const auto before = target.checksum(dst.base, dst.length);
-  for (auto op :
-       {WriteOp{init.src.addr(), dst.base + dst.length - 10, 11}, WriteOp{init.src.addr(), dst.base - 1, 2},
-        WriteOp{init.src.addr(), dst.base, dst.length + 1}, WriteOp{init.src.addr(), ~uint64_t(0) - 3, 8}}) {
-    auto b = (*session)->submit({op});
-    REQUIRE_FALSE(b.ok());
-    CHECK(b.error().code == ErrorCode::out_of_range);
-  }
-  CHECK(target.checksum(dst.base, dst.length) == before);
-  CHECK((*session)->healthy());
-}
-
 TEST_CASE("rdma: the NIC's remote-access refusal maps to remote_access, then the link reconnects",
           "[verbs][multiproc]") {
   require_device();
@@ -148,48 +103,6 @@ TEST_CASE("rdma: the NIC's remote-access refusal maps to remote_access, then the
   REQUIRE(wait_batch(*good).ok());
   CHECK(target.checksum(r0.base, 65536) == xxh(init.src.base, 65536));
   CHECK((*session)->healthy());
-}
-
-TEST_CASE("rdma: peer killed mid-transfer fails every batch within a bound", "[verbs][multiproc]") {
-  require_device();
-  ChildTarget target("rdma", 1, 32 * kMiB);
-  REQUIRE(target.ok());
-  EngineConfig cfg;
-  cfg.rdma.op_timeout = 3000ms;
-  auto init = rdma_initiator(32 * kMiB, cfg);
-  auto session = init.engine->open_session(target.descriptor());
-  REQUIRE(session.ok());
-  const auto& dst = target.region(0);
-  std::vector<BatchPtr> batches;
-  for (int round = 0; round < 4; ++round) {
-    for (uint64_t i = 0; i < 32; ++i) {
-      auto b = (*session)->submit({WriteOp{init.src.addr() + i * kMiB, dst.base + i * kMiB, kMiB}});
-      REQUIRE(b.ok());
-      batches.push_back(*b);
-    }
-  }
-  target.process().kill_now();
-  const auto start = std::chrono::steady_clock::now();
-  size_t failed = 0;
-  for (auto& b : batches) {
-    REQUIRE(b->wait(10s));  // bounded: nothing hangs on a dead peer
-    if (b->poll() == Batch::State::failed) {
-      ++failed;
-      const auto code = b->status().error().code;
-      CHECK(
-          (code == ErrorCode::peer_died || code == ErrorCode::timeout || code == ErrorCode::transfer_failed));
-    }
-  }
-  const auto took = std::chrono::steady_clock::now() - start;
-  CHECK(took < 10s);
-  INFO("batches failed after the kill: " << failed << " of " << batches.size());
-  // Writes after the death fail fast too: the reconnect finds nobody.
-  auto late = (*session)->submit({WriteOp{init.src.addr(), dst.base, 4096}});
-  if (late.ok()) {
-    REQUIRE((*late)->wait(10s));
-    CHECK((*late)->poll() == Batch::State::failed);
-  }
-  CHECK_FALSE((*session)->healthy());
 }
 
 TEST_CASE("rdma: simultaneous connects from both sides", "[verbs]") {

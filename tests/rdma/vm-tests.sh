@@ -1,8 +1,10 @@
 # Runs inside the Soft-RoCE VM (scripts/rdma-vm --script), after rxe0 is up, with `sh -e`.
 # Every binary given to rdma-vm is on PATH (/epd/bin).
-echo "== rdma conformance on real verbs (rxe0, two processes)"
+echo "== transport conformance cases on rdma (real verbs over rxe0, target in a child process)"
+epd-transport-tests '[verbs]' --durations yes
+echo "== rdma-specific cases (remote access, reconnect, bounded WRs, simultaneous connects, choice)"
 epd-rdma-tests '[verbs]' --durations yes
 if command -v epd-bench >/dev/null; then
   echo "== epd-bench transfer --backend rdma  [EMULATION ONLY: Soft-RoCE under qemu TCG, not NIC figures]"
-  epd-bench transfer --backend rdma --sizes 65536,1048576,16777216 --seconds 2
+  epd-bench transfer --backend rdma
 fi

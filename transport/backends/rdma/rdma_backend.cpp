@@ -1,4 +1,6 @@
-#include "rdma_backend.hpp"
+// The RDMA (ibverbs) backend: one-sided RDMA WRITEs over RC QPs into the peer's registered regions
+// (docs/rdma.md). Offered only when a usable device exists.
+#include "backend_factory.hpp"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -26,8 +28,13 @@ struct Passive {
 
 class RdmaBackend final : public Backend {
  public:
-  RdmaBackend(std::shared_ptr<Core> core, int listen_fd, std::string endpoint)
-      : core_(std::move(core)), listen_fd_(listen_fd), endpoint_(std::move(endpoint)) {
+  RdmaBackend(std::shared_ptr<Core> core, int listen_fd, std::string endpoint, uint64_t token,
+              uint64_t incarnation)
+      : core_(std::move(core)),
+        listen_fd_(listen_fd),
+        endpoint_(std::move(endpoint)),
+        token_(token),
+        incarnation_(incarnation) {
     completion_ = std::thread([this] { completion_loop(); });
     handshake_ = std::thread([this] { handshake_loop(); });
   }
@@ -50,14 +57,12 @@ class RdmaBackend final : public Backend {
     for (auto& r : self.regions) {
       if (r.rkey == 0) r.rkey = d.rkey_for(r.base, r.length);
     }
-    // Peers must present these in their handshake: a stale descriptor (we restarted) is refused.
-    token_ = self.token;
-    incarnation_ = self.incarnation;
   }
 
-  bool can_reach(const protocol::SegmentDescriptor& self,
+  // My own descriptor need not offer rdma: an engine that only writes (force = rdma) still has the device.
+  bool can_reach(const protocol::SegmentDescriptor& /*self*/,
                  const protocol::SegmentDescriptor& peer) const override {
-    if (!self.rdma || !peer.rdma || peer.rdma->gid.size() != 16 || peer.rdma->handshake_endpoint.empty()) {
+    if (!peer.rdma || peer.rdma->gid.size() != 16 || peer.rdma->handshake_endpoint.empty()) {
       return false;
     }
     // RoCE v2 over IPv4 cannot reach an IPv6-only GID and vice versa.
@@ -208,8 +213,9 @@ class RdmaBackend final : public Backend {
   const std::shared_ptr<Core> core_;
   const int listen_fd_;
   const std::string endpoint_;
-  mutable std::atomic<uint64_t> token_{0};
-  mutable std::atomic<uint64_t> incarnation_{0};
+  // Peers must present these in their handshake: a stale descriptor (we restarted) is refused.
+  const uint64_t token_;
+  const uint64_t incarnation_;
   std::atomic<bool> stop_{false};
   std::vector<Passive> passive_;  // handshake thread only (and the destructor after the join)
   std::thread completion_;
@@ -219,7 +225,8 @@ class RdmaBackend final : public Backend {
 }  // namespace
 }  // namespace rdma
 
-Result<std::unique_ptr<Backend>> make_rdma_backend(const RdmaConfig& cfg) {
+Result<std::unique_ptr<Backend>> make_rdma_backend(const BackendContext& ctx) {
+  const RdmaConfig& cfg = ctx.config.rdma;
   auto dev = rdma::Device::open(cfg);
   if (!dev) return dev.error();
   uint16_t port = 0;
@@ -235,7 +242,8 @@ Result<std::unique_ptr<Backend>> make_rdma_backend(const RdmaConfig& cfg) {
   spdlog::info("rdma: device {} port {} gid[{}] {} mtu {}, {} QPs/peer, slice {} B, handshake on {}",
                d.name(), d.port(), d.gid_index(), rdma::gid_to_string(d.gid()), 128 << int(d.active_mtu()),
                cfg.qps_per_peer, cfg.slice_bytes, endpoint);
-  return std::unique_ptr<Backend>(new rdma::RdmaBackend(std::move(core), *fd, endpoint));
+  return std::unique_ptr<Backend>(
+      new rdma::RdmaBackend(std::move(core), *fd, endpoint, ctx.token, ctx.incarnation));
 }
 
 }  // namespace epd::transport
