@@ -16,6 +16,11 @@ set_target_properties(caf::core PROPERTIES IMPORTED_LOCATION ${CAF_CORE_LIBRARY}
                                            INTERFACE_INCLUDE_DIRECTORIES ${CAF_INCLUDE_DIR})
 
 find_path(HTTPLIB_INCLUDE_DIR httplib.h REQUIRED)   # libcpp-httplib-dev: the router's HTTP API
+# Debian builds cpp-httplib in split mode: httplib.h only declares, libcpp-httplib.so implements, and the
+# library was compiled with OpenSSL/zlib/brotli support. Those macros change class layouts (Request gains a
+# member), so every user must link httplib::httplib (it carries the defines and the library), not just include.
+pkg_check_modules(CPPHTTPLIB REQUIRED IMPORTED_TARGET GLOBAL cpp-httplib)
+add_library(httplib::httplib ALIAS PkgConfig::CPPHTTPLIB)
 find_package(nlohmann_json CONFIG REQUIRED)  # nlohmann-json3-dev: JSON bodies of the HTTP API
 find_path(CLI11_INCLUDE_DIR CLI/CLI.hpp REQUIRED)   # libcli11-dev: command-line flags
 find_library(XXHASH_LIBRARY xxhash REQUIRED)        # libxxhash-dev: checksums in tests and benches

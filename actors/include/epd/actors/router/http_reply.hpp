@@ -1,0 +1,18 @@
+#pragma once
+// JSON bodies of the HTTP API's replies (docs/http-api.md shows each). Text that is not valid UTF-8 (a
+// byte-level model can stop mid-character) is emitted with U+FFFD replacements; token ids are exact.
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "epd/actors/router/router_service.hpp"
+
+namespace epd::actors {
+
+std::string generate_reply_json(const GenerateResponse& response);
+std::string instances_json(const std::vector<InstanceView>& instances);
+std::string stats_json(const RouterStats& stats);
+// {"error": {"code": ..., "message": ...}}
+std::string error_json(std::string_view code, std::string_view message);
+
+}  // namespace epd::actors

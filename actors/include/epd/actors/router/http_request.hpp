@@ -1,0 +1,32 @@
+#pragma once
+// Turns the body of POST /v1/generate into a GenerateRequest, or into the 4xx reply that explains what is
+// wrong with it. Pure (no I/O), so every rejection is unit-testable without a server.
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <variant>
+
+#include "epd/actors/router/router_service.hpp"
+
+namespace epd::actors {
+
+struct GenerateLimits {
+  size_t max_prompt_bytes = 64 * 1024;
+  size_t max_image_bytes = 16 * 1024 * 1024;  // decoded PPM
+  uint32_t default_max_tokens = 16;
+  uint32_t max_tokens_limit = 1024;  // max_tokens must be in 1..max_tokens_limit
+  int max_json_depth = 32;           // nesting deeper than this is refused before it is built
+};
+
+// An HTTP-level error: the status, a machine-readable code and a message meant for a human.
+struct HttpError {
+  int status = 400;
+  std::string code;  // "invalid_request", "oversized", "not_found", "method_not_allowed", ...
+  std::string message;
+};
+
+std::variant<GenerateRequest, HttpError> parse_generate_request(std::string_view body,
+                                                                const GenerateLimits& limits);
+
+}  // namespace epd::actors

@@ -1,0 +1,108 @@
+#include "epd/actors/router/http_request.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include "epd/actors/router/base64.hpp"
+
+namespace epd::actors {
+namespace {
+
+using nlohmann::json;
+
+HttpError bad_request(std::string message) {
+  return HttpError{400, "invalid_request", std::move(message)};
+}
+HttpError too_large(std::string message) {
+  return HttpError{413, "oversized", std::move(message)};
+}
+
+struct TooDeep {};
+
+// nlohmann's messages start with "[json.exception.parse_error.101] "; the client needs only the rest.
+// They quote the offending token, which can be long: keep the message readable.
+std::string parse_error_message(const json::parse_error& e) {
+  std::string_view what = e.what();
+  if (auto pos = what.find("] "); pos != std::string_view::npos) what.remove_prefix(pos + 2);
+  std::string msg = "invalid JSON: " + std::string(what.substr(0, 300));
+  if (what.size() > 300) msg += "...";
+  return msg;
+}
+
+const char* type_name(const json& v) {
+  return v.type_name();
+}
+
+}  // namespace
+
+std::variant<GenerateRequest, HttpError> parse_generate_request(std::string_view body,
+                                                                const GenerateLimits& limits) {
+  json doc;
+  try {
+    // The callback sees every nesting step before the value is built; throwing stops the parse early, so
+    // "[[[[..." cannot make us allocate a deep tree.
+    doc = json::parse(body, [&](int depth, json::parse_event_t, json&) {
+      if (depth > limits.max_json_depth) throw TooDeep{};
+      return true;
+    });
+  } catch (const json::parse_error& e) {
+    return bad_request(parse_error_message(e));
+  } catch (const TooDeep&) {
+    return bad_request("invalid JSON: nested deeper than " + std::to_string(limits.max_json_depth) +
+                       " levels");
+  }
+  if (!doc.is_object()) {
+    return bad_request(std::string("request body must be a JSON object, got ") + type_name(doc));
+  }
+
+  GenerateRequest request;
+
+  auto prompt = doc.find("prompt");
+  if (prompt == doc.end() || prompt->is_null())
+    return bad_request("\"prompt\" is required (a non-empty string)");
+  if (!prompt->is_string()) {
+    return bad_request(std::string("\"prompt\" must be a string, got ") + type_name(*prompt));
+  }
+  const auto& text = prompt->get_ref<const std::string&>();
+  if (text.empty()) return bad_request("\"prompt\" must not be empty");
+  if (text.size() > limits.max_prompt_bytes) {
+    return too_large("\"prompt\" is " + std::to_string(text.size()) + " bytes; the limit is " +
+                     std::to_string(limits.max_prompt_bytes) + " bytes");
+  }
+  request.prompt = text;
+
+  request.max_tokens = limits.default_max_tokens;
+  if (auto it = doc.find("max_tokens"); it != doc.end() && !it->is_null()) {
+    std::string range = "1.." + std::to_string(limits.max_tokens_limit);
+    if (!it->is_number_integer()) {
+      return bad_request("\"max_tokens\" must be an integer in " + range + ", got " + type_name(*it));
+    }
+    bool in_range = it->is_number_unsigned()
+                        ? it->get<uint64_t>() >= 1 && it->get<uint64_t>() <= limits.max_tokens_limit
+                        : false;  // a signed value here is negative
+    if (!in_range) return bad_request("\"max_tokens\" is " + it->dump() + "; it must be in " + range);
+    request.max_tokens = static_cast<uint32_t>(it->get<uint64_t>());
+  }
+
+  if (auto it = doc.find("image"); it != doc.end() && !it->is_null()) {
+    if (!it->is_string()) {
+      return bad_request(std::string("\"image\" must be a base64 string, got ") + type_name(*it));
+    }
+    const auto& b64 = it->get_ref<const std::string&>();
+    if (b64.empty()) return bad_request("\"image\" is empty; omit it to send no image");
+    auto bytes = base64_decode(b64, limits.max_image_bytes);
+    if (!bytes) {
+      const auto& err = bytes.error();
+      if (err.code == protocol::ErrorCode::oversized) return too_large("\"image\": " + err.detail);
+      return bad_request("\"image\": " + err.detail);
+    }
+    // Only the magic is checked here; the model validates dimensions and size against its limits.
+    const auto& ppm = *bytes;
+    bool p6 = ppm.size() >= 3 && ppm[0] == 'P' && ppm[1] == '6' &&
+              (ppm[2] == ' ' || ppm[2] == '\t' || ppm[2] == '\n' || ppm[2] == '\r');
+    if (!p6) return bad_request("\"image\" is not a binary PPM: it must start with \"P6\"");
+    request.image_ppm = std::move(*bytes);
+  }
+  return request;
+}
+
+}  // namespace epd::actors

@@ -1,0 +1,35 @@
+// epd-bench <subcommand> [flags]: one executable, one entry per benchmark.
+#include <cstdio>
+#include <cstring>
+
+#include "model_bench.hpp"
+
+namespace {
+
+struct Subcommand {
+  const char* name;
+  int (*run)(int argc, char** argv);
+  const char* help;
+};
+
+// Add a benchmark by adding a row.
+constexpr Subcommand kSubcommands[] = {
+    {"model", run_model_bench, "reference model: prefill/decode tokens/s, KV bytes per token"},
+};
+
+int usage(FILE* out) {
+  std::fprintf(out, "usage: epd-bench <subcommand> [--help]\n\nsubcommands:\n");
+  for (const auto& s : kSubcommands) std::fprintf(out, "  %-10s %s\n", s.name, s.help);
+  return out == stdout ? 0 : 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) return usage(stderr);
+  if (!std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) return usage(stdout);
+  for (const auto& s : kSubcommands)
+    if (!std::strcmp(argv[1], s.name)) return s.run(argc - 1, argv + 1);  // argv[0] becomes the subcommand
+  std::fprintf(stderr, "epd-bench: unknown subcommand '%s'\n", argv[1]);
+  return usage(stderr);
+}

@@ -1,0 +1,51 @@
+#pragma once
+// Shape of the reference model. Everything that changes weights or KV layout lives here, so two processes
+// that load the same config (and seed) compute bit-identical results.
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "epd/protocol/result.hpp"
+
+namespace epd::model {
+
+struct ModelConfig {
+  std::string name = "custom";
+  uint32_t vocab = 259;  // bytes 0..255 + BOS, EOS, IMAGE (fixed: the tokenizer is byte-level)
+  uint32_t d_model = 64;
+  uint32_t layers = 2;
+  uint32_t heads = 4;
+  uint32_t kv_heads = 2;    // grouped-query attention: heads % kv_heads == 0
+  uint32_t head_dim = 16;   // even (RoPE rotates pairs)
+  uint32_t ffn = 192;       // SwiGLU hidden size
+  uint32_t max_seq = 1024;  // longest sequence (prompt + generated); sizes the RoPE table
+  uint32_t page_size = 16;  // tokens per KV page
+  uint32_t patch_size = 8;  // image pixels per patch side
+  uint32_t encoder_layers = 1;
+  uint32_t max_image_patches = 64;  // larger images are rejected by encode()/build_prompt()
+  float rope_theta = 10000.0f;
+  float norm_eps = 1e-5f;
+  uint64_t seed = 1;
+
+  // KV bytes one token occupies in an f32 cache (all layers, K and V).
+  uint64_t kv_bytes_per_token(uint32_t elem_size = 4) const {
+    return uint64_t{layers} * 2 * kv_heads * head_dim * elem_size;
+  }
+  bool operator==(const ModelConfig&) const = default;
+};
+
+// Checks ranges and divisibility; the limits keep a hostile config from allocating absurd amounts.
+protocol::Status validate(const ModelConfig& cfg);
+
+// Built-in presets: "tiny" (demo, fast) and "bench" (KV >= 2 MiB per 512-token prompt).
+protocol::Result<ModelConfig> preset(std::string_view name);
+
+// TOML with one [model] table; unknown keys are errors (a typo must not silently give another model).
+// Keys not given keep the defaults above; `preset = "tiny"` starts from a preset instead.
+protocol::Result<ModelConfig> parse_model_config(std::string_view toml_text,
+                                                 std::string_view source = "<string>");
+protocol::Result<ModelConfig> load_model_config(const std::string& path);
+
+std::string to_toml(const ModelConfig& cfg);
+
+}  // namespace epd::model

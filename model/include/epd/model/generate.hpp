@@ -1,0 +1,37 @@
+#pragma once
+// Colocated request: encode + chunked prefill + decode in one process, with a private KV pool. Its output
+// is the oracle that disaggregated runs are compared against.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "epd/model/runner.hpp"
+
+namespace epd::model {
+
+struct GenerateOptions {
+  uint32_t max_tokens = 16;  // generated tokens, including the one prefill returns
+  uint32_t chunk = 0;        // prefill chunk size; 0 = whole prompt in one chunk
+  bool stop_at_eos = true;
+  DType dtype = DType::f32;
+  KvDimOrder order = KvDimOrder::token_head_dim;
+};
+
+struct GenerateResult {
+  std::vector<TokenId> prompt;
+  std::vector<TokenId> tokens;  // generated
+  std::string text;             // decode_text(tokens)
+  uint64_t kv_digest = 0;       // kv_digest() of the sequence's pages after generation
+  double encode_ms = 0, prefill_ms = 0, decode_ms = 0;
+};
+
+protocol::Result<GenerateResult> generate(ModelRunner& runner, std::string_view text, const Image* image,
+                                          const GenerateOptions& opts);
+
+// {"tokens":[...],"text":"...","prompt_tokens":N,"kv_digest":"hex","timings_ms":{...}}; the text is
+// escaped so any byte sequence gives valid JSON (bytes >= 0x80 as \u00XX).
+std::string to_json(const GenerateResult& r);
+
+}  // namespace epd::model

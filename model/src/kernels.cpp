@@ -1,0 +1,75 @@
+#include "kernels.hpp"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+
+namespace epd::model::kernels {
+namespace {
+
+// Four dot(w, x_k) at once, sharing the loads of w. Each result is computed with exactly the operations
+// of dot(), so it is bit-identical to it.
+void dot4(const float* w, const float* x0, const float* x1, const float* x2, const float* x3, size_t n,
+          float* out) {
+  float a0[kLanes] = {}, a1[kLanes] = {}, a2[kLanes] = {}, a3[kLanes] = {};
+  size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (size_t j = 0; j < kLanes; ++j) {
+      const float wj = w[i + j];
+      a0[j] += wj * x0[i + j];
+      a1[j] += wj * x1[i + j];
+      a2[j] += wj * x2[i + j];
+      a3[j] += wj * x3[i + j];
+    }
+  float t0 = 0.0f, t1 = 0.0f, t2 = 0.0f, t3 = 0.0f;
+  for (; i < n; ++i) {
+    t0 += w[i] * x0[i];
+    t1 += w[i] * x1[i];
+    t2 += w[i] * x2[i];
+    t3 += w[i] * x3[i];
+  }
+  out[0] = reduce_lanes(a0) + t0;
+  out[1] = reduce_lanes(a1) + t1;
+  out[2] = reduce_lanes(a2) + t2;
+  out[3] = reduce_lanes(a3) + t3;
+}
+
+}  // namespace
+
+void matmul(const float* x, size_t rows, size_t in, const float* w, size_t out, float* y) {
+  // Row tiles keep x in cache while each weight row is streamed once per tile.
+  constexpr size_t kTile = 16;
+  for (size_t r0 = 0; r0 < rows; r0 += kTile) {
+    const size_t r1 = std::min(rows, r0 + kTile);
+    for (size_t o = 0; o < out; ++o) {
+      const float* wo = w + o * in;
+      size_t r = r0;
+      for (; r + 4 <= r1; r += 4) {
+        float res[4];
+        dot4(wo, x + r * in, x + (r + 1) * in, x + (r + 2) * in, x + (r + 3) * in, in, res);
+        for (size_t k = 0; k < 4; ++k) y[(r + k) * out + o] = res[k];
+      }
+      for (; r < r1; ++r) y[r * out + o] = dot(wo, x + r * in, in);
+    }
+  }
+}
+
+void rmsnorm(const float* x, const float* g, size_t n, float eps, float* y) {
+  const float ms = dot(x, x, n) / static_cast<float>(n);
+  const float scale = 1.0f / std::sqrt(ms + eps);  // sqrt is correctly rounded by IEEE 754
+  for (size_t i = 0; i < n; ++i) y[i] = x[i] * scale * g[i];
+}
+
+void swiglu(float* a, const float* b, size_t n) {
+  for (size_t i = 0; i < n; ++i) a[i] = a[i] / (1.0f + exp_det(-a[i])) * b[i];
+}
+
+void rope(float* x, const float* cos_t, const float* sin_t, size_t n) {
+  for (size_t i = 0; i < n / 2; ++i) {
+    const float x0 = x[2 * i], x1 = x[2 * i + 1];
+    x[2 * i] = x0 * cos_t[i] - x1 * sin_t[i];
+    x[2 * i + 1] = x0 * sin_t[i] + x1 * cos_t[i];
+  }
+}
+
+}  // namespace epd::model::kernels

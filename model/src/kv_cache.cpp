@@ -1,0 +1,132 @@
+#include "epd/model/kv_cache.hpp"
+
+#include <xxhash.h>
+#include <bit>
+#include <cstring>
+
+namespace epd::model {
+
+KvLayout kv_layout_for(const ModelConfig& cfg, uint32_t num_pages, DType dtype, KvDimOrder order) {
+  KvLayout l;
+  l.layers = cfg.layers;
+  l.kv_heads = cfg.kv_heads;
+  l.head_dim = cfg.head_dim;
+  l.page_size = cfg.page_size;
+  l.num_pages = num_pages;
+  l.dtype = dtype;
+  l.order = order;
+  return l;
+}
+
+protocol::Status check_pool(const ModelConfig& cfg, const KvPool& pool) {
+  const KvLayout& l = pool.layout;
+  if (l.layers != cfg.layers || l.kv_heads != cfg.kv_heads || l.head_dim != cfg.head_dim ||
+      l.page_size != cfg.page_size)
+    return protocol::make_error(protocol::ErrorCode::invalid_request,
+                                "KV layout does not match the model (layers/kv_heads/head_dim/page_size)");
+  if (static_cast<uint8_t>(l.dtype) > 2 || static_cast<uint8_t>(l.order) > 1)
+    return protocol::make_error(protocol::ErrorCode::invalid_request,
+                                "KV layout has an unknown dtype or order");
+  if (pool.base == nullptr || l.num_pages == 0)
+    return protocol::make_error(protocol::ErrorCode::invalid_request, "KV pool is empty");
+  if (reinterpret_cast<uintptr_t>(pool.base) % protocol::dtype_size(l.dtype) != 0)
+    return protocol::make_error(protocol::ErrorCode::invalid_request, "KV pool base is misaligned");
+  return {};
+}
+
+uint16_t f32_to_bf16(float f) {
+  uint32_t u = std::bit_cast<uint32_t>(f);
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>((u >> 16) | 0x40);  // keep NaN a NaN
+  u += 0x7FFFu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+float bf16_to_f32(uint16_t h) {
+  return std::bit_cast<float>(uint32_t{h} << 16);
+}
+
+uint16_t f32_to_f16(float f) {
+  const uint32_t u = std::bit_cast<uint32_t>(f);
+  const uint32_t sign = (u >> 16) & 0x8000u;
+  const uint32_t a = u & 0x7FFFFFFFu;
+  if (a > 0x7F800000u) return static_cast<uint16_t>(sign | 0x7E00u);   // NaN
+  if (a >= 0x477FF000u) return static_cast<uint16_t>(sign | 0x7C00u);  // rounds to >= 65520: inf
+  if (a < 0x38800000u) {  // below the smallest normal half: subnormal or zero
+    if (a < 0x33000000u) return static_cast<uint16_t>(sign);  // < 2^-25: rounds to zero
+    const uint32_t mant = (a & 0x7FFFFFu) | 0x800000u;
+    const int shift = 126 - static_cast<int>(a >> 23);  // half subnormal = mant * 2^(exp - 126)
+    const uint32_t keep = mant >> shift;
+    const uint32_t rem = mant & ((1u << shift) - 1);
+    const uint32_t half = 1u << (shift - 1);
+    uint32_t r = keep;
+    if (rem > half || (rem == half && (keep & 1u))) ++r;
+    return static_cast<uint16_t>(sign | r);
+  }
+  // Normal: rebias the exponent (127 -> 15), round the mantissa from 23 to 10 bits.
+  uint32_t r = a - 0x38000000u;
+  r += 0xFFFu + ((r >> 13) & 1u);
+  return static_cast<uint16_t>(sign | (r >> 13));
+}
+
+float f16_to_f32(uint16_t h) {
+  const uint32_t sign = uint32_t{h & 0x8000u} << 16;
+  const uint32_t exp = (h >> 10) & 0x1Fu;
+  const uint32_t mant = h & 0x3FFu;
+  if (exp == 0) {
+    const float v = static_cast<float>(mant) * (1.0f / 16777216.0f);  // mant * 2^-24, exact
+    return std::bit_cast<float>(std::bit_cast<uint32_t>(v) | sign);
+  }
+  if (exp == 31) return std::bit_cast<float>(sign | 0x7F800000u | (mant << 13));
+  return std::bit_cast<float>(sign | ((exp + 112) << 23) | (mant << 13));
+}
+
+void KvView::store(uint32_t layer, uint32_t kind, PageId page, uint32_t slot, const float* src) const {
+  std::byte* p = base_ + l_.page_offset(layer, kind, page);
+  for (uint32_t h = 0; h < l_.kv_heads; ++h) {
+    const uint64_t e = elem_index(slot, h);
+    const float* s = src + uint64_t{h} * l_.head_dim;
+    switch (l_.dtype) {
+      case DType::f32:
+        std::memcpy(p + e * 4, s, l_.head_dim * 4);
+        break;
+      case DType::f16:
+        for (uint32_t d = 0; d < l_.head_dim; ++d) {
+          const uint16_t v = f32_to_f16(s[d]);
+          std::memcpy(p + (e + d) * 2, &v, 2);
+        }
+        break;
+      case DType::bf16:
+        for (uint32_t d = 0; d < l_.head_dim; ++d) {
+          const uint16_t v = f32_to_bf16(s[d]);
+          std::memcpy(p + (e + d) * 2, &v, 2);
+        }
+        break;
+    }
+  }
+}
+
+const float* KvView::load_converted(uint32_t layer, uint32_t kind, PageId page, uint32_t slot, uint32_t head,
+                                    float* scratch) const {
+  const std::byte* p = base_ + l_.page_offset(layer, kind, page);
+  const uint64_t e = elem_index(slot, head);
+  for (uint32_t d = 0; d < l_.head_dim; ++d) {
+    uint16_t v;
+    std::memcpy(&v, p + (e + d) * 2, 2);
+    scratch[d] = l_.dtype == DType::f16 ? f16_to_f32(v) : bf16_to_f32(v);
+  }
+  return scratch;
+}
+
+uint64_t kv_digest(const KvPool& pool, std::span<const PageId> pages) {
+  XXH64_state_t* st = XXH64_createState();
+  XXH64_reset(st, 0);
+  const KvLayout& l = pool.layout;
+  for (uint32_t layer = 0; layer < l.layers; ++layer)
+    for (uint32_t kind = 0; kind < 2; ++kind)
+      for (PageId pg : pages) XXH64_update(st, pool.base + l.page_offset(layer, kind, pg), l.page_bytes());
+  const uint64_t h = XXH64_digest(st);
+  XXH64_freeState(st);
+  return h;
+}
+
+}  // namespace epd::model

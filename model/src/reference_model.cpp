@@ -1,0 +1,328 @@
+// The seeded reference transformer: vision encoder + decoder-only LM over a caller-owned paged KV cache.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "epd/model/runner.hpp"
+#include "kernels.hpp"
+#include "weights.hpp"
+
+namespace epd::model {
+namespace {
+
+namespace k = kernels;
+using protocol::ErrorCode;
+using protocol::make_error;
+
+protocol::Error invalid(std::string detail) {
+  return make_error(ErrorCode::invalid_request, std::move(detail));
+}
+
+// Where one LM input row goes: its sequence's page table and its position.
+struct RowTarget {
+  std::span<const PageId> pages;
+  uint32_t pos;
+};
+
+// Pages cover [0, end) and every page index is inside the pool.
+protocol::Status check_pages(const KvLayout& l, std::span<const PageId> pages, uint64_t end) {
+  const uint64_t need = pages_for(l, end);
+  if (need > pages.size())
+    return invalid("sequence needs " + std::to_string(need) + " KV pages, page table has " +
+                   std::to_string(pages.size()));
+  for (uint64_t i = 0; i < need; ++i)
+    if (pages[i] >= l.num_pages)
+      return invalid("KV page index " + std::to_string(pages[i]) + " outside pool of " +
+                     std::to_string(l.num_pages) + " pages");
+  return {};
+}
+
+class ReferenceModel final : public ModelRunner {
+ public:
+  explicit ReferenceModel(const ModelConfig& cfg) : cfg_(cfg), w_(make_weights(cfg)) { build_rope_table(); }
+
+  const ModelConfig& config() const override { return cfg_; }
+
+  protocol::Result<Embeddings> encode(const Image& img) override {
+    if (img.width == 0 || img.height == 0 || img.rgb.size() != uint64_t{img.width} * img.height * 3)
+      return invalid("image buffer does not match its size");
+    const uint64_t n = image_token_count(cfg_, {img.width, img.height});
+    if (n > cfg_.max_image_patches)
+      return invalid("image needs " + std::to_string(n) + " patches, model allows " +
+                     std::to_string(cfg_.max_image_patches));
+    const uint32_t p = cfg_.patch_size, gw = (img.width + p - 1) / p, gh = (img.height + p - 1) / p;
+    const size_t d = cfg_.d_model, patch_dim = size_t{p} * p * 3;
+
+    // Patchify: pixels to [-1, 1], zero (mid-grey) padding past the image edge.
+    std::vector<float> patches(n * patch_dim, 0.0f);
+    for (uint32_t gy = 0; gy < gh; ++gy)
+      for (uint32_t gx = 0; gx < gw; ++gx) {
+        float* dst = &patches[(size_t{gy} * gw + gx) * patch_dim];
+        for (uint32_t y = 0; y < p; ++y)
+          for (uint32_t x = 0; x < p; ++x) {
+            const uint32_t iy = gy * p + y, ix = gx * p + x;
+            if (iy >= img.height || ix >= img.width) continue;
+            const uint8_t* px = &img.rgb[(size_t{iy} * img.width + ix) * 3];
+            for (int c = 0; c < 3; ++c) dst[(y * p + x) * 3 + c] = static_cast<float>(px[c]) / 127.5f - 1.0f;
+          }
+      }
+    std::vector<float> x(n * d);
+    k::matmul(patches.data(), n, patch_dim, w_.patch_proj.data(), d, x.data());
+    for (uint32_t gy = 0; gy < gh; ++gy)
+      for (uint32_t gx = 0; gx < gw; ++gx) {
+        float* row = &x[(size_t{gy} * gw + gx) * d];
+        for (size_t i = 0; i < d; ++i) row[i] += w_.row_pos[gy * d + i] + w_.col_pos[gx * d + i];
+      }
+    for (const BlockWeights& b : w_.enc_blocks) encoder_block(b, x.data(), n);
+
+    Embeddings e{static_cast<uint32_t>(n), static_cast<uint32_t>(d), std::vector<float>(n * d)};
+    std::vector<float> h(d);
+    for (size_t r = 0; r < n; ++r) {
+      k::rmsnorm(&x[r * d], w_.enc_norm.data(), d, cfg_.norm_eps, h.data());
+      k::matmul(h.data(), 1, d, w_.enc_out.data(), d, &e.data[r * d]);
+    }
+    return e;
+  }
+
+  protocol::Result<TokenId> prefill_chunk(const KvPool& pool, std::span<const PageId> pages, uint32_t start,
+                                          const PrefillChunk& chunk) override {
+    if (auto st = check_pool(cfg_, pool); !st) return st.error();
+    const size_t n = chunk.tokens.size(), d = cfg_.d_model;
+    if (n == 0) return invalid("empty prefill chunk");
+    if (uint64_t{start} + n > cfg_.max_seq)
+      return invalid("prefill reaches position " + std::to_string(uint64_t{start} + n) + " > max_seq " +
+                     std::to_string(cfg_.max_seq));
+    if (auto st = check_pages(pool.layout, pages, uint64_t{start} + n); !st) return st.error();
+    for (TokenId t : chunk.tokens)
+      if (t >= cfg_.vocab) return invalid("token id " + std::to_string(t) + " outside vocab");
+    const uint64_t n_img = count_image_tokens(chunk.tokens);
+    if (chunk.embeddings.size() != n_img * d)
+      return invalid("chunk has " + std::to_string(n_img) + " image tokens but " +
+                     std::to_string(chunk.embeddings.size()) + " embedding floats (d_model " +
+                     std::to_string(d) + ")");
+    for (float v : chunk.embeddings)
+      if (!std::isfinite(v) || std::fabs(v) > 1e6f)
+        return invalid("image embedding not finite or out of range");
+
+    x_.resize(n * d);
+    targets_.resize(n);
+    size_t img_row = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const TokenId t = chunk.tokens[i];
+      const float* src = t == kImage ? &chunk.embeddings[img_row++ * d] : &w_.tok_emb[size_t{t} * d];
+      std::memcpy(&x_[i * d], src, d * sizeof(float));
+      targets_[i] = RowTarget{pages, static_cast<uint32_t>(start + i)};
+    }
+    forward(pool, n);
+    return greedy(&x_[(n - 1) * d]);
+  }
+
+  protocol::Status decode_step(const KvPool& pool, std::span<const DecodeSeq> batch,
+                               std::span<TokenId> next) override {
+    if (auto st = check_pool(cfg_, pool); !st) return st;
+    if (next.size() < batch.size()) return invalid("decode output span smaller than batch");
+    if (batch.empty()) return {};
+    const size_t n = batch.size(), d = cfg_.d_model;
+    for (const DecodeSeq& s : batch) {
+      if (s.length + uint64_t{1} > cfg_.max_seq) return invalid("sequence reached max_seq");
+      if (s.last_token >= cfg_.vocab || s.last_token == kImage)
+        return invalid("decode input token " + std::to_string(s.last_token) + " is not a text token");
+      if (auto st = check_pages(pool.layout, s.pages, uint64_t{s.length} + 1); !st) return st;
+    }
+    x_.resize(n * d);
+    targets_.resize(n);
+    for (size_t i = 0; i < n; ++i) {
+      std::memcpy(&x_[i * d], &w_.tok_emb[size_t{batch[i].last_token} * d], d * sizeof(float));
+      targets_[i] = RowTarget{batch[i].pages, batch[i].length};
+    }
+    forward(pool, n);
+    for (size_t i = 0; i < n; ++i) next[i] = greedy(&x_[i * d]);
+    return {};
+  }
+
+ private:
+  void build_rope_table() {
+    const size_t half = cfg_.head_dim / 2;
+    rope_cos_.resize(size_t{cfg_.max_seq} * half);
+    rope_sin_.resize(size_t{cfg_.max_seq} * half);
+    // Computed once in double and rounded to float; only these tables touch libm trigonometry.
+    for (size_t pos = 0; pos < cfg_.max_seq; ++pos)
+      for (size_t i = 0; i < half; ++i) {
+        const double freq = std::pow(double{cfg_.rope_theta}, -2.0 * double(i) / double(cfg_.head_dim));
+        const double a = double(pos) * freq;
+        rope_cos_[pos * half + i] = static_cast<float>(std::cos(a));
+        rope_sin_[pos * half + i] = static_cast<float>(std::sin(a));
+      }
+  }
+
+  // Runs the LM over the n rows in x_ (inputs at targets_), writing each row's K/V into its pages before
+  // attention. Leaves the final hidden states in x_. Every row is computed with the same sequence of
+  // operations whatever n is: that is what makes chunked prefill and batched decode bit-exact.
+  void forward(const KvPool& pool, size_t n) {
+    const size_t d = cfg_.d_model, hd = cfg_.head_dim, q_dim = size_t{cfg_.heads} * hd,
+                 kv_dim = size_t{cfg_.kv_heads} * hd, half = hd / 2;
+    const KvView kv(pool);
+    h_.resize(n * d);
+    q_.resize(n * q_dim);
+    k_.resize(n * kv_dim);
+    v_.resize(n * kv_dim);
+    attn_.resize(n * q_dim);
+    gate_.resize(n * cfg_.ffn);
+    up_.resize(n * cfg_.ffn);
+    proj_.resize(n * d);
+    const float q_scale = 1.0f / std::sqrt(static_cast<float>(hd));
+
+    for (uint32_t layer = 0; layer < cfg_.layers; ++layer) {
+      const BlockWeights& b = w_.blocks[layer];
+      for (size_t r = 0; r < n; ++r) k::rmsnorm(&x_[r * d], b.attn_norm.data(), d, cfg_.norm_eps, &h_[r * d]);
+      k::matmul(h_.data(), n, d, b.wq.data(), q_dim, q_.data());
+      k::matmul(h_.data(), n, d, b.wk.data(), kv_dim, k_.data());
+      k::matmul(h_.data(), n, d, b.wv.data(), kv_dim, v_.data());
+      for (size_t r = 0; r < n; ++r) {
+        const uint32_t pos = targets_[r].pos;
+        const float* c = &rope_cos_[pos * half];
+        const float* s = &rope_sin_[pos * half];
+        for (uint32_t hq = 0; hq < cfg_.heads; ++hq) {
+          float* qh = &q_[r * q_dim + hq * hd];
+          k::rope(qh, c, s, hd);
+          for (size_t i = 0; i < hd; ++i) qh[i] *= q_scale;
+        }
+        for (uint32_t hk = 0; hk < cfg_.kv_heads; ++hk) k::rope(&k_[r * kv_dim + hk * hd], c, s, hd);
+        const PageId page = targets_[r].pages[pos / cfg_.page_size];
+        kv.store(layer, 0, page, pos % cfg_.page_size, &k_[r * kv_dim]);
+        kv.store(layer, 1, page, pos % cfg_.page_size, &v_[r * kv_dim]);
+      }
+      for (size_t r = 0; r < n; ++r) attend(kv, layer, targets_[r], &q_[r * q_dim], &attn_[r * q_dim]);
+      k::matmul(attn_.data(), n, q_dim, b.wo.data(), d, proj_.data());
+      for (size_t i = 0; i < n * d; ++i) x_[i] += proj_[i];
+      mlp(b, x_.data(), n);
+    }
+    for (size_t r = 0; r < n; ++r) {
+      k::rmsnorm(&x_[r * d], w_.final_norm.data(), d, cfg_.norm_eps, &h_[r * d]);
+      std::memcpy(&x_[r * d], &h_[r * d], d * sizeof(float));
+    }
+  }
+
+  // Causal attention of one row over positions [0, pos] of its sequence, read back from the pool.
+  // Each K/V vector is loaded once per kv head and used by all query heads of its group; per query head
+  // the operations (dot per position, max, exp, fixed-order sum, axpy in position order) never change.
+  void attend(const KvView& kv, uint32_t layer, const RowTarget& t, const float* q, float* out) {
+    const size_t hd = cfg_.head_dim, len = size_t{t.pos} + 1, group = cfg_.heads / cfg_.kv_heads;
+    const uint32_t ps = cfg_.page_size;
+    scores_.resize(group * len);
+    conv_.resize(hd);
+    for (uint32_t g = 0; g < cfg_.kv_heads; ++g) {
+      const float* qg = q + size_t{g} * group * hd;
+      for (size_t p = 0; p < len; ++p) {
+        const float* kp = kv.load(layer, 0, t.pages[p / ps], p % ps, g, conv_.data());
+        for (size_t j = 0; j < group; ++j) scores_[j * len + p] = k::dot(qg + j * hd, kp, hd);
+      }
+      float* og = out + size_t{g} * group * hd;
+      std::fill(og, og + group * hd, 0.0f);
+      for (size_t j = 0; j < group; ++j) {
+        float* s = &scores_[j * len];
+        float m = s[0];
+        for (size_t p = 1; p < len; ++p) m = std::max(m, s[p]);
+        for (size_t p = 0; p < len; ++p) s[p] = k::exp_det(s[p] - m);
+      }
+      for (size_t p = 0; p < len; ++p) {
+        const float* vp = kv.load(layer, 1, t.pages[p / ps], p % ps, g, conv_.data());
+        for (size_t j = 0; j < group; ++j) k::axpy(scores_[j * len + p], vp, og + j * hd, hd);
+      }
+      for (size_t j = 0; j < group; ++j) {
+        const float inv = 1.0f / k::sum(&scores_[j * len], len);
+        for (size_t i = 0; i < hd; ++i) og[j * hd + i] *= inv;
+      }
+    }
+  }
+
+  // x += W_down(silu(W_gate h) * W_up h), h = rmsnorm(x)
+  void mlp(const BlockWeights& b, float* x, size_t n) {
+    const size_t d = cfg_.d_model, f = cfg_.ffn;
+    h_.resize(n * d);
+    gate_.resize(n * f);
+    up_.resize(n * f);
+    proj_.resize(n * d);
+    for (size_t r = 0; r < n; ++r) k::rmsnorm(&x[r * d], b.mlp_norm.data(), d, cfg_.norm_eps, &h_[r * d]);
+    k::matmul(h_.data(), n, d, b.w_gate.data(), f, gate_.data());
+    k::matmul(h_.data(), n, d, b.w_up.data(), f, up_.data());
+    k::swiglu(gate_.data(), up_.data(), n * f);
+    k::matmul(gate_.data(), n, f, b.w_down.data(), d, proj_.data());
+    for (size_t i = 0; i < n * d; ++i) x[i] += proj_[i];
+  }
+
+  // Bidirectional multi-head attention over the n patches (no KV cache), then the MLP.
+  void encoder_block(const BlockWeights& b, float* x, size_t n) {
+    const size_t d = cfg_.d_model, hd = cfg_.head_dim, qd = size_t{cfg_.heads} * hd;
+    h_.resize(n * d);
+    q_.resize(n * qd);
+    k_.resize(n * qd);
+    v_.resize(n * qd);
+    attn_.resize(n * qd);
+    proj_.resize(n * d);
+    scores_.resize(n);
+    for (size_t r = 0; r < n; ++r) k::rmsnorm(&x[r * d], b.attn_norm.data(), d, cfg_.norm_eps, &h_[r * d]);
+    k::matmul(h_.data(), n, d, b.wq.data(), qd, q_.data());
+    k::matmul(h_.data(), n, d, b.wk.data(), qd, k_.data());
+    k::matmul(h_.data(), n, d, b.wv.data(), qd, v_.data());
+    const float q_scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    for (size_t r = 0; r < n; ++r)
+      for (uint32_t hq = 0; hq < cfg_.heads; ++hq) {
+        const float* qh = &q_[r * qd + hq * hd];
+        float m = -INFINITY;
+        for (size_t p = 0; p < n; ++p) {
+          scores_[p] = k::dot(qh, &k_[p * qd + hq * hd], hd) * q_scale;
+          m = std::max(m, scores_[p]);
+        }
+        for (size_t p = 0; p < n; ++p) scores_[p] = k::exp_det(scores_[p] - m);
+        const float inv = 1.0f / k::sum(scores_.data(), n);
+        float* oh = &attn_[r * qd + hq * hd];
+        std::fill(oh, oh + hd, 0.0f);
+        for (size_t p = 0; p < n; ++p) k::axpy(scores_[p], &v_[p * qd + hq * hd], oh, hd);
+        for (size_t i = 0; i < hd; ++i) oh[i] *= inv;
+      }
+    k::matmul(attn_.data(), n, qd, b.wo.data(), d, proj_.data());
+    for (size_t i = 0; i < n * d; ++i) x[i] += proj_[i];
+    mlp(b, x, n);
+  }
+
+  // Argmax over the byte tokens and EOS (BOS/IMAGE are never generated); ties go to the lower id.
+  TokenId greedy(const float* h) {
+    logits_.resize(cfg_.vocab);
+    k::matmul(h, 1, cfg_.d_model, w_.lm_head.data(), cfg_.vocab, logits_.data());
+    TokenId best = 0;
+    for (TokenId t = 1; t < cfg_.vocab; ++t) {
+      if (t == kBos || t == kImage) continue;
+      if (logits_[t] > logits_[best]) best = t;
+    }
+    return best;
+  }
+
+  ModelConfig cfg_;
+  Weights w_;
+  std::vector<float> rope_cos_, rope_sin_;
+  // Scratch only: nothing here survives a call or describes a sequence.
+  std::vector<RowTarget> targets_;
+  std::vector<float> x_, h_, q_, k_, v_, attn_, gate_, up_, proj_, scores_, conv_, logits_;
+};
+
+}  // namespace
+
+PrefillChunk slice_prompt(std::span<const TokenId> prompt, std::span<const float> embeddings, uint32_t dim,
+                          uint32_t begin, uint32_t end) {
+  begin = std::min<uint32_t>(begin, prompt.size());
+  end = std::clamp<uint32_t>(end, begin, prompt.size());
+  const size_t before = count_image_tokens(prompt.subspan(0, begin));
+  const auto toks = prompt.subspan(begin, end - begin);
+  const size_t inside = count_image_tokens(toks);
+  const size_t lo = std::min(before * dim, embeddings.size());
+  const size_t len = std::min(inside * dim, embeddings.size() - lo);
+  return PrefillChunk{toks, embeddings.subspan(lo, len)};
+}
+
+protocol::Result<std::unique_ptr<ModelRunner>> make_reference_runner(const ModelConfig& cfg) {
+  if (auto st = validate(cfg); !st) return st.error();
+  return std::unique_ptr<ModelRunner>(std::make_unique<ReferenceModel>(cfg));
+}
+
+}  // namespace epd::model

@@ -1,0 +1,37 @@
+#pragma once
+// All parameters of the reference model, generated from the config's seed (see docs/model.md).
+#include <vector>
+
+#include "epd/model/config.hpp"
+
+namespace epd::model {
+
+// One pre-norm transformer block (LM or encoder). Matrices are out x in, row-major.
+struct BlockWeights {
+  std::vector<float> attn_norm;  // d
+  std::vector<float> wq;         // heads*hd x d
+  std::vector<float> wk;         // kvh*hd x d
+  std::vector<float> wv;         // kvh*hd x d
+  std::vector<float> wo;         // d x heads*hd
+  std::vector<float> mlp_norm;   // d
+  std::vector<float> w_gate;     // ffn x d
+  std::vector<float> w_up;       // ffn x d
+  std::vector<float> w_down;     // d x ffn
+};
+
+struct Weights {
+  std::vector<float> tok_emb;  // vocab x d
+  std::vector<BlockWeights> blocks;
+  std::vector<float> final_norm;  // d
+  std::vector<float> lm_head;     // vocab x d
+  // Vision encoder.
+  std::vector<float> patch_proj;        // d x (patch*patch*3)
+  std::vector<float> row_pos, col_pos;  // max_image_patches x d each
+  std::vector<BlockWeights> enc_blocks;
+  std::vector<float> enc_norm;  // d
+  std::vector<float> enc_out;   // d x d
+};
+
+Weights make_weights(const ModelConfig& cfg);
+
+}  // namespace epd::model

@@ -1,0 +1,131 @@
+// parse_generate_request without a server: each rejection's status, code and message.
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include "epd/actors/router/base64.hpp"
+#include "epd/actors/router/http_request.hpp"
+
+using namespace epd::actors;
+using nlohmann::json;
+
+namespace {
+
+GenerateLimits limits() {
+  GenerateLimits l;
+  l.max_prompt_bytes = 100;
+  l.max_image_bytes = 64;
+  l.default_max_tokens = 16;
+  l.max_tokens_limit = 32;
+  return l;
+}
+
+std::string ppm(size_t pixels) {
+  std::string s = "P6\n" + std::to_string(pixels) + " 1\n255\n";
+  s.append(pixels * 3, '\x7f');
+  return s;
+}
+
+std::string b64(std::string_view s) {
+  return base64_encode({reinterpret_cast<const uint8_t*>(s.data()), s.size()});
+}
+
+GenerateRequest accepted(std::string_view body) {
+  auto r = parse_generate_request(body, limits());
+  if (auto* e = std::get_if<HttpError>(&r)) FAIL("rejected: " << e->message);
+  return std::get<GenerateRequest>(r);
+}
+
+HttpError rejected(std::string_view body) {
+  auto r = parse_generate_request(body, limits());
+  REQUIRE(std::holds_alternative<HttpError>(r));
+  auto e = std::get<HttpError>(r);
+  CHECK_FALSE(e.message.empty());
+  CHECK((e.status == 400 || e.status == 413));
+  CHECK(e.code == (e.status == 400 ? "invalid_request" : "oversized"));
+  return e;
+}
+
+bool says(const HttpError& e, std::string_view what) {
+  return e.message.find(what) != std::string::npos;
+}
+
+}  // namespace
+
+TEST_CASE("generate request: prompt, defaults, max_tokens, unknown keys", "[http][request]") {
+  auto r = accepted(R"({"prompt":"hello"})");
+  CHECK(r.prompt == "hello");
+  CHECK(r.max_tokens == 16);
+  CHECK(r.image_ppm.empty());
+
+  r = accepted(R"({"prompt":"hi","max_tokens":32,"temperature":0.5,"extra":{"a":[1,2]}})");
+  CHECK(r.max_tokens == 32);
+  r = accepted(R"({"prompt":"hi","max_tokens":1,"image":null})");
+  CHECK(r.max_tokens == 1);
+  r = accepted(R"({"prompt":"hi","max_tokens":null})");
+  CHECK(r.max_tokens == 16);
+  r = accepted(R"({"prompt":"h\u00e9\u4e2d"})");
+  CHECK(r.prompt == "h\xc3\xa9\xe4\xb8\xad");
+  r = accepted(std::string(R"({"prompt":")") + std::string(100, 'x') + "\"}");  // exactly the limit
+  CHECK(r.prompt.size() == 100);
+}
+
+TEST_CASE("generate request: image is decoded from base64 PPM", "[http][request]") {
+  auto image = ppm(10);
+  auto r = accepted(json{{"prompt", "p"}, {"image", b64(image)}}.dump());
+  CHECK(std::string(r.image_ppm.begin(), r.image_ppm.end()) == image);
+  // Wrapped base64 (the `base64` tool's output) is fine.
+  auto wrapped = b64(image);
+  wrapped.insert(8, "\n");
+  r = accepted(json{{"prompt", "p"}, {"image", wrapped}}.dump());
+  CHECK(r.image_ppm.size() == image.size());
+}
+
+TEST_CASE("generate request: malformed JSON says where parsing failed", "[http][request]") {
+  auto e = rejected(R"({"prompt": "hi",)");
+  CHECK(e.status == 400);
+  CHECK(says(e, "invalid JSON"));
+  CHECK(says(e, "line 1, column"));
+  CHECK(says(rejected(""), "invalid JSON"));
+  CHECK(says(rejected("{\"prompt\":\"a\"} trailing"), "invalid JSON"));
+  CHECK(says(rejected("{\"prompt\":\"\xff\"}"), "invalid JSON"));  // not UTF-8
+  CHECK(says(rejected(std::string(10000, '[')), "nested deeper than 32"));
+  CHECK(says(rejected("{\"prompt\":\"" + std::string(5000, '\x01')), "invalid JSON"));  // long echo clipped
+  CHECK(rejected("{\"prompt\":\"" + std::string(5000, '\x01')).message.size() < 400);
+}
+
+TEST_CASE("generate request: body and prompt shape", "[http][request]") {
+  CHECK(says(rejected("[1,2]"), "must be a JSON object, got array"));
+  CHECK(says(rejected("\"prompt\""), "must be a JSON object, got string"));
+  CHECK(says(rejected("{}"), "\"prompt\" is required"));
+  CHECK(says(rejected(R"({"prompt":null})"), "\"prompt\" is required"));
+  CHECK(says(rejected(R"({"prompt":5})"), "\"prompt\" must be a string, got number"));
+  CHECK(says(rejected(R"({"prompt":["a"]})"), "got array"));
+  CHECK(says(rejected(R"({"prompt":""})"), "must not be empty"));
+  auto e = rejected(std::string(R"({"prompt":")") + std::string(101, 'x') + "\"}");
+  CHECK(e.status == 413);
+  CHECK(says(e, "101 bytes; the limit is 100"));
+}
+
+TEST_CASE("generate request: max_tokens type and range", "[http][request]") {
+  for (const char* v : {"\"5\"", "1.5", "true", "[]", "{}", "1e3"}) {
+    INFO(v);
+    CHECK(says(rejected(std::string(R"({"prompt":"p","max_tokens":)") + v + "}"),
+               "must be an integer in 1..32"));
+  }
+  for (const char* v : {"0", "-1", "33", "4294967296", "18446744073709551615"}) {
+    INFO(v);
+    CHECK(says(rejected(std::string(R"({"prompt":"p","max_tokens":)") + v + "}"), "it must be in 1..32"));
+  }
+}
+
+TEST_CASE("generate request: image type, base64, PPM magic and size", "[http][request]") {
+  CHECK(says(rejected(R"({"prompt":"p","image":5})"), "\"image\" must be a base64 string, got number"));
+  CHECK(says(rejected(R"({"prompt":"p","image":""})"), "\"image\" is empty"));
+  CHECK(says(rejected(R"({"prompt":"p","image":"!!!!"})"), "invalid base64: '!' at offset 0"));
+  CHECK(says(rejected(R"({"prompt":"p","image":"QUJ"})"), "multiple of 4"));
+  CHECK(says(rejected(json{{"prompt", "p"}, {"image", b64("GIF89a")}}.dump()), "not a binary PPM"));
+  CHECK(says(rejected(json{{"prompt", "p"}, {"image", b64("P3\n1 1\n255\n0 0 0\n")}}.dump()), "\"P6\""));
+  auto e = rejected(json{{"prompt", "p"}, {"image", b64(ppm(30))}}.dump());  // 100 bytes > 64
+  CHECK(e.status == 413);
+  CHECK(says(e, "exceeds the limit of 64 bytes"));
+}

@@ -1,0 +1,117 @@
+#include <bit>
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstring>
+
+#include "epd/model/kv_cache.hpp"
+#include "epd/model/runner.hpp"
+#include "epd/model/tokens.hpp"
+
+using namespace epd::model;
+
+TEST_CASE("byte tokenizer round-trips every byte and stops at EOS", "[model][tokens]") {
+  std::string all;
+  for (int i = 0; i < 256; ++i) all.push_back(static_cast<char>(i));
+  auto toks = encode_text(all);
+  REQUIRE(toks.size() == 256);
+  CHECK(decode_text(toks) == all);
+  std::vector<TokenId> with_specials{kBos, 'h', kImage, 'i', kEos, 'x'};
+  CHECK(decode_text(with_specials) == "hi");
+  CHECK(kBos == 256);
+  CHECK(kEos == 257);
+  CHECK(kImage == 258);
+}
+
+TEST_CASE("build_prompt places one IMAGE token per patch after BOS", "[model][tokens]") {
+  auto cfg = *preset("tiny");  // patch 8
+  CHECK(image_token_count(cfg, {32, 32}) == 16);
+  CHECK(image_token_count(cfg, {33, 17}) == 5 * 3);  // edges are padded
+  auto p = build_prompt(cfg, "ab", ImageDims{16, 8});
+  REQUIRE(p.ok());
+  CHECK(*p == std::vector<TokenId>{kBos, kImage, kImage, 'a', 'b'});
+  auto no_img = build_prompt(cfg, "ab", std::nullopt);
+  REQUIRE(no_img.ok());
+  CHECK(*no_img == std::vector<TokenId>{kBos, 'a', 'b'});
+  CHECK_FALSE(build_prompt(cfg, "x", ImageDims{1000, 1000}).ok());  // too many patches
+  CHECK_FALSE(build_prompt(cfg, std::string(cfg.max_seq, 'a'), std::nullopt).ok());
+}
+
+TEST_CASE("slice_prompt hands each chunk the embedding rows of its own image tokens", "[model][tokens]") {
+  std::vector<TokenId> prompt{kBos, kImage, kImage, kImage, 'a'};
+  std::vector<float> emb{10, 11, 20, 21, 30, 31};  // dim 2
+  auto c = slice_prompt(prompt, emb, 2, 2, 5);
+  CHECK(c.tokens.size() == 3);
+  REQUIRE(c.embeddings.size() == 4);
+  CHECK(c.embeddings[0] == 20);
+  CHECK(c.embeddings[3] == 31);
+  CHECK(slice_prompt(prompt, emb, 2, 0, 1).embeddings.empty());
+}
+
+TEST_CASE("f16 and bf16 conversions are exact where representable and round to nearest even", "[model][kv]") {
+  CHECK(f32_to_f16(1.0f) == 0x3C00);
+  CHECK(f32_to_f16(-2.0f) == 0xC000);
+  CHECK(f32_to_f16(65504.0f) == 0x7BFF);
+  CHECK(f32_to_f16(65520.0f) == 0x7C00);                          // overflows to inf
+  CHECK(f32_to_f16(std::ldexp(1.0f, -24)) == 0x0001);             // smallest subnormal
+  CHECK(f32_to_f16(std::ldexp(1.0f, -25)) == 0x0000);             // tie rounds to even (zero)
+  CHECK(f32_to_f16(1.0f + std::ldexp(1.0f, -11)) == 0x3C00);      // tie to even
+  CHECK(f32_to_f16(1.0f + 3 * std::ldexp(1.0f, -11)) == 0x3C02);  // tie to even (up)
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    if ((h & 0x7C00) == 0x7C00 && (h & 0x3FF)) continue;  // NaNs
+    const float f = f16_to_f32(static_cast<uint16_t>(h));
+    REQUIRE(f32_to_f16(f) == h);
+  }
+  CHECK(f32_to_bf16(1.0f) == 0x3F80);
+  CHECK(bf16_to_f32(f32_to_bf16(3.140625f)) == 3.140625f);
+  CHECK(f32_to_bf16(std::bit_cast<float>(0x3F808000u)) == 0x3F80);  // tie to even
+  CHECK(f32_to_bf16(std::bit_cast<float>(0x3F818000u)) == 0x3F82);
+}
+
+TEST_CASE("KvView places elements as KvLayout documents for every order and dtype", "[model][kv]") {
+  auto cfg = *preset("tiny");  // kv_heads 2, head_dim 16, page 16
+  for (auto dt : {DType::f32, DType::f16, DType::bf16})
+    for (auto order : {KvDimOrder::token_head_dim, KvDimOrder::head_token_dim}) {
+      KvPool pool{nullptr, kv_layout_for(cfg, 3, dt, order)};
+      std::vector<uint64_t> mem((pool.layout.total_bytes() + 7) / 8, 0);
+      pool.base = reinterpret_cast<std::byte*>(mem.data());
+      REQUIRE(check_pool(cfg, pool).ok());
+      std::vector<float> vec(32);
+      for (int i = 0; i < 32; ++i) vec[i] = 0.25f * static_cast<float>(i + 1);  // exact in all dtypes
+      const KvView kv(pool);
+      kv.store(1, 1, 2, 5, vec.data());  // layer 1, V, page 2, slot 5
+      float scratch[16];
+      for (uint32_t h = 0; h < 2; ++h) {
+        const float* got = kv.load(1, 1, 2, 5, h, scratch);
+        for (int d = 0; d < 16; ++d) REQUIRE(got[d] == vec[h * 16 + d]);
+      }
+      // Head 1, dim 0 of slot 5 sits at the documented byte offset.
+      const uint64_t elem = order == KvDimOrder::token_head_dim ? (5 * 2 + 1) * 16 : (1 * 16 + 5) * 16;
+      const std::byte* at =
+          pool.base + pool.layout.page_offset(1, 1, 2) + elem * epd::protocol::dtype_size(dt);
+      float v = 0;
+      if (dt == DType::f32)
+        std::memcpy(&v, at, 4);
+      else {
+        uint16_t raw;
+        std::memcpy(&raw, at, 2);
+        v = dt == DType::f16 ? f16_to_f32(raw) : bf16_to_f32(raw);
+      }
+      CHECK(v == vec[16]);
+    }
+}
+
+TEST_CASE("check_pool rejects layouts that do not match the model", "[model][kv]") {
+  auto cfg = *preset("tiny");
+  std::vector<uint64_t> mem(1024);
+  KvPool pool{reinterpret_cast<std::byte*>(mem.data()), kv_layout_for(cfg, 1)};
+  CHECK(check_pool(cfg, pool).ok());
+  auto bad = pool;
+  bad.layout.page_size = 8;
+  CHECK_FALSE(check_pool(cfg, bad).ok());
+  bad = pool;
+  bad.base = nullptr;
+  CHECK_FALSE(check_pool(cfg, bad).ok());
+  bad = pool;
+  bad.base += 2;  // misaligned for f32
+  CHECK_FALSE(check_pool(cfg, bad).ok());
+}
