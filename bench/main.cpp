@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "model_bench.hpp"
+#include "transfer_bench.hpp"
 
 namespace {
 
@@ -14,6 +15,7 @@ struct Subcommand {
 
 // Add a benchmark by adding a row.
 constexpr Subcommand kSubcommands[] = {
+    {"transfer", run_transfer_bench, "transfer engine throughput/latency (shm, tcp, rdma) vs baselines"},
     {"model", run_model_bench, "reference model: prefill/decode tokens/s, KV bytes per token"},
 };
 

@@ -2,7 +2,6 @@
 
 #include <signal.h>
 #include <spdlog/spdlog.h>
-#include <sys/prctl.h>
 
 #include <CLI/CLI.hpp>
 #include <random>
@@ -45,8 +44,6 @@ int run_role(int argc, char** argv, const char* fixed_role) {
   CLI11_PARSE(app, argc, argv);
   spdlog::set_level(spdlog::level::from_str(log_level));
   spdlog::set_pattern("%H:%M:%S.%e %^%l%$ %v");
-  // No orphans: if the launcher dies, so do we.
-  prctl(PR_SET_PDEATHSIG, SIGTERM);
 
   auto cfg = config::load_cluster_config(config_file);
   if (!cfg) return fail(cfg.error().detail);

@@ -50,7 +50,7 @@ protocol::Result<transport::SessionPtr> session_for(WorkerState& st, const std::
   return s.value();
 }
 
-void reply(WorkerState& st, caf::local_actor* self, InFlight& f, bool ok, protocol::Error error) {
+void reply(WorkerState& st, caf::event_based_actor* self, InFlight& f, bool ok, protocol::Error error) {
   const auto micros =
       uint64_t(std::chrono::duration_cast<std::chrono::microseconds>(clock::now() - f.started).count());
   if (micros > uint64_t(std::chrono::duration_cast<std::chrono::microseconds>(st.config.slow_threshold).count()))
@@ -78,7 +78,7 @@ bool submit(WorkerState& st, caf::event_based_actor* self, uint64_t id, bool fre
   f.batch = batch.value();
   caf::actor me = caf::actor_cast<caf::actor>(self);
   f.batch->on_complete([me, id](const protocol::Status& status) {
-    if (status.ok()) caf::anon_send(me, done_atom::value, id, true, protocol::Error{protocol::ErrorCode::ok});
+    if (status.ok()) caf::anon_send(me, done_atom::value, id, true, protocol::Error{protocol::ErrorCode::ok, false, {}});
     else caf::anon_send(me, done_atom::value, id, false, status.error());
   });
   return true;

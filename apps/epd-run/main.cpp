@@ -53,7 +53,7 @@ int main(int argc, char** argv) {
   if (json) {
     std::cout << m::to_json(*res) << "\n";
   } else {
-    std::cout << res->text << "\n";
+    std::cout << m::escape_text(res->text) << std::endl;  // before the stderr timings
     std::fprintf(stderr,
                  "prompt %zu tokens, generated %zu | encode %.2f ms, prefill %.2f ms, decode %.2f ms\n",
                  res->prompt.size(), res->tokens.size(), res->encode_ms, res->prefill_ms, res->decode_ms);

@@ -48,6 +48,21 @@ protocol::Result<std::vector<TokenId>> build_prompt(const ModelConfig& cfg, std:
   return out;
 }
 
+std::string escape_text(std::string_view text) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : text) {
+    if (c >= 0x20 && c < 0x7F && c != '\\') {
+      out.push_back(static_cast<char>(c));
+    } else {
+      out += "\\x";
+      out.push_back(kHex[c >> 4]);
+      out.push_back(kHex[c & 15]);
+    }
+  }
+  return out;
+}
+
 uint32_t count_image_tokens(std::span<const TokenId> tokens) {
   uint32_t n = 0;
   for (TokenId t : tokens) n += (t == kImage);

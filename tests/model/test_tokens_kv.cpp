@@ -22,6 +22,10 @@ TEST_CASE("byte tokenizer round-trips every byte and stops at EOS", "[model][tok
   CHECK(kImage == 258);
 }
 
+TEST_CASE("escape_text keeps printable ASCII and escapes the rest", "[model][tokens]") {
+  CHECK(escape_text(std::string("ok \x01\xff\\", 6)) == "ok \\x01\\xff\\x5c");
+}
+
 TEST_CASE("build_prompt places one IMAGE token per patch after BOS", "[model][tokens]") {
   auto cfg = *preset("tiny");  // patch 8
   CHECK(image_token_count(cfg, {32, 32}) == 16);

@@ -39,7 +39,7 @@ void stream(LoopState& st, const Sequence& s) {
   st.bridge->send(s.join.router, std::move(t));
 }
 
-void finish(caf::local_actor* self, LoopState& st, Sequence& s, bool ok, protocol::Error error = {}) {
+void finish(caf::event_based_actor* self, LoopState& st, Sequence& s, bool ok, protocol::Error error = {}) {
   DecodeFinished f{s.join.room, ok, std::move(error), std::move(s.tokens), micros_since(s.started)};
   self->send(st.role, std::move(f));
 }

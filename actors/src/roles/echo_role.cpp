@@ -9,7 +9,7 @@
 namespace epd::actors {
 namespace {
 
-caf::behavior echo(caf::event_based_actor* self, RoleContext ctx, uint32_t max_tokens) {
+caf::behavior echo(caf::event_based_actor*, RoleContext ctx, uint32_t max_tokens) {
   return {
       [=](protocol::Envelope& env) {
         auto* submit = std::get_if<protocol::Submit>(&env.body);
@@ -20,7 +20,6 @@ caf::behavior echo(caf::event_based_actor* self, RoleContext ctx, uint32_t max_t
         r.tokens.assign(submit->prompt.rbegin(), submit->prompt.rend());
         if (r.tokens.size() > max_tokens) r.tokens.resize(max_tokens);
         ctx.bridge->send(env.sender, std::move(r));
-        ++ctx.load->active_rooms;  // counts answered rooms, visible in /v1/instances
       },
   };
 }

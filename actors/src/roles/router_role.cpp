@@ -362,21 +362,22 @@ protocol::Result<RoleHandle> spawn_router(RoleContext& ctx) {
   if (colon == std::string::npos || port > 65535)
     return make_error(ErrorCode::config_error, ctx.instance->settings.where() + ": key 'http' must be HOST:PORT, got '" +
                                                    *http + "'");
-  HttpLimits limits;
+  HttpApiConfig http_config;
   auto max_tokens = setting_u32(ctx.instance->settings, "max_tokens_limit", 1024, 1, 1u << 20);
   if (!max_tokens) return max_tokens.error();
-  limits.max_tokens = *max_tokens;
+  http_config.generate.max_tokens_limit = *max_tokens;
   RoleHandle h;
   h.main = ctx.system->spawn(router, ctx);
   auto front = std::make_shared<HttpFront>();
   front->service = std::make_unique<ActorRouterService>(*ctx.system, h.main, ctx.registry,
                                                         ctx.cluster->cluster.request_timeout);
-  front->api = std::make_unique<HttpApi>(*front->service, limits);
-  if (auto st = front->api->start(http->substr(0, colon), uint16_t(port)); !st) {
+  front->api = std::make_unique<HttpApi>(*front->service, http_config);
+  auto bound = front->api->start(http->substr(0, colon), uint16_t(port));
+  if (!bound) {
     caf::anon_send_exit(h.main, caf::exit_reason::user_shutdown);
-    return st.error();
+    return bound.error();
   }
-  spdlog::info("router: HTTP API on http://{}:{}", http->substr(0, colon), front->api->port());
+  spdlog::info("router: HTTP API on http://{}:{}", http->substr(0, colon), *bound);
   h.main->attach_functor([front] { front->api->stop(); });
   for (auto t : {MessageType::tokens, MessageType::result}) ctx.bridge->subscribe(t, h.main);
   return h;

@@ -37,6 +37,9 @@ uint64_t image_token_count(const ModelConfig& cfg, ImageDims dims);
 protocol::Result<std::vector<TokenId>> build_prompt(const ModelConfig& cfg, std::string_view text,
                                                     std::optional<ImageDims> image);
 
+// Text safe for a terminal: printable ASCII as is, every other byte as \xNN.
+std::string escape_text(std::string_view text);
+
 uint32_t count_image_tokens(std::span<const TokenId> tokens);
 
 }  // namespace epd::model

@@ -1,0 +1,217 @@
+// epd-cluster: starts every instance of a cluster config as a child process, prefixes their output with
+// the instance id, waits until the router lists them all as healthy, restarts the ones that die, and
+// stops them all on SIGINT/SIGTERM. The work is done by epd::launcher; this file wires config to it.
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "epd/config/cluster_config.hpp"
+#include "epd/launcher/exit_status.hpp"
+#include "epd/launcher/process_group.hpp"
+#include "epd/launcher/readiness.hpp"
+#include "epd/launcher/role_command.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+namespace lc = epd::launcher;
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+// If we were started with 0/1/2 closed, our own pipes would get those numbers and be mistaken for them.
+void ensure_std_fds_open() {
+  for (int fd = 0; fd <= 2; ++fd)
+    if (fcntl(fd, F_GETFD) < 0) {
+      int n = open("/dev/null", O_RDWR);
+      if (n >= 0 && n != fd) {
+        dup2(n, fd);
+        close(n);
+      }
+    }
+}
+
+// SIGINT/SIGTERM stay blocked in every thread and are taken synchronously here.
+int wait_for_stop_signal(const sigset_t& set, milliseconds timeout) {
+  timespec ts{time_t(timeout.count() / 1000), long(timeout.count() % 1000) * 1000000L};
+  int sig = sigtimedwait(&set, nullptr, &ts);
+  return sig > 0 ? sig : 0;
+}
+
+milliseconds seconds_flag(double s) {
+  return milliseconds(static_cast<long long>(std::llround(s * 1000)));
+}
+
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
+  return s;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ensure_std_fds_open();
+  // Before any thread exists, so every thread inherits the mask (children get a clean one).
+  sigset_t stop_set;
+  sigemptyset(&stop_set);
+  sigaddset(&stop_set, SIGINT);
+  sigaddset(&stop_set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_set, nullptr);
+  signal(SIGPIPE, SIG_IGN);  // a closed stdout must not kill the launcher (and with it the cluster)
+
+  CLI::App app{"Start every instance of an epd cluster config as a child process."};
+  std::string config_arg, bin_dir_arg;
+  double ready_timeout_s = 30, stop_grace_s = 5;
+  bool no_restart = false;
+  app.add_option("--config", config_arg, "cluster config file (TOML)")->required();
+  app.add_option("--bin-dir", bin_dir_arg, "directory holding epd-<role> (default: where epd-cluster is)");
+  app.add_option(
+         "--ready-timeout", ready_timeout_s,
+         "seconds to wait until every instance is registered and healthy; 0 = do not wait (default 30)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--stop-grace", stop_grace_s, "seconds between SIGTERM and SIGKILL on stop (default 5)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_flag("--no-restart", no_restart, "do not restart instances that exit");
+  CLI11_PARSE(app, argc, argv);
+
+  std::error_code ec;
+  fs::path config_file = fs::absolute(config_arg, ec);
+  auto cfg = epd::config::load_cluster_config(config_file);
+  if (!cfg) {
+    std::fprintf(stderr, "epd-cluster: %s\n", cfg.error().detail.c_str());
+    return 2;
+  }
+  fs::path bin_dir = bin_dir_arg.empty() ? fs::read_symlink("/proc/self/exe", ec).parent_path()
+                                         : fs::absolute(bin_dir_arg, ec);
+
+  // Resolve every command before starting anything: a missing executable fails fast and clean.
+  std::vector<lc::ChildSpec> specs;
+  std::vector<std::string> ids;
+  const auto* registry = cfg->registry();
+  std::vector<const epd::config::InstanceConfig*> order{
+      registry};  // the registry first: others say HELLO to it
+  for (const auto& inst : cfg->instances)
+    if (&inst != registry) order.push_back(&inst);
+  for (const auto* inst : order) {
+    auto cmd = lc::role_command(bin_dir, inst->role, config_file, inst->id);
+    if (!cmd) {
+      std::fprintf(stderr, "epd-cluster: %s\n", cmd.error().detail.c_str());
+      return 2;
+    }
+    specs.push_back({inst->id, std::move(*cmd)});
+    ids.push_back(inst->id);
+  }
+
+  // Readiness asks the router's HTTP API: the registry's own `http` key, else the first router's.
+  std::optional<lc::HostPort> router_http;
+  if (ready_timeout_s > 0) {
+    std::vector<const epd::config::InstanceConfig*> candidates{registry};
+    for (const auto* r : cfg->with_role("router")) candidates.push_back(r);
+    for (const auto* c : candidates) {
+      auto http = c->settings.get_string("http", "");
+      if (!http) {
+        std::fprintf(stderr, "epd-cluster: %s\n", http.error().detail.c_str());
+        return 2;
+      }
+      if (http->empty()) continue;
+      auto hp = lc::parse_host_port(*http);
+      if (!hp) {
+        std::fprintf(stderr, "epd-cluster: %s: instance '%s' key 'http': %s\n", config_file.c_str(),
+                     c->id.c_str(), hp.error().detail.c_str());
+        return 2;
+      }
+      router_http = *hp;
+      break;
+    }
+    if (!router_http) {
+      std::fprintf(stderr,
+                   "epd-cluster: %s: no router instance has an `http` key, so readiness cannot be checked "
+                   "(add one, or pass --ready-timeout 0)\n",
+                   config_file.c_str());
+      return 2;
+    }
+  }
+
+  auto sink = std::make_shared<lc::FdSink>(1);
+  lc::GroupOptions opts;
+  opts.stop_grace = seconds_flag(stop_grace_s);
+  opts.restart.enabled = !no_restart;
+  int rc = 0;
+  {
+    lc::ProcessGroup group(opts, sink);
+    if (auto st = group.start(specs); !st) {
+      sink->write_line("epd-cluster: " + st.error().detail);
+      return 1;
+    }
+    auto stop_with = [&](int sig) {
+      sink->write_line(std::string("epd-cluster: received ") + (sig == SIGINT ? "SIGINT" : "SIGTERM") +
+                       "; stopping");
+      group.stop();
+      return 0;
+    };
+
+    // Wait for readiness; a stop signal or a child that gave up ends the wait early.
+    if (router_http) {
+      auto begin = Clock::now();
+      auto deadline = begin + seconds_flag(ready_timeout_s);
+      auto next_progress = begin + std::chrono::seconds(5);
+      lc::Readiness last;
+      for (;;) {
+        if (int sig = wait_for_stop_signal(stop_set, milliseconds(0))) return stop_with(sig);
+        for (const auto& s : group.status())
+          if (s.state == lc::ChildState::gave_up) {
+            sink->write_line("epd-cluster: " + s.id + " " + s.last_exit +
+                             " before the cluster was ready; stopping");
+            group.stop();
+            return 1;
+          }
+        auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
+        last =
+            lc::probe_instances(*router_http, ids, std::clamp(left, milliseconds(100), milliseconds(1000)));
+        if (last.ready()) break;
+        if (Clock::now() >= deadline) {
+          std::string why = "epd-cluster: not ready after " +
+                            lc::describe_ms(seconds_flag(ready_timeout_s).count()) +
+                            "; missing: " + join(last.missing);
+          if (!last.answered) why += " (" + last.error + ")";
+          sink->write_line(why + "; stopping");
+          group.stop();
+          return 1;
+        }
+        if (Clock::now() >= next_progress) {
+          sink->write_line("epd-cluster: waiting for: " + join(last.missing));
+          next_progress += std::chrono::seconds(5);
+        }
+        if (int sig = wait_for_stop_signal(stop_set, milliseconds(100))) return stop_with(sig);
+      }
+      sink->write_line("epd-cluster: ready (" + std::to_string(ids.size()) + " instances)");
+    } else {
+      sink->write_line("epd-cluster: started (" + std::to_string(ids.size()) +
+                       " instances; readiness not checked)");
+    }
+
+    for (;;) {
+      if (int sig = wait_for_stop_signal(stop_set, milliseconds(200))) {
+        rc = stop_with(sig);
+        break;
+      }
+      if (group.alive() == 0) {
+        sink->write_line("epd-cluster: every instance has stopped; exiting");
+        group.stop();
+        rc = 1;
+        break;
+      }
+    }
+  }
+  return rc;
+}

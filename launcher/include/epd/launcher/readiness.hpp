@@ -1,0 +1,36 @@
+#pragma once
+// "Is the cluster up?": ask the router's GET /v1/instances and check that every expected instance is
+// listed with "healthy": true. The router hosts the registry, so listed + healthy means registered.
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "epd/protocol/result.hpp"
+
+namespace epd::launcher {
+
+struct HostPort {
+  std::string host;
+  uint16_t port = 0;
+};
+// "127.0.0.1:18100" (an optional "http://" prefix is accepted).
+protocol::Result<HostPort> parse_host_port(std::string_view text);
+
+struct Readiness {
+  bool answered = false;             // the router replied 200 with a body we understood
+  std::string error;                 // why not, when !answered
+  std::vector<std::string> missing;  // expected ids not (yet) listed as healthy
+  bool ready() const { return answered && missing.empty(); }
+};
+
+// The body is a JSON array of objects with at least "id" and "healthy" (an object wrapping it as
+// {"instances": [...]} is accepted too).
+Readiness evaluate_instances(std::string_view json_body, const std::vector<std::string>& expected);
+
+// One GET /v1/instances with the given connect/read timeout.
+Readiness probe_instances(const HostPort& router, const std::vector<std::string>& expected,
+                          std::chrono::milliseconds timeout);
+
+}  // namespace epd::launcher

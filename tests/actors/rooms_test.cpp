@@ -1,0 +1,105 @@
+#include <catch2/catch.hpp>
+
+#include "epd/actors/page_allocator.hpp"
+#include "epd/actors/peer_directory.hpp"
+#include "epd/actors/room.hpp"
+
+using namespace epd::actors;
+using epd::protocol::ErrorCode;
+using epd::protocol::KvState;
+using epd::protocol::make_error;
+
+TEST_CASE("room state only moves forward; Failed overrides and carries a reason", "[actors][room]") {
+  RoomState r;
+  CHECK(r.state() == KvState::bootstrapping);
+  CHECK(r.advance(KvState::waiting_for_input));
+  CHECK_FALSE(r.advance(KvState::waiting_for_input));  // repeated
+  CHECK_FALSE(r.advance(KvState::bootstrapping));      // backwards
+  CHECK_FALSE(r.advance(KvState::failed));             // failing needs a reason: fail()
+  CHECK(r.advance(KvState::success));                  // skipping Transferring is allowed
+  CHECK(r.terminal());
+  CHECK_FALSE(r.fail(make_error(ErrorCode::timeout, "late")));  // terminal stays terminal
+  CHECK(r.state() == KvState::success);
+
+  RoomState f;
+  CHECK(f.advance(KvState::transferring));
+  CHECK(f.fail(make_error(ErrorCode::peer_died, "decode-0 died")));
+  CHECK(f.state() == KvState::failed);
+  CHECK(f.failure().code == ErrorCode::peer_died);
+  CHECK(f.failure().detail == "decode-0 died");
+  CHECK_FALSE(f.advance(KvState::success));
+  CHECK_FALSE(f.fail(make_error(ErrorCode::timeout, "second")));
+  CHECK(f.failure().code == ErrorCode::peer_died);
+
+  RoomState g;
+  CHECK(g.fail(epd::protocol::Error{ErrorCode::aborted, false, ""}));
+  CHECK_FALSE(g.failure().detail.empty());  // a reason is always present
+}
+
+TEST_CASE("every forward path through the room states is accepted, every backward one refused", "[actors][room]") {
+  const KvState order[] = {KvState::bootstrapping, KvState::waiting_for_input, KvState::transferring,
+                           KvState::success};
+  for (int from = 0; from < 4; ++from)
+    for (int to = 0; to < 4; ++to) {
+      RoomState r;
+      for (int k = 1; k <= from; ++k) REQUIRE(r.advance(order[k]));
+      INFO(from << " -> " << to);
+      CHECK(r.advance(order[to]) == (to > from && from < 3));
+    }
+}
+
+TEST_CASE("page allocator never hands a page out twice and refuses bad frees", "[actors][alloc]") {
+  PageAllocator a(10);
+  auto x = a.allocate(4);
+  REQUIRE(x);
+  CHECK(*x == std::vector<uint32_t>{0, 1, 2, 3});  // lowest first keeps runs contiguous
+  auto y = a.allocate(6);
+  REQUIRE(y);
+  CHECK(a.free_count() == 0);
+  CHECK_FALSE(a.allocate(1));
+  CHECK(a.free(*x));
+  CHECK_FALSE(a.free(*x));  // double free
+  const std::vector<uint32_t> out_of_range{42};
+  CHECK_FALSE(a.free(out_of_range));
+  const std::vector<uint32_t> dup{4, 4};
+  CHECK_FALSE(a.free(dup));
+  CHECK(a.free_count() == 4);
+  auto z = a.allocate(4);
+  REQUIRE(z);
+  std::vector<bool> seen(10);
+  for (auto v : {*y, *z})
+    for (auto p : v) {
+      CHECK_FALSE(seen[p]);
+      seen[p] = true;
+    }
+  CHECK(a.free_count() == 0);
+  CHECK(a.allocate(0));  // zero pages is fine
+}
+
+TEST_CASE("peer directory reports joins, departures and restarts", "[actors][peers]") {
+  using epd::protocol::PeerInfo;
+  PeerDirectory d;
+  auto p = [](std::string id, uint64_t inc) {
+    PeerInfo i;
+    i.instance_id = id;
+    i.incarnation = inc;
+    i.control_endpoint = "tcp://127.0.0.1:1";
+    return i;
+  };
+  auto c1 = d.replace(1, {p("a", 1), p("b", 1)});
+  CHECK(c1.size() == 2);
+  auto c2 = d.replace(2, {p("a", 2), p("c", 1)});
+  REQUIRE(c2.size() == 3);
+  int restarted = 0, left = 0, joined = 0;
+  for (auto& c : c2) {
+    if (c.old_incarnation && c.new_incarnation) ++restarted;
+    else if (c.old_incarnation) ++left;
+    else ++joined;
+  }
+  CHECK(restarted == 1);
+  CHECK(left == 1);
+  CHECK(joined == 1);
+  CHECK(d.replace(1, {}).empty());  // stale version ignored
+  CHECK(d.find("a")->incarnation == 2);
+  CHECK_FALSE(d.endpoint_of("b"));
+}

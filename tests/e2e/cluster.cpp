@@ -1,0 +1,153 @@
+#include "cluster.hpp"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <httplib.h>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+namespace epd::testing {
+
+int free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+void MemorySink::write_line(std::string_view line) {
+  std::lock_guard lock(mu_);
+  text_.append(line);
+  text_.push_back('\n');
+}
+
+std::string MemorySink::text() const {
+  std::lock_guard lock(mu_);
+  return text_;
+}
+
+Cluster::Cluster(ClusterSpec spec) : spec_(std::move(spec)) {
+  dir_ = std::filesystem::temp_directory_path() /
+         ("epd-e2e-" + std::to_string(::getpid()) + "-" + std::to_string(free_port()));
+  std::filesystem::create_directories(dir_);
+  config_ = dir_ / "cluster.toml";
+  http_port_ = free_port();
+  instances_.emplace_back("router", "router");
+  for (int i = 0; i < spec_.encoders; ++i) instances_.emplace_back("encoder-" + std::to_string(i), "encoder");
+  for (int i = 0; i < spec_.prefills; ++i) instances_.emplace_back("prefill-" + std::to_string(i), "prefill");
+  for (int i = 0; i < spec_.decodes; ++i) instances_.emplace_back("decode-" + std::to_string(i), "decode");
+  std::ostringstream cfg;
+  cfg << "[cluster]\nname = \"e2e\"\nregistry = \"router\"\nheartbeat_interval_ms = 100\nheartbeat_misses = 20\n"
+      << "request_timeout_ms = 30000\nmax_attempts = 3\n\n[model]\npreset = \"tiny\"\n\n"
+      << "[transport]\nbackend = \"" << spec_.backend << "\"\nhost = \"127.0.0.1\"\ntcp_lanes = 2\n\n"
+      << "[defaults.decode]\nkv_pages = 512\n\n";
+  for (const auto& [id, role] : instances_) {
+    const int port = free_port();
+    control_ports_.emplace_back(id, port);
+    cfg << "[[instance]]\nid = \"" << id << "\"\nrole = \"" << role << "\"\ncontrol = \"tcp://127.0.0.1:" << port
+        << "\"\n";
+    if (role == "router") cfg << "http = \"127.0.0.1:" << http_port_ << "\"\n";
+    cfg << "\n";
+  }
+  cfg << spec_.extra_sections;
+  std::ofstream(config_) << cfg.str();
+}
+
+Cluster::~Cluster() {
+  stop();
+  std::error_code ec;
+  std::filesystem::remove_all(dir_, ec);
+}
+
+std::vector<std::string> Cluster::ids() const {
+  std::vector<std::string> out;
+  for (const auto& [id, _] : instances_) out.push_back(id);
+  for (const auto& id : spec_.extra_ids) out.push_back(id);
+  return out;
+}
+
+std::string Cluster::control_endpoint(const std::string& id) const {
+  for (const auto& [i, port] : control_ports_)
+    if (i == id) return "tcp://127.0.0.1:" + std::to_string(port);
+  throw std::runtime_error("no instance " + id);
+}
+
+void Cluster::start() {
+  launcher::GroupOptions opts;
+  opts.stop_grace = std::chrono::milliseconds(3000);
+  opts.restart.enabled = false;
+  group_ = std::make_unique<launcher::ProcessGroup>(opts, sink_);
+  std::vector<launcher::ChildSpec> children;
+  for (const auto& [id, role] : instances_)
+    children.push_back({id, {std::string(EPD_BIN_DIR) + "/epd-" + role, "--config", config_.string(), "--id", id}});
+  for (const auto& id : spec_.extra_ids)
+    children.push_back({id, {std::string(EPD_BIN_DIR) + "/epd-role", "--config", config_.string(), "--id", id}});
+  if (auto st = group_->start(std::move(children)); !st) throw std::runtime_error(st.error().to_string());
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (std::chrono::steady_clock::now() < deadline) {
+    size_t healthy = 0;
+    try {
+      for (const auto& i : instances())
+        if (i.value("healthy", false)) ++healthy;
+    } catch (...) {
+    }
+    if (healthy == ids().size()) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  throw std::runtime_error("cluster did not become ready; logs:\n" + logs());
+}
+
+void Cluster::stop() {
+  if (group_) group_->stop();
+}
+
+std::pair<int, std::string> Cluster::post_raw(const std::string& path, const std::string& body) const {
+  httplib::Client c("127.0.0.1", http_port_);
+  c.set_read_timeout(60, 0);
+  auto r = c.Post(path.c_str(), body, "application/json");
+  if (!r) return {0, ""};
+  return {r->status, r->body};
+}
+
+std::pair<int, nlohmann::json> Cluster::generate(const nlohmann::json& request) const {
+  auto [status, body] = post_raw("/v1/generate", request.dump());
+  if (status == 0) return {0, nlohmann::json()};
+  return {status, nlohmann::json::parse(body, nullptr, false)};
+}
+
+nlohmann::json Cluster::instances() const {
+  httplib::Client c("127.0.0.1", http_port_);
+  c.set_read_timeout(5, 0);
+  auto r = c.Get("/v1/instances");
+  if (!r || r->status != 200) return nlohmann::json::array();
+  return nlohmann::json::parse(r->body, nullptr, false);
+}
+
+nlohmann::json Cluster::wait_all_free(int timeout_ms) const {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  nlohmann::json last;
+  while (std::chrono::steady_clock::now() < deadline) {
+    last = instances();
+    bool all_free = !last.empty();
+    for (const auto& i : last)
+      all_free = all_free && i["free_kv_pages"] == i["total_kv_pages"] && i["free_slots"] == i["total_slots"] &&
+                 i["active_rooms"] == 0;
+    if (all_free) return last;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return last;
+}
+
+}  // namespace epd::testing

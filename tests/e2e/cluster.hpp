@@ -1,0 +1,71 @@
+#pragma once
+// A real local cluster for tests: writes a config with free ports, starts every role as its own process
+// (through the launcher's ProcessGroup, so they are always stopped and reaped), waits until all are
+// registered, and offers HTTP and raw control-plane access to them.
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "epd/launcher/process_group.hpp"
+
+namespace epd::testing {
+
+struct ClusterSpec {
+  std::string backend = "auto";  // [transport] backend
+  int encoders = 1;
+  int prefills = 1;
+  int decodes = 1;
+  std::string extra_sections;  // appended verbatim (e.g. [defaults.prefill] overrides, extra instances)
+  std::vector<std::string> extra_ids;  // instances in extra_sections to wait for
+};
+
+// Collects the children's prefixed log lines (dumped when a test fails).
+class MemorySink : public launcher::OutputSink {
+ public:
+  void write_line(std::string_view line) override;
+  std::string text() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::string text_;
+};
+
+class Cluster {
+ public:
+  explicit Cluster(ClusterSpec spec);
+  ~Cluster();
+
+  // Starts all instances and waits (bounded) until the router lists every one as healthy.
+  void start();
+  void stop();
+
+  // POST /v1/generate; returns {status, json body}.
+  std::pair<int, nlohmann::json> generate(const nlohmann::json& request) const;
+  std::pair<int, std::string> post_raw(const std::string& path, const std::string& body) const;
+  nlohmann::json instances() const;
+  // Waits until every KV page and embedding slot is free again; returns the last /v1/instances seen.
+  nlohmann::json wait_all_free(int timeout_ms = 8000) const;
+
+  std::string control_endpoint(const std::string& id) const;
+  int http_port() const { return http_port_; }
+  std::vector<std::string> ids() const;
+  launcher::ProcessGroup& group() { return *group_; }
+  std::string logs() const { return sink_->text(); }
+  const std::filesystem::path& config_file() const { return config_; }
+
+ private:
+  ClusterSpec spec_;
+  std::filesystem::path dir_, config_;
+  int http_port_ = 0;
+  std::vector<std::pair<std::string, std::string>> instances_;  // id, role
+  std::vector<std::pair<std::string, int>> control_ports_;
+  std::shared_ptr<MemorySink> sink_ = std::make_shared<MemorySink>();
+  std::unique_ptr<launcher::ProcessGroup> group_;
+};
+
+int free_port();
+
+}  // namespace epd::testing

@@ -1,0 +1,217 @@
+// The disaggregated pipeline end to end: real role processes on 127.0.0.1, requests through the router's
+// HTTP API, tokens compared with the colocated reference run (the same code epd-run uses).
+#include <caf/all.hpp>
+#include <catch2/catch.hpp>
+#include <future>
+#include <zmq.hpp>
+
+#include "cluster.hpp"
+#include "epd/actors/bridge.hpp"
+#include "epd/actors/router/base64.hpp"
+#include "epd/model/generate.hpp"
+#include "epd/model/image.hpp"
+
+using namespace epd;
+using epd::testing::Cluster;
+using epd::testing::ClusterSpec;
+using nlohmann::json;
+
+namespace {
+
+struct Case {
+  std::string prompt;
+  std::optional<model::Image> image;
+  uint32_t max_tokens;
+};
+
+std::vector<Case> workload(int n) {
+  std::vector<Case> out;
+  for (int i = 0; i < n; ++i) {
+    Case c;
+    c.prompt = "request " + std::to_string(i) + ": " + std::string(size_t(5 + 13 * i % 90), char('a' + i % 26));
+    if (i % 2 == 1) c.image = model::make_test_image(8 + 8 * (i % 4), 16 + 4 * (i % 3), uint64_t(i));
+    c.max_tokens = 4 + uint32_t(i % 9);
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+std::vector<uint32_t> oracle(const Case& c) {
+  static auto cfg = model::preset("tiny");
+  auto runner = model::make_reference_runner(*cfg);
+  model::GenerateOptions opts;
+  opts.max_tokens = c.max_tokens;
+  auto r = model::generate(**runner, c.prompt, c.image ? &*c.image : nullptr, opts);
+  REQUIRE(r.ok());
+  return r->tokens;
+}
+
+json request_of(const Case& c) {
+  json j{{"prompt", c.prompt}, {"max_tokens", c.max_tokens}};
+  if (c.image) j["image"] = actors::base64_encode(model::encode_ppm(*c.image));
+  return j;
+}
+
+// Sends every case, `parallel` in flight, and checks each answer against the oracle.
+void run_and_compare(Cluster& cluster, int n, int parallel) {
+  const auto cases = workload(n);
+  std::vector<std::vector<uint32_t>> expected;
+  for (const auto& c : cases) expected.push_back(oracle(c));
+  std::vector<std::pair<int, json>> answers(cases.size());
+  std::atomic<size_t> next{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < parallel; ++t)
+    threads.emplace_back([&] {
+      for (size_t i = next++; i < cases.size(); i = next++) answers[i] = cluster.generate(request_of(cases[i]));
+    });
+  for (auto& t : threads) t.join();
+  for (size_t i = 0; i < cases.size(); ++i) {
+    INFO("case " << i << ": " << answers[i].second.dump().substr(0, 400));
+    REQUIRE(answers[i].first == 200);
+    CHECK(answers[i].second["tokens"].get<std::vector<uint32_t>>() == expected[i]);
+    CHECK(answers[i].second["attempts"] == 1);
+    if (cases[i].image) CHECK_FALSE(answers[i].second["instances"]["encoder"].get<std::string>().empty());
+  }
+  // Every KV page and embedding slot is free again.
+  const json inst = cluster.wait_all_free();
+  INFO(inst.dump());
+  for (const auto& i : inst) {
+    CHECK(i["free_kv_pages"] == i["total_kv_pages"]);
+    CHECK(i["free_slots"] == i["total_slots"]);
+    CHECK(i["active_rooms"] == 0);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("shm cluster: 20 requests, 8 in flight, tokens equal the colocated run", "[e2e][multiproc]") {
+  Cluster cluster(ClusterSpec{});
+  cluster.start();
+  run_and_compare(cluster, 20, 8);
+}
+
+TEST_CASE("tcp cluster: 20 requests, 8 in flight, tokens equal the colocated run", "[e2e][multiproc]") {
+  ClusterSpec spec;
+  spec.backend = "tcp";
+  Cluster cluster(spec);
+  cluster.start();
+  run_and_compare(cluster, 20, 8);
+}
+
+TEST_CASE("2 prefill x 2 decode cluster: load is spread and tokens are equal", "[e2e][multiproc]") {
+  ClusterSpec spec;
+  spec.prefills = 2;
+  spec.decodes = 2;
+  Cluster cluster(spec);
+  cluster.start();
+  run_and_compare(cluster, 24, 8);
+}
+
+TEST_CASE("bad HTTP requests get a 4xx with a reason and the cluster keeps serving", "[e2e][multiproc]") {
+  Cluster cluster(ClusterSpec{});
+  cluster.start();
+  struct Bad {
+    std::string body;
+    int status;
+    std::string needle;
+  };
+  const std::vector<Bad> bad = {
+      {"{not json", 400, ""},
+      {R"({"max_tokens": 4})", 400, "prompt"},
+      {R"({"prompt": 17})", 400, "prompt"},
+      {R"({"prompt": "x", "max_tokens": 0})", 400, "max_tokens"},
+      {R"({"prompt": "x", "image": "@@@not base64@@@"})", 400, "base64"},
+      {R"({"prompt": "x", "image": ")" + actors::base64_encode(std::vector<uint8_t>{'P', '6', ' ', '9'}) + R"("})",
+       400, "image"},
+      {R"({"prompt": ")" + std::string(70000, 'a') + R"("})", 413, ""},
+      {R"({"prompt": ")" + std::string(5000, 'a') + R"("})", 400, ""},  // longer than the model's max_seq
+  };
+  for (const auto& b : bad) {
+    auto [status, body] = cluster.post_raw("/v1/generate", b.body);
+    INFO(b.body.substr(0, 80) << " -> " << status << " " << body.substr(0, 300));
+    CHECK(status == b.status);
+    auto j = json::parse(body, nullptr, false);
+    REQUIRE(j.contains("error"));
+    CHECK_FALSE(j["error"]["message"].get<std::string>().empty());
+    if (!b.needle.empty()) CHECK_THAT(j["error"]["message"].get<std::string>(), Catch::Contains(b.needle));
+  }
+  run_and_compare(cluster, 4, 2);
+}
+
+TEST_CASE("garbage and unexpected control messages are rejected; every role keeps serving", "[e2e][multiproc]") {
+  Cluster cluster(ClusterSpec{});
+  cluster.start();
+  std::map<std::string, pid_t> pids;
+  for (const auto& s : cluster.group().status()) pids[s.id] = s.pid;
+
+  zmq::context_t ctx;
+  for (const auto& id : cluster.ids()) {
+    zmq::socket_t raw(ctx, zmq::socket_type::dealer);
+    raw.set(zmq::sockopt::routing_id, "intruder");
+    raw.set(zmq::sockopt::linger, 0);
+    raw.set(zmq::sockopt::rcvtimeo, 3000);
+    raw.connect(cluster.control_endpoint(id));
+    // Garbage: answered with an ERROR.
+    raw.send(zmq::str_buffer("GET / HTTP/1.1\r\n\r\n"), zmq::send_flags::none);
+    zmq::message_t reply;
+    REQUIRE(raw.recv(reply));
+    auto err = protocol::decode({static_cast<const uint8_t*>(reply.data()), reply.size()});
+    REQUIRE(err.ok());
+    REQUIRE(std::holds_alternative<protocol::ErrorReply>(err->body));
+    CHECK(std::get<protocol::ErrorReply>(err->body).code == protocol::ErrorCode::bad_magic);
+    // Well-formed but unexpected or for rooms that do not exist: dropped with a log line, no state change.
+    for (protocol::Body body : std::vector<protocol::Body>{
+             protocol::KvStatus{424242, protocol::KvState::success},
+             protocol::Watermark{1, 2},
+             protocol::EmbedPull{777, 0x1000, 64},
+             protocol::EmbedDone{888, true},
+             protocol::ChunkReady{999, 1},
+             protocol::Tokens{31337, 0, {1, 2, 3}},
+             protocol::RoomResult{31337, true},
+             protocol::AbortAck{5}})
+      raw.send(zmq::buffer(protocol::encode({"intruder", 1, body})), zmq::send_flags::none);
+  }
+  run_and_compare(cluster, 6, 3);
+  for (const auto& s : cluster.group().status()) {
+    INFO(s.id);
+    CHECK(s.pid == pids[s.id]);  // nobody crashed or restarted
+    CHECK(s.state == launcher::ChildState::running);
+  }
+}
+
+TEST_CASE("the echo role (docs/adding-a-role.md) runs through the generic runner", "[e2e][multiproc]") {
+  ClusterSpec spec;
+  const int port = epd::testing::free_port();
+  spec.extra_sections = "[defaults.echo]\nmax_tokens = 3\n\n[[instance]]\nid = \"echo-0\"\nrole = \"echo\"\n"
+                        "control = \"tcp://127.0.0.1:" + std::to_string(port) + "\"\n";
+  spec.extra_ids = {"echo-0"};
+  Cluster cluster(spec);
+  cluster.start();
+  caf::actor_system_config cfg;
+  caf::actor_system sys{cfg};
+  caf::scoped_actor self{sys};
+  auto me = actors::Bridge::start("tester", 1, "tcp://127.0.0.1:*");
+  REQUIRE(me.ok());
+  me.value()->set_default(caf::actor_cast<caf::actor>(self));
+  protocol::Submit s;
+  s.room = 99;
+  s.prompt = {10, 20, 30, 40, 50};
+  me.value()->send_to_endpoint("tcp://127.0.0.1:" + std::to_string(port), s);
+  // The echo answers its sender by id, which it can only reach once the tester is registered; so register.
+  me.value()->send_to_endpoint(cluster.control_endpoint("router"),
+                               protocol::Hello{"tester", me.value()->endpoint(), {}, {}, 0});
+  std::optional<protocol::RoomResult> result;
+  for (int i = 0; i < 50 && !result; ++i) {
+    self->receive(
+        [&](protocol::Envelope& env) {
+          if (auto* r = std::get_if<protocol::RoomResult>(&env.body)) result = *r;
+        },
+        caf::after(std::chrono::milliseconds(200)) >> [&] {
+          me.value()->send_to_endpoint("tcp://127.0.0.1:" + std::to_string(port), s);
+        });
+  }
+  REQUIRE(result);
+  CHECK(result->room == 99);
+  CHECK(result->tokens == std::vector<uint32_t>{50, 40, 30});
+  me.value()->stop();
+}

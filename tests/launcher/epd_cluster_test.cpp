@@ -1,0 +1,221 @@
+// The epd-cluster executable against a fake bin dir: shell-script roles and a python3 router that
+// serves GET /v1/instances, listing the instances that have "registered" (written a file).
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <catch2/catch.hpp>
+
+#include "test_util.hpp"
+
+using namespace epd::launcher::test;
+
+namespace {
+
+// A free loopback port: bind to 0 and read the port back (the fake router binds it right after).
+int free_port() {
+  int s = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
+  close(s);
+  return ntohs(a.sin_port);
+}
+
+const char* kRouter = R"(#!/usr/bin/env python3
+import http.server, json, os, sys
+me = sys.argv[sys.argv.index("--id") + 1]
+root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+open(os.path.join(root, "pids", me), "w").write(str(os.getpid()))
+open(os.path.join(root, "up", me), "w").write("")
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        if self.path != "/v1/instances":
+            self.send_response(404); self.end_headers(); return
+        ids = os.listdir(os.path.join(root, "up"))
+        body = json.dumps([{"id": i, "healthy": True, "free_kv_pages": 1} for i in ids]).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a): pass
+server = http.server.HTTPServer(("127.0.0.1", PORT), H)
+print("fake router listening", flush=True)
+server.serve_forever()
+)";
+
+// A role: records its pid, "registers" unless told not to, then runs until signalled.
+std::string role_script(bool registers) {
+  return std::string("#!/bin/sh\n") +
+         "while [ $# -gt 0 ]; do case \"$1\" in --id) id=$2; shift;; --role) role=$2; shift;; esac; shift; "
+         "done\n"
+         "root=$(dirname \"$(dirname \"$0\")\")\n"
+         "echo $$ > \"$root/pids/$id\"\n" +
+         (registers ? "touch \"$root/up/$id\"\n" : "") + "echo \"fake ${role:-own} $id up\"\nexec sleep 30\n";
+}
+
+std::string config_text(int port) {
+  return "[cluster]\nname = \"test\"\nregistry = \"router\"\n\n"
+         "[[instance]]\nid = \"router\"\nrole = \"router\"\ncontrol = \"tcp://127.0.0.1:17900\"\n"
+         "http = \"127.0.0.1:" +
+         std::to_string(port) +
+         "\"\n\n"
+         "[[instance]]\nid = \"encoder-0\"\nrole = \"encoder\"\ncontrol = \"tcp://127.0.0.1:17901\"\n\n"
+         "[[instance]]\nid = \"prefill-0\"\nrole = \"prefill\"\ncontrol = \"tcp://127.0.0.1:17902\"\n\n"
+         "[[instance]]\nid = \"decode-0\"\nrole = \"decode\"\ncontrol = \"tcp://127.0.0.1:17903\"\n";
+}
+
+// A fake install: bin/epd-router, bin/epd-encoder (own executable), bin/epd-role for the rest.
+struct FakeCluster {
+  TempDir dir;
+  int port = free_port();
+  std::filesystem::path config;
+
+  explicit FakeCluster(bool decode_registers = true) {
+    std::string router = kRouter;
+    router.replace(router.find("PORT"), 4, std::to_string(port));
+    dir.write("bin/epd-router", router, true);
+    dir.write("bin/epd-encoder", role_script(true), true);
+    dir.write("bin/epd-role", role_script(true), true);
+    if (!decode_registers) dir.write("bin/epd-decode", role_script(false), true);
+    std::filesystem::create_directories(dir.path / "up");
+    std::filesystem::create_directories(dir.path / "pids");
+    config = dir.write("cluster.toml", config_text(port));
+  }
+  std::vector<std::string> args(std::vector<std::string> extra = {}) {
+    std::vector<std::string> a{
+        EPD_CLUSTER_EXE, "--config", config.string(), "--bin-dir", (dir.path / "bin").string(),
+        "--stop-grace",  "2"};
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  }
+  std::vector<pid_t> pids() {
+    std::vector<pid_t> out;
+    for (const auto& e : std::filesystem::directory_iterator(dir.path / "pids")) {
+      std::ifstream in(e.path());
+      pid_t p = 0;
+      if (in >> p) out.push_back(p);
+    }
+    return out;
+  }
+  // Test cleanup: nothing of this fake cluster may outlive the test, even when it failed.
+  ~FakeCluster() {
+    for (pid_t p : pids())
+      if (!process_gone(p)) ::kill(p, SIGKILL);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("epd-cluster starts every instance, reports ready, and stops them all on SIGTERM",
+          "[launcher][multiproc]") {
+  FakeCluster fc;
+  Proc cluster(fc.args());
+  REQUIRE(cluster.read_until("epd-cluster: ready (4 instances)\n", 10s));
+  const auto& out = cluster.output();
+  // The registry first, each role through its own executable or the generic runner.
+  CHECK(out.find("[launcher] started router (pid ") < out.find("[launcher] started encoder-0 (pid "));
+  CHECK(out.find("/bin/epd-encoder --config") != std::string::npos);
+  CHECK(out.find("/bin/epd-role --role prefill --config") != std::string::npos);
+  CHECK(out.find("[encoder-0] fake own encoder-0 up") != std::string::npos);
+  CHECK(out.find("[decode-0] fake decode decode-0 up") != std::string::npos);
+  CHECK(out.find("[router] fake router listening") != std::string::npos);
+  auto pids = fc.pids();
+  REQUIRE(pids.size() == 4);
+
+  REQUIRE(::kill(cluster.pid(), SIGTERM) == 0);
+  auto st = cluster.wait(8s);
+  REQUIRE(st);
+  CHECK(WIFEXITED(*st));
+  CHECK(WEXITSTATUS(*st) == 0);
+  cluster.read_all(1s);
+  CHECK(cluster.output().find("epd-cluster: received SIGTERM; stopping") != std::string::npos);
+  CHECK(cluster.output().find("[launcher] all children stopped") != std::string::npos);
+  for (pid_t p : pids) CHECK(wait_gone(p, 2s));
+}
+
+TEST_CASE("epd-cluster restarts a killed instance and survives a closed stdout", "[launcher][multiproc]") {
+  FakeCluster fc;
+  Proc cluster(fc.args());
+  REQUIRE(cluster.read_until("epd-cluster: ready (4 instances)\n", 10s));
+  pid_t prefill = pid_after(cluster.output(), "[launcher] started prefill-0 (pid ");
+  REQUIRE(prefill > 0);
+  REQUIRE(::kill(prefill, SIGKILL) == 0);
+  REQUIRE(cluster.read_until("[launcher] restarted prefill-0 (pid ", 5s));
+  CHECK(cluster.output().find("prefill-0 (pid " + std::to_string(prefill) +
+                              ") killed by signal 9 (SIGKILL); restarting in 200 ms (restart 1/5)") !=
+        std::string::npos);
+
+  // Nobody reads the launcher's output any more; it must keep running (no SIGPIPE) and stop cleanly.
+  cluster.close_output();
+  auto pids = fc.pids();
+  ::kill(pids.front(), SIGKILL);  // more output to write into the closed pipe
+  std::this_thread::sleep_for(300ms);
+  REQUIRE(::kill(cluster.pid(), 0) == 0);
+  REQUIRE(::kill(cluster.pid(), SIGINT) == 0);
+  auto st = cluster.wait(8s);
+  REQUIRE(st);
+  CHECK(WIFEXITED(*st));
+  CHECK(WEXITSTATUS(*st) == 0);
+  for (pid_t p : fc.pids()) CHECK(wait_gone(p, 2s));
+}
+
+TEST_CASE("epd-cluster names the instances missing at the ready timeout, stops them, fails",
+          "[launcher][multiproc]") {
+  FakeCluster fc(/*decode_registers=*/false);
+  // Long enough for python3 to start the fake router even on a loaded machine.
+  Proc cluster(fc.args({"--ready-timeout", "4"}));
+  auto st = cluster.wait(10s);
+  REQUIRE(st);
+  cluster.read_all(1s);
+  INFO(cluster.output());
+  CHECK(WIFEXITED(*st));
+  CHECK(WEXITSTATUS(*st) == 1);
+  CHECK(cluster.output().find("epd-cluster: not ready after 4 s; missing: decode-0; stopping") !=
+        std::string::npos);
+  CHECK(cluster.output().find("epd-cluster: ready") == std::string::npos);
+  auto pids = fc.pids();
+  CHECK(pids.size() == 4);
+  for (pid_t p : pids) CHECK(wait_gone(p, 2s));
+}
+
+TEST_CASE("epd-cluster refuses to start without an executable for every role", "[launcher][multiproc]") {
+  FakeCluster fc;
+  std::filesystem::remove(fc.dir.path / "bin" / "epd-role");  // prefill and decode have nothing to run
+  Proc cluster(fc.args());
+  auto st = cluster.wait(5s);
+  REQUIRE(st);
+  cluster.read_all(1s);
+  INFO(cluster.output());
+  CHECK(WIFEXITED(*st));
+  CHECK(WEXITSTATUS(*st) == 2);
+  CHECK(cluster.output().find("epd-cluster: instance 'prefill-0' (role prefill): no executable: neither ") !=
+        std::string::npos);
+  CHECK(cluster.output().find("[launcher] started") == std::string::npos);
+  CHECK(fc.pids().empty());
+}
+
+TEST_CASE("epd-cluster reports a broken or missing config clearly", "[launcher][multiproc]") {
+  FakeCluster fc;
+  auto broken = fc.dir.write("broken.toml", "[cluster\nname = \n");
+  Proc a({EPD_CLUSTER_EXE, "--config", broken.string(), "--bin-dir", (fc.dir.path / "bin").string()});
+  auto sa = a.wait(5s);
+  REQUIRE(sa);
+  a.read_all(1s);
+  INFO(a.output());
+  CHECK(WEXITSTATUS(*sa) == 2);
+  CHECK(a.output().find("epd-cluster: " + broken.string()) != std::string::npos);
+
+  auto missing = fc.dir.path / "nope.toml";
+  Proc b({EPD_CLUSTER_EXE, "--config", missing.string()});
+  auto sb = b.wait(5s);
+  REQUIRE(sb);
+  b.read_all(1s);
+  INFO(b.output());
+  CHECK(WEXITSTATUS(*sb) == 2);
+  CHECK(b.output().find(missing.string() + ": cannot open the config file") != std::string::npos);
+  CHECK(fc.pids().empty());
+}
