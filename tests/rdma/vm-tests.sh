@@ -6,5 +6,5 @@ echo "== rdma-specific cases (remote access, reconnect, bounded WRs, simultaneou
 epd-rdma-tests '[verbs]' --durations yes
 if command -v epd-bench >/dev/null; then
   echo "== epd-bench transfer --backend rdma  [EMULATION ONLY: Soft-RoCE under qemu TCG, not NIC figures]"
-  epd-bench transfer --backend rdma
+  epd-bench transfer --backend rdma --quick --seconds 0.5
 fi
