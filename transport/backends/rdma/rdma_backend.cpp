@@ -1,5 +1,5 @@
 // The RDMA (ibverbs) backend: one-sided RDMA WRITEs over RC QPs into the peer's registered regions
-// (docs/rdma.md). Offered only when a usable device exists.
+// (docs/transport.md, "RDMA backend"). Offered only when a usable device exists.
 #include "backend_factory.hpp"
 
 #include <fcntl.h>
