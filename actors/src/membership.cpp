@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "epd/actors/role_support.hpp"
+
 namespace epd::actors {
 namespace {
 
@@ -42,6 +44,7 @@ void send_heartbeat(MembershipState& st) {
 
 caf::behavior membership(caf::stateful_actor<MembershipState>* self, BridgePtr bridge, MembershipConfig config,
                          std::shared_ptr<LoadGauge> load, caf::actor role) {
+  harden(self, "membership");
   auto& st = self->state;
   st.bridge = std::move(bridge);
   st.config = std::move(config);

@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "epd/actors/role_support.hpp"
+
 namespace epd::actors {
 namespace {
 
@@ -86,6 +88,7 @@ void on_heartbeat(RegistryState& st, const Envelope& env, const protocol::Heartb
 
 caf::behavior registry(caf::stateful_actor<RegistryState>* self, BridgePtr bridge, RegistryConfig config,
                        std::shared_ptr<RegistryView> view) {
+  harden(self, "registry");
   auto& st = self->state;
   st.bridge = std::move(bridge);
   st.config = config;

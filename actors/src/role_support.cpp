@@ -1,5 +1,7 @@
 #include "epd/actors/role_support.hpp"
 
+#include <spdlog/spdlog.h>
+
 namespace epd::actors {
 
 protocol::Result<uint32_t> setting_u32(const config::Settings& s, std::string_view key, uint32_t fallback,
@@ -28,6 +30,16 @@ void report_failure(Bridge& bridge, const std::string& router, uint64_t room, co
   r.code = error.code;
   r.reason = error.detail.empty() ? std::string(protocol::error_name(error.code)) : error.detail;
   bridge.send(router, std::move(r));
+}
+
+void harden(caf::scheduled_actor* self, const std::string& name) {
+  self->set_default_handler([name](caf::scheduled_actor*, caf::message_view& x) -> caf::result<caf::message> {
+    spdlog::warn("{}: dropped an unexpected message {}", name, caf::to_string(x.copy_content_to_message()));
+    return caf::message{};
+  });
+  self->set_error_handler([name](caf::scheduled_actor*, caf::error& e) {
+    spdlog::warn("{}: error message: {}", name, caf::to_string(e));
+  });
 }
 
 uint64_t micros_since(std::chrono::steady_clock::time_point t0) {

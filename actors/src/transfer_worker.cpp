@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "epd/actors/role_support.hpp"
+
 #include <map>
 
 namespace epd::actors {
@@ -86,6 +88,7 @@ bool submit(WorkerState& st, caf::event_based_actor* self, uint64_t id, bool fre
 
 caf::behavior worker(caf::stateful_actor<WorkerState>* self, transport::Engine* engine, BridgePtr bridge,
                      TransferWorkerConfig config) {
+  harden(self, config.name);
   auto& st = self->state;
   st.engine = engine;
   st.bridge = std::move(bridge);

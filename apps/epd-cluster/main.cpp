@@ -82,7 +82,11 @@ int main(int argc, char** argv) {
   app.add_option("--stop-grace", stop_grace_s, "seconds between SIGTERM and SIGKILL on stop (default 5)")
       ->check(CLI::NonNegativeNumber);
   app.add_flag("--no-restart", no_restart, "do not restart instances that exit");
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;  // --help is fine; usage errors share the config-error status
+  }
 
   std::error_code ec;
   fs::path config_file = fs::absolute(config_arg, ec);
@@ -98,8 +102,8 @@ int main(int argc, char** argv) {
   std::vector<lc::ChildSpec> specs;
   std::vector<std::string> ids;
   const auto* registry = cfg->registry();
-  std::vector<const epd::config::InstanceConfig*> order{
-      registry};  // the registry first: others say HELLO to it
+  // The registry first: the others say HELLO to it.
+  std::vector<const epd::config::InstanceConfig*> order{registry};
   for (const auto& inst : cfg->instances)
     if (&inst != registry) order.push_back(&inst);
   for (const auto* inst : order) {

@@ -9,7 +9,7 @@ using epd::protocol::ErrorCode;
 using epd::protocol::KvState;
 using epd::protocol::make_error;
 
-TEST_CASE("room state only moves forward; Failed overrides and carries a reason", "[actors][room]") {
+TEST_CASE("room state only moves forward, Failed overrides and carries a reason", "[actors][room]") {
   RoomState r;
   CHECK(r.state() == KvState::bootstrapping);
   CHECK(r.advance(KvState::waiting_for_input));

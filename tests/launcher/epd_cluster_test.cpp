@@ -198,7 +198,7 @@ TEST_CASE("epd-cluster refuses to start without an executable for every role", "
   CHECK(fc.pids().empty());
 }
 
-TEST_CASE("epd-cluster reports a broken or missing config clearly", "[launcher][multiproc]") {
+TEST_CASE("epd-cluster reports a broken or missing config and bad flags clearly", "[launcher][multiproc]") {
   FakeCluster fc;
   auto broken = fc.dir.write("broken.toml", "[cluster\nname = \n");
   Proc a({EPD_CLUSTER_EXE, "--config", broken.string(), "--bin-dir", (fc.dir.path / "bin").string()});
@@ -217,5 +217,13 @@ TEST_CASE("epd-cluster reports a broken or missing config clearly", "[launcher][
   INFO(b.output());
   CHECK(WEXITSTATUS(*sb) == 2);
   CHECK(b.output().find(missing.string() + ": cannot open the config file") != std::string::npos);
+
+  Proc c({EPD_CLUSTER_EXE, "--bin-dir", "/nowhere"});
+  auto sc = c.wait(5s);
+  REQUIRE(sc);
+  c.read_all(1s);
+  INFO(c.output());
+  CHECK(WEXITSTATUS(*sc) == 2);
+  CHECK(c.output().find("--config is required") != std::string::npos);
   CHECK(fc.pids().empty());
 }

@@ -88,6 +88,7 @@ void step(caf::event_based_actor* self, LoopState& st) {
 
 caf::behavior decode_loop(caf::stateful_actor<LoopState>* self, BridgePtr bridge, DecodeLoopConfig config,
                           caf::actor role) {
+  harden(self, "decode-loop");
   auto& st = self->state;
   st.bridge = std::move(bridge);
   st.config = std::move(config);

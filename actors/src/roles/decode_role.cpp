@@ -232,6 +232,7 @@ void on_cancel(caf::event_based_actor* self, DecodeState& st, const protocol::Ca
 }
 
 caf::behavior decode_role(caf::stateful_actor<DecodeState>* self, RoleContext ctx, DecodeSettings settings) {
+  harden(self, "decode");
   auto& st = self->state;
   st.ctx = std::move(ctx);
   st.settings = settings;

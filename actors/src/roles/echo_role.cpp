@@ -9,7 +9,8 @@
 namespace epd::actors {
 namespace {
 
-caf::behavior echo(caf::event_based_actor*, RoleContext ctx, uint32_t max_tokens) {
+caf::behavior echo(caf::event_based_actor* self, RoleContext ctx, uint32_t max_tokens) {
+  harden(self, "echo");  // peer-change notices and other messages it does not handle are logged and dropped
   return {
       [=](protocol::Envelope& env) {
         auto* submit = std::get_if<protocol::Submit>(&env.body);

@@ -103,6 +103,7 @@ void fail_room(EncoderState& st, uint64_t id, const protocol::Error& error, bool
 }
 
 caf::behavior encode_compute(caf::event_based_actor* self, model::ModelConfig cfg, caf::actor role) {
+  harden(self, "encoder-compute");
   auto runner = model::make_reference_runner(cfg);
   if (!runner) {
     spdlog::critical("encoder-compute: cannot build the model: {}", runner.error().to_string());
@@ -134,6 +135,7 @@ caf::behavior encode_compute(caf::event_based_actor* self, model::ModelConfig cf
 }
 
 caf::behavior encoder_role(caf::stateful_actor<EncoderState>* self, RoleContext ctx, EncoderSettings settings) {
+  harden(self, "encoder");
   auto& st = self->state;
   st.ctx = std::move(ctx);
   st.settings = settings;

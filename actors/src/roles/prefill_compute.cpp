@@ -16,6 +16,7 @@ struct ComputeState {
 
 caf::behavior prefill_compute(caf::stateful_actor<ComputeState>* self, model::ModelConfig model,
                               model::KvPool pool, caf::actor role) {
+  harden(self, "prefill-compute");
   auto& st = self->state;
   st.pool = pool;
   st.role = std::move(role);

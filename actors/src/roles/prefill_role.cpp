@@ -386,6 +386,7 @@ void on_message(caf::event_based_actor* self, PrefillState& st, Envelope& env) {
 }
 
 caf::behavior prefill_role(caf::stateful_actor<PrefillState>* self, RoleContext ctx, PrefillSettings settings) {
+  harden(self, "prefill");
   auto& st = self->state;
   st.ctx = std::move(ctx);
   st.settings = settings;

@@ -210,6 +210,7 @@ void on_result(RouterState& st, const Envelope& env, protocol::RoomResult& res) 
 }
 
 caf::behavior router(caf::stateful_actor<RouterState>* self, RoleContext ctx) {
+  harden(self, "router");
   self->state.ctx = std::move(ctx);
   return {
       [=](generate_atom, GenerateRequest& req) -> caf::response_promise {

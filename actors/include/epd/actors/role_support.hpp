@@ -1,5 +1,6 @@
 #pragma once
 // Small helpers shared by the roles: typed settings, finding a peer's region by name, failure reports.
+#include <caf/all.hpp>
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -19,6 +20,10 @@ const transport::Region* find_local_region(const transport::Engine& engine, std:
 
 // Tells the router that `room` failed here, with the code and reason (the router decides whether to retry).
 void report_failure(Bridge& bridge, const std::string& router, uint64_t room, const protocol::Error& error);
+
+// Every long-lived actor calls this first: an unexpected message or an error reply is logged and dropped
+// instead of CAF's defaults (print, or quit the actor), so one stray message can never stop a role.
+void harden(caf::scheduled_actor* self, const std::string& name);
 
 uint64_t micros_since(std::chrono::steady_clock::time_point t0);
 
