@@ -4,6 +4,8 @@
 //   sum <addr> <len>      -> "SUM <xxh64 as decimal>"
 //   fill <addr> <len> <b> -> "OK" (memset to byte b)
 //   quit / end of input   -> exits 0
+#include <spdlog/sinks/stdout_sinks.h>
+#include <spdlog/spdlog.h>
 #include <xxhash.h>
 
 #include <cstdio>
@@ -19,6 +21,8 @@
 using namespace epd::transport;
 
 int main(int argc, char** argv) {
+  // stdout carries the DESC/command protocol; backend log lines (e.g. rdma's device line) go to stderr.
+  spdlog::set_default_logger(spdlog::stderr_logger_mt("peer"));
   if (argc != 5) {
     std::fprintf(stderr, "usage: %s <instance> <shm,tcp> <regions> <bytes>\n", argv[0]);
     return 2;

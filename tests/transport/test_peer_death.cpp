@@ -29,6 +29,7 @@ Status stream_until_failure(BackendKind kind, int signal, std::chrono::milliseco
   REQUIRE(target.ok());
   EngineConfig c;
   c.tcp.op_timeout = op_timeout;
+  c.rdma.op_timeout = op_timeout;
   auto init = make_initiator(kind, 16 * kMiB, c);
   REQUIRE(init.engine);
   auto s = init.engine->open_session(target.descriptor());
@@ -93,5 +94,15 @@ TEST_CASE("tcp: stalled target times out, retryable", "[peer_death][tcp][multipr
 TEST_CASE("shm: target killed fails the next batches, retryable", "[peer_death][shm][multiproc]") {
   const Status st = stream_until_failure(BackendKind::shm, SIGKILL, 5000ms, 2);
   CHECK(retryable_loss(st));
+  CHECK(st.error().code == ErrorCode::peer_died);
+}
+
+// (No SIGSTOP case for rdma: the target's device, not its process, places the bytes, so a stopped target
+// still completes writes.)
+TEST_CASE("rdma: target killed mid-transfer fails batches, retryable",
+          "[peer_death][rdma][verbs][multiproc]") {
+  const Status st = stream_until_failure(BackendKind::rdma, SIGKILL, 5000ms, 8);
+  CHECK(retryable_loss(st));
+  INFO(st.error().to_string());
   CHECK(st.error().code == ErrorCode::peer_died);
 }

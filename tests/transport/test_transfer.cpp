@@ -105,6 +105,14 @@ TEST_CASE("tcp: hundreds of random batches in flight, child process", "[transfer
   many_in_flight(true, BackendKind::tcp);
 }
 
+// rdma needs a device: these run inside the Soft-RoCE VM (ctest label rdma-vm), never on the plain host.
+TEST_CASE("rdma: single writes of 1 B .. 64 MiB, child process", "[transfer][rdma][verbs][multiproc]") {
+  single_writes_of_every_size(true, BackendKind::rdma);
+}
+TEST_CASE("rdma: hundreds of random batches in flight, child process", "[transfer][rdma][verbs][multiproc]") {
+  many_in_flight(true, BackendKind::rdma);
+}
+
 TEST_CASE("tcp: one lane, tiny slices and a small in-flight window still deliver", "[transfer][tcp]") {
   LocalTarget target("tcp", 1, 4 * kMiB);
   REQUIRE(target.ok());

@@ -89,8 +89,9 @@ void wrong_token_is_refused(bool child, BackendKind kind) {
   auto forged = target->descriptor();
   forged.token ^= 0x5555;
   auto s = init.engine->open_session(forged);
-  if (kind == BackendKind::shm) {
-    // shm checks the token in the target's control page before mapping anything.
+  if (kind == BackendKind::shm || kind == BackendKind::rdma) {
+    // shm checks the token in the target's control page before mapping anything; rdma in its QP
+    // handshake, before any QP exists.
     REQUIRE_FALSE(s);
     CHECK(s.error().code == ErrorCode::bad_token);
   } else {
@@ -137,4 +138,11 @@ TEST_CASE("shm: a wrong token is refused, child process", "[validation][shm][mul
 }
 TEST_CASE("tcp: a wrong token is refused, child process", "[validation][tcp][multiproc]") {
   wrong_token_is_refused(true, BackendKind::tcp);
+}
+
+TEST_CASE("rdma: out-of-range writes are refused, child process", "[validation][rdma][verbs][multiproc]") {
+  out_of_range_is_refused(true, BackendKind::rdma);
+}
+TEST_CASE("rdma: a wrong token is refused, child process", "[validation][rdma][verbs][multiproc]") {
+  wrong_token_is_refused(true, BackendKind::rdma);
 }

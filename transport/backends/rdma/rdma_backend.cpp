@@ -1,0 +1,249 @@
+// The RDMA (ibverbs) backend: one-sided RDMA WRITEs over RC QPs into the peer's registered regions
+// (docs/transport.md, "RDMA backend"). Offered only when a usable device exists.
+#include "backend_factory.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <spdlog/spdlog.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <thread>
+
+#include "link.hpp"
+#include "qp.hpp"
+
+namespace epd::transport {
+namespace rdma {
+namespace {
+
+constexpr auto kTick = std::chrono::milliseconds(100);  // bound of every wait in the backend's threads
+
+// A peer's connection to us: the responder QPs we made for it, alive as long as its side channel is.
+struct Passive {
+  int fd = -1;
+  std::vector<ibv_qp*> qps;
+};
+
+class RdmaBackend final : public Backend {
+ public:
+  RdmaBackend(std::shared_ptr<Core> core, int listen_fd, std::string endpoint, uint64_t token,
+              uint64_t incarnation)
+      : core_(std::move(core)),
+        listen_fd_(listen_fd),
+        endpoint_(std::move(endpoint)),
+        token_(token),
+        incarnation_(incarnation) {
+    completion_ = std::thread([this] { completion_loop(); });
+    handshake_ = std::thread([this] { handshake_loop(); });
+  }
+
+  ~RdmaBackend() override {
+    stop_ = true;
+    completion_.join();
+    handshake_.join();
+    for (auto& link : live_links()) link->close();
+    for (auto& p : passive_) drop(p);
+    ::close(listen_fd_);
+  }
+
+  BackendKind kind() const override { return BackendKind::rdma; }
+
+  void describe(protocol::SegmentDescriptor& self) const override {
+    const Device& d = *core_->dev;
+    self.rdma = protocol::RdmaOffer{d.name(), d.port(), uint32_t(d.gid_index()),
+                                    std::vector<uint8_t>(d.gid().begin(), d.gid().end()), endpoint_};
+    for (auto& r : self.regions) {
+      if (r.rkey == 0) r.rkey = d.rkey_for(r.base, r.length);
+    }
+  }
+
+  // My own descriptor need not offer rdma: an engine that only writes (force = rdma) still has the device.
+  bool can_reach(const protocol::SegmentDescriptor& /*self*/,
+                 const protocol::SegmentDescriptor& peer) const override {
+    if (!peer.rdma || peer.rdma->gid.size() != 16 || peer.rdma->handshake_endpoint.empty()) {
+      return false;
+    }
+    // RoCE v2 over IPv4 cannot reach an IPv6-only GID and vice versa.
+    Gid theirs{};
+    std::copy(peer.rdma->gid.begin(), peer.rdma->gid.end(), theirs.begin());
+    return is_ipv4_mapped(theirs) == is_ipv4_mapped(core_->dev->gid());
+  }
+
+  Status on_region_added(Region& region) override {
+    auto mr = core_->dev->register_memory(region.base, region.length);
+    if (!mr) return mr.error();
+    region.lkey = (*mr)->lkey;
+    region.rkey = (*mr)->rkey;
+    return {};
+  }
+
+  Result<std::unique_ptr<Link>> connect(const protocol::SegmentDescriptor& peer) override {
+    auto state = std::make_shared<LinkState>(core_, peer);
+    if (auto st = state->connect(); !st) return st.error();
+    {
+      std::lock_guard lock(core_->mu);
+      core_->links.push_back(state);
+    }
+    return std::unique_ptr<Link>(new RdmaLink(std::move(state)));
+  }
+
+ private:
+  std::vector<std::shared_ptr<LinkState>> live_links() {
+    std::lock_guard lock(core_->mu);
+    std::vector<std::shared_ptr<LinkState>> out;
+    std::erase_if(core_->links, [&](const auto& w) {
+      auto s = w.lock();
+      if (!s) return true;  // its session is gone
+      out.push_back(std::move(s));
+      return false;
+    });
+    return out;
+  }
+
+  void completion_loop() {
+    Device& d = *core_->dev;
+    fcntl(d.channel()->fd, F_SETFL, fcntl(d.channel()->fd, F_GETFL) | O_NONBLOCK);
+    auto last_check = Clock::now();
+    ibv_wc wcs[32];
+    while (!stop_) {
+      pollfd p{d.channel()->fd, POLLIN, 0};
+      if (poll(&p, 1, int(kTick.count())) > 0) {
+        ibv_cq* cq = nullptr;
+        void* ctx = nullptr;
+        if (ibv_get_cq_event(d.channel(), &cq, &ctx) == 0) {
+          ibv_ack_cq_events(cq, 1);
+          ibv_req_notify_cq(cq, 0);
+        }
+      }
+      // Drain after re-arming, so a completion that raced the notification is not left behind.
+      for (int n; (n = ibv_poll_cq(d.cq(), 32, wcs)) > 0;) {
+        for (int i = 0; i < n; ++i) {
+          std::shared_ptr<LinkState> link;
+          {
+            std::lock_guard lock(core_->mu);
+            auto it = core_->by_qpn.find(wcs[i].qp_num);
+            if (it != core_->by_qpn.end()) link = it->second.lock();
+          }
+          if (link) link->on_completion(wcs[i]);
+        }
+      }
+      const auto now = Clock::now();
+      if (now - last_check >= kTick) {
+        last_check = now;
+        for (auto& link : live_links()) link->check(now);
+      }
+    }
+  }
+
+  void handshake_loop() {
+    std::vector<pollfd> fds;
+    while (!stop_) {
+      fds.assign(1, pollfd{listen_fd_, POLLIN, 0});
+      for (auto& p : passive_) fds.push_back({p.fd, POLLIN | POLLRDHUP, 0});
+      if (poll(fds.data(), fds.size(), int(kTick.count())) <= 0) continue;
+      // Peers whose side channel closed are gone (or closed their link): drop their QPs.
+      for (size_t i = fds.size(); i-- > 1;) {
+        if (fds[i].revents && peer_gone(passive_[i - 1].fd)) {
+          drop(passive_[i - 1]);
+          passive_.erase(passive_.begin() + long(i - 1));
+        }
+      }
+      if (fds[0].revents & POLLIN) {
+        int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+        if (fd >= 0) serve(fd);
+      }
+    }
+  }
+
+  // Answers one handshake request; bounded by op_timeout so a silent client cannot stall the loop long.
+  void serve(int fd) {
+    const auto deadline = Clock::now() + std::min(core_->cfg.op_timeout, std::chrono::milliseconds(2000));
+    auto req = read_hello(fd, deadline);
+    Hello rep;
+    rep.kind = HelloKind::reject;
+    Device& d = *core_->dev;
+    Passive p{fd, {}};
+    if (!req || req->kind != HelloKind::request) {
+      rep.reason = HandshakeReject::malformed;
+    } else if (token_ != 0 && req->target_token != token_) {
+      rep.reason = HandshakeReject::bad_token;
+    } else if (incarnation_ != 0 && req->target_incarnation != incarnation_) {
+      rep.reason = HandshakeReject::stale_incarnation;
+    } else {
+      rep.kind = HelloKind::accept;
+      rep.mtu = uint8_t(d.active_mtu());
+      rep.lid = d.lid();
+      rep.gid = d.gid();
+      const ibv_mtu mtu = min_mtu(d.active_mtu(), ibv_mtu(req->mtu));
+      for (const auto& q : req->qps) {
+        auto qp = create_rc_qp(d, 1);  // responder only: it never sends
+        const uint32_t psn = random_psn();
+        if (qp) p.qps.push_back(*qp);
+        if (!qp || !connect_qp(*qp, d, psn, RemoteQp{q.qpn, q.psn, req->gid, req->lid, mtu})) {
+          rep = Hello{};
+          rep.kind = HelloKind::reject;
+          rep.reason = HandshakeReject::no_resources;
+          break;
+        }
+        rep.qps.push_back({(*qp)->qp_num, psn});
+      }
+    }
+    if (rep.kind == HelloKind::reject) {
+      spdlog::warn("rdma: refused a handshake (reason {})", int(rep.reason));
+      (void)write_all(fd, encode_hello(rep), deadline);
+      drop(p);
+      return;
+    }
+    if (!write_all(fd, encode_hello(rep), deadline)) {
+      drop(p);
+      return;
+    }
+    passive_.push_back(std::move(p));
+  }
+
+  static void drop(Passive& p) {
+    for (ibv_qp* qp : p.qps) ibv_destroy_qp(qp);
+    p.qps.clear();
+    if (p.fd >= 0) ::close(p.fd);
+    p.fd = -1;
+  }
+
+  const std::shared_ptr<Core> core_;
+  const int listen_fd_;
+  const std::string endpoint_;
+  // Peers must present these in their handshake: a stale descriptor (we restarted) is refused.
+  const uint64_t token_;
+  const uint64_t incarnation_;
+  std::atomic<bool> stop_{false};
+  std::vector<Passive> passive_;  // handshake thread only (and the destructor after the join)
+  std::thread completion_;
+  std::thread handshake_;
+};
+
+}  // namespace
+}  // namespace rdma
+
+Result<std::unique_ptr<Backend>> make_rdma_backend(const BackendContext& ctx) {
+  const RdmaConfig& cfg = ctx.config.rdma;
+  auto dev = rdma::Device::open(cfg);
+  if (!dev) return dev.error();
+  uint16_t port = 0;
+  auto fd = rdma::listen_tcp(cfg.handshake_host, cfg.handshake_port, port);
+  if (!fd) return fd.error();
+  auto core = std::make_shared<rdma::Core>();
+  core->dev = *dev;
+  core->cfg = cfg;
+  const std::string host =
+      cfg.handshake_host.find(':') != std::string::npos ? "[" + cfg.handshake_host + "]" : cfg.handshake_host;
+  const std::string endpoint = host + ":" + std::to_string(port);
+  const auto& d = *core->dev;
+  spdlog::info("rdma: device {} port {} gid[{}] {} mtu {}, {} QPs/peer, slice {} B, handshake on {}",
+               d.name(), d.port(), d.gid_index(), rdma::gid_to_string(d.gid()), 128 << int(d.active_mtu()),
+               cfg.qps_per_peer, cfg.slice_bytes, endpoint);
+  return std::unique_ptr<Backend>(
+      new rdma::RdmaBackend(std::move(core), *fd, endpoint, ctx.token, ctx.incarnation));
+}
+
+}  // namespace epd::transport
