@@ -5,6 +5,7 @@
 #include <string>
 
 #include "epd/protocol/errors.hpp"
+#include "sample_messages.hpp"
 
 using namespace epd::protocol;
 
@@ -37,4 +38,40 @@ TEST_CASE("docs/protocol.md lists every error code with its retry column", "[pro
     INFO(row);
     CHECK(doc.find(row) != std::string::npos);
   }
+}
+
+namespace {
+// Collects the wire keys a struct lists.
+struct KeyCollector {
+  std::vector<std::string> keys;
+  template <class T>
+  void req(std::string_view k, T&) { keys.emplace_back(k); }
+  template <class T>
+  void opt(std::string_view k, T&) { keys.emplace_back(k); }
+};
+}  // namespace
+
+TEST_CASE("docs/protocol.md documents every message and every key", "[protocol][docs]") {
+  std::ifstream in(std::string(EPD_SOURCE_DIR) + "/docs/protocol.md");
+  REQUIRE(in.good());
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string doc = ss.str();
+  epd::protocol::testing::for_each_message_type([&](auto tag) {
+    using T = decltype(tag);
+    const std::string heading = "### " + std::string(type_name(T::kType)) + " (type " +
+                                std::to_string(int(T::kType)) + ")";
+    INFO(heading);
+    const auto at = doc.find(heading);
+    REQUIRE(at != std::string::npos);
+    const auto end = doc.find("\n### ", at + 1);
+    const std::string section = doc.substr(at, end == std::string::npos ? std::string::npos : end - at);
+    KeyCollector keys;
+    T msg{};
+    T::fields(msg, keys);
+    for (const auto& k : keys.keys) {
+      INFO("key " << k);
+      CHECK(section.find("| `" + k + "` |") != std::string::npos);
+    }
+  });
 }
