@@ -8,7 +8,8 @@ exec </dev/console >/dev/console 2>&1
 export PATH=/epd/bin:/bin:/sbin HOME=/tmp TMPDIR=/tmp
 mount -t proc proc /proc
 mount -t sysfs sys /sys
-mount -t tmpfs tmp /tmp
+# No tmpfs over /tmp: the initramfs root is already in RAM and writable, and the test binaries are also
+# linked at their host paths, which may lie under /tmp (a CI clone in /tmp) — a mount would hide them.
 mount -t tmpfs shm /dev/shm 2>/dev/null || { mkdir -p /dev/shm && mount -t tmpfs shm /dev/shm; }
 hostname epd-vm
 
