@@ -33,6 +33,12 @@ struct WorkerState {
   std::map<uint64_t, InFlight> inflight;  // by job id
   uint64_t next_id = 1;
   static inline const char* name = "transfer-worker";
+
+  // The state dies with the actor (before its attached cleanup runs): close the sessions here, which fails
+  // any batch still in flight instead of leaving it to a destroyed actor.
+  ~WorkerState() {
+    for (auto& [_, c] : sessions) c.session->close();
+  }
 };
 
 protocol::Result<transport::SessionPtr> session_for(WorkerState& st, const std::string& peer_id, bool fresh) {
@@ -97,9 +103,6 @@ caf::behavior worker(caf::stateful_actor<WorkerState>* self, transport::Engine* 
   st.engine = engine;
   st.bridge = std::move(bridge);
   st.config = std::move(config);
-  self->attach_functor([self] {
-    for (auto& [_, c] : self->state.sessions) c.session->close();
-  });
   return {
       [=](TransferJob& job) {
         auto& s = self->state;

@@ -116,6 +116,16 @@ void Cluster::stop() {
   if (group_) group_->stop();
 }
 
+std::string Cluster::stop_and_collect_sanitizer_reports() {
+  stop();
+  std::string out;
+  std::istringstream in(logs());
+  for (std::string line; std::getline(in, line);)
+    if (line.find("Sanitizer") != std::string::npos || line.find("runtime error:") != std::string::npos)
+      out += line + "\n";
+  return out;
+}
+
 std::pair<int, std::string> Cluster::post_raw(const std::string& path, const std::string& body) const {
   httplib::Client c("127.0.0.1", http_port_);
   c.set_read_timeout(60, 0);

@@ -54,6 +54,9 @@ class Cluster {
   std::vector<std::string> ids() const;
   launcher::ProcessGroup& group() { return *group_; }
   std::string logs() const { return sink_->text(); }
+  // Stops the cluster and returns the sanitizer reports (ASan, LSan, UBSan) its processes printed, if any:
+  // with EPD_SANITIZE=ON the role processes are instrumented too, and their reports must fail the test.
+  std::string stop_and_collect_sanitizer_reports();
   const std::filesystem::path& config_file() const { return config_; }
 
  private:
