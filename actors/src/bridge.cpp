@@ -16,17 +16,22 @@ Bridge::~Bridge() {
 
 protocol::Result<std::shared_ptr<Bridge>> Bridge::start(std::string instance_id, uint64_t incarnation,
                                                         std::string bind_endpoint,
-                                                        protocol::CodecLimits limits) {
+                                                        protocol::CodecLimits limits,
+                                                        LivenessConfig liveness) {
   std::shared_ptr<Bridge> bridge(new Bridge(instance_id, incarnation, limits));
   transport::ChannelConfig cc;
   cc.identity = instance_id;
   cc.bind_endpoint = std::move(bind_endpoint);
   cc.max_frame_bytes = int64_t(limits.max_frame_bytes);
+  cc.heartbeat_ivl_ms = int(liveness.heartbeat_interval.count());
+  cc.heartbeat_timeout_ms = int(liveness.heartbeat_interval.count() * liveness.misses);
   Bridge* raw = bridge.get();  // the channel stops (joins its thread) before the bridge is destroyed
   auto channel = transport::ControlChannel::start(
-      cc, [raw](const std::string& from, bool via_router, std::vector<uint8_t> frame) {
+      cc,
+      [raw](const std::string& from, bool via_router, std::vector<uint8_t> frame) {
         raw->on_frame(from, via_router, std::move(frame));
-      });
+      },
+      [raw](const std::string& endpoint) { raw->on_disconnect(endpoint); });
   if (!channel) return channel.error();
   bridge->channel_ = std::move(channel.value());
   return bridge;
@@ -42,10 +47,36 @@ void Bridge::set_default(caf::actor target) {
   default_ = std::move(target);
 }
 
+void Bridge::subscribe_liveness(caf::actor target) {
+  std::lock_guard lock(mu_);
+  liveness_.push_back(std::move(target));
+}
+
 void Bridge::unsubscribe_all() {
   std::lock_guard lock(mu_);
   routes_.clear();
   default_ = caf::actor{};
+  liveness_.clear();
+}
+
+void Bridge::publish(PeerEvent event) {
+  std::vector<caf::actor> targets;
+  {
+    std::lock_guard lock(mu_);
+    targets = liveness_;
+  }
+  for (auto& t : targets) caf::anon_send(t, event);
+}
+
+void Bridge::on_disconnect(const std::string& endpoint) {
+  PeerEvent ev;
+  ev.endpoint = endpoint;
+  ev.reason = "control connection to " + endpoint + " lost";
+  if (auto p = peers_.find_by_endpoint(endpoint)) {
+    ev.id = p->instance_id;
+    ev.old_incarnation = p->incarnation;
+  }
+  publish(std::move(ev));
 }
 
 std::vector<uint8_t> Bridge::encode(protocol::Body body) const {
@@ -100,6 +131,12 @@ void Bridge::on_frame(const std::string& from, bool via_router, std::vector<uint
                                                                 "' does not match routing id '" + from + "'"),
            uint16_t(env->type()));
     return;
+  }
+  // A newer incarnation than the one listed: the peer restarted, whether or not the registry said so yet.
+  if (auto old = peers_.observe(env->sender, env->incarnation)) {
+    auto p = peers_.find(env->sender);
+    publish(PeerEvent{env->sender, p ? p->control_endpoint : "", *old, env->incarnation,
+                      "a frame came from incarnation " + std::to_string(env->incarnation)});
   }
   caf::actor target;
   {

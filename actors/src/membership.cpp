@@ -16,6 +16,7 @@ struct MembershipState {
   std::shared_ptr<LoadGauge> load;
   caf::actor role;
   bool acked = false;
+  bool have_peers = false;  // a PEERS arrived since the last HELLO
   uint64_t seq = 0;
   static inline const char* name = "membership";
 };
@@ -33,12 +34,16 @@ void send_hello(MembershipState& st) {
 void send_heartbeat(MembershipState& st) {
   protocol::Heartbeat hb;
   hb.seq = ++st.seq;
-  hb.healthy = st.load->healthy.load();
+  hb.healthy = st.load->healthy.load() && st.have_peers;  // cannot serve before it knows its peers
   hb.free_kv_pages = st.load->free_kv_pages.load();
   hb.total_kv_pages = st.load->total_kv_pages.load();
   hb.free_slots = st.load->free_slots.load();
   hb.total_slots = st.load->total_slots.load();
   hb.active_rooms = st.load->active_rooms.load();
+  hb.worker_restarts = st.load->worker_restarts.load();
+  hb.transfer_retries = st.load->transfer_retries.load();
+  hb.transfer_failures = st.load->transfer_failures.load();
+  hb.sessions_recycled = st.load->sessions_recycled.load();
   st.bridge->send_to_endpoint(st.config.registry_endpoint, hb);
 }
 
@@ -62,6 +67,20 @@ caf::behavior membership(caf::stateful_actor<MembershipState>* self, BridgePtr b
           send_hello(s);
         self->delayed_send(self, s.config.heartbeat_interval, tick_atom::value);
       },
+      [=](PeerEvent& ev) {
+        auto& s = self->state;
+        if (ev.id.empty() || ev.id == s.bridge->instance_id()) {
+          if (ev.endpoint == s.config.registry_endpoint)
+            spdlog::warn("membership: {}; heartbeats will reconnect", ev.reason);
+          return;
+        }
+        if (!s.bridge->peers().mark_dead(ev.id, ev.old_incarnation)) return;  // already known
+        spdlog::warn("membership: peer '{}' (incarnation {}) is dead to us: {}", ev.id, ev.old_incarnation,
+                     ev.reason);
+        if (s.role)
+          self->send(s.role,
+                     PeerChanges{{{ev.id, ev.old_incarnation, ev.new_incarnation}}, ev.new_incarnation != 0});
+      },
       [=](Envelope& env) {
         auto& s = self->state;
         if (auto* ack = std::get_if<protocol::HelloAck>(&env.body)) {
@@ -72,6 +91,7 @@ caf::behavior membership(caf::stateful_actor<MembershipState>* self, BridgePtr b
           if (!s.acked) spdlog::info("membership: registered with the registry ({})", env.sender);
           s.acked = true;
         } else if (auto* peers = std::get_if<protocol::Peers>(&env.body)) {
+          s.have_peers = true;
           auto changes = s.bridge->peers().replace(peers->version, peers->peers);
           for (const auto& c : changes) {
             if (c.new_incarnation == 0)
@@ -105,6 +125,7 @@ caf::actor spawn_membership(caf::actor_system& system, BridgePtr bridge, Members
   auto a = system.spawn(membership, bridge, std::move(config), std::move(load), std::move(role));
   bridge->subscribe(MessageType::hello_ack, a);
   bridge->subscribe(MessageType::peers, a);
+  bridge->subscribe_liveness(a);
   return a;
 }
 

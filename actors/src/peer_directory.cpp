@@ -20,7 +20,43 @@ std::vector<PeerDirectory::Change> PeerDirectory::replace(uint64_t version,
   for (const auto& [id, p] : next)
     if (!peers_.count(id)) changes.push_back({id, 0, p.incarnation});
   peers_ = std::move(next);
+  std::erase_if(dead_, [&](const auto& d) {
+    auto it = peers_.find(d.first);
+    return it == peers_.end() || it->second.incarnation != d.second;
+  });
   return changes;
+}
+
+std::optional<protocol::PeerInfo> PeerDirectory::find_by_endpoint(const std::string& endpoint) const {
+  std::lock_guard lock(mu_);
+  for (const auto& [_, p] : peers_)
+    if (p.control_endpoint == endpoint) return p;
+  return std::nullopt;
+}
+
+std::optional<uint64_t> PeerDirectory::observe(const std::string& id, uint64_t incarnation) {
+  std::lock_guard lock(mu_);
+  auto it = peers_.find(id);
+  if (it == peers_.end() || incarnation <= it->second.incarnation) return std::nullopt;
+  uint64_t& seen = observed_[id];
+  if (incarnation <= seen) return std::nullopt;
+  seen = incarnation;
+  return it->second.incarnation;
+}
+
+bool PeerDirectory::mark_dead(const std::string& id, uint64_t incarnation) {
+  std::lock_guard lock(mu_);
+  auto it = peers_.find(id);
+  if (it == peers_.end() || it->second.incarnation != incarnation) return false;
+  return dead_.emplace(id, incarnation).second;
+}
+
+bool PeerDirectory::alive(const std::string& id) const {
+  std::lock_guard lock(mu_);
+  auto it = peers_.find(id);
+  if (it == peers_.end()) return false;
+  auto d = dead_.find(id);
+  return d == dead_.end() || d->second != it->second.incarnation;
 }
 
 void PeerDirectory::upsert(const protocol::PeerInfo& peer) {

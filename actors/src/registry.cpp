@@ -53,7 +53,8 @@ void on_hello(RegistryState& st, const Envelope& env, const protocol::Hello& hel
   e.info.kv_layout = hello.kv_layout;
   e.info.total_kv_pages = hello.kv_pages_total;
   e.info.free_kv_pages = hello.kv_pages_total;
-  e.info.healthy = true;
+  // Not placed until its first HEARTBEAT says healthy: by then it has our PEERS and can reach its peers.
+  e.info.healthy = false;
   e.last_seen = clock::now();
   st.entries[env.sender] = std::move(e);
   st.bridge->send_to_endpoint(hello.control_endpoint,
@@ -77,6 +78,10 @@ void on_heartbeat(RegistryState& st, const Envelope& env, const protocol::Heartb
   info.free_slots = hb.free_slots;
   info.total_slots = hb.total_slots;
   info.active_rooms = hb.active_rooms;
+  info.worker_restarts = hb.worker_restarts;
+  info.transfer_retries = hb.transfer_retries;
+  info.transfer_failures = hb.transfer_failures;
+  info.sessions_recycled = hb.sessions_recycled;
   it->second.last_seen = clock::now();
   if (health_changed) {
     spdlog::info("registry: '{}' is now {}", env.sender, hb.healthy ? "healthy" : "unhealthy");
@@ -112,6 +117,22 @@ caf::behavior registry(caf::stateful_actor<RegistryState>* self, BridgePtr bridg
         if (changed) publish(s);
         self->delayed_send(self, s.config.heartbeat_interval, tick_atom::value);
       },
+      [=](PeerEvent& ev) {
+        // Our connection to a member broke (its process died, or it stopped answering ZMTP heartbeats):
+        // drop it now instead of after `misses` silent intervals. A member that is in fact alive gets
+        // unknown_peer on its next HEARTBEAT and registers again.
+        if (ev.new_incarnation != 0) return;  // a restart shows up as its HELLO
+        auto& s = self->state;
+        for (auto it = s.entries.begin(); it != s.entries.end(); ++it) {
+          if (it->second.info.control_endpoint != ev.endpoint || it->first == s.bridge->instance_id())
+            continue;
+          spdlog::warn("registry: '{}' (incarnation {}) lost: {}; removed", it->first,
+                       it->second.info.incarnation, ev.reason);
+          s.entries.erase(it);
+          publish(s);
+          return;
+        }
+      },
       [=](Envelope& env) {
         auto& s = self->state;
         if (auto* hello = std::get_if<protocol::Hello>(&env.body)) {
@@ -138,6 +159,7 @@ caf::actor spawn_registry(caf::actor_system& system, BridgePtr bridge, RegistryC
   bridge->subscribe(MessageType::hello, a);
   bridge->subscribe(MessageType::heartbeat, a);
   bridge->subscribe(MessageType::goodbye, a);
+  bridge->subscribe_liveness(a);
   return a;
 }
 

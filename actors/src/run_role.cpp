@@ -79,7 +79,8 @@ int run_role(int argc, char** argv, const char* fixed_role) {
     if (!e) return fail("transfer engine: " + e.error().to_string());
     engine = std::move(e.value());
   }
-  auto bridge = Bridge::start(id, incarnation, inst->control);
+  auto bridge = Bridge::start(id, incarnation, inst->control, {},
+                              LivenessConfig{cfg->cluster.heartbeat_interval, cfg->cluster.heartbeat_misses});
   if (!bridge) return fail(bridge.error().detail);
 
   caf::actor_system_config sys_cfg;

@@ -2,6 +2,7 @@
 // reply while the bridge keeps serving.
 #include <caf/all.hpp>
 #include <catch2/catch.hpp>
+#include <thread>
 #include <zmq.hpp>
 
 #include "epd/actors/bridge.hpp"
@@ -97,4 +98,69 @@ TEST_CASE("bridge delivers typed messages and rejects bad frames without stoppin
   CHECK(std::get<protocol::Heartbeat>(again->body).seq == 8);
   a.value()->stop();
   b.value()->stop();
+}
+
+namespace {
+
+// The next PeerEvent (envelopes in between are skipped), or nothing within `wait`.
+std::optional<PeerEvent> next_peer_event(caf::scoped_actor& self,
+                                         std::chrono::milliseconds wait = std::chrono::seconds(5)) {
+  std::optional<PeerEvent> out;
+  bool timed_out = false;
+  while (!out && !timed_out)
+    self->receive([&](PeerEvent& e) { out = std::move(e); }, [&](protocol::Envelope&) {},
+                  caf::after(wait) >> [&] { timed_out = true; });
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("bridge reports a peer whose connection breaks, and a newer incarnation", "[actors][bridge]") {
+  caf::actor_system_config cfg;
+  caf::actor_system sys{cfg};
+  caf::scoped_actor self{sys};
+  auto a =
+      Bridge::start("alice", 11, "tcp://127.0.0.1:*", {}, LivenessConfig{std::chrono::milliseconds(100), 3});
+  auto b = Bridge::start("bob", 22, "tcp://127.0.0.1:*");
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  a.value()->subscribe_liveness(caf::actor_cast<caf::actor>(self));
+  a.value()->set_default(caf::actor_cast<caf::actor>(self));
+  protocol::PeerInfo bob;
+  bob.instance_id = "bob";
+  bob.role = "x";
+  bob.control_endpoint = b.value()->endpoint();
+  bob.incarnation = 22;
+  a.value()->peers().upsert(bob);
+  // A frame from a newer incarnation of bob than the listed one: reported once.
+  b.value()->set_default(caf::actor_cast<caf::actor>(self));
+  auto bob2 = Bridge::start("bob", 23, "tcp://127.0.0.1:*");
+  REQUIRE(bob2.ok());
+  bob2.value()->send_to_endpoint(a.value()->endpoint(), protocol::Heartbeat{.seq = 1});
+  bob2.value()->send_to_endpoint(a.value()->endpoint(), protocol::Heartbeat{.seq = 2});
+  auto ev = next_peer_event(self);
+  REQUIRE(ev);
+  CHECK(ev->id == "bob");
+  CHECK(ev->old_incarnation == 22);
+  CHECK(ev->new_incarnation == 23);
+  CHECK_FALSE(next_peer_event(self, std::chrono::milliseconds(300)));  // once, not per frame
+  // alice's connection to bob breaks when bob stops: reported with bob's listed incarnation.
+  a.value()->send(std::string("bob"), protocol::Heartbeat{.seq = 3});
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // connected (bob's frame reaches self)
+  const auto t0 = std::chrono::steady_clock::now();
+  b.value()->stop();
+  ev = next_peer_event(self);
+  REQUIRE(ev);
+  CHECK(ev->id == "bob");
+  CHECK(ev->old_incarnation == 22);
+  CHECK(ev->new_incarnation == 0);
+  CHECK(ev->endpoint == b.value()->endpoint());
+  INFO("reported after "
+       << std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count()
+       << " ms");
+  CHECK(a.value()->peers().mark_dead("bob", 22));
+  CHECK_FALSE(a.value()->peers().alive("bob"));
+  CHECK_FALSE(a.value()->peers().mark_dead("bob", 22));  // once
+  bob2.value()->stop();
+  a.value()->stop();
 }

@@ -49,17 +49,21 @@ Cluster::Cluster(ClusterSpec spec) : spec_(std::move(spec)) {
   for (int i = 0; i < spec_.prefills; ++i) instances_.emplace_back("prefill-" + std::to_string(i), "prefill");
   for (int i = 0; i < spec_.decodes; ++i) instances_.emplace_back("decode-" + std::to_string(i), "decode");
   std::ostringstream cfg;
-  // Expiry after 5 s: a process starved for a moment on a loaded CI box must not be declared dead.
-  cfg << "[cluster]\nname = \"e2e\"\nregistry = \"router\"\nheartbeat_interval_ms = 100\nheartbeat_misses = 50\n"
-      << "request_timeout_ms = 30000\nmax_attempts = 3\n\n[model]\npreset = \"tiny\"\n\n"
-      << "[transport]\nbackend = \"" << spec_.backend << "\"\nhost = \"127.0.0.1\"\ntcp_lanes = 2\n\n"
-      << "[defaults.decode]\nkv_pages = 512\n\n";
+  cfg << "[cluster]\nname = \"e2e\"\nregistry = \"router\"\nheartbeat_interval_ms = " << spec_.heartbeat_ms
+      << "\nheartbeat_misses = " << spec_.heartbeat_misses
+      << "\nrequest_timeout_ms = " << spec_.request_timeout_ms << "\nmax_attempts = " << spec_.max_attempts
+      << "\n\n[model]\npreset = \"tiny\"\n\n"
+      << "[transport]\nbackend = \"" << spec_.backend << "\"\nhost = \"127.0.0.1\"\ntcp_lanes = 2\n\n";
+  auto defaults = spec_.defaults;
+  defaults["decode"] = "kv_pages = 512\n" + defaults["decode"];
+  for (const auto& [role, lines] : defaults) cfg << "[defaults." << role << "]\n" << lines << "\n";
   for (const auto& [id, role] : instances_) {
     const int port = free_port();
     control_ports_.emplace_back(id, port);
     cfg << "[[instance]]\nid = \"" << id << "\"\nrole = \"" << role
         << "\"\ncontrol = \"tcp://127.0.0.1:" << port << "\"\n";
     if (role == "router") cfg << "http = \"127.0.0.1:" << http_port_ << "\"\n";
+    if (auto it = spec_.instance_extra.find(id); it != spec_.instance_extra.end()) cfg << it->second;
     cfg << "\n";
   }
   cfg << spec_.extra_sections;
@@ -88,7 +92,8 @@ std::string Cluster::control_endpoint(const std::string& id) const {
 void Cluster::start() {
   launcher::GroupOptions opts;
   opts.stop_grace = std::chrono::milliseconds(3000);
-  opts.restart.enabled = false;
+  opts.restart.enabled = spec_.restart;
+  opts.restart.initial_backoff = std::chrono::milliseconds(200);
   group_ = std::make_unique<launcher::ProcessGroup>(opts, sink_);
   std::vector<launcher::ChildSpec> children;
   for (const auto& [id, role] : instances_)
@@ -146,6 +151,25 @@ nlohmann::json Cluster::instances() const {
   auto r = c.Get("/v1/instances");
   if (!r || r->status != 200) return nlohmann::json::array();
   return nlohmann::json::parse(r->body, nullptr, false);
+}
+
+nlohmann::json Cluster::stats() const {
+  httplib::Client c("127.0.0.1", http_port_);
+  c.set_read_timeout(5, 0);
+  auto r = c.Get("/v1/stats");
+  if (!r || r->status != 200) return nlohmann::json::object();
+  return nlohmann::json::parse(r->body, nullptr, false);
+}
+
+nlohmann::json Cluster::instance(const std::string& id) const {
+  for (const auto& i : instances())
+    if (i.value("id", "") == id) return i;
+  return nullptr;
+}
+
+pid_t Cluster::pid(const std::string& id) const {
+  auto st = group_->status(id);
+  return st ? st->pid : 0;
 }
 
 nlohmann::json Cluster::wait_all_free(int timeout_ms) const {

@@ -3,6 +3,7 @@
 // (through the launcher's ProcessGroup, so they are always stopped and reaped), waits until all are
 // registered, and offers HTTP and raw control-plane access to them.
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -18,8 +19,18 @@ struct ClusterSpec {
   int encoders = 1;
   int prefills = 1;
   int decodes = 1;
-  std::string extra_sections;  // appended verbatim (e.g. [defaults.prefill] overrides, extra instances)
+  std::string extra_sections;          // appended verbatim (e.g. extra instances)
   std::vector<std::string> extra_ids;  // instances in extra_sections to wait for
+  // [cluster] timing. The ZMTP heartbeat timeout and the registry expiry are interval x misses.
+  int heartbeat_ms = 100;
+  int heartbeat_misses = 20;
+  int max_attempts = 3;
+  int request_timeout_ms = 30000;
+  // Lines added to [defaults.<role>] (role -> "key = value\n...").
+  std::map<std::string, std::string> defaults;
+  // Text appended inside one instance's table (id -> text), e.g. "[instance.transport]\nfault_seed = 3\n".
+  std::map<std::string, std::string> instance_extra;
+  bool restart = false;  // the ProcessGroup restarts dead children (as epd-cluster does)
 };
 
 // Collects the children's prefixed log lines (dumped when a test fails).
@@ -46,6 +57,10 @@ class Cluster {
   std::pair<int, nlohmann::json> generate(const nlohmann::json& request) const;
   std::pair<int, std::string> post_raw(const std::string& path, const std::string& body) const;
   nlohmann::json instances() const;
+  nlohmann::json stats() const;  // GET /v1/stats
+  // The /v1/instances entry of `id` (null if not listed).
+  nlohmann::json instance(const std::string& id) const;
+  pid_t pid(const std::string& id) const;
   // Waits until every KV page and embedding slot is free again; returns the last /v1/instances seen.
   nlohmann::json wait_all_free(int timeout_ms = 8000) const;
 

@@ -10,48 +10,15 @@
 #include "epd/actors/router/base64.hpp"
 #include "epd/model/generate.hpp"
 #include "epd/model/image.hpp"
+#include "workload.hpp"
 
 using namespace epd;
 using epd::testing::Cluster;
 using epd::testing::ClusterSpec;
+using namespace epd::testing;
 using nlohmann::json;
 
 namespace {
-
-struct Case {
-  std::string prompt;
-  std::optional<model::Image> image;
-  uint32_t max_tokens;
-};
-
-std::vector<Case> workload(int n) {
-  std::vector<Case> out;
-  for (int i = 0; i < n; ++i) {
-    Case c;
-    c.prompt =
-        "request " + std::to_string(i) + ": " + std::string(size_t(5 + 13 * i % 90), char('a' + i % 26));
-    if (i % 2 == 1) c.image = model::make_test_image(8 + 8 * (i % 4), 16 + 4 * (i % 3), uint64_t(i));
-    c.max_tokens = 4 + uint32_t(i % 9);
-    out.push_back(std::move(c));
-  }
-  return out;
-}
-
-std::vector<uint32_t> oracle(const Case& c) {
-  static auto cfg = model::preset("tiny");
-  auto runner = model::make_reference_runner(*cfg);
-  model::GenerateOptions opts;
-  opts.max_tokens = c.max_tokens;
-  auto r = model::generate(**runner, c.prompt, c.image ? &*c.image : nullptr, opts);
-  REQUIRE(r.ok());
-  return r->tokens;
-}
-
-json request_of(const Case& c) {
-  json j{{"prompt", c.prompt}, {"max_tokens", c.max_tokens}};
-  if (c.image) j["image"] = actors::base64_encode(model::encode_ppm(*c.image));
-  return j;
-}
 
 // Sends every case, `parallel` in flight, and checks each answer against the oracle.
 void run_and_compare(Cluster& cluster, int n, int parallel) {

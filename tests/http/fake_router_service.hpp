@@ -24,7 +24,14 @@ class FakeRouterService : public RouterService {
     return on_generate ? on_generate(request) : echo(request);
   }
   std::vector<InstanceView> instances() override { return instance_list; }
-  RouterStats stats() override { return {7, 5, 1, 2}; }
+  RouterStats stats() override {
+    RouterStats s;
+    s.requests = 7;
+    s.completed = 5;
+    s.failed = 1;
+    s.retries = 2;
+    return s;
+  }
   bool healthy() override { return is_healthy; }
 
   GenerateRequest last_request() {

@@ -307,14 +307,23 @@ TEST_CASE("GET /v1/instances and /v1/stats have the documented shape", "[http]")
                       {"free_slots", 0},
                       {"total_slots", 0},
                       {"active_rooms", 3},
-                      {"last_seen_ms", 12}}));
+                      {"last_seen_ms", 12},
+                      {"worker_restarts", 0},
+                      {"transfer_retries", 0},
+                      {"transfer_failures", 0},
+                      {"sessions_recycled", 0}}));
   CHECK(j[1]["id"] == "encoder-0");
   CHECK(j[1]["healthy"] == false);
 
   res = cli.Get("/v1/stats");
   REQUIRE(res);
   CHECK(res->status == 200);
-  CHECK(json_body(res) == json({{"requests", 7}, {"completed", 5}, {"failed", 1}, {"retries", 2}}));
+  CHECK(json_body(res) == json({{"requests", 7},
+                                {"completed", 5},
+                                {"failed", 1},
+                                {"retries", 2},
+                                {"retry_causes", json::object()},
+                                {"failure_causes", json::object()}}));
 
   // An empty registry is an empty array, not null.
   server.service.instance_list.clear();

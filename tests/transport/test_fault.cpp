@@ -140,3 +140,22 @@ TEST_CASE("fault: error rate 1 fails every batch, nothing moves", "[fault]") {
   CHECK(*rig.target->checksum(dst, 1 << 20) == before);
   CHECK(rig.init.engine->fault_stats().injected_errors == 20);
 }
+
+TEST_CASE("fault: each session of an engine draws its own stream, the first one the seed itself", "[fault]") {
+  CHECK(fault_session_seed(42, 0) == 42);
+  CHECK(fault_session_seed(42, 1) != 42);
+  CHECK(fault_session_seed(42, 1) != fault_session_seed(42, 2));
+  FaultConfig f;
+  f.error_rate = 0.5;
+  f.seed = 9;
+  Rig rig = make_rig(BackendKind::shm, f);  // session 0
+  auto second = rig.init.engine->open_session(rig.target->descriptor());  // session 1
+  REQUIRE(second);
+  const uint64_t dst = rig.target->region(0).base;
+  for (uint64_t i = 0; i < 32; ++i) {
+    auto b = (*second)->submit({WriteOp{rig.init.src.addr(), dst, 8}});
+    REQUIRE(b);
+    REQUIRE((*b)->wait(10s));
+    CHECK((*b)->status().ok() == !fault_injects(fault_session_seed(9, 1), i, 0.5));
+  }
+}

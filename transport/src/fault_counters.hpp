@@ -12,6 +12,7 @@ struct FaultCounters {
   std::atomic<uint64_t> injected_errors{0};
   std::atomic<uint64_t> thrown{0};
   std::atomic<uint64_t> delayed{0};
+  std::atomic<uint64_t> links{0};  // fault links made so far: numbers each session's decision stream
 
   FaultStats snapshot() const { return {ops.load(), injected_errors.load(), thrown.load(), delayed.load()}; }
 };

@@ -38,6 +38,7 @@ struct DecodeRoom {
   RoomState state;
   std::string router;
   std::string prefill;
+  uint64_t router_inc = 0, prefill_inc = 0;  // the incarnations this room is shared with
   std::vector<uint32_t> pages;
   uint32_t aux_slot = 0;
   uint32_t prompt_len = 0;
@@ -113,9 +114,17 @@ void on_submit(caf::event_based_actor* self, DecodeState& st, const Envelope& en
     return refuse(
         make_error(ErrorCode::invalid_request, "SUBMIT needs 1.." + std::to_string(m.max_seq - 1) +
                                                    " prompt tokens, max_tokens >= 1 and a prefill instance"));
+  // A prefill that is dead to us (its connection broke) may still be listed by the registry for a moment:
+  // refuse at once so the router retries elsewhere, instead of waiting for a KV that never comes.
+  auto prefill = st.ctx.bridge->peers().find(s.prefill);
+  if (prefill && !st.ctx.bridge->peers().alive(s.prefill))
+    return refuse(make_error(ErrorCode::peer_died,
+                             "prefill '" + s.prefill + "' is dead to decode '" + st.ctx.instance->id + "'"));
   DecodeRoom room;
   room.router = env.sender;
+  room.router_inc = env.incarnation;
   room.prefill = s.prefill;
+  room.prefill_inc = prefill ? prefill->incarnation : 0;
   room.prompt_len = uint32_t(s.prompt.size());
   room.max_new = std::min<uint32_t>(s.max_tokens, m.max_seq - room.prompt_len);
   const uint32_t need = model::pages_for(st.layout, uint64_t(room.prompt_len) + room.max_new);
@@ -145,7 +154,7 @@ void on_submit(caf::event_based_actor* self, DecodeState& st, const Envelope& en
   publish_load(st);
   if (!st.ctx.bridge->send(s.prefill, std::move(b))) {
     fail_room(self, st, id,
-              make_error(ErrorCode::unknown_peer, "prefill '" + s.prefill + "' is not registered"));
+              make_error(ErrorCode::peer_unreachable, "prefill '" + s.prefill + "' is not known here (yet)"));
     return;
   }
   self->delayed_send(self, st.settings.waiting_timeout, timeout_atom::value, id);
@@ -154,7 +163,10 @@ void on_submit(caf::event_based_actor* self, DecodeState& st, const Envelope& en
 void on_kv_status(caf::event_based_actor* self, DecodeState& st, const Envelope& env,
                   const protocol::KvStatus& kv) {
   auto it = st.rooms.find(kv.room);
-  if (it == st.rooms.end() || it->second.prefill != env.sender) {
+  if (it == st.rooms.end() || it->second.prefill != env.sender ||
+      (it->second.prefill_inc != 0 && it->second.prefill_inc != env.incarnation)) {
+    // A Failed for a room we already dropped (the router cancelled it first) is the normal race.
+    if (kv.state == KvState::failed && it == st.rooms.end()) return;
     spdlog::warn("decode: KV_STATUS for room {} from '{}' does not match any room here", kv.room, env.sender);
     st.ctx.bridge->send(env.sender, protocol::ErrorReply{ErrorCode::unknown_room, "no such room here",
                                                          uint16_t(MessageType::kv_status), kv.room});
@@ -295,14 +307,28 @@ caf::behavior decode_role(caf::stateful_actor<DecodeState>* self, RoleContext ct
         auto& s = self->state;
         for (const auto& c : pc.changes) {
           if (c.old_incarnation == 0) continue;  // joined: nothing shared yet
+          auto shared = [&](const std::string& peer, uint64_t inc) {
+            return peer == c.id && (inc == 0 || inc == c.old_incarnation);
+          };
           std::vector<uint64_t> affected;
           for (auto& [id, room] : s.rooms)
-            if ((room.prefill == c.id && room.state.state() != KvState::success) || room.router == c.id)
+            if ((shared(room.prefill, room.prefill_inc) && room.state.state() != KvState::success) ||
+                shared(room.router, room.router_inc))
               affected.push_back(id);
+          if (!affected.empty())
+            spdlog::warn("decode: failing {} room(s) shared with '{}' (incarnation {})", affected.size(),
+                         c.id, c.old_incarnation);
           for (uint64_t id : affected)
-            fail_room(self, s, id, make_error(ErrorCode::peer_died, "peer '" + c.id + "' left or restarted"));
+            fail_room(self, s, id,
+                      make_error(ErrorCode::peer_died, "peer '" + c.id + "' (incarnation " +
+                                                           std::to_string(c.old_incarnation) + ") " +
+                                                           (c.new_incarnation ? "restarted" : "is gone")));
+          // Pages an aborted room's prefill might still write: released only once that prefill certainly
+          // writes nothing (registry dropped it, or a new incarnation spoke); a broken connection alone
+          // leaves them to ABORT_ACK or the abort timeout.
+          if (!pc.confirmed) continue;
           for (auto it = s.quarantine.begin(); it != s.quarantine.end();) {
-            if (it->second.prefill == c.id) {
+            if (shared(it->second.prefill, it->second.prefill_inc)) {
               release(s, it->second);
               it = s.quarantine.erase(it);
             } else {

@@ -11,7 +11,7 @@
 #include "epd/actors/page_allocator.hpp"
 #include "epd/actors/role_support.hpp"
 #include "epd/actors/roles/roles.hpp"
-#include "epd/actors/transfer_worker.hpp"
+#include "epd/actors/transfer_supervisor.hpp"
 #include "epd/model/image.hpp"
 #include "epd/model/runner.hpp"
 
@@ -28,6 +28,7 @@ struct EncoderSettings {
   uint32_t embed_slots = 16;
   uint32_t transfer_workers = 1;
   std::chrono::milliseconds waiting_timeout{10000};
+  SupervisorConfig transfer;
 };
 
 struct EncodeJob {
@@ -57,6 +58,8 @@ namespace {
 struct EncoderRoom {
   std::string router;
   std::string prefill;
+  uint64_t router_inc = 0, prefill_inc = 0;  // the incarnations this room is shared with
+  uint32_t worker = 0;                       // the transfer worker writing it
   uint32_t slot = 0;
   uint32_t tokens = 0;
   uint64_t bytes = 0;
@@ -72,7 +75,8 @@ struct EncoderState {
   uint64_t slot_bytes = 0;
   PageAllocator slots{0};
   std::map<uint64_t, EncoderRoom> rooms;
-  std::vector<caf::actor> workers;
+  std::vector<caf::actor> workers;  // an invalid entry: crashed, not restarted yet
+  caf::actor supervisor;
   caf::actor compute;
   static inline const char* name = "encoder";
 };
@@ -147,12 +151,14 @@ caf::behavior encoder_role(caf::stateful_actor<EncoderState>* self, RoleContext 
   st.slot_bytes = uint64_t(st.ctx.model.max_image_patches) * st.ctx.model.d_model * sizeof(float);
   st.slots_base = find_local_region(*st.ctx.engine, kEmbedRegion)->base;
   st.slots = PageAllocator(settings.embed_slots);
-  for (uint32_t i = 0; i < settings.transfer_workers; ++i) {
-    TransferWorkerConfig wc;
-    wc.name = "encoder-transfer-" + std::to_string(i);
-    st.workers.push_back(spawn_transfer_worker(*st.ctx.system, *st.ctx.engine, st.ctx.bridge, wc));
-    self->link_to(st.workers.back());
-  }
+  SupervisorConfig sc = settings.transfer;
+  sc.name = "encoder-transfer";
+  sc.workers = settings.transfer_workers;
+  auto pool = spawn_transfer_pool(*st.ctx.system, *st.ctx.engine, st.ctx.bridge, sc, st.ctx.load,
+                                  caf::actor_cast<caf::actor>(self));
+  st.workers = pool.workers;
+  st.supervisor = pool.supervisor;
+  self->link_to(st.supervisor);
   st.compute =
       st.ctx.system->spawn<caf::detached>(encode_compute, st.ctx.model, caf::actor_cast<caf::actor>(self));
   self->link_to(st.compute);
@@ -167,10 +173,19 @@ caf::behavior encoder_role(caf::stateful_actor<EncoderState>* self, RoleContext 
           if (sub->image.empty() || sub->prefill.empty())
             return refuse(
                 make_error(ErrorCode::invalid_request, "SUBMIT to an encoder needs an image and a prefill"));
+          auto prefill = s.ctx.bridge->peers().find(sub->prefill);
+          if (!prefill || !s.ctx.bridge->peers().alive(sub->prefill))
+            return refuse(
+                make_error(ErrorCode::peer_died, "prefill '" + sub->prefill + "' is not alive here"));
           auto slot = s.slots.allocate(1);
           if (!slot)
             return refuse(make_error(ErrorCode::out_of_capacity, "no free embedding slot on the encoder"));
-          EncoderRoom room{env.sender, sub->prefill, (*slot)[0]};
+          EncoderRoom room;
+          room.router = env.sender;
+          room.prefill = sub->prefill;
+          room.router_inc = env.incarnation;
+          room.prefill_inc = prefill->incarnation;
+          room.slot = (*slot)[0];
           s.rooms.emplace(sub->room, room);
           publish_load(s);
           self->send(s.compute,
@@ -180,8 +195,8 @@ caf::behavior encoder_role(caf::stateful_actor<EncoderState>* self, RoleContext 
           self->delayed_send(self, s.settings.waiting_timeout, timeout_atom::value, sub->room);
         } else if (auto* pull = std::get_if<protocol::EmbedPull>(&env.body)) {
           auto it = s.rooms.find(pull->room);
-          if (it == s.rooms.end() || it->second.prefill != env.sender || !it->second.encoded ||
-              it->second.writing) {
+          if (it == s.rooms.end() || it->second.prefill != env.sender ||
+              env.incarnation != it->second.prefill_inc || !it->second.encoded || it->second.writing) {
             spdlog::warn("encoder: unexpected EMBED_PULL for room {} from '{}'", pull->room, env.sender);
             return;
           }
@@ -191,12 +206,23 @@ caf::behavior encoder_role(caf::stateful_actor<EncoderState>* self, RoleContext 
           if (pull->bytes != it->second.bytes)
             return fail_room(s, pull->room,
                              make_error(ErrorCode::invalid_request, "EMBED_PULL size mismatch"));
-          it->second.writing = true;
-          const uint64_t src =
-              reinterpret_cast<uint64_t>(s.slots_base) + uint64_t(it->second.slot) * s.slot_bytes;
-          TransferJob job{
-              pull->room, 0, env.sender, {{src, pull->addr, pull->bytes}}, caf::actor_cast<caf::actor>(self)};
-          self->send(s.workers[pull->room % s.workers.size()], std::move(job));
+          auto& r = it->second;
+          r.worker = uint32_t(pull->room % s.workers.size());
+          for (size_t i = 0; i < s.workers.size() && !s.workers[r.worker]; ++i)
+            r.worker = uint32_t((r.worker + 1) % s.workers.size());
+          if (!s.workers[r.worker])
+            return fail_room(
+                s, pull->room,
+                make_error(ErrorCode::worker_crashed, "no transfer worker is alive (restart budget spent)"));
+          r.writing = true;
+          const uint64_t src = reinterpret_cast<uint64_t>(s.slots_base) + uint64_t(r.slot) * s.slot_bytes;
+          TransferJob job{pull->room,
+                          0,
+                          env.sender,
+                          r.prefill_inc,
+                          {{src, pull->addr, pull->bytes}},
+                          caf::actor_cast<caf::actor>(self)};
+          self->send(s.workers[r.worker], std::move(job));
         } else if (auto* cancel = std::get_if<protocol::Cancel>(&env.body)) {
           auto it = s.rooms.find(cancel->room);
           if (it != s.rooms.end() && !it->second.writing) finish(s, cancel->room);
@@ -253,15 +279,42 @@ caf::behavior encoder_role(caf::stateful_actor<EncoderState>* self, RoleContext 
         auto& s = self->state;
         for (const auto& c : pc.changes) {
           if (c.old_incarnation == 0) continue;
-          for (auto& w : s.workers) self->send(w, forget_atom::value, c.id);
+          for (auto& w : s.workers)
+            if (w) self->send(w, forget_atom::value, c.id);
+          auto shared = [&](const std::string& peer, uint64_t inc) {
+            return peer == c.id && (inc == 0 || inc == c.old_incarnation);
+          };
           std::vector<uint64_t> affected;
           for (auto& [id, r] : s.rooms)
-            if (r.prefill == c.id || r.router == c.id) affected.push_back(id);
+            if (shared(r.prefill, r.prefill_inc) || shared(r.router, r.router_inc)) affected.push_back(id);
           for (uint64_t id : affected)
-            fail_room(s, id, make_error(ErrorCode::peer_died, "peer '" + c.id + "' left or restarted"),
+            fail_room(s, id,
+                      make_error(ErrorCode::peer_died, "peer '" + c.id + "' (incarnation " +
+                                                           std::to_string(c.old_incarnation) + ") " +
+                                                           (c.new_incarnation ? "restarted" : "is gone")),
                       false);
         }
       },
+      [=](WorkerCrashed& wc) {
+        auto& s = self->state;
+        s.workers[wc.index] = wc.replacement;
+        // The rooms whose embedding write died with it. Its sessions were closed before it went: nothing
+        // still reads their source slots. Prefill and router are told at once; the slots are freed.
+        std::vector<uint64_t> held;
+        for (auto& [id, r] : s.rooms)
+          if (r.worker == wc.index && r.writing) held.push_back(id);
+        spdlog::warn("encoder: transfer worker {} crashed holding {} room(s): {}", wc.index, held.size(),
+                     wc.cause);
+        for (uint64_t id : held) {
+          auto& r = s.rooms.at(id);
+          r.writing = false;
+          if (r.prefill.empty())
+            finish(s, id);  // had failed already, waiting for the write to end
+          else
+            fail_room(s, id, make_error(ErrorCode::worker_crashed, "transfer worker crashed: " + wc.cause));
+        }
+      },
+      [=](WorkerRestored& wr) { self->state.workers[wr.index] = wr.worker; },
   };
 }
 
@@ -277,6 +330,7 @@ protocol::Result<RoleHandle> spawn_encoder(RoleContext& ctx) {
   auto wt = cfg.get_ms("waiting_timeout_ms", s.waiting_timeout);
   if (!wt) return wt.error();
   s.waiting_timeout = *wt;
+  if (auto st = read_transfer_settings(cfg, s.transfer); !st) return st.error();
   const uint64_t slot_bytes = uint64_t(ctx.model.max_image_patches) * ctx.model.d_model * sizeof(float);
   if (auto r = ctx.engine->allocate(kEmbedRegion, slot_bytes * s.embed_slots); !r) return r.error();
   RoleHandle h;
@@ -294,6 +348,7 @@ RoleSpec encoder_role_spec() {
   spec.summary = "turns images into embeddings and writes them into prefill's landing slots";
   spec.needs_engine = true;
   spec.settings = {"embed_slots", "transfer_workers", "waiting_timeout_ms"};
+  spec.settings.insert(spec.settings.end(), std::begin(kTransferSettingKeys), std::end(kTransferSettingKeys));
   spec.spawn = spawn_encoder;
   return spec;
 }

@@ -6,7 +6,9 @@
 #include <spdlog/spdlog.h>
 
 #include <cstring>
+#include <deque>
 #include <map>
+#include <set>
 
 #include "epd/actors/aux_record.hpp"
 #include "epd/actors/membership.hpp"
@@ -16,7 +18,7 @@
 #include "epd/actors/roles/prefill_compute.hpp"
 #include "epd/actors/roles/roles.hpp"
 #include "epd/actors/room.hpp"
-#include "epd/actors/transfer_worker.hpp"
+#include "epd/actors/transfer_supervisor.hpp"
 #include "epd/model/kv_cache.hpp"
 
 namespace epd::actors {
@@ -28,6 +30,8 @@ using protocol::ErrorCode;
 using protocol::make_error;
 using protocol::MessageType;
 constexpr uint64_t kAuxTag = ~uint64_t{0};
+constexpr size_t kTombstones = 4096;  // recently ended rooms whose late messages are ignored
+using giveup_atom = caf::atom_constant<caf::atom("giveup")>;
 
 struct PrefillSettings {
   uint32_t kv_pages = 512;
@@ -36,6 +40,7 @@ struct PrefillSettings {
   uint32_t embed_slots = 16;
   uint32_t aux_slots = 1024;
   std::chrono::milliseconds bootstrap_timeout{10000};
+  SupervisorConfig transfer;
 };
 
 struct PrefillRoom {
@@ -46,7 +51,10 @@ struct PrefillRoom {
   protocol::Submit submit;
   bool have_bootstrap = false;
   protocol::Bootstrap boot;
-  std::string decode;               // from SUBMIT, or BOOTSTRAP's sender until SUBMIT arrives
+  std::string decode;  // from SUBMIT, or BOOTSTRAP's sender until SUBMIT arrives
+  // Incarnations of the peers this room is shared with (from their envelopes; 0 = not heard from yet).
+  // Only the death of that incarnation fails the room.
+  uint64_t decode_inc = 0, router_inc = 0, encoder_inc = 0;
   std::optional<uint32_t> landing;  // embedding slot
   uint64_t embed_bytes = 0;
   bool embed_writing = false;  // EMBED_PULL sent, EMBED_DONE not yet in: the encoder may write the slot
@@ -66,7 +74,7 @@ struct PrefillRoom {
   uint64_t prefill_us = 0;
   clock::time_point transfer_start;
   uint64_t transfer_us = 0;
-  caf::actor worker;
+  uint32_t worker = 0;  // index of the transfer worker its writes go through
 };
 
 struct PrefillState {
@@ -79,7 +87,13 @@ struct PrefillState {
   uint8_t* aux_base = nullptr;
   PageAllocator pages{0}, slots{0}, aux{0};
   std::map<uint64_t, PrefillRoom> rooms;
-  std::vector<caf::actor> workers;
+  // Rooms that ended here: a late SUBMIT/BOOTSTRAP/EMBED_META must not bring one back to life (nobody
+  // would ever finish it).
+  std::set<uint64_t> ended;
+  std::deque<uint64_t> ended_order;
+  caf::actor me;
+  std::vector<caf::actor> workers;  // an invalid entry: crashed, not restarted yet
+  caf::actor supervisor;
   caf::actor compute;
   static inline const char* name = "prefill";
 };
@@ -96,7 +110,7 @@ PrefillRoom& room_for(caf::event_based_actor* self, PrefillState& st, uint64_t i
   auto [it, created] = st.rooms.try_emplace(id);
   if (created) {
     it->second.router = st.ctx.cluster->cluster.registry;
-    it->second.worker = st.workers[id % st.workers.size()];
+    it->second.worker = uint32_t(id % st.workers.size());
     self->delayed_send(self, st.settings.bootstrap_timeout, timeout_atom::value, id);
     publish_load(st);
   }
@@ -128,6 +142,11 @@ void maybe_reap(PrefillState& st, uint64_t id) {
   if (r.landing) st.slots.free(std::span<const uint32_t>(&*r.landing, 1));
   if (r.aux_src) st.aux.free(std::span<const uint32_t>(&*r.aux_src, 1));
   st.rooms.erase(it);
+  if (st.ended.insert(id).second) st.ended_order.push_back(id);
+  if (st.ended_order.size() > kTombstones) {
+    st.ended.erase(st.ended_order.front());
+    st.ended_order.pop_front();
+  }
   publish_load(st);
 }
 
@@ -135,11 +154,14 @@ void fail_room(PrefillState& st, uint64_t id, protocol::Error error, bool tell_r
   auto it = st.rooms.find(id);
   if (it == st.rooms.end()) return;
   PrefillRoom& r = it->second;
-  if (!r.state.fail(error)) return;
+  if (!r.state.fail(error)) return maybe_reap(st, id);  // e.g. the last write of a failed room just ended
   spdlog::warn("prefill: room {} failed: {}", id, error.to_string());
   if (tell_router) report_failure(*st.ctx.bridge, r.router, id, error);
-  if (r.embed_writing && !r.submit.encoder.empty() && !st.ctx.bridge->peers().find(r.submit.encoder))
+  if (r.embed_writing && !r.submit.encoder.empty() && !st.ctx.bridge->peers().alive(r.submit.encoder))
     r.embed_writing = false;  // the encoder is gone: nobody will write the slot
+  // An encoder that lost the room never sends EMBED_DONE: stop waiting for it after a bound (its write,
+  // if any, takes milliseconds).
+  if (r.embed_writing) caf::delayed_anon_send(st.me, st.settings.bootstrap_timeout, giveup_atom::value, id);
   maybe_reap(st, id);
 }
 
@@ -152,7 +174,8 @@ struct DecodeTarget {
 protocol::Result<DecodeTarget> decode_target(PrefillState& st, const std::string& decode) {
   auto peer = st.ctx.bridge->peers().find(decode);
   if (!peer || !peer->segment || !peer->kv_layout)
-    return make_error(ErrorCode::unknown_peer, "decode '" + decode + "' is not registered with a KV segment");
+    return make_error(ErrorCode::peer_unreachable,
+                      "decode '" + decode + "' is not registered with a KV segment");
   const auto* kv = find_region(*peer->segment, kKvRegion);
   const auto* aux = find_region(*peer->segment, kAuxRegion);
   if (!kv || !aux)
@@ -209,6 +232,22 @@ void maybe_start(PrefillState& st, uint64_t id) {
   caf::anon_send(st.compute, std::move(job));
 }
 
+// Sends a write job through the room's worker (another live one if its worker is down); false, with the
+// room failed, when no worker is alive.
+bool dispatch(caf::event_based_actor* self, PrefillState& st, uint64_t id, PrefillRoom& r, TransferJob job) {
+  for (size_t i = 0; i < st.workers.size() && !st.workers[r.worker]; ++i)
+    r.worker = uint32_t((r.worker + 1) % st.workers.size());
+  if (!st.workers[r.worker]) {
+    fail_room(st, id,
+              make_error(ErrorCode::worker_crashed, "no transfer worker is alive (restart budget spent)"));
+    return false;
+  }
+  job.peer_incarnation = r.decode_inc;
+  ++r.inflight;
+  self->send(st.workers[r.worker], std::move(job));
+  return true;
+}
+
 void send_pages(caf::event_based_actor* self, PrefillState& st, uint64_t id, PrefillRoom& r, uint32_t upto,
                 uint64_t tag) {
   if (upto <= r.pages_sent) return;
@@ -216,11 +255,10 @@ void send_pages(caf::event_based_actor* self, PrefillState& st, uint64_t id, Pre
   if (!target) return fail_room(st, id, target.error());
   KvSide src{st.layout, st.kv_base, r.local_pages};
   KvSide dst{target->layout, target->kv_base, r.boot.dst_pages};
-  TransferJob job{id, tag, r.decode, plan_kv_writes(src, dst, r.pages_sent, upto),
-                  caf::actor_cast<caf::actor>(self)};
+  TransferJob job{
+      id, tag, r.decode, 0, plan_kv_writes(src, dst, r.pages_sent, upto), caf::actor_cast<caf::actor>(self)};
   r.pages_sent = upto;
-  ++r.inflight;
-  self->send(r.worker, std::move(job));
+  dispatch(self, st, id, r, std::move(job));
 }
 
 void maybe_send_aux(caf::event_based_actor* self, PrefillState& st, uint64_t id, PrefillRoom& r) {
@@ -233,8 +271,7 @@ void maybe_send_aux(caf::event_based_actor* self, PrefillState& st, uint64_t id,
   transport::WriteOp op{reinterpret_cast<uint64_t>(src),
                         target->aux_base + uint64_t(r.boot.aux_slot) * sizeof(AuxRecord), sizeof(AuxRecord)};
   r.aux_sent = true;
-  ++r.inflight;
-  self->send(r.worker, TransferJob{id, kAuxTag, r.decode, {op}, caf::actor_cast<caf::actor>(self)});
+  dispatch(self, st, id, r, TransferJob{id, kAuxTag, r.decode, 0, {op}, caf::actor_cast<caf::actor>(self)});
 }
 
 void on_chunk(caf::event_based_actor* self, PrefillState& st, ChunkComputed& c) {
@@ -265,7 +302,7 @@ void on_transfer_done(caf::event_based_actor* self, PrefillState& st, TransferDo
   auto it = st.rooms.find(d.room);
   if (it == st.rooms.end()) return;
   PrefillRoom& r = it->second;
-  --r.inflight;
+  if (r.inflight > 0) --r.inflight;
   if (!d.ok) {
     protocol::Error e = d.error;
     e.detail = "KV write to '" + r.decode + "' failed: " + e.detail;
@@ -293,10 +330,11 @@ void on_message(caf::event_based_actor* self, PrefillState& st, Envelope& env) {
       [&](auto& msg) {
         using T = std::decay_t<decltype(msg)>;
         if constexpr (std::is_same_v<T, protocol::Submit>) {
-          if (msg.room == 0) return;
+          if (msg.room == 0 || st.ended.count(msg.room)) return;
           PrefillRoom& r = room_for(self, st, msg.room);
           if (r.have_submit || r.state.terminal()) return;
           r.router = env.sender;
+          r.router_inc = env.incarnation;
           const uint32_t image_tokens = model::count_image_tokens(msg.prompt);
           if (msg.prompt.empty() || msg.prompt.size() >= st.ctx.model.max_seq ||
               image_tokens != msg.image_tokens || (image_tokens > 0 && msg.encoder.empty()) ||
@@ -317,6 +355,7 @@ void on_message(caf::event_based_actor* self, PrefillState& st, Envelope& env) {
           r.have_submit = true;
           maybe_start(st, r.submit.room);
         } else if constexpr (std::is_same_v<T, protocol::Bootstrap>) {
+          if (st.ended.count(msg.room)) return;
           PrefillRoom& r = room_for(self, st, msg.room);
           if (r.have_bootstrap || r.state.terminal()) return;
           if (r.have_submit && r.decode != env.sender) {
@@ -325,11 +364,17 @@ void on_message(caf::event_based_actor* self, PrefillState& st, Envelope& env) {
             return;
           }
           r.decode = env.sender;
+          r.decode_inc = env.incarnation;
           r.boot = std::move(msg);
           r.have_bootstrap = true;
           r.state.advance(KvState::waiting_for_input);
           maybe_start(st, r.boot.room);
         } else if constexpr (std::is_same_v<T, protocol::EmbedMeta>) {
+          if (st.ended.count(msg.room)) {  // tell the encoder, so it frees its slot now
+            st.ctx.bridge->send(
+                env.sender, protocol::EmbedPull{msg.room, 0, 0, ErrorCode::aborted, "room already ended"});
+            return;
+          }
           PrefillRoom& r = room_for(self, st, msg.room);
           if (r.landing || r.state.terminal()) return;
           const uint64_t expect = uint64_t(msg.tokens) * st.ctx.model.d_model * sizeof(float);
@@ -351,12 +396,19 @@ void on_message(caf::event_based_actor* self, PrefillState& st, Envelope& env) {
                              make_error(ErrorCode::out_of_capacity, "no free embedding landing slot"));
           }
           r.landing = (*slot)[0];
+          r.encoder_inc = env.incarnation;
           r.embed_bytes = msg.bytes;
           r.embed_writing = true;
           publish_load(st);
           const uint64_t addr =
               reinterpret_cast<uint64_t>(st.embed_base) + uint64_t(*r.landing) * st.slot_bytes;
-          st.ctx.bridge->send(env.sender, protocol::EmbedPull{msg.room, addr, msg.bytes, ErrorCode::ok, ""});
+          if (!st.ctx.bridge->send(env.sender,
+                                   protocol::EmbedPull{msg.room, addr, msg.bytes, ErrorCode::ok, ""})) {
+            r.embed_writing = false;  // nobody was asked to write the slot; fail_room frees it
+            return fail_room(st, msg.room,
+                             make_error(ErrorCode::peer_unreachable,
+                                        "encoder '" + env.sender + "' is not known here yet"));
+          }
         } else if constexpr (std::is_same_v<T, protocol::EmbedDone>) {
           auto it = st.rooms.find(msg.room);
           if (it == st.rooms.end()) return;
@@ -405,6 +457,7 @@ caf::behavior prefill_role(caf::stateful_actor<PrefillState>* self, RoleContext 
   auto& st = self->state;
   st.ctx = std::move(ctx);
   st.settings = settings;
+  st.me = caf::actor_cast<caf::actor>(self);
   st.layout = model::kv_layout_for(st.ctx.model, settings.kv_pages);
   st.pages = PageAllocator(settings.kv_pages);
   st.slots = PageAllocator(settings.embed_slots);
@@ -414,12 +467,14 @@ caf::behavior prefill_role(caf::stateful_actor<PrefillState>* self, RoleContext 
   st.kv_base = kv->addr();
   st.embed_base = find_local_region(*st.ctx.engine, kEmbedRegion)->base;
   st.aux_base = find_local_region(*st.ctx.engine, kAuxRegion)->base;
-  for (uint32_t i = 0; i < settings.transfer_workers; ++i) {
-    TransferWorkerConfig wc;
-    wc.name = "prefill-transfer-" + std::to_string(i);
-    st.workers.push_back(spawn_transfer_worker(*st.ctx.system, *st.ctx.engine, st.ctx.bridge, wc));
-    self->link_to(st.workers.back());
-  }
+  SupervisorConfig sc = settings.transfer;
+  sc.name = "prefill-transfer";
+  sc.workers = settings.transfer_workers;
+  auto pool = spawn_transfer_pool(*st.ctx.system, *st.ctx.engine, st.ctx.bridge, sc, st.ctx.load,
+                                  caf::actor_cast<caf::actor>(self));
+  st.workers = pool.workers;
+  st.supervisor = pool.supervisor;
+  self->link_to(st.supervisor);
   st.compute = spawn_prefill_compute(*st.ctx.system, st.ctx.model,
                                      model::KvPool{reinterpret_cast<std::byte*>(kv->base), st.layout},
                                      caf::actor_cast<caf::actor>(self));
@@ -445,18 +500,57 @@ caf::behavior prefill_role(caf::stateful_actor<PrefillState>* self, RoleContext 
         auto& s = self->state;
         for (const auto& c : pc.changes) {
           if (c.old_incarnation == 0) continue;
-          for (auto& w : s.workers) self->send(w, forget_atom::value, c.id);
+          for (auto& w : s.workers)
+            if (w) self->send(w, forget_atom::value, c.id);
+          // Rooms shared with the dead incarnation (or with the peer before we heard its incarnation).
+          auto shared = [&](const std::string& peer, uint64_t inc) {
+            return peer == c.id && (inc == 0 || inc == c.old_incarnation);
+          };
           std::vector<uint64_t> affected;
           for (auto& [id, r] : s.rooms)
-            if (r.decode == c.id || r.router == c.id || (r.submit.encoder == c.id && !r.embed_ready))
+            if (shared(r.decode, r.decode_inc) || shared(r.router, r.router_inc) ||
+                (shared(r.submit.encoder, r.encoder_inc) && !r.embed_ready))
               affected.push_back(id);
           for (uint64_t id : affected) {
             auto& r = s.rooms.at(id);
             if (r.submit.encoder == c.id) r.embed_writing = false;
             if (r.decode == c.id) r.status_sent = true;  // nobody to tell
-            fail_room(s, id, make_error(ErrorCode::peer_died, "peer '" + c.id + "' left or restarted"));
+            fail_room(s, id,
+                      make_error(ErrorCode::peer_died, "peer '" + c.id + "' (incarnation " +
+                                                           std::to_string(c.old_incarnation) + ") " +
+                                                           (c.new_incarnation ? "restarted" : "is gone")));
           }
         }
+      },
+      [=](WorkerCrashed& wc) {
+        auto& s = self->state;
+        s.workers[wc.index] = wc.replacement;
+        // The rooms it held: their jobs died with it. Its sessions were closed before it went, so nothing
+        // of theirs still reads our pages: fail them now (decode and router are told at once), free all.
+        std::vector<uint64_t> held;
+        for (auto& [id, r] : s.rooms)
+          if (r.worker == wc.index && r.inflight > 0) held.push_back(id);
+        spdlog::warn("prefill: transfer worker {} crashed holding {} room(s): {}", wc.index, held.size(),
+                     wc.cause);
+        for (uint64_t id : held) {
+          auto& r = s.rooms.at(id);
+          r.inflight = 0;
+          if (r.state.terminal())
+            maybe_reap(s, id);
+          else
+            fail_room(s, id, make_error(ErrorCode::worker_crashed, "transfer worker crashed: " + wc.cause));
+        }
+      },
+      [=](WorkerRestored& wr) { self->state.workers[wr.index] = wr.worker; },
+      [=](giveup_atom, uint64_t id) {
+        auto& s = self->state;
+        auto it = s.rooms.find(id);
+        if (it == s.rooms.end() || !it->second.embed_writing) return;
+        spdlog::warn(
+            "prefill: room {}: no EMBED_DONE from '{}' within {} ms after it failed; freeing its slot", id,
+            it->second.submit.encoder, s.settings.bootstrap_timeout.count());
+        it->second.embed_writing = false;
+        maybe_reap(s, id);
       },
   };
 }
@@ -476,6 +570,7 @@ protocol::Result<RoleHandle> spawn_prefill(RoleContext& ctx) {
   auto bt = cfg.get_ms("bootstrap_timeout_ms", s.bootstrap_timeout);
   if (!bt) return bt.error();
   s.bootstrap_timeout = *bt;
+  if (auto st = read_transfer_settings(cfg, s.transfer); !st) return st.error();
   const auto layout = model::kv_layout_for(ctx.model, s.kv_pages);
   const uint64_t slot_bytes = uint64_t(ctx.model.max_image_patches) * ctx.model.d_model * sizeof(float);
   if (auto r = ctx.engine->allocate(kKvRegion, layout.total_bytes()); !r) return r.error();
@@ -505,6 +600,7 @@ RoleSpec prefill_role_spec() {
   spec.needs_engine = true;
   spec.settings = {"kv_pages",    "chunk_tokens", "transfer_workers",
                    "embed_slots", "aux_slots",    "bootstrap_timeout_ms"};
+  spec.settings.insert(spec.settings.end(), std::begin(kTransferSettingKeys), std::end(kTransferSettingKeys));
   spec.spawn = spawn_prefill;
   return spec;
 }

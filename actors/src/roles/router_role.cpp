@@ -29,14 +29,17 @@ using protocol::ErrorCode;
 using protocol::make_error;
 using protocol::MessageType;
 using stats_atom = caf::atom_constant<caf::atom("stats")>;
+using retry_atom = caf::atom_constant<caf::atom("retry")>;
+constexpr std::chrono::milliseconds kUnavailablePoll{100};
 
 double ms_between(clock::time_point a, clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
 }
 
 struct Attempt {
-  uint64_t room = 0;
+  uint64_t room = 0;  // 0: no attempt running (waiting for an instance to come back)
   std::string encoder, prefill, decode;
+  uint64_t encoder_inc = 0, prefill_inc = 0, decode_inc = 0;  // the incarnations it was placed on
   clock::time_point started;
   std::optional<clock::time_point> first_token;
 };
@@ -50,6 +53,7 @@ struct Pending {
   Attempt current;
   clock::time_point started;
   std::set<std::string> failed_instances;  // avoided on retries while alternatives exist
+  protocol::Error last_error;              // why the previous attempt failed (named if we give up)
 };
 
 struct RouterState {
@@ -60,6 +64,7 @@ struct RouterState {
   uint64_t next_request = 1;
   std::mt19937_64 rng{std::random_device{}()};
   RouterStats stats;
+  std::chrono::milliseconds unavailable_wait{5000};
   static inline const char* name = "router";
 };
 
@@ -79,21 +84,31 @@ int http_status_for(ErrorCode code) {
   }
 }
 
+struct Placement {
+  std::string id;
+  uint64_t incarnation = 0;
+};
+
 // Least loaded healthy instance of `role`: fewest rooms in flight from this router, then most free KV pages.
-std::optional<std::string> pick(RouterState& st, const std::string& role,
-                                const std::set<std::string>& avoid) {
-  std::optional<std::string> best, fallback;
+// Instances that are dead to this process (connection lost, registry not caught up yet) are skipped.
+std::optional<Placement> pick(RouterState& st, const std::string& role, const std::set<std::string>& avoid) {
+  std::optional<Placement> best, fallback;
   std::tuple<uint32_t, int64_t> best_score{UINT32_MAX, 0}, fallback_score{UINT32_MAX, 0};
   for (const auto& e : st.ctx.registry->entries()) {
     if (e.info.role != role || !e.info.healthy) continue;
+    // Only what this process can address at that incarnation (the registry view may be a PEERS ahead).
+    auto p = st.ctx.bridge->peers().find(e.info.instance_id);
+    if (!p || p->incarnation != e.info.incarnation || !st.ctx.bridge->peers().alive(e.info.instance_id))
+      continue;
     const std::tuple<uint32_t, int64_t> score{st.inflight[e.info.instance_id],
                                               -int64_t(e.info.free_kv_pages)};
+    const Placement here{e.info.instance_id, e.info.incarnation};
     if (!avoid.count(e.info.instance_id) && (!best || score < best_score)) {
-      best = e.info.instance_id;
+      best = here;
       best_score = score;
     }
     if (!fallback || score < fallback_score) {
-      fallback = e.info.instance_id;
+      fallback = here;
       fallback_score = score;
     }
   }
@@ -123,31 +138,42 @@ void respond_error(RouterState& st, uint64_t req_id, const protocol::Error& e) {
   r.room = p.current.room;
   r.timings.total_ms = ms_between(p.started, clock::now());
   ++st.stats.failed;
+  ++st.stats.failure_causes[r.error_code];
   spdlog::warn("router: request {} failed after {} attempt(s): {}", req_id, p.attempts, e.to_string());
   p.promise.deliver(std::move(r));
   release_attempt(st, p.current);
   st.requests.erase(it);
 }
 
-void start_attempt(RouterState& st, uint64_t req_id) {
+void start_attempt(caf::event_based_actor* self, RouterState& st, uint64_t req_id) {
   Pending& p = st.requests.at(req_id);
+  p.current = Attempt{};
   Attempt a;
   a.started = clock::now();
   do a.room = st.rng();
   while (a.room == 0 || st.room_to_request.count(a.room));
   auto decode = pick(st, "decode", p.failed_instances);
   auto prefill = pick(st, "prefill", p.failed_instances);
-  auto encoder =
-      p.request.image_ppm.empty() ? std::optional<std::string>("") : pick(st, "encoder", p.failed_instances);
+  auto encoder = p.request.image_ppm.empty() ? std::optional<Placement>(Placement{})
+                                             : pick(st, "encoder", p.failed_instances);
   if (!decode || !prefill || !encoder) {
     const char* missing = !decode ? "decode" : !prefill ? "prefill" : "encoder";
-    return respond_error(st, req_id,
-                         make_error(ErrorCode::unknown_peer,
-                                    std::string("no healthy ") + missing + " instance is registered"));
+    // An instance may be restarting (epd-cluster brings it back): wait for one, boundedly.
+    if (a.started - p.started < st.unavailable_wait) {
+      self->delayed_send(self, kUnavailablePoll, retry_atom::value, req_id);
+      return;
+    }
+    std::string why = std::string("no healthy ") + missing + " instance is registered (waited " +
+                      std::to_string(st.unavailable_wait.count()) + " ms)";
+    if (p.attempts > 0) why += "; the last attempt failed with " + p.last_error.to_string();
+    return respond_error(st, req_id, make_error(ErrorCode::unknown_peer, why));
   }
-  a.decode = *decode;
-  a.prefill = *prefill;
-  a.encoder = *encoder;
+  a.decode = decode->id;
+  a.decode_inc = decode->incarnation;
+  a.prefill = prefill->id;
+  a.prefill_inc = prefill->incarnation;
+  a.encoder = encoder->id;
+  a.encoder_inc = encoder->incarnation;
   ++p.attempts;
   p.current = a;
   st.room_to_request[a.room] = req_id;
@@ -174,7 +200,52 @@ void start_attempt(RouterState& st, uint64_t req_id) {
   st.ctx.bridge->send(a.prefill, std::move(s));
 }
 
-void on_result(RouterState& st, const Envelope& env, protocol::RoomResult& res) {
+// The current attempt of `req_id` failed because of `culprit`: retry it as a new room (retryable cause,
+// attempts left), else answer the client with the cause.
+void attempt_failed(caf::event_based_actor* self, RouterState& st, uint64_t req_id, const protocol::Error& e,
+                    const std::string& culprit) {
+  Pending& p = st.requests.at(req_id);
+  cancel_attempt(st, p.current, "failed at '" + culprit + "'");
+  release_attempt(st, p.current);
+  p.last_error = e;
+  const uint32_t max_attempts = st.ctx.cluster->cluster.max_attempts;
+  if (protocol::is_retryable(e.code) && p.attempts < max_attempts) {
+    spdlog::info("router: room {} failed ({}); retrying (attempt {}/{})", p.current.room, e.to_string(),
+                 p.attempts + 1, max_attempts);
+    ++st.stats.retries;
+    ++st.stats.retry_causes[std::string(protocol::error_name(e.code))];
+    p.failed_instances.insert(culprit);
+    start_attempt(self, st, req_id);
+    return;
+  }
+  respond_error(st, req_id, e);
+}
+
+// An instance (that incarnation) is dead to us: every attempt placed on it fails now, not at a timeout.
+void on_instance_lost(caf::event_based_actor* self, RouterState& st, const PeerDirectory::Change& c) {
+  auto on = [&](const std::string& id, uint64_t inc) {
+    return id == c.id && (inc == 0 || inc == c.old_incarnation);
+  };
+  std::vector<uint64_t> hit;
+  for (const auto& [req_id, p] : st.requests) {
+    const Attempt& a = p.current;
+    if (a.room != 0 &&
+        (on(a.encoder, a.encoder_inc) || on(a.prefill, a.prefill_inc) || on(a.decode, a.decode_inc)))
+      hit.push_back(req_id);
+  }
+  if (!hit.empty())
+    spdlog::warn("router: '{}' (incarnation {}) is gone; failing its {} attempt(s)", c.id, c.old_incarnation,
+                 hit.size());
+  for (uint64_t req_id : hit)
+    attempt_failed(self, st, req_id,
+                   make_error(ErrorCode::peer_died, "instance '" + c.id + "' (incarnation " +
+                                                        std::to_string(c.old_incarnation) + ") " +
+                                                        (c.new_incarnation ? "restarted" : "is gone")),
+                   c.id);
+}
+
+void on_result(caf::event_based_actor* self, RouterState& st, const Envelope& env,
+               protocol::RoomResult& res) {
   auto rit = st.room_to_request.find(res.room);
   if (rit == st.room_to_request.end()) return;  // a finished or superseded attempt
   const uint64_t req_id = rit->second;
@@ -202,24 +273,14 @@ void on_result(RouterState& st, const Envelope& env, protocol::RoomResult& res) 
     st.requests.erase(req_id);
     return;
   }
-  const protocol::Error e = make_error(res.code, "'" + env.sender + "': " + res.reason);
-  cancel_attempt(st, p.current, "failed at '" + env.sender + "'");
-  release_attempt(st, p.current);
-  const uint32_t max_attempts = st.ctx.cluster->cluster.max_attempts;
-  if (protocol::is_retryable(res.code) && p.attempts < max_attempts) {
-    spdlog::info("router: room {} failed ({}); retrying (attempt {}/{})", res.room, e.to_string(),
-                 p.attempts + 1, max_attempts);
-    ++st.stats.retries;
-    p.failed_instances.insert(env.sender);
-    start_attempt(st, req_id);
-    return;
-  }
-  respond_error(st, req_id, e);
+  attempt_failed(self, st, req_id, make_error(res.code, "'" + env.sender + "': " + res.reason), env.sender);
 }
 
-caf::behavior router(caf::stateful_actor<RouterState>* self, RoleContext ctx) {
+caf::behavior router(caf::stateful_actor<RouterState>* self, RoleContext ctx,
+                     std::chrono::milliseconds unavailable_wait) {
   harden(self, "router");
   self->state.ctx = std::move(ctx);
+  self->state.unavailable_wait = unavailable_wait;
   return {
       [=](generate_atom, GenerateRequest& req) -> caf::response_promise {
         auto& s = self->state;
@@ -251,8 +312,13 @@ caf::behavior router(caf::stateful_actor<RouterState>* self, RoleContext ctx) {
         p.started = clock::now();
         s.requests.emplace(id, std::move(p));
         self->delayed_send(self, s.ctx.cluster->cluster.request_timeout, timeout_atom::value, id);
-        start_attempt(s, id);
+        start_attempt(self, s, id);
         return promise;
+      },
+      [=](retry_atom, uint64_t id) {
+        auto& s = self->state;
+        auto it = s.requests.find(id);
+        if (it != s.requests.end() && it->second.current.room == 0) start_attempt(self, s, id);
       },
       [=](stats_atom) { return self->state.stats; },
       [=](timeout_atom, uint64_t id) {
@@ -260,11 +326,13 @@ caf::behavior router(caf::stateful_actor<RouterState>* self, RoleContext ctx) {
         auto it = s.requests.find(id);
         if (it == s.requests.end()) return;
         cancel_attempt(s, it->second.current, "request timed out");
-        respond_error(
-            s, id,
-            make_error(ErrorCode::timeout,
-                       "no answer within " + std::to_string(s.ctx.cluster->cluster.request_timeout.count()) +
-                           " ms (room " + std::to_string(it->second.current.room) + ")"));
+        std::string why = "no answer within " +
+                          std::to_string(s.ctx.cluster->cluster.request_timeout.count()) + " ms (room " +
+                          std::to_string(it->second.current.room) + ", attempt " +
+                          std::to_string(it->second.attempts) + ")";
+        if (it->second.attempts > 1)
+          why += "; the previous attempt failed with " + it->second.last_error.to_string();
+        respond_error(s, id, make_error(ErrorCode::timeout, why));
       },
       [=](Envelope& env) {
         auto& s = self->state;
@@ -274,7 +342,7 @@ caf::behavior router(caf::stateful_actor<RouterState>* self, RoleContext ctx) {
           auto& a = s.requests.at(rit->second).current;
           if (!a.first_token) a.first_token = clock::now();
         } else if (auto* r = std::get_if<protocol::RoomResult>(&env.body)) {
-          on_result(s, env, *r);
+          on_result(self, s, env, *r);
         } else if (auto* e = std::get_if<protocol::ErrorReply>(&env.body)) {
           spdlog::warn("router: ERROR from '{}': {} {}", env.sender, protocol::error_name(e->code),
                        e->detail);
@@ -285,9 +353,9 @@ caf::behavior router(caf::stateful_actor<RouterState>* self, RoleContext ctx) {
                                                               uint16_t(env.type()), 0});
         }
       },
-      [=](PeerChanges&) {
-        // Rooms on a departed instance fail through the surviving roles' reports (they see the same
-        // PEERS); the per-request timeout bounds everything else.
+      [=](PeerChanges& pc) {
+        for (const auto& c : pc.changes)
+          if (c.old_incarnation != 0) on_instance_lost(self, self->state, c);
       },
   };
 }
@@ -327,6 +395,10 @@ class ActorRouterService final : public RouterService {
       v.free_slots = e.info.free_slots;
       v.total_slots = e.info.total_slots;
       v.active_rooms = e.info.active_rooms;
+      v.worker_restarts = e.info.worker_restarts;
+      v.transfer_retries = e.info.transfer_retries;
+      v.transfer_failures = e.info.transfer_failures;
+      v.sessions_recycled = e.info.sessions_recycled;
       v.last_seen_ms =
           uint64_t(std::chrono::duration_cast<std::chrono::milliseconds>(now - e.last_seen).count());
       out.push_back(std::move(v));
@@ -378,8 +450,10 @@ protocol::Result<RoleHandle> spawn_router(RoleContext& ctx) {
   auto max_tokens = setting_u32(ctx.instance->settings, "max_tokens_limit", 1024, 1, 1u << 20);
   if (!max_tokens) return max_tokens.error();
   http_config.generate.max_tokens_limit = *max_tokens;
+  auto wait = ctx.instance->settings.get_ms("unavailable_wait_ms", std::chrono::milliseconds(5000));
+  if (!wait) return wait.error();
   RoleHandle h;
-  h.main = ctx.system->spawn(router, ctx);
+  h.main = ctx.system->spawn(router, ctx, *wait);
   auto front = std::make_shared<HttpFront>();
   front->service = std::make_unique<ActorRouterService>(*ctx.system, h.main, ctx.registry,
                                                         ctx.cluster->cluster.request_timeout);
@@ -402,7 +476,7 @@ RoleSpec router_role_spec() {
   spec.name = "router";
   spec.summary = "HTTP front door; places rooms on encoder/prefill/decode instances and retries failures";
   spec.needs_engine = false;
-  spec.settings = {"http", "max_tokens_limit"};
+  spec.settings = {"http", "max_tokens_limit", "unavailable_wait_ms"};
   spec.spawn = spawn_router;
   return spec;
 }

@@ -46,14 +46,22 @@ std::string instances_json(const std::vector<InstanceView>& instances) {
                    {"free_slots", i.free_slots},
                    {"total_slots", i.total_slots},
                    {"active_rooms", i.active_rooms},
-                   {"last_seen_ms", i.last_seen_ms}});
+                   {"last_seen_ms", i.last_seen_ms},
+                   {"worker_restarts", i.worker_restarts},
+                   {"transfer_retries", i.transfer_retries},
+                   {"transfer_failures", i.transfer_failures},
+                   {"sessions_recycled", i.sessions_recycled}});
   }
   return dump(arr);
 }
 
 std::string stats_json(const RouterStats& s) {
-  return dump(
-      {{"requests", s.requests}, {"completed", s.completed}, {"failed", s.failed}, {"retries", s.retries}});
+  return dump({{"requests", s.requests},
+               {"completed", s.completed},
+               {"failed", s.failed},
+               {"retries", s.retries},
+               {"retry_causes", json(s.retry_causes)},
+               {"failure_causes", json(s.failure_causes)}});
 }
 
 std::string error_json(std::string_view code, std::string_view message) {

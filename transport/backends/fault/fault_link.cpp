@@ -12,6 +12,13 @@
 
 namespace epd::transport {
 
+uint64_t fault_session_seed(uint64_t seed, uint64_t session_index) {
+  if (session_index == 0) return seed;
+  uint64_t z = seed ^ (0xd1b54a32d192ed03ull * session_index);
+  z = (z ^ (z >> 33)) * 0xff51afd7ed558ccdull;
+  return z ^ (z >> 33);
+}
+
 bool fault_injects(uint64_t seed, uint64_t op_index, double error_rate) {
   if (error_rate <= 0.0) return false;
   if (error_rate >= 1.0) return true;
@@ -30,6 +37,9 @@ class FaultLink final : public Link {
  public:
   FaultLink(std::unique_ptr<Link> inner, const FaultConfig& config, std::shared_ptr<FaultCounters> counters)
       : inner_(std::move(inner)), config_(config), counters_(std::move(counters)) {
+    // Each session draws from its own stream, so a fresh session (a retry, a restarted worker) does not
+    // replay the faults of the one before it.
+    seed_ = fault_session_seed(config_.seed, counters_->links.fetch_add(1));
     if (config_.delay_us > 0) delays_ = DelayQueue::start(std::chrono::microseconds(config_.delay_us));
   }
   ~FaultLink() override { close(); }
@@ -48,7 +58,7 @@ class FaultLink final : public Link {
     }
     uint64_t failing = 0, first_failing = 0;
     for (uint64_t i = 0; i < n; ++i) {
-      if (fault_injects(config_.seed, first + i, config_.error_rate)) {
+      if (fault_injects(seed_, first + i, config_.error_rate)) {
         if (failing++ == 0) first_failing = first + i;
       }
     }
@@ -88,6 +98,7 @@ class FaultLink final : public Link {
   const FaultConfig config_;
   std::shared_ptr<FaultCounters> counters_;
   std::shared_ptr<DelayQueue> delays_;
+  uint64_t seed_ = 0;
   std::atomic<uint64_t> next_op_{0};
   std::atomic<bool> crashed_{false};
 };

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstring>
 #include <deque>
 #include <map>
 #include <mutex>
@@ -22,14 +23,22 @@ struct Cmd {
   std::vector<uint8_t> frame;
 };
 
+// A DEALER plus the PAIR socket its monitor reports disconnects on.
+struct Dealer {
+  zmq::socket_t socket;
+  zmq::socket_t monitor;
+};
+
 }  // namespace
 
 struct ControlChannel::Impl {
   ChannelConfig config;
   Handler handler;
+  DisconnectHandler on_disconnect;
   zmq::context_t ctx{1};
   zmq::socket_t router{ctx, zmq::socket_type::router};
-  std::map<std::string, zmq::socket_t> dealers;  // endpoint -> socket; I/O thread only
+  std::map<std::string, Dealer> dealers;  // endpoint -> socket; I/O thread only
+  uint64_t monitors = 0;
   std::string bound;
   int wake_fd = -1;
   std::mutex mu;
@@ -53,14 +62,52 @@ struct ControlChannel::Impl {
 
   zmq::socket_t& dealer_for(const std::string& endpoint) {
     auto it = dealers.find(endpoint);
-    if (it != dealers.end()) return it->second;
+    if (it != dealers.end()) return it->second.socket;
     zmq::socket_t s(ctx, zmq::socket_type::dealer);
     s.set(zmq::sockopt::routing_id, config.identity);
     s.set(zmq::sockopt::linger, config.linger_ms);
     s.set(zmq::sockopt::sndhwm, config.send_hwm);
     s.set(zmq::sockopt::maxmsgsize, config.max_frame_bytes);
+    if (config.heartbeat_ivl_ms > 0) {
+      s.set(zmq::sockopt::heartbeat_ivl, config.heartbeat_ivl_ms);
+      s.set(zmq::sockopt::heartbeat_timeout, config.heartbeat_timeout_ms);
+      s.set(zmq::sockopt::heartbeat_ttl, config.heartbeat_timeout_ms);
+    }
+    // The monitor must be attached before connect so no disconnect can be missed.
+    const std::string addr = "inproc://epd-monitor-" + std::to_string(++monitors);
+    if (zmq_socket_monitor(s.handle(), addr.c_str(), ZMQ_EVENT_DISCONNECTED) != 0) throw zmq::error_t();
+    zmq::socket_t mon(ctx, zmq::socket_type::pair);
+    mon.set(zmq::sockopt::linger, 0);
+    mon.connect(addr);
     s.connect(endpoint);
-    return dealers.emplace(endpoint, std::move(s)).first->second;
+    return dealers.emplace(endpoint, Dealer{std::move(s), std::move(mon)}).first->second.socket;
+  }
+
+  void drop_dealer(const std::string& endpoint) {
+    auto it = dealers.find(endpoint);
+    if (it == dealers.end()) return;
+    zmq_socket_monitor(it->second.socket.handle(), nullptr, 0);
+    // Queued frames are for a peer we consider gone: discard them rather than deliver them to whatever
+    // restarts on that endpoint.
+    it->second.socket.set(zmq::sockopt::linger, 0);
+    dealers.erase(it);
+  }
+
+  void on_monitor_readable(const std::string& endpoint, zmq::socket_t& mon) {
+    auto parts = read_parts(mon);
+    if (parts.size() < 1 || parts[0].size() < sizeof(uint16_t)) return;
+    uint16_t event = 0;
+    std::memcpy(&event, parts[0].data(), sizeof event);
+    if (event != ZMQ_EVENT_DISCONNECTED) return;
+    spdlog::debug("control: connection to {} lost", endpoint);
+    drop_dealer(endpoint);
+    if (on_disconnect) {
+      try {
+        on_disconnect(endpoint);
+      } catch (const std::exception& e) {
+        spdlog::error("control: disconnect handler failed for {}: {}", endpoint, e.what());
+      }
+    }
   }
 
   void run_command(Cmd& cmd) {
@@ -88,7 +135,7 @@ struct ControlChannel::Impl {
           break;
         }
         case CmdKind::forget:
-          dealers.erase(cmd.target);
+          drop_dealer(cmd.target);
           break;
       }
     } catch (const zmq::error_t& e) {
@@ -153,15 +200,16 @@ struct ControlChannel::Impl {
 
   void loop() {
     std::vector<zmq::pollitem_t> items;
-    std::vector<std::pair<std::string, zmq::socket_t*>> polled;
+    std::vector<std::pair<std::string, Dealer*>> polled;
     while (!stopping.load()) {
       items.clear();
       polled.clear();
       items.push_back({nullptr, wake_fd, ZMQ_POLLIN, 0});
       items.push_back({router.handle(), 0, ZMQ_POLLIN, 0});
-      for (auto& [ep, s] : dealers) {
-        items.push_back({s.handle(), 0, ZMQ_POLLIN, 0});
-        polled.emplace_back(ep, &s);
+      for (auto& [ep, d] : dealers) {
+        items.push_back({d.socket.handle(), 0, ZMQ_POLLIN, 0});
+        items.push_back({d.monitor.handle(), 0, ZMQ_POLLIN, 0});
+        polled.emplace_back(ep, &d);
       }
       try {
         zmq::poll(items.data(), items.size(), std::chrono::milliseconds(200));
@@ -172,12 +220,20 @@ struct ControlChannel::Impl {
         continue;
       }
       if (items[1].revents & ZMQ_POLLIN) on_router_readable();
-      for (size_t i = 0; i < polled.size(); ++i)
-        if (items[i + 2].revents & ZMQ_POLLIN) on_dealer_readable(polled[i].first, *polled[i].second);
+      std::vector<std::string> lost;
+      for (size_t i = 0; i < polled.size(); ++i) {
+        if (items[2 * i + 2].revents & ZMQ_POLLIN)
+          on_dealer_readable(polled[i].first, polled[i].second->socket);
+        if (items[2 * i + 3].revents & ZMQ_POLLIN) lost.push_back(polled[i].first);
+      }
+      // After the loop: a disconnect erases the dealer `polled` points to.
+      for (const auto& ep : lost)
+        if (auto it = dealers.find(ep); it != dealers.end()) on_monitor_readable(ep, it->second.monitor);
       // Commands last: they may erase dealers referenced by `polled`.
       if (items[0].revents & ZMQ_POLLIN) drain_commands();
     }
     drain_commands();  // flush what callers queued before stop(), bounded by linger
+    for (auto& [_, d] : dealers) zmq_socket_monitor(d.socket.handle(), nullptr, 0);
     dealers.clear();
     router.close();
   }
@@ -185,10 +241,12 @@ struct ControlChannel::Impl {
 
 ControlChannel::ControlChannel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
-Result<std::unique_ptr<ControlChannel>> ControlChannel::start(ChannelConfig config, Handler handler) {
+Result<std::unique_ptr<ControlChannel>> ControlChannel::start(ChannelConfig config, Handler handler,
+                                                              DisconnectHandler on_disconnect) {
   auto impl = std::make_unique<Impl>();
   impl->config = std::move(config);
   impl->handler = std::move(handler);
+  impl->on_disconnect = std::move(on_disconnect);
   impl->wake_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (impl->wake_fd < 0) return make_error(ErrorCode::io_error, "eventfd failed");
   try {

@@ -7,6 +7,7 @@
 // actor would add a mailbox hop per message without adding isolation.
 #include <atomic>
 #include <caf/all.hpp>
+#include <chrono>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -17,6 +18,24 @@
 #include "epd/transport/control_channel.hpp"
 
 namespace epd::actors {
+
+// Direct liveness news about a peer, from the control connections themselves: the connection to it broke
+// (process died, socket closed, or ZMTP heartbeats went unanswered) or a frame came from a newer
+// incarnation. Delivered to every liveness subscriber (membership, registry).
+struct PeerEvent {
+  std::string id;  // "" when the endpoint belongs to no listed peer
+  std::string endpoint;
+  uint64_t old_incarnation = 0;  // the incarnation listed when it happened
+  uint64_t new_incarnation = 0;  // 0: connection lost
+  std::string reason;
+};
+
+// ZMTP heartbeats on every outgoing control connection: a PING per interval, a peer silent for
+// interval x misses is disconnected (and reported). interval 0 = off.
+struct LivenessConfig {
+  std::chrono::milliseconds heartbeat_interval{0};
+  uint32_t misses = 3;
+};
 
 struct BridgeStats {
   uint64_t delivered = 0;
@@ -29,12 +48,15 @@ class Bridge {
  public:
   static protocol::Result<std::shared_ptr<Bridge>> start(std::string instance_id, uint64_t incarnation,
                                                          std::string bind_endpoint,
-                                                         protocol::CodecLimits limits = {});
+                                                         protocol::CodecLimits limits = {},
+                                                         LivenessConfig liveness = {});
   ~Bridge();
 
   // Messages of `type` go to `target`; everything else to the default target.
   void subscribe(protocol::MessageType type, caf::actor target);
   void set_default(caf::actor target);
+  // `target` receives every PeerEvent.
+  void subscribe_liveness(caf::actor target);
   void unsubscribe_all();
 
   // Sends to a registered peer by instance id; false (and a log line) when its endpoint is unknown.
@@ -56,6 +78,8 @@ class Bridge {
  private:
   Bridge(std::string id, uint64_t incarnation, protocol::CodecLimits limits);
   void on_frame(const std::string& from, bool via_router, std::vector<uint8_t> frame);
+  void on_disconnect(const std::string& endpoint);
+  void publish(PeerEvent event);
   void reject(const std::string& from, bool via_router, const protocol::Error& error, uint16_t type);
   std::vector<uint8_t> encode(protocol::Body body) const;
 
@@ -67,9 +91,12 @@ class Bridge {
   mutable std::mutex mu_;
   std::map<protocol::MessageType, caf::actor> routes_;
   caf::actor default_;
+  std::vector<caf::actor> liveness_;
   std::atomic<uint64_t> delivered_{0}, rejected_{0}, undeliverable_{0}, sent_{0};
 };
 
 using BridgePtr = std::shared_ptr<Bridge>;
 
 }  // namespace epd::actors
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(epd::actors::PeerEvent)

@@ -21,9 +21,14 @@ struct MembershipConfig {
   uint32_t kv_pages_total = 0;
 };
 
-// Delivered to the role's main actor after every PEERS that changed something.
+// Delivered to the role's main actor after every PEERS that changed something, and at once when a
+// peer's control connection breaks or a newer incarnation of it speaks (PeerEvent). A change with
+// old_incarnation != 0 means: that incarnation is dead to us; fail every room shared with it.
 struct PeerChanges {
   std::vector<PeerDirectory::Change> changes;
+  // false: only the connection broke (the peer may be hung rather than gone); true: the registry dropped
+  // it or a new incarnation spoke, so it certainly writes nothing any more.
+  bool confirmed = true;
 };
 
 caf::actor spawn_membership(caf::actor_system& system, BridgePtr bridge, MembershipConfig config,

@@ -27,6 +27,15 @@ class PeerDirectory {
   void upsert(const protocol::PeerInfo& peer);
 
   std::optional<protocol::PeerInfo> find(const std::string& id) const;
+  std::optional<protocol::PeerInfo> find_by_endpoint(const std::string& endpoint) const;
+  // A frame from `id` carried `incarnation`. If that is newer than both the listed incarnation and any
+  // seen before, returns the listed one (the peer restarted before the registry told us); else nullopt.
+  std::optional<uint64_t> observe(const std::string& id, uint64_t incarnation);
+  // Marks `incarnation` of `id` dead (connection lost, or a newer incarnation seen). False if it is not
+  // the listed incarnation or was marked already.
+  bool mark_dead(const std::string& id, uint64_t incarnation);
+  // Listed and not marked dead.
+  bool alive(const std::string& id) const;
   std::optional<std::string> endpoint_of(const std::string& id) const;
   std::vector<protocol::PeerInfo> with_role(const std::string& role) const;
   uint64_t version() const;
@@ -35,6 +44,8 @@ class PeerDirectory {
   mutable std::mutex mu_;
   uint64_t version_ = 0;
   std::map<std::string, protocol::PeerInfo> peers_;
+  std::map<std::string, uint64_t> dead_;      // id -> incarnation known dead (until PEERS moves on)
+  std::map<std::string, uint64_t> observed_;  // id -> newest incarnation seen on a frame
 };
 
 }  // namespace epd::actors

@@ -75,6 +75,10 @@ struct PeerInfo {
   uint32_t free_slots = 0;
   uint32_t total_slots = 0;
   uint32_t active_rooms = 0;
+  uint64_t worker_restarts = 0;
+  uint64_t transfer_retries = 0;
+  uint64_t transfer_failures = 0;
+  uint64_t sessions_recycled = 0;
   std::optional<SegmentDescriptor> segment;
   std::optional<KvLayout> kv_layout;
 
@@ -91,6 +95,10 @@ struct PeerInfo {
     v.opt("free_slots", s.free_slots);
     v.opt("total_slots", s.total_slots);
     v.opt("active_rooms", s.active_rooms);
+    v.opt("worker_restarts", s.worker_restarts);
+    v.opt("transfer_retries", s.transfer_retries);
+    v.opt("transfer_failures", s.transfer_failures);
+    v.opt("sessions_recycled", s.sessions_recycled);
     v.opt("segment", s.segment);
     v.opt("kv_layout", s.kv_layout);
   }
@@ -153,6 +161,10 @@ struct Heartbeat {
   uint32_t free_slots = 0;  // embedding slots (encoder: source, prefill: landing)
   uint32_t total_slots = 0;
   uint32_t active_rooms = 0;
+  uint64_t worker_restarts = 0;    // transfer workers restarted after a crash, since start
+  uint64_t transfer_retries = 0;   // writes retried on a fresh session
+  uint64_t transfer_failures = 0;  // transfer jobs failed after the retry
+  uint64_t sessions_recycled = 0;  // sessions closed for a high failure rate
 
   bool operator==(const Heartbeat&) const = default;
   template <class S, class V>
@@ -164,6 +176,10 @@ struct Heartbeat {
     v.opt("free_slots", s.free_slots);
     v.opt("total_slots", s.total_slots);
     v.opt("active_rooms", s.active_rooms);
+    v.opt("worker_restarts", s.worker_restarts);
+    v.opt("transfer_retries", s.transfer_retries);
+    v.opt("transfer_failures", s.transfer_failures);
+    v.opt("sessions_recycled", s.sessions_recycled);
   }
 };
 

@@ -8,6 +8,9 @@ namespace epd::transport {
 // Whether op number `op_index` (0-based, counted per session) fails under `error_rate` with `seed`.
 // Stateless, so the outcome does not depend on thread interleaving.
 bool fault_injects(uint64_t seed, uint64_t op_index, double error_rate);
+// The seed the engine's n-th fault session (0-based) draws with: the configured seed for the first, a
+// mix of both for later ones (a fresh session must not replay its predecessor's faults).
+uint64_t fault_session_seed(uint64_t seed, uint64_t session_index);
 
 struct FaultStats {
   uint64_t ops = 0;              // ops that went through a fault link

@@ -3,6 +3,7 @@
 // router is healthy. The HTTP layer (http_api.hpp) knows nothing of actors; the router role implements this
 // interface on top of its actors, and tests implement it with fakes.
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,11 @@ struct InstanceView {
   uint32_t total_slots = 0;
   uint32_t active_rooms = 0;
   uint64_t last_seen_ms = 0;  // since the registry last heard from it
+  // Failure counters the instance reports in its heartbeats (docs/failure-handling.md).
+  uint64_t worker_restarts = 0;
+  uint64_t transfer_retries = 0;
+  uint64_t transfer_failures = 0;
+  uint64_t sessions_recycled = 0;
 };
 
 struct RouterStats {
@@ -54,6 +60,8 @@ struct RouterStats {
   uint64_t completed = 0;
   uint64_t failed = 0;
   uint64_t retries = 0;
+  std::map<std::string, uint64_t> retry_causes;    // error code name -> rooms retried for it
+  std::map<std::string, uint64_t> failure_causes;  // error code name -> requests answered with it
 };
 
 class RouterService {

@@ -20,6 +20,10 @@ struct ChannelConfig {
   int linger_ms = 200;                   // bounded, so shutdown never hangs on an absent peer
   int send_hwm = 10000;                  // frames queued per peer before sends are dropped (logged)
   int64_t max_frame_bytes = 64ll << 20;  // larger inbound frames make ZeroMQ drop the connection
+  // ZMTP heartbeats on every DEALER: a PING each interval; a peer that answers nothing within the timeout
+  // is disconnected (0 = off). A disconnect (peer closed, process died, or heartbeat timeout) is reported.
+  int heartbeat_ivl_ms = 0;
+  int heartbeat_timeout_ms = 0;
 };
 
 struct ChannelStats {
@@ -34,9 +38,13 @@ class ControlChannel {
   // `from`: the sender's routing id when `via_router`, else the endpoint of the DEALER the reply came back
   // on.
   using Handler = std::function<void(const std::string& from, bool via_router, std::vector<uint8_t> frame)>;
+  // An established connection of the DEALER to `endpoint` broke. The DEALER is already dropped (frames
+  // queued to the dead peer are discarded, so a restarted peer on the same endpoint never gets them).
+  using DisconnectHandler = std::function<void(const std::string& endpoint)>;
 
   // Binds and starts the I/O thread. Errors: io_error naming the endpoint (e.g. address already in use).
-  static Result<std::unique_ptr<ControlChannel>> start(ChannelConfig config, Handler handler);
+  static Result<std::unique_ptr<ControlChannel>> start(ChannelConfig config, Handler handler,
+                                                       DisconnectHandler on_disconnect = {});
   ~ControlChannel();
   ControlChannel(const ControlChannel&) = delete;
   ControlChannel& operator=(const ControlChannel&) = delete;

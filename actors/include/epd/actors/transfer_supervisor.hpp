@@ -1,0 +1,59 @@
+#pragma once
+// The supervisor of a role's transfer workers. It monitors every worker; when one dies (an exception in a
+// handler always ends a CAF actor) it restarts it at once, within a budget of restarts per window, and
+// tells the role which worker died and why, so the role fails exactly the rooms that worker held and sends
+// later jobs to the replacement. With the budget spent the slot stays empty, the instance reports itself
+// unhealthy (LoadGauge::healthy -> heartbeat -> registry -> the router avoids it), and the worker is
+// restarted when the window allows again.
+#include <caf/all.hpp>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "epd/actors/bridge.hpp"
+#include "epd/actors/load_gauge.hpp"
+#include "epd/actors/transfer_worker.hpp"
+#include "epd/config/settings.hpp"
+
+namespace epd::actors {
+
+struct SupervisorConfig {
+  std::string name = "transfer";  // workers are "<name>-<i>"
+  uint32_t workers = 1;
+  TransferWorkerConfig worker;
+  uint32_t max_restarts = 5;  // per window, over all workers of the role
+  std::chrono::milliseconds window{60000};
+};
+
+// To the role: worker `index` died with `cause`. `replacement` is its restarted successor, or invalid when
+// the restart budget is spent (the role must not send to this slot until WorkerRestored).
+struct WorkerCrashed {
+  uint32_t index = 0;
+  std::string cause;
+  caf::actor replacement;
+};
+
+struct WorkerRestored {
+  uint32_t index = 0;
+  caf::actor worker;
+};
+
+struct TransferPool {
+  caf::actor supervisor;  // link the role to it: it stops the workers when it goes
+  std::vector<caf::actor> workers;
+};
+
+TransferPool spawn_transfer_pool(caf::actor_system& system, transport::Engine& engine, BridgePtr bridge,
+                                 SupervisorConfig config, std::shared_ptr<LoadGauge> load, caf::actor role);
+
+// Role settings shared by every role with transfer workers (docs/failure-handling.md).
+inline constexpr std::string_view kTransferSettingKeys[] = {"worker_max_restarts", "worker_restart_window_ms",
+                                                            "slow_transfer_ms", "session_failure_window",
+                                                            "session_failure_pct"};
+protocol::Status read_transfer_settings(const config::Settings& s, SupervisorConfig& out);
+
+}  // namespace epd::actors
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(epd::actors::WorkerCrashed)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(epd::actors::WorkerRestored)

@@ -1,0 +1,166 @@
+#include "epd/actors/transfer_supervisor.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <deque>
+
+#include "epd/actors/role_support.hpp"
+
+namespace epd::actors {
+namespace {
+
+using clock = std::chrono::steady_clock;
+using restart_atom = caf::atom_constant<caf::atom("restart")>;
+using Workers = std::shared_ptr<std::vector<caf::actor>>;
+
+struct SupervisorState {
+  transport::Engine* engine = nullptr;
+  BridgePtr bridge;
+  SupervisorConfig config;
+  std::shared_ptr<LoadGauge> load;
+  caf::actor role;
+  Workers workers;                       // shared with the exit functor, which stops them
+  std::deque<clock::time_point> recent;  // restarts inside the window
+  bool restart_pending = false;
+  static inline const char* name = "transfer-supervisor";
+};
+
+// The cause text of a worker's exit reason (the exception's what(), set by the worker's handler).
+std::string cause_of(const caf::error& reason) {
+  const auto& ctx = reason.context();
+  if (ctx.match_elements<std::string>()) return ctx.get_as<std::string>(0);
+  return caf::to_string(reason);
+}
+
+caf::actor spawn_worker(caf::actor_system& sys, const SupervisorState& st, uint32_t index) {
+  TransferWorkerConfig wc = st.config.worker;
+  wc.name = st.config.name + "-" + std::to_string(index);
+  wc.counters = st.load;
+  return spawn_transfer_worker(sys, *st.engine, st.bridge, wc);
+}
+
+bool budget_left(SupervisorState& st, clock::time_point now) {
+  while (!st.recent.empty() && now - st.recent.front() >= st.config.window) st.recent.pop_front();
+  return st.recent.size() < st.config.max_restarts;
+}
+
+caf::actor restart(caf::stateful_actor<SupervisorState>* self, uint32_t index) {
+  auto& st = self->state;
+  auto w = spawn_worker(self->system(), st, index);
+  self->monitor(w);
+  (*st.workers)[index] = w;
+  st.recent.push_back(clock::now());
+  st.load->worker_restarts.fetch_add(1);
+  return w;
+}
+
+void update_health(SupervisorState& st) {
+  bool all = true;
+  for (const auto& w : *st.workers) all = all && bool(w);
+  if (st.load->healthy.exchange(all) != all)
+    spdlog::warn("{}: instance now reports itself {}", st.config.name, all ? "healthy" : "unhealthy");
+}
+
+void schedule_restart(caf::stateful_actor<SupervisorState>* self) {
+  auto& st = self->state;
+  if (st.restart_pending || st.recent.empty()) return;
+  st.restart_pending = true;
+  const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(st.recent.front() +
+                                                                          st.config.window - clock::now()) +
+                    std::chrono::milliseconds(1);
+  self->delayed_send(self, std::max(wait, std::chrono::milliseconds(1)), restart_atom::value);
+}
+
+caf::behavior supervisor(caf::stateful_actor<SupervisorState>* self, transport::Engine* engine,
+                         BridgePtr bridge, SupervisorConfig config, std::shared_ptr<LoadGauge> load,
+                         caf::actor role, Workers workers) {
+  harden(self, "transfer-supervisor");
+  auto& st = self->state;
+  st.engine = engine;
+  st.bridge = std::move(bridge);
+  st.config = std::move(config);
+  st.load = std::move(load);
+  st.role = std::move(role);
+  st.workers = workers;
+  for (auto& w : *st.workers) self->monitor(w);  // one already dead is reported at once
+  self->attach_functor([workers] {
+    for (auto& w : *workers)
+      if (w) caf::anon_send_exit(w, caf::exit_reason::user_shutdown);
+  });
+  self->set_down_handler([self](caf::down_msg& dm) {
+    auto& s = self->state;
+    uint32_t index = 0;
+    while (index < s.workers->size() && (*s.workers)[index].address() != dm.source) ++index;
+    if (index == s.workers->size()) return;
+    const std::string cause = cause_of(dm.reason);
+    caf::actor replacement;
+    if (budget_left(s, clock::now())) {
+      replacement = restart(self, index);
+      spdlog::error("{}: worker {} crashed: {}; restarted ({} of {} restarts allowed per {} ms)",
+                    s.config.name, index, cause, s.recent.size(), s.config.max_restarts,
+                    s.config.window.count());
+    } else {
+      (*s.workers)[index] = caf::actor{};
+      spdlog::error("{}: worker {} crashed: {}; restart budget spent ({} per {} ms): not restarted for now",
+                    s.config.name, index, cause, s.config.max_restarts, s.config.window.count());
+      schedule_restart(self);
+    }
+    update_health(s);
+    self->send(s.role, WorkerCrashed{index, cause, replacement});
+  });
+  return {
+      [=](restart_atom) {
+        auto& s = self->state;
+        s.restart_pending = false;
+        for (uint32_t i = 0; i < s.workers->size(); ++i) {
+          if ((*s.workers)[i]) continue;
+          if (!budget_left(s, clock::now())) break;
+          auto w = restart(self, i);
+          spdlog::warn("{}: worker {} restarted after the restart window", s.config.name, i);
+          self->send(s.role, WorkerRestored{i, w});
+        }
+        update_health(s);
+        for (const auto& w : *s.workers)
+          if (!w) return schedule_restart(self);
+      },
+  };
+}
+
+}  // namespace
+
+TransferPool spawn_transfer_pool(caf::actor_system& system, transport::Engine& engine, BridgePtr bridge,
+                                 SupervisorConfig config, std::shared_ptr<LoadGauge> load, caf::actor role) {
+  auto workers = std::make_shared<std::vector<caf::actor>>();
+  SupervisorState tmp;
+  tmp.engine = &engine;
+  tmp.bridge = bridge;
+  tmp.config = config;
+  tmp.load = load;
+  for (uint32_t i = 0; i < config.workers; ++i) workers->push_back(spawn_worker(system, tmp, i));
+  TransferPool pool;
+  pool.workers = *workers;
+  pool.supervisor = system.spawn(supervisor, &engine, std::move(bridge), std::move(config), std::move(load),
+                                 std::move(role), workers);
+  return pool;
+}
+
+protocol::Status read_transfer_settings(const config::Settings& s, SupervisorConfig& out) {
+  auto restarts = setting_u32(s, "worker_max_restarts", out.max_restarts, 0, 100000);
+  if (!restarts) return restarts.error();
+  out.max_restarts = *restarts;
+  auto window = s.get_ms("worker_restart_window_ms", out.window);
+  if (!window) return window.error();
+  out.window = std::max(*window, std::chrono::milliseconds(1));
+  auto slow = s.get_ms("slow_transfer_ms", out.worker.slow_threshold);
+  if (!slow) return slow.error();
+  out.worker.slow_threshold = *slow;
+  auto fw = setting_u32(s, "session_failure_window", out.worker.failure_window, 1, 100000);
+  if (!fw) return fw.error();
+  out.worker.failure_window = *fw;
+  auto pct = setting_u32(s, "session_failure_pct", out.worker.failure_threshold_pct, 0, 100);
+  if (!pct) return pct.error();
+  out.worker.failure_threshold_pct = *pct;
+  return {};
+}
+
+}  // namespace epd::actors
