@@ -23,7 +23,7 @@ struct ClusterSpec {
   std::vector<std::string> extra_ids;  // instances in extra_sections to wait for
   // [cluster] timing. The ZMTP heartbeat timeout and the registry expiry are interval x misses.
   int heartbeat_ms = 100;
-  int heartbeat_misses = 20;
+  int heartbeat_misses = 50;  // 5 s: a process starved for a moment on a loaded CI box is not declared dead
   int max_attempts = 3;
   int request_timeout_ms = 30000;
   // Lines added to [defaults.<role>] (role -> "key = value\n...").
