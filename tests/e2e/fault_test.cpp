@@ -350,19 +350,20 @@ TEST_CASE("fault 4: kill -9 one of two prefills under load, nothing is lost, it 
   check_all_free(cluster);
 }
 
-TEST_CASE("fault 5a: kill -9 the encoder under load, nothing is lost, it restarts and serves",
-          "[fault][multiproc]") {
+namespace {
+// Scenario 5: kill -9 `victim` while 120 requests run; nothing is lost, the victim restarts and serves again.
+void kill_scenario(const char* name, int decodes, const std::string& victim, const std::string& observer) {
   ClusterSpec spec = kill_spec();
+  spec.decodes = decodes;
   Cluster cluster(spec);
   cluster.start();
-  LogDump dump{cluster, "fault-5"};
+  LogDump dump{cluster, name};
   Outcome o;
-  const KillReport r = kill_under_load(cluster, "encoder-0", "prefill-0", 120, 30, o);
-  report("5a (kill -9 encoder-0, 120 requests)", o, cluster.stats());
-  std::printf(
-      "[fault] 5a: prefill noticed after %ld ms, registry dropped it after %ld ms, restarted and healthy "
-      "after %ld ms\n",
-      long(r.decode_detect_ms), long(r.registry_detect_ms), long(r.recovered_ms));
+  const KillReport r = kill_under_load(cluster, victim, observer, 120, 30, o);
+  report(std::string(name) + " (kill -9 " + victim + ", 120 requests)", o, cluster.stats());
+  std::printf("[fault] %s: %s noticed after %ld ms, registry dropped it after %ld ms, restarted and healthy "
+              "after %ld ms\n",
+              name, observer.c_str(), long(r.decode_detect_ms), long(r.registry_detect_ms), long(r.recovered_ms));
   CHECK(o.lost == 0);
   CHECK(o.wrong == 0);
   CHECK(o.completed + o.failed == 120);
@@ -371,28 +372,16 @@ TEST_CASE("fault 5a: kill -9 the encoder under load, nothing is lost, it restart
   CHECK(after.completed == 20);
   check_all_free(cluster);
 }
+}  // namespace
+
+TEST_CASE("fault 5a: kill -9 the encoder under load, nothing is lost, it restarts and serves",
+          "[fault][multiproc]") {
+  kill_scenario("5a", 1, "encoder-0", "prefill-0");
+}
 
 TEST_CASE("fault 5b: kill -9 one of two decodes under load, nothing is lost, it restarts and serves",
           "[fault][multiproc]") {
-  ClusterSpec spec = kill_spec();
-  spec.decodes = 2;
-  Cluster cluster(spec);
-  cluster.start();
-  LogDump dump{cluster, "fault-6"};
-  Outcome o;
-  const KillReport r = kill_under_load(cluster, "decode-1", "prefill-0", 120, 30, o);
-  report("5b (kill -9 decode-1, 120 requests)", o, cluster.stats());
-  std::printf(
-      "[fault] 5b: prefill noticed after %ld ms, registry dropped it after %ld ms, restarted and healthy "
-      "after %ld ms\n",
-      long(r.decode_detect_ms), long(r.registry_detect_ms), long(r.recovered_ms));
-  CHECK(o.lost == 0);
-  CHECK(o.wrong == 0);
-  CHECK(o.completed + o.failed == 120);
-  CHECK(r.recovered_ms >= 0);
-  const Outcome after = run_load(cluster, 20, 4);
-  CHECK(after.completed == 20);
-  check_all_free(cluster);
+  kill_scenario("5b", 2, "decode-1", "prefill-0");
 }
 
 TEST_CASE("fault 6: a peer restarted with a new incarnation is detected, its stale sessions are not reused",
