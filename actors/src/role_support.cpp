@@ -32,6 +32,18 @@ void report_failure(Bridge& bridge, const std::string& router, uint64_t room, co
   bridge.send(router, std::move(r));
 }
 
+void handle_unhandled(Bridge& bridge, std::string_view role, const protocol::Envelope& env) {
+  if (const auto* err = std::get_if<protocol::ErrorReply>(&env.body)) {
+    spdlog::warn("{}: ERROR from '{}': {} {}", role, env.sender, protocol::error_name(err->code),
+                 err->detail);
+    return;
+  }
+  spdlog::warn("{}: unexpected {} from '{}'", role, protocol::type_name(env.type()), env.sender);
+  bridge.send(env.sender, protocol::ErrorReply{protocol::ErrorCode::unexpected_message,
+                                               std::string(role) + " does not handle this message",
+                                               uint16_t(env.type()), 0});
+}
+
 void harden(caf::scheduled_actor* self, const std::string& name) {
   self->set_default_handler([name](caf::scheduled_actor*, caf::message_view& x) -> caf::result<caf::message> {
     spdlog::warn("{}: dropped an unexpected message {}", name, caf::to_string(x.copy_content_to_message()));

@@ -279,15 +279,8 @@ caf::behavior decode_role(caf::stateful_actor<DecodeState>* self, RoleContext ct
                 on_cancel(self, s, msg);
               else if constexpr (std::is_same_v<T, protocol::AbortAck>)
                 end_quarantine(s, msg.room);
-              else if constexpr (std::is_same_v<T, protocol::ErrorReply>)
-                spdlog::warn("decode: ERROR from '{}': {} {}", env.sender, protocol::error_name(msg.code),
-                             msg.detail);
-              else {
-                spdlog::warn("decode: unexpected {} from '{}'", protocol::type_name(T::kType), env.sender);
-                s.ctx.bridge->send(env.sender, protocol::ErrorReply{ErrorCode::unexpected_message,
-                                                                    "decode does not handle this message",
-                                                                    uint16_t(T::kType), 0});
-              }
+              else
+                handle_unhandled(*s.ctx.bridge, "decode", env);
             },
             env.body);
       },

@@ -226,14 +226,8 @@ caf::behavior encoder_role(caf::stateful_actor<EncoderState>* self, RoleContext 
         } else if (auto* cancel = std::get_if<protocol::Cancel>(&env.body)) {
           auto it = s.rooms.find(cancel->room);
           if (it != s.rooms.end() && !it->second.writing) finish(s, cancel->room);
-        } else if (auto* err = std::get_if<protocol::ErrorReply>(&env.body)) {
-          spdlog::warn("encoder: ERROR from '{}': {} {}", env.sender, protocol::error_name(err->code),
-                       err->detail);
         } else {
-          spdlog::warn("encoder: unexpected {} from '{}'", protocol::type_name(env.type()), env.sender);
-          s.ctx.bridge->send(env.sender, protocol::ErrorReply{ErrorCode::unexpected_message,
-                                                              "encoder does not handle this message",
-                                                              uint16_t(env.type()), 0});
+          handle_unhandled(*s.ctx.bridge, "encoder", env);
         }
       },
       [=](EncodeDone& d) {

@@ -438,14 +438,8 @@ void on_message(caf::event_based_actor* self, PrefillState& st, Envelope& env) {
                     false);
         } else if constexpr (std::is_same_v<T, protocol::Cancel>) {
           fail_room(st, msg.room, make_error(ErrorCode::aborted, "cancelled: " + msg.reason), false);
-        } else if constexpr (std::is_same_v<T, protocol::ErrorReply>) {
-          spdlog::warn("prefill: ERROR from '{}': {} {}", env.sender, protocol::error_name(msg.code),
-                       msg.detail);
         } else {
-          spdlog::warn("prefill: unexpected {} from '{}'", protocol::type_name(T::kType), env.sender);
-          st.ctx.bridge->send(env.sender, protocol::ErrorReply{ErrorCode::unexpected_message,
-                                                               "prefill does not handle this message",
-                                                               uint16_t(T::kType), 0});
+          handle_unhandled(*st.ctx.bridge, "prefill", env);
         }
       },
       env.body);

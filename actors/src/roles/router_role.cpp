@@ -343,14 +343,8 @@ caf::behavior router(caf::stateful_actor<RouterState>* self, RoleContext ctx,
           if (!a.first_token) a.first_token = clock::now();
         } else if (auto* r = std::get_if<protocol::RoomResult>(&env.body)) {
           on_result(self, s, env, *r);
-        } else if (auto* e = std::get_if<protocol::ErrorReply>(&env.body)) {
-          spdlog::warn("router: ERROR from '{}': {} {}", env.sender, protocol::error_name(e->code),
-                       e->detail);
         } else {
-          spdlog::warn("router: unexpected {} from '{}'", protocol::type_name(env.type()), env.sender);
-          s.ctx.bridge->send(env.sender, protocol::ErrorReply{ErrorCode::unexpected_message,
-                                                              "router does not handle this message",
-                                                              uint16_t(env.type()), 0});
+          handle_unhandled(*s.ctx.bridge, "router", env);
         }
       },
       [=](PeerChanges& pc) {

@@ -21,6 +21,10 @@ const transport::Region* find_local_region(const transport::Engine& engine, std:
 // Tells the router that `room` failed here, with the code and reason (the router decides whether to retry).
 void report_failure(Bridge& bridge, const std::string& router, uint64_t room, const protocol::Error& error);
 
+// The last branch of every role's message switch: an ERROR from a peer is logged; any other message the
+// role does not handle is logged and answered with ERROR unexpected_message.
+void handle_unhandled(Bridge& bridge, std::string_view role, const protocol::Envelope& env);
+
 // Every long-lived actor calls this first: an unexpected message or an error reply is logged and dropped
 // instead of CAF's defaults (print, or quit the actor), so one stray message can never stop a role.
 void harden(caf::scheduled_actor* self, const std::string& name);
