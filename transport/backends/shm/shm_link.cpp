@@ -93,6 +93,9 @@ ShmLink::~ShmLink() {
 }
 
 Status ShmLink::check_peer() {
+  // Once the peer is known dead, stay dead: the liveness poll below is throttled, so without this a write
+  // within the next millisecond would "succeed" into a dead process's memory.
+  if (!healthy_.load(std::memory_order_acquire)) return make_error(ErrorCode::peer_died, "shm peer is gone");
   if (control_->token.load(std::memory_order_acquire) != token_) {
     healthy_.store(false, std::memory_order_release);
     return make_error(ErrorCode::peer_died, "shm peer stopped its engine (token revoked)");
