@@ -14,14 +14,45 @@ int main(int argc, char** argv) {
   std::string model_file, preset_name = "tiny", prompt, image_file;
   uint32_t max_tokens = 16, chunk = 0;
   bool json = false;
+  uint32_t decode_page_size = 0;
+  std::string decode_dtype, decode_order;
   auto* model_opt = app.add_option("--model", model_file, "model config TOML file");
   app.add_option("--preset", preset_name, "built-in model: tiny | bench")->excludes(model_opt);
   app.add_option("--prompt", prompt, "prompt text")->required();
   app.add_option("--image", image_file, "binary PPM (P6) image");
   app.add_option("--max-tokens", max_tokens, "tokens to generate (including the first)");
   app.add_option("--chunk", chunk, "prefill chunk size in tokens (0 = whole prompt)");
+  // Any of these runs decode in its own KV layout, converted once from prefill's (the staged path).
+  auto* dps =
+      app.add_option("--decode-page-size", decode_page_size, "decode KV page size in tokens (1..4096)")
+          ->check(CLI::Range(1u, m::kMaxPageSize));
+  auto* ddt = app.add_option("--decode-kv-dtype", decode_dtype, "decode KV dtype: f32 | f16 | bf16");
+  auto* dord =
+      app.add_option("--decode-kv-order", decode_order, "decode KV order: token_head_dim | head_token_dim");
   app.add_flag("--json", json, "print {\"tokens\":[...],\"text\":...} plus timings");
   CLI11_PARSE(app, argc, argv);
+
+  std::optional<m::KvLayoutChoice> decode_kv;
+  if (dps->count() + ddt->count() + dord->count() > 0) {
+    decode_kv.emplace();
+    decode_kv->page_size = decode_page_size;
+    if (ddt->count()) {
+      auto dt = m::parse_dtype(decode_dtype);
+      if (!dt) {
+        std::cerr << "epd-run: --decode-kv-dtype: " << dt.error().to_string() << "\n";
+        return 2;
+      }
+      decode_kv->dtype = *dt;
+    }
+    if (dord->count()) {
+      auto o = m::parse_dim_order(decode_order);
+      if (!o) {
+        std::cerr << "epd-run: --decode-kv-order: " << o.error().to_string() << "\n";
+        return 2;
+      }
+      decode_kv->order = *o;
+    }
+  }
 
   auto cfg = model_file.empty() ? m::preset(preset_name) : m::load_model_config(model_file);
   if (!cfg) {
@@ -45,6 +76,7 @@ int main(int argc, char** argv) {
   m::GenerateOptions opts;
   opts.max_tokens = max_tokens;
   opts.chunk = chunk;
+  opts.decode_kv = decode_kv;
   auto res = m::generate(**runner, prompt, image ? &*image : nullptr, opts);
   if (!res) {
     std::cerr << "epd-run: " << res.error().to_string() << "\n";

@@ -1,9 +1,13 @@
 #include "epd/model/generate.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <numeric>
 #include <sstream>
+#include <string>
+
+#include "epd/model/kv_staging.hpp"
 
 namespace epd::model {
 namespace {
@@ -12,11 +16,22 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// Pool memory aligned for any element type, zeroed so unused slots hash the same in every process.
-struct PoolBuffer {
-  explicit PoolBuffer(uint64_t bytes) : words((bytes + 7) / 8, 0) {}
-  std::byte* data() { return reinterpret_cast<std::byte*>(words.data()); }
+// A private pool whose memory is aligned for any element type and zeroed, so unused slots hash the same
+// in every process.
+struct OwnedPool {
+  OwnedPool(const ModelConfig& cfg, uint32_t tokens, DType dtype, KvDimOrder order, uint32_t page_size) {
+    pool.layout = kv_layout_for(cfg, 1, dtype, order, page_size);
+    pool.layout.num_pages = std::max<uint32_t>(1, pages_for(pool.layout, tokens));
+    words.assign((pool.layout.total_bytes() + 7) / 8, 0);
+    pool.base = reinterpret_cast<std::byte*>(words.data());
+    pages.resize(pool.layout.num_pages);
+    std::iota(pages.begin(), pages.end(), 0);
+  }
+  OwnedPool(const OwnedPool&) = delete;  // pool.base points into words
+  OwnedPool& operator=(const OwnedPool&) = delete;
   std::vector<uint64_t> words;
+  KvPool pool;
+  std::vector<PageId> pages;  // the sequence owns every page, in order
 };
 
 }  // namespace
@@ -26,6 +41,11 @@ protocol::Result<GenerateResult> generate(ModelRunner& runner, std::string_view 
   using clock = std::chrono::steady_clock;
   const ModelConfig& cfg = runner.config();
   GenerateResult res;
+  // Checked before any work: the decode pool is sized from it.
+  if (opts.decode_kv && opts.decode_kv->page_size > kMaxPageSize)
+    return protocol::make_error(protocol::ErrorCode::invalid_request,
+                                "decode KV page size " + std::to_string(opts.decode_kv->page_size) +
+                                    " outside 1.." + std::to_string(kMaxPageSize));
 
   Embeddings emb;
   auto t0 = clock::now();
@@ -43,15 +63,11 @@ protocol::Result<GenerateResult> generate(ModelRunner& runner, std::string_view 
   const uint32_t n = static_cast<uint32_t>(res.prompt.size());
   const uint32_t max_new = std::min<uint32_t>(opts.max_tokens, cfg.max_seq - n);
 
-  // The sequence owns pages 0..k-1 of a private pool (length + max_new tokens, the last token's K/V is
-  // never written, but one spare slot keeps the arithmetic simple).
-  KvPool pool;
-  pool.layout = kv_layout_for(cfg, std::max<uint32_t>(1, (n + max_new + cfg.page_size - 1) / cfg.page_size),
-                              opts.dtype, opts.order);
-  PoolBuffer buf(pool.layout.total_bytes());
-  pool.base = buf.data();
-  std::vector<PageId> pages(pool.layout.num_pages);
-  std::iota(pages.begin(), pages.end(), 0);
+  // The sequence owns all pages of a private pool sized for length + max_new tokens (the last token's K/V
+  // is never written, but one spare slot keeps the arithmetic simple).
+  OwnedPool prefill_pool(cfg, n + max_new, opts.dtype, opts.order, 0);
+  const KvPool& pool = prefill_pool.pool;
+  const std::vector<PageId>& pages = prefill_pool.pages;
 
   t0 = clock::now();
   const uint32_t chunk = opts.chunk == 0 ? n : opts.chunk;
@@ -65,19 +81,35 @@ protocol::Result<GenerateResult> generate(ModelRunner& runner, std::string_view 
   }
   res.prefill_ms = ms_since(t0);
 
+  // Staged path: the prompt's KV crosses into decode's layout once, as the disaggregated roles do it.
+  std::optional<OwnedPool> decode_pool;
+  if (opts.decode_kv) {
+    t0 = clock::now();
+    const KvLayoutChoice& c = *opts.decode_kv;
+    decode_pool.emplace(cfg, n + max_new, c.dtype, c.order, c.page_size);
+    std::vector<uint64_t> staging((n * staging_token_bytes(pool.layout) + 7) / 8);
+    auto* buf = reinterpret_cast<std::byte*>(staging.data());
+    if (auto st = gather_tokens(pool, pages, 0, n, buf); !st) return st.error();
+    if (auto st = scatter_tokens(decode_pool->pool, decode_pool->pages, 0, n, buf, pool.layout); !st)
+      return st.error();
+    res.stage_ms = ms_since(t0);
+  }
+  const KvPool& dpool = decode_pool ? decode_pool->pool : pool;
+  const std::vector<PageId>& dpages = decode_pool ? decode_pool->pages : pages;
+
   t0 = clock::now();
-  DecodeSeq seq{pages, n, next};
+  DecodeSeq seq{dpages, n, next};
   while (max_new > 0) {
     res.tokens.push_back(seq.last_token);
     if ((opts.stop_at_eos && seq.last_token == kEos) || res.tokens.size() >= max_new) break;
     TokenId out = 0;
-    if (auto st = runner.decode_step(pool, {&seq, 1}, {&out, 1}); !st) return st.error();
+    if (auto st = runner.decode_step(dpool, {&seq, 1}, {&out, 1}); !st) return st.error();
     seq.length += 1;
     seq.last_token = out;
   }
   res.decode_ms = ms_since(t0);
   res.text = decode_text(res.tokens);
-  res.kv_digest = kv_digest(pool, pages);
+  res.kv_digest = kv_digest(dpool, dpages);
   return res;
 }
 
@@ -101,7 +133,7 @@ std::string to_json(const GenerateResult& r) {
   std::snprintf(digest, sizeof digest, "%016llx", static_cast<unsigned long long>(r.kv_digest));
   os << "\",\"prompt_tokens\":" << r.prompt.size() << ",\"kv_digest\":\"" << digest << "\""
      << ",\"timings_ms\":{\"encode\":" << r.encode_ms << ",\"prefill\":" << r.prefill_ms
-     << ",\"decode\":" << r.decode_ms << "}}";
+     << ",\"stage\":" << r.stage_ms << ",\"decode\":" << r.decode_ms << "}}";
   return os.str();
 }
 

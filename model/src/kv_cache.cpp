@@ -3,15 +3,17 @@
 #include <xxhash.h>
 #include <bit>
 #include <cstring>
+#include <string>
 
 namespace epd::model {
 
-KvLayout kv_layout_for(const ModelConfig& cfg, uint32_t num_pages, DType dtype, KvDimOrder order) {
+KvLayout kv_layout_for(const ModelConfig& cfg, uint32_t num_pages, DType dtype, KvDimOrder order,
+                       uint32_t page_size) {
   KvLayout l;
   l.layers = cfg.layers;
   l.kv_heads = cfg.kv_heads;
   l.head_dim = cfg.head_dim;
-  l.page_size = cfg.page_size;
+  l.page_size = page_size == 0 ? cfg.page_size : page_size;
   l.num_pages = num_pages;
   l.dtype = dtype;
   l.order = order;
@@ -20,10 +22,13 @@ KvLayout kv_layout_for(const ModelConfig& cfg, uint32_t num_pages, DType dtype, 
 
 protocol::Status check_pool(const ModelConfig& cfg, const KvPool& pool) {
   const KvLayout& l = pool.layout;
-  if (l.layers != cfg.layers || l.kv_heads != cfg.kv_heads || l.head_dim != cfg.head_dim ||
-      l.page_size != cfg.page_size)
+  if (l.layers != cfg.layers || l.kv_heads != cfg.kv_heads || l.head_dim != cfg.head_dim)
     return protocol::make_error(protocol::ErrorCode::invalid_request,
-                                "KV layout does not match the model (layers/kv_heads/head_dim/page_size)");
+                                "KV layout does not match the model (layers/kv_heads/head_dim)");
+  if (l.page_size == 0 || l.page_size > kMaxPageSize)
+    return protocol::make_error(
+        protocol::ErrorCode::invalid_request,
+        "KV page size " + std::to_string(l.page_size) + " outside 1.." + std::to_string(kMaxPageSize));
   if (static_cast<uint8_t>(l.dtype) > 2 || static_cast<uint8_t>(l.order) > 1)
     return protocol::make_error(protocol::ErrorCode::invalid_request,
                                 "KV layout has an unknown dtype or order");
@@ -32,6 +37,43 @@ protocol::Status check_pool(const ModelConfig& cfg, const KvPool& pool) {
   if (reinterpret_cast<uintptr_t>(pool.base) % protocol::dtype_size(l.dtype) != 0)
     return protocol::make_error(protocol::ErrorCode::invalid_request, "KV pool base is misaligned");
   return {};
+}
+
+protocol::Result<DType> parse_dtype(std::string_view name) {
+  for (DType t : {DType::f32, DType::f16, DType::bf16})
+    if (name == dtype_name(t)) return t;
+  return protocol::make_error(protocol::ErrorCode::invalid_request,
+                              "unknown KV dtype '" + std::string(name) + "' (expected f32, f16 or bf16)");
+}
+
+protocol::Result<KvDimOrder> parse_dim_order(std::string_view name) {
+  for (KvDimOrder o : {KvDimOrder::token_head_dim, KvDimOrder::head_token_dim})
+    if (name == dim_order_name(o)) return o;
+  return protocol::make_error(
+      protocol::ErrorCode::invalid_request,
+      "unknown KV order '" + std::string(name) + "' (expected token_head_dim or head_token_dim)");
+}
+
+std::string_view dtype_name(DType t) {
+  switch (t) {
+    case DType::f32:
+      return "f32";
+    case DType::f16:
+      return "f16";
+    case DType::bf16:
+      return "bf16";
+  }
+  return "unknown";
+}
+
+std::string_view dim_order_name(KvDimOrder o) {
+  switch (o) {
+    case KvDimOrder::token_head_dim:
+      return "token_head_dim";
+    case KvDimOrder::head_token_dim:
+      return "head_token_dim";
+  }
+  return "unknown";
 }
 
 uint16_t f32_to_bf16(float f) {

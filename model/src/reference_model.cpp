@@ -171,6 +171,7 @@ class ReferenceModel final : public ModelRunner {
     up_.resize(n * cfg_.ffn);
     proj_.resize(n * d);
     const float q_scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    const uint32_t ps = pool.layout.page_size;  // the pool's, which may differ from cfg_.page_size
 
     for (uint32_t layer = 0; layer < cfg_.layers; ++layer) {
       const BlockWeights& b = w_.blocks[layer];
@@ -188,9 +189,9 @@ class ReferenceModel final : public ModelRunner {
           for (size_t i = 0; i < hd; ++i) qh[i] *= q_scale;
         }
         for (uint32_t hk = 0; hk < cfg_.kv_heads; ++hk) k::rope(&k_[r * kv_dim + hk * hd], c, s, hd);
-        const PageId page = targets_[r].pages[pos / cfg_.page_size];
-        kv.store(layer, 0, page, pos % cfg_.page_size, &k_[r * kv_dim]);
-        kv.store(layer, 1, page, pos % cfg_.page_size, &v_[r * kv_dim]);
+        const PageId page = targets_[r].pages[pos / ps];
+        kv.store(layer, 0, page, pos % ps, &k_[r * kv_dim]);
+        kv.store(layer, 1, page, pos % ps, &v_[r * kv_dim]);
       }
       for (size_t r = 0; r < n; ++r) attend(kv, layer, targets_[r], &q_[r * q_dim], &attn_[r * q_dim]);
       k::matmul(attn_.data(), n, q_dim, b.wo.data(), d, proj_.data());
@@ -208,7 +209,7 @@ class ReferenceModel final : public ModelRunner {
   // the operations (dot per position, max, exp, fixed-order sum, axpy in position order) never change.
   void attend(const KvView& kv, uint32_t layer, const RowTarget& t, const float* q, float* out) {
     const size_t hd = cfg_.head_dim, len = size_t{t.pos} + 1, group = cfg_.heads / cfg_.kv_heads;
-    const uint32_t ps = cfg_.page_size;
+    const uint32_t ps = kv.layout().page_size;
     scores_.resize(group * len);
     conv_.resize(hd);
     for (uint32_t g = 0; g < cfg_.kv_heads; ++g) {

@@ -20,8 +20,8 @@ inline std::unique_ptr<ModelRunner> runner_for(const char* preset_name) {
 
 struct TestPool {
   TestPool(const ModelConfig& cfg, uint32_t num_pages, DType dt = DType::f32,
-           KvDimOrder order = KvDimOrder::token_head_dim) {
-    pool.layout = kv_layout_for(cfg, num_pages, dt, order);
+           KvDimOrder order = KvDimOrder::token_head_dim, uint32_t page_size = 0) {
+    pool.layout = kv_layout_for(cfg, num_pages, dt, order, page_size);
     words.assign((pool.layout.total_bytes() + 7) / 8, 0);
     pool.base = reinterpret_cast<std::byte*>(words.data());
   }

@@ -68,6 +68,33 @@ TEST_CASE("epd-run in two processes gives identical tokens and KV, equal to in-p
   CHECK(a.out.rfind("{\"tokens\":[", 0) == 0);
 }
 
+TEST_CASE("epd-run --decode-* flags run the staged path, equal to in-process generate", "[model][process]") {
+  const std::string text = "Decode elsewhere.";
+  const Child f16 = run("--preset tiny --json --max-tokens 12 --prompt '" + text +
+                        "' --decode-page-size 64 --decode-kv-dtype f16 --decode-kv-order head_token_dim");
+  REQUIRE(f16.status == 0);
+  auto r = test::runner_for("tiny");
+  GenerateOptions opts;
+  opts.max_tokens = 12;
+  opts.decode_kv = KvLayoutChoice{64, DType::f16, KvDimOrder::head_token_dim};
+  auto mine = generate(*r, text, nullptr, opts);
+  REQUIRE(mine.ok());
+  CHECK(stable_part(f16.out) == stable_part(to_json(*mine)));
+  // Only the dtype given: page size and order keep their defaults.
+  const Child bf16 =
+      run("--preset tiny --json --max-tokens 12 --prompt '" + text + "' --decode-kv-dtype bf16");
+  REQUIRE(bf16.status == 0);
+  opts.decode_kv = KvLayoutChoice{0, DType::bf16, KvDimOrder::token_head_dim};
+  auto mine_bf16 = generate(*r, text, nullptr, opts);
+  REQUIRE(mine_bf16.ok());
+  CHECK(stable_part(bf16.out) == stable_part(to_json(*mine_bf16)));
+
+  CHECK(run("--prompt x --decode-kv-dtype f8").status != 0);
+  CHECK(run("--prompt x --decode-kv-order token_dim").status != 0);
+  CHECK(run("--prompt x --decode-page-size 0").status != 0);
+  CHECK(run("--prompt x --decode-page-size 4097").status != 0);
+}
+
 TEST_CASE("epd-run fails clearly on bad input", "[model][process]") {
   CHECK(run("--prompt x --image /nonexistent.ppm").status != 0);
   CHECK(run("--prompt x --model /nonexistent.toml").status != 0);

@@ -104,13 +104,34 @@ TEST_CASE("KvView places elements as KvLayout documents for every order and dtyp
     }
 }
 
+TEST_CASE("kv_layout_for takes the model's page size unless one is given", "[model][kv]") {
+  auto cfg = *preset("tiny");
+  CHECK(kv_layout_for(cfg, 3).page_size == cfg.page_size);
+  const KvLayout l = kv_layout_for(cfg, 3, DType::bf16, KvDimOrder::head_token_dim, 64);
+  CHECK(l.page_size == 64);
+  CHECK(l.num_pages == 3);
+  CHECK(l.dtype == DType::bf16);
+  CHECK(l.order == KvDimOrder::head_token_dim);
+  CHECK(l.page_bytes() == 64u * 2 * 16 * 2);
+}
+
 TEST_CASE("check_pool rejects layouts that do not match the model", "[model][kv]") {
   auto cfg = *preset("tiny");
   std::vector<uint64_t> mem(1024);
   KvPool pool{reinterpret_cast<std::byte*>(mem.data()), kv_layout_for(cfg, 1)};
   CHECK(check_pool(cfg, pool).ok());
   auto bad = pool;
-  bad.layout.page_size = 8;
+  // The page size belongs to the pool: any size in 1..4096 fits the model.
+  for (uint32_t ps : {1u, 8u, 64u, 4096u}) {
+    bad.layout.page_size = ps;
+    CHECK(check_pool(cfg, bad).ok());
+  }
+  for (uint32_t ps : {0u, 4097u}) {
+    bad.layout.page_size = ps;
+    CHECK_FALSE(check_pool(cfg, bad).ok());
+  }
+  bad = pool;
+  bad.layout.kv_heads = 4;
   CHECK_FALSE(check_pool(cfg, bad).ok());
   bad = pool;
   bad.base = nullptr;

@@ -11,20 +11,30 @@
 
 namespace epd::model {
 
+// A KV layout for one side of the sequence; page_size 0 = the model's.
+struct KvLayoutChoice {
+  uint32_t page_size = 0;
+  DType dtype = DType::f32;
+  KvDimOrder order = KvDimOrder::token_head_dim;
+};
+
 struct GenerateOptions {
   uint32_t max_tokens = 16;  // generated tokens, including the one prefill returns
   uint32_t chunk = 0;        // prefill chunk size; 0 = whole prompt in one chunk
   bool stop_at_eos = true;
   DType dtype = DType::f32;
   KvDimOrder order = KvDimOrder::token_head_dim;
+  // Set: mirror the disaggregated staged path. Prefill runs in the pool above (model page size), the prompt's
+  // KV is gathered and scattered (converted) once into a second pool with this layout, and decode runs there.
+  std::optional<KvLayoutChoice> decode_kv;
 };
 
 struct GenerateResult {
   std::vector<TokenId> prompt;
   std::vector<TokenId> tokens;  // generated
   std::string text;             // decode_text(tokens)
-  uint64_t kv_digest = 0;       // kv_digest() of the sequence's pages after generation
-  double encode_ms = 0, prefill_ms = 0, decode_ms = 0;
+  uint64_t kv_digest = 0;       // kv_digest() of the sequence's pages in the decode pool after generation
+  double encode_ms = 0, prefill_ms = 0, stage_ms = 0, decode_ms = 0;  // stage: gather+scatter (decode_kv)
 };
 
 protocol::Result<GenerateResult> generate(ModelRunner& runner, std::string_view text, const Image* image,

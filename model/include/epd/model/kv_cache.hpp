@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string_view>
 
 #include "epd/model/config.hpp"
 #include "epd/protocol/kv_layout.hpp"
@@ -17,16 +18,26 @@ using protocol::DType;
 using protocol::KvDimOrder;
 using protocol::KvLayout;
 
-// The layout this model needs for `num_pages` pages per pool.
+// Page size is a property of the pool: prefill and decode may page the same model differently.
+inline constexpr uint32_t kMaxPageSize = 4096;
+
+// The layout this model needs for `num_pages` pages per pool; page_size 0 = cfg.page_size.
 KvLayout kv_layout_for(const ModelConfig& cfg, uint32_t num_pages, DType dtype = DType::f32,
-                       KvDimOrder order = KvDimOrder::token_head_dim);
+                       KvDimOrder order = KvDimOrder::token_head_dim, uint32_t page_size = 0);
+
+// Names as used in config files and CLI flags: "f32" "f16" "bf16", "token_head_dim" "head_token_dim".
+protocol::Result<DType> parse_dtype(std::string_view name);
+protocol::Result<KvDimOrder> parse_dim_order(std::string_view name);
+std::string_view dtype_name(DType t);
+std::string_view dim_order_name(KvDimOrder o);
 
 struct KvPool {
   std::byte* base = nullptr;  // layout.total_bytes() bytes, aligned to the element size
   KvLayout layout;
 };
 
-// Layout matches the model's shape, the base is aligned and non-null.
+// Layout matches the model's shape (layers/kv_heads/head_dim; any page size in 1..kMaxPageSize), the base
+// is aligned and non-null.
 protocol::Status check_pool(const ModelConfig& cfg, const KvPool& pool);
 
 // Pages needed to hold `tokens` tokens.
@@ -50,6 +61,11 @@ class KvView {
     return load_converted(layer, kind, page, slot, head, scratch);
   }
   const KvLayout& layout() const { return l_; }
+  // First byte of one head's vector (head_dim elements of the pool's dtype); no conversion, no checks.
+  std::byte* raw(uint32_t layer, uint32_t kind, PageId page, uint32_t slot, uint32_t head) const {
+    return base_ + l_.page_offset(layer, kind, page) +
+           elem_index(slot, head) * protocol::dtype_size(l_.dtype);
+  }
 
  private:
   const float* load_converted(uint32_t layer, uint32_t kind, PageId page, uint32_t slot, uint32_t head,
