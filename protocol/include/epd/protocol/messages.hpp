@@ -64,6 +64,33 @@ constexpr bool wire_enum_valid(StagingStatus, uint64_t raw) {
 
 // ---- membership -------------------------------------------------------------------------------------------
 
+// The staging figures an instance reports in its heartbeats (decode: its ring; prefill: what it staged).
+struct StagingStats {
+  uint64_t ring_bytes = 0;  // decode: ring size
+  uint64_t ring_used = 0;   // decode: bytes handed out and not yet consumed
+  uint64_t ring_peak = 0;   // decode: highest ring_used since start
+  uint64_t rounds = 0;      // decode: times the ring wrapped
+  uint64_t chunks = 0;      // chunks staged (prefill: written; decode: scattered)
+  uint64_t waits = 0;       // prefill: chunks that had to wait for the watermark
+  uint64_t watermarks = 0;  // WATERMARK messages sent (decode) / accepted (prefill)
+  uint64_t rejected = 0;    // staging messages refused as garbage or out of order
+  uint64_t oversized = 0;   // chunks refused because they can never fit
+
+  bool operator==(const StagingStats&) const = default;
+  template <class S, class V>
+  static void fields(S& s, V& v) {
+    v.opt("ring_bytes", s.ring_bytes);
+    v.opt("ring_used", s.ring_used);
+    v.opt("ring_peak", s.ring_peak);
+    v.opt("rounds", s.rounds);
+    v.opt("chunks", s.chunks);
+    v.opt("waits", s.waits);
+    v.opt("watermarks", s.watermarks);
+    v.opt("rejected", s.rejected);
+    v.opt("oversized", s.oversized);
+  }
+};
+
 struct PeerInfo {
   std::string instance_id;
   std::string role;
@@ -79,6 +106,7 @@ struct PeerInfo {
   uint64_t transfer_retries = 0;
   uint64_t transfer_failures = 0;
   uint64_t sessions_recycled = 0;
+  std::optional<StagingStats> staging{};
   std::optional<SegmentDescriptor> segment;
   std::optional<KvLayout> kv_layout;
 
@@ -99,6 +127,7 @@ struct PeerInfo {
     v.opt("transfer_retries", s.transfer_retries);
     v.opt("transfer_failures", s.transfer_failures);
     v.opt("sessions_recycled", s.sessions_recycled);
+    v.opt("staging", s.staging);
     v.opt("segment", s.segment);
     v.opt("kv_layout", s.kv_layout);
   }
@@ -165,6 +194,7 @@ struct Heartbeat {
   uint64_t transfer_retries = 0;   // writes retried on a fresh session
   uint64_t transfer_failures = 0;  // transfer jobs failed after the retry
   uint64_t sessions_recycled = 0;  // sessions closed for a high failure rate
+  std::optional<StagingStats> staging{};
 
   bool operator==(const Heartbeat&) const = default;
   template <class S, class V>
@@ -180,6 +210,7 @@ struct Heartbeat {
     v.opt("transfer_retries", s.transfer_retries);
     v.opt("transfer_failures", s.transfer_failures);
     v.opt("sessions_recycled", s.sessions_recycled);
+    v.opt("staging", s.staging);
   }
 };
 
@@ -249,6 +280,7 @@ struct ChunkReady {
   uint32_t first_token = 0;  // prompt position of the chunk's first token
   uint32_t tokens = 0;
   bool last = false;
+  uint64_t checksum = 0;  // XXH3-64 of the staged bytes: decode verifies it before the scatter
 
   bool operator==(const ChunkReady&) const = default;
   template <class S, class V>
@@ -261,6 +293,7 @@ struct ChunkReady {
     v.opt("first_token", s.first_token);
     v.opt("tokens", s.tokens);
     v.opt("last", s.last);
+    v.opt("checksum", s.checksum);
   }
 };
 
