@@ -105,6 +105,13 @@ void Bridge::reply(const std::string& routing_id, protocol::Body body) {
   channel_->reply(routing_id, encode(std::move(body)));
 }
 
+void Bridge::answer(const protocol::Envelope& env, protocol::Body body) {
+  if (peers_.endpoint_of(env.sender))
+    send(env.sender, std::move(body));
+  else
+    reply(env.sender, std::move(body));
+}
+
 void Bridge::forget_peer(const std::string& endpoint) {
   channel_->forget(endpoint);
 }

@@ -82,6 +82,7 @@ void on_heartbeat(RegistryState& st, const Envelope& env, const protocol::Heartb
   info.transfer_retries = hb.transfer_retries;
   info.transfer_failures = hb.transfer_failures;
   info.sessions_recycled = hb.sessions_recycled;
+  info.staging = hb.staging;
   it->second.last_seen = clock::now();
   if (health_changed) {
     spdlog::info("registry: '{}' is now {}", env.sender, hb.healthy ? "healthy" : "unhealthy");

@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "epd/model/kv_cache.hpp"
+
 namespace epd::actors {
 
 protocol::Result<uint32_t> setting_u32(const config::Settings& s, std::string_view key, uint32_t fallback,
@@ -9,6 +11,28 @@ protocol::Result<uint32_t> setting_u32(const config::Settings& s, std::string_vi
   auto v = s.get_uint(key, fallback, min, max);
   if (!v) return v.error();
   return uint32_t(*v);
+}
+
+protocol::Result<protocol::KvLayout> kv_layout_setting(const config::Settings& s, const model::ModelConfig& m,
+                                                       uint32_t num_pages) {
+  auto page_size = setting_u32(s, "kv_page_size", m.page_size, 1, 4096);
+  if (!page_size) return page_size.error();
+  auto dtype_name = s.get_string("kv_dtype", "f32");
+  if (!dtype_name) return dtype_name.error();
+  auto dtype = model::parse_dtype(*dtype_name);
+  if (!dtype)
+    return protocol::make_error(protocol::ErrorCode::config_error, "kv_dtype: " + dtype.error().detail);
+  auto order_name = s.get_string("kv_order", "token_head_dim");
+  if (!order_name) return order_name.error();
+  auto order = model::parse_dim_order(*order_name);
+  if (!order)
+    return protocol::make_error(protocol::ErrorCode::config_error, "kv_order: " + order.error().detail);
+  return model::kv_layout_for(m, num_pages, *dtype, *order, *page_size);
+}
+
+std::string describe_layout(const protocol::KvLayout& l) {
+  return std::to_string(l.page_size) + "-token pages, " + std::string(model::dtype_name(l.dtype)) + ", " +
+         std::string(model::dim_order_name(l.order));
 }
 
 const protocol::RegionDesc* find_region(const protocol::SegmentDescriptor& seg, std::string_view name) {
@@ -39,9 +63,9 @@ void handle_unhandled(Bridge& bridge, std::string_view role, const protocol::Env
     return;
   }
   spdlog::warn("{}: unexpected {} from '{}'", role, protocol::type_name(env.type()), env.sender);
-  bridge.send(env.sender, protocol::ErrorReply{protocol::ErrorCode::unexpected_message,
-                                               std::string(role) + " does not handle this message",
-                                               uint16_t(env.type()), 0});
+  bridge.answer(env, protocol::ErrorReply{protocol::ErrorCode::unexpected_message,
+                                          std::string(role) + " does not handle this message",
+                                          uint16_t(env.type()), 0});
 }
 
 void harden(caf::scheduled_actor* self, const std::string& name) {

@@ -20,37 +20,6 @@ using nlohmann::json;
 
 namespace {
 
-// Sends every case, `parallel` in flight, and checks each answer against the oracle.
-void run_and_compare(Cluster& cluster, int n, int parallel) {
-  const auto cases = workload(n);
-  std::vector<std::vector<uint32_t>> expected;
-  for (const auto& c : cases) expected.push_back(oracle(c));
-  std::vector<std::pair<int, json>> answers(cases.size());
-  std::atomic<size_t> next{0};
-  std::vector<std::thread> threads;
-  for (int t = 0; t < parallel; ++t)
-    threads.emplace_back([&] {
-      for (size_t i = next++; i < cases.size(); i = next++)
-        answers[i] = cluster.generate(request_of(cases[i]));
-    });
-  for (auto& t : threads) t.join();
-  for (size_t i = 0; i < cases.size(); ++i) {
-    INFO("case " << i << ": " << answers[i].second.dump().substr(0, 400));
-    REQUIRE(answers[i].first == 200);
-    CHECK(answers[i].second["tokens"].get<std::vector<uint32_t>>() == expected[i]);
-    CHECK(answers[i].second["attempts"] == 1);
-    if (cases[i].image) CHECK_FALSE(answers[i].second["instances"]["encoder"].get<std::string>().empty());
-  }
-  // Every KV page and embedding slot is free again.
-  const json inst = cluster.wait_all_free();
-  INFO(inst.dump());
-  for (const auto& i : inst) {
-    CHECK(i["free_kv_pages"] == i["total_kv_pages"]);
-    CHECK(i["free_slots"] == i["total_slots"]);
-    CHECK(i["active_rooms"] == 0);
-  }
-}
-
 // A clean SIGTERM shutdown of every process, without sanitizer reports (meaningful in EPD_SANITIZE builds).
 void stop_cleanly(Cluster& cluster) {
   const std::string reports = cluster.stop_and_collect_sanitizer_reports();

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "cluster.hpp"
+#include "epd/model/generate.hpp"
 #include "epd/model/image.hpp"
 
 namespace epd::testing {
@@ -18,8 +20,16 @@ struct Case {
 };
 
 std::vector<Case> workload(int n);
-// Memoised: the fault tests ask for the same cases many times.
-const std::vector<uint32_t>& oracle(const Case& c);
+// Memoised: the fault tests ask for the same cases many times. `decode_kv`: decode holds its KV in another
+// layout (staged transfer); the oracle then prefills in the default layout and decodes from a converted copy,
+// exactly what the staged path does.
+const std::vector<uint32_t>& oracle(const Case& c,
+                                    const std::optional<model::KvLayoutChoice>& decode_kv = std::nullopt);
 nlohmann::json request_of(const Case& c);
+
+// Sends `n` workload cases, `parallel` in flight, checks every answer against the oracle (first attempt),
+// then that every KV page, slot and room is free again.
+void run_and_compare(Cluster& cluster, int n, int parallel,
+                     const std::optional<model::KvLayoutChoice>& decode_kv = std::nullopt);
 
 }  // namespace epd::testing

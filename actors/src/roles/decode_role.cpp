@@ -3,6 +3,7 @@
 // and aux slot is freed on every terminal state; pages a prefill may still be writing are held until it
 // acknowledges the ABORT (or a timeout passes).
 #include <spdlog/spdlog.h>
+#include <xxhash.h>
 
 #include <cstring>
 #include <map>
@@ -14,7 +15,9 @@
 #include "epd/actors/roles/decode_loop.hpp"
 #include "epd/actors/roles/roles.hpp"
 #include "epd/actors/room.hpp"
+#include "epd/actors/staging_ring.hpp"
 #include "epd/model/kv_cache.hpp"
+#include "epd/model/kv_staging.hpp"
 
 namespace epd::actors {
 namespace {
@@ -25,6 +28,7 @@ using protocol::ErrorCode;
 using protocol::make_error;
 using protocol::MessageType;
 using abort_done_atom = caf::atom_constant<caf::atom("abortdone")>;
+using scatter_atom = caf::atom_constant<caf::atom("scatter")>;
 
 struct DecodeSettings {
   uint32_t kv_pages = 1024;
@@ -32,6 +36,9 @@ struct DecodeSettings {
   uint32_t max_batch = 16;
   std::chrono::milliseconds waiting_timeout{30000};
   std::chrono::milliseconds abort_timeout{2000};
+  uint64_t staging_ring_bytes = 8u << 20;  // 0: no ring, a prefill with another KV layout cannot serve here
+  std::chrono::milliseconds staging_scatter_delay{0};  // fault injection: hold each chunk before its scatter
+  protocol::KvLayout layout;
 };
 
 struct DecodeRoom {
@@ -45,6 +52,13 @@ struct DecodeRoom {
   uint32_t max_new = 0;
   protocol::KvStatus kv;  // timings prefill reported
   clock::time_point kv_ready;
+  // Staged path (the prefill's KV layout differs): chunks land in the ring and are scattered here.
+  bool staged = false;
+  protocol::KvLayout src_layout;                   // the prefill's
+  std::map<uint32_t, protocol::ChunkReady> ready;  // announced, scatter pending (delay)
+  uint32_t scattered = 0;                          // prompt tokens scattered
+  bool success_pending = false;                    // KV_STATUS Success in, scatters still pending
+  uint32_t first_token = 0;
 };
 
 struct DecodeState {
@@ -56,6 +70,11 @@ struct DecodeState {
   PageAllocator aux{0};
   std::map<uint64_t, DecodeRoom> rooms;
   std::map<uint64_t, DecodeRoom> quarantine;  // aborted rooms whose pages a prefill may still write
+  model::KvPool pool;
+  StagingRing ring{1};
+  uint8_t* ring_base = nullptr;
+  // Prefills (id -> incarnation) that asked for ring space: they get every WATERMARK.
+  std::map<std::string, uint64_t> writers;
   caf::actor loop;
   static inline const char* name = "decode";
 };
@@ -66,11 +85,34 @@ void publish_load(DecodeState& st) {
   st.ctx.load->active_rooms = uint32_t(st.rooms.size());
 }
 
-void release(DecodeState& st, DecodeRoom& room) {
+StagingGauge& gauge(DecodeState& st) {
+  return st.ctx.load->staging;
+}
+
+// After the ring changed: publish its figures and, when the watermark moved, tell every writer.
+void ring_changed(DecodeState& st, bool watermark_moved) {
+  auto& g = gauge(st);
+  g.ring_used = st.ring.used();
+  g.ring_peak = std::max(g.ring_peak.load(), st.ring.used());
+  g.rounds = st.ring.rounds();
+  if (!watermark_moved) return;
+  const auto w = st.ring.watermark_message();
+  for (auto it = st.writers.begin(); it != st.writers.end();) {
+    if (st.ctx.bridge->send(it->first, w)) {
+      ++g.watermarks;
+      ++it;
+    } else {
+      it = st.writers.erase(it);  // gone from the directory
+    }
+  }
+}
+
+void release(DecodeState& st, uint64_t id, DecodeRoom& room) {
   if (!room.pages.empty() && !st.pages.free(room.pages))
     spdlog::error("decode: page accounting broken while freeing a room (double free refused)");
   st.aux.free(std::span<const uint32_t>(&room.aux_slot, 1));
   room.pages.clear();
+  if (room.staged) ring_changed(st, st.ring.release_room(id));
 }
 
 // Fails a room: tells the router, aborts it on the prefill side if prefill may still write, frees the rest.
@@ -87,7 +129,7 @@ void fail_room(caf::event_based_actor* self, DecodeState& st, uint64_t id, proto
     st.quarantine.emplace(id, std::move(room));
     self->delayed_send(self, st.settings.abort_timeout, abort_done_atom::value, id);
   } else {
-    release(st, room);
+    release(st, id, room);
   }
   st.rooms.erase(it);
   publish_load(st);
@@ -96,7 +138,7 @@ void fail_room(caf::event_based_actor* self, DecodeState& st, uint64_t id, proto
 void end_quarantine(DecodeState& st, uint64_t id) {
   auto it = st.quarantine.find(id);
   if (it == st.quarantine.end()) return;
-  release(st, it->second);
+  release(st, id, it->second);
   st.quarantine.erase(it);
   publish_load(st);
 }
@@ -121,6 +163,19 @@ void on_submit(caf::event_based_actor* self, DecodeState& st, const Envelope& en
     return refuse(make_error(ErrorCode::peer_died,
                              "prefill '" + s.prefill + "' is dead to decode '" + st.ctx.instance->id + "'"));
   DecodeRoom room;
+  if (prefill && prefill->kv_layout && !prefill->kv_layout->same_page_format(st.layout)) {
+    const auto& theirs = *prefill->kv_layout;
+    if (theirs.layers != st.layout.layers || theirs.kv_heads != st.layout.kv_heads ||
+        theirs.head_dim != st.layout.head_dim || st.ring.size() <= 1)
+      return refuse(make_error(ErrorCode::invalid_request,
+                               "prefill '" + s.prefill + "' holds KV as " + describe_layout(theirs) +
+                                   ", decode '" + st.ctx.instance->id + "' as " + describe_layout(st.layout) +
+                                   (st.ring.size() <= 1 ? ", and this decode has no staging ring"
+                                                        : ", and the model shapes differ")));
+    room.staged = true;
+    room.src_layout = theirs;
+    st.ctx.load->staging.active = true;
+  }
   room.router = env.sender;
   room.router_inc = env.incarnation;
   room.prefill = s.prefill;
@@ -160,6 +215,130 @@ void on_submit(caf::event_based_actor* self, DecodeState& st, const Envelope& en
   self->delayed_send(self, st.settings.waiting_timeout, timeout_atom::value, id);
 }
 
+void start_decoding(caf::event_based_actor* self, DecodeState& st, uint64_t id, DecodeRoom& room) {
+  room.state.advance(KvState::success);
+  room.kv_ready = clock::now();
+  self->send(st.loop,
+             DecodeJoin{id, room.pages, room.prompt_len, room.first_token, room.max_new, room.router});
+}
+
+// Logs and answers a staging message that matches no room or chunk here.
+void reject(DecodeState& st, const Envelope& env, const std::string& why) {
+  ++gauge(st).rejected;
+  spdlog::warn("decode: rejected {} from '{}': {}", protocol::type_name(env.type()), env.sender, why);
+  st.ctx.bridge->answer(env, protocol::ErrorReply{ErrorCode::unknown_room, why, uint16_t(env.type()), 0});
+}
+
+// The staged room `room` names, when `env` comes from the prefill incarnation it is shared with.
+DecodeRoom* staged_room(DecodeState& st, const Envelope& env, uint64_t room) {
+  auto it = st.rooms.find(room);
+  if (it == st.rooms.end() || !it->second.staged || it->second.prefill != env.sender ||
+      (it->second.prefill_inc != 0 && it->second.prefill_inc != env.incarnation))
+    return nullptr;
+  return &it->second;
+}
+
+void on_staging_req(DecodeState& st, const Envelope& env, const protocol::StagingReq& req) {
+  DecodeRoom* room = staged_room(st, env, req.room);
+  if (!room || room->state.state() != KvState::waiting_for_input)
+    return reject(
+        st, env,
+        "room " + std::to_string(req.room) + " has no staged transfer waiting for '" + env.sender + "'");
+  protocol::StagingRsp rsp;
+  rsp.room = req.room;
+  rsp.chunk = req.chunk;
+  const uint64_t token_bytes = model::staging_token_bytes(room->src_layout);
+  auto grant = st.ring.reserve(req.room, req.chunk, req.bytes);
+  if (!grant) {
+    rsp.status = grant.error().code == ErrorCode::oversized ? protocol::StagingStatus::oversized
+                                                            : protocol::StagingStatus::rejected;
+    rsp.reason = grant.error().detail;
+    if (rsp.status == protocol::StagingStatus::oversized) ++gauge(st).oversized;
+  } else if (req.bytes % token_bytes != 0 || req.bytes / token_bytes > room->prompt_len) {
+    st.ring.release_room(req.room);  // nothing of this room will be written
+    rsp.status = protocol::StagingStatus::rejected;
+    rsp.reason = std::to_string(req.bytes) + " bytes is not a whole number of the room's tokens (" +
+                 std::to_string(token_bytes) + " bytes each, at most " + std::to_string(room->prompt_len) +
+                 ")";
+  } else {
+    rsp.offset = grant->offset;
+    rsp.round = grant->round;
+    // A new writer (or a new incarnation of one) starts from a watermark of 0: tell it where the ring
+    // is first (same connection, so it arrives before the grant), or it could wait for a watermark that
+    // only moves when somebody else's chunk is consumed.
+    if (auto [w, fresh] = st.writers.try_emplace(env.sender, env.incarnation);
+        fresh || w->second != env.incarnation) {
+      w->second = env.incarnation;
+      st.ctx.bridge->send(env.sender, st.ring.watermark_message());
+      ++gauge(st).watermarks;
+    }
+  }
+  if (rsp.status != protocol::StagingStatus::ok)
+    spdlog::warn("decode: refused staging space for chunk {} of room {}: {}", req.chunk, req.room,
+                 rsp.reason);
+  ring_changed(st, false);
+  st.ctx.bridge->send(env.sender, std::move(rsp));
+}
+
+// Scatters one announced chunk from the ring into the room's pages, frees its ring space.
+void scatter(caf::event_based_actor* self, DecodeState& st, uint64_t id, uint32_t chunk) {
+  auto it = st.rooms.find(id);
+  if (it == st.rooms.end()) return;  // the room ended; release() gave its ring space back
+  DecodeRoom& room = it->second;
+  auto rd = room.ready.find(chunk);
+  if (rd == room.ready.end()) return;
+  const protocol::ChunkReady c = rd->second;
+  room.ready.erase(rd);
+  const std::byte* src = reinterpret_cast<const std::byte*>(st.ring_base + c.offset);
+  if (XXH3_64bits(src, c.bytes) != c.checksum)
+    return fail_room(self, st, id,
+                     make_error(ErrorCode::corrupt_kv, "staged chunk " + std::to_string(chunk) + " of room " +
+                                                           std::to_string(id) +
+                                                           " does not match its checksum in the ring"));
+  if (auto ok = model::scatter_tokens(st.pool, room.pages, c.first_token, c.tokens, src, room.src_layout);
+      !ok)
+    return fail_room(self, st, id, ok.error());
+  room.scattered += c.tokens;
+  ++gauge(st).chunks;
+  ring_changed(st, st.ring.consume(id, chunk));
+  if (room.success_pending && room.ready.empty()) {
+    if (room.scattered != room.prompt_len)
+      return fail_room(self, st, id,
+                       make_error(ErrorCode::corrupt_kv,
+                                  "staged KV incomplete: " + std::to_string(room.scattered) + " of " +
+                                      std::to_string(room.prompt_len) + " tokens scattered"));
+    room.success_pending = false;
+    start_decoding(self, st, id, room);
+  }
+}
+
+void on_chunk_ready(caf::event_based_actor* self, DecodeState& st, const Envelope& env,
+                    const protocol::ChunkReady& c) {
+  DecodeRoom* room = staged_room(st, env, c.room);
+  if (!room || room->state.state() != KvState::waiting_for_input)
+    return reject(st, env,
+                  "room " + std::to_string(c.room) + " expects no staged chunk from '" + env.sender + "'");
+  auto grant = st.ring.find(c.room, c.chunk);
+  const uint64_t token_bytes = model::staging_token_bytes(room->src_layout);
+  if (!grant || grant->offset != c.offset || grant->round != c.round || grant->bytes != c.bytes ||
+      uint64_t(c.tokens) * token_bytes != c.bytes || uint64_t(c.first_token) + c.tokens > room->prompt_len ||
+      room->ready.count(c.chunk)) {
+    ++gauge(st).rejected;
+    return fail_room(
+        self, st, c.room,
+        make_error(ErrorCode::invalid_request, "CHUNK_READY for chunk " + std::to_string(c.chunk) +
+                                                   " (offset " + std::to_string(c.offset) + ", round " +
+                                                   std::to_string(c.round) + ", " + std::to_string(c.bytes) +
+                                                   " bytes, tokens " + std::to_string(c.first_token) + "+" +
+                                                   std::to_string(c.tokens) + ") does not match its grant"));
+  }
+  room->ready.emplace(c.chunk, c);
+  if (st.settings.staging_scatter_delay.count() > 0)
+    self->delayed_send(self, st.settings.staging_scatter_delay, scatter_atom::value, c.room, c.chunk);
+  else
+    scatter(self, st, c.room, c.chunk);
+}
+
 void on_kv_status(caf::event_based_actor* self, DecodeState& st, const Envelope& env,
                   const protocol::KvStatus& kv) {
   auto it = st.rooms.find(kv.room);
@@ -197,11 +376,20 @@ void on_kv_status(caf::event_based_actor* self, DecodeState& st, const Envelope&
     fail_room(self, st, kv.room, make_error(ErrorCode::corrupt_kv, "first token out of vocabulary"));
     return;
   }
-  room.state.advance(KvState::success);
   room.kv = kv;
-  room.kv_ready = clock::now();
-  self->send(st.loop,
-             DecodeJoin{kv.room, room.pages, room.prompt_len, aux.first_token, room.max_new, room.router});
+  room.first_token = aux.first_token;
+  if (room.staged && room.scattered < room.prompt_len) {
+    room.state.advance(KvState::transferring);  // prefill writes nothing more
+    if (room.ready.empty())
+      return fail_room(
+          self, st, kv.room,
+          make_error(ErrorCode::corrupt_kv, "staged KV incomplete after Success from '" + env.sender +
+                                                "': " + std::to_string(room.scattered) + " of " +
+                                                std::to_string(room.prompt_len) + " tokens scattered"));
+    room.success_pending = true;  // the last scatter joins it
+    return;
+  }
+  start_decoding(self, st, kv.room, room);
 }
 
 void on_finished(DecodeState& st, DecodeFinished& f) {
@@ -221,7 +409,7 @@ void on_finished(DecodeState& st, DecodeFinished& f) {
   } else if (f.error.code != ErrorCode::aborted) {
     report_failure(*st.ctx.bridge, room.router, f.room, f.error);
   }
-  release(st, room);
+  release(st, f.room, room);
   st.rooms.erase(it);
   publish_load(st);
 }
@@ -241,7 +429,7 @@ void on_cancel(caf::event_based_actor* self, DecodeState& st, const protocol::Ca
     st.quarantine.emplace(c.room, std::move(room));
     self->delayed_send(self, st.settings.abort_timeout, abort_done_atom::value, c.room);
   } else {
-    release(st, room);
+    release(st, c.room, room);
   }
   st.rooms.erase(it);
   publish_load(st);
@@ -252,15 +440,25 @@ caf::behavior decode_role(caf::stateful_actor<DecodeState>* self, RoleContext ct
   auto& st = self->state;
   st.ctx = std::move(ctx);
   st.settings = settings;
-  st.layout = model::kv_layout_for(st.ctx.model, settings.kv_pages);
+  st.layout = settings.layout;
   st.pages = PageAllocator(settings.kv_pages);
   st.aux = PageAllocator(settings.aux_slots);
   const auto* kv = find_local_region(*st.ctx.engine, kKvRegion);
   const auto* aux = find_local_region(*st.ctx.engine, kAuxRegion);
   st.aux_base = aux->base;
+  st.pool = model::KvPool{reinterpret_cast<std::byte*>(kv->base), st.layout};
+  if (settings.staging_ring_bytes > 0) {
+    // The ring is the whole region as published (the engine may round its size up): prefill sizes it from
+    // the same descriptor.
+    const auto* region = find_local_region(*st.ctx.engine, kStagingRegion);
+    st.ring = StagingRing(region->length);
+    st.ring_base = region->base;
+    gauge(st).ring_bytes = region->length;
+    gauge(st).active = true;
+  }
   DecodeLoopConfig lc;
   lc.model = st.ctx.model;
-  lc.pool = model::KvPool{reinterpret_cast<std::byte*>(kv->base), st.layout};
+  lc.pool = st.pool;
   lc.max_batch = settings.max_batch;
   st.loop = spawn_decode_loop(*st.ctx.system, st.ctx.bridge, lc, caf::actor_cast<caf::actor>(self));
   self->link_to(st.loop);
@@ -279,6 +477,10 @@ caf::behavior decode_role(caf::stateful_actor<DecodeState>* self, RoleContext ct
                 on_cancel(self, s, msg);
               else if constexpr (std::is_same_v<T, protocol::AbortAck>)
                 end_quarantine(s, msg.room);
+              else if constexpr (std::is_same_v<T, protocol::StagingReq>)
+                on_staging_req(s, env, msg);
+              else if constexpr (std::is_same_v<T, protocol::ChunkReady>)
+                on_chunk_ready(self, s, env, msg);
               else
                 handle_unhandled(*s.ctx.bridge, "decode", env);
             },
@@ -296,6 +498,7 @@ caf::behavior decode_role(caf::stateful_actor<DecodeState>* self, RoleContext ct
                                    std::to_string(s.settings.waiting_timeout.count()) + " ms"));
       },
       [=](abort_done_atom, uint64_t room) { end_quarantine(self->state, room); },
+      [=](scatter_atom, uint64_t room, uint32_t chunk) { scatter(self, self->state, room, chunk); },
       [=](PeerChanges& pc) {
         auto& s = self->state;
         for (const auto& c : pc.changes) {
@@ -322,7 +525,7 @@ caf::behavior decode_role(caf::stateful_actor<DecodeState>* self, RoleContext ct
           if (!pc.confirmed) continue;
           for (auto it = s.quarantine.begin(); it != s.quarantine.end();) {
             if (shared(it->second.prefill, it->second.prefill_inc)) {
-              release(s, it->second);
+              release(s, it->first, it->second);
               it = s.quarantine.erase(it);
             } else {
               ++it;
@@ -352,18 +555,29 @@ protocol::Result<RoleHandle> spawn_decode(RoleContext& ctx) {
   auto at = cfg.get_ms("abort_timeout_ms", s.abort_timeout);
   if (!at) return at.error();
   s.abort_timeout = *at;
-
-  const auto layout = model::kv_layout_for(ctx.model, s.kv_pages);
+  auto ring = cfg.get_uint("staging_ring_bytes", s.staging_ring_bytes, 0, uint64_t{1} << 36);
+  if (!ring) return ring.error();
+  s.staging_ring_bytes = *ring;
+  auto delay = cfg.get_ms("staging_scatter_delay_ms", s.staging_scatter_delay);
+  if (!delay) return delay.error();
+  s.staging_scatter_delay = *delay;
+  auto kv_layout = kv_layout_setting(cfg, ctx.model, s.kv_pages);
+  if (!kv_layout) return kv_layout.error();
+  s.layout = *kv_layout;
+  const auto& layout = s.layout;
   if (auto r = ctx.engine->allocate(kKvRegion, layout.total_bytes()); !r) return r.error();
   if (auto r = ctx.engine->allocate(kAuxRegion, uint64_t(s.aux_slots) * sizeof(AuxRecord)); !r)
     return r.error();
-  spdlog::info("decode: KV pool of {} pages ({} MiB), {} aux slots", s.kv_pages, layout.total_bytes() >> 20,
-               s.aux_slots);
+  if (s.staging_ring_bytes > 0)
+    if (auto r = ctx.engine->allocate(kStagingRegion, s.staging_ring_bytes); !r) return r.error();
+  spdlog::info("decode: KV pool of {} pages ({}, {} MiB), {} aux slots, staging ring of {} KiB", s.kv_pages,
+               describe_layout(layout), layout.total_bytes() >> 20, s.aux_slots, s.staging_ring_bytes >> 10);
   RoleHandle h;
   h.main = ctx.system->spawn(decode_role, ctx, s);
   h.kv_layout = layout;
   h.kv_pages_total = s.kv_pages;
-  for (auto t : {MessageType::submit, MessageType::kv_status, MessageType::cancel, MessageType::abort_ack})
+  for (auto t : {MessageType::submit, MessageType::kv_status, MessageType::cancel, MessageType::abort_ack,
+                 MessageType::staging_req, MessageType::chunk_ready})
     ctx.bridge->subscribe(t, h.main);
   return h;
 }
@@ -375,7 +589,14 @@ RoleSpec decode_role_spec() {
   spec.name = "decode";
   spec.summary = "generates tokens from KV pages prefill wrote into its pool (continuous batching)";
   spec.needs_engine = true;
-  spec.settings = {"kv_pages", "aux_slots", "max_batch", "waiting_timeout_ms", "abort_timeout_ms"};
+  spec.settings = {"kv_pages",
+                   "aux_slots",
+                   "max_batch",
+                   "waiting_timeout_ms",
+                   "abort_timeout_ms",
+                   "staging_ring_bytes",
+                   "staging_scatter_delay_ms"};
+  spec.settings.insert(spec.settings.end(), std::begin(kKvLayoutSettingKeys), std::end(kKvLayoutSettingKeys));
   spec.spawn = spawn_decode;
   return spec;
 }

@@ -6,25 +6,20 @@
 #include <spdlog/spdlog.h>
 
 #include <cstring>
-#include <deque>
-#include <map>
-#include <set>
 
 #include "epd/actors/aux_record.hpp"
 #include "epd/actors/membership.hpp"
-#include "epd/actors/page_allocator.hpp"
 #include "epd/actors/role_support.hpp"
 #include "epd/actors/roles/kv_write_plan.hpp"
 #include "epd/actors/roles/prefill_compute.hpp"
 #include "epd/actors/roles/roles.hpp"
-#include "epd/actors/room.hpp"
-#include "epd/actors/transfer_supervisor.hpp"
 #include "epd/model/kv_cache.hpp"
+#include "epd/model/kv_staging.hpp"
+#include "prefill_state.hpp"
 
-namespace epd::actors {
+namespace epd::actors::prefill {
 namespace {
 
-using clock = std::chrono::steady_clock;
 using protocol::Envelope;
 using protocol::ErrorCode;
 using protocol::make_error;
@@ -33,70 +28,7 @@ constexpr uint64_t kAuxTag = ~uint64_t{0};
 constexpr size_t kTombstones = 4096;  // recently ended rooms whose late messages are ignored
 using giveup_atom = caf::atom_constant<caf::atom("giveup")>;
 
-struct PrefillSettings {
-  uint32_t kv_pages = 512;
-  uint32_t chunk_tokens = 64;
-  uint32_t transfer_workers = 2;
-  uint32_t embed_slots = 16;
-  uint32_t aux_slots = 1024;
-  std::chrono::milliseconds bootstrap_timeout{10000};
-  SupervisorConfig transfer;
-};
-
-struct PrefillRoom {
-  RoomState state;
-  clock::time_point created = clock::now();
-  std::string router;
-  bool have_submit = false;
-  protocol::Submit submit;
-  bool have_bootstrap = false;
-  protocol::Bootstrap boot;
-  std::string decode;  // from SUBMIT, or BOOTSTRAP's sender until SUBMIT arrives
-  // Incarnations of the peers this room is shared with (from their envelopes; 0 = not heard from yet).
-  // Only the death of that incarnation fails the room.
-  uint64_t decode_inc = 0, router_inc = 0, encoder_inc = 0;
-  std::optional<uint32_t> landing;  // embedding slot
-  uint64_t embed_bytes = 0;
-  bool embed_writing = false;  // EMBED_PULL sent, EMBED_DONE not yet in: the encoder may write the slot
-  bool embed_ready = false;
-  uint64_t encode_us = 0;
-  bool started = false;
-  bool computing = false;
-  std::vector<uint32_t> local_pages;
-  std::optional<uint32_t> aux_src;
-  uint32_t pages_sent = 0;
-  uint32_t inflight = 0;
-  bool computed_all = false;
-  bool aux_sent = false;
-  bool status_sent = false;  // KV_STATUS (or ABORT_ACK) already sent to decode
-  bool ack_abort = false;    // decode asked to abort: ack once nothing is in flight
-  uint32_t first_token = 0;
-  uint64_t prefill_us = 0;
-  clock::time_point transfer_start;
-  uint64_t transfer_us = 0;
-  uint32_t worker = 0;  // index of the transfer worker its writes go through
-};
-
-struct PrefillState {
-  RoleContext ctx;
-  PrefillSettings settings;
-  protocol::KvLayout layout;
-  uint64_t kv_base = 0;
-  uint8_t* embed_base = nullptr;
-  uint64_t slot_bytes = 0;
-  uint8_t* aux_base = nullptr;
-  PageAllocator pages{0}, slots{0}, aux{0};
-  std::map<uint64_t, PrefillRoom> rooms;
-  // Rooms that ended here: a late SUBMIT/BOOTSTRAP/EMBED_META must not bring one back to life (nobody
-  // would ever finish it).
-  std::set<uint64_t> ended;
-  std::deque<uint64_t> ended_order;
-  caf::actor me;
-  std::vector<caf::actor> workers;  // an invalid entry: crashed, not restarted yet
-  caf::actor supervisor;
-  caf::actor compute;
-  static inline const char* name = "prefill";
-};
+}  // namespace
 
 void publish_load(PrefillState& st) {
   st.ctx.load->free_kv_pages = st.pages.free_count();
@@ -138,6 +70,7 @@ void maybe_reap(PrefillState& st, uint64_t id) {
     }
   }
   if (r.computing || r.embed_writing) return;
+  release_stage_slots(st, r);
   if (!r.local_pages.empty()) st.pages.free(r.local_pages);
   if (r.landing) st.slots.free(std::span<const uint32_t>(&*r.landing, 1));
   if (r.aux_src) st.aux.free(std::span<const uint32_t>(&*r.aux_src, 1));
@@ -150,7 +83,7 @@ void maybe_reap(PrefillState& st, uint64_t id) {
   publish_load(st);
 }
 
-void fail_room(PrefillState& st, uint64_t id, protocol::Error error, bool tell_router = true) {
+void fail_room(PrefillState& st, uint64_t id, protocol::Error error, bool tell_router) {
   auto it = st.rooms.find(id);
   if (it == st.rooms.end()) return;
   PrefillRoom& r = it->second;
@@ -169,6 +102,7 @@ struct DecodeTarget {
   protocol::KvLayout layout;
   uint64_t kv_base = 0;
   uint64_t aux_base = 0;
+  bool staged = false;  // another page format: chunks go through the decode's staging ring
 };
 
 protocol::Result<DecodeTarget> decode_target(PrefillState& st, const std::string& decode) {
@@ -180,11 +114,18 @@ protocol::Result<DecodeTarget> decode_target(PrefillState& st, const std::string
   const auto* aux = find_region(*peer->segment, kAuxRegion);
   if (!kv || !aux)
     return make_error(ErrorCode::invalid_request, "decode '" + decode + "' publishes no kv/aux region");
-  if (!peer->kv_layout->same_page_format(st.layout))
-    return make_error(
-        ErrorCode::invalid_request,
-        "decode '" + decode + "' uses a different KV page format; staged transfer is not available");
-  return DecodeTarget{*peer->kv_layout, kv->base, aux->base};
+  const auto& theirs = *peer->kv_layout;
+  const bool staged = !theirs.same_page_format(st.layout);
+  if (staged && (theirs.layers != st.layout.layers || theirs.kv_heads != st.layout.kv_heads ||
+                 theirs.head_dim != st.layout.head_dim))
+    return make_error(ErrorCode::invalid_request,
+                      "decode '" + decode + "' holds KV of another model shape (" + describe_layout(theirs) +
+                          " vs " + describe_layout(st.layout) + ")");
+  if (staged && !find_region(*peer->segment, kStagingRegion))
+    return make_error(ErrorCode::invalid_request,
+                      "decode '" + decode + "' uses another KV layout (" + describe_layout(theirs) + " vs " +
+                          describe_layout(st.layout) + ") and has no staging ring");
+  return DecodeTarget{theirs, kv->base, aux->base, staged};
 }
 
 void maybe_start(PrefillState& st, uint64_t id) {
@@ -193,16 +134,18 @@ void maybe_start(PrefillState& st, uint64_t id) {
   const bool needs_image = r.submit.image_tokens > 0;
   if (needs_image && !r.embed_ready) return;
   const auto& prompt = r.submit.prompt;
-  const uint32_t need = model::pages_for(st.layout, prompt.size());
-  if (r.boot.dst_pages.size() != need || r.boot.prompt_len != prompt.size())
+  auto target = decode_target(st, r.decode);
+  if (!target) return fail_room(st, id, target.error());
+  const uint32_t need_dst = model::pages_for(target->layout, prompt.size());  // in decode's page size
+  if (r.boot.dst_pages.size() != need_dst || r.boot.prompt_len != prompt.size())
     return fail_room(
         st, id,
         make_error(ErrorCode::invalid_request,
                    "BOOTSTRAP names " + std::to_string(r.boot.dst_pages.size()) + " pages for " +
                        std::to_string(r.boot.prompt_len) + " tokens; the prompt has " +
-                       std::to_string(prompt.size()) + " tokens in " + std::to_string(need) + " pages"));
-  auto target = decode_target(st, r.decode);
-  if (!target) return fail_room(st, id, target.error());
+                       std::to_string(prompt.size()) + " tokens in " + std::to_string(need_dst) + " pages"));
+  const uint32_t need = model::pages_for(st.layout, prompt.size());
+  r.staged = target->staged;
   auto pages = st.pages.allocate(need);
   auto aux = st.aux.allocate(1);
   if (!pages || !aux) {
@@ -262,7 +205,7 @@ void send_pages(caf::event_based_actor* self, PrefillState& st, uint64_t id, Pre
 }
 
 void maybe_send_aux(caf::event_based_actor* self, PrefillState& st, uint64_t id, PrefillRoom& r) {
-  if (!r.computed_all || r.inflight > 0 || r.aux_sent || r.state.terminal()) return;
+  if (!r.computed_all || r.inflight > 0 || r.aux_sent || r.state.terminal() || !staged_all_done(r)) return;
   auto target = decode_target(st, r.decode);
   if (!target) return fail_room(st, id, target.error());
   AuxRecord rec{r.first_token, 0, id};
@@ -282,9 +225,14 @@ void on_chunk(caf::event_based_actor* self, PrefillState& st, ChunkComputed& c) 
   if (c.last) r.computing = false;
   if (!c.ok) return fail_room(st, c.room, c.error);
   if (r.state.terminal()) return maybe_reap(st, c.room);
-  const uint32_t ps = st.layout.page_size;
-  const uint32_t complete = c.last ? uint32_t(r.local_pages.size()) : c.end / ps;
-  send_pages(self, st, c.room, r, complete, c.chunk);
+  if (r.staged) {
+    stage_tokens(self, st, c.room, r, c.last ? uint32_t(r.submit.prompt.size()) : c.end, c.last);
+  } else {
+    const uint32_t complete = c.last ? uint32_t(r.local_pages.size()) : c.end / st.layout.page_size;
+    send_pages(self, st, c.room, r, complete, c.chunk);
+  }
+  // A failure on the way may have failed the room, and an idle failed room is reaped at once.
+  if (it = st.rooms.find(c.room); it == st.rooms.end() || r.state.terminal()) return;
   if (c.last) {
     r.computed_all = true;
     r.first_token = c.first_token;
@@ -303,6 +251,7 @@ void on_transfer_done(caf::event_based_actor* self, PrefillState& st, TransferDo
   if (it == st.rooms.end()) return;
   PrefillRoom& r = it->second;
   if (r.inflight > 0) --r.inflight;
+  if (r.staged && d.tag != kAuxTag) return on_staged_write_done(self, st, r, d);
   if (!d.ok) {
     protocol::Error e = d.error;
     e.detail = "KV write to '" + r.decode + "' failed: " + e.detail;
@@ -436,6 +385,10 @@ void on_message(caf::event_based_actor* self, PrefillState& st, Envelope& env) {
           }
           fail_room(st, msg.room, make_error(msg.code, "aborted by '" + env.sender + "': " + msg.reason),
                     false);
+        } else if constexpr (std::is_same_v<T, protocol::StagingRsp>) {
+          on_staging_rsp(self, st, env, msg);
+        } else if constexpr (std::is_same_v<T, protocol::Watermark>) {
+          on_watermark(self, st, env, msg);
         } else if constexpr (std::is_same_v<T, protocol::Cancel>) {
           fail_room(st, msg.room, make_error(ErrorCode::aborted, "cancelled: " + msg.reason), false);
         } else {
@@ -452,8 +405,11 @@ caf::behavior prefill_role(caf::stateful_actor<PrefillState>* self, RoleContext 
   st.ctx = std::move(ctx);
   st.settings = settings;
   st.me = caf::actor_cast<caf::actor>(self);
-  st.layout = model::kv_layout_for(st.ctx.model, settings.kv_pages);
+  st.layout = settings.layout;
   st.pages = PageAllocator(settings.kv_pages);
+  st.stage_slots = PageAllocator(settings.staging_slots);
+  st.stage_slot_bytes = uint64_t(settings.chunk_tokens) * model::staging_token_bytes(st.layout);
+  st.stage_base = find_local_region(*st.ctx.engine, kStageSourceRegion)->base;
   st.slots = PageAllocator(settings.embed_slots);
   st.aux = PageAllocator(settings.aux_slots);
   st.slot_bytes = uint64_t(st.ctx.model.max_image_patches) * st.ctx.model.d_model * sizeof(float);
@@ -478,6 +434,7 @@ caf::behavior prefill_role(caf::stateful_actor<PrefillState>* self, RoleContext 
       [=](Envelope& env) { on_message(self, self->state, env); },
       [=](ChunkComputed& c) { on_chunk(self, self->state, c); },
       [=](TransferDone& d) { on_transfer_done(self, self->state, d); },
+      [=](stage_timeout_atom, uint64_t id, uint32_t chunk) { on_stage_timeout(self->state, id, chunk); },
       [=](timeout_atom, uint64_t id) {
         auto& s = self->state;
         auto it = s.rooms.find(id);
@@ -494,6 +451,7 @@ caf::behavior prefill_role(caf::stateful_actor<PrefillState>* self, RoleContext 
         auto& s = self->state;
         for (const auto& c : pc.changes) {
           if (c.old_incarnation == 0) continue;
+          s.staging.erase(c.id);  // a restarted decode starts a fresh ring
           for (auto& w : s.workers)
             if (w) self->send(w, forget_atom::value, c.id);
           // Rooms shared with the dead incarnation (or with the peer before we heard its incarnation).
@@ -556,7 +514,8 @@ protocol::Result<RoleHandle> spawn_prefill(RoleContext& ctx) {
                                       std::tuple{"chunk_tokens", &s.chunk_tokens, 1u, 1u << 20},
                                       std::tuple{"transfer_workers", &s.transfer_workers, 1u, 64u},
                                       std::tuple{"embed_slots", &s.embed_slots, 1u, 1u << 16},
-                                      std::tuple{"aux_slots", &s.aux_slots, 1u, 1u << 20}}) {
+                                      std::tuple{"aux_slots", &s.aux_slots, 1u, 1u << 20},
+                                      std::tuple{"staging_slots", &s.staging_slots, 1u, 1024u}}) {
     auto v = setting_u32(cfg, key, *field, min, max);
     if (!v) return v.error();
     *field = *v;
@@ -564,36 +523,52 @@ protocol::Result<RoleHandle> spawn_prefill(RoleContext& ctx) {
   auto bt = cfg.get_ms("bootstrap_timeout_ms", s.bootstrap_timeout);
   if (!bt) return bt.error();
   s.bootstrap_timeout = *bt;
+  auto swt = cfg.get_ms("staging_wait_timeout_ms", s.staging_wait_timeout);
+  if (!swt) return swt.error();
+  s.staging_wait_timeout = *swt;
   if (auto st = read_transfer_settings(cfg, s.transfer); !st) return st.error();
-  const auto layout = model::kv_layout_for(ctx.model, s.kv_pages);
+  auto kv_layout = kv_layout_setting(cfg, ctx.model, s.kv_pages);
+  if (!kv_layout) return kv_layout.error();
+  s.layout = *kv_layout;
+  const auto& layout = s.layout;
+  const uint64_t stage_slot_bytes = uint64_t(s.chunk_tokens) * model::staging_token_bytes(layout);
   const uint64_t slot_bytes = uint64_t(ctx.model.max_image_patches) * ctx.model.d_model * sizeof(float);
   if (auto r = ctx.engine->allocate(kKvRegion, layout.total_bytes()); !r) return r.error();
   if (auto r = ctx.engine->allocate(kEmbedRegion, slot_bytes * s.embed_slots); !r) return r.error();
   if (auto r = ctx.engine->allocate(kAuxRegion, uint64_t(s.aux_slots) * sizeof(AuxRecord)); !r)
     return r.error();
+  if (auto r = ctx.engine->allocate(kStageSourceRegion, stage_slot_bytes * s.staging_slots); !r)
+    return r.error();
   spdlog::info(
-      "prefill: local KV pool of {} pages, {} embedding slots of {} KiB, chunks of {} tokens, {} transfer "
-      "workers",
-      s.kv_pages, s.embed_slots, slot_bytes >> 10, s.chunk_tokens, s.transfer_workers);
+      "prefill: local KV pool of {} pages ({}), {} embedding slots of {} KiB, chunks of {} tokens, {} "
+      "transfer "
+      "workers, {} staging buffers of {} KiB",
+      s.kv_pages, describe_layout(layout), s.embed_slots, slot_bytes >> 10, s.chunk_tokens,
+      s.transfer_workers, s.staging_slots, stage_slot_bytes >> 10);
   RoleHandle h;
   h.main = ctx.system->spawn(prefill_role, ctx, s);
   h.kv_layout = layout;
   h.kv_pages_total = s.kv_pages;
-  for (auto t : {MessageType::submit, MessageType::bootstrap, MessageType::embed_meta,
-                 MessageType::embed_done, MessageType::abort, MessageType::cancel})
+  for (auto t :
+       {MessageType::submit, MessageType::bootstrap, MessageType::embed_meta, MessageType::embed_done,
+        MessageType::abort, MessageType::cancel, MessageType::staging_rsp, MessageType::watermark})
     ctx.bridge->subscribe(t, h.main);
   return h;
 }
 
-}  // namespace
+}  // namespace epd::actors::prefill
+
+namespace epd::actors {
 
 RoleSpec prefill_role_spec() {
+  using namespace prefill;
   RoleSpec spec;
   spec.name = "prefill";
   spec.summary = "runs chunked prefill and writes KV pages into decode's pool";
   spec.needs_engine = true;
-  spec.settings = {"kv_pages",    "chunk_tokens", "transfer_workers",
-                   "embed_slots", "aux_slots",    "bootstrap_timeout_ms"};
+  spec.settings = {"kv_pages",  "chunk_tokens",  "transfer_workers",     "embed_slots",
+                   "aux_slots", "staging_slots", "bootstrap_timeout_ms", "staging_wait_timeout_ms"};
+  spec.settings.insert(spec.settings.end(), std::begin(kKvLayoutSettingKeys), std::end(kKvLayoutSettingKeys));
   spec.settings.insert(spec.settings.end(), std::begin(kTransferSettingKeys), std::end(kTransferSettingKeys));
   spec.spawn = spawn_prefill;
   return spec;

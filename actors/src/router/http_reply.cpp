@@ -36,21 +36,29 @@ std::string generate_reply_json(const GenerateResponse& r) {
 std::string instances_json(const std::vector<InstanceView>& instances) {
   json arr = json::array();
   for (const auto& i : instances) {
-    arr.push_back({{"id", i.id},
-                   {"role", i.role},
-                   {"control_endpoint", i.control_endpoint},
-                   {"incarnation", i.incarnation},
-                   {"healthy", i.healthy},
-                   {"free_kv_pages", i.free_kv_pages},
-                   {"total_kv_pages", i.total_kv_pages},
-                   {"free_slots", i.free_slots},
-                   {"total_slots", i.total_slots},
-                   {"active_rooms", i.active_rooms},
-                   {"last_seen_ms", i.last_seen_ms},
-                   {"worker_restarts", i.worker_restarts},
-                   {"transfer_retries", i.transfer_retries},
-                   {"transfer_failures", i.transfer_failures},
-                   {"sessions_recycled", i.sessions_recycled}});
+    json item = {{"id", i.id},
+                 {"role", i.role},
+                 {"control_endpoint", i.control_endpoint},
+                 {"incarnation", i.incarnation},
+                 {"healthy", i.healthy},
+                 {"free_kv_pages", i.free_kv_pages},
+                 {"total_kv_pages", i.total_kv_pages},
+                 {"free_slots", i.free_slots},
+                 {"total_slots", i.total_slots},
+                 {"active_rooms", i.active_rooms},
+                 {"last_seen_ms", i.last_seen_ms},
+                 {"worker_restarts", i.worker_restarts},
+                 {"transfer_retries", i.transfer_retries},
+                 {"transfer_failures", i.transfer_failures},
+                 {"sessions_recycled", i.sessions_recycled}};
+    if (i.staging) {
+      const auto& g = *i.staging;
+      item["staging"] = {
+          {"ring_bytes", g.ring_bytes}, {"ring_used", g.ring_used}, {"ring_peak", g.ring_peak},
+          {"rounds", g.rounds},         {"chunks", g.chunks},       {"waits", g.waits},
+          {"watermarks", g.watermarks}, {"rejected", g.rejected},   {"oversized", g.oversized}};
+    }
+    arr.push_back(std::move(item));
   }
   return dump(arr);
 }

@@ -16,5 +16,7 @@ static_assert(sizeof(AuxRecord) == 16);
 inline constexpr const char* kKvRegion = "kv";        // decode's KV pool; prefill's local KV pool
 inline constexpr const char* kAuxRegion = "aux";      // decode's aux slots; prefill's aux sources
 inline constexpr const char* kEmbedRegion = "embed";  // prefill's landing slots; encoder's source slots
+inline constexpr const char* kStagingRegion = "staging";  // decode's staging ring (docs/staging.md)
+inline constexpr const char* kStageSourceRegion = "stage-src";  // prefill's gathered chunks being written
 
 }  // namespace epd::actors

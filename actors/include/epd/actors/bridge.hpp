@@ -65,6 +65,9 @@ class Bridge {
   void send_to_endpoint(const std::string& endpoint, protocol::Body body);
   // Answers a peer that reached our ROUTER (routing id = its instance id), even if it is not registered.
   void reply(const std::string& routing_id, protocol::Body body);
+  // Answers the sender of `env`: through its registered endpoint, or straight back through our ROUTER when
+  // it is not a registered peer (an intruder or a peer we have not heard of yet still gets its ERROR).
+  void answer(const protocol::Envelope& env, protocol::Body body);
   // Drops the DEALER to a peer (after it died), so queued frames to a dead incarnation are discarded.
   void forget_peer(const std::string& endpoint);
 

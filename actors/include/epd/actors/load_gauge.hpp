@@ -3,7 +3,21 @@
 #include <atomic>
 #include <cstdint>
 
+#include "epd/protocol/messages.hpp"
+
 namespace epd::actors {
+
+// Staging figures (docs/staging.md); written by the role, read by the membership actor.
+struct StagingGauge {
+  std::atomic<uint64_t> ring_bytes{0}, ring_used{0}, ring_peak{0}, rounds{0}, chunks{0}, waits{0},
+      watermarks{0}, rejected{0}, oversized{0};
+  std::atomic<bool> active{false};  // this instance stages (has a ring, or has staged or refused anything)
+
+  protocol::StagingStats snapshot() const {
+    return {ring_bytes.load(), ring_used.load(),  ring_peak.load(), rounds.load(),   chunks.load(),
+            waits.load(),      watermarks.load(), rejected.load(),  oversized.load()};
+  }
+};
 
 struct LoadGauge {
   std::atomic<uint32_t> free_kv_pages{0};
@@ -17,6 +31,7 @@ struct LoadGauge {
   std::atomic<uint64_t> transfer_retries{0};   // writes retried once on a fresh session
   std::atomic<uint64_t> transfer_failures{0};  // jobs failed after the retry (room failed)
   std::atomic<uint64_t> sessions_recycled{0};  // sessions closed for a high failure rate
+  StagingGauge staging;
 };
 
 }  // namespace epd::actors

@@ -7,6 +7,8 @@
 
 #include "epd/actors/bridge.hpp"
 #include "epd/config/settings.hpp"
+#include "epd/model/config.hpp"
+#include "epd/protocol/kv_layout.hpp"
 #include "epd/protocol/segment.hpp"
 #include "epd/transport/engine.hpp"
 
@@ -14,6 +16,14 @@ namespace epd::actors {
 
 protocol::Result<uint32_t> setting_u32(const config::Settings& s, std::string_view key, uint32_t fallback,
                                        uint32_t min, uint32_t max);
+
+// The KV pool layout keys prefill and decode share (docs/staging.md): kv_page_size (default: the model's),
+// kv_dtype (f32 | f16 | bf16), kv_order (token_head_dim | head_token_dim).
+inline constexpr const char* kKvLayoutSettingKeys[] = {"kv_page_size", "kv_dtype", "kv_order"};
+protocol::Result<protocol::KvLayout> kv_layout_setting(const config::Settings& s, const model::ModelConfig& m,
+                                                       uint32_t num_pages);
+// "16-token pages, f32, token_head_dim" for logs and errors.
+std::string describe_layout(const protocol::KvLayout& l);
 
 const protocol::RegionDesc* find_region(const protocol::SegmentDescriptor& seg, std::string_view name);
 const transport::Region* find_local_region(const transport::Engine& engine, std::string_view name);

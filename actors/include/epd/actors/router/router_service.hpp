@@ -4,8 +4,11 @@
 // interface on top of its actors, and tests implement it with fakes.
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "epd/protocol/messages.hpp"
 
 namespace epd::actors {
 
@@ -44,7 +47,7 @@ struct InstanceView {
   bool healthy = false;
   uint32_t free_kv_pages = 0;
   uint32_t total_kv_pages = 0;
-  uint32_t free_slots = 0;   // embedding landing/source slots
+  uint32_t free_slots = 0;  // embedding landing/source slots
   uint32_t total_slots = 0;
   uint32_t active_rooms = 0;
   uint64_t last_seen_ms = 0;  // since the registry last heard from it
@@ -53,6 +56,7 @@ struct InstanceView {
   uint64_t transfer_retries = 0;
   uint64_t transfer_failures = 0;
   uint64_t sessions_recycled = 0;
+  std::optional<protocol::StagingStats> staging;  // instances that stage (docs/staging.md)
 };
 
 struct RouterStats {

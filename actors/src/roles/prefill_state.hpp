@@ -1,0 +1,145 @@
+#pragma once
+// The prefill role's state, shared by its two halves: prefill_role.cpp (rooms, compute, the direct
+// page-to-page path) and prefill_staging.cpp (the staged path for a decode with another KV layout).
+#include <caf/all.hpp>
+#include <chrono>
+#include <deque>
+#include <map>
+#include <optional>
+#include <set>
+
+#include "epd/actors/page_allocator.hpp"
+#include "epd/actors/role_context.hpp"
+#include "epd/actors/room.hpp"
+#include "epd/actors/staging_ring.hpp"
+#include "epd/actors/transfer_supervisor.hpp"
+
+namespace epd::actors::prefill {
+
+using clock = std::chrono::steady_clock;
+
+struct PrefillSettings {
+  uint32_t kv_pages = 512;
+  uint32_t chunk_tokens = 64;
+  uint32_t transfer_workers = 2;
+  uint32_t embed_slots = 16;
+  uint32_t aux_slots = 1024;
+  uint32_t staging_slots = 4;  // source buffers for staged chunks being written
+  std::chrono::milliseconds bootstrap_timeout{10000};
+  std::chrono::milliseconds staging_wait_timeout{
+      10000};  // a chunk waiting for ring space fails its room after
+  SupervisorConfig transfer;
+  protocol::KvLayout layout;  // the local pool's (kv_page_size, kv_dtype, kv_order settings)
+};
+
+// One chunk on the staged path: computed, waiting for its grant, for the watermark, or being written.
+struct StagedChunk {
+  uint32_t first = 0;  // prompt position of its first token
+  uint32_t tokens = 0;
+  uint64_t bytes = 0;
+  bool last = false;
+  bool granted = false;
+  protocol::StagingRsp grant;
+  uint64_t position = 0;  // logical ring position of the grant
+  bool waited = false;    // counted once in the staging gauge
+  bool writing = false;
+  std::optional<uint32_t> src_slot;
+  uint64_t checksum = 0;
+};
+
+struct PrefillRoom {
+  RoomState state;
+  clock::time_point created = clock::now();
+  std::string router;
+  bool have_submit = false;
+  protocol::Submit submit;
+  bool have_bootstrap = false;
+  protocol::Bootstrap boot;
+  std::string decode;  // from SUBMIT, or BOOTSTRAP's sender until SUBMIT arrives
+  // Incarnations of the peers this room is shared with (from their envelopes; 0 = not heard from yet).
+  // Only the death of that incarnation fails the room.
+  uint64_t decode_inc = 0, router_inc = 0, encoder_inc = 0;
+  std::optional<uint32_t> landing;  // embedding slot
+  uint64_t embed_bytes = 0;
+  bool embed_writing = false;  // EMBED_PULL sent, EMBED_DONE not yet in: the encoder may write the slot
+  bool embed_ready = false;
+  uint64_t encode_us = 0;
+  bool started = false;
+  bool computing = false;
+  std::vector<uint32_t> local_pages;
+  std::optional<uint32_t> aux_src;
+  uint32_t pages_sent = 0;
+  uint32_t inflight = 0;
+  bool computed_all = false;
+  bool aux_sent = false;
+  bool status_sent = false;  // KV_STATUS (or ABORT_ACK) already sent to decode
+  bool ack_abort = false;    // decode asked to abort: ack once nothing is in flight
+  uint32_t first_token = 0;
+  uint64_t prefill_us = 0;
+  clock::time_point transfer_start;
+  uint64_t transfer_us = 0;
+  uint32_t worker = 0;  // index of the transfer worker its writes go through
+  // Staged path (decode uses another KV layout).
+  bool staged = false;
+  uint32_t tokens_staged = 0;              // prompt tokens handed to chunks so far
+  uint32_t chunks_made = 0;                // next chunk index
+  std::map<uint32_t, StagedChunk> chunks;  // not yet written and announced
+};
+
+// What prefill knows of one decode's staging ring.
+struct StagingTarget {
+  uint64_t incarnation = 0;
+  uint64_t base = 0;  // the ring's address in the decode's segment
+  StagingWindow window{1};
+};
+
+struct PrefillState {
+  RoleContext ctx;
+  PrefillSettings settings;
+  protocol::KvLayout layout;
+  uint64_t kv_base = 0;
+  uint8_t* embed_base = nullptr;
+  uint64_t slot_bytes = 0;
+  uint8_t* aux_base = nullptr;
+  uint8_t* stage_base = nullptr;  // source buffers of staged chunks
+  uint64_t stage_slot_bytes = 0;
+  PageAllocator pages{0}, slots{0}, aux{0}, stage_slots{0};
+  std::map<uint64_t, PrefillRoom> rooms;
+  std::map<std::string, StagingTarget> staging;  // by decode id
+  // Rooms that ended here: a late SUBMIT/BOOTSTRAP/EMBED_META must not bring one back to life (nobody
+  // would ever finish it).
+  std::set<uint64_t> ended;
+  std::deque<uint64_t> ended_order;
+  caf::actor me;
+  std::vector<caf::actor> workers;  // an invalid entry: crashed, not restarted yet
+  caf::actor supervisor;
+  caf::actor compute;
+  static inline const char* name = "prefill";
+};
+
+using Self = caf::event_based_actor*;
+using stage_timeout_atom = caf::atom_constant<caf::atom("stagetime")>;
+
+// prefill_role.cpp
+void fail_room(PrefillState& st, uint64_t id, protocol::Error error, bool tell_router = true);
+void maybe_reap(PrefillState& st, uint64_t id);
+bool dispatch(Self self, PrefillState& st, uint64_t id, PrefillRoom& r, TransferJob job);
+void maybe_send_aux(Self self, PrefillState& st, uint64_t id, PrefillRoom& r);
+
+// prefill_staging.cpp
+// Hands tokens [r.tokens_staged, end) to a new chunk and asks decode for ring space.
+void stage_tokens(Self self, PrefillState& st, uint64_t id, PrefillRoom& r, uint32_t end, bool last);
+void on_staging_rsp(Self self, PrefillState& st, const protocol::Envelope& env,
+                    const protocol::StagingRsp& rsp);
+void on_watermark(Self self, PrefillState& st, const protocol::Envelope& env, const protocol::Watermark& w);
+// A staged chunk's write ended: announce it (CHUNK_READY) or fail the room.
+void on_staged_write_done(Self self, PrefillState& st, PrefillRoom& r, const TransferDone& d);
+void on_stage_timeout(PrefillState& st, uint64_t id, uint32_t chunk);
+// Frees the source buffers a room's chunks still hold (nothing reads them any more).
+void release_stage_slots(PrefillState& st, PrefillRoom& r);
+// Whether every chunk of the room is written and announced.
+inline bool staged_all_done(const PrefillRoom& r) {
+  return !r.staged || (r.computed_all && r.chunks.empty());
+}
+
+}  // namespace epd::actors::prefill

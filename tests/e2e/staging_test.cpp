@@ -1,0 +1,204 @@
+// Staging for heterogeneous KV layouts, end to end (docs/staging.md): real role processes where decode
+// holds its KV in another layout than prefill, so every chunk goes through decode's staging ring.
+//
+// Reference: the colocated run (the code epd-run uses) with the same layout split — prefill computes in its
+// own layout (16-token pages, f32, token_head_dim), the prompt's KV is converted once into decode's layout,
+// and decode reads that copy (model::GenerateOptions::decode_kv, `epd-run --decode-*`). Page size and dim
+// order changes are lossless, so for them this reference equals the plain run (asserted below); an fp16
+// decode pool rounds the KV once, so its reference is the converted copy — not an all-fp16 run, whose
+// prefill would also attend over rounded KV and differ for a reason unrelated to transfer.
+#include <catch2/catch.hpp>
+#include <functional>
+#include <thread>
+#include <zmq.hpp>
+
+#include "cluster.hpp"
+#include "epd/protocol/codec.hpp"
+#include "workload.hpp"
+
+using namespace epd;
+using namespace epd::testing;
+using nlohmann::json;
+
+namespace {
+
+// The `staging` figures of an instance's heartbeats, once `ready` holds for them (they lag by up to one
+// heartbeat interval); the last seen if it never does within 5 s.
+json staging_of(
+    const Cluster& cluster, const std::string& id,
+    const std::function<bool(const json&)>& ready = [](const json&) { return true; }) {
+  json s;
+  for (int i = 0; i < 100; ++i) {
+    const json inst = cluster.instance(id);
+    if (inst.contains("staging")) {
+      s = inst["staging"];
+      if (ready(s)) return s;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  INFO(cluster.instance(id).dump());
+  REQUIRE(s.is_object());
+  return s;
+}
+
+// Prefill's and decode's figures once they agree: every chunk prefill wrote (at least `min_chunks`) was
+// scattered and the ring is empty again.
+std::pair<json, json> settled_staging(const Cluster& cluster, uint64_t min_chunks) {
+  json prefill;
+  const json decode = staging_of(cluster, "decode-0", [&](const json& d) {
+    prefill = staging_of(cluster, "prefill-0");
+    return prefill["chunks"] >= min_chunks && d["chunks"] == prefill["chunks"] && d["ring_used"] == 0;
+  });
+  return {prefill, decode};
+}
+
+void stop_cleanly(Cluster& cluster) {
+  const std::string reports = cluster.stop_and_collect_sanitizer_reports();
+  INFO(reports);
+  CHECK(reports.empty());
+}
+
+// Runs the workload on a cluster whose decode uses `decode_lines` and checks the staged path carried it.
+void staged_run(const std::string& decode_lines, const model::KvLayoutChoice& kv, int n) {
+  ClusterSpec spec;
+  spec.defaults["decode"] = decode_lines;
+  Cluster cluster(spec);
+  cluster.start();
+  run_and_compare(cluster, n, 4, kv);
+  const auto [prefill, decode] = settled_staging(cluster, uint64_t(n));
+  INFO("prefill " << prefill.dump() << " decode " << decode.dump());
+  CHECK(prefill["chunks"].get<uint64_t>() >= uint64_t(n));  // every room was staged, none went direct
+  CHECK(decode["chunks"] == prefill["chunks"]);
+  CHECK(decode["rejected"] == 0);
+  CHECK(prefill["rejected"] == 0);
+  stop_cleanly(cluster);
+}
+
+}  // namespace
+
+TEST_CASE("staging: decode with 64-token pages gets the reference tokens", "[e2e][multiproc][staging]") {
+  const model::KvLayoutChoice kv{64, protocol::DType::f32, protocol::KvDimOrder::token_head_dim};
+  for (const auto& c : workload(6)) CHECK(oracle(c, kv) == oracle(c));  // lossless
+  staged_run("kv_page_size = 64\n", kv, 12);
+}
+
+TEST_CASE("staging: decode with the other dim order gets the reference tokens", "[e2e][multiproc][staging]") {
+  const model::KvLayoutChoice kv{0, protocol::DType::f32, protocol::KvDimOrder::head_token_dim};
+  for (const auto& c : workload(6)) CHECK(oracle(c, kv) == oracle(c));  // lossless
+  staged_run("kv_order = \"head_token_dim\"\n", kv, 12);
+}
+
+TEST_CASE("staging: fp32 prefill to an fp16 decode with 64-token pages, converted in the scatter",
+          "[e2e][multiproc][staging]") {
+  const model::KvLayoutChoice kv{64, protocol::DType::f16, protocol::KvDimOrder::head_token_dim};
+  staged_run("kv_page_size = 64\nkv_dtype = \"f16\"\nkv_order = \"head_token_dim\"\n", kv, 12);
+}
+
+TEST_CASE(
+    "staging: a ring of two chunks serves 8 concurrent rooms; it wraps and nothing is overwritten early",
+    "[e2e][multiproc][staging]") {
+  ClusterSpec spec;
+  // 16-token chunks of 512 B/token (tiny model, f32) = 8 KiB; the ring holds two of them.
+  spec.defaults["prefill"] = "chunk_tokens = 16\n";
+  spec.defaults["decode"] = "kv_page_size = 64\nstaging_ring_bytes = 16384\n";
+  Cluster cluster(spec);
+  cluster.start();
+  const model::KvLayoutChoice kv{64, protocol::DType::f32, protocol::KvDimOrder::token_head_dim};
+  // Tokens equal to the reference prove that no chunk was overwritten before it was scattered; decode also
+  // checks every chunk's checksum in the ring before the scatter (a mismatch would fail the room).
+  run_and_compare(cluster, 24, 8, kv);
+  const auto [prefill, decode] = settled_staging(cluster, 24);
+  INFO("prefill " << prefill.dump() << " decode " << decode.dump());
+  CHECK(decode["ring_bytes"] == 16384);
+  CHECK(decode["rounds"].get<uint64_t>() >= 4);  // the ring wrapped, many times
+  CHECK(decode["ring_used"] == 0);               // everything consumed at the end
+  CHECK(decode["watermarks"].get<uint64_t>() > 0);
+  // Every WATERMARK prefill saw moved forward: one going backwards would have been rejected and counted.
+  CHECK(prefill["watermarks"].get<uint64_t>() > 0);
+  CHECK(prefill["rejected"] == 0);
+  CHECK(decode["rejected"] == 0);
+  CHECK(decode["chunks"] == prefill["chunks"]);
+  stop_cleanly(cluster);
+}
+
+TEST_CASE("staging: a slow decode scatter makes prefill wait, not fail", "[e2e][multiproc][staging]") {
+  ClusterSpec spec;
+  spec.defaults["prefill"] = "chunk_tokens = 16\n";
+  spec.defaults["decode"] = "kv_page_size = 64\nstaging_ring_bytes = 16384\nstaging_scatter_delay_ms = 40\n";
+  Cluster cluster(spec);
+  cluster.start();
+  run_and_compare(cluster, 12, 6, model::KvLayoutChoice{64});
+  const auto [prefill, decode] = settled_staging(cluster, 12);
+  INFO("prefill " << prefill.dump() << " decode " << decode.dump());
+  CHECK(prefill["waits"].get<uint64_t>() > 0);  // chunks were held back by the watermark
+  CHECK(cluster.stats()["failed"] == 0);
+  CHECK(cluster.stats()["retries"] == 0);
+  stop_cleanly(cluster);
+}
+
+TEST_CASE("staging: an oversized chunk fails only its own room, with the reason",
+          "[e2e][multiproc][staging]") {
+  ClusterSpec spec;
+  // 32-token chunks of 512 B/token need up to 16 KiB; the ring has 12 KiB: a prompt of more than 24 tokens
+  // has a chunk that can never fit, a shorter one fits.
+  spec.defaults["prefill"] = "chunk_tokens = 32\n";
+  spec.defaults["decode"] = "kv_page_size = 64\nstaging_ring_bytes = 12288\n";
+  Cluster cluster(spec);
+  cluster.start();
+  auto [big_status, big] = cluster.generate({{"prompt", std::string(60, 'x')}, {"max_tokens", 4}});
+  INFO(big.dump());
+  CHECK(big_status >= 400);
+  CHECK(big.dump().find("oversized") != std::string::npos);
+  CHECK(big.dump().find("can never fit") != std::string::npos);
+  Case small{"short", std::nullopt, 5};
+  auto [ok_status, ok] = cluster.generate(request_of(small));
+  INFO(ok.dump());
+  REQUIRE(ok_status == 200);
+  CHECK(ok["tokens"].get<std::vector<uint32_t>>() == oracle(small, model::KvLayoutChoice{64}));
+  // Both of its chunks (32 + 29 tokens) may have asked before the first refusal reached prefill.
+  const json decode = staging_of(cluster, "decode-0", [](const json& s) { return s["oversized"] >= 1; });
+  CHECK(decode["oversized"] >= 1);
+  CHECK(decode["oversized"] <= 2);
+  CHECK(cluster.stats()["retries"] == 0);  // oversized is not retryable: no other decode would help
+  const json inst = cluster.wait_all_free();
+  for (const auto& i : inst) CHECK(i["active_rooms"] == 0);
+  stop_cleanly(cluster);
+}
+
+TEST_CASE("staging: garbage and out-of-place staging messages are rejected and logged, serving goes on",
+          "[e2e][multiproc][staging]") {
+  ClusterSpec spec;
+  spec.defaults["decode"] = "kv_page_size = 64\n";
+  Cluster cluster(spec);
+  cluster.start();
+  zmq::context_t ctx;
+  protocol::StagingRsp rsp{12345, 0, protocol::StagingStatus::ok, uint64_t(1) << 40, 7, ""};  // past the ring
+  protocol::ChunkReady ready{.room = 12345, .chunk = 0, .offset = 0, .bytes = 512, .tokens = 1};
+  const std::map<std::string, std::vector<protocol::Body>> garbage{
+      {"prefill-0", {rsp, protocol::Watermark{0, 0}, protocol::Watermark{~uint64_t{0}, 99}}},
+      {"decode-0", {protocol::StagingReq{12345, 0, 1 << 20}, ready}}};
+  for (const auto& [id, bodies] : garbage) {
+    zmq::socket_t raw(ctx, zmq::socket_type::dealer);
+    raw.set(zmq::sockopt::routing_id, "intruder");
+    raw.set(zmq::sockopt::linger, 0);
+    raw.set(zmq::sockopt::rcvtimeo, 3000);
+    raw.connect(cluster.control_endpoint(id));
+    for (const auto& body : bodies) {
+      raw.send(zmq::buffer(protocol::encode({"intruder", 1, body})), zmq::send_flags::none);
+      zmq::message_t reply;
+      INFO(id << " " << protocol::type_name(protocol::type_of(body)));
+      REQUIRE(raw.recv(reply));  // every one is answered with an ERROR
+      auto err = protocol::decode({static_cast<const uint8_t*>(reply.data()), reply.size()});
+      REQUIRE(err.ok());
+      CHECK(std::holds_alternative<protocol::ErrorReply>(err->body));
+    }
+  }
+  const model::KvLayoutChoice kv{64};
+  run_and_compare(cluster, 6, 3, kv);
+  CHECK(staging_of(cluster, "prefill-0", [](const json& s) { return s["rejected"] >= 3; })["rejected"] == 3);
+  CHECK(staging_of(cluster, "decode-0", [](const json& s) { return s["rejected"] >= 2; })["rejected"] == 2);
+  const std::string logs = cluster.logs();
+  CHECK(logs.find("rejected STAGING_RSP from 'intruder'") != std::string::npos);
+  CHECK(logs.find("rejected WATERMARK from 'intruder'") != std::string::npos);
+  stop_cleanly(cluster);
+}
