@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <thread>
 
 #include "control_plane_bench.hpp"
@@ -160,23 +161,154 @@ std::unique_ptr<launcher::ProcessGroup> start_cluster(const std::string& config,
   return nullptr;
 }
 
+// Where a config's router listens.
+std::pair<std::string, int> router_address(const config::ClusterConfig& cfg) {
+  auto http = cfg.registry()->settings.get_string("http", "127.0.0.1:8080");
+  return {http->substr(0, http->rfind(':')), std::stoi(http->substr(http->rfind(':') + 1))};
+}
+
+// Samples the decode instances' staging ring occupancy from /v1/instances until stopped.
+class OccupancySampler {
+ public:
+  OccupancySampler(std::string host, int port) : host_(std::move(host)), port_(port) {
+    thread_ = std::thread([this] { loop(); });
+  }
+  ~OccupancySampler() { stop(); }
+  void stop() {
+    done_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+  struct Point {
+    double t_ms;
+    uint64_t used, ring;
+  };
+  const std::vector<Point>& points() const { return points_; }
+
+ private:
+  void loop() {
+    httplib::Client c(host_, port_);
+    const auto t0 = clock::now();
+    while (!done_) {
+      if (auto r = c.Get("/v1/instances"); r && r->status == 200) {
+        auto j = json::parse(r->body, nullptr, false);
+        uint64_t used = 0, ring = 0;
+        for (const auto& e : j)
+          if (e.value("role", "") == "decode" && e.contains("staging")) {
+            used += e["staging"].value("ring_used", uint64_t{0});
+            ring += e["staging"].value("ring_bytes", uint64_t{0});
+          }
+        points_.push_back({std::chrono::duration<double, std::milli>(clock::now() - t0).count(), used, ring});
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+  std::string host_;
+  int port_;
+  std::atomic<bool> done_{false};
+  std::vector<Point> points_;
+  std::thread thread_;
+};
+
+struct Measured {
+  std::vector<Sample> seq, tput;
+  double tput_wall = 0;
+  size_t failed = 0, tokens = 0;
+  std::vector<OccupancySampler::Point> occupancy;
+};
+
+struct RunOptions {
+  int concurrency = 4;
+  std::chrono::microseconds interval{0};
+  uint32_t max_tokens = 32;
+  bool start = true;
+};
+
+// One request at a time, then the throughput run, against the cluster of `config`.
+std::optional<Measured> measure(const std::string& config, const std::vector<Workload>& work,
+                                const RunOptions& o) {
+  auto cfg = config::load_cluster_config(config);
+  if (!cfg) {
+    std::fprintf(stderr, "%s\n", cfg.error().detail.c_str());
+    return std::nullopt;
+  }
+  const auto [host, port] = router_address(*cfg);
+  std::unique_ptr<launcher::ProcessGroup> cluster;
+  if (o.start) {
+    cluster = start_cluster(config, host, port, cfg->instances.size());
+    if (!cluster) return std::nullopt;
+  }
+  Measured m;
+  double wall = 0;
+  m.seq = run_disaggregated(host, port, work, o.max_tokens, 1, {}, wall);
+  OccupancySampler sampler(host, port);
+  m.tput = run_disaggregated(host, port, work, o.max_tokens, o.concurrency, o.interval, m.tput_wall);
+  sampler.stop();
+  m.occupancy = sampler.points();
+  for (const auto& s : m.tput) {
+    m.failed += !s.ok;
+    m.tokens += s.tokens;
+  }
+  for (const auto& s : m.seq) m.failed += !s.ok;
+  if (cluster) cluster->stop();
+  return m;
+}
+
+void print_throughput(const Measured& m, int requests) {
+  row("TTFT", m.tput, &Sample::ttft_ms);
+  row("TPOT", m.tput, &Sample::tpot_ms);
+  row("end to end", m.tput, &Sample::total_ms);
+  std::printf("  %.2f requests/s, %.1f tokens/s, %zu failed\n", double(requests) / m.tput_wall,
+              double(m.tokens) / m.tput_wall, m.failed);
+}
+
+// The ring's occupancy during the throughput run: a coarse timeline (one line per tenth of the run).
+void print_occupancy(const std::vector<OccupancySampler::Point>& pts) {
+  if (pts.empty() || pts.back().ring == 0) {
+    std::printf("  (no staging ring reported)\n");
+    return;
+  }
+  const size_t buckets = std::min<size_t>(10, pts.size());
+  uint64_t peak = 0;
+  for (const auto& p : pts) peak = std::max(peak, p.used);
+  std::printf(
+      "  ring %.1f MiB, peak use %.1f%% (over-subscription > 100%%: grants waiting for the watermark)\n",
+      double(pts.back().ring) / (1 << 20), 100.0 * double(peak) / double(pts.back().ring));
+  for (size_t b = 0; b < buckets; ++b) {
+    const size_t lo = b * pts.size() / buckets, hi = (b + 1) * pts.size() / buckets;
+    uint64_t mx = 0;
+    double sum = 0;
+    for (size_t i = lo; i < hi; ++i) {
+      mx = std::max(mx, pts[i].used);
+      sum += double(pts[i].used);
+    }
+    const double mean_pct = 100.0 * sum / double(hi - lo) / double(pts.back().ring);
+    const double max_pct = 100.0 * double(mx) / double(pts.back().ring);
+    std::printf("  t=%7.0f ms  mean %5.1f%%  max %5.1f%%  |%s\n", pts[lo].t_ms, mean_pct, max_pct,
+                std::string(size_t(std::min(100.0, mean_pct) / 2.5), '#').c_str());
+  }
+}
+
 }  // namespace
 
 int run_e2e(int argc, char** argv) {
   CLI::App app{"epd-bench e2e: disaggregated TTFT/TPOT/throughput vs the same workload colocated"};
-  std::string config = "configs/bench-local.toml";
-  bool start = true, quick = false, images = true, control_plane = true;
-  int requests = 24, concurrency = 4, prompt_bytes = 480;
+  std::string config = "configs/bench-local.toml", staged_config;
+  bool quick = false, images = true, control_plane = true;
+  int requests = 24, prompt_bytes = 480;
   double rate = 0;
-  uint32_t max_tokens = 32;
+  RunOptions o;
   app.add_option("--config", config, "cluster config: its router is used, and its model runs colocated");
-  app.add_flag("!--no-start", start, "use an already running cluster instead of starting one");
+  app.add_option(
+      "--staged-config", staged_config,
+      "a second cluster whose decode uses another KV layout (e.g. configs/bench-staged.toml): the "
+      "same workload runs on it, staged vs direct ratios and the staging ring's occupancy are printed");
+  app.add_flag("!--no-start", o.start, "use already running clusters instead of starting them");
   app.add_option("--requests", requests, "requests in the throughput run");
-  app.add_option("--concurrency", concurrency, "requests in flight in the throughput run");
+  app.add_option("--concurrency", o.concurrency, "requests in flight in the throughput run");
   app.add_option("--rate", rate,
                  "requests per second in the throughput run (0 = as fast as concurrency allows)");
   app.add_option("--prompt-bytes", prompt_bytes, "prompt length in bytes (= tokens)");
-  app.add_option("--max-tokens", max_tokens, "tokens generated per request");
+  app.add_option("--max-tokens", o.max_tokens, "tokens generated per request");
   app.add_flag("!--no-images", images, "text only (default: every other request has an image)");
   app.add_flag("!--no-control-plane", control_plane, "skip the control-plane micro-benchmark");
   app.add_flag("--quick", quick, "a few seconds: 6 requests, short prompts");
@@ -184,64 +316,67 @@ int run_e2e(int argc, char** argv) {
   if (quick) {
     requests = 6;
     prompt_bytes = std::min(prompt_bytes, 200);
-    max_tokens = std::min<uint32_t>(max_tokens, 8);
+    o.max_tokens = std::min<uint32_t>(o.max_tokens, 8);
   }
+  o.interval = rate > 0 ? std::chrono::microseconds(int64_t(1e6 / rate)) : std::chrono::microseconds(0);
 
   auto cfg = config::load_cluster_config(config);
   if (!cfg) {
     std::fprintf(stderr, "%s\n", cfg.error().detail.c_str());
     return 2;
   }
-  auto http = cfg->registry()->settings.get_string("http", "127.0.0.1:8080");
-  const std::string host = http->substr(0, http->rfind(':'));
-  const int port = std::stoi(http->substr(http->rfind(':') + 1));
   auto model_cfg = cfg->model.path.empty() ? model::preset(cfg->model.preset)
                                            : model::load_model_config(cfg->model.path.string());
   if (!model_cfg) {
     std::fprintf(stderr, "model: %s\n", model_cfg.error().detail.c_str());
     return 2;
   }
-  std::unique_ptr<launcher::ProcessGroup> cluster;
-  if (start) {
-    cluster = start_cluster(config, host, port, cfg->instances.size());
-    if (!cluster) return 1;
-  }
   const uint32_t side = model_cfg->patch_size * 8;  // 64 patches
   const auto work = make_workload(requests, prompt_bytes, images, side);
   std::printf("epd-bench e2e: model '%s', %d requests, prompt %d tokens%s, %u generated tokens\n",
               model_cfg->name.c_str(), requests, prompt_bytes,
-              images ? " (+64 image patches every other)" : "", max_tokens);
+              images ? " (+64 image patches every other)" : "", o.max_tokens);
 
   // Overhead: one request at a time, so queueing does not count against either side.
-  double wall = 0;
-  auto seq = run_disaggregated(host, port, work, max_tokens, 1, {}, wall);
-  auto colo = run_colocated(*model_cfg, work, max_tokens);
-  const auto interval =
-      rate > 0 ? std::chrono::microseconds(int64_t(1e6 / rate)) : std::chrono::microseconds(0);
-  double tput_wall = 0;
-  auto tput = run_disaggregated(host, port, work, max_tokens, concurrency, interval, tput_wall);
-  size_t failed = 0, tokens = 0;
-  for (const auto& s : tput) {
-    failed += !s.ok;
-    tokens += s.tokens;
+  auto direct = measure(config, work, o);
+  if (!direct) return 1;
+  auto colo = run_colocated(*model_cfg, work, o.max_tokens);
+  std::optional<Measured> staged;
+  if (!staged_config.empty()) {
+    staged = measure(staged_config, work, o);
+    if (!staged) return 1;
   }
-  for (const auto& s : seq) failed += !s.ok;
 
   std::printf("\none request at a time (disaggregated over the cluster vs colocated in this process):\n");
-  row("TTFT disaggregated", seq, &Sample::ttft_ms);
+  row("TTFT disaggregated", direct->seq, &Sample::ttft_ms);
   row("TTFT colocated", colo, &Sample::ttft_ms);
-  row("TPOT disaggregated", seq, &Sample::tpot_ms);
+  row("TPOT disaggregated", direct->seq, &Sample::tpot_ms);
   row("TPOT colocated", colo, &Sample::tpot_ms);
-  const double ttft_ratio = p50(seq, &Sample::ttft_ms) / std::max(1e-9, p50(colo, &Sample::ttft_ms));
+  const double ttft_ratio = p50(direct->seq, &Sample::ttft_ms) / std::max(1e-9, p50(colo, &Sample::ttft_ms));
   std::printf("  TTFT overhead p50: %.2fx colocated (goal <= 1.10x on the bench preset over shm)\n",
               ttft_ratio);
-  std::printf("\nthroughput, %d in flight%s:\n", concurrency, rate > 0 ? " at the given rate" : "");
-  row("TTFT", tput, &Sample::ttft_ms);
-  row("TPOT", tput, &Sample::tpot_ms);
-  row("end to end", tput, &Sample::total_ms);
-  std::printf("  %.2f requests/s, %.1f tokens/s, %zu failed\n", double(requests) / tput_wall,
-              double(tokens) / tput_wall, failed);
-  if (cluster) cluster->stop();
+  std::printf("\nthroughput, %d in flight%s:\n", o.concurrency, rate > 0 ? " at the given rate" : "");
+  print_throughput(*direct, requests);
+  size_t failed = direct->failed;
+  if (staged) {
+    failed += staged->failed;
+    std::printf("\nstaged path (%s: decode in another KV layout) vs direct, same workload:\n",
+                staged_config.c_str());
+    row("TTFT staged, 1 at a time", staged->seq, &Sample::ttft_ms);
+    row("TTFT direct, 1 at a time", direct->seq, &Sample::ttft_ms);
+    const double seq_ratio =
+        p50(staged->seq, &Sample::ttft_ms) / std::max(1e-9, p50(direct->seq, &Sample::ttft_ms));
+    std::printf("  TTFT p50 staged / direct: %.2fx\n", seq_ratio);
+    std::printf("  throughput run, staged:\n");
+    print_throughput(*staged, requests);
+    const double tput_ratio = direct->tput_wall / std::max(1e-9, staged->tput_wall);
+    const double ttft_tput_ratio =
+        p50(staged->tput, &Sample::ttft_ms) / std::max(1e-9, p50(direct->tput, &Sample::ttft_ms));
+    std::printf("  requests/s staged / direct: %.2fx; TTFT p50 under load staged / direct: %.2fx\n",
+                tput_ratio, ttft_tput_ratio);
+    std::printf("\nstaging ring occupancy during the staged throughput run (sampled every 50 ms):\n");
+    print_occupancy(staged->occupancy);
+  }
   if (control_plane) {
     std::printf("\n");
     if (int rc = run_control_plane_bench(quick); rc != 0) return rc;
