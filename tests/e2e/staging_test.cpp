@@ -202,3 +202,71 @@ TEST_CASE("staging: garbage and out-of-place staging messages are rejected and l
   CHECK(logs.find("rejected WATERMARK from 'intruder'") != std::string::npos);
   stop_cleanly(cluster);
 }
+
+TEST_CASE(
+    "staging: a decode that never frees ring space fails the waiting rooms after the timeout, no deadlock",
+    "[e2e][multiproc][staging]") {
+  ClusterSpec spec;
+  spec.max_attempts = 1;
+  // Decode holds every chunk 3 s before its scatter; prefill gives a chunk 300 ms to get ring space.
+  spec.defaults["prefill"] = "chunk_tokens = 16\nstaging_wait_timeout_ms = 300\n";
+  spec.defaults["decode"] =
+      "kv_page_size = 64\nstaging_ring_bytes = 16384\nstaging_scatter_delay_ms = 3000\n";
+  Cluster cluster(spec);
+  cluster.start();
+  const pid_t prefill_pid = cluster.pid("prefill-0");
+  const auto cases = workload(8);
+  std::vector<std::pair<int, json>> answers(cases.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < cases.size(); ++i)
+    threads.emplace_back([&, i] { answers[i] = cluster.generate(request_of(cases[i])); });
+  for (auto& t : threads) t.join();  // every request is answered: nothing hangs
+  size_t timed_out = 0;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    INFO("case " << i << ": " << answers[i].second.dump());
+    if (answers[i].first == 200) {
+      CHECK(answers[i].second["tokens"].get<std::vector<uint32_t>>() ==
+            oracle(cases[i], model::KvLayoutChoice{64}));
+      continue;
+    }
+    CHECK(answers[i].second["error"]["code"] == "waiting_timeout");
+    CHECK(answers[i].second["error"]["message"].get<std::string>().find("waited 300 ms") !=
+          std::string::npos);
+    ++timed_out;
+  }
+  CHECK(timed_out > 0);  // two chunks fit the ring; the other rooms' chunks could never get space in time
+  // The prefill keeps serving once the ring drains, and everything is released.
+  Case small{"after", std::nullopt, 3};
+  auto [status, body] = cluster.generate(request_of(small));
+  INFO(body.dump());
+  CHECK(status == 200);
+  CHECK(cluster.pid("prefill-0") == prefill_pid);
+  const json inst = cluster.wait_all_free(15000);
+  for (const auto& i : inst) CHECK(i["active_rooms"] == 0);
+  CHECK(staging_of(cluster, "decode-0", [](const json& s) { return s["ring_used"] == 0; })["ring_used"] == 0);
+  stop_cleanly(cluster);
+}
+
+TEST_CASE(
+    "staging: transfer workers crashing mid-staging fail their rooms, free their buffers and ring space",
+    "[e2e][multiproc][staging]") {
+  ClusterSpec spec;
+  spec.max_attempts = 4;
+  spec.defaults["prefill"] = "chunk_tokens = 16\n";
+  spec.defaults["decode"] = "kv_page_size = 64\nstaging_ring_bytes = 16384\n";
+  // prefill-0's workers throw after 25 ops per session: several crashes while chunks are being staged.
+  spec.instance_extra["prefill-0"] =
+      "worker_max_restarts = 50\n[instance.transport]\nfault_throw_after_ops = 25\n";
+  Cluster cluster(spec);
+  cluster.start();
+  run_and_compare(cluster, 24, 8, model::KvLayoutChoice{64}, /*retries_allowed=*/true);
+  CHECK(cluster.stats()["retry_causes"].value("worker_crashed", 0) > 0);
+  CHECK(cluster.instance("prefill-0")["worker_restarts"].get<uint64_t>() > 0);
+  // Every source buffer of prefill and all of decode's ring are free again.
+  const json prefill = staging_of(cluster, "prefill-0",
+                                  [](const json& s) { return s["source_slots_free"] == s["source_slots"]; });
+  CHECK(prefill["source_slots"].get<uint64_t>() > 0);
+  CHECK(prefill["source_slots_free"] == prefill["source_slots"]);
+  CHECK(staging_of(cluster, "decode-0", [](const json& s) { return s["ring_used"] == 0; })["ring_used"] == 0);
+  stop_cleanly(cluster);
+}

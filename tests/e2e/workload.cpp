@@ -56,7 +56,7 @@ nlohmann::json request_of(const Case& c) {
 
 // Sends every case, `parallel` in flight, and checks each answer against the oracle.
 void run_and_compare(Cluster& cluster, int n, int parallel,
-                     const std::optional<model::KvLayoutChoice>& decode_kv) {
+                     const std::optional<model::KvLayoutChoice>& decode_kv, bool retries_allowed) {
   const auto cases = workload(n);
   std::vector<std::vector<uint32_t>> expected;
   for (const auto& c : cases) expected.push_back(oracle(c, decode_kv));
@@ -73,7 +73,7 @@ void run_and_compare(Cluster& cluster, int n, int parallel,
     INFO("case " << i << ": " << answers[i].second.dump().substr(0, 400));
     REQUIRE(answers[i].first == 200);
     CHECK(answers[i].second["tokens"].get<std::vector<uint32_t>>() == expected[i]);
-    CHECK(answers[i].second["attempts"] == 1);
+    if (!retries_allowed) CHECK(answers[i].second["attempts"] == 1);
     if (cases[i].image) CHECK_FALSE(answers[i].second["instances"]["encoder"].get<std::string>().empty());
   }
   // Every KV page and embedding slot is free again.

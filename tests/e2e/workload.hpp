@@ -27,9 +27,10 @@ const std::vector<uint32_t>& oracle(const Case& c,
                                     const std::optional<model::KvLayoutChoice>& decode_kv = std::nullopt);
 nlohmann::json request_of(const Case& c);
 
-// Sends `n` workload cases, `parallel` in flight, checks every answer against the oracle (first attempt),
-// then that every KV page, slot and room is free again.
+// Sends `n` workload cases, `parallel` in flight, checks every answer against the oracle (on the first
+// attempt unless `retries_allowed`), then that every KV page, slot and room is free again.
 void run_and_compare(Cluster& cluster, int n, int parallel,
-                     const std::optional<model::KvLayoutChoice>& decode_kv = std::nullopt);
+                     const std::optional<model::KvLayoutChoice>& decode_kv = std::nullopt,
+                     bool retries_allowed = false);
 
 }  // namespace epd::testing

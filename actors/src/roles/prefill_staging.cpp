@@ -24,6 +24,11 @@ StagingGauge& gauge(PrefillState& st) {
   return st.ctx.load->staging;
 }
 
+void publish_slots(PrefillState& st) {
+  st.ctx.load->staging.source_slots = st.stage_slots.total();
+  st.ctx.load->staging.source_slots_free = st.stage_slots.free_count();
+}
+
 // Logs and answers a staging message that does not belong to any chunk waiting for it.
 void reject(PrefillState& st, const protocol::Envelope& env, MessageType type, uint64_t room,
             const protocol::Error& why) {
@@ -69,6 +74,7 @@ void try_write(Self self, PrefillState& st, uint64_t id, PrefillRoom& r, uint32_
   auto slot = st.stage_slots.allocate(1);
   if (!slot) return;  // every source buffer is being written: pumped again when one frees
   c.src_slot = (*slot)[0];
+  publish_slots(st);
   std::byte* src = reinterpret_cast<std::byte*>(st.stage_base + uint64_t(*c.src_slot) * st.stage_slot_bytes);
   model::KvPool pool{reinterpret_cast<std::byte*>(st.kv_base), st.layout};
   if (auto g = model::gather_tokens(pool, r.local_pages, c.first, c.tokens, src); !g)
@@ -111,6 +117,7 @@ void stage_tokens(Self self, PrefillState& st, uint64_t id, PrefillRoom& r, uint
   r.tokens_staged = end;
   r.chunks.emplace(index, c);
   gauge(st);  // this instance stages: report it
+  publish_slots(st);
   st.ctx.bridge->send(r.decode, protocol::StagingReq{id, index, c.bytes});
   self->delayed_send(self, st.settings.staging_wait_timeout, stage_timeout_atom::value, id, index);
 }
@@ -176,6 +183,7 @@ void on_staged_write_done(Self self, PrefillState& st, PrefillRoom& r, const Tra
   c.writing = false;
   if (c.src_slot) st.stage_slots.free(std::span<const uint32_t>(&*c.src_slot, 1));
   c.src_slot.reset();
+  publish_slots(st);
   if (!d.ok) {
     protocol::Error e = d.error;
     e.detail =
@@ -226,6 +234,7 @@ void release_stage_slots(PrefillState& st, PrefillRoom& r) {
       st.stage_slots.free(std::span<const uint32_t>(&*c.src_slot, 1));
       c.src_slot.reset();
     }
+  publish_slots(st);
 }
 
 }  // namespace epd::actors::prefill

@@ -53,10 +53,17 @@ std::string instances_json(const std::vector<InstanceView>& instances) {
                  {"sessions_recycled", i.sessions_recycled}};
     if (i.staging) {
       const auto& g = *i.staging;
-      item["staging"] = {
-          {"ring_bytes", g.ring_bytes}, {"ring_used", g.ring_used}, {"ring_peak", g.ring_peak},
-          {"rounds", g.rounds},         {"chunks", g.chunks},       {"waits", g.waits},
-          {"watermarks", g.watermarks}, {"rejected", g.rejected},   {"oversized", g.oversized}};
+      item["staging"] = {{"ring_bytes", g.ring_bytes},
+                         {"ring_used", g.ring_used},
+                         {"ring_peak", g.ring_peak},
+                         {"rounds", g.rounds},
+                         {"chunks", g.chunks},
+                         {"waits", g.waits},
+                         {"watermarks", g.watermarks},
+                         {"rejected", g.rejected},
+                         {"oversized", g.oversized},
+                         {"source_slots", g.source_slots},
+                         {"source_slots_free", g.source_slots_free}};
     }
     arr.push_back(std::move(item));
   }

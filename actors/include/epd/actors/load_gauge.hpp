@@ -10,12 +10,13 @@ namespace epd::actors {
 // Staging figures (docs/staging.md); written by the role, read by the membership actor.
 struct StagingGauge {
   std::atomic<uint64_t> ring_bytes{0}, ring_used{0}, ring_peak{0}, rounds{0}, chunks{0}, waits{0},
-      watermarks{0}, rejected{0}, oversized{0};
+      watermarks{0}, rejected{0}, oversized{0}, source_slots{0}, source_slots_free{0};
   std::atomic<bool> active{false};  // this instance stages (has a ring, or has staged or refused anything)
 
   protocol::StagingStats snapshot() const {
-    return {ring_bytes.load(), ring_used.load(),  ring_peak.load(), rounds.load(),   chunks.load(),
-            waits.load(),      watermarks.load(), rejected.load(),  oversized.load()};
+    return {ring_bytes.load(), ring_used.load(),    ring_peak.load(),        rounds.load(),
+            chunks.load(),     waits.load(),        watermarks.load(),       rejected.load(),
+            oversized.load(),  source_slots.load(), source_slots_free.load()};
   }
 };
 

@@ -66,15 +66,17 @@ constexpr bool wire_enum_valid(StagingStatus, uint64_t raw) {
 
 // The staging figures an instance reports in its heartbeats (decode: its ring; prefill: what it staged).
 struct StagingStats {
-  uint64_t ring_bytes = 0;  // decode: ring size
-  uint64_t ring_used = 0;   // decode: bytes handed out and not yet consumed
-  uint64_t ring_peak = 0;   // decode: highest ring_used since start
-  uint64_t rounds = 0;      // decode: times the ring wrapped
-  uint64_t chunks = 0;      // chunks staged (prefill: written; decode: scattered)
-  uint64_t waits = 0;       // prefill: chunks that had to wait for the watermark
-  uint64_t watermarks = 0;  // WATERMARK messages sent (decode) / accepted (prefill)
-  uint64_t rejected = 0;    // staging messages refused as garbage or out of order
-  uint64_t oversized = 0;   // chunks refused because they can never fit
+  uint64_t ring_bytes = 0;         // decode: ring size
+  uint64_t ring_used = 0;          // decode: bytes handed out and not yet consumed
+  uint64_t ring_peak = 0;          // decode: highest ring_used since start
+  uint64_t rounds = 0;             // decode: times the ring wrapped
+  uint64_t chunks = 0;             // chunks staged (prefill: written; decode: scattered)
+  uint64_t waits = 0;              // prefill: chunks that had to wait for the watermark
+  uint64_t watermarks = 0;         // WATERMARK messages sent (decode) / accepted (prefill)
+  uint64_t rejected = 0;           // staging messages refused as garbage or out of order
+  uint64_t oversized = 0;          // chunks refused because they can never fit
+  uint64_t source_slots = 0;       // prefill: buffers for chunks being written
+  uint64_t source_slots_free = 0;  // prefill: of which free
 
   bool operator==(const StagingStats&) const = default;
   template <class S, class V>
@@ -88,6 +90,8 @@ struct StagingStats {
     v.opt("watermarks", s.watermarks);
     v.opt("rejected", s.rejected);
     v.opt("oversized", s.oversized);
+    v.opt("source_slots", s.source_slots);
+    v.opt("source_slots_free", s.source_slots_free);
   }
 };
 
