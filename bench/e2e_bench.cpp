@@ -194,7 +194,7 @@ class OccupancySampler {
         uint64_t used = 0, ring = 0;
         for (const auto& e : j)
           if (e.value("role", "") == "decode" && e.contains("staging")) {
-            used += e["staging"].value("ring_used", uint64_t{0});
+            used += e["staging"].value("ring_peak", uint64_t{0});  // highest use since its last heartbeat
             ring += e["staging"].value("ring_bytes", uint64_t{0});
           }
         points_.push_back({std::chrono::duration<double, std::milli>(clock::now() - t0).count(), used, ring});
@@ -374,7 +374,8 @@ int run_e2e(int argc, char** argv) {
         p50(staged->tput, &Sample::ttft_ms) / std::max(1e-9, p50(direct->tput, &Sample::ttft_ms));
     std::printf("  requests/s staged / direct: %.2fx; TTFT p50 under load staged / direct: %.2fx\n",
                 tput_ratio, ttft_tput_ratio);
-    std::printf("\nstaging ring occupancy during the staged throughput run (sampled every 50 ms):\n");
+    std::printf(
+        "\nstaging ring occupancy during the staged throughput run (decode's highest use per heartbeat):\n");
     print_occupancy(staged->occupancy);
   }
   if (control_plane) {

@@ -44,7 +44,7 @@ void send_heartbeat(MembershipState& st) {
   hb.transfer_retries = st.load->transfer_retries.load();
   hb.transfer_failures = st.load->transfer_failures.load();
   hb.sessions_recycled = st.load->sessions_recycled.load();
-  if (st.load->staging.active.load()) hb.staging = st.load->staging.snapshot();
+  if (st.load->staging.active.load()) hb.staging = st.load->staging.take_snapshot();
   st.bridge->send_to_endpoint(st.config.registry_endpoint, hb);
 }
 

@@ -92,8 +92,7 @@ StagingGauge& gauge(DecodeState& st) {
 // After the ring changed: publish its figures and, when the watermark moved, tell every writer.
 void ring_changed(DecodeState& st, bool watermark_moved) {
   auto& g = gauge(st);
-  g.ring_used = st.ring.used();
-  g.ring_peak = std::max(g.ring_peak.load(), st.ring.used());
+  g.note_ring_use(st.ring.used());
   g.rounds = st.ring.rounds();
   if (!watermark_moved) return;
   const auto w = st.ring.watermark_message();

@@ -11,12 +11,21 @@ namespace epd::actors {
 struct StagingGauge {
   std::atomic<uint64_t> ring_bytes{0}, ring_used{0}, ring_peak{0}, rounds{0}, chunks{0}, waits{0},
       watermarks{0}, rejected{0}, oversized{0}, source_slots{0}, source_slots_free{0};
-  std::atomic<bool> active{false};  // this instance stages (has a ring, or has staged or refused anything)
+  std::atomic<bool> active{false};
 
-  protocol::StagingStats snapshot() const {
-    return {ring_bytes.load(), ring_used.load(),    ring_peak.load(),        rounds.load(),
-            chunks.load(),     waits.load(),        watermarks.load(),       rejected.load(),
-            oversized.load(),  source_slots.load(), source_slots_free.load()};
+  void note_ring_use(uint64_t used) {
+    ring_used = used;
+    for (uint64_t peak = ring_peak.load(); used > peak && !ring_peak.compare_exchange_weak(peak, used);) {
+    }
+  }  // this instance stages (has a ring, or has staged or refused anything)
+
+  // Called once per heartbeat: ring_peak is the highest use since the previous heartbeat (an occupancy
+  // timeline), so it restarts from the current use.
+  protocol::StagingStats take_snapshot() {
+    return {ring_bytes.load(),   ring_used.load(),        ring_peak.exchange(ring_used.load()),
+            rounds.load(),       chunks.load(),           waits.load(),
+            watermarks.load(),   rejected.load(),         oversized.load(),
+            source_slots.load(), source_slots_free.load()};
   }
 };
 

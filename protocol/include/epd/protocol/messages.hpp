@@ -68,7 +68,7 @@ constexpr bool wire_enum_valid(StagingStatus, uint64_t raw) {
 struct StagingStats {
   uint64_t ring_bytes = 0;         // decode: ring size
   uint64_t ring_used = 0;          // decode: bytes handed out and not yet consumed
-  uint64_t ring_peak = 0;          // decode: highest ring_used since start
+  uint64_t ring_peak = 0;          // decode: highest ring_used since the previous heartbeat
   uint64_t rounds = 0;             // decode: times the ring wrapped
   uint64_t chunks = 0;             // chunks staged (prefill: written; decode: scattered)
   uint64_t waits = 0;              // prefill: chunks that had to wait for the watermark
