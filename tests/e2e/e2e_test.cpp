@@ -33,6 +33,9 @@ TEST_CASE("shm cluster: 20 requests, 8 in flight, tokens equal the colocated run
   Cluster cluster(ClusterSpec{});
   cluster.start();
   run_and_compare(cluster, 20, 8);
+  // Prefill and decode share one KV layout: every page went direct, nothing was staged.
+  CHECK_FALSE(cluster.instance("prefill-0").contains("staging"));
+  CHECK(cluster.instance("decode-0")["staging"]["chunks"] == 0);
   stop_cleanly(cluster);
 }
 

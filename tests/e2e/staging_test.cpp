@@ -52,6 +52,14 @@ std::pair<json, json> settled_staging(const Cluster& cluster, uint64_t min_chunk
   return {prefill, decode};
 }
 
+// A cluster with these [defaults.prefill] and [defaults.decode] lines.
+ClusterSpec staged_spec(const std::string& prefill, const std::string& decode) {
+  ClusterSpec spec;
+  spec.defaults["prefill"] = prefill;
+  spec.defaults["decode"] = decode;
+  return spec;
+}
+
 void stop_cleanly(Cluster& cluster) {
   const std::string reports = cluster.stop_and_collect_sanitizer_reports();
   INFO(reports);
@@ -97,11 +105,8 @@ TEST_CASE("staging: fp32 prefill to an fp16 decode with 64-token pages, converte
 TEST_CASE(
     "staging: a ring of two chunks serves 8 concurrent rooms; it wraps and nothing is overwritten early",
     "[e2e][multiproc][staging]") {
-  ClusterSpec spec;
   // 16-token chunks of 512 B/token (tiny model, f32) = 8 KiB; the ring holds two of them.
-  spec.defaults["prefill"] = "chunk_tokens = 16\n";
-  spec.defaults["decode"] = "kv_page_size = 64\nstaging_ring_bytes = 16384\n";
-  Cluster cluster(spec);
+  Cluster cluster(staged_spec("chunk_tokens = 16\n", "kv_page_size = 64\nstaging_ring_bytes = 16384\n"));
   cluster.start();
   const model::KvLayoutChoice kv{64, protocol::DType::f32, protocol::KvDimOrder::token_head_dim};
   // Tokens equal to the reference prove that no chunk was overwritten before it was scattered; decode also
@@ -122,10 +127,9 @@ TEST_CASE(
 }
 
 TEST_CASE("staging: a slow decode scatter makes prefill wait, not fail", "[e2e][multiproc][staging]") {
-  ClusterSpec spec;
-  spec.defaults["prefill"] = "chunk_tokens = 16\n";
-  spec.defaults["decode"] = "kv_page_size = 64\nstaging_ring_bytes = 16384\nstaging_scatter_delay_ms = 40\n";
-  Cluster cluster(spec);
+  Cluster cluster(
+      staged_spec("chunk_tokens = 16\n",
+                  "kv_page_size = 64\nstaging_ring_bytes = 16384\nstaging_scatter_delay_ms = 40\n"));
   cluster.start();
   run_and_compare(cluster, 12, 6, model::KvLayoutChoice{64});
   const auto [prefill, decode] = settled_staging(cluster, 12);
@@ -138,12 +142,9 @@ TEST_CASE("staging: a slow decode scatter makes prefill wait, not fail", "[e2e][
 
 TEST_CASE("staging: an oversized chunk fails only its own room, with the reason",
           "[e2e][multiproc][staging]") {
-  ClusterSpec spec;
   // 32-token chunks of 512 B/token need up to 16 KiB; the ring has 12 KiB: a prompt of more than 24 tokens
   // has a chunk that can never fit, a shorter one fits.
-  spec.defaults["prefill"] = "chunk_tokens = 32\n";
-  spec.defaults["decode"] = "kv_page_size = 64\nstaging_ring_bytes = 12288\n";
-  Cluster cluster(spec);
+  Cluster cluster(staged_spec("chunk_tokens = 32\n", "kv_page_size = 64\nstaging_ring_bytes = 12288\n"));
   cluster.start();
   auto [big_status, big] = cluster.generate({{"prompt", std::string(60, 'x')}, {"max_tokens", 4}});
   INFO(big.dump());
