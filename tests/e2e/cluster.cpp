@@ -167,6 +167,18 @@ nlohmann::json Cluster::instance(const std::string& id) const {
   return nullptr;
 }
 
+nlohmann::json Cluster::instance_when(const std::string& id,
+                                      const std::function<bool(const nlohmann::json&)>& ready,
+                                      int timeout_ms) const {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  nlohmann::json last = instance(id);
+  while (!(last.is_object() && ready(last)) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    last = instance(id);
+  }
+  return last;
+}
+
 pid_t Cluster::pid(const std::string& id) const {
   auto st = group_->status(id);
   return st ? st->pid : 0;

@@ -3,6 +3,7 @@
 // (through the launcher's ProcessGroup, so they are always stopped and reaped), waits until all are
 // registered, and offers HTTP and raw control-plane access to them.
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -60,6 +61,10 @@ class Cluster {
   nlohmann::json stats() const;  // GET /v1/stats
   // The /v1/instances entry of `id` (null if not listed).
   nlohmann::json instance(const std::string& id) const;
+  // The entry of `id` once `ready` holds for it (heartbeat figures lag by up to one interval); the last one
+  // seen when it does not within `timeout_ms`.
+  nlohmann::json instance_when(const std::string& id, const std::function<bool(const nlohmann::json&)>& ready,
+                               int timeout_ms = 5000) const;
   pid_t pid(const std::string& id) const;
   // Waits until every KV page and embedding slot is free again; returns the last /v1/instances seen.
   nlohmann::json wait_all_free(int timeout_ms = 8000) const;

@@ -246,7 +246,9 @@ TEST_CASE("fault 1: 5% of transfer writes fail, every request completes with the
 TEST_CASE("fault 2: a transfer worker that throws is restarted, its rooms fail, are retried and complete",
           "[fault][multiproc]") {
   ClusterSpec spec;
-  spec.max_attempts = 4;
+  // A room is retried after each crash; 8 attempts keep "every request completes" from depending on luck
+  // (with 4, one request in a few hundred runs met a crash on every attempt).
+  spec.max_attempts = 8;
   spec.prefills = 2;
   // prefill-0's workers throw after 60 ops per session (a few crashes over the run); prefill-1's after
   // 3 ops, with a budget of one restart per minute, so it spends the budget and reports itself unhealthy.
@@ -268,7 +270,8 @@ TEST_CASE("fault 2: a transfer worker that throws is restarted, its rooms fail, 
   const json stats = cluster.stats();
   CHECK(stats["retry_causes"].value("worker_crashed", 0) > 0);
   CHECK(count_lines(cluster.logs(), "transfer worker crashed: fault backend: injected worker crash") > 0);
-  const json i0 = cluster.instance("prefill-0"), i1 = cluster.instance("prefill-1");
+  const json i0 = cluster.instance_when("prefill-0", [](const json& i) { return i["worker_restarts"] > 0; });
+  const json i1 = cluster.instance_when("prefill-1", [](const json& i) { return i["healthy"] == false; });
   std::printf(
       "[fault] 2: prefill-0 worker restarts=%lu healthy=%d; prefill-1 worker restarts=%lu healthy=%d\n",
       (unsigned long)i0.value("worker_restarts", 0), int(i0["healthy"].get<bool>()),
@@ -361,9 +364,10 @@ void kill_scenario(const char* name, int decodes, const std::string& victim, con
   Outcome o;
   const KillReport r = kill_under_load(cluster, victim, observer, 120, 30, o);
   report(std::string(name) + " (kill -9 " + victim + ", 120 requests)", o, cluster.stats());
-  std::printf("[fault] %s: %s noticed after %ld ms, registry dropped it after %ld ms, restarted and healthy "
-              "after %ld ms\n",
-              name, observer.c_str(), long(r.decode_detect_ms), long(r.registry_detect_ms), long(r.recovered_ms));
+  std::printf(
+      "[fault] %s: %s noticed after %ld ms, registry dropped it after %ld ms, restarted and healthy "
+      "after %ld ms\n",
+      name, observer.c_str(), long(r.decode_detect_ms), long(r.registry_detect_ms), long(r.recovered_ms));
   CHECK(o.lost == 0);
   CHECK(o.wrong == 0);
   CHECK(o.completed + o.failed == 120);
@@ -411,9 +415,12 @@ TEST_CASE("fault 6: a peer restarted with a new incarnation is detected, its sta
   CHECK(prefill_after["transfer_retries"] == prefill_before["transfer_retries"]);
   CHECK(prefill_after["transfer_failures"] == prefill_before["transfer_failures"]);
   const std::string logs = cluster.logs();
-  CHECK(first_log_ms(
-            logs, "prefill-0",
-            "peer 'decode-0' \\(incarnation " + std::to_string(old_incarnation) + "\\) is dead to us") >= 0);
+  // Whichever comes first — its broken connection or the registry's PEERS with the new incarnation — tells
+  // prefill that the old incarnation is gone (the other is then old news and not logged).
+  const std::string inc = std::to_string(old_incarnation);
+  CHECK(first_log_ms(logs, "prefill-0",
+                     "peer 'decode-0' (\\(incarnation " + inc +
+                         "\\) is dead to us|restarted \\(incarnation " + inc + " ->)") >= 0);
   CHECK(first_log_ms(logs, "prefill-0", "(forgetting|dropping) session #\\d+ to 'decode-0'") >= 0);
   check_all_free(cluster);
 }

@@ -27,18 +27,11 @@ namespace {
 json staging_of(
     const Cluster& cluster, const std::string& id,
     const std::function<bool(const json&)>& ready = [](const json&) { return true; }) {
-  json s;
-  for (int i = 0; i < 100; ++i) {
-    const json inst = cluster.instance(id);
-    if (inst.contains("staging")) {
-      s = inst["staging"];
-      if (ready(s)) return s;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  INFO(cluster.instance(id).dump());
-  REQUIRE(s.is_object());
-  return s;
+  const json inst =
+      cluster.instance_when(id, [&](const json& i) { return i.contains("staging") && ready(i["staging"]); });
+  INFO(inst.dump());
+  REQUIRE(inst.contains("staging"));
+  return inst["staging"];
 }
 
 // Prefill's and decode's figures once they agree: every chunk prefill wrote (at least `min_chunks`) was
@@ -103,7 +96,7 @@ TEST_CASE("staging: fp32 prefill to an fp16 decode with 64-token pages, converte
 }
 
 TEST_CASE(
-    "staging: a ring of two chunks serves 8 concurrent rooms; it wraps and nothing is overwritten early",
+    "staging: a ring of two chunks serves 8 concurrent rooms, it wraps and nothing is overwritten early",
     "[e2e][multiproc][staging]") {
   // 16-token chunks of 512 B/token (tiny model, f32) = 8 KiB; the ring holds two of them.
   Cluster cluster(staged_spec("chunk_tokens = 16\n", "kv_page_size = 64\nstaging_ring_bytes = 16384\n"));
