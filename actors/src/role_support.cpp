@@ -13,6 +13,34 @@ protocol::Result<uint32_t> setting_u32(const config::Settings& s, std::string_vi
   return uint32_t(*v);
 }
 
+template <class T, class Get>
+SettingsReader& SettingsReader::read(T& field, Get&& get) {
+  if (error_) return *this;
+  auto v = get();
+  if (v)
+    field = T(*v);
+  else
+    error_ = v.error();
+  return *this;
+}
+
+SettingsReader& SettingsReader::u32(std::string_view key, uint32_t& field, uint32_t min, uint32_t max) {
+  return read(field, [&] { return s_.get_uint(key, field, min, max); });
+}
+
+SettingsReader& SettingsReader::u64(std::string_view key, uint64_t& field, uint64_t min, uint64_t max) {
+  return read(field, [&] { return s_.get_uint(key, field, min, max); });
+}
+
+SettingsReader& SettingsReader::ms(std::string_view key, std::chrono::milliseconds& field) {
+  return read(field, [&] { return s_.get_ms(key, field); });
+}
+
+protocol::Status SettingsReader::status() const {
+  if (error_) return *error_;
+  return {};
+}
+
 protocol::Result<protocol::KvLayout> kv_layout_setting(const config::Settings& s, const model::ModelConfig& m,
                                                        uint32_t num_pages) {
   auto page_size = setting_u32(s, "kv_page_size", m.page_size, 1, 4096);

@@ -145,22 +145,14 @@ TransferPool spawn_transfer_pool(caf::actor_system& system, transport::Engine& e
 }
 
 protocol::Status read_transfer_settings(const config::Settings& s, SupervisorConfig& out) {
-  auto restarts = setting_u32(s, "worker_max_restarts", out.max_restarts, 0, 100000);
-  if (!restarts) return restarts.error();
-  out.max_restarts = *restarts;
-  auto window = s.get_ms("worker_restart_window_ms", out.window);
-  if (!window) return window.error();
-  out.window = std::max(*window, std::chrono::milliseconds(1));
-  auto slow = s.get_ms("slow_transfer_ms", out.worker.slow_threshold);
-  if (!slow) return slow.error();
-  out.worker.slow_threshold = *slow;
-  auto fw = setting_u32(s, "session_failure_window", out.worker.failure_window, 1, 100000);
-  if (!fw) return fw.error();
-  out.worker.failure_window = *fw;
-  auto pct = setting_u32(s, "session_failure_pct", out.worker.failure_threshold_pct, 0, 100);
-  if (!pct) return pct.error();
-  out.worker.failure_threshold_pct = *pct;
-  return {};
+  SettingsReader read(s);
+  read.u32("worker_max_restarts", out.max_restarts, 0, 100000)
+      .ms("worker_restart_window_ms", out.window)
+      .ms("slow_transfer_ms", out.worker.slow_threshold)
+      .u32("session_failure_window", out.worker.failure_window, 1, 100000)
+      .u32("session_failure_pct", out.worker.failure_threshold_pct, 0, 100);
+  out.window = std::max(out.window, std::chrono::milliseconds(1));
+  return read.status();
 }
 
 }  // namespace epd::actors

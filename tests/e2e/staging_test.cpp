@@ -12,6 +12,7 @@
 #include <thread>
 #include <zmq.hpp>
 
+#include "../launcher/test_util.hpp"
 #include "cluster.hpp"
 #include "epd/protocol/codec.hpp"
 #include "workload.hpp"
@@ -263,4 +264,28 @@ TEST_CASE(
   CHECK(prefill["source_slots_free"] == prefill["source_slots"]);
   CHECK(staging_of(cluster, "decode-0", [](const json& s) { return s["ring_used"] == 0; })["ring_used"] == 0);
   stop_cleanly(cluster);
+}
+
+TEST_CASE("staging: bad KV layout and staging settings stop the role at start with a clear error",
+          "[e2e][multiproc][staging]") {
+  using namespace std::chrono_literals;
+  const std::vector<std::pair<std::string, std::string>> bad{
+      {"kv_dtype = \"f8\"\n", "kv_dtype"},
+      {"kv_order = \"sideways\"\n", "kv_order"},
+      {"kv_page_size = 0\n", "kv_page_size"},
+      {"kv_page_size = 5000\n", "kv_page_size"},
+      {"staging_ring_bytes = 1099511627776\n", "staging_ring_bytes"},  // 1 TiB
+      {"staging_scatter_delay_ms = -5\n", "staging_scatter_delay_ms"}};
+  for (const auto& [line, key] : bad) {
+    Cluster cluster(staged_spec("", line));  // only writes the config; nothing is started
+    launcher::test::Proc decode({std::string(EPD_BIN_DIR) + "/epd-decode", "--config",
+                                 cluster.config_file().string(), "--id", "decode-0"});
+    auto status = decode.wait(10s);
+    REQUIRE(status);
+    decode.read_all(1s);
+    INFO(line << decode.output());
+    CHECK(WIFEXITED(*status));
+    CHECK(WEXITSTATUS(*status) == 2);
+    CHECK(decode.output().find(key) != std::string::npos);
+  }
 }

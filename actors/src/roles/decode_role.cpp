@@ -539,27 +539,15 @@ caf::behavior decode_role(caf::stateful_actor<DecodeState>* self, RoleContext ct
 protocol::Result<RoleHandle> spawn_decode(RoleContext& ctx) {
   DecodeSettings s;
   const auto& cfg = ctx.instance->settings;
-  auto kv = setting_u32(cfg, "kv_pages", s.kv_pages, 1, 1u << 24);
-  if (!kv) return kv.error();
-  s.kv_pages = *kv;
-  auto aux = setting_u32(cfg, "aux_slots", s.aux_slots, 1, 1u << 20);
-  if (!aux) return aux.error();
-  s.aux_slots = *aux;
-  auto batch = setting_u32(cfg, "max_batch", s.max_batch, 1, 4096);
-  if (!batch) return batch.error();
-  s.max_batch = *batch;
-  auto wt = cfg.get_ms("waiting_timeout_ms", s.waiting_timeout);
-  if (!wt) return wt.error();
-  s.waiting_timeout = *wt;
-  auto at = cfg.get_ms("abort_timeout_ms", s.abort_timeout);
-  if (!at) return at.error();
-  s.abort_timeout = *at;
-  auto ring = cfg.get_uint("staging_ring_bytes", s.staging_ring_bytes, 0, uint64_t{1} << 36);
-  if (!ring) return ring.error();
-  s.staging_ring_bytes = *ring;
-  auto delay = cfg.get_ms("staging_scatter_delay_ms", s.staging_scatter_delay);
-  if (!delay) return delay.error();
-  s.staging_scatter_delay = *delay;
+  SettingsReader read(cfg);
+  read.u32("kv_pages", s.kv_pages, 1, 1u << 24)
+      .u32("aux_slots", s.aux_slots, 1, 1u << 20)
+      .u32("max_batch", s.max_batch, 1, 4096)
+      .ms("waiting_timeout_ms", s.waiting_timeout)
+      .ms("abort_timeout_ms", s.abort_timeout)
+      .u64("staging_ring_bytes", s.staging_ring_bytes, 0, uint64_t{1} << 36)
+      .ms("staging_scatter_delay_ms", s.staging_scatter_delay);
+  if (auto st = read.status(); !st) return st.error();
   auto kv_layout = kv_layout_setting(cfg, ctx.model, s.kv_pages);
   if (!kv_layout) return kv_layout.error();
   s.layout = *kv_layout;

@@ -315,15 +315,11 @@ caf::behavior encoder_role(caf::stateful_actor<EncoderState>* self, RoleContext 
 protocol::Result<RoleHandle> spawn_encoder(RoleContext& ctx) {
   EncoderSettings s;
   const auto& cfg = ctx.instance->settings;
-  auto slots = setting_u32(cfg, "embed_slots", s.embed_slots, 1, 1u << 16);
-  if (!slots) return slots.error();
-  s.embed_slots = *slots;
-  auto workers = setting_u32(cfg, "transfer_workers", s.transfer_workers, 1, 64);
-  if (!workers) return workers.error();
-  s.transfer_workers = *workers;
-  auto wt = cfg.get_ms("waiting_timeout_ms", s.waiting_timeout);
-  if (!wt) return wt.error();
-  s.waiting_timeout = *wt;
+  SettingsReader read(cfg);
+  read.u32("embed_slots", s.embed_slots, 1, 1u << 16)
+      .u32("transfer_workers", s.transfer_workers, 1, 64)
+      .ms("waiting_timeout_ms", s.waiting_timeout);
+  if (auto st = read.status(); !st) return st.error();
   if (auto st = read_transfer_settings(cfg, s.transfer); !st) return st.error();
   const uint64_t slot_bytes = uint64_t(ctx.model.max_image_patches) * ctx.model.d_model * sizeof(float);
   if (auto r = ctx.engine->allocate(kEmbedRegion, slot_bytes * s.embed_slots); !r) return r.error();

@@ -510,22 +510,16 @@ caf::behavior prefill_role(caf::stateful_actor<PrefillState>* self, RoleContext 
 protocol::Result<RoleHandle> spawn_prefill(RoleContext& ctx) {
   PrefillSettings s;
   const auto& cfg = ctx.instance->settings;
-  for (auto [key, field, min, max] : {std::tuple{"kv_pages", &s.kv_pages, 1u, 1u << 24},
-                                      std::tuple{"chunk_tokens", &s.chunk_tokens, 1u, 1u << 20},
-                                      std::tuple{"transfer_workers", &s.transfer_workers, 1u, 64u},
-                                      std::tuple{"embed_slots", &s.embed_slots, 1u, 1u << 16},
-                                      std::tuple{"aux_slots", &s.aux_slots, 1u, 1u << 20},
-                                      std::tuple{"staging_slots", &s.staging_slots, 1u, 1024u}}) {
-    auto v = setting_u32(cfg, key, *field, min, max);
-    if (!v) return v.error();
-    *field = *v;
-  }
-  auto bt = cfg.get_ms("bootstrap_timeout_ms", s.bootstrap_timeout);
-  if (!bt) return bt.error();
-  s.bootstrap_timeout = *bt;
-  auto swt = cfg.get_ms("staging_wait_timeout_ms", s.staging_wait_timeout);
-  if (!swt) return swt.error();
-  s.staging_wait_timeout = *swt;
+  SettingsReader read(cfg);
+  read.u32("kv_pages", s.kv_pages, 1, 1u << 24)
+      .u32("chunk_tokens", s.chunk_tokens, 1, 1u << 20)
+      .u32("transfer_workers", s.transfer_workers, 1, 64)
+      .u32("embed_slots", s.embed_slots, 1, 1u << 16)
+      .u32("aux_slots", s.aux_slots, 1, 1u << 20)
+      .u32("staging_slots", s.staging_slots, 1, 1024)
+      .ms("bootstrap_timeout_ms", s.bootstrap_timeout)
+      .ms("staging_wait_timeout_ms", s.staging_wait_timeout);
+  if (auto st = read.status(); !st) return st.error();
   if (auto st = read_transfer_settings(cfg, s.transfer); !st) return st.error();
   auto kv_layout = kv_layout_setting(cfg, ctx.model, s.kv_pages);
   if (!kv_layout) return kv_layout.error();

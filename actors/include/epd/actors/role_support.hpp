@@ -3,6 +3,7 @@
 #include <caf/all.hpp>
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "epd/actors/bridge.hpp"
@@ -16,6 +17,26 @@ namespace epd::actors {
 
 protocol::Result<uint32_t> setting_u32(const config::Settings& s, std::string_view key, uint32_t fallback,
                                        uint32_t min, uint32_t max);
+
+// Reads a role's settings straight into its fields, each defaulting to the field's current value; the
+// first bad value is kept and reported by status():
+//   SettingsReader r(cfg);
+//   r.u32("kv_pages", s.kv_pages, 1, 1u << 24).ms("waiting_timeout_ms", s.waiting_timeout);
+//   if (auto st = r.status(); !st) return st.error();
+class SettingsReader {
+ public:
+  explicit SettingsReader(const config::Settings& s) : s_(s) {}
+  SettingsReader& u32(std::string_view key, uint32_t& field, uint32_t min, uint32_t max);
+  SettingsReader& u64(std::string_view key, uint64_t& field, uint64_t min, uint64_t max);
+  SettingsReader& ms(std::string_view key, std::chrono::milliseconds& field);
+  protocol::Status status() const;
+
+ private:
+  template <class T, class Get>
+  SettingsReader& read(T& field, Get&& get);
+  const config::Settings& s_;
+  std::optional<protocol::Error> error_;
+};
 
 // The KV pool layout keys prefill and decode share (docs/staging.md): kv_page_size (default: the model's),
 // kv_dtype (f32 | f16 | bf16), kv_order (token_head_dim | head_token_dim).
