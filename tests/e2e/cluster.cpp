@@ -8,13 +8,17 @@
 #include <httplib.h>
 #include <chrono>
 #include <fstream>
+#include <mutex>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
 
 namespace epd::testing {
 
-int free_port() {
+namespace {
+
+int ephemeral_port() {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;
@@ -25,6 +29,19 @@ int free_port() {
   ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
   ::close(fd);
   return ntohs(a.sin_port);
+}
+
+}  // namespace
+
+// The kernel may hand a just-closed ephemeral port out again (CI once got one port for two instances of
+// one config): never return the same port twice in this process.
+int free_port() {
+  static std::mutex mu;
+  static std::set<int> given;
+  std::lock_guard lock(mu);
+  int p = ephemeral_port();
+  while (!given.insert(p).second) p = ephemeral_port();
+  return p;
 }
 
 void MemorySink::write_line(std::string_view line) {
