@@ -7,6 +7,8 @@
 #include <spdlog/spdlog.h>
 #include <xxhash.h>
 
+#include <algorithm>
+
 #include "epd/actors/aux_record.hpp"
 #include "epd/actors/role_support.hpp"
 #include "epd/model/kv_staging.hpp"
@@ -217,10 +219,16 @@ void on_stage_timeout(PrefillState& st, uint64_t id, uint32_t chunk) {
   if (ch == it->second.chunks.end() || ch->second.writing) return;
   const StagedChunk& c = ch->second;
   const auto* target = st.staging.count(it->second.decode) ? &st.staging.at(it->second.decode) : nullptr;
-  std::string where =
-      c.granted ? "for the watermark to pass ring position " + std::to_string(c.position + c.bytes) +
-                      (target ? " (it is at " + std::to_string(target->window.watermark()) + ")" : "")
-                : "for STAGING_RSP";
+  // What it was waiting for: its grant, ring space (the watermark), or one of this prefill's source buffers.
+  std::string where = "for STAGING_RSP";
+  if (c.granted && target && target->window.may_write(c.position, c.bytes))
+    where = "for a free staging source buffer (all " + std::to_string(st.stage_slots.total()) + " busy)";
+  else if (c.granted && target)  // the rule: watermark + ring size >= position + bytes
+    where = "for the watermark to reach ring position " +
+            std::to_string(c.position + c.bytes - std::min(c.position + c.bytes, target->window.size())) +
+            " (it is at " + std::to_string(target->window.watermark()) + ")";
+  else if (c.granted)
+    where = "for the watermark";
   fail_room(st, id,
             make_error(ErrorCode::waiting_timeout,
                        "staged chunk " + std::to_string(chunk) + " (" + std::to_string(c.bytes) +
