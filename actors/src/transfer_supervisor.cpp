@@ -128,19 +128,20 @@ caf::behavior supervisor(caf::stateful_actor<SupervisorState>* self, transport::
 
 }  // namespace
 
-TransferPool spawn_transfer_pool(caf::actor_system& system, transport::Engine& engine, BridgePtr bridge,
-                                 SupervisorConfig config, std::shared_ptr<LoadGauge> load, caf::actor role) {
+TransferPool spawn_transfer_pool(caf::event_based_actor* role, const RoleContext& ctx,
+                                 SupervisorConfig config) {
   auto workers = std::make_shared<std::vector<caf::actor>>();
   SupervisorState tmp;
-  tmp.engine = &engine;
-  tmp.bridge = bridge;
+  tmp.engine = ctx.engine;
+  tmp.bridge = ctx.bridge;
   tmp.config = config;
-  tmp.load = load;
-  for (uint32_t i = 0; i < config.workers; ++i) workers->push_back(spawn_worker(system, tmp, i));
+  tmp.load = ctx.load;
+  for (uint32_t i = 0; i < config.workers; ++i) workers->push_back(spawn_worker(*ctx.system, tmp, i));
   TransferPool pool;
   pool.workers = *workers;
-  pool.supervisor = system.spawn(supervisor, &engine, std::move(bridge), std::move(config), std::move(load),
-                                 std::move(role), workers);
+  pool.supervisor = ctx.system->spawn(supervisor, ctx.engine, ctx.bridge, std::move(config), ctx.load,
+                                      caf::actor_cast<caf::actor>(role), workers);
+  role->link_to(pool.supervisor);
   return pool;
 }
 

@@ -154,11 +154,9 @@ caf::behavior encoder_role(caf::stateful_actor<EncoderState>* self, RoleContext 
   SupervisorConfig sc = settings.transfer;
   sc.name = "encoder-transfer";
   sc.workers = settings.transfer_workers;
-  auto pool = spawn_transfer_pool(*st.ctx.system, *st.ctx.engine, st.ctx.bridge, sc, st.ctx.load,
-                                  caf::actor_cast<caf::actor>(self));
+  auto pool = spawn_transfer_pool(self, st.ctx, sc);
   st.workers = pool.workers;
   st.supervisor = pool.supervisor;
-  self->link_to(st.supervisor);
   st.compute =
       st.ctx.system->spawn<caf::detached>(encode_compute, st.ctx.model, caf::actor_cast<caf::actor>(self));
   self->link_to(st.compute);

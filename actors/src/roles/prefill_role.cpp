@@ -420,11 +420,9 @@ caf::behavior prefill_role(caf::stateful_actor<PrefillState>* self, RoleContext 
   SupervisorConfig sc = settings.transfer;
   sc.name = "prefill-transfer";
   sc.workers = settings.transfer_workers;
-  auto pool = spawn_transfer_pool(*st.ctx.system, *st.ctx.engine, st.ctx.bridge, sc, st.ctx.load,
-                                  caf::actor_cast<caf::actor>(self));
+  auto pool = spawn_transfer_pool(self, st.ctx, sc);
   st.workers = pool.workers;
   st.supervisor = pool.supervisor;
-  self->link_to(st.supervisor);
   st.compute = spawn_prefill_compute(*st.ctx.system, st.ctx.model,
                                      model::KvPool{reinterpret_cast<std::byte*>(kv->base), st.layout},
                                      caf::actor_cast<caf::actor>(self));

@@ -13,6 +13,7 @@
 
 #include "epd/actors/bridge.hpp"
 #include "epd/actors/load_gauge.hpp"
+#include "epd/actors/role_context.hpp"
 #include "epd/actors/transfer_worker.hpp"
 #include "epd/config/settings.hpp"
 
@@ -44,8 +45,10 @@ struct TransferPool {
   std::vector<caf::actor> workers;
 };
 
-TransferPool spawn_transfer_pool(caf::actor_system& system, transport::Engine& engine, BridgePtr bridge,
-                                 SupervisorConfig config, std::shared_ptr<LoadGauge> load, caf::actor role);
+// Spawns a role's transfer workers under a supervisor that reports to `role` and is linked to it (the
+// role and its supervisor stop together).
+TransferPool spawn_transfer_pool(caf::event_based_actor* role, const RoleContext& ctx,
+                                 SupervisorConfig config);
 
 // Role settings shared by every role with transfer workers (docs/failure-handling.md).
 inline constexpr std::string_view kTransferSettingKeys[] = {"worker_max_restarts", "worker_restart_window_ms",
