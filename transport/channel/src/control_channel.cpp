@@ -252,6 +252,10 @@ Result<std::unique_ptr<ControlChannel>> ControlChannel::start(ChannelConfig conf
   try {
     impl->router.set(zmq::sockopt::linger, impl->config.linger_ms);
     impl->router.set(zmq::sockopt::router_mandatory, 1);
+    // A peer's new connection takes its routing id over from an old one we have not seen close yet (it
+    // reconnected while we were stalled, or after it dropped a connection it thought dead): without this,
+    // libzmq leaves the new connection anonymous and silently drops everything it sends.
+    impl->router.set(zmq::sockopt::router_handover, 1);
     impl->router.set(zmq::sockopt::maxmsgsize, impl->config.max_frame_bytes);
     impl->router.set(zmq::sockopt::sndhwm, impl->config.send_hwm);
     impl->router.bind(impl->config.bind_endpoint);
