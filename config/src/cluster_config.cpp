@@ -159,8 +159,8 @@ Result<transport::EngineConfig> engine_config_for(const InstanceConfig& inst) {
   const Settings& s = inst.transport;
   if (auto st = s.only_keys({"backend", "host", "tcp_port", "tcp_lanes", "tcp_slice_bytes",
                              "tcp_op_timeout_ms", "connect_timeout_ms", "fault_error_rate", "fault_delay_us",
-                             "fault_throw_after_ops", "fault_seed", "rdma_device", "rdma_gid_index",
-                             "rdma_qps_per_peer", "rdma_slice_bytes"});
+                             "fault_stall_us", "fault_throw_after_ops", "fault_seed", "rdma_device",
+                             "rdma_gid_index", "rdma_qps_per_peer", "rdma_slice_bytes"});
       !st)
     return st.error();
   transport::EngineConfig e;
@@ -173,6 +173,7 @@ Result<transport::EngineConfig> engine_config_for(const InstanceConfig& inst) {
       return make_error(ErrorCode::config_error,
                         s.where() + ": key 'backend' must be auto, shm, tcp or rdma, got '" + backend + "'");
     e.force = *kind;
+    e.offer = {*kind};  // an instance told to speak one backend serves only that one too
   }
   std::string host;
   EPD_TRY_ASSIGN(host, s.get_string("host", e.tcp.listen_host));
@@ -193,9 +194,12 @@ Result<transport::EngineConfig> engine_config_for(const InstanceConfig& inst) {
   e.fault.error_rate = rate;
   EPD_TRY_ASSIGN(v, s.get_uint("fault_delay_us", 0, 0, 60'000'000));
   e.fault.delay_us = uint32_t(v);
+  EPD_TRY_ASSIGN(v, s.get_uint("fault_stall_us", 0, 0, 60'000'000));
+  e.fault.stall_us = uint32_t(v);
   EPD_TRY_ASSIGN(e.fault.throw_after_ops, s.get_uint("fault_throw_after_ops", 0));
   EPD_TRY_ASSIGN(e.fault.seed, s.get_uint("fault_seed", 1));
-  e.fault.enabled = e.fault.error_rate > 0 || e.fault.delay_us > 0 || e.fault.throw_after_ops > 0;
+  e.fault.enabled =
+      e.fault.error_rate > 0 || e.fault.delay_us > 0 || e.fault.stall_us > 0 || e.fault.throw_after_ops > 0;
   EPD_TRY_ASSIGN(e.rdma.device, s.get_string("rdma_device", ""));
   EPD_TRY_ASSIGN(v, s.get_uint("rdma_gid_index", 0, 0, 255));
   if (s.has("rdma_gid_index")) e.rdma.gid_index = int(v);

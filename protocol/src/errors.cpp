@@ -33,6 +33,8 @@ constexpr std::array kTable = {
     ErrorInfo{C::injected_fault, "injected_fault", true, "failure injected by the fault backend"},
     ErrorInfo{C::remote_access, "remote_access", true, "the target refused the access (RDMA remote access)"},
     ErrorInfo{C::worker_crashed, "worker_crashed", true, "the transfer worker owning the room crashed"},
+    ErrorInfo{C::fenced, "fenced", false,
+              "the receiver revoked the writer's grant for the target memory (a stale writer)"},
     ErrorInfo{C::unknown_peer, "unknown_peer", false, "no registered instance has this id"},
     ErrorInfo{C::unknown_room, "unknown_room", false, "no room with this id is known here"},
     ErrorInfo{C::bootstrap_timeout, "bootstrap_timeout", true,

@@ -118,7 +118,7 @@ TEST_CASE("tcp listener refuses hostile frames and survives", "[tcp][hostile]") 
   SECTION("garbage is refused and the connection dropped") {
     const int fd = connect_raw(d.tcp_endpoint);
     REQUIRE(fd >= 0);
-    std::vector<uint8_t> junk(40);
+    std::vector<uint8_t> junk(sizeof(WriteHeader));
     fill_random(junk.data(), junk.size(), 7);
     send_all(fd, junk.data(), junk.size());
     Reply r = read_reply(fd);

@@ -4,6 +4,7 @@
 // into.
 #include <memory>
 #include <string>
+#include "epd/transport/fence.hpp"
 
 #include "epd/transport/backend.hpp"
 #include "epd/transport/config.hpp"
@@ -16,6 +17,7 @@ struct BackendContext {
   uint64_t token = 0;  // the engine's segment token; receivers refuse writes without it
   uint64_t incarnation = 0;
   std::string host_id;
+  std::shared_ptr<FenceTable> fences;  // receivers that place bytes themselves enforce it
 };
 
 Result<std::unique_ptr<Backend>> make_shm_backend(const BackendContext& ctx);

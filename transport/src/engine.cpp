@@ -1,9 +1,11 @@
 #include "epd/transport/engine.hpp"
 
+#include <signal.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 
 #include "backend_factory.hpp"
@@ -52,7 +54,7 @@ Status Engine::start() {
   std::vector<BackendKind> kinds = config_.offer;
   if (config_.force && std::find(kinds.begin(), kinds.end(), *config_.force) == kinds.end())
     kinds.push_back(*config_.force);
-  const BackendContext ctx{config_, token_, incarnation_, host_id_};
+  const BackendContext ctx{config_, token_, incarnation_, host_id_, fences_};
   for (BackendKind kind : kinds) {
     if (backends_.count(kind)) continue;
     Factory make = factory_for(kind);
@@ -85,7 +87,7 @@ Engine::~Engine() {
   for (auto& r : regions_) detail::destroy_memfd_region(*r);
 }
 
-Result<Region> Engine::allocate(std::string name, uint64_t bytes) {
+Result<Region> Engine::allocate(std::string name, uint64_t bytes, uint64_t fence_unit) {
   auto region = detail::create_memfd_region("epd:" + config_.instance_id + ":" + name, bytes);
   if (!region) return region.error();
   auto owned = std::make_unique<Region>(std::move(region).value());
@@ -98,6 +100,7 @@ Result<Region> Engine::allocate(std::string name, uint64_t bytes) {
       return st.error();
     }
   }
+  if (fence_unit > 0) fences_->add_region(owned->addr(), owned->length, fence_unit);
   regions_.push_back(std::move(owned));
   return *regions_.back();
 }
@@ -173,6 +176,20 @@ Result<SessionPtr> Engine::open_session(const protocol::SegmentDescriptor& peer)
   spdlog::debug("transport[{}]: session to {} over {}", config_.instance_id, peer.instance_id,
                 backend_name(*kind));
   return session;
+}
+
+bool Engine::fences_writes_from(const protocol::SegmentDescriptor& writer) const {
+  const auto self = descriptor();
+  for (BackendKind kind : offered()) {
+    if (kind == BackendKind::tcp) continue;  // the receiver admits every frame (fence.hpp)
+    if (backends_.at(kind)->can_reach(writer, self)) return false;
+  }
+  return true;
+}
+
+bool Engine::writer_gone(const protocol::SegmentDescriptor& writer) const {
+  if (writer.host_id.empty() || writer.host_id != host_id_ || writer.pid <= 0) return false;
+  return ::kill(writer.pid, 0) != 0 && errno == ESRCH;
 }
 
 FaultStats Engine::fault_stats() const {

@@ -71,8 +71,8 @@ Result<BatchPtr> Session::submit(std::span<const WriteOp> ops) {
                                                            " is not inside one of my regions");
     if (op.len == 0) continue;
     bytes += op.len;
-    resolved.push_back(
-        ResolvedOp{reinterpret_cast<const uint8_t*>(op.local_addr), op.len, op.remote_addr, local, remote});
+    resolved.push_back(ResolvedOp{reinterpret_cast<const uint8_t*>(op.local_addr), op.len, op.remote_addr,
+                                  local, remote, op.fence});
   }
   auto batch = std::make_shared<Batch>(batch_ids_.fetch_add(1, std::memory_order_relaxed), resolved.size(),
                                        bytes, counters_);

@@ -41,6 +41,7 @@ class FaultLink final : public Link {
     // replay the faults of the one before it.
     seed_ = fault_session_seed(config_.seed, counters_->links.fetch_add(1));
     if (config_.delay_us > 0) delays_ = DelayQueue::start(std::chrono::microseconds(config_.delay_us));
+    if (config_.stall_us > 0) stalls_ = DelayQueue::start(std::chrono::microseconds(config_.stall_us));
   }
   ~FaultLink() override { close(); }
 
@@ -70,6 +71,21 @@ class FaultLink final : public Link {
       counters_->delayed.fetch_add(1);
       return delays_->post([batch, e](bool) mutable { batch->fail(std::move(e)); });
     }
+    if (stalls_) {
+      // The bytes move stall_us later, whatever happened to the room meanwhile (a frozen writer).
+      counters_->delayed.fetch_add(1);
+      return stalls_->post(
+          [this, batch, held = std::vector<ResolvedOp>(ops.begin(), ops.end())](bool cancelled) {
+            if (cancelled)
+              return batch->fail(make_error(ErrorCode::session_closed, "closed while a stall was pending"));
+            submit_now(batch, held);
+          });
+    }
+    submit_now(batch, ops);
+  }
+
+  void submit_now(const BatchPtr& batch, std::span<const ResolvedOp> ops) {
+    const uint64_t n = ops.size();
     if (!delays_) return inner_->submit(batch, ops);
     // The inner link completes a proxy; the real batch completes delay_us later on the timer thread.
     auto proxy = std::make_shared<Batch>(batch->id(), n, batch->bytes());
@@ -88,6 +104,7 @@ class FaultLink final : public Link {
   }
 
   void close() override {
+    if (stalls_) stalls_->stop();  // fails what is still held, before the inner link goes
     inner_->close();
     if (delays_) delays_->stop();
   }
@@ -98,6 +115,7 @@ class FaultLink final : public Link {
   const FaultConfig config_;
   std::shared_ptr<FaultCounters> counters_;
   std::shared_ptr<DelayQueue> delays_;
+  std::shared_ptr<DelayQueue> stalls_;
   uint64_t seed_ = 0;
   std::atomic<uint64_t> next_op_{0};
   std::atomic<bool> crashed_{false};

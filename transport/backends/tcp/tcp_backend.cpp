@@ -39,7 +39,7 @@ class TcpBackend final : public Backend {
 
 Result<std::unique_ptr<Backend>> make_tcp_backend(const BackendContext& ctx) {
   const tcp::Endpoint at{ctx.config.tcp.listen_host, ctx.config.tcp.listen_port};
-  auto receiver = tcp::Receiver::start(at, ctx.token, ctx.config.instance_id);
+  auto receiver = tcp::Receiver::start(at, ctx.token, ctx.config.instance_id, ctx.fences);
   if (!receiver) return receiver.error();
   return std::unique_ptr<Backend>(new tcp::TcpBackend(ctx.config.tcp, std::move(receiver).value()));
 }

@@ -37,6 +37,7 @@ struct Slice {
   uint64_t len;
   uint64_t addr;
   uint64_t seq;
+  uint64_t fence;
 };
 
 struct Lane {
@@ -130,6 +131,7 @@ void LinkState::send_loop(Lane& lane) {
         h.token = token;
         h.addr = s.addr;
         h.len = s.len;
+        h.fence = s.fence;
         iov[2 * i] = {&h, sizeof(h)};
         iov[2 * i + 1] = {const_cast<uint8_t*>(s.src), s.len};
       }
@@ -283,7 +285,7 @@ void TcpLink::submit(const BatchPtr& batch, std::span<const ResolvedOp> ops) {
         std::lock_guard lock(lane.mu);
         if (lane.broken) break;
         lane.queued.push_back(
-            Slice{batch, op.src + off, std::min(slice, op.len - off), op.remote_addr + off, 0});
+            Slice{batch, op.src + off, std::min(slice, op.len - off), op.remote_addr + off, 0, op.fence});
       }
       lane.cv.notify_one();
     }

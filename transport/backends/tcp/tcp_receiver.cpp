@@ -28,7 +28,8 @@ bool send_reply(int fd, uint8_t type, ErrorCode code, uint64_t seq) {
 
 }  // namespace
 
-Result<std::unique_ptr<Receiver>> Receiver::start(const Endpoint& at, uint64_t token, std::string name) {
+Result<std::unique_ptr<Receiver>> Receiver::start(const Endpoint& at, uint64_t token, std::string name,
+                                                  std::shared_ptr<FenceTable> fences) {
   uint16_t port = 0;
   auto fd = listen_on(at, &port);
   if (!fd) return fd.error();
@@ -37,18 +38,20 @@ Result<std::unique_ptr<Receiver>> Receiver::start(const Endpoint& at, uint64_t t
     close(*fd);
     return make_error(ErrorCode::io_error, std::string("eventfd: ") + strerror(errno));
   }
-  std::unique_ptr<Receiver> r(
-      new Receiver(*fd, wake, token, std::move(name), at.host + ":" + std::to_string(port)));
+  std::unique_ptr<Receiver> r(new Receiver(*fd, wake, token, std::move(name),
+                                           at.host + ":" + std::to_string(port), std::move(fences)));
   r->acceptor_ = std::thread([p = r.get()] { p->accept_loop(); });
   return r;
 }
 
-Receiver::Receiver(int listen_fd, int wake_fd, uint64_t token, std::string name, std::string endpoint)
+Receiver::Receiver(int listen_fd, int wake_fd, uint64_t token, std::string name, std::string endpoint,
+                   std::shared_ptr<FenceTable> fences)
     : listen_fd_(listen_fd),
       wake_fd_(wake_fd),
       token_(token),
       name_(std::move(name)),
-      endpoint_(std::move(endpoint)) {}
+      endpoint_(std::move(endpoint)),
+      fences_(std::move(fences)) {}
 
 Receiver::~Receiver() {
   stop_.store(true);
@@ -133,10 +136,14 @@ void Receiver::serve(Conn& conn) {
     }
     ErrorCode refused = ErrorCode::ok;
     uint8_t* dst = nullptr;
+    auto admission = FenceTable::Admission::unfenced;
     if (h.token != token_)
       refused = ErrorCode::bad_token;
     else if (!(dst = find(h.addr, h.len)))
       refused = ErrorCode::out_of_range;
+    else if (fences_ &&
+             (admission = fences_->admit(h.fence, h.addr, h.len)) == FenceTable::Admission::refused)
+      refused = ErrorCode::fenced;  // a stale writer: its grant was revoked, the memory may be reused
     if (refused != ErrorCode::ok) {
       if (scratch.empty()) scratch.resize(kDrainChunk);
       uint64_t left = h.len;
@@ -151,7 +158,9 @@ void Receiver::serve(Conn& conn) {
       unacked = 0;
       continue;
     }
-    if (h.len > 0 && !recv_exact(fd, dst, h.len)) break;  // straight into place
+    const bool placed = h.len == 0 || recv_exact(fd, dst, h.len);  // straight into place
+    if (admission == FenceTable::Admission::admitted) fences_->landed(h.fence);
+    if (!placed) break;
     ack_seq = h.seq;
     ++unacked;
     if (h.len >= kAckAlwaysAbove || unacked >= kAckEvery || readable_bytes(fd) == 0) {

@@ -1,7 +1,8 @@
 #pragma once
 // The receiving side of the tcp backend: one listener per engine, one thread per incoming lane. Every frame
 // is checked (magic, size, token, range inside one registered region) before its payload is received straight
-// into the region; refused payloads are drained so the stream stays framed, and answered with a nack.
+// into the region (after the fence table admitted it, for a fenced region); refused payloads are drained so
+// the stream stays framed, and answered with a nack.
 #include <atomic>
 #include <cstdint>
 #include <list>
@@ -12,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "epd/transport/fence.hpp"
 #include "epd/transport/types.hpp"
 #include "socket_util.hpp"
 
@@ -19,7 +21,8 @@ namespace epd::transport::tcp {
 
 class Receiver {
  public:
-  static Result<std::unique_ptr<Receiver>> start(const Endpoint& at, uint64_t token, std::string name);
+  static Result<std::unique_ptr<Receiver>> start(const Endpoint& at, uint64_t token, std::string name,
+                                                 std::shared_ptr<FenceTable> fences);
   // Stops accepting, shuts every connection down and joins every thread.
   ~Receiver();
 
@@ -36,7 +39,8 @@ class Receiver {
     uint64_t base, length;
   };
 
-  Receiver(int listen_fd, int wake_fd, uint64_t token, std::string name, std::string endpoint);
+  Receiver(int listen_fd, int wake_fd, uint64_t token, std::string name, std::string endpoint,
+           std::shared_ptr<FenceTable> fences);
   void accept_loop();
   void serve(Conn& conn);
   uint8_t* find(uint64_t addr, uint64_t len) const;
@@ -47,6 +51,7 @@ class Receiver {
   const uint64_t token_;
   const std::string name_;
   const std::string endpoint_;
+  const std::shared_ptr<FenceTable> fences_;  // may be null (no region fenced)
   std::atomic<bool> stop_{false};
   std::thread acceptor_;
   std::mutex conns_mu_;

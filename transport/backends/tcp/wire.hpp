@@ -11,14 +11,14 @@ static_assert(std::endian::native == std::endian::little, "frames are little-end
 
 inline constexpr uint32_t kWriteMagic = 0x57445045;  // "EPDW" on the wire
 inline constexpr uint32_t kReplyMagic = 0x41445045;  // "EPDA" on the wire
-inline constexpr uint8_t kWireVersion = 1;
+inline constexpr uint8_t kWireVersion = 2;           // 2: write headers carry a fence key
 inline constexpr uint8_t kTypeWrite = 1;
 inline constexpr uint8_t kTypeAck = 2;   // every frame up to and including seq is in place
 inline constexpr uint8_t kTypeNack = 3;  // frames before seq are in place; seq was refused with `code`
 // A receiver never accepts a longer payload: it bounds what a hostile header can make it drain.
 inline constexpr uint64_t kMaxFrameBytes = 64ull << 20;
 
-struct WriteHeader {  // 40 bytes, then `len` payload bytes
+struct WriteHeader {  // 48 bytes, then `len` payload bytes
   uint32_t magic = kWriteMagic;
   uint8_t version = kWireVersion;
   uint8_t type = kTypeWrite;
@@ -27,8 +27,9 @@ struct WriteHeader {  // 40 bytes, then `len` payload bytes
   uint64_t token = 0;
   uint64_t addr = 0;  // in the receiver's address space
   uint64_t len = 0;
+  uint64_t fence = 0;  // the receiver's grant for the target units (0: the target is not fenced)
 };
-static_assert(sizeof(WriteHeader) == 40);
+static_assert(sizeof(WriteHeader) == 48);
 
 struct Reply {  // 16 bytes
   uint32_t magic = kReplyMagic;

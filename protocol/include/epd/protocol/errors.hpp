@@ -33,6 +33,7 @@ enum class ErrorCode : uint16_t {
   injected_fault = 29,
   remote_access = 30,
   worker_crashed = 31,
+  fenced = 32,
   // Control plane and rooms.
   unknown_peer = 40,
   unknown_room = 41,

@@ -21,6 +21,7 @@ struct ResolvedOp {
   uint64_t remote_addr = 0;
   const Region* local_region = nullptr;                 // for lkey
   const protocol::RegionDesc* remote_region = nullptr;  // for rkey / shm fd; owned by the session
+  uint64_t fence = 0;                                   // WriteOp::fence
 };
 
 // A backend's connection to one peer (one per Session).

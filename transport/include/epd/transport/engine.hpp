@@ -11,6 +11,7 @@
 #include "epd/transport/backend.hpp"
 #include "epd/transport/config.hpp"
 #include "epd/transport/fault.hpp"
+#include "epd/transport/fence.hpp"
 #include "epd/transport/session.hpp"
 
 namespace epd::transport {
@@ -27,7 +28,8 @@ class Engine {
 
   // Allocates `bytes` (rounded up to the page size) of zeroed, shareable, registered memory.
   // The region lives until the engine is destroyed. Peers see it in descriptors taken after this call.
-  Result<Region> allocate(std::string name, uint64_t bytes);
+  // fence_unit > 0 fences the region in units of that many bytes (fence.hpp): writes need a granted key.
+  Result<Region> allocate(std::string name, uint64_t bytes, uint64_t fence_unit = 0);
   // My regions; the pointers stay valid for the engine's lifetime.
   std::vector<Region> regions() const;
   // Finds the local region holding [addr, addr+len).
@@ -48,6 +50,23 @@ class Engine {
   // Which backend open_session would pick (for logs and tests).
   Result<BackendKind> choose_backend(const protocol::SegmentDescriptor& peer) const;
 
+  // Write fences of the regions allocated with a fence unit (fence.hpp): grant a key for `units` of the
+  // region starting at `base` before a writer is told about them; revoke it before they are reused (false:
+  // a write under it is still landing, ask again).
+  uint64_t grant_writes(uint64_t region_base, std::span<const uint64_t> units, uint64_t key = 0) {
+    return fences_->grant(region_base, units, key);
+  }
+  bool revoke_writes(uint64_t key) { return fences_->revoke(key); }
+  FenceStats fence_stats() const { return fences_->stats(); }
+  // True when every way `writer` could write into this engine's memory is refused here once its key is
+  // revoked: only backends that receive on our side (tcp) are offered to it. False when it could map our
+  // memory (shm, same host) or write it with its own NIC (rdma): then only the writer's own word (or its
+  // death) says that it stopped.
+  bool fences_writes_from(const protocol::SegmentDescriptor& writer) const;
+  // True when `writer` certainly writes nothing any more because its process is gone (same host only:
+  // checked through its pid; a writer on another host is never known gone here).
+  bool writer_gone(const protocol::SegmentDescriptor& writer) const;
+
   // Totals of every fault link this engine created (all zero unless config.fault.enabled).
   FaultStats fault_stats() const;
 
@@ -64,6 +83,7 @@ class Engine {
   std::map<BackendKind, std::unique_ptr<Backend>> backends_;
   std::vector<std::weak_ptr<Session>> sessions_;  // closed by the destructor
   std::shared_ptr<FaultCounters> fault_counters_;
+  std::shared_ptr<FenceTable> fences_ = std::make_shared<FenceTable>();
   std::atomic<uint64_t> next_batch_id_{1};
 };
 

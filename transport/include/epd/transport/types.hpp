@@ -26,6 +26,7 @@ struct WriteOp {
   uint64_t local_addr = 0;
   uint64_t remote_addr = 0;
   uint64_t len = 0;
+  uint64_t fence = 0;  // the key the receiver granted for the target units (fence.hpp); 0: unfenced target
 };
 
 }  // namespace epd::transport
