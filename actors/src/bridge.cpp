@@ -47,6 +47,11 @@ void Bridge::set_default(caf::actor target) {
   default_ = std::move(target);
 }
 
+void Bridge::subscribe_errors_about(MessageType about, caf::actor target) {
+  std::lock_guard lock(mu_);
+  error_routes_[uint16_t(about)] = std::move(target);
+}
+
 void Bridge::subscribe_liveness(caf::actor target) {
   std::lock_guard lock(mu_);
   liveness_.push_back(std::move(target));
@@ -55,6 +60,7 @@ void Bridge::subscribe_liveness(caf::actor target) {
 void Bridge::unsubscribe_all() {
   std::lock_guard lock(mu_);
   routes_.clear();
+  error_routes_.clear();
   default_ = caf::actor{};
   liveness_.clear();
 }
@@ -80,7 +86,7 @@ void Bridge::on_disconnect(const std::string& endpoint) {
 }
 
 std::vector<uint8_t> Bridge::encode(protocol::Body body) const {
-  return protocol::encode(protocol::Envelope{id_, incarnation_, std::move(body)});
+  return protocol::encode(protocol::Envelope{id_, incarnation_.load(), std::move(body)});
 }
 
 bool Bridge::send(const std::string& peer_id, protocol::Body body) {
@@ -150,6 +156,8 @@ void Bridge::on_frame(const std::string& from, bool via_router, std::vector<uint
     std::lock_guard lock(mu_);
     auto it = routes_.find(env->type());
     target = it != routes_.end() ? it->second : default_;
+    if (auto* err = std::get_if<protocol::ErrorReply>(&env->body))
+      if (auto e = error_routes_.find(err->in_reply_to); e != error_routes_.end()) target = e->second;
   }
   if (!target) {
     ++undeliverable_;

@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <random>
+
 #include "epd/actors/role_support.hpp"
 
 namespace epd::actors {
@@ -9,15 +11,23 @@ namespace {
 
 using protocol::Envelope;
 using protocol::MessageType;
+using clock = std::chrono::steady_clock;
+using drained_atom = caf::atom_constant<caf::atom("drained")>;
+using revive_atom = caf::atom_constant<caf::atom("revive")>;
+
+// registering: HELLO every tick until acknowledged; registered: HEARTBEAT every tick; rejoining: the
+// registry dropped us, the role is failing what it held, HELLO (new incarnation) once it holds nothing.
+enum class Phase { registering, registered, rejoining };
 
 struct MembershipState {
   BridgePtr bridge;
   MembershipConfig config;
   std::shared_ptr<LoadGauge> load;
   caf::actor role;
-  bool acked = false;
+  Phase phase = Phase::registering;
   bool have_peers = false;  // a PEERS arrived since the last HELLO
   uint64_t seq = 0;
+  clock::time_point rejoin_started;
   static inline const char* name = "membership";
 };
 
@@ -44,8 +54,48 @@ void send_heartbeat(MembershipState& st) {
   hb.transfer_retries = st.load->transfer_retries.load();
   hb.transfer_failures = st.load->transfer_failures.load();
   hb.sessions_recycled = st.load->sessions_recycled.load();
+  hb.quarantined_pages = st.load->quarantined_pages.load();
+  if (st.config.engine) hb.fenced_writes = st.config.engine->fence_stats().refused;
   if (st.load->staging.active.load()) hb.staging = st.load->staging.take_snapshot();
   st.bridge->send_to_endpoint(st.config.registry_endpoint, hb);
+}
+
+// How often a rejoin checks whether the role let go of its last room: fast, so that the instance is back
+// well within two heartbeat intervals of waking.
+std::chrono::milliseconds drain_poll(const MembershipState& st) {
+  return std::max(std::chrono::milliseconds(2), st.config.heartbeat_interval / 50);
+}
+
+// The registry dropped us: every peer has failed what it shared with us. Fail and free it here too.
+void start_rejoin(caf::stateful_actor<MembershipState>* self, const std::string& why) {
+  auto& st = self->state;
+  st.phase = Phase::rejoining;
+  st.have_peers = false;
+  st.rejoin_started = clock::now();
+  auto gone = st.bridge->peers().forget_all();
+  spdlog::warn(
+      "membership: {} (incarnation {}); failing what we held ({} room(s), {} peer(s) forgotten) "
+      "and rejoining as a new incarnation",
+      why, st.bridge->incarnation(), st.load->active_rooms.load(), gone.size());
+  if (st.role && !gone.empty()) self->send(st.role, PeerChanges{std::move(gone)});
+  self->send(self, drained_atom::value);
+}
+
+// Once no write of ours is in flight, nothing of the old incarnation can land in a peer's memory any more:
+// register as a new one.
+void continue_rejoin(caf::stateful_actor<MembershipState>* self) {
+  auto& st = self->state;
+  if (st.phase != Phase::rejoining) return;
+  if (st.load->writes_in_flight.load() > 0) {
+    self->delayed_send(self, drain_poll(st), drained_atom::value);
+    return;
+  }
+  const uint64_t old = st.bridge->incarnation();
+  st.bridge->set_incarnation(fresh_incarnation(old));
+  st.phase = Phase::registering;
+  spdlog::info("membership: rejoining as incarnation {} (was {}) after {} ms of draining",
+               st.bridge->incarnation(), old, micros_since(st.rejoin_started) / 1000);
+  send_hello(st);
 }
 
 caf::behavior membership(caf::stateful_actor<MembershipState>* self, BridgePtr bridge,
@@ -62,11 +112,20 @@ caf::behavior membership(caf::stateful_actor<MembershipState>* self, BridgePtr b
       [=](tick_atom) {
         auto& s = self->state;
         // Until the registry acknowledged us, every tick is another HELLO (the registry may start later).
-        if (s.acked)
+        if (s.phase == Phase::registered)
           send_heartbeat(s);
-        else
+        else if (s.phase == Phase::registering)
           send_hello(s);
         self->delayed_send(self, s.config.heartbeat_interval, tick_atom::value);
+      },
+      [=](drained_atom) { continue_rejoin(self); },
+      [=](revive_atom, const std::string& id, uint64_t incarnation) {
+        auto& s = self->state;
+        if (s.phase == Phase::registered && s.bridge->peers().revive(id, incarnation))
+          spdlog::info(
+              "membership: peer '{}' (incarnation {}) is still registered after our connection to it "
+              "broke; using it again",
+              id, incarnation);
       },
       [=](PeerEvent& ev) {
         auto& s = self->state;
@@ -78,9 +137,12 @@ caf::behavior membership(caf::stateful_actor<MembershipState>* self, BridgePtr b
         if (!s.bridge->peers().mark_dead(ev.id, ev.old_incarnation)) return;  // already known
         spdlog::warn("membership: peer '{}' (incarnation {}) is dead to us: {}", ev.id, ev.old_incarnation,
                      ev.reason);
-        if (s.role)
-          self->send(s.role,
-                     PeerChanges{{{ev.id, ev.old_incarnation, ev.new_incarnation}}, ev.new_incarnation != 0});
+        // Only our connection broke: if the registry still lists that incarnation once it would have
+        // expired it, the peer lives (a stall of ours or a one-sided break): use it again then.
+        if (ev.new_incarnation == 0)
+          self->delayed_send(self, s.config.heartbeat_interval * (s.config.heartbeat_misses + 2),
+                             revive_atom::value, ev.id, ev.old_incarnation);
+        if (s.role) self->send(s.role, PeerChanges{{{ev.id, ev.old_incarnation, ev.new_incarnation}}});
       },
       [=](Envelope& env) {
         auto& s = self->state;
@@ -89,9 +151,13 @@ caf::behavior membership(caf::stateful_actor<MembershipState>* self, BridgePtr b
             spdlog::error("membership: registry refused HELLO: {}", ack->reason);
             return;
           }
-          if (!s.acked) spdlog::info("membership: registered with the registry ({})", env.sender);
-          s.acked = true;
+          if (s.phase == Phase::rejoining) return;  // an ACK of the old incarnation's HELLO
+          if (s.phase == Phase::registering)
+            spdlog::info("membership: registered with the registry ({}) as incarnation {}", env.sender,
+                         s.bridge->incarnation());
+          s.phase = Phase::registered;
         } else if (auto* peers = std::get_if<protocol::Peers>(&env.body)) {
+          if (s.phase == Phase::rejoining) return;  // addressed to the incarnation we are leaving
           s.have_peers = true;
           auto changes = s.bridge->peers().replace(peers->version, peers->peers);
           for (const auto& c : changes) {
@@ -106,10 +172,10 @@ caf::behavior membership(caf::stateful_actor<MembershipState>* self, BridgePtr b
           if (!changes.empty() && s.role) self->send(s.role, PeerChanges{std::move(changes)});
         } else if (auto* err = std::get_if<protocol::ErrorReply>(&env.body)) {
           if (err->code == protocol::ErrorCode::unknown_peer) {
-            // The registry lost us (it restarted, or expired us): register again.
-            spdlog::warn("membership: registry does not know us any more; saying HELLO again");
-            s.acked = false;
-            send_hello(s);
+            // The registry lost us (it expired us after a stall, or it restarted). Its answer to a HEARTBEAT
+            // of an incarnation we already left (or to a HELLO) changes nothing.
+            if (s.phase == Phase::registered && env.incarnation != 0)
+              start_rejoin(self, "the registry '" + env.sender + "' dropped us (" + err->detail + ")");
           } else {
             spdlog::warn("membership: ERROR from {}: {} {}", env.sender, protocol::error_name(err->code),
                          err->detail);
@@ -121,11 +187,21 @@ caf::behavior membership(caf::stateful_actor<MembershipState>* self, BridgePtr b
 
 }  // namespace
 
+uint64_t fresh_incarnation(uint64_t after) {
+  const uint64_t t = uint64_t(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                  std::chrono::system_clock::now().time_since_epoch())
+                                  .count());
+  const uint64_t fresh = (t << 16) | (std::random_device{}() & 0xffff);
+  return std::max(fresh, after + 1);
+}
+
 caf::actor spawn_membership(caf::actor_system& system, BridgePtr bridge, MembershipConfig config,
                             std::shared_ptr<LoadGauge> load, caf::actor role) {
   auto a = system.spawn(membership, bridge, std::move(config), std::move(load), std::move(role));
   bridge->subscribe(MessageType::hello_ack, a);
   bridge->subscribe(MessageType::peers, a);
+  bridge->subscribe_errors_about(MessageType::heartbeat, a);
+  bridge->subscribe_errors_about(MessageType::hello, a);
   bridge->subscribe_liveness(a);
   return a;
 }

@@ -27,6 +27,17 @@ std::vector<PeerDirectory::Change> PeerDirectory::replace(uint64_t version,
   return changes;
 }
 
+std::vector<PeerDirectory::Change> PeerDirectory::forget_all() {
+  std::lock_guard lock(mu_);
+  std::vector<Change> changes;
+  for (const auto& [id, p] : peers_) changes.push_back({id, p.incarnation, 0});
+  peers_.clear();
+  dead_.clear();
+  observed_.clear();
+  version_ = 0;
+  return changes;
+}
+
 std::optional<protocol::PeerInfo> PeerDirectory::find_by_endpoint(const std::string& endpoint) const {
   std::lock_guard lock(mu_);
   for (const auto& [_, p] : peers_)
@@ -49,6 +60,17 @@ bool PeerDirectory::mark_dead(const std::string& id, uint64_t incarnation) {
   auto it = peers_.find(id);
   if (it == peers_.end() || it->second.incarnation != incarnation) return false;
   return dead_.emplace(id, incarnation).second;
+}
+
+bool PeerDirectory::revive(const std::string& id, uint64_t incarnation) {
+  std::lock_guard lock(mu_);
+  auto it = peers_.find(id);
+  auto d = dead_.find(id);
+  if (it == peers_.end() || it->second.incarnation != incarnation || d == dead_.end() ||
+      d->second != incarnation)
+    return false;
+  dead_.erase(d);
+  return true;
 }
 
 bool PeerDirectory::alive(const std::string& id) const {

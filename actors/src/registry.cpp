@@ -18,6 +18,7 @@ struct RegistryState {
   std::shared_ptr<RegistryView> view;
   std::map<std::string, RegistryEntry> entries;
   uint64_t version = 0;
+  clock::time_point last_tick = clock::now();
   static inline const char* name = "registry";
 };
 
@@ -82,6 +83,8 @@ void on_heartbeat(RegistryState& st, const Envelope& env, const protocol::Heartb
   info.transfer_retries = hb.transfer_retries;
   info.transfer_failures = hb.transfer_failures;
   info.sessions_recycled = hb.sessions_recycled;
+  info.quarantined_pages = hb.quarantined_pages;
+  info.fenced_writes = hb.fenced_writes;
   info.staging = hb.staging;
   it->second.last_seen = clock::now();
   if (health_changed) {
@@ -105,6 +108,14 @@ caf::behavior registry(caf::stateful_actor<RegistryState>* self, BridgePtr bridg
         auto& s = self->state;
         const auto limit = s.config.heartbeat_interval * s.config.misses;
         const auto now = clock::now();
+        // This process itself stalled (starved, stopped): the silence was ours, not the members'. Expiring
+        // them all would make the whole cluster fail its rooms and rejoin; give everyone a fresh limit.
+        if (now - s.last_tick > limit / 2) {
+          spdlog::warn("registry: no tick for {} ms (this process stalled); members get a fresh limit",
+                       std::chrono::duration_cast<std::chrono::milliseconds>(now - s.last_tick).count());
+          for (auto& [_, e] : s.entries) e.last_seen = std::max(e.last_seen, now);
+        }
+        s.last_tick = now;
         bool changed = false;
         for (auto it = s.entries.begin(); it != s.entries.end();) {
           if (now - it->second.last_seen > limit) {

@@ -75,13 +75,17 @@ const transport::Region* find_local_region(const transport::Engine& engine, std:
   return nullptr;
 }
 
-void report_failure(Bridge& bridge, const std::string& router, uint64_t room, const protocol::Error& error) {
+protocol::RoomResult failure_result(uint64_t room, const protocol::Error& error) {
   protocol::RoomResult r;
   r.room = room;
   r.ok = false;
   r.code = error.code;
   r.reason = error.detail.empty() ? std::string(protocol::error_name(error.code)) : error.detail;
-  bridge.send(router, std::move(r));
+  return r;
+}
+
+void report_failure(Bridge& bridge, const std::string& router, uint64_t room, const protocol::Error& error) {
+  bridge.send(router, failure_result(room, error));
 }
 
 void handle_unhandled(Bridge& bridge, std::string_view role, const protocol::Envelope& env) {

@@ -4,7 +4,6 @@
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
-#include <random>
 
 #include "epd/actors/membership.hpp"
 #include "epd/actors/registry.hpp"
@@ -17,14 +16,6 @@ namespace {
 int fail(const std::string& what) {
   spdlog::critical("{}", what);
   return 2;
-}
-
-uint64_t fresh_incarnation() {
-  // Time in the high bits keeps incarnations increasing across restarts; random low bits avoid collisions.
-  const uint64_t t = uint64_t(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                  std::chrono::system_clock::now().time_since_epoch())
-                                  .count());
-  return (t << 16) | (std::random_device{}() & 0xffff);
 }
 
 protocol::Result<model::ModelConfig> load_model(const config::ClusterConfig& cfg) {
@@ -114,7 +105,9 @@ int run_role(int argc, char** argv, const char* fixed_role) {
   mc.registry_endpoint = cfg->registry()->control;
   mc.role = role;
   mc.heartbeat_interval = cfg->cluster.heartbeat_interval;
+  mc.heartbeat_misses = cfg->cluster.heartbeat_misses;
   if (engine) mc.segment = engine->descriptor();
+  mc.engine = engine.get();
   mc.kv_layout = handle->kv_layout;
   mc.kv_pages_total = handle->kv_pages_total;
   actors.push_back(spawn_membership(system, ctx.bridge, mc, ctx.load, handle->main));

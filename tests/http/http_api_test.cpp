@@ -311,7 +311,9 @@ TEST_CASE("GET /v1/instances and /v1/stats have the documented shape", "[http]")
                       {"worker_restarts", 0},
                       {"transfer_retries", 0},
                       {"transfer_failures", 0},
-                      {"sessions_recycled", 0}}));
+                      {"sessions_recycled", 0},
+                      {"quarantined_pages", 0},
+                      {"fenced_writes", 0}}));
   CHECK(j[1]["id"] == "encoder-0");
   CHECK(j[1]["healthy"] == false);
 

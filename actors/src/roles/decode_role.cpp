@@ -1,12 +1,15 @@
 // The decode role: pre-allocates KV pages for a room (BOOTSTRAP to prefill), checks the aux record when
 // prefill reports Success, hands the room to the decode loop, and reports RESULT to the router. Every page
-// and aux slot is freed on every terminal state; pages a prefill may still be writing are held until it
-// acknowledges the ABORT (or a timeout passes).
+// and aux slot is freed on every terminal state. Pages a prefill may still be writing are reused only once it
+// certainly cannot write them any more (docs/failure-handling.md, "Stale writers"): it acknowledged the
+// ABORT, a new incarnation of it spoke, its process is gone, or - for a writer that can only reach us
+// through a receiver that enforces write fences (tcp) - the abort timeout passed and its grant is revoked.
 #include <spdlog/spdlog.h>
 #include <xxhash.h>
 
 #include <cstring>
 #include <map>
+#include <optional>
 
 #include "epd/actors/aux_record.hpp"
 #include "epd/actors/membership.hpp"
@@ -48,6 +51,9 @@ struct DecodeRoom {
   uint64_t router_inc = 0, prefill_inc = 0;  // the incarnations this room is shared with
   std::vector<uint32_t> pages;
   uint32_t aux_slot = 0;
+  uint64_t fence = 0;                                 // our write grant for its prompt pages and aux slot
+  std::optional<protocol::SegmentDescriptor> writer;  // the prefill's segment, when it was listed
+  bool holding_logged = false;                        // "still holding" said once per quarantined room
   uint32_t prompt_len = 0;
   uint32_t max_new = 0;
   protocol::KvStatus kv;  // timings prefill reported
@@ -68,6 +74,7 @@ struct DecodeState {
   uint8_t* aux_base = nullptr;
   PageAllocator pages{0};
   PageAllocator aux{0};
+  uint64_t kv_base = 0;
   std::map<uint64_t, DecodeRoom> rooms;
   std::map<uint64_t, DecodeRoom> quarantine;  // aborted rooms whose pages a prefill may still write
   model::KvPool pool;
@@ -80,6 +87,9 @@ struct DecodeState {
 };
 
 void publish_load(DecodeState& st) {
+  uint32_t held = 0;
+  for (const auto& [_, room] : st.quarantine) held += uint32_t(room.pages.size());
+  st.ctx.load->quarantined_pages = held;
   st.ctx.load->free_kv_pages = st.pages.free_count();
   st.ctx.load->total_kv_pages = st.pages.total();
   st.ctx.load->active_rooms = uint32_t(st.rooms.size());
@@ -106,12 +116,29 @@ void ring_changed(DecodeState& st, bool watermark_moved) {
   }
 }
 
+// Revokes the room's write grant: from now on a write under it is refused (tcp). False while one is still
+// being received; the pages must not be reused yet.
+bool revoke_fence(DecodeState& st, DecodeRoom& room) {
+  if (room.fence == 0) return true;
+  if (!st.ctx.engine->revoke_writes(room.fence)) return false;
+  room.fence = 0;
+  return true;
+}
+
 void release(DecodeState& st, uint64_t id, DecodeRoom& room) {
+  if (!revoke_fence(st, room))
+    spdlog::error("decode: room {} released while a write under its grant is landing", id);
   if (!room.pages.empty() && !st.pages.free(room.pages))
     spdlog::error("decode: page accounting broken while freeing a room (double free refused)");
   st.aux.free(std::span<const uint32_t>(&room.aux_slot, 1));
   room.pages.clear();
   if (room.staged) ring_changed(st, st.ring.release_room(id));
+}
+
+// Holds an aborted room's pages until its prefill certainly writes none of them (see end_quarantine).
+void quarantine(caf::event_based_actor* self, DecodeState& st, uint64_t id, DecodeRoom&& room) {
+  st.quarantine.emplace(id, std::move(room));
+  self->delayed_send(self, st.settings.abort_timeout, abort_done_atom::value, id);
 }
 
 // Fails a room: tells the router, aborts it on the prefill side if prefill may still write, frees the rest.
@@ -125,8 +152,7 @@ void fail_room(caf::event_based_actor* self, DecodeState& st, uint64_t id, proto
   report_failure(*st.ctx.bridge, room.router, id, error);
   if (prefill_may_write) {
     st.ctx.bridge->send(room.prefill, protocol::Abort{id, error.code, error.detail});
-    st.quarantine.emplace(id, std::move(room));
-    self->delayed_send(self, st.settings.abort_timeout, abort_done_atom::value, id);
+    quarantine(self, st, id, std::move(room));
   } else {
     release(st, id, room);
   }
@@ -134,12 +160,49 @@ void fail_room(caf::event_based_actor* self, DecodeState& st, uint64_t id, proto
   publish_load(st);
 }
 
+// Frees a quarantined room's pages and aux slot, once its grant is revoked with no write of it landing.
 void end_quarantine(DecodeState& st, uint64_t id) {
   auto it = st.quarantine.find(id);
-  if (it == st.quarantine.end()) return;
+  if (it == st.quarantine.end() || !revoke_fence(st, it->second)) return;
   release(st, id, it->second);
   st.quarantine.erase(it);
   publish_load(st);
+}
+
+// The abort timeout of a quarantined room passed without an ABORT_ACK. Its pages are reused only if the
+// prefill certainly cannot write them: it can reach us only through a receiver that refuses revoked grants
+// (tcp), or its process is gone. A writer that maps our memory (shm) or writes it with its NIC (rdma) and
+// may just be frozen keeps them held until it answers, restarts or dies; we look again every timeout.
+void on_abort_timeout(caf::event_based_actor* self, DecodeState& st, uint64_t id) {
+  auto it = st.quarantine.find(id);
+  if (it == st.quarantine.end()) return;
+  DecodeRoom& room = it->second;
+  const auto& engine = *st.ctx.engine;
+  const bool fenced = room.writer && engine.fences_writes_from(*room.writer);
+  if (fenced || (room.writer && engine.writer_gone(*room.writer))) {
+    if (revoke_fence(st, room)) return end_quarantine(st, id);
+  } else {
+    // The first ABORT may have been lost with a broken connection (a frozen prefill, or our own rejoin):
+    // ask again; a prefill that has ended the room answers at once.
+    if (st.ctx.bridge->peers().alive(room.prefill))
+      st.ctx.bridge->send(room.prefill, protocol::Abort{id, ErrorCode::aborted, "room was aborted here"});
+  }
+  if (!fenced && !room.holding_logged) {
+    room.holding_logged = true;
+    spdlog::warn(
+        "decode: holding {} page(s) of aborted room {}: prefill '{}' (incarnation {}) has not "
+        "acknowledged and could still write them over shm/rdma; they are reused once it answers, "
+        "restarts or its process is gone",
+        room.pages.size(), id, room.prefill, room.prefill_inc);
+  }
+  self->delayed_send(self, st.settings.abort_timeout, abort_done_atom::value, id);
+}
+
+// The prefill finished with an aborted room: none of its writes is in flight any more.
+void on_abort_ack(DecodeState& st, const Envelope& env, uint64_t id) {
+  auto it = st.quarantine.find(id);
+  if (it == st.quarantine.end() || it->second.prefill != env.sender) return;
+  end_quarantine(st, id);
 }
 
 void on_submit(caf::event_based_actor* self, DecodeState& st, const Envelope& env,
@@ -179,6 +242,7 @@ void on_submit(caf::event_based_actor* self, DecodeState& st, const Envelope& en
   room.router_inc = env.incarnation;
   room.prefill = s.prefill;
   room.prefill_inc = prefill ? prefill->incarnation : 0;
+  if (prefill) room.writer = prefill->segment;
   room.prompt_len = uint32_t(s.prompt.size());
   room.max_new = std::min<uint32_t>(s.max_tokens, m.max_seq - room.prompt_len);
   const uint32_t need = model::pages_for(st.layout, uint64_t(room.prompt_len) + room.max_new);
@@ -202,6 +266,17 @@ void on_submit(caf::event_based_actor* self, DecodeState& st, const Envelope& en
   b.dst_pages.assign(room.pages.begin(), room.pages.begin() + prompt_pages);
   b.aux_slot = room.aux_slot;
   b.prompt_len = room.prompt_len;
+  // The grant every KV and aux write of this room presents; revoked before these pages are reused.
+  std::vector<uint64_t> units;
+  for (uint32_t layer = 0; layer < st.layout.layers; ++layer)
+    for (uint32_t kind = 0; kind < 2; ++kind)
+      for (uint32_t page : b.dst_pages)
+        units.push_back((uint64_t{layer} * 2 + kind) * st.layout.num_pages + page);
+  room.fence = st.ctx.engine->grant_writes(st.kv_base, units);
+  const uint64_t aux_unit = room.aux_slot;
+  room.fence =
+      st.ctx.engine->grant_writes(reinterpret_cast<uint64_t>(st.aux_base), {&aux_unit, 1}, room.fence);
+  b.fence = room.fence;
   room.state.advance(KvState::waiting_for_input);
   const uint64_t id = s.room;
   st.rooms.emplace(id, std::move(room));
@@ -425,8 +500,7 @@ void on_cancel(caf::event_based_actor* self, DecodeState& st, const protocol::Ca
   room.state.fail(make_error(ErrorCode::aborted, c.reason));
   if (prefill_may_write) {
     st.ctx.bridge->send(room.prefill, protocol::Abort{c.room, ErrorCode::aborted, c.reason});
-    st.quarantine.emplace(c.room, std::move(room));
-    self->delayed_send(self, st.settings.abort_timeout, abort_done_atom::value, c.room);
+    quarantine(self, st, c.room, std::move(room));
   } else {
     release(st, c.room, room);
   }
@@ -445,6 +519,7 @@ caf::behavior decode_role(caf::stateful_actor<DecodeState>* self, RoleContext ct
   const auto* kv = find_local_region(*st.ctx.engine, kKvRegion);
   const auto* aux = find_local_region(*st.ctx.engine, kAuxRegion);
   st.aux_base = aux->base;
+  st.kv_base = kv->addr();
   st.pool = model::KvPool{reinterpret_cast<std::byte*>(kv->base), st.layout};
   if (settings.staging_ring_bytes > 0) {
     // The ring is the whole region as published (the engine may round its size up): prefill sizes it from
@@ -475,7 +550,7 @@ caf::behavior decode_role(caf::stateful_actor<DecodeState>* self, RoleContext ct
               else if constexpr (std::is_same_v<T, protocol::Cancel>)
                 on_cancel(self, s, msg);
               else if constexpr (std::is_same_v<T, protocol::AbortAck>)
-                end_quarantine(s, msg.room);
+                on_abort_ack(s, env, msg.room);
               else if constexpr (std::is_same_v<T, protocol::StagingReq>)
                 on_staging_req(s, env, msg);
               else if constexpr (std::is_same_v<T, protocol::ChunkReady>)
@@ -496,11 +571,19 @@ caf::behavior decode_role(caf::stateful_actor<DecodeState>* self, RoleContext ct
                                    it->second.prefill + "' within " +
                                    std::to_string(s.settings.waiting_timeout.count()) + " ms"));
       },
-      [=](abort_done_atom, uint64_t room) { end_quarantine(self->state, room); },
+      [=](abort_done_atom, uint64_t room) { on_abort_timeout(self, self->state, room); },
       [=](scatter_atom, uint64_t room, uint32_t chunk) { scatter(self, self->state, room, chunk); },
       [=](PeerChanges& pc) {
         auto& s = self->state;
         for (const auto& c : pc.changes) {
+          // A new incarnation of a prefill proves the old one writes nothing any more: it was restarted (the
+          // old process is gone) or it rejoined after the registry dropped it (it drained its writes first).
+          if (c.new_incarnation != 0) {
+            std::vector<uint64_t> done;
+            for (auto& [id, room] : s.quarantine)
+              if (room.prefill == c.id && room.prefill_inc != c.new_incarnation) done.push_back(id);
+            for (uint64_t id : done) end_quarantine(s, id);
+          }
           if (c.old_incarnation == 0) continue;  // joined: nothing shared yet
           auto shared = [&](const std::string& peer, uint64_t inc) {
             return peer == c.id && (inc == 0 || inc == c.old_incarnation);
@@ -513,22 +596,16 @@ caf::behavior decode_role(caf::stateful_actor<DecodeState>* self, RoleContext ct
           if (!affected.empty())
             spdlog::warn("decode: failing {} room(s) shared with '{}' (incarnation {})", affected.size(),
                          c.id, c.old_incarnation);
-          for (uint64_t id : affected)
+          for (uint64_t id : affected) {
+            // A room already decoding for a router that is gone: nobody wants its tokens.
+            if (s.rooms.at(id).state.state() == KvState::success) {
+              self->send(s.loop, DecodeDrop{id});
+              continue;
+            }
             fail_room(self, s, id,
                       make_error(ErrorCode::peer_died, "peer '" + c.id + "' (incarnation " +
                                                            std::to_string(c.old_incarnation) + ") " +
                                                            (c.new_incarnation ? "restarted" : "is gone")));
-          // Pages an aborted room's prefill might still write: released only once that prefill certainly
-          // writes nothing (registry dropped it, or a new incarnation spoke); a broken connection alone
-          // leaves them to ABORT_ACK or the abort timeout.
-          if (!pc.confirmed) continue;
-          for (auto it = s.quarantine.begin(); it != s.quarantine.end();) {
-            if (shared(it->second.prefill, it->second.prefill_inc)) {
-              release(s, it->first, it->second);
-              it = s.quarantine.erase(it);
-            } else {
-              ++it;
-            }
           }
           publish_load(s);
         }
@@ -552,8 +629,11 @@ protocol::Result<RoleHandle> spawn_decode(RoleContext& ctx) {
   if (!kv_layout) return kv_layout.error();
   s.layout = *kv_layout;
   const auto& layout = s.layout;
-  if (auto r = ctx.engine->allocate(kKvRegion, layout.total_bytes()); !r) return r.error();
-  if (auto r = ctx.engine->allocate(kAuxRegion, uint64_t(s.aux_slots) * sizeof(AuxRecord)); !r)
+  // Both fenced: a prefill writes them only under the room's grant (BOOTSTRAP's fence).
+  if (auto r = ctx.engine->allocate(kKvRegion, layout.total_bytes(), layout.page_bytes()); !r)
+    return r.error();
+  if (auto r = ctx.engine->allocate(kAuxRegion, uint64_t(s.aux_slots) * sizeof(AuxRecord), sizeof(AuxRecord));
+      !r)
     return r.error();
   if (s.staging_ring_bytes > 0)
     if (auto r = ctx.engine->allocate(kStagingRegion, s.staging_ring_bytes); !r) return r.error();

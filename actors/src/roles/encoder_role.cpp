@@ -28,6 +28,7 @@ struct EncoderSettings {
   uint32_t embed_slots = 16;
   uint32_t transfer_workers = 1;
   std::chrono::milliseconds waiting_timeout{10000};
+  std::chrono::milliseconds encode_delay{0};  // fault injection: hold each image this long before encoding
   SupervisorConfig transfer;
 };
 
@@ -85,6 +86,9 @@ void publish_load(EncoderState& st) {
   st.ctx.load->free_slots = st.slots.free_count();
   st.ctx.load->total_slots = st.slots.total();
   st.ctx.load->active_rooms = uint32_t(st.rooms.size());
+  uint32_t writing = 0;
+  for (const auto& [_, r] : st.rooms) writing += r.writing ? 1 : 0;
+  st.ctx.load->writes_in_flight = writing;
 }
 
 void finish(EncoderState& st, uint64_t id) {
@@ -186,21 +190,33 @@ caf::behavior encoder_role(caf::stateful_actor<EncoderState>* self, RoleContext 
           room.slot = (*slot)[0];
           s.rooms.emplace(sub->room, room);
           publish_load(s);
-          self->send(s.compute,
-                     EncodeJob{sub->room, std::move(sub->image),
-                               reinterpret_cast<float*>(s.slots_base + uint64_t(room.slot) * s.slot_bytes),
-                               s.slot_bytes / sizeof(float)});
+          EncodeJob job{sub->room, std::move(sub->image),
+                        reinterpret_cast<float*>(s.slots_base + uint64_t(room.slot) * s.slot_bytes),
+                        s.slot_bytes / sizeof(float)};
+          if (s.settings.encode_delay.count() > 0)
+            self->delayed_send(s.compute, s.settings.encode_delay, std::move(job));
+          else
+            self->send(s.compute, std::move(job));
           self->delayed_send(self, s.settings.waiting_timeout, timeout_atom::value, sub->room);
         } else if (auto* pull = std::get_if<protocol::EmbedPull>(&env.body)) {
           auto it = s.rooms.find(pull->room);
+          // Prefill gave the room up and asks whether we could still write its landing slot: a room we do
+          // not hold has no write in flight.
+          if (it == s.rooms.end() && pull->code != ErrorCode::ok) {
+            s.ctx.bridge->answer(env, protocol::EmbedDone{pull->room, false, ErrorCode::aborted,
+                                                          "no write of this room is in flight here", 0});
+            return;
+          }
           if (it == s.rooms.end() || it->second.prefill != env.sender ||
               env.incarnation != it->second.prefill_inc || !it->second.encoded || it->second.writing) {
             spdlog::warn("encoder: unexpected EMBED_PULL for room {} from '{}'", pull->room, env.sender);
             return;
           }
+          // Prefill cannot take them (or gave the room up): fail it; EMBED_DONE tells prefill that no write
+          // of the room will come from here.
           if (pull->code != ErrorCode::ok)
             return fail_room(s, pull->room,
-                             make_error(pull->code, "prefill '" + env.sender + "': " + pull->reason), false);
+                             make_error(pull->code, "prefill '" + env.sender + "': " + pull->reason));
           if (pull->bytes != it->second.bytes)
             return fail_room(s, pull->room,
                              make_error(ErrorCode::invalid_request, "EMBED_PULL size mismatch"));
@@ -213,12 +229,13 @@ caf::behavior encoder_role(caf::stateful_actor<EncoderState>* self, RoleContext 
                 s, pull->room,
                 make_error(ErrorCode::worker_crashed, "no transfer worker is alive (restart budget spent)"));
           r.writing = true;
+          publish_load(s);
           const uint64_t src = reinterpret_cast<uint64_t>(s.slots_base) + uint64_t(r.slot) * s.slot_bytes;
           TransferJob job{pull->room,
                           0,
                           env.sender,
                           r.prefill_inc,
-                          {{src, pull->addr, pull->bytes}},
+                          {{src, pull->addr, pull->bytes, pull->fence}},
                           caf::actor_cast<caf::actor>(self)};
           self->send(s.workers[r.worker], std::move(job));
         } else if (auto* cancel = std::get_if<protocol::Cancel>(&env.body)) {
@@ -248,6 +265,7 @@ caf::behavior encoder_role(caf::stateful_actor<EncoderState>* self, RoleContext 
         auto it = s.rooms.find(d.room);
         if (it == s.rooms.end()) return;
         it->second.writing = false;
+        publish_load(s);
         if (it->second.prefill.empty()) return finish(s, d.room);  // failed meanwhile
         if (!d.ok) {
           protocol::Error e = d.error;
@@ -300,6 +318,7 @@ caf::behavior encoder_role(caf::stateful_actor<EncoderState>* self, RoleContext 
         for (uint64_t id : held) {
           auto& r = s.rooms.at(id);
           r.writing = false;
+          publish_load(s);
           if (r.prefill.empty())
             finish(s, id);  // had failed already, waiting for the write to end
           else
@@ -316,7 +335,8 @@ protocol::Result<RoleHandle> spawn_encoder(RoleContext& ctx) {
   SettingsReader read(cfg);
   read.u32("embed_slots", s.embed_slots, 1, 1u << 16)
       .u32("transfer_workers", s.transfer_workers, 1, 64)
-      .ms("waiting_timeout_ms", s.waiting_timeout);
+      .ms("waiting_timeout_ms", s.waiting_timeout)
+      .ms("encode_delay_ms", s.encode_delay);
   if (auto st = read.status(); !st) return st.error();
   if (auto st = read_transfer_settings(cfg, s.transfer); !st) return st.error();
   const uint64_t slot_bytes = uint64_t(ctx.model.max_image_patches) * ctx.model.d_model * sizeof(float);
@@ -335,7 +355,7 @@ RoleSpec encoder_role_spec() {
   spec.name = "encoder";
   spec.summary = "turns images into embeddings and writes them into prefill's landing slots";
   spec.needs_engine = true;
-  spec.settings = {"embed_slots", "transfer_workers", "waiting_timeout_ms"};
+  spec.settings = {"embed_slots", "transfer_workers", "waiting_timeout_ms", "encode_delay_ms"};
   spec.settings.insert(spec.settings.end(), std::begin(kTransferSettingKeys), std::end(kTransferSettingKeys));
   spec.spawn = spawn_encoder;
   return spec;

@@ -28,6 +28,41 @@ constexpr uint64_t kAuxTag = ~uint64_t{0};
 constexpr size_t kTombstones = 4096;  // recently ended rooms whose late messages are ignored
 using giveup_atom = caf::atom_constant<caf::atom("giveup")>;
 
+// A report held back by the report_delay_ms fault injection.
+struct HeldReport {
+  std::string to;
+  protocol::Body body;
+};
+
+}  // namespace
+}  // namespace epd::actors::prefill
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(epd::actors::prefill::HeldReport)
+
+namespace epd::actors::prefill {
+namespace {
+
+// Tells a peer (the router, or decode with KV_STATUS Failed) that a room failed here; with report_delay_ms
+// (fault injection) the news is held back, so tests can order reports deterministically.
+void send_failure_news(PrefillState& st, const std::string& to, protocol::Body body) {
+  if (st.settings.report_delay.count() > 0)
+    caf::delayed_anon_send(st.me, st.settings.report_delay, HeldReport{to, std::move(body)});
+  else
+    st.ctx.bridge->send(to, std::move(body));
+}
+
+// Why a room that an encoder still works for is over here: its failure (the root cause, which the encoder
+// passes on to the router with its retryability), or nullopt while it is still open.
+std::optional<protocol::Error> ended_cause(const PrefillState& st, uint64_t id) {
+  if (auto it = st.ended.find(id); it != st.ended.end()) {
+    if (it->second.code == ErrorCode::ok) return make_error(ErrorCode::aborted, "room already completed");
+    return it->second;
+  }
+  if (auto it = st.rooms.find(id); it != st.rooms.end() && it->second.state.state() == KvState::failed)
+    return it->second.state.failure();
+  return std::nullopt;
+}
+
 }  // namespace
 
 void publish_load(PrefillState& st) {
@@ -36,6 +71,9 @@ void publish_load(PrefillState& st) {
   st.ctx.load->free_slots = st.slots.free_count();
   st.ctx.load->total_slots = st.slots.total();
   st.ctx.load->active_rooms = uint32_t(st.rooms.size());
+  uint32_t writing = 0;
+  for (const auto& [_, r] : st.rooms) writing += r.inflight;
+  st.ctx.load->writes_in_flight = writing;
 }
 
 PrefillRoom& room_for(caf::event_based_actor* self, PrefillState& st, uint64_t id) {
@@ -66,21 +104,37 @@ void maybe_reap(PrefillState& st, uint64_t id) {
       kv.state = KvState::failed;
       kv.code = r.state.failure().code;
       kv.reason = r.state.failure().detail;
-      st.ctx.bridge->send(r.decode, std::move(kv));
+      send_failure_news(st, r.decode, std::move(kv));
     }
   }
   if (r.computing || r.embed_writing) return;
   release_stage_slots(st, r);
+  if (r.embed_fence != 0) st.ctx.engine->revoke_writes(r.embed_fence);
   if (!r.local_pages.empty()) st.pages.free(r.local_pages);
   if (r.landing) st.slots.free(std::span<const uint32_t>(&*r.landing, 1));
   if (r.aux_src) st.aux.free(std::span<const uint32_t>(&*r.aux_src, 1));
+  protocol::Error outcome =
+      r.state.state() == KvState::failed ? r.state.failure() : protocol::Error{ErrorCode::ok, false, ""};
   st.rooms.erase(it);
-  if (st.ended.insert(id).second) st.ended_order.push_back(id);
+  if (st.ended.emplace(id, std::move(outcome)).second) st.ended_order.push_back(id);
   if (st.ended_order.size() > kTombstones) {
     st.ended.erase(st.ended_order.front());
     st.ended_order.pop_front();
   }
   publish_load(st);
+}
+
+// The encoder will not report on the room's landing slot (it failed, is dead to us, or timed out): the slot
+// may be reused once the encoder certainly cannot write it - its write arrives only through a receiver
+// that refuses revoked grants (tcp), or its process is gone - and then the grant is revoked. A same-host
+// encoder that may just be frozen (shm) keeps the slot held until it reports, restarts or dies.
+void stop_waiting_for_embeddings(PrefillState& st, PrefillRoom& r) {
+  const auto& engine = *st.ctx.engine;
+  const auto& seg = r.encoder_segment;
+  if (seg && !engine.fences_writes_from(*seg) && !engine.writer_gone(*seg)) return;
+  if (r.embed_fence != 0 && !st.ctx.engine->revoke_writes(r.embed_fence)) return;  // a write is landing
+  r.embed_fence = 0;
+  r.embed_writing = false;
 }
 
 void fail_room(PrefillState& st, uint64_t id, protocol::Error error, bool tell_router) {
@@ -89,9 +143,9 @@ void fail_room(PrefillState& st, uint64_t id, protocol::Error error, bool tell_r
   PrefillRoom& r = it->second;
   if (!r.state.fail(error)) return maybe_reap(st, id);  // e.g. the last write of a failed room just ended
   spdlog::warn("prefill: room {} failed: {}", id, error.to_string());
-  if (tell_router) report_failure(*st.ctx.bridge, r.router, id, error);
+  if (tell_router) send_failure_news(st, r.router, failure_result(id, error));
   if (r.embed_writing && !r.submit.encoder.empty() && !st.ctx.bridge->peers().alive(r.submit.encoder))
-    r.embed_writing = false;  // the encoder is gone: nobody will write the slot
+    stop_waiting_for_embeddings(st, r);  // the encoder is dead to us: free the slot if it cannot write it
   // An encoder that lost the room never sends EMBED_DONE: stop waiting for it after a bound (its write,
   // if any, takes milliseconds).
   if (r.embed_writing) caf::delayed_anon_send(st.me, st.settings.bootstrap_timeout, giveup_atom::value, id);
@@ -188,6 +242,7 @@ bool dispatch(caf::event_based_actor* self, PrefillState& st, uint64_t id, Prefi
   job.peer_incarnation = r.decode_inc;
   ++r.inflight;
   self->send(st.workers[r.worker], std::move(job));
+  publish_load(st);
   return true;
 }
 
@@ -198,8 +253,9 @@ void send_pages(caf::event_based_actor* self, PrefillState& st, uint64_t id, Pre
   if (!target) return fail_room(st, id, target.error());
   KvSide src{st.layout, st.kv_base, r.local_pages};
   KvSide dst{target->layout, target->kv_base, r.boot.dst_pages};
-  TransferJob job{
-      id, tag, r.decode, 0, plan_kv_writes(src, dst, r.pages_sent, upto), caf::actor_cast<caf::actor>(self)};
+  auto ops = plan_kv_writes(src, dst, r.pages_sent, upto);
+  for (auto& op : ops) op.fence = r.boot.fence;
+  TransferJob job{id, tag, r.decode, 0, std::move(ops), caf::actor_cast<caf::actor>(self)};
   r.pages_sent = upto;
   dispatch(self, st, id, r, std::move(job));
 }
@@ -212,7 +268,8 @@ void maybe_send_aux(caf::event_based_actor* self, PrefillState& st, uint64_t id,
   uint8_t* src = st.aux_base + uint64_t(*r.aux_src) * sizeof(AuxRecord);
   std::memcpy(src, &rec, sizeof rec);
   transport::WriteOp op{reinterpret_cast<uint64_t>(src),
-                        target->aux_base + uint64_t(r.boot.aux_slot) * sizeof(AuxRecord), sizeof(AuxRecord)};
+                        target->aux_base + uint64_t(r.boot.aux_slot) * sizeof(AuxRecord), sizeof(AuxRecord),
+                        r.boot.fence};
   r.aux_sent = true;
   dispatch(self, st, id, r, TransferJob{id, kAuxTag, r.decode, 0, {op}, caf::actor_cast<caf::actor>(self)});
 }
@@ -238,6 +295,7 @@ void on_chunk(caf::event_based_actor* self, PrefillState& st, ChunkComputed& c) 
     r.first_token = c.first_token;
     // The landing slot is no longer read by compute.
     if (r.landing && !r.embed_writing) {
+      if (r.embed_fence != 0 && st.ctx.engine->revoke_writes(r.embed_fence)) r.embed_fence = 0;
       st.slots.free(std::span<const uint32_t>(&*r.landing, 1));
       r.landing.reset();
       publish_load(st);
@@ -251,6 +309,7 @@ void on_transfer_done(caf::event_based_actor* self, PrefillState& st, TransferDo
   if (it == st.rooms.end()) return;
   PrefillRoom& r = it->second;
   if (r.inflight > 0) --r.inflight;
+  publish_load(st);
   if (r.staged && d.tag != kAuxTag) return on_staged_write_done(self, st, r, d);
   if (!d.ok) {
     protocol::Error e = d.error;
@@ -319,9 +378,10 @@ void on_message(caf::event_based_actor* self, PrefillState& st, Envelope& env) {
           r.state.advance(KvState::waiting_for_input);
           maybe_start(st, r.boot.room);
         } else if constexpr (std::is_same_v<T, protocol::EmbedMeta>) {
-          if (st.ended.count(msg.room)) {  // tell the encoder, so it frees its slot now
-            st.ctx.bridge->send(
-                env.sender, protocol::EmbedPull{msg.room, 0, 0, ErrorCode::aborted, "room already ended"});
+          // Tell the encoder, so it frees its slot now and reports the room's real cause, not "aborted".
+          if (auto cause = ended_cause(st, msg.room)) {
+            st.ctx.bridge->send(env.sender, protocol::EmbedPull{msg.room, 0, 0, cause->code,
+                                                                "room already ended: " + cause->detail});
             return;
           }
           PrefillRoom& r = room_for(self, st, msg.room);
@@ -346,13 +406,16 @@ void on_message(caf::event_based_actor* self, PrefillState& st, Envelope& env) {
           }
           r.landing = (*slot)[0];
           r.encoder_inc = env.incarnation;
+          if (auto enc = st.ctx.bridge->peers().find(env.sender)) r.encoder_segment = enc->segment;
+          const uint64_t unit = *r.landing;
+          r.embed_fence = st.ctx.engine->grant_writes(reinterpret_cast<uint64_t>(st.embed_base), {&unit, 1});
           r.embed_bytes = msg.bytes;
           r.embed_writing = true;
           publish_load(st);
           const uint64_t addr =
               reinterpret_cast<uint64_t>(st.embed_base) + uint64_t(*r.landing) * st.slot_bytes;
-          if (!st.ctx.bridge->send(env.sender,
-                                   protocol::EmbedPull{msg.room, addr, msg.bytes, ErrorCode::ok, ""})) {
+          if (!st.ctx.bridge->send(env.sender, protocol::EmbedPull{msg.room, addr, msg.bytes, ErrorCode::ok,
+                                                                   "", r.embed_fence})) {
             r.embed_writing = false;  // nobody was asked to write the slot; fail_room frees it
             return fail_room(st, msg.room,
                              make_error(ErrorCode::peer_unreachable,
@@ -361,8 +424,10 @@ void on_message(caf::event_based_actor* self, PrefillState& st, Envelope& env) {
         } else if constexpr (std::is_same_v<T, protocol::EmbedDone>) {
           auto it = st.rooms.find(msg.room);
           if (it == st.rooms.end()) return;
+          if (!it->second.submit.encoder.empty() && it->second.submit.encoder != env.sender) return;
           PrefillRoom& r = it->second;
-          r.embed_writing = false;
+          r.embed_writing = false;  // its write is over: nothing lands under the grant any more
+          if (r.embed_fence != 0 && st.ctx.engine->revoke_writes(r.embed_fence)) r.embed_fence = 0;
           r.encode_us = msg.encode_us;
           if (!msg.ok)
             return fail_room(st, msg.room,
@@ -431,6 +496,7 @@ caf::behavior prefill_role(caf::stateful_actor<PrefillState>* self, RoleContext 
   return {
       [=](Envelope& env) { on_message(self, self->state, env); },
       [=](ChunkComputed& c) { on_chunk(self, self->state, c); },
+      [=](HeldReport& held) { self->state.ctx.bridge->send(held.to, std::move(held.body)); },
       [=](TransferDone& d) { on_transfer_done(self, self->state, d); },
       [=](stage_timeout_atom, uint64_t id, uint32_t chunk) { on_stage_timeout(self->state, id, chunk); },
       [=](timeout_atom, uint64_t id) {
@@ -448,6 +514,18 @@ caf::behavior prefill_role(caf::stateful_actor<PrefillState>* self, RoleContext 
       [=](PeerChanges& pc) {
         auto& s = self->state;
         for (const auto& c : pc.changes) {
+          // A new incarnation of an encoder (restarted, or rejoined after it drained) proves the old one
+          // writes no landing slot any more.
+          if (c.new_incarnation != 0) {
+            std::vector<uint64_t> freed;
+            for (auto& [id, r] : s.rooms)
+              if (r.embed_writing && r.submit.encoder == c.id && r.encoder_inc != c.new_incarnation &&
+                  r.state.terminal()) {
+                r.embed_writing = false;
+                freed.push_back(id);
+              }
+            for (uint64_t id : freed) maybe_reap(s, id);
+          }
           if (c.old_incarnation == 0) continue;
           s.staging.erase(c.id);  // a restarted decode starts a fresh ring
           for (auto& w : s.workers)
@@ -463,7 +541,13 @@ caf::behavior prefill_role(caf::stateful_actor<PrefillState>* self, RoleContext 
               affected.push_back(id);
           for (uint64_t id : affected) {
             auto& r = s.rooms.at(id);
-            if (r.submit.encoder == c.id) r.embed_writing = false;
+            // A new incarnation proves the old one writes nothing any more; a dead connection does not.
+            if (r.submit.encoder == c.id && r.embed_writing) {
+              if (c.new_incarnation != 0)
+                r.embed_writing = false;
+              else
+                stop_waiting_for_embeddings(s, r);
+            }
             if (r.decode == c.id) r.status_sent = true;  // nobody to tell
             fail_room(s, id,
                       make_error(ErrorCode::peer_died, "peer '" + c.id + "' (incarnation " +
@@ -485,6 +569,7 @@ caf::behavior prefill_role(caf::stateful_actor<PrefillState>* self, RoleContext 
         for (uint64_t id : held) {
           auto& r = s.rooms.at(id);
           r.inflight = 0;
+          publish_load(s);
           if (r.state.terminal())
             maybe_reap(s, id);
           else
@@ -496,10 +581,25 @@ caf::behavior prefill_role(caf::stateful_actor<PrefillState>* self, RoleContext 
         auto& s = self->state;
         auto it = s.rooms.find(id);
         if (it == s.rooms.end() || !it->second.embed_writing) return;
+        stop_waiting_for_embeddings(s, it->second);
+        if (it->second.embed_writing) {
+          // Ask the encoder: it answers EMBED_DONE once it holds no write of the room (at once if it
+          // does not know the room any more, e.g. after either side rejoined).
+          const auto& encoder = it->second.submit.encoder;
+          if (!encoder.empty() && s.ctx.bridge->peers().alive(encoder))
+            s.ctx.bridge->send(encoder,
+                               protocol::EmbedPull{id, 0, 0, ErrorCode::aborted,
+                                                   "room ended at prefill; confirm no write is in flight"});
+          spdlog::warn(
+              "prefill: room {}: no EMBED_DONE from '{}' within {} ms after it failed; holding its "
+              "landing slot while the encoder could still write it (shm/rdma)",
+              id, it->second.submit.encoder, s.settings.bootstrap_timeout.count());
+          caf::delayed_anon_send(s.me, s.settings.bootstrap_timeout, giveup_atom::value, id);
+          return;
+        }
         spdlog::warn(
             "prefill: room {}: no EMBED_DONE from '{}' within {} ms after it failed; freeing its slot", id,
             it->second.submit.encoder, s.settings.bootstrap_timeout.count());
-        it->second.embed_writing = false;
         maybe_reap(s, id);
       },
   };
@@ -516,7 +616,8 @@ protocol::Result<RoleHandle> spawn_prefill(RoleContext& ctx) {
       .u32("aux_slots", s.aux_slots, 1, 1u << 20)
       .u32("staging_slots", s.staging_slots, 1, 1024)
       .ms("bootstrap_timeout_ms", s.bootstrap_timeout)
-      .ms("staging_wait_timeout_ms", s.staging_wait_timeout);
+      .ms("staging_wait_timeout_ms", s.staging_wait_timeout)
+      .ms("report_delay_ms", s.report_delay);
   if (auto st = read.status(); !st) return st.error();
   if (auto st = read_transfer_settings(cfg, s.transfer); !st) return st.error();
   auto kv_layout = kv_layout_setting(cfg, ctx.model, s.kv_pages);
@@ -526,7 +627,9 @@ protocol::Result<RoleHandle> spawn_prefill(RoleContext& ctx) {
   const uint64_t stage_slot_bytes = uint64_t(s.chunk_tokens) * model::staging_token_bytes(layout);
   const uint64_t slot_bytes = uint64_t(ctx.model.max_image_patches) * ctx.model.d_model * sizeof(float);
   if (auto r = ctx.engine->allocate(kKvRegion, layout.total_bytes()); !r) return r.error();
-  if (auto r = ctx.engine->allocate(kEmbedRegion, slot_bytes * s.embed_slots); !r) return r.error();
+  // Fenced per landing slot: an encoder writes one only under the grant EMBED_PULL gave it.
+  if (auto r = ctx.engine->allocate(kEmbedRegion, slot_bytes * s.embed_slots, slot_bytes); !r)
+    return r.error();
   if (auto r = ctx.engine->allocate(kAuxRegion, uint64_t(s.aux_slots) * sizeof(AuxRecord)); !r)
     return r.error();
   if (auto r = ctx.engine->allocate(kStageSourceRegion, stage_slot_bytes * s.staging_slots); !r)
@@ -558,8 +661,9 @@ RoleSpec prefill_role_spec() {
   spec.name = "prefill";
   spec.summary = "runs chunked prefill and writes KV pages into decode's pool";
   spec.needs_engine = true;
-  spec.settings = {"kv_pages",  "chunk_tokens",  "transfer_workers",     "embed_slots",
-                   "aux_slots", "staging_slots", "bootstrap_timeout_ms", "staging_wait_timeout_ms"};
+  spec.settings = {"kv_pages",       "chunk_tokens",  "transfer_workers",     "embed_slots",
+                   "aux_slots",      "staging_slots", "bootstrap_timeout_ms", "staging_wait_timeout_ms",
+                   "report_delay_ms"};
   spec.settings.insert(spec.settings.end(), std::begin(kKvLayoutSettingKeys), std::end(kKvLayoutSettingKeys));
   spec.settings.insert(spec.settings.end(), std::begin(kTransferSettingKeys), std::end(kTransferSettingKeys));
   spec.spawn = spawn_prefill;

@@ -27,7 +27,8 @@ struct PrefillSettings {
   uint32_t staging_slots = 4;  // source buffers for staged chunks being written
   std::chrono::milliseconds bootstrap_timeout{10000};
   std::chrono::milliseconds staging_wait_timeout{
-      10000};  // a chunk waiting for ring space fails its room after
+      10000};                                 // a chunk waiting for ring space fails its room after
+  std::chrono::milliseconds report_delay{0};  // fault injection: hold failure reports (router, decode)
   SupervisorConfig transfer;
   protocol::KvLayout layout;  // the local pool's (kv_page_size, kv_dtype, kv_order settings)
 };
@@ -62,6 +63,8 @@ struct PrefillRoom {
   std::optional<uint32_t> landing;  // embedding slot
   uint64_t embed_bytes = 0;
   bool embed_writing = false;  // EMBED_PULL sent, EMBED_DONE not yet in: the encoder may write the slot
+  uint64_t embed_fence = 0;    // our write grant for the landing slot (EMBED_PULL's fence)
+  std::optional<protocol::SegmentDescriptor> encoder_segment;  // to tell whether its writes are fenced
   bool embed_ready = false;
   uint64_t encode_us = 0;
   bool started = false;
@@ -106,9 +109,10 @@ struct PrefillState {
   PageAllocator pages{0}, slots{0}, aux{0}, stage_slots{0};
   std::map<uint64_t, PrefillRoom> rooms;
   std::map<std::string, StagingTarget> staging;  // by decode id
-  // Rooms that ended here: a late SUBMIT/BOOTSTRAP/EMBED_META must not bring one back to life (nobody
-  // would ever finish it).
-  std::set<uint64_t> ended;
+  // Rooms that ended here, with how (ok, or the failure): a late SUBMIT/BOOTSTRAP/EMBED_META must not bring
+  // one back to life (nobody would ever finish it), and an encoder still working for it is told the real
+  // cause, so the failure it reports is the root one with its retryability.
+  std::map<uint64_t, protocol::Error> ended;
   std::deque<uint64_t> ended_order;
   caf::actor me;
   std::vector<caf::actor> workers;  // an invalid entry: crashed, not restarted yet

@@ -393,6 +393,8 @@ class ActorRouterService final : public RouterService {
       v.transfer_retries = e.info.transfer_retries;
       v.transfer_failures = e.info.transfer_failures;
       v.sessions_recycled = e.info.sessions_recycled;
+      v.quarantined_pages = e.info.quarantined_pages;
+      v.fenced_writes = e.info.fenced_writes;
       v.staging = e.info.staging;
       v.last_seen_ms =
           uint64_t(std::chrono::duration_cast<std::chrono::milliseconds>(now - e.last_seen).count());

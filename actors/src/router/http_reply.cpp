@@ -50,7 +50,9 @@ std::string instances_json(const std::vector<InstanceView>& instances) {
                  {"worker_restarts", i.worker_restarts},
                  {"transfer_retries", i.transfer_retries},
                  {"transfer_failures", i.transfer_failures},
-                 {"sessions_recycled", i.sessions_recycled}};
+                 {"sessions_recycled", i.sessions_recycled},
+                 {"quarantined_pages", i.quarantined_pages},
+                 {"fenced_writes", i.fenced_writes}};
     if (i.staging) {
       const auto& g = *i.staging;
       item["staging"] = {{"ring_bytes", g.ring_bytes},

@@ -55,6 +55,9 @@ class Bridge {
   // Messages of `type` go to `target`; everything else to the default target.
   void subscribe(protocol::MessageType type, caf::actor target);
   void set_default(caf::actor target);
+  // ERROR replies that answer a message of type `about` go to `target` (e.g. membership hears the
+  // registry's unknown_peer answer to its HEARTBEAT, not the role).
+  void subscribe_errors_about(protocol::MessageType about, caf::actor target);
   // `target` receives every PeerEvent.
   void subscribe_liveness(caf::actor target);
   void unsubscribe_all();
@@ -73,7 +76,9 @@ class Bridge {
 
   PeerDirectory& peers() { return peers_; }
   const std::string& instance_id() const { return id_; }
-  uint64_t incarnation() const { return incarnation_; }
+  uint64_t incarnation() const { return incarnation_.load(); }
+  // Frames sent from now on carry `incarnation` (an instance that rejoins after the registry expired it).
+  void set_incarnation(uint64_t incarnation) { incarnation_.store(incarnation); }
   const std::string& endpoint() const { return channel_->endpoint(); }
   BridgeStats stats() const;
   void stop();
@@ -87,12 +92,13 @@ class Bridge {
   std::vector<uint8_t> encode(protocol::Body body) const;
 
   const std::string id_;
-  const uint64_t incarnation_;
+  std::atomic<uint64_t> incarnation_;
   const protocol::CodecLimits limits_;
   std::unique_ptr<transport::ControlChannel> channel_;
   PeerDirectory peers_;
   mutable std::mutex mu_;
   std::map<protocol::MessageType, caf::actor> routes_;
+  std::map<uint16_t, caf::actor> error_routes_;  // ERROR replies by the type they answer
   caf::actor default_;
   std::vector<caf::actor> liveness_;
   std::atomic<uint64_t> delivered_{0}, rejected_{0}, undeliverable_{0}, sent_{0};

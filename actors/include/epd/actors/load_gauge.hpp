@@ -35,12 +35,16 @@ struct LoadGauge {
   std::atomic<uint32_t> free_slots{0};
   std::atomic<uint32_t> total_slots{0};
   std::atomic<uint32_t> active_rooms{0};
+  // Transfer jobs of ours still writing into a peer's memory: a rejoin waits for 0 before it says HELLO as a
+  // new incarnation (which tells peers that the old one writes nothing any more).
+  std::atomic<uint32_t> writes_in_flight{0};
   std::atomic<bool> healthy{true};
   // Failure counters since start (transfer workers and their supervisor write them).
   std::atomic<uint64_t> worker_restarts{0};    // transfer workers restarted after a crash
   std::atomic<uint64_t> transfer_retries{0};   // writes retried once on a fresh session
   std::atomic<uint64_t> transfer_failures{0};  // jobs failed after the retry (room failed)
   std::atomic<uint64_t> sessions_recycled{0};  // sessions closed for a high failure rate
+  std::atomic<uint32_t> quarantined_pages{0};  // decode: pages held for writers that may still write
   StagingGauge staging;
 };
 

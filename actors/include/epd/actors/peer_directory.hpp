@@ -23,6 +23,10 @@ class PeerDirectory {
   // Replaces the whole view (PEERS carries full lists); returns what changed (joined, left, restarted).
   // Older versions than the current one are ignored.
   std::vector<Change> replace(uint64_t version, const std::vector<protocol::PeerInfo>& peers);
+  // Forgets every peer (and every dead mark and PEERS version): this instance rejoins as a new incarnation
+  // and takes the registry's next PEERS, whatever its version, as the whole truth. Returns one "gone" change
+  // per peer that was listed.
+  std::vector<Change> forget_all();
   // Adds or updates one entry (e.g. the registry's own instance, known from config before any PEERS).
   void upsert(const protocol::PeerInfo& peer);
 
@@ -34,6 +38,9 @@ class PeerDirectory {
   // Marks `incarnation` of `id` dead (connection lost, or a newer incarnation seen). False if it is not
   // the listed incarnation or was marked already.
   bool mark_dead(const std::string& id, uint64_t incarnation);
+  // Clears the dead mark of `incarnation` of `id` if that incarnation is still the listed one (the registry
+  // kept it after our connection to it broke). True if it was marked.
+  bool revive(const std::string& id, uint64_t incarnation);
   // Listed and not marked dead.
   bool alive(const std::string& id) const;
   std::optional<std::string> endpoint_of(const std::string& id) const;

@@ -51,6 +51,8 @@ const transport::Region* find_local_region(const transport::Engine& engine, std:
 
 // Tells the router that `room` failed here, with the code and reason (the router decides whether to retry).
 void report_failure(Bridge& bridge, const std::string& router, uint64_t room, const protocol::Error& error);
+// The RESULT that report_failure sends.
+protocol::RoomResult failure_result(uint64_t room, const protocol::Error& error);
 
 // The last branch of every role's message switch: an ERROR from a peer is logged; any other message the
 // role does not handle is logged and answered with ERROR unexpected_message.

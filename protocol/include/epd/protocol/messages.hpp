@@ -110,6 +110,8 @@ struct PeerInfo {
   uint64_t transfer_retries = 0;
   uint64_t transfer_failures = 0;
   uint64_t sessions_recycled = 0;
+  uint32_t quarantined_pages = 0;
+  uint64_t fenced_writes = 0;
   std::optional<StagingStats> staging{};
   std::optional<SegmentDescriptor> segment;
   std::optional<KvLayout> kv_layout;
@@ -131,6 +133,8 @@ struct PeerInfo {
     v.opt("transfer_retries", s.transfer_retries);
     v.opt("transfer_failures", s.transfer_failures);
     v.opt("sessions_recycled", s.sessions_recycled);
+    v.opt("quarantined_pages", s.quarantined_pages);
+    v.opt("fenced_writes", s.fenced_writes);
     v.opt("staging", s.staging);
     v.opt("segment", s.segment);
     v.opt("kv_layout", s.kv_layout);
@@ -198,6 +202,8 @@ struct Heartbeat {
   uint64_t transfer_retries = 0;   // writes retried on a fresh session
   uint64_t transfer_failures = 0;  // transfer jobs failed after the retry
   uint64_t sessions_recycled = 0;  // sessions closed for a high failure rate
+  uint32_t quarantined_pages = 0;  // KV pages of aborted rooms held until their writer certainly stopped
+  uint64_t fenced_writes = 0;      // writes refused because their grant was revoked (stale writers)
   std::optional<StagingStats> staging{};
 
   bool operator==(const Heartbeat&) const = default;
@@ -214,6 +220,8 @@ struct Heartbeat {
     v.opt("transfer_retries", s.transfer_retries);
     v.opt("transfer_failures", s.transfer_failures);
     v.opt("sessions_recycled", s.sessions_recycled);
+    v.opt("quarantined_pages", s.quarantined_pages);
+    v.opt("fenced_writes", s.fenced_writes);
     v.opt("staging", s.staging);
   }
 };
@@ -239,6 +247,7 @@ struct Bootstrap {
   uint32_t aux_slot = 0;
   uint32_t expected_chunks = 0;
   uint32_t prompt_len = 0;
+  uint64_t fence = 0;  // decode's write grant for these pages and the aux slot; every KV/aux write carries it
 
   bool operator==(const Bootstrap&) const = default;
   template <class S, class V>
@@ -248,6 +257,7 @@ struct Bootstrap {
     v.req("aux_slot", s.aux_slot);
     v.opt("expected_chunks", s.expected_chunks);
     v.opt("prompt_len", s.prompt_len);
+    v.opt("fence", s.fence);
   }
 };
 
@@ -408,6 +418,7 @@ struct EmbedPull {
   uint64_t bytes = 0;
   ErrorCode code = ErrorCode::ok;  // non-ok: prefill cannot take the embeddings (e.g. out_of_capacity)
   std::string reason;
+  uint64_t fence = 0;  // prefill's write grant for the landing slot; the embedding write carries it
 
   bool operator==(const EmbedPull&) const = default;
   template <class S, class V>
@@ -417,6 +428,7 @@ struct EmbedPull {
     v.req("bytes", s.bytes);
     v.opt("code", s.code);
     v.opt("reason", s.reason);
+    v.opt("fence", s.fence);
   }
 };
 

@@ -56,6 +56,8 @@ struct InstanceView {
   uint64_t transfer_retries = 0;
   uint64_t transfer_failures = 0;
   uint64_t sessions_recycled = 0;
+  uint32_t quarantined_pages = 0;  // decode: pages of aborted rooms held for a writer that may still write
+  uint64_t fenced_writes = 0;      // writes refused by the instance's write fences (stale writers)
   std::optional<protocol::StagingStats> staging;  // instances that stage (docs/staging.md)
 };
 
