@@ -60,7 +60,7 @@ struct RouterState {
   RoleContext ctx;
   std::map<uint64_t, uint64_t> room_to_request;
   std::map<uint64_t, Pending> requests;
-  std::map<std::string, uint32_t> inflight;  // rooms this router has on each instance
+  std::map<std::string, uint32_t> inflight;  // rooms this router has on each instance (no zero entries)
   bool timeout_armed = false;                // the one timer for the oldest request's deadline is pending
   uint64_t next_request = 1;
   std::mt19937_64 rng{std::random_device{}()};
@@ -101,7 +101,8 @@ std::optional<Placement> pick(RouterState& st, const std::string& role, const st
     auto p = st.ctx.bridge->peers().find(e.info.instance_id);
     if (!p || p->incarnation != e.info.incarnation || !st.ctx.bridge->peers().alive(e.info.instance_id))
       continue;
-    const std::tuple<uint32_t, int64_t> score{st.inflight[e.info.instance_id],
+    auto n = st.inflight.find(e.info.instance_id);
+    const std::tuple<uint32_t, int64_t> score{n == st.inflight.end() ? 0 : n->second,
                                               -int64_t(e.info.free_kv_pages)};
     const Placement here{e.info.instance_id, e.info.incarnation};
     if (!avoid.count(e.info.instance_id) && (!best || score < best_score)) {
@@ -117,8 +118,10 @@ std::optional<Placement> pick(RouterState& st, const std::string& role, const st
 }
 
 void release_attempt(RouterState& st, const Attempt& a) {
-  for (const auto* id : {&a.encoder, &a.prefill, &a.decode})
-    if (!id->empty() && st.inflight[*id] > 0) --st.inflight[*id];
+  for (const auto* id : {&a.encoder, &a.prefill, &a.decode}) {
+    auto n = st.inflight.find(*id);
+    if (n != st.inflight.end() && --n->second == 0) st.inflight.erase(n);  // instances may leave for good
+  }
   st.room_to_request.erase(a.room);
 }
 
@@ -345,7 +348,15 @@ caf::behavior router(caf::stateful_actor<RouterState>* self, RoleContext ctx,
         auto it = s.requests.find(id);
         if (it != s.requests.end() && it->second.current.room == 0) start_attempt(self, s, id);
       },
-      [=](stats_atom) { return self->state.stats; },
+      [=](stats_atom) {
+        const auto& s = self->state;
+        RouterStats out = s.stats;
+        out.tables = {{"requests", s.requests.size()},
+                      {"rooms", s.room_to_request.size()},
+                      {"instances_in_flight", s.inflight.size()},
+                      {"timeout_timers", s.timeout_armed ? 1 : 0}};
+        return out;
+      },
       [=](timeout_atom) {
         auto& s = self->state;
         s.timeout_armed = false;
