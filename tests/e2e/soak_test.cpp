@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "cluster.hpp"
+#include "workload.hpp"
 
 using namespace epd::testing;
 using nlohmann::json;
@@ -85,19 +86,20 @@ TEST_CASE("soak: deadlines still fail rooms and requests whose inputs never come
           "[e2e][multiproc][soak]") {
   ClusterSpec spec;
   spec.max_attempts = 1;
-  spec.request_timeout_ms = 2000;
+  spec.heartbeat_misses = 100;  // 10 s: a SIGSTOPped process stays alive to its peers during the test
+  spec.request_timeout_ms = 4000;
   spec.defaults["prefill"] = "bootstrap_timeout_ms = 1000\n";
   spec.defaults["decode"] = "waiting_timeout_ms = 1000\n";
+  spec.defaults["encoder"] = "waiting_timeout_ms = 1000\n";
   Cluster cluster(spec);
   cluster.start();
-  const std::string body = json{{"prompt", "hello"}, {"max_tokens", 4}}.dump();
-  // Stops `ids` (SIGSTOP: alive for the heartbeats' 5 s, but silent) while 3 requests run; each must fail
-  // with `code`.
-  auto run_stopped = [&](std::vector<std::string> ids, const std::string& code) {
+  const json text = json{{"prompt", "hello"}, {"max_tokens", 4}};
+  // Stops `ids` (SIGSTOP: silent, not dead) while 3 requests run; each must fail with `code`.
+  auto run_stopped = [&](const json& request, std::vector<std::string> ids, const std::string& code) {
     for (const auto& id : ids) ::kill(cluster.pid(id), SIGSTOP);
     std::vector<json> answers(3);
     std::vector<std::thread> threads;
-    for (auto& a : answers) threads.emplace_back([&] { a = cluster.generate(json::parse(body)).second; });
+    for (auto& a : answers) threads.emplace_back([&] { a = cluster.generate(request).second; });
     for (auto& t : threads) t.join();
     for (const auto& id : ids) ::kill(cluster.pid(id), SIGCONT);
     for (const auto& a : answers) {
@@ -107,14 +109,20 @@ TEST_CASE("soak: deadlines still fail rooms and requests whose inputs never come
     check_idle(cluster);
   };
   SECTION("prefill: SUBMIT without BOOTSTRAP (decode stopped)") {
-    run_stopped({"decode-0"}, "bootstrap_timeout");
+    run_stopped(text, {"decode-0"}, "bootstrap_timeout");
   }
   SECTION("decode: BOOTSTRAP sent, KV never comes (prefill stopped)") {
-    run_stopped({"prefill-0"}, "waiting_timeout");
+    run_stopped(text, {"prefill-0"}, "waiting_timeout");
+  }
+  SECTION("encoder: nobody asks for the embeddings (prefill and decode stopped)") {
+    const Case with_image = workload(2).at(1);  // odd cases carry an image
+    REQUIRE(with_image.image);
+    run_stopped(request_of(with_image), {"prefill-0", "decode-0"}, "waiting_timeout");
+    CHECK(cluster.logs().find("did not ask for room") != std::string::npos);  // the encoder's timeout
   }
   SECTION("router: nobody answers (prefill and decode stopped)") {
-    run_stopped({"prefill-0", "decode-0"}, "timeout");
+    run_stopped(text, {"prefill-0", "decode-0"}, "timeout");
   }
   // Serving goes on.
-  CHECK(cluster.generate(json::parse(body)).first == 200);
+  CHECK(cluster.generate(text).first == 200);
 }
