@@ -1,22 +1,20 @@
 #include "e2e_bench.hpp"
 
 #include <httplib.h>
-#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
-#include <filesystem>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <thread>
 
+#include "cluster.hpp"
 #include "control_plane_bench.hpp"
 #include "epd/actors/router/base64.hpp"
 #include "epd/config/cluster_config.hpp"
-#include "epd/launcher/process_group.hpp"
 #include "epd/model/generate.hpp"
 #include "epd/model/image.hpp"
 #include "stats.hpp"
@@ -130,41 +128,6 @@ double p50(const std::vector<Sample>& s, double Sample::*field) {
   for (const auto& x : s)
     if (x.ok) v.push_back(x.*field);
   return percentile(v, 50);
-}
-
-// Starts `epd-cluster --config FILE` and waits until the router lists every instance as healthy.
-std::unique_ptr<launcher::ProcessGroup> start_cluster(const std::string& config, const std::string& host,
-                                                      int port, size_t instances) {
-  launcher::GroupOptions opts;
-  opts.restart.enabled = false;
-  auto group = std::make_unique<launcher::ProcessGroup>(opts, std::make_shared<launcher::FdSink>(2));
-  char self[4096];
-  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
-  const std::filesystem::path bin =
-      std::filesystem::path(std::string(self, size_t(std::max<ssize_t>(n, 0)))).parent_path();
-  if (auto st = group->start({{"epd-cluster", {(bin / "epd-cluster").string(), "--config", config}}}); !st) {
-    std::fprintf(stderr, "cannot start the cluster: %s\n", st.error().to_string().c_str());
-    return nullptr;
-  }
-  httplib::Client c(host, port);
-  for (int i = 0; i < 600; ++i) {
-    if (auto r = c.Get("/v1/instances"); r && r->status == 200) {
-      auto j = json::parse(r->body, nullptr, false);
-      size_t healthy = 0;
-      for (const auto& e : j)
-        if (e.value("healthy", false)) ++healthy;
-      if (healthy >= instances) return group;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  std::fprintf(stderr, "the cluster did not become ready\n");
-  return nullptr;
-}
-
-// Where a config's router listens.
-std::pair<std::string, int> router_address(const config::ClusterConfig& cfg) {
-  auto http = cfg.registry()->settings.get_string("http", "127.0.0.1:8080");
-  return {http->substr(0, http->rfind(':')), std::stoi(http->substr(http->rfind(':') + 1))};
 }
 
 // Samples the decode instances' staging ring occupancy from /v1/instances until stopped.

@@ -4,6 +4,7 @@
 
 #include "e2e_bench.hpp"
 #include "model_bench.hpp"
+#include "soak_bench.hpp"
 #include "transfer_bench.hpp"
 
 namespace {
@@ -19,6 +20,7 @@ constexpr Subcommand kSubcommands[] = {
     {"transfer", run_transfer_bench, "transfer engine throughput/latency (shm, tcp, rdma) vs baselines"},
     {"model", run_model_bench, "reference model: prefill/decode tokens/s, KV bytes per token"},
     {"e2e", run_e2e_bench, "cluster TTFT/TPOT/throughput vs colocated; control-plane rooms/s and latency"},
+    {"soak", run_soak_bench, "many small requests in blocks: RSS of every role per block and its growth"},
 };
 
 int usage(FILE* out) {

@@ -325,7 +325,8 @@ TEST_CASE("GET /v1/instances and /v1/stats have the documented shape", "[http]")
                                 {"failed", 1},
                                 {"retries", 2},
                                 {"retry_causes", json::object()},
-                                {"failure_causes", json::object()}}));
+                                {"failure_causes", json::object()},
+                                {"tables", json::object()}}));
 
   // An empty registry is an empty array, not null.
   server.service.instance_list.clear();

@@ -56,7 +56,8 @@ struct DecodeRoom {
   bool holding_logged = false;                        // "still holding" said once per quarantined room
   uint32_t prompt_len = 0;
   uint32_t max_new = 0;
-  protocol::KvStatus kv;  // timings prefill reported
+  protocol::KvStatus kv;          // timings prefill reported
+  clock::time_point kv_deadline;  // waiting_timeout after SUBMIT
   clock::time_point kv_ready;
   // Staged path (the prefill's KV layout differs): chunks land in the ring and are scattered here.
   bool staged = false;
@@ -83,6 +84,7 @@ struct DecodeState {
   // Prefills (id -> incarnation) that asked for ring space: they get every WATERMARK.
   std::map<std::string, uint64_t> writers;
   caf::actor loop;
+  bool timeout_armed = false;  // the one timer for the earliest kv_deadline is pending
   static inline const char* name = "decode";
 };
 
@@ -205,6 +207,20 @@ void on_abort_ack(DecodeState& st, const Envelope& env, uint64_t id) {
   end_quarantine(st, id);
 }
 
+// One timer for every room's KV deadline, set for the earliest. A delayed message per room stayed in CAF's
+// clock for the whole waiting_timeout after its room ended (~270 bytes each: 30 s x the room rate).
+void arm_timeout(caf::event_based_actor* self, DecodeState& st) {
+  if (st.timeout_armed) return;
+  std::optional<clock::time_point> due;
+  for (const auto& [id, room] : st.rooms)
+    if (room.state.state() == KvState::waiting_for_input && (!due || room.kv_deadline < *due))
+      due = room.kv_deadline;
+  if (!due) return;
+  st.timeout_armed = true;
+  const auto wait = std::chrono::ceil<std::chrono::milliseconds>(*due - clock::now());
+  self->delayed_send(self, std::max(wait, std::chrono::milliseconds(0)), timeout_atom::value);
+}
+
 void on_submit(caf::event_based_actor* self, DecodeState& st, const Envelope& env,
                const protocol::Submit& s) {
   const auto& m = st.ctx.model;
@@ -278,6 +294,7 @@ void on_submit(caf::event_based_actor* self, DecodeState& st, const Envelope& en
       st.ctx.engine->grant_writes(reinterpret_cast<uint64_t>(st.aux_base), {&aux_unit, 1}, room.fence);
   b.fence = room.fence;
   room.state.advance(KvState::waiting_for_input);
+  room.kv_deadline = clock::now() + st.settings.waiting_timeout;
   const uint64_t id = s.room;
   st.rooms.emplace(id, std::move(room));
   publish_load(st);
@@ -286,7 +303,7 @@ void on_submit(caf::event_based_actor* self, DecodeState& st, const Envelope& en
               make_error(ErrorCode::peer_unreachable, "prefill '" + s.prefill + "' is not known here (yet)"));
     return;
   }
-  self->delayed_send(self, st.settings.waiting_timeout, timeout_atom::value, id);
+  arm_timeout(self, st);
 }
 
 void start_decoding(caf::event_based_actor* self, DecodeState& st, uint64_t id, DecodeRoom& room) {
@@ -561,15 +578,19 @@ caf::behavior decode_role(caf::stateful_actor<DecodeState>* self, RoleContext ct
             env.body);
       },
       [=](DecodeFinished& f) { on_finished(self->state, f); },
-      [=](timeout_atom, uint64_t room) {
+      [=](timeout_atom) {
         auto& s = self->state;
-        auto it = s.rooms.find(room);
-        if (it != s.rooms.end() && it->second.state.state() == KvState::waiting_for_input)
+        s.timeout_armed = false;
+        std::vector<std::pair<uint64_t, std::string>> late;  // room, prefill
+        for (const auto& [id, room] : s.rooms)
+          if (room.state.state() == KvState::waiting_for_input && room.kv_deadline <= clock::now())
+            late.emplace_back(id, room.prefill);
+        for (const auto& [room, prefill] : late)
           fail_room(self, s, room,
                     make_error(ErrorCode::waiting_timeout,
-                               "KV for room " + std::to_string(room) + " did not arrive from '" +
-                                   it->second.prefill + "' within " +
-                                   std::to_string(s.settings.waiting_timeout.count()) + " ms"));
+                               "KV for room " + std::to_string(room) + " did not arrive from '" + prefill +
+                                   "' within " + std::to_string(s.settings.waiting_timeout.count()) + " ms"));
+        arm_timeout(self, s);
       },
       [=](abort_done_atom, uint64_t room) { on_abort_timeout(self, self->state, room); },
       [=](scatter_atom, uint64_t room, uint32_t chunk) { scatter(self, self->state, room, chunk); },

@@ -5,6 +5,7 @@
 
 #include <cstring>
 #include <map>
+#include <optional>
 
 #include "epd/actors/aux_record.hpp"
 #include "epd/actors/membership.hpp"
@@ -67,6 +68,7 @@ struct EncoderRoom {
   uint64_t encode_us = 0;
   bool encoded = false;
   bool writing = false;
+  std::chrono::steady_clock::time_point deadline;  // prefill must ask for the embeddings by then
 };
 
 struct EncoderState {
@@ -79,6 +81,7 @@ struct EncoderState {
   std::vector<caf::actor> workers;  // an invalid entry: crashed, not restarted yet
   caf::actor supervisor;
   caf::actor compute;
+  bool timeout_armed = false;  // the one timer for the earliest room deadline is pending
   static inline const char* name = "encoder";
 };
 
@@ -111,6 +114,19 @@ void fail_room(EncoderState& st, uint64_t id, const protocol::Error& error, bool
     finish(st, id);
   else
     it->second.prefill.clear();  // marks it failed; the write's completion frees it
+}
+
+// One timer for every room's deadline, set for the earliest. A delayed message per room stayed in CAF's clock
+// for the whole waiting_timeout after its room ended (~270 bytes each).
+void arm_timeout(caf::event_based_actor* self, EncoderState& st) {
+  if (st.timeout_armed) return;
+  std::optional<std::chrono::steady_clock::time_point> due;
+  for (const auto& [id, room] : st.rooms)
+    if (!room.writing && (!due || room.deadline < *due)) due = room.deadline;
+  if (!due) return;
+  st.timeout_armed = true;
+  const auto wait = std::chrono::ceil<std::chrono::milliseconds>(*due - std::chrono::steady_clock::now());
+  self->delayed_send(self, std::max(wait, std::chrono::milliseconds(0)), timeout_atom::value);
 }
 
 caf::behavior encode_compute(caf::event_based_actor* self, model::ModelConfig cfg, caf::actor role) {
@@ -188,6 +204,7 @@ caf::behavior encoder_role(caf::stateful_actor<EncoderState>* self, RoleContext 
           room.router_inc = env.incarnation;
           room.prefill_inc = prefill->incarnation;
           room.slot = (*slot)[0];
+          room.deadline = std::chrono::steady_clock::now() + s.settings.waiting_timeout;
           s.rooms.emplace(sub->room, room);
           publish_load(s);
           EncodeJob job{sub->room, std::move(sub->image),
@@ -197,7 +214,7 @@ caf::behavior encoder_role(caf::stateful_actor<EncoderState>* self, RoleContext 
             self->delayed_send(s.compute, s.settings.encode_delay, std::move(job));
           else
             self->send(s.compute, std::move(job));
-          self->delayed_send(self, s.settings.waiting_timeout, timeout_atom::value, sub->room);
+          arm_timeout(self, s);
         } else if (auto* pull = std::get_if<protocol::EmbedPull>(&env.body)) {
           auto it = s.rooms.find(pull->room);
           // Prefill gave the room up and asks whether we could still write its landing slot: a room we do
@@ -276,14 +293,21 @@ caf::behavior encoder_role(caf::stateful_actor<EncoderState>* self, RoleContext 
                            protocol::EmbedDone{d.room, true, ErrorCode::ok, "", it->second.encode_us});
         finish(s, d.room);
       },
-      [=](timeout_atom, uint64_t id) {
+      [=](timeout_atom) {
         auto& s = self->state;
-        auto it = s.rooms.find(id);
-        if (it == s.rooms.end() || it->second.writing) return;
-        fail_room(s, id,
-                  make_error(ErrorCode::waiting_timeout, "prefill '" + it->second.prefill +
-                                                             "' did not ask for room " + std::to_string(id) +
-                                                             "'s embeddings in time"));
+        s.timeout_armed = false;
+        std::vector<uint64_t> late;
+        for (const auto& [id, room] : s.rooms)
+          if (!room.writing && room.deadline <= std::chrono::steady_clock::now()) late.push_back(id);
+        for (uint64_t id : late) {
+          auto it = s.rooms.find(id);
+          if (it == s.rooms.end()) continue;
+          fail_room(s, id,
+                    make_error(ErrorCode::waiting_timeout, "prefill '" + it->second.prefill +
+                                                               "' did not ask for room " +
+                                                               std::to_string(id) + "'s embeddings in time"));
+        }
+        arm_timeout(self, s);
       },
       [=](PeerChanges& pc) {
         auto& s = self->state;

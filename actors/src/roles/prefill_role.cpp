@@ -76,12 +76,31 @@ void publish_load(PrefillState& st) {
   st.ctx.load->writes_in_flight = writing;
 }
 
+// Rooms that have not started by created + bootstrap_timeout fail; one timer, set for the earliest room,
+// serves them all. A delayed message per room stayed in CAF's clock for the whole bootstrap_timeout after its
+// room ended (~270 bytes each).
+bool waits_for_inputs(const PrefillRoom& r) {
+  return !r.started && !r.state.terminal();
+}
+
+void arm_timeout(caf::event_based_actor* self, PrefillState& st) {
+  if (st.timeout_armed) return;
+  std::optional<clock::time_point> due;
+  for (const auto& [id, r] : st.rooms)
+    if (waits_for_inputs(r) && (!due || r.created < *due)) due = r.created;
+  if (!due) return;
+  st.timeout_armed = true;
+  const auto wait =
+      std::chrono::ceil<std::chrono::milliseconds>(*due + st.settings.bootstrap_timeout - clock::now());
+  self->delayed_send(self, std::max(wait, std::chrono::milliseconds(0)), timeout_atom::value);
+}
+
 PrefillRoom& room_for(caf::event_based_actor* self, PrefillState& st, uint64_t id) {
   auto [it, created] = st.rooms.try_emplace(id);
   if (created) {
     it->second.router = st.ctx.cluster->cluster.registry;
     it->second.worker = uint32_t(id % st.workers.size());
-    self->delayed_send(self, st.settings.bootstrap_timeout, timeout_atom::value, id);
+    arm_timeout(self, st);
     publish_load(st);
   }
   return it->second;
@@ -499,17 +518,25 @@ caf::behavior prefill_role(caf::stateful_actor<PrefillState>* self, RoleContext 
       [=](HeldReport& held) { self->state.ctx.bridge->send(held.to, std::move(held.body)); },
       [=](TransferDone& d) { on_transfer_done(self, self->state, d); },
       [=](stage_timeout_atom, uint64_t id, uint32_t chunk) { on_stage_timeout(self->state, id, chunk); },
-      [=](timeout_atom, uint64_t id) {
+      [=](timeout_atom) {
         auto& s = self->state;
-        auto it = s.rooms.find(id);
-        if (it == s.rooms.end() || it->second.started || it->second.state.terminal()) return;
-        const auto& r = it->second;
-        const char* missing = !r.have_bootstrap ? "BOOTSTRAP" : !r.have_submit ? "SUBMIT" : "embeddings";
-        fail_room(
-            s, id,
-            make_error(r.have_bootstrap ? ErrorCode::waiting_timeout : ErrorCode::bootstrap_timeout,
-                       std::string(missing) + " for room " + std::to_string(id) + " did not arrive within " +
-                           std::to_string(s.settings.bootstrap_timeout.count()) + " ms"));
+        s.timeout_armed = false;
+        std::vector<uint64_t> late;
+        for (const auto& [id, r] : s.rooms)
+          if (waits_for_inputs(r) && r.created + s.settings.bootstrap_timeout <= clock::now())
+            late.push_back(id);
+        for (uint64_t id : late) {
+          auto it = s.rooms.find(id);
+          if (it == s.rooms.end() || !waits_for_inputs(it->second)) continue;
+          const auto& r = it->second;
+          const char* missing = !r.have_bootstrap ? "BOOTSTRAP" : !r.have_submit ? "SUBMIT" : "embeddings";
+          fail_room(s, id,
+                    make_error(r.have_bootstrap ? ErrorCode::waiting_timeout : ErrorCode::bootstrap_timeout,
+                               std::string(missing) + " for room " + std::to_string(id) +
+                                   " did not arrive within " +
+                                   std::to_string(s.settings.bootstrap_timeout.count()) + " ms"));
+        }
+        arm_timeout(self, s);
       },
       [=](PeerChanges& pc) {
         auto& s = self->state;

@@ -108,6 +108,7 @@ struct PrefillState {
   uint64_t stage_slot_bytes = 0;
   PageAllocator pages{0}, slots{0}, aux{0}, stage_slots{0};
   std::map<uint64_t, PrefillRoom> rooms;
+  bool timeout_armed = false;  // the one timer for the earliest room waiting for its inputs is pending
   std::map<std::string, StagingTarget> staging;  // by decode id
   // Rooms that ended here, with how (ok, or the failure): a late SUBMIT/BOOTSTRAP/EMBED_META must not bring
   // one back to life (nobody would ever finish it), and an encoder still working for it is told the real

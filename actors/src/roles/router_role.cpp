@@ -60,7 +60,8 @@ struct RouterState {
   RoleContext ctx;
   std::map<uint64_t, uint64_t> room_to_request;
   std::map<uint64_t, Pending> requests;
-  std::map<std::string, uint32_t> inflight;  // rooms this router has on each instance
+  std::map<std::string, uint32_t> inflight;  // rooms this router has on each instance (no zero entries)
+  bool timeout_armed = false;                // the one timer for the oldest request's deadline is pending
   uint64_t next_request = 1;
   std::mt19937_64 rng{std::random_device{}()};
   RouterStats stats;
@@ -100,7 +101,8 @@ std::optional<Placement> pick(RouterState& st, const std::string& role, const st
     auto p = st.ctx.bridge->peers().find(e.info.instance_id);
     if (!p || p->incarnation != e.info.incarnation || !st.ctx.bridge->peers().alive(e.info.instance_id))
       continue;
-    const std::tuple<uint32_t, int64_t> score{st.inflight[e.info.instance_id],
+    auto n = st.inflight.find(e.info.instance_id);
+    const std::tuple<uint32_t, int64_t> score{n == st.inflight.end() ? 0 : n->second,
                                               -int64_t(e.info.free_kv_pages)};
     const Placement here{e.info.instance_id, e.info.incarnation};
     if (!avoid.count(e.info.instance_id) && (!best || score < best_score)) {
@@ -116,8 +118,10 @@ std::optional<Placement> pick(RouterState& st, const std::string& role, const st
 }
 
 void release_attempt(RouterState& st, const Attempt& a) {
-  for (const auto* id : {&a.encoder, &a.prefill, &a.decode})
-    if (!id->empty() && st.inflight[*id] > 0) --st.inflight[*id];
+  for (const auto* id : {&a.encoder, &a.prefill, &a.decode}) {
+    auto n = st.inflight.find(*id);
+    if (n != st.inflight.end() && --n->second == 0) st.inflight.erase(n);  // instances may leave for good
+  }
   st.room_to_request.erase(a.room);
 }
 
@@ -276,6 +280,30 @@ void on_result(caf::event_based_actor* self, RouterState& st, const Envelope& en
   attempt_failed(self, st, req_id, make_error(res.code, "'" + env.sender + "': " + res.reason), env.sender);
 }
 
+// The request ran out of time: cancel its attempt, answer 504 naming the room and the last failure.
+void time_out(RouterState& s, uint64_t id) {
+  auto it = s.requests.find(id);
+  if (it == s.requests.end()) return;
+  cancel_attempt(s, it->second.current, "request timed out");
+  std::string why = "no answer within " + std::to_string(s.ctx.cluster->cluster.request_timeout.count()) +
+                    " ms (room " + std::to_string(it->second.current.room) + ", attempt " +
+                    std::to_string(it->second.attempts) + ")";
+  if (it->second.attempts > 1)
+    why += "; the previous attempt failed with " + it->second.last_error.to_string();
+  respond_error(s, id, make_error(ErrorCode::timeout, why));
+}
+
+// One timer for all request deadlines: requests share one timeout and are kept in arrival order (ids grow),
+// so the first is always the next to expire. A delayed message per request stayed in CAF's clock for the
+// whole request_timeout after its request ended (~270 bytes each: 60 s x the request rate of memory).
+void arm_timeout(caf::event_based_actor* self, RouterState& st) {
+  if (st.timeout_armed || st.requests.empty()) return;
+  st.timeout_armed = true;
+  const auto due = st.requests.begin()->second.started + st.ctx.cluster->cluster.request_timeout;
+  const auto wait = std::chrono::ceil<std::chrono::milliseconds>(due - clock::now());
+  self->delayed_send(self, std::max(wait, std::chrono::milliseconds(0)), timeout_atom::value);
+}
+
 caf::behavior router(caf::stateful_actor<RouterState>* self, RoleContext ctx,
                      std::chrono::milliseconds unavailable_wait) {
   harden(self, "router");
@@ -311,8 +339,8 @@ caf::behavior router(caf::stateful_actor<RouterState>* self, RoleContext ctx,
         p.image_tokens = model::count_image_tokens(p.prompt);
         p.started = clock::now();
         s.requests.emplace(id, std::move(p));
-        self->delayed_send(self, s.ctx.cluster->cluster.request_timeout, timeout_atom::value, id);
         start_attempt(self, s, id);
+        arm_timeout(self, s);
         return promise;
       },
       [=](retry_atom, uint64_t id) {
@@ -320,19 +348,23 @@ caf::behavior router(caf::stateful_actor<RouterState>* self, RoleContext ctx,
         auto it = s.requests.find(id);
         if (it != s.requests.end() && it->second.current.room == 0) start_attempt(self, s, id);
       },
-      [=](stats_atom) { return self->state.stats; },
-      [=](timeout_atom, uint64_t id) {
+      [=](stats_atom) {
+        const auto& s = self->state;
+        RouterStats out = s.stats;
+        out.tables = {{"requests", s.requests.size()},
+                      {"rooms", s.room_to_request.size()},
+                      {"instances_in_flight", s.inflight.size()},
+                      {"timeout_timers", s.timeout_armed ? 1 : 0}};
+        return out;
+      },
+      [=](timeout_atom) {
         auto& s = self->state;
-        auto it = s.requests.find(id);
-        if (it == s.requests.end()) return;
-        cancel_attempt(s, it->second.current, "request timed out");
-        std::string why = "no answer within " +
-                          std::to_string(s.ctx.cluster->cluster.request_timeout.count()) + " ms (room " +
-                          std::to_string(it->second.current.room) + ", attempt " +
-                          std::to_string(it->second.attempts) + ")";
-        if (it->second.attempts > 1)
-          why += "; the previous attempt failed with " + it->second.last_error.to_string();
-        respond_error(s, id, make_error(ErrorCode::timeout, why));
+        s.timeout_armed = false;
+        const auto now = clock::now();
+        while (!s.requests.empty() &&
+               now - s.requests.begin()->second.started >= s.ctx.cluster->cluster.request_timeout)
+          time_out(s, s.requests.begin()->first);
+        arm_timeout(self, s);
       },
       [=](Envelope& env) {
         auto& s = self->state;

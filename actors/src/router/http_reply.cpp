@@ -78,7 +78,8 @@ std::string stats_json(const RouterStats& s) {
                {"failed", s.failed},
                {"retries", s.retries},
                {"retry_causes", json(s.retry_causes)},
-               {"failure_causes", json(s.failure_causes)}});
+               {"failure_causes", json(s.failure_causes)},
+               {"tables", json(s.tables)}});
 }
 
 std::string error_json(std::string_view code, std::string_view message) {

@@ -68,6 +68,8 @@ struct RouterStats {
   uint64_t retries = 0;
   std::map<std::string, uint64_t> retry_causes;    // error code name -> rooms retried for it
   std::map<std::string, uint64_t> failure_causes;  // error code name -> requests answered with it
+  // Sizes of the router's per-request tables (docs/failure-handling.md, "Bounded tables"): 0 when idle.
+  std::map<std::string, uint64_t> tables;
 };
 
 class RouterService {
