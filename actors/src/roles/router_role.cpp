@@ -52,8 +52,10 @@ struct Pending {
   uint32_t attempts = 0;
   Attempt current;
   clock::time_point started;
-  std::set<std::string> failed_instances;  // avoided on retries while alternatives exist
-  protocol::Error last_error;              // why the previous attempt failed (named if we give up)
+  // Failures of this request per instance: a retry goes to the instance that failed it least (then the
+  // least loaded), so an instance that fails fast cannot take every attempt before its heartbeat says so.
+  std::map<std::string, uint32_t> failed_instances;
+  protocol::Error last_error;  // why the previous attempt failed (named if we give up)
 };
 
 struct RouterState {
@@ -92,9 +94,10 @@ struct Placement {
 
 // Least loaded healthy instance of `role`: fewest rooms in flight from this router, then most free KV pages.
 // Instances that are dead to this process (connection lost, registry not caught up yet) are skipped.
-std::optional<Placement> pick(RouterState& st, const std::string& role, const std::set<std::string>& avoid) {
-  std::optional<Placement> best, fallback;
-  std::tuple<uint32_t, int64_t> best_score{UINT32_MAX, 0}, fallback_score{UINT32_MAX, 0};
+std::optional<Placement> pick(RouterState& st, const std::string& role,
+                              const std::map<std::string, uint32_t>& failures) {
+  std::optional<Placement> best;
+  std::tuple<uint32_t, uint32_t, int64_t> best_score{UINT32_MAX, UINT32_MAX, 0};
   for (const auto& e : st.ctx.registry->entries()) {
     if (e.info.role != role || !e.info.healthy) continue;
     // Only what this process can address at that incarnation (the registry view may be a PEERS ahead).
@@ -102,19 +105,16 @@ std::optional<Placement> pick(RouterState& st, const std::string& role, const st
     if (!p || p->incarnation != e.info.incarnation || !st.ctx.bridge->peers().alive(e.info.instance_id))
       continue;
     auto n = st.inflight.find(e.info.instance_id);
-    const std::tuple<uint32_t, int64_t> score{n == st.inflight.end() ? 0 : n->second,
-                                              -int64_t(e.info.free_kv_pages)};
-    const Placement here{e.info.instance_id, e.info.incarnation};
-    if (!avoid.count(e.info.instance_id) && (!best || score < best_score)) {
-      best = here;
+    auto f = failures.find(e.info.instance_id);
+    const std::tuple<uint32_t, uint32_t, int64_t> score{f == failures.end() ? 0 : f->second,
+                                                        n == st.inflight.end() ? 0 : n->second,
+                                                        -int64_t(e.info.free_kv_pages)};
+    if (!best || score < best_score) {
+      best = Placement{e.info.instance_id, e.info.incarnation};
       best_score = score;
     }
-    if (!fallback || score < fallback_score) {
-      fallback = here;
-      fallback_score = score;
-    }
   }
-  return best ? best : fallback;
+  return best;
 }
 
 void release_attempt(RouterState& st, const Attempt& a) {
@@ -218,7 +218,7 @@ void attempt_failed(caf::event_based_actor* self, RouterState& st, uint64_t req_
                  p.attempts + 1, max_attempts);
     ++st.stats.retries;
     ++st.stats.retry_causes[std::string(protocol::error_name(e.code))];
-    p.failed_instances.insert(culprit);
+    ++p.failed_instances[culprit];
     start_attempt(self, st, req_id);
     return;
   }
