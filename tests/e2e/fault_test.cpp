@@ -475,10 +475,12 @@ ClusterSpec stall_spec() {
   return spec;
 }
 
-void stall_test(const std::string& victim, const char* role) {
-  Cluster cluster(stall_spec());
+void stall_test(const std::string& victim, const char* role, const std::string& backend = "auto") {
+  ClusterSpec spec = stall_spec();
+  spec.backend = backend;
+  Cluster cluster(spec);
   cluster.start();
-  LogDump dump{cluster, "stall-" + victim};
+  LogDump dump{cluster, "stall-" + victim + "-" + backend};
   stall_scenario(cluster, victim, role, 3000);
   stall_scenario(cluster, victim, role, 8000);
   CHECK(first_log_ms(cluster.logs(), victim, "membership: rejoining as incarnation") >= 0);
@@ -500,6 +502,12 @@ TEST_CASE("stall: a prefill frozen for 3 s and 8 s rejoins as a new incarnation 
 TEST_CASE("stall: a decode frozen for 3 s and 8 s rejoins as a new incarnation and serves again",
           "[fault][stall][multiproc]") {
   stall_test("decode-0", "decode");
+}
+
+// Over tcp the frozen prefill's writes, if any were on their way, meet revoked grants at decode.
+TEST_CASE("stall: a prefill frozen mid-transfer over tcp rejoins; no late write reaches reused pages",
+          "[fault][stall][multiproc]") {
+  stall_test("prefill-0", "prefill", "tcp");
 }
 
 // The encoder's report that a room "already ended" at prefill is a consequence; the router must see the
