@@ -547,17 +547,17 @@ TEST_CASE("root cause: a consequential failure carries the root cause, in either
 }
 
 namespace {
-// prefill-1's writes reach decode 1.5 s late (a writer frozen mid-transfer); decode gives its rooms up
-// after 400 ms and aborts them after 300 ms more; requests keep flowing through prefill-0, so the pages are
+// prefill-1's writes reach decode 2.5 s late (a writer frozen mid-transfer); decode gives its rooms up
+// after 1 s (roomy enough for a loaded CI box) and aborts them after 300 ms more; requests keep flowing through prefill-0, so the pages are
 // reused while prefill-1's writes are still on their way.
 ClusterSpec stale_writer_spec(const std::string& backend) {
   ClusterSpec spec;
   spec.backend = backend;
   spec.prefills = 2;
   spec.max_attempts = 6;
-  spec.defaults["decode"] = "waiting_timeout_ms = 400\nabort_timeout_ms = 300\n";
+  spec.defaults["decode"] = "waiting_timeout_ms = 1000\nabort_timeout_ms = 300\n";
   spec.instance_extra["decode-0"] = "kv_pages = 64\n";  // pages are reused quickly
-  spec.instance_extra["prefill-1"] = "[instance.transport]\nfault_stall_us = 1500000\n";
+  spec.instance_extra["prefill-1"] = "[instance.transport]\nfault_stall_us = 2500000\n";
   return spec;
 }
 }  // namespace
