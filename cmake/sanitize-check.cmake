@@ -45,6 +45,9 @@ foreach(i RANGE ${last})
   string(JSON dir GET "${db}" ${i} directory)
   string(JSON command GET "${db}" ${i} command)
   string(REPLACE "$" "$$" command "${command}")
+  if(LAUNCHER)  # compile_commands.json leaves the launcher out
+    set(command "${LAUNCHER} ${command}")
+  endif()
   string(APPEND rules "all: check/${rel}\n.PHONY: check/${rel}\ncheck/${rel}:\n"
                       "\t@echo 'sanitize-check: compiling ${rel}'\n\t@cd ${dir} && ${command}\n")
 endforeach()
