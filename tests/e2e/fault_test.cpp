@@ -6,18 +6,16 @@
 #include <signal.h>
 #include <time.h>
 
-#include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
-#include <functional>
 #include <regex>
 #include <sstream>
 #include <thread>
 
 #include "cluster.hpp"
 #include "epd/transport/fault.hpp"
+#include "load.hpp"
 #include "workload.hpp"
 
 using namespace epd::testing;
@@ -26,86 +24,10 @@ using clock_type = std::chrono::steady_clock;
 
 namespace {
 
-struct Outcome {
-  int completed = 0;  // 200 with the oracle's tokens
-  int retried = 0;    // completed, but needed more than one attempt
-  int failed = 0;     // an HTTP error naming its cause
-  int wrong = 0;      // 200 with other tokens (must be 0)
-  int lost = 0;       // no answer at all, or an error without a cause (must be 0)
-  std::map<std::string, int> causes;
-  std::string first_error;
-};
-
-// Runs `n` cases with `parallel` clients. `during` runs on this thread once `trigger` answers are in (the
-// load keeps going meanwhile), e.g. to kill a process with requests in flight.
-Outcome run_load(Cluster& cluster, int n, int parallel, int trigger = -1,
-                 const std::function<void()>& during = {}) {
-  const auto cases = workload(n);
-  for (const auto& c : cases) oracle(c);  // computed before the clock matters
-  std::vector<std::pair<int, json>> answers(cases.size());
-  std::atomic<size_t> next{0};
-  std::atomic<int> done{0};
-  std::vector<std::thread> threads;
-  for (int t = 0; t < parallel; ++t)
-    threads.emplace_back([&] {
-      for (size_t i = next++; i < cases.size(); i = next++) {
-        answers[i] = cluster.generate(request_of(cases[i]));
-        ++done;
-      }
-    });
-  if (during) {
-    while (done.load() < trigger && done.load() < n)
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    during();
-  }
-  for (auto& t : threads) t.join();
-  Outcome o;
-  for (size_t i = 0; i < cases.size(); ++i) {
-    const auto& [status, body] = answers[i];
-    if (status == 200) {
-      if (body["tokens"].get<std::vector<uint32_t>>() == oracle(cases[i])) {
-        ++o.completed;
-        if (body["attempts"].get<int>() > 1) ++o.retried;
-      } else {
-        ++o.wrong;
-      }
-    } else if (status != 0 && body.contains("error") &&
-               !body["error"]["message"].get<std::string>().empty()) {
-      ++o.failed;
-      ++o.causes[body["error"]["code"].get<std::string>()];
-      if (o.first_error.empty()) o.first_error = std::to_string(status) + " " + body.dump();
-    } else {
-      ++o.lost;
-    }
-  }
-  return o;
-}
-
-void report(const std::string& scenario, const Outcome& o, const json& stats) {
-  std::ostringstream causes;
-  for (const auto& [c, k] : o.causes) causes << c << "=" << k << " ";
-  std::printf("[fault] %s: completed=%d (after a retry: %d) failed=%d lost=%d wrong=%d %s| router %s\n",
-              scenario.c_str(), o.completed, o.retried, o.failed, o.lost, o.wrong, causes.str().c_str(),
-              stats.dump().c_str());
-  if (!o.first_error.empty())
-    std::printf("[fault] %s: first error: %s\n", scenario.c_str(), o.first_error.c_str());
-  std::fflush(stdout);
-}
-
 uint64_t counter_sum(const json& instances, const char* key) {
   uint64_t sum = 0;
   for (const auto& i : instances) sum += i.value(key, uint64_t{0});
   return sum;
-}
-
-void check_all_free(const Cluster& cluster) {
-  const json inst = cluster.wait_all_free(15000);
-  INFO(inst.dump());
-  for (const auto& i : inst) {
-    CHECK(i["free_kv_pages"] == i["total_kv_pages"]);
-    CHECK(i["free_slots"] == i["total_slots"]);
-    CHECK(i["active_rooms"] == 0);
-  }
 }
 
 // Milliseconds since local midnight: the children's log lines carry local HH:MM:SS.mmm.
@@ -128,25 +50,6 @@ int64_t first_log_ms(const std::string& logs, const std::string& id, const std::
   while (std::getline(in, line))
     if (std::regex_match(line, m, line_re))
       return ((std::stoll(m[1]) * 60 + std::stoll(m[2])) * 60 + std::stoll(m[3])) * 1000 + std::stoll(m[4]);
-  return -1;
-}
-
-size_t count_lines(const std::string& logs, const std::string& needle) {
-  size_t n = 0;
-  for (size_t pos = logs.find(needle); pos != std::string::npos; pos = logs.find(needle, pos + 1)) ++n;
-  return n;
-}
-
-// Waits until `id` is listed healthy with an incarnation other than `old`; returns ms waited or -1.
-int64_t wait_reincarnated(const Cluster& cluster, const std::string& id, uint64_t old,
-                          int timeout_ms = 20000) {
-  const auto t0 = clock_type::now();
-  while (clock_type::now() - t0 < std::chrono::milliseconds(timeout_ms)) {
-    const json i = cluster.instance(id);
-    if (!i.is_null() && i["healthy"] == true && i["incarnation"].get<uint64_t>() != old)
-      return std::chrono::duration_cast<std::chrono::milliseconds>(clock_type::now() - t0).count();
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
   return -1;
 }
 
@@ -184,32 +87,6 @@ KillReport kill_under_load(Cluster& cluster, const std::string& victim, const st
   if (dropped >= 0) r.registry_detect_ms = dropped - kill_at;
   CHECK(cluster.pid(victim) != old_pid);
   return r;
-}
-
-// With EPD_TEST_LOGS=<dir>, every cluster's child logs are written there when the test ends (debugging).
-struct LogDump {
-  const Cluster& cluster;
-  std::string name;
-  ~LogDump() {
-    if (const char* dir = std::getenv("EPD_TEST_LOGS")) {
-      std::FILE* f = std::fopen((std::string(dir) + "/" + name + ".log").c_str(), "w");
-      if (!f) return;
-      const std::string logs = cluster.logs();
-      std::fwrite(logs.data(), 1, logs.size(), f);
-      std::fclose(f);
-    }
-  }
-};
-
-ClusterSpec kill_spec() {
-  ClusterSpec spec;
-  spec.heartbeat_ms = 250;  // "decode notices within 2 heartbeat intervals" = 500 ms
-  spec.heartbeat_misses = 4;
-  spec.restart = true;
-  spec.max_attempts = 4;
-  // Short input timeouts: a room whose other half died with the victim is not held for long.
-  spec.defaults["prefill"] = "bootstrap_timeout_ms = 3000\n";
-  return spec;
 }
 
 }  // namespace
