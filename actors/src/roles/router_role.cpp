@@ -206,8 +206,23 @@ void start_attempt(caf::event_based_actor* self, RouterState& st, uint64_t req_i
 
 // The current attempt of `req_id` failed because of `culprit`: retry it as a new room (retryable cause,
 // attempts left), else answer the client with the cause.
+// Counts the failure against the instance to avoid on the retry. An instance that reports peer_died or
+// peer_unreachable is alive (it just told us); the trouble is another member of the attempt, which we may not
+// have heard is dead yet (a killed prefill is refused by decode before the registry's PEERS reaches us):
+// count it against those, or every retry goes straight back to the dead one.
+void blame(Pending& p, const std::string& culprit, protocol::ErrorCode code, bool culprit_reported) {
+  const bool peer_trouble = code == ErrorCode::peer_died || code == ErrorCode::peer_unreachable;
+  if (!culprit_reported || !peer_trouble) {
+    ++p.failed_instances[culprit];
+    return;
+  }
+  for (const auto* id : {&p.current.encoder, &p.current.prefill, &p.current.decode})
+    if (!id->empty() && *id != culprit) ++p.failed_instances[*id];
+}
+
+// `reported`: `culprit` sent the failure itself (else we saw `culprit` die).
 void attempt_failed(caf::event_based_actor* self, RouterState& st, uint64_t req_id, const protocol::Error& e,
-                    const std::string& culprit) {
+                    const std::string& culprit, bool reported) {
   Pending& p = st.requests.at(req_id);
   cancel_attempt(st, p.current, "failed at '" + culprit + "'");
   release_attempt(st, p.current);
@@ -218,7 +233,7 @@ void attempt_failed(caf::event_based_actor* self, RouterState& st, uint64_t req_
                  p.attempts + 1, max_attempts);
     ++st.stats.retries;
     ++st.stats.retry_causes[std::string(protocol::error_name(e.code))];
-    ++p.failed_instances[culprit];
+    blame(p, culprit, e.code, reported);
     start_attempt(self, st, req_id);
     return;
   }
@@ -245,7 +260,7 @@ void on_instance_lost(caf::event_based_actor* self, RouterState& st, const PeerD
                    make_error(ErrorCode::peer_died, "instance '" + c.id + "' (incarnation " +
                                                         std::to_string(c.old_incarnation) + ") " +
                                                         (c.new_incarnation ? "restarted" : "is gone")),
-                   c.id);
+                   c.id, false);
 }
 
 void on_result(caf::event_based_actor* self, RouterState& st, const Envelope& env,
@@ -277,7 +292,8 @@ void on_result(caf::event_based_actor* self, RouterState& st, const Envelope& en
     st.requests.erase(req_id);
     return;
   }
-  attempt_failed(self, st, req_id, make_error(res.code, "'" + env.sender + "': " + res.reason), env.sender);
+  attempt_failed(self, st, req_id, make_error(res.code, "'" + env.sender + "': " + res.reason), env.sender,
+                 true);
 }
 
 // The request ran out of time: cancel its attempt, answer 504 naming the room and the last failure.
