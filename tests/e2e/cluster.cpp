@@ -9,6 +9,7 @@
 #include <chrono>
 #include <fstream>
 #include <mutex>
+#include <random>
 #include <set>
 #include <sstream>
 #include <stdexcept>
@@ -18,17 +19,27 @@ namespace epd::testing {
 
 namespace {
 
-int ephemeral_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
+// Ports outside the kernel's ephemeral range: a port we hand out and close cannot be taken meanwhile by a
+// process binding port 0 (every role's tcp data-plane listener does), which happened on CI (`cannot bind
+// control endpoint`). Random from the pid, tried with a bind, so concurrent test processes rarely meet.
+int unused_port_below_ephemeral_range() {
+  int low = 32768;
+  if (std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range"); range) range >> low;
+  const int first = 10000, last = std::max(first + 1000, low - 1);
+  static std::mt19937 rng(uint32_t(::getpid()) * 2654435761u);
+  for (;;) {
+    const int port = first + int(rng() % uint32_t(last - first));
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    const int one = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(uint16_t(port));
+    const bool free = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+    ::close(fd);
+    if (free) return port;
+  }
 }
 
 }  // namespace
@@ -39,8 +50,8 @@ int free_port() {
   static std::mutex mu;
   static std::set<int> given;
   std::lock_guard lock(mu);
-  int p = ephemeral_port();
-  while (!given.insert(p).second) p = ephemeral_port();
+  int p = unused_port_below_ephemeral_range();
+  while (!given.insert(p).second) p = unused_port_below_ephemeral_range();
   return p;
 }
 

@@ -382,7 +382,7 @@ TEST_CASE("stall: a decode frozen for 3 s and 8 s rejoins as a new incarnation a
 }
 
 // Over tcp the frozen prefill's writes, if any were on their way, meet revoked grants at decode.
-TEST_CASE("stall: a prefill frozen mid-transfer over tcp rejoins; no late write reaches reused pages",
+TEST_CASE("stall: a prefill frozen mid-transfer over tcp rejoins, no late write reaches reused pages",
           "[fault][stall][multiproc]") {
   stall_test("prefill-0", "prefill", "tcp");
 }
@@ -425,8 +425,8 @@ TEST_CASE("root cause: a consequential failure carries the root cause, in either
 
 namespace {
 // prefill-1's writes reach decode 2.5 s late (a writer frozen mid-transfer); decode gives its rooms up
-// after 1 s (roomy enough for a loaded CI box) and aborts them after 300 ms more; requests keep flowing through prefill-0, so the pages are
-// reused while prefill-1's writes are still on their way.
+// after 1 s (roomy enough for a loaded CI box) and aborts them after 300 ms more; requests keep flowing
+// through prefill-0, so the pages are reused while prefill-1's writes are still on their way.
 ClusterSpec stale_writer_spec(const std::string& backend) {
   ClusterSpec spec;
   spec.backend = backend;
