@@ -362,6 +362,7 @@ void stall_test(const std::string& victim, const char* role, const std::string& 
   stall_scenario(cluster, victim, role, 8000);
   CHECK(first_log_ms(cluster.logs(), victim, "membership: rejoining as incarnation") >= 0);
   check_all_free(cluster);
+  CHECK(cluster.stop_and_collect_sanitizer_reports().empty());  // role processes, with EPD_SANITIZE
 }
 
 }  // namespace
@@ -458,6 +459,7 @@ TEST_CASE("stale writer over tcp: late writes into reused pages are refused and 
   CHECK(d["fenced_writes"].get<uint64_t>() > 0);
   CHECK(count_lines(cluster.logs(), "fenced") > 0);  // prefill-1 heard why its writes failed
   check_all_free(cluster);
+  CHECK(cluster.stop_and_collect_sanitizer_reports().empty());  // role processes, with EPD_SANITIZE
 }
 
 TEST_CASE("stale writer over shm: pages a frozen writer could still map are held until it answers",
@@ -487,4 +489,6 @@ TEST_CASE("stale writer over shm: pages a frozen writer could still map are held
   CHECK(held_max > 0);  // held past the abort timeout instead of being reused
   CHECK(first_log_ms(cluster.logs(), "decode-0", "holding \\d+ page\\(s\\) of aborted room") >= 0);
   check_all_free(cluster);  // released once prefill-1's late writes ended and it acknowledged
+                            // CHECK(cluster.stop_and_collect_sanitizer_reports().empty());  // role
+                            // processes, with EPD_SANITIZE
 }
