@@ -1,5 +1,5 @@
 #pragma once
-// Every control-plane message. Names are the contract of ARCHITECTURE.md; docs/protocol.md gives each field.
+// Every control-plane message. Names are the contract between the roles; docs/protocol.md gives each field.
 // `fields()` lists the wire keys once, for encoding and decoding alike: `req` keys must be present,
 // `opt` keys keep their default when absent. Unknown keys are ignored (forward compatibility).
 #include <cstdint>
