@@ -132,14 +132,18 @@ void Cluster::start() {
         {id, {std::string(EPD_BIN_DIR) + "/epd-role", "--config", config_.string(), "--id", id}});
   if (auto st = group_->start(std::move(children)); !st) throw std::runtime_error(st.error().to_string());
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  const size_t expected = ids().size();
   while (std::chrono::steady_clock::now() < deadline) {
     size_t healthy = 0;
     try {
+      // Only our own instances count: another test process's cluster could answer on a port we picked
+      // (our router then failed to bind), and its instances have other control endpoints.
       for (const auto& i : instances())
-        if (i.value("healthy", false)) ++healthy;
+        if (i.value("healthy", false) && i.value("control_endpoint", "") == control_endpoint(i["id"]))
+          ++healthy;
     } catch (...) {
     }
-    if (healthy == ids().size()) return;
+    if (healthy == expected && group_->alive() == expected) return;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   throw std::runtime_error("cluster did not become ready; logs:\n" + logs());
