@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <httplib.h>
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <mutex>
@@ -138,9 +139,15 @@ void Cluster::start() {
     try {
       // Only our own instances count: another test process's cluster could answer on a port we picked
       // (our router then failed to bind), and its instances have other control endpoints.
-      for (const auto& i : instances())
-        if (i.value("healthy", false) && i.value("control_endpoint", "") == control_endpoint(i["id"]))
-          ++healthy;
+      for (const auto& i : instances()) {
+        const std::string id = i.value("id", "");
+        const bool ours = std::any_of(control_ports_.begin(), control_ports_.end(), [&](const auto& p) {
+          return p.first == id && i.value("control_endpoint", "") == control_endpoint(id);
+        });
+        const bool extra =
+            std::find(spec_.extra_ids.begin(), spec_.extra_ids.end(), id) != spec_.extra_ids.end();
+        if (i.value("healthy", false) && (ours || extra)) ++healthy;
+      }
     } catch (...) {
     }
     if (healthy == expected && group_->alive() == expected) return;
