@@ -448,15 +448,19 @@ TEST_CASE("stale writer over tcp: late writes into reused pages are refused and 
   Cluster cluster(stale_writer_spec("tcp"));
   cluster.start();
   LogDump dump{cluster, "stale-writer-tcp"};
-  const Outcome o = run_load(cluster, 60, 4);
-  report("stale writer (tcp), 60 requests", o, cluster.stats());
-  INFO(o.first_error);
-  CHECK(o.wrong == 0);
-  CHECK(o.lost == 0);
-  CHECK(o.completed == 60);  // every room that met prefill-1 was retried on prefill-0
-  // The late writes arrived after their grant was revoked: refused at decode's receiver and counted.
-  const json d = cluster.instance_when(
-      "decode-0", [](const json& i) { return i["fenced_writes"] > 0; }, 8000);
+  // As for shm below: up to three rounds until a late write has met a revoked grant.
+  json d = json::object();
+  for (int round = 1; round <= 3 && d.value("fenced_writes", 0) == 0; ++round) {
+    const Outcome o = run_load(cluster, 40, 4);
+    report("stale writer (tcp), round " + std::to_string(round) + ", 40 requests", o, cluster.stats());
+    INFO(o.first_error);
+    CHECK(o.wrong == 0);
+    CHECK(o.lost == 0);
+    CHECK(o.completed == 40);  // every room that met prefill-1 was retried on prefill-0
+    // The late writes arrive after their grant was revoked: refused at decode's receiver and counted.
+    d = cluster.instance_when(
+        "decode-0", [](const json& i) { return i["fenced_writes"] > 0; }, 6000);
+  }
   std::printf("[fault] stale writer (tcp): decode refused %lu late writes\n",
               (unsigned long)d.value("fenced_writes", 0));
   CHECK(d["fenced_writes"].get<uint64_t>() > 0);
@@ -470,28 +474,33 @@ TEST_CASE("stale writer over shm: pages a frozen writer could still map are held
   Cluster cluster(stale_writer_spec("shm"));
   cluster.start();
   LogDump dump{cluster, "stale-writer-shm"};
+  // A round exercises the hold only if a room met prefill-1 and its write was dispatched before decode
+  // gave it up, which a starved machine can miss: up to three rounds until a hold is seen.
   uint64_t held_max = 0;
-  std::atomic<bool> done{false};
-  std::thread watch([&] {
-    while (!done.load()) {
-      const json d = cluster.instance("decode-0");
-      if (!d.is_null()) held_max = std::max(held_max, d.value("quarantined_pages", uint64_t{0}));
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-  });
-  const Outcome o = run_load(cluster, 60, 4);
-  done = true;
-  watch.join();
-  report("stale writer (shm), 60 requests", o, cluster.stats());
+  for (int round = 1; round <= 3 && held_max == 0; ++round) {
+    std::atomic<bool> done{false};
+    std::thread watch([&] {
+      while (!done.load()) {
+        const json d = cluster.instance("decode-0");
+        if (!d.is_null()) held_max = std::max(held_max, d.value("quarantined_pages", uint64_t{0}));
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+    });
+    const Outcome o = run_load(cluster, 40, 4);
+    done = true;
+    watch.join();
+    report("stale writer (shm), round " + std::to_string(round) + ", 40 requests", o, cluster.stats());
+    INFO(o.first_error);
+    CHECK(o.wrong == 0);
+    CHECK(o.lost == 0);
+    CHECK(o.completed == 40);
+  }
   std::printf("[fault] stale writer (shm): decode held up to %lu pages for a writer that could still write\n",
               (unsigned long)held_max);
-  INFO(o.first_error);
-  CHECK(o.wrong == 0);
-  CHECK(o.lost == 0);
-  CHECK(o.completed == 60);
   CHECK(held_max > 0);  // held past the abort timeout instead of being reused
   CHECK(first_log_ms(cluster.logs(), "decode-0", "holding \\d+ page\\(s\\) of aborted room") >= 0);
-  check_all_free(cluster);  // released once prefill-1's late writes ended and it acknowledged
-                            // CHECK(cluster.stop_and_collect_sanitizer_reports().empty());  // role
-                            // processes, with EPD_SANITIZE
+  // Released once prefill-1's late writes ended and it acknowledged.
+  check_all_free(cluster);
+  // No sanitizer report from a role process (with EPD_SANITIZE).
+  CHECK(cluster.stop_and_collect_sanitizer_reports().empty());
 }
