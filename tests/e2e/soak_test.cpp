@@ -86,8 +86,8 @@ TEST_CASE("soak: deadlines still fail rooms and requests whose inputs never come
           "[e2e][multiproc][soak]") {
   ClusterSpec spec;
   spec.max_attempts = 1;
-  spec.heartbeat_misses = 100;  // 10 s: a SIGSTOPped process stays alive to its peers during the test
-  spec.request_timeout_ms = 4000;
+  spec.heartbeat_misses = 100;     // 10 s: a SIGSTOPped process stays alive to its peers during the test
+  spec.request_timeout_ms = 6000;  // well past the roles' 1 s deadlines, even on a loaded machine
   spec.defaults["prefill"] = "bootstrap_timeout_ms = 1000\n";
   spec.defaults["decode"] = "waiting_timeout_ms = 1000\n";
   spec.defaults["encoder"] = "waiting_timeout_ms = 1000\n";
