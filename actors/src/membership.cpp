@@ -174,7 +174,7 @@ caf::behavior membership(caf::stateful_actor<MembershipState>* self, BridgePtr b
           if (err->code == protocol::ErrorCode::unknown_peer) {
             // The registry lost us (it expired us after a stall, or it restarted). Its answer to a HEARTBEAT
             // of an incarnation we already left (or to a HELLO) changes nothing.
-            if (s.phase == Phase::registered && env.incarnation != 0)
+            if (s.phase == Phase::registered)
               start_rejoin(self, "the registry '" + env.sender + "' dropped us (" + err->detail + ")");
           } else {
             spdlog::warn("membership: ERROR from {}: {} {}", env.sender, protocol::error_name(err->code),

@@ -9,6 +9,7 @@ void FenceTable::add_region(uint64_t base, uint64_t length, uint64_t unit_bytes)
   Fenced f{base, length, unit_bytes, {}};
   f.owner.assign((length + unit_bytes - 1) / unit_bytes, 0);
   regions_.push_back(std::move(f));
+  any_.store(true);
 }
 
 uint64_t FenceTable::grant(uint64_t base, std::span<const uint64_t> units, uint64_t key) {
@@ -44,6 +45,7 @@ bool FenceTable::revoke(uint64_t key) {
 }
 
 FenceTable::Admission FenceTable::admit(uint64_t key, uint64_t addr, uint64_t len) {
+  if (!any_.load()) return Admission::unfenced;
   std::lock_guard lock(mu_);
   for (auto& f : regions_) {
     if (addr < f.base || addr - f.base >= f.length) continue;

@@ -52,6 +52,7 @@ class FenceTable {
     bool revoked = false;
   };
   mutable std::mutex mu_;
+  std::atomic<bool> any_{false};  // a region is fenced: until then admit() takes no lock (every tcp frame)
   std::vector<Fenced> regions_;
   std::map<uint64_t, Grant> grants_;
   uint64_t refused_ = 0, revoked_busy_ = 0;
