@@ -218,8 +218,9 @@ caf::behavior encoder_role(caf::stateful_actor<EncoderState>* self, RoleContext 
         } else if (auto* pull = std::get_if<protocol::EmbedPull>(&env.body)) {
           auto it = s.rooms.find(pull->room);
           // Prefill gave the room up and asks whether we could still write its landing slot: a room we do
-          // not hold has no write in flight.
-          if (it == s.rooms.end() && pull->code != ErrorCode::ok) {
+          // not hold, or hold for another prefill incarnation (our jobs carry it), has no write for it.
+          if (pull->code != ErrorCode::ok && (it == s.rooms.end() || it->second.prefill != env.sender ||
+                                              env.incarnation != it->second.prefill_inc)) {
             s.ctx.bridge->answer(env, protocol::EmbedDone{pull->room, false, ErrorCode::aborted,
                                                           "no write of this room is in flight here", 0});
             return;
