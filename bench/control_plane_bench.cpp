@@ -69,9 +69,9 @@ int run_control_plane_bench(bool quick) {
   caf::actor_system sys{sys_cfg};
   auto p = sys.spawn(responder, *p_bridge, *session, page_ops, p_aux->addr(), d_aux->addr(),
                      (*d_bridge)->endpoint());
-  (*p_bridge)->set_default(p);
+  if (!(*p_bridge)->subscribe(protocol::MessageType::bootstrap, p)) return 1;
   caf::scoped_actor self{sys};
-  (*d_bridge)->set_default(caf::actor_cast<caf::actor>(self));
+  if (!(*d_bridge)->subscribe(protocol::MessageType::kv_status, caf::actor_cast<caf::actor>(self))) return 1;
 
   const int rooms = quick ? 2000 : 20000;
   const int window = 64;

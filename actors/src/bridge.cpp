@@ -37,14 +37,13 @@ protocol::Result<std::shared_ptr<Bridge>> Bridge::start(std::string instance_id,
   return bridge;
 }
 
-void Bridge::subscribe(MessageType type, caf::actor target) {
+protocol::Status Bridge::subscribe(MessageType type, caf::actor target) {
   std::lock_guard lock(mu_);
-  routes_[type] = std::move(target);
-}
-
-void Bridge::set_default(caf::actor target) {
-  std::lock_guard lock(mu_);
-  default_ = std::move(target);
+  auto [it, fresh] = routes_.try_emplace(type, target);
+  if (!fresh && it->second != target)
+    return protocol::make_error(ErrorCode::config_error, std::string(protocol::type_name(type)) +
+                                                             " is already handled by another actor");
+  return {};
 }
 
 void Bridge::subscribe_errors_about(MessageType about, caf::actor target) {
@@ -61,7 +60,6 @@ void Bridge::unsubscribe_all() {
   std::lock_guard lock(mu_);
   routes_.clear();
   error_routes_.clear();
-  default_ = caf::actor{};
   liveness_.clear();
 }
 
@@ -130,6 +128,23 @@ void Bridge::reject(const std::string& from, bool via_router, const protocol::Er
   channel_->reply(from, encode(protocol::ErrorReply{error.code, error.detail, type, 0}));
 }
 
+// No actor of this process handles the type: an ERROR reply is logged (never answered: no ping-pong); any
+// other message is answered with ERROR unexpected_message, so its sender learns at once.
+void Bridge::unhandled(const protocol::Envelope& env) {
+  ++undeliverable_;
+  if (const auto* err = std::get_if<protocol::ErrorReply>(&env.body)) {
+    spdlog::warn("bridge: ERROR from '{}' about {}: {} {}", env.sender,
+                 protocol::type_name(MessageType(err->in_reply_to)), protocol::error_name(err->code),
+                 err->detail);
+    return;
+  }
+  spdlog::warn("bridge: '{}' does not handle {} (from '{}')", id_, protocol::type_name(env.type()),
+               env.sender);
+  answer(env, protocol::ErrorReply{ErrorCode::unexpected_message,
+                                   id_ + " does not handle " + std::string(protocol::type_name(env.type())),
+                                   uint16_t(env.type()), 0});
+}
+
 void Bridge::on_frame(const std::string& from, bool via_router, std::vector<uint8_t> frame) {
   auto env = protocol::decode(frame, limits_);
   if (!env) {
@@ -155,15 +170,11 @@ void Bridge::on_frame(const std::string& from, bool via_router, std::vector<uint
   {
     std::lock_guard lock(mu_);
     auto it = routes_.find(env->type());
-    target = it != routes_.end() ? it->second : default_;
+    if (it != routes_.end()) target = it->second;
     if (auto* err = std::get_if<protocol::ErrorReply>(&env->body))
       if (auto e = error_routes_.find(err->in_reply_to); e != error_routes_.end()) target = e->second;
   }
-  if (!target) {
-    ++undeliverable_;
-    spdlog::warn("bridge: no handler for {} from '{}'", protocol::type_name(env->type()), env->sender);
-    return;
-  }
+  if (!target) return unhandled(*env);
   ++delivered_;
   caf::anon_send(target, std::move(env.value()));
 }

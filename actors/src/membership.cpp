@@ -198,8 +198,9 @@ uint64_t fresh_incarnation(uint64_t after) {
 caf::actor spawn_membership(caf::actor_system& system, BridgePtr bridge, MembershipConfig config,
                             std::shared_ptr<LoadGauge> load, caf::actor role) {
   auto a = system.spawn(membership, bridge, std::move(config), std::move(load), std::move(role));
-  bridge->subscribe(MessageType::hello_ack, a);
-  bridge->subscribe(MessageType::peers, a);
+  // Role handler tables cannot take membership messages (MessageTable refuses them at compile time).
+  for (auto t : {MessageType::hello_ack, MessageType::peers})
+    if (auto st = bridge->subscribe(t, a); !st) spdlog::critical("membership: {}", st.error().to_string());
   bridge->subscribe_errors_about(MessageType::heartbeat, a);
   bridge->subscribe_errors_about(MessageType::hello, a);
   bridge->subscribe_liveness(a);

@@ -168,9 +168,9 @@ caf::behavior registry(caf::stateful_actor<RegistryState>* self, BridgePtr bridg
 caf::actor spawn_registry(caf::actor_system& system, BridgePtr bridge, RegistryConfig config,
                           std::shared_ptr<RegistryView> view) {
   auto a = system.spawn(registry, bridge, config, std::move(view));
-  bridge->subscribe(MessageType::hello, a);
-  bridge->subscribe(MessageType::heartbeat, a);
-  bridge->subscribe(MessageType::goodbye, a);
+  // Role handler tables cannot take membership messages (MessageTable refuses them at compile time).
+  for (auto t : {MessageType::hello, MessageType::heartbeat, MessageType::goodbye})
+    if (auto st = bridge->subscribe(t, a); !st) spdlog::critical("registry: {}", st.error().to_string());
   bridge->subscribe_liveness(a);
   return a;
 }

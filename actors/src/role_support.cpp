@@ -6,44 +6,9 @@
 
 namespace epd::actors {
 
-protocol::Result<uint32_t> setting_u32(const config::Settings& s, std::string_view key, uint32_t fallback,
-                                       uint32_t min, uint32_t max) {
-  auto v = s.get_uint(key, fallback, min, max);
-  if (!v) return v.error();
-  return uint32_t(*v);
-}
-
-template <class T, class Get>
-SettingsReader& SettingsReader::read(T& field, Get&& get) {
-  if (error_) return *this;
-  auto v = get();
-  if (v)
-    field = T(*v);
-  else
-    error_ = v.error();
-  return *this;
-}
-
-SettingsReader& SettingsReader::u32(std::string_view key, uint32_t& field, uint32_t min, uint32_t max) {
-  return read(field, [&] { return s_.get_uint(key, field, min, max); });
-}
-
-SettingsReader& SettingsReader::u64(std::string_view key, uint64_t& field, uint64_t min, uint64_t max) {
-  return read(field, [&] { return s_.get_uint(key, field, min, max); });
-}
-
-SettingsReader& SettingsReader::ms(std::string_view key, std::chrono::milliseconds& field) {
-  return read(field, [&] { return s_.get_ms(key, field); });
-}
-
-protocol::Status SettingsReader::status() const {
-  if (error_) return *error_;
-  return {};
-}
-
 protocol::Result<protocol::KvLayout> kv_layout_setting(const config::Settings& s, const model::ModelConfig& m,
                                                        uint32_t num_pages) {
-  auto page_size = setting_u32(s, "kv_page_size", m.page_size, 1, 4096);
+  auto page_size = s.get_uint("kv_page_size", m.page_size, 1, 4096);
   if (!page_size) return page_size.error();
   auto dtype_name = s.get_string("kv_dtype", "f32");
   if (!dtype_name) return dtype_name.error();
@@ -55,7 +20,7 @@ protocol::Result<protocol::KvLayout> kv_layout_setting(const config::Settings& s
   auto order = model::parse_dim_order(*order_name);
   if (!order)
     return protocol::make_error(protocol::ErrorCode::config_error, "kv_order: " + order.error().detail);
-  return model::kv_layout_for(m, num_pages, *dtype, *order, *page_size);
+  return model::kv_layout_for(m, num_pages, *dtype, *order, uint32_t(*page_size));
 }
 
 std::string describe_layout(const protocol::KvLayout& l) {
@@ -86,18 +51,6 @@ protocol::RoomResult failure_result(uint64_t room, const protocol::Error& error)
 
 void report_failure(Bridge& bridge, const std::string& router, uint64_t room, const protocol::Error& error) {
   bridge.send(router, failure_result(room, error));
-}
-
-void handle_unhandled(Bridge& bridge, std::string_view role, const protocol::Envelope& env) {
-  if (const auto* err = std::get_if<protocol::ErrorReply>(&env.body)) {
-    spdlog::warn("{}: ERROR from '{}': {} {}", role, env.sender, protocol::error_name(err->code),
-                 err->detail);
-    return;
-  }
-  spdlog::warn("{}: unexpected {} from '{}'", role, protocol::type_name(env.type()), env.sender);
-  bridge.answer(env, protocol::ErrorReply{protocol::ErrorCode::unexpected_message,
-                                          std::string(role) + " does not handle this message",
-                                          uint16_t(env.type()), 0});
 }
 
 void harden(caf::scheduled_actor* self, const std::string& name) {

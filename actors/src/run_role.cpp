@@ -100,7 +100,6 @@ int run_role(int argc, char** argv, const char* fixed_role) {
     ctx.bridge->stop();
     return fail(handle.error().detail);
   }
-  ctx.bridge->set_default(handle->main);
   MembershipConfig mc;
   mc.registry_endpoint = cfg->registry()->control;
   mc.role = role;

@@ -145,15 +145,4 @@ TransferPool spawn_transfer_pool(caf::event_based_actor* role, const RoleContext
   return pool;
 }
 
-protocol::Status read_transfer_settings(const config::Settings& s, SupervisorConfig& out) {
-  SettingsReader read(s);
-  read.u32("worker_max_restarts", out.max_restarts, 0, 100000)
-      .ms("worker_restart_window_ms", out.window)
-      .ms("slow_transfer_ms", out.worker.slow_threshold)
-      .u32("session_failure_window", out.worker.failure_window, 1, 100000)
-      .u32("session_failure_pct", out.worker.failure_threshold_pct, 0, 100);
-  out.window = std::max(out.window, std::chrono::milliseconds(1));
-  return read.status();
-}
-
 }  // namespace epd::actors

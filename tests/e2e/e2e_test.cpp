@@ -153,7 +153,7 @@ TEST_CASE("the echo role (docs/adding-a-role.md) runs through the generic runner
   caf::scoped_actor self{sys};
   auto me = actors::Bridge::start("tester", 1, "tcp://127.0.0.1:*");
   REQUIRE(me.ok());
-  me.value()->set_default(caf::actor_cast<caf::actor>(self));
+  REQUIRE(me.value()->subscribe(protocol::MessageType::result, caf::actor_cast<caf::actor>(self)).ok());
   protocol::Submit s;
   s.room = 99;
   s.prompt = {10, 20, 30, 40, 50};

@@ -12,9 +12,9 @@
 #include <optional>
 
 #include "epd/actors/aux_record.hpp"
-#include "epd/actors/membership.hpp"
+#include "epd/actors/kernel/role_kernel.hpp"
+#include "epd/actors/kernel/role_settings.hpp"
 #include "epd/actors/page_allocator.hpp"
-#include "epd/actors/role_support.hpp"
 #include "epd/actors/roles/decode_loop.hpp"
 #include "epd/actors/roles/roles.hpp"
 #include "epd/actors/room.hpp"
@@ -66,17 +66,22 @@ struct DecodeRoom {
   uint32_t scattered = 0;                          // prompt tokens scattered
   bool success_pending = false;                    // KV_STATUS Success in, scatters still pending
   uint32_t first_token = 0;
+
+  // The peers whose loss fails the room: its router, and its prefill until the KV is complete.
+  std::vector<kernel::SharedPeer> shared_peers() const {
+    if (state.state() == KvState::success) return {{router, router_inc}};
+    return {{prefill, prefill_inc}, {router, router_inc}};
+  }
 };
 
-struct DecodeState {
-  RoleContext ctx;
+struct DecodeState : kernel::RoleBase {
   DecodeSettings settings;
   protocol::KvLayout layout;
   uint8_t* aux_base = nullptr;
   PageAllocator pages{0};
   PageAllocator aux{0};
   uint64_t kv_base = 0;
-  std::map<uint64_t, DecodeRoom> rooms;
+  kernel::RoomTable<DecodeRoom> rooms{0};  // a late message for an ended room is refused, no tombstone needed
   std::map<uint64_t, DecodeRoom> quarantine;  // aborted rooms whose pages a prefill may still write
   model::KvPool pool;
   StagingRing ring{1};
@@ -84,7 +89,6 @@ struct DecodeState {
   // Prefills (id -> incarnation) that asked for ring space: they get every WATERMARK.
   std::map<std::string, uint64_t> writers;
   caf::actor loop;
-  bool timeout_armed = false;  // the one timer for the earliest kv_deadline is pending
   static inline const char* name = "decode";
 };
 
@@ -138,27 +142,29 @@ void release(DecodeState& st, uint64_t id, DecodeRoom& room) {
 }
 
 // Holds an aborted room's pages until its prefill certainly writes none of them (see end_quarantine).
-void quarantine(caf::event_based_actor* self, DecodeState& st, uint64_t id, DecodeRoom&& room) {
+void quarantine(DecodeState& st, uint64_t id, DecodeRoom&& room) {
   st.quarantine.emplace(id, std::move(room));
-  self->delayed_send(self, st.settings.abort_timeout, abort_done_atom::value, id);
+  st.self->delayed_send(st.self, st.settings.abort_timeout, abort_done_atom::value, id);
 }
 
+struct Notify {
+  bool router = true;  // RESULT failed (false: the router cancelled the room itself)
+};
+
 // Fails a room: tells the router, aborts it on the prefill side if prefill may still write, frees the rest.
-void fail_room(caf::event_based_actor* self, DecodeState& st, uint64_t id, protocol::Error error) {
-  auto it = st.rooms.find(id);
-  if (it == st.rooms.end()) return;
-  DecodeRoom& room = it->second;
-  const bool prefill_may_write = room.state.state() == KvState::waiting_for_input;
-  if (!room.state.fail(error)) return;
-  spdlog::warn("decode: room {} failed: {}", id, error.to_string());
-  report_failure(*st.ctx.bridge, room.router, id, error);
+void fail_room(DecodeState& st, uint64_t id, protocol::Error error, Notify notify = {}) {
+  DecodeRoom* room = st.rooms.find(id);
+  if (!room) return;
+  const bool prefill_may_write = room->state.state() == KvState::waiting_for_input;
+  if (!room->state.fail(error)) return;
+  kernel::announce_failure(st.bridge(), "decode", id, room->router, error, notify.router);
   if (prefill_may_write) {
-    st.ctx.bridge->send(room.prefill, protocol::Abort{id, error.code, error.detail});
-    quarantine(self, st, id, std::move(room));
+    st.bridge().send(room->prefill, protocol::Abort{id, error.code, error.detail});
+    quarantine(st, id, st.rooms.take(id));
   } else {
-    release(st, id, room);
+    release(st, id, *room);
+    st.rooms.end(id);
   }
-  st.rooms.erase(it);
   publish_load(st);
 }
 
@@ -175,7 +181,7 @@ void end_quarantine(DecodeState& st, uint64_t id) {
 // prefill certainly cannot write them: it can reach us only through a receiver that refuses revoked grants
 // (tcp), or its process is gone. A writer that maps our memory (shm) or writes it with its NIC (rdma) and
 // may just be frozen keeps them held until it answers, restarts or dies; we look again every timeout.
-void on_abort_timeout(caf::event_based_actor* self, DecodeState& st, uint64_t id) {
+void on_abort_timeout(DecodeState& st, uint64_t id) {
   auto it = st.quarantine.find(id);
   if (it == st.quarantine.end()) return;
   DecodeRoom& room = it->second;
@@ -197,38 +203,30 @@ void on_abort_timeout(caf::event_based_actor* self, DecodeState& st, uint64_t id
         "restarts or its process is gone",
         room.pages.size(), id, room.prefill, room.prefill_inc);
   }
-  self->delayed_send(self, st.settings.abort_timeout, abort_done_atom::value, id);
+  st.self->delayed_send(st.self, st.settings.abort_timeout, abort_done_atom::value, id);
 }
 
 // The prefill finished with an aborted room: none of its writes is in flight any more.
-void on_abort_ack(DecodeState& st, const Envelope& env, uint64_t id) {
-  auto it = st.quarantine.find(id);
+void on_abort_ack(DecodeState& st, const Envelope& env, protocol::AbortAck& ack) {
+  auto it = st.quarantine.find(ack.room);
   if (it == st.quarantine.end() || it->second.prefill != env.sender) return;
-  end_quarantine(st, id);
+  end_quarantine(st, ack.room);
 }
 
-// One timer for every room's KV deadline, set for the earliest. A delayed message per room stayed in CAF's
-// clock for the whole waiting_timeout after its room ended (~270 bytes each: 30 s x the room rate).
-void arm_timeout(caf::event_based_actor* self, DecodeState& st) {
-  if (st.timeout_armed) return;
-  std::optional<clock::time_point> due;
-  for (const auto& [id, room] : st.rooms)
-    if (room.state.state() == KvState::waiting_for_input && (!due || room.kv_deadline < *due))
-      due = room.kv_deadline;
-  if (!due) return;
-  st.timeout_armed = true;
-  const auto wait = std::chrono::ceil<std::chrono::milliseconds>(*due - clock::now());
-  self->delayed_send(self, std::max(wait, std::chrono::milliseconds(0)), timeout_atom::value);
+void arm_timeout(DecodeState& st) {
+  st.deadline.arm(st.self, kernel::earliest(st.rooms, [](const DecodeRoom& r) {
+                    return r.state.state() == KvState::waiting_for_input ? std::optional(r.kv_deadline)
+                                                                         : std::nullopt;
+                  }));
 }
 
-void on_submit(caf::event_based_actor* self, DecodeState& st, const Envelope& env,
-               const protocol::Submit& s) {
+void on_submit(DecodeState& st, const Envelope& env, protocol::Submit& s) {
   const auto& m = st.ctx.model;
   auto refuse = [&](protocol::Error e) {
     spdlog::warn("decode: refused room {}: {}", s.room, e.to_string());
     report_failure(*st.ctx.bridge, env.sender, s.room, e);
   };
-  if (s.room == 0 || st.rooms.count(s.room) || st.quarantine.count(s.room))
+  if (s.room == 0 || st.rooms.contains(s.room) || st.quarantine.count(s.room))
     return refuse(make_error(ErrorCode::invalid_request, "room id " + std::to_string(s.room) + " is in use"));
   if (s.prompt.empty() || s.prompt.size() >= m.max_seq || s.max_tokens == 0 || s.prefill.empty())
     return refuse(
@@ -296,21 +294,21 @@ void on_submit(caf::event_based_actor* self, DecodeState& st, const Envelope& en
   room.state.advance(KvState::waiting_for_input);
   room.kv_deadline = clock::now() + st.settings.waiting_timeout;
   const uint64_t id = s.room;
-  st.rooms.emplace(id, std::move(room));
+  st.rooms.insert(id, std::move(room));
   publish_load(st);
   if (!st.ctx.bridge->send(s.prefill, std::move(b))) {
-    fail_room(self, st, id,
+    fail_room(st, id,
               make_error(ErrorCode::peer_unreachable, "prefill '" + s.prefill + "' is not known here (yet)"));
     return;
   }
-  arm_timeout(self, st);
+  arm_timeout(st);
 }
 
-void start_decoding(caf::event_based_actor* self, DecodeState& st, uint64_t id, DecodeRoom& room) {
+void start_decoding(DecodeState& st, uint64_t id, DecodeRoom& room) {
   room.state.advance(KvState::success);
   room.kv_ready = clock::now();
-  self->send(st.loop,
-             DecodeJoin{id, room.pages, room.prompt_len, room.first_token, room.max_new, room.router});
+  st.self->send(st.loop,
+                DecodeJoin{id, room.pages, room.prompt_len, room.first_token, room.max_new, room.router});
 }
 
 // Logs and answers a staging message that matches no room or chunk here.
@@ -321,15 +319,15 @@ void reject(DecodeState& st, const Envelope& env, const std::string& why) {
 }
 
 // The staged room `room` names, when `env` comes from the prefill incarnation it is shared with.
-DecodeRoom* staged_room(DecodeState& st, const Envelope& env, uint64_t room) {
-  auto it = st.rooms.find(room);
-  if (it == st.rooms.end() || !it->second.staged || it->second.prefill != env.sender ||
-      (it->second.prefill_inc != 0 && it->second.prefill_inc != env.incarnation))
+DecodeRoom* staged_room(DecodeState& st, const Envelope& env, uint64_t id) {
+  DecodeRoom* room = st.rooms.find(id);
+  if (!room || !room->staged || room->prefill != env.sender ||
+      (room->prefill_inc != 0 && room->prefill_inc != env.incarnation))
     return nullptr;
-  return &it->second;
+  return room;
 }
 
-void on_staging_req(DecodeState& st, const Envelope& env, const protocol::StagingReq& req) {
+void on_staging_req(DecodeState& st, const Envelope& env, protocol::StagingReq& req) {
   DecodeRoom* room = staged_room(st, env, req.room);
   if (!room || room->state.state() != KvState::waiting_for_input)
     return reject(
@@ -372,39 +370,38 @@ void on_staging_req(DecodeState& st, const Envelope& env, const protocol::Stagin
 }
 
 // Scatters one announced chunk from the ring into the room's pages, frees its ring space.
-void scatter(caf::event_based_actor* self, DecodeState& st, uint64_t id, uint32_t chunk) {
-  auto it = st.rooms.find(id);
-  if (it == st.rooms.end()) return;  // the room ended; release() gave its ring space back
-  DecodeRoom& room = it->second;
+void scatter(DecodeState& st, uint64_t id, uint32_t chunk) {
+  DecodeRoom* found = st.rooms.find(id);
+  if (!found) return;  // the room ended; release() gave its ring space back
+  DecodeRoom& room = *found;
   auto rd = room.ready.find(chunk);
   if (rd == room.ready.end()) return;
   const protocol::ChunkReady c = rd->second;
   room.ready.erase(rd);
   const std::byte* src = reinterpret_cast<const std::byte*>(st.ring_base + c.offset);
   if (XXH3_64bits(src, c.bytes) != c.checksum)
-    return fail_room(self, st, id,
+    return fail_room(st, id,
                      make_error(ErrorCode::corrupt_kv, "staged chunk " + std::to_string(chunk) + " of room " +
                                                            std::to_string(id) +
                                                            " does not match its checksum in the ring"));
   if (auto ok = model::scatter_tokens(st.pool, room.pages, c.first_token, c.tokens, src, room.src_layout);
       !ok)
-    return fail_room(self, st, id, ok.error());
+    return fail_room(st, id, ok.error());
   room.scattered += c.tokens;
   ++gauge(st).chunks;
   ring_changed(st, st.ring.consume(id, chunk));
   if (room.success_pending && room.ready.empty()) {
     if (room.scattered != room.prompt_len)
-      return fail_room(self, st, id,
+      return fail_room(st, id,
                        make_error(ErrorCode::corrupt_kv,
                                   "staged KV incomplete: " + std::to_string(room.scattered) + " of " +
                                       std::to_string(room.prompt_len) + " tokens scattered"));
     room.success_pending = false;
-    start_decoding(self, st, id, room);
+    start_decoding(st, id, room);
   }
 }
 
-void on_chunk_ready(caf::event_based_actor* self, DecodeState& st, const Envelope& env,
-                    const protocol::ChunkReady& c) {
+void on_chunk_ready(DecodeState& st, const Envelope& env, protocol::ChunkReady& c) {
   DecodeRoom* room = staged_room(st, env, c.room);
   if (!room || room->state.state() != KvState::waiting_for_input)
     return reject(st, env,
@@ -416,7 +413,7 @@ void on_chunk_ready(caf::event_based_actor* self, DecodeState& st, const Envelop
       room->ready.count(c.chunk)) {
     ++gauge(st).rejected;
     return fail_room(
-        self, st, c.room,
+        st, c.room,
         make_error(ErrorCode::invalid_request, "CHUNK_READY for chunk " + std::to_string(c.chunk) +
                                                    " (offset " + std::to_string(c.offset) + ", round " +
                                                    std::to_string(c.round) + ", " + std::to_string(c.bytes) +
@@ -425,28 +422,27 @@ void on_chunk_ready(caf::event_based_actor* self, DecodeState& st, const Envelop
   }
   room->ready.emplace(c.chunk, c);
   if (st.settings.staging_scatter_delay.count() > 0)
-    self->delayed_send(self, st.settings.staging_scatter_delay, scatter_atom::value, c.room, c.chunk);
+    st.self->delayed_send(st.self, st.settings.staging_scatter_delay, scatter_atom::value, c.room, c.chunk);
   else
-    scatter(self, st, c.room, c.chunk);
+    scatter(st, c.room, c.chunk);
 }
 
-void on_kv_status(caf::event_based_actor* self, DecodeState& st, const Envelope& env,
-                  const protocol::KvStatus& kv) {
-  auto it = st.rooms.find(kv.room);
-  if (it == st.rooms.end() || it->second.prefill != env.sender ||
-      (it->second.prefill_inc != 0 && it->second.prefill_inc != env.incarnation)) {
+void on_kv_status(DecodeState& st, const Envelope& env, protocol::KvStatus& kv) {
+  DecodeRoom* found = st.rooms.find(kv.room);
+  if (!found || found->prefill != env.sender ||
+      (found->prefill_inc != 0 && found->prefill_inc != env.incarnation)) {
     // A Failed for a room we already dropped (the router cancelled it first) is the normal race.
-    if (kv.state == KvState::failed && it == st.rooms.end()) return;
+    if (kv.state == KvState::failed && !found) return;
     spdlog::warn("decode: KV_STATUS for room {} from '{}' does not match any room here", kv.room, env.sender);
     st.ctx.bridge->send(env.sender, protocol::ErrorReply{ErrorCode::unknown_room, "no such room here",
                                                          uint16_t(MessageType::kv_status), kv.room});
     return;
   }
-  DecodeRoom& room = it->second;
+  DecodeRoom& room = *found;
   if (kv.state == KvState::failed) {
     // Prefill failed the room and holds no more writes for it.
     room.state.advance(KvState::transferring);
-    fail_room(self, st, kv.room,
+    fail_room(st, kv.room,
               make_error(kv.code == ErrorCode::ok ? ErrorCode::transfer_failed : kv.code,
                          "prefill '" + env.sender + "': " + kv.reason));
     return;
@@ -456,7 +452,7 @@ void on_kv_status(caf::event_based_actor* self, DecodeState& st, const Envelope&
   std::memcpy(&aux, st.aux_base + uint64_t(room.aux_slot) * sizeof(AuxRecord), sizeof aux);
   if (aux.stamp != kv.room) {
     room.state.advance(KvState::transferring);
-    fail_room(self, st, kv.room,
+    fail_room(st, kv.room,
               make_error(ErrorCode::corrupt_kv, "aux stamp " + std::to_string(aux.stamp) + " != room " +
                                                     std::to_string(kv.room) + " after Success from '" +
                                                     env.sender + "'"));
@@ -464,7 +460,7 @@ void on_kv_status(caf::event_based_actor* self, DecodeState& st, const Envelope&
   }
   if (aux.first_token >= model::kVocab) {
     room.state.advance(KvState::transferring);
-    fail_room(self, st, kv.room, make_error(ErrorCode::corrupt_kv, "first token out of vocabulary"));
+    fail_room(st, kv.room, make_error(ErrorCode::corrupt_kv, "first token out of vocabulary"));
     return;
   }
   room.kv = kv;
@@ -473,20 +469,20 @@ void on_kv_status(caf::event_based_actor* self, DecodeState& st, const Envelope&
     room.state.advance(KvState::transferring);  // prefill writes nothing more
     if (room.ready.empty())
       return fail_room(
-          self, st, kv.room,
+          st, kv.room,
           make_error(ErrorCode::corrupt_kv, "staged KV incomplete after Success from '" + env.sender +
                                                 "': " + std::to_string(room.scattered) + " of " +
                                                 std::to_string(room.prompt_len) + " tokens scattered"));
     room.success_pending = true;  // the last scatter joins it
     return;
   }
-  start_decoding(self, st, kv.room, room);
+  start_decoding(st, kv.room, room);
 }
 
 void on_finished(DecodeState& st, DecodeFinished& f) {
-  auto it = st.rooms.find(f.room);
-  if (it == st.rooms.end()) return;
-  DecodeRoom& room = it->second;
+  DecodeRoom* found = st.rooms.find(f.room);
+  if (!found) return;
+  DecodeRoom& room = *found;
   if (f.ok) {
     protocol::RoomResult r;
     r.room = f.room;
@@ -501,34 +497,68 @@ void on_finished(DecodeState& st, DecodeFinished& f) {
     report_failure(*st.ctx.bridge, room.router, f.room, f.error);
   }
   release(st, f.room, room);
-  st.rooms.erase(it);
+  st.rooms.end(f.room);
   publish_load(st);
 }
 
-void on_cancel(caf::event_based_actor* self, DecodeState& st, const protocol::Cancel& c) {
-  auto it = st.rooms.find(c.room);
-  if (it == st.rooms.end()) return;
-  if (it->second.state.state() == KvState::success) {
-    self->send(st.loop, DecodeDrop{c.room});  // the loop answers with DecodeFinished(aborted)
+void on_cancel(DecodeState& st, const Envelope&, protocol::Cancel& c) {
+  DecodeRoom* room = st.rooms.find(c.room);
+  if (!room) return;
+  if (room->state.state() == KvState::success) {
+    st.self->send(st.loop, DecodeDrop{c.room});  // the loop answers with DecodeFinished(aborted)
     return;
   }
-  DecodeRoom& room = it->second;
-  const bool prefill_may_write = room.state.state() == KvState::waiting_for_input;
-  room.state.fail(make_error(ErrorCode::aborted, c.reason));
-  if (prefill_may_write) {
-    st.ctx.bridge->send(room.prefill, protocol::Abort{c.room, ErrorCode::aborted, c.reason});
-    quarantine(self, st, c.room, std::move(room));
-  } else {
-    release(st, c.room, room);
-  }
-  st.rooms.erase(it);
-  publish_load(st);
+  fail_room(st, c.room, make_error(ErrorCode::aborted, c.reason), Notify{.router = false});
 }
 
-caf::behavior decode_role(caf::stateful_actor<DecodeState>* self, RoleContext ctx, DecodeSettings settings) {
+void on_deadline(DecodeState& st) {
+  st.deadline.fired();
+  std::vector<std::pair<uint64_t, std::string>> late;  // room, prefill
+  for (const auto& [id, room] : st.rooms)
+    if (room.state.state() == KvState::waiting_for_input && room.kv_deadline <= clock::now())
+      late.emplace_back(id, room.prefill);
+  for (const auto& [room, prefill] : late)
+    fail_room(st, room,
+              make_error(ErrorCode::waiting_timeout,
+                         "KV for room " + std::to_string(room) + " did not arrive from '" + prefill +
+                             "' within " + std::to_string(st.settings.waiting_timeout.count()) + " ms"));
+  arm_timeout(st);
+}
+
+void on_peer_changes(DecodeState& st, const PeerChanges& pc) {
+  for (const auto& c : pc.changes) {
+    // A new incarnation of a prefill proves the old one writes nothing any more: it was restarted (the old
+    // process is gone) or it rejoined after the registry dropped it (it drained its writes first).
+    if (c.new_incarnation != 0) {
+      std::vector<uint64_t> done;
+      for (auto& [id, room] : st.quarantine)
+        if (room.prefill == c.id && room.prefill_inc != c.new_incarnation) done.push_back(id);
+      for (uint64_t id : done) end_quarantine(st, id);
+    }
+    auto affected = kernel::sharing_lost_peer(st.rooms, c);
+    if (!affected.empty())
+      spdlog::warn("decode: failing {} room(s) shared with '{}' (incarnation {})", affected.size(), c.id,
+                   c.old_incarnation);
+    for (uint64_t id : affected) {
+      // A room already decoding for a router that is gone: nobody wants its tokens.
+      if (st.rooms.find(id)->state.state() == KvState::success) {
+        st.self->send(st.loop, DecodeDrop{id});
+        continue;
+      }
+      fail_room(st, id, kernel::peer_lost_error(c));
+    }
+    publish_load(st);
+  }
+}
+
+using Table = kernel::MessageTable<DecodeState>;
+
+caf::behavior decode_role(caf::stateful_actor<DecodeState>* self, RoleContext ctx, DecodeSettings settings,
+                          std::shared_ptr<const Table> table) {
   harden(self, "decode");
   auto& st = self->state;
   st.ctx = std::move(ctx);
+  st.self = self;
   st.settings = settings;
   st.layout = settings.layout;
   st.pages = PageAllocator(settings.kv_pages);
@@ -554,101 +584,18 @@ caf::behavior decode_role(caf::stateful_actor<DecodeState>* self, RoleContext ct
   st.loop = spawn_decode_loop(*st.ctx.system, st.ctx.bridge, lc, caf::actor_cast<caf::actor>(self));
   self->link_to(st.loop);
   publish_load(st);
-  return {
-      [=](Envelope& env) {
-        auto& s = self->state;
-        std::visit(
-            [&](auto& msg) {
-              using T = std::decay_t<decltype(msg)>;
-              if constexpr (std::is_same_v<T, protocol::Submit>)
-                on_submit(self, s, env, msg);
-              else if constexpr (std::is_same_v<T, protocol::KvStatus>)
-                on_kv_status(self, s, env, msg);
-              else if constexpr (std::is_same_v<T, protocol::Cancel>)
-                on_cancel(self, s, msg);
-              else if constexpr (std::is_same_v<T, protocol::AbortAck>)
-                on_abort_ack(s, env, msg.room);
-              else if constexpr (std::is_same_v<T, protocol::StagingReq>)
-                on_staging_req(s, env, msg);
-              else if constexpr (std::is_same_v<T, protocol::ChunkReady>)
-                on_chunk_ready(self, s, env, msg);
-              else
-                handle_unhandled(*s.ctx.bridge, "decode", env);
-            },
-            env.body);
-      },
-      [=](DecodeFinished& f) { on_finished(self->state, f); },
-      [=](timeout_atom) {
-        auto& s = self->state;
-        s.timeout_armed = false;
-        std::vector<std::pair<uint64_t, std::string>> late;  // room, prefill
-        for (const auto& [id, room] : s.rooms)
-          if (room.state.state() == KvState::waiting_for_input && room.kv_deadline <= clock::now())
-            late.emplace_back(id, room.prefill);
-        for (const auto& [room, prefill] : late)
-          fail_room(self, s, room,
-                    make_error(ErrorCode::waiting_timeout,
-                               "KV for room " + std::to_string(room) + " did not arrive from '" + prefill +
-                                   "' within " + std::to_string(s.settings.waiting_timeout.count()) + " ms"));
-        arm_timeout(self, s);
-      },
-      [=](abort_done_atom, uint64_t room) { on_abort_timeout(self, self->state, room); },
-      [=](scatter_atom, uint64_t room, uint32_t chunk) { scatter(self, self->state, room, chunk); },
-      [=](PeerChanges& pc) {
-        auto& s = self->state;
-        for (const auto& c : pc.changes) {
-          // A new incarnation of a prefill proves the old one writes nothing any more: it was restarted (the
-          // old process is gone) or it rejoined after the registry dropped it (it drained its writes first).
-          if (c.new_incarnation != 0) {
-            std::vector<uint64_t> done;
-            for (auto& [id, room] : s.quarantine)
-              if (room.prefill == c.id && room.prefill_inc != c.new_incarnation) done.push_back(id);
-            for (uint64_t id : done) end_quarantine(s, id);
-          }
-          if (c.old_incarnation == 0) continue;  // joined: nothing shared yet
-          auto shared = [&](const std::string& peer, uint64_t inc) {
-            return peer == c.id && (inc == 0 || inc == c.old_incarnation);
-          };
-          std::vector<uint64_t> affected;
-          for (auto& [id, room] : s.rooms)
-            if ((shared(room.prefill, room.prefill_inc) && room.state.state() != KvState::success) ||
-                shared(room.router, room.router_inc))
-              affected.push_back(id);
-          if (!affected.empty())
-            spdlog::warn("decode: failing {} room(s) shared with '{}' (incarnation {})", affected.size(),
-                         c.id, c.old_incarnation);
-          for (uint64_t id : affected) {
-            // A room already decoding for a router that is gone: nobody wants its tokens.
-            if (s.rooms.at(id).state.state() == KvState::success) {
-              self->send(s.loop, DecodeDrop{id});
-              continue;
-            }
-            fail_room(self, s, id,
-                      make_error(ErrorCode::peer_died, "peer '" + c.id + "' (incarnation " +
-                                                           std::to_string(c.old_incarnation) + ") " +
-                                                           (c.new_incarnation ? "restarted" : "is gone")));
-          }
-          publish_load(s);
-        }
-      },
-  };
+  return kernel::role_behavior(
+      self, table,
+      {
+          [=](DecodeFinished& f) { on_finished(self->state, f); },
+          [=](timeout_atom) { on_deadline(self->state); },
+          [=](abort_done_atom, uint64_t room) { on_abort_timeout(self->state, room); },
+          [=](scatter_atom, uint64_t room, uint32_t chunk) { scatter(self->state, room, chunk); },
+          [=](PeerChanges& pc) { on_peer_changes(self->state, pc); },
+      });
 }
 
-protocol::Result<RoleHandle> spawn_decode(RoleContext& ctx) {
-  DecodeSettings s;
-  const auto& cfg = ctx.instance->settings;
-  SettingsReader read(cfg);
-  read.u32("kv_pages", s.kv_pages, 1, 1u << 24)
-      .u32("aux_slots", s.aux_slots, 1, 1u << 20)
-      .u32("max_batch", s.max_batch, 1, 4096)
-      .ms("waiting_timeout_ms", s.waiting_timeout)
-      .ms("abort_timeout_ms", s.abort_timeout)
-      .u64("staging_ring_bytes", s.staging_ring_bytes, 0, uint64_t{1} << 36)
-      .ms("staging_scatter_delay_ms", s.staging_scatter_delay);
-  if (auto st = read.status(); !st) return st.error();
-  auto kv_layout = kv_layout_setting(cfg, ctx.model, s.kv_pages);
-  if (!kv_layout) return kv_layout.error();
-  s.layout = *kv_layout;
+protocol::Result<RoleHandle> spawn_decode(RoleContext& ctx, DecodeSettings s) {
   const auto& layout = s.layout;
   // Both fenced: a prefill writes them only under the room's grant (BOOTSTRAP's fence).
   if (auto r = ctx.engine->allocate(kKvRegion, layout.total_bytes(), layout.page_bytes()); !r)
@@ -660,33 +607,36 @@ protocol::Result<RoleHandle> spawn_decode(RoleContext& ctx) {
     if (auto r = ctx.engine->allocate(kStagingRegion, s.staging_ring_bytes); !r) return r.error();
   spdlog::info("decode: KV pool of {} pages ({}, {} MiB), {} aux slots, staging ring of {} KiB", s.kv_pages,
                describe_layout(layout), layout.total_bytes() >> 20, s.aux_slots, s.staging_ring_bytes >> 10);
+  auto table = std::make_shared<Table>();
+  table->on<protocol::Submit>(on_submit)
+      .on<protocol::KvStatus>(on_kv_status)
+      .on<protocol::Cancel>(on_cancel)
+      .on<protocol::AbortAck>(on_abort_ack)
+      .on<protocol::StagingReq>(on_staging_req)
+      .on<protocol::ChunkReady>(on_chunk_ready);
   RoleHandle h;
-  h.main = ctx.system->spawn(decode_role, ctx, s);
+  h.main = ctx.system->spawn(decode_role, ctx, s, table);
   h.kv_layout = layout;
   h.kv_pages_total = s.kv_pages;
-  for (auto t : {MessageType::submit, MessageType::kv_status, MessageType::cancel, MessageType::abort_ack,
-                 MessageType::staging_req, MessageType::chunk_ready})
-    ctx.bridge->subscribe(t, h.main);
+  if (auto st = kernel::route(ctx, *table, h.main); !st) return st.error();
   return h;
 }
 
 }  // namespace
 
 RoleSpec decode_role_spec() {
-  RoleSpec spec;
-  spec.name = "decode";
-  spec.summary = "generates tokens from KV pages prefill wrote into its pool (continuous batching)";
-  spec.needs_engine = true;
-  spec.settings = {"kv_pages",
-                   "aux_slots",
-                   "max_batch",
-                   "waiting_timeout_ms",
-                   "abort_timeout_ms",
-                   "staging_ring_bytes",
-                   "staging_scatter_delay_ms"};
-  spec.settings.insert(spec.settings.end(), std::begin(kKvLayoutSettingKeys), std::end(kKvLayoutSettingKeys));
-  spec.spawn = spawn_decode;
-  return spec;
+  kernel::SettingsSchema<DecodeSettings> settings;
+  settings.u32("kv_pages", &DecodeSettings::kv_pages, 1, 1u << 24)
+      .u32("aux_slots", &DecodeSettings::aux_slots, 1, 1u << 20)
+      .u32("max_batch", &DecodeSettings::max_batch, 1, 4096)
+      .ms("waiting_timeout_ms", &DecodeSettings::waiting_timeout)
+      .ms("abort_timeout_ms", &DecodeSettings::abort_timeout)
+      .u64("staging_ring_bytes", &DecodeSettings::staging_ring_bytes, 0, uint64_t{1} << 36)
+      .ms("staging_scatter_delay_ms", &DecodeSettings::staging_scatter_delay);
+  kernel::kv_layout_settings(settings, &DecodeSettings::layout, &DecodeSettings::kv_pages);
+  return kernel::make_role_spec(
+      "decode", "generates tokens from KV pages prefill wrote into its pool (continuous batching)", true,
+      std::move(settings), spawn_decode);
 }
 
 }  // namespace epd::actors

@@ -1,49 +1,57 @@
 // The worked example of docs/adding-a-role.md: a role that answers each SUBMIT with a RESULT whose tokens
-// are the prompt's tokens in reverse order. It shows the whole recipe — settings, spawn function, bridge
-// subscriptions, registration — in one small file, and it is exercised by tests/actors.
-#include <spdlog/spdlog.h>
-
-#include "epd/actors/role_support.hpp"
+// are the prompt's tokens in reverse order. It shows the whole recipe — settings schema, handler table,
+// spawn function, registration — in one small file, and it is exercised by the e2e tests.
+#include "epd/actors/kernel/role_kernel.hpp"
 #include "epd/actors/roles/roles.hpp"
 
 namespace epd::actors {
 namespace {
 
-caf::behavior echo(caf::event_based_actor* self, RoleContext ctx, uint32_t max_tokens) {
-  harden(self, "echo");  // peer-change notices and other messages it does not handle are logged and dropped
-  return {
-      [=](protocol::Envelope& env) {
-        auto* submit = std::get_if<protocol::Submit>(&env.body);
-        if (!submit) return;
-        protocol::RoomResult r;
-        r.room = submit->room;
-        r.ok = true;
-        r.tokens.assign(submit->prompt.rbegin(), submit->prompt.rend());
-        if (r.tokens.size() > max_tokens) r.tokens.resize(max_tokens);
-        ctx.bridge->send(env.sender, std::move(r));
-      },
-  };
+struct EchoSettings {
+  uint32_t max_tokens = 64;
+};
+
+struct EchoState : kernel::RoleBase {
+  EchoSettings settings;
+  static inline const char* name = "echo";
+};
+
+void on_submit(EchoState& st, const protocol::Envelope& env, protocol::Submit& submit) {
+  protocol::RoomResult r;
+  r.room = submit.room;
+  r.ok = true;
+  r.tokens.assign(submit.prompt.rbegin(), submit.prompt.rend());
+  if (r.tokens.size() > st.settings.max_tokens) r.tokens.resize(st.settings.max_tokens);
+  st.bridge().send(env.sender, std::move(r));
 }
 
-protocol::Result<RoleHandle> spawn_echo(RoleContext& ctx) {
-  auto max = setting_u32(ctx.instance->settings, "max_tokens", 64, 1, 1u << 20);
-  if (!max) return max.error();
+using Table = kernel::MessageTable<EchoState>;
+
+caf::behavior echo(caf::stateful_actor<EchoState>* self, RoleContext ctx, EchoSettings settings,
+                   std::shared_ptr<const Table> table) {
+  harden(self, "echo");  // peer-change notices and other actor messages it does not handle are dropped
+  self->state.ctx = std::move(ctx);
+  self->state.self = self;
+  self->state.settings = settings;
+  return kernel::role_behavior(self, table, {});
+}
+
+protocol::Result<RoleHandle> spawn_echo(RoleContext& ctx, EchoSettings settings) {
+  auto table = std::make_shared<Table>();
+  table->on<protocol::Submit>(on_submit);
   RoleHandle h;
-  h.main = ctx.system->spawn(echo, ctx, *max);
-  ctx.bridge->subscribe(protocol::MessageType::submit, h.main);
+  h.main = ctx.system->spawn(echo, ctx, settings, table);
+  if (auto st = kernel::route(ctx, *table, h.main); !st) return st.error();
   return h;
 }
 
 }  // namespace
 
 RoleSpec echo_role_spec() {
-  RoleSpec spec;
-  spec.name = "echo";
-  spec.summary = "example role: answers SUBMIT with the prompt reversed";
-  spec.needs_engine = false;
-  spec.settings = {"max_tokens"};
-  spec.spawn = spawn_echo;
-  return spec;
+  kernel::SettingsSchema<EchoSettings> settings;
+  settings.u32("max_tokens", &EchoSettings::max_tokens, 1, 1u << 20);
+  return kernel::make_role_spec("echo", "example role: answers SUBMIT with the prompt reversed", false,
+                                std::move(settings), spawn_echo);
 }
 
 }  // namespace epd::actors

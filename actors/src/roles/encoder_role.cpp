@@ -8,11 +8,11 @@
 #include <optional>
 
 #include "epd/actors/aux_record.hpp"
-#include "epd/actors/membership.hpp"
+#include "epd/actors/kernel/role_kernel.hpp"
+#include "epd/actors/kernel/role_settings.hpp"
+#include "epd/actors/kernel/transfer_workers.hpp"
 #include "epd/actors/page_allocator.hpp"
-#include "epd/actors/role_support.hpp"
 #include "epd/actors/roles/roles.hpp"
-#include "epd/actors/transfer_supervisor.hpp"
 #include "epd/model/image.hpp"
 #include "epd/model/runner.hpp"
 
@@ -23,7 +23,6 @@ using clock = std::chrono::steady_clock;
 using protocol::Envelope;
 using protocol::ErrorCode;
 using protocol::make_error;
-using protocol::MessageType;
 
 struct EncoderSettings {
   uint32_t embed_slots = 16;
@@ -57,7 +56,12 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(epd::actors::EncodeDone)
 namespace epd::actors {
 namespace {
 
+// A room here: encoding -> encoded (EMBED_META sent, waiting for EMBED_PULL) -> writing -> done (erased).
+// A room that fails while its write is in flight is abandoned: its slot is freed when the write ends.
+enum class Phase { encoding, encoded, writing, abandoned };
+
 struct EncoderRoom {
+  Phase phase = Phase::encoding;
   std::string router;
   std::string prefill;
   uint64_t router_inc = 0, prefill_inc = 0;  // the incarnations this room is shared with
@@ -66,22 +70,24 @@ struct EncoderRoom {
   uint32_t tokens = 0;
   uint64_t bytes = 0;
   uint64_t encode_us = 0;
-  bool encoded = false;
-  bool writing = false;
   std::chrono::steady_clock::time_point deadline;  // prefill must ask for the embeddings by then
+
+  bool writing() const { return phase == Phase::writing || phase == Phase::abandoned; }
+  // The peers whose loss fails the room.
+  std::vector<kernel::SharedPeer> shared_peers() const {
+    if (phase == Phase::abandoned) return {};
+    return {{prefill, prefill_inc}, {router, router_inc}};
+  }
 };
 
-struct EncoderState {
-  RoleContext ctx;
+struct EncoderState : kernel::RoleBase {
   EncoderSettings settings;
   uint8_t* slots_base = nullptr;
   uint64_t slot_bytes = 0;
   PageAllocator slots{0};
-  std::map<uint64_t, EncoderRoom> rooms;
-  std::vector<caf::actor> workers;  // an invalid entry: crashed, not restarted yet
-  caf::actor supervisor;
+  kernel::RoomTable<EncoderRoom> rooms{0};  // no tombstones: a late message for a room gets no answer
+  kernel::TransferWorkers workers;
   caf::actor compute;
-  bool timeout_armed = false;  // the one timer for the earliest room deadline is pending
   static inline const char* name = "encoder";
 };
 
@@ -90,43 +96,40 @@ void publish_load(EncoderState& st) {
   st.ctx.load->total_slots = st.slots.total();
   st.ctx.load->active_rooms = uint32_t(st.rooms.size());
   uint32_t writing = 0;
-  for (const auto& [_, r] : st.rooms) writing += r.writing ? 1 : 0;
+  for (const auto& [_, r] : st.rooms) writing += r.writing() ? 1 : 0;
   st.ctx.load->writes_in_flight = writing;
 }
 
 void finish(EncoderState& st, uint64_t id) {
-  auto it = st.rooms.find(id);
-  if (it == st.rooms.end()) return;
-  st.slots.free(std::span<const uint32_t>(&it->second.slot, 1));
-  st.rooms.erase(it);
+  auto* r = st.rooms.find(id);
+  if (!r) return;
+  st.slots.free(std::span<const uint32_t>(&r->slot, 1));
+  st.rooms.end(id);
   publish_load(st);
 }
 
-// Fails the room: prefill and router are told; the slot is freed unless a write is still reading it.
-void fail_room(EncoderState& st, uint64_t id, const protocol::Error& error, bool tell_prefill = true) {
-  auto it = st.rooms.find(id);
-  if (it == st.rooms.end()) return;
-  spdlog::warn("encoder: room {} failed: {}", id, error.to_string());
-  if (tell_prefill)
-    st.ctx.bridge->send(it->second.prefill, protocol::EmbedDone{id, false, error.code, error.detail, 0});
-  report_failure(*st.ctx.bridge, it->second.router, id, error);
-  if (!it->second.writing)
-    finish(st, id);
-  else
-    it->second.prefill.clear();  // marks it failed; the write's completion frees it
+struct Notify {
+  bool prefill = true;  // EMBED_DONE failed (no write of ours lands any more)
+};
+
+// Fails the room: router (and prefill) are told; the slot is freed unless a write is still reading it.
+void fail_room(EncoderState& st, uint64_t id, const protocol::Error& error, Notify notify = {}) {
+  auto* r = st.rooms.find(id);
+  if (!r || r->phase == Phase::abandoned) return;
+  kernel::announce_failure(st.bridge(), "encoder", id, r->router, error);
+  if (r->writing()) {
+    r->phase = Phase::abandoned;  // the write's completion frees it
+    return;
+  }
+  if (notify.prefill)
+    st.bridge().send(r->prefill, protocol::EmbedDone{id, false, error.code, error.detail, 0});
+  finish(st, id);
 }
 
-// One timer for every room's deadline, set for the earliest. A delayed message per room stayed in CAF's clock
-// for the whole waiting_timeout after its room ended (~270 bytes each).
-void arm_timeout(caf::event_based_actor* self, EncoderState& st) {
-  if (st.timeout_armed) return;
-  std::optional<std::chrono::steady_clock::time_point> due;
-  for (const auto& [id, room] : st.rooms)
-    if (!room.writing && (!due || room.deadline < *due)) due = room.deadline;
-  if (!due) return;
-  st.timeout_armed = true;
-  const auto wait = std::chrono::ceil<std::chrono::milliseconds>(*due - std::chrono::steady_clock::now());
-  self->delayed_send(self, std::max(wait, std::chrono::milliseconds(0)), timeout_atom::value);
+void arm_timeout(EncoderState& st) {
+  st.deadline.arm(st.self, kernel::earliest(st.rooms, [](const EncoderRoom& r) {
+                    return r.writing() ? std::nullopt : std::optional(r.deadline);
+                  }));
 }
 
 caf::behavior encode_compute(caf::event_based_actor* self, model::ModelConfig cfg, caf::actor role) {
@@ -162,11 +165,154 @@ caf::behavior encode_compute(caf::event_based_actor* self, model::ModelConfig cf
   };
 }
 
-caf::behavior encoder_role(caf::stateful_actor<EncoderState>* self, RoleContext ctx,
-                           EncoderSettings settings) {
+void on_submit(EncoderState& st, const Envelope& env, protocol::Submit& sub) {
+  auto refuse = [&](protocol::Error e) { report_failure(st.bridge(), env.sender, sub.room, e); };
+  if (sub.room == 0 || st.rooms.contains(sub.room))
+    return refuse(make_error(ErrorCode::invalid_request, "room id in use"));
+  if (sub.image.empty() || sub.prefill.empty())
+    return refuse(
+        make_error(ErrorCode::invalid_request, "SUBMIT to an encoder needs an image and a prefill"));
+  auto prefill = st.bridge().peers().find(sub.prefill);
+  if (!prefill || !st.bridge().peers().alive(sub.prefill))
+    return refuse(make_error(ErrorCode::peer_died, "prefill '" + sub.prefill + "' is not alive here"));
+  auto slot = st.slots.allocate(1);
+  if (!slot) return refuse(make_error(ErrorCode::out_of_capacity, "no free embedding slot on the encoder"));
+  EncoderRoom room;
+  room.router = env.sender;
+  room.prefill = sub.prefill;
+  room.router_inc = env.incarnation;
+  room.prefill_inc = prefill->incarnation;
+  room.slot = (*slot)[0];
+  room.deadline = std::chrono::steady_clock::now() + st.settings.waiting_timeout;
+  st.rooms.insert(sub.room, room);
+  publish_load(st);
+  EncodeJob job{sub.room, std::move(sub.image),
+                reinterpret_cast<float*>(st.slots_base + uint64_t(room.slot) * st.slot_bytes),
+                st.slot_bytes / sizeof(float)};
+  if (st.settings.encode_delay.count() > 0)
+    st.self->delayed_send(st.compute, st.settings.encode_delay, std::move(job));
+  else
+    st.self->send(st.compute, std::move(job));
+  arm_timeout(st);
+}
+
+void on_embed_pull(EncoderState& st, const Envelope& env, protocol::EmbedPull& pull) {
+  auto* r = st.rooms.find(pull.room);
+  const bool ours = r && r->prefill == env.sender && env.incarnation == r->prefill_inc;
+  // Prefill gave the room up and asks whether we could still write its landing slot: a room we do not
+  // hold, or hold for another prefill incarnation (our jobs carry it), has no write for it.
+  if (pull.code != ErrorCode::ok && !ours) {
+    st.bridge().answer(env, protocol::EmbedDone{pull.room, false, ErrorCode::aborted,
+                                                "no write of this room is in flight here", 0});
+    return;
+  }
+  if (!ours || r->phase != Phase::encoded) {
+    spdlog::warn("encoder: unexpected EMBED_PULL for room {} from '{}'", pull.room, env.sender);
+    return;
+  }
+  // Prefill cannot take them (or gave the room up): fail it; EMBED_DONE tells prefill that no write of the
+  // room will come from here.
+  if (pull.code != ErrorCode::ok)
+    return fail_room(st, pull.room, make_error(pull.code, "prefill '" + env.sender + "': " + pull.reason));
+  if (pull.bytes != r->bytes)
+    return fail_room(st, pull.room, make_error(ErrorCode::invalid_request, "EMBED_PULL size mismatch"));
+  auto worker = st.workers.live(uint32_t(pull.room % st.workers.size()));
+  if (!worker)
+    return fail_room(
+        st, pull.room,
+        make_error(ErrorCode::worker_crashed, "no transfer worker is alive (restart budget spent)"));
+  r->worker = *worker;
+  r->phase = Phase::writing;
+  publish_load(st);
+  const uint64_t src = reinterpret_cast<uint64_t>(st.slots_base) + uint64_t(r->slot) * st.slot_bytes;
+  TransferJob job{pull.room,
+                  0,
+                  env.sender,
+                  r->prefill_inc,
+                  {{src, pull.addr, pull.bytes, pull.fence}},
+                  caf::actor_cast<caf::actor>(st.self)};
+  st.self->send(st.workers.at(r->worker), std::move(job));
+}
+
+void on_cancel(EncoderState& st, const Envelope&, protocol::Cancel& cancel) {
+  if (auto* r = st.rooms.find(cancel.room); r && !r->writing()) finish(st, cancel.room);
+}
+
+void on_encoded(EncoderState& st, EncodeDone& d) {
+  auto* r = st.rooms.find(d.room);
+  if (!r || r->phase != Phase::encoding) return;
+  // A bad image is the request's fault: tell the router (not retryable) and prefill.
+  if (!d.ok) return fail_room(st, d.room, d.error);
+  r->phase = Phase::encoded;
+  r->tokens = d.tokens;
+  r->bytes = uint64_t(d.tokens) * st.ctx.model.d_model * sizeof(float);
+  r->encode_us = d.encode_us;
+  st.bridge().send(r->prefill, protocol::EmbedMeta{d.room, d.tokens, st.ctx.model.d_model, r->bytes,
+                                                   protocol::DType::f32});
+}
+
+void on_written(EncoderState& st, TransferDone& d) {
+  auto* r = st.rooms.find(d.room);
+  if (!r || !r->writing()) return;
+  if (r->phase == Phase::abandoned) return finish(st, d.room);
+  r->phase = Phase::encoded;  // no write in flight
+  publish_load(st);
+  if (!d.ok) {
+    protocol::Error e = d.error;
+    e.detail = "embedding write to '" + r->prefill + "' failed: " + e.detail;
+    return fail_room(st, d.room, e);
+  }
+  st.bridge().send(r->prefill, protocol::EmbedDone{d.room, true, ErrorCode::ok, "", r->encode_us});
+  finish(st, d.room);
+}
+
+void on_deadline(EncoderState& st) {
+  st.deadline.fired();
+  const auto now = std::chrono::steady_clock::now();
+  for (uint64_t id :
+       st.rooms.ids_where([&](uint64_t, const EncoderRoom& r) { return !r.writing() && r.deadline <= now; }))
+    if (auto* r = st.rooms.find(id))
+      fail_room(st, id,
+                make_error(ErrorCode::waiting_timeout, "prefill '" + r->prefill + "' did not ask for room " +
+                                                           std::to_string(id) + "'s embeddings in time"));
+  arm_timeout(st);
+}
+
+void on_peer_changes(EncoderState& st, const PeerChanges& pc) {
+  for (const auto& c : pc.changes) {
+    if (c.old_incarnation == 0) continue;
+    st.workers.forget_peer(st.self, c.id);
+    for (uint64_t id : kernel::sharing_lost_peer(st.rooms, c))
+      fail_room(st, id, kernel::peer_lost_error(c), Notify{.prefill = false});
+  }
+}
+
+// The rooms whose embedding write died with the worker. Its sessions were closed before it went: nothing
+// still reads their source slots. Prefill and router are told at once; the slots are freed.
+void on_worker_crashed(EncoderState& st, const WorkerCrashed& wc) {
+  st.workers.crashed(wc);
+  auto held =
+      st.rooms.ids_where([&](uint64_t, const EncoderRoom& r) { return r.worker == wc.index && r.writing(); });
+  spdlog::warn("encoder: transfer worker {} crashed holding {} room(s): {}", wc.index, held.size(), wc.cause);
+  for (uint64_t id : held) {
+    auto* r = st.rooms.find(id);
+    if (r->phase == Phase::abandoned) {
+      finish(st, id);  // had failed already, waiting for the write to end
+      continue;
+    }
+    r->phase = Phase::encoded;
+    fail_room(st, id, make_error(ErrorCode::worker_crashed, "transfer worker crashed: " + wc.cause));
+  }
+}
+
+using Table = kernel::MessageTable<EncoderState>;
+
+caf::behavior encoder_role(caf::stateful_actor<EncoderState>* self, RoleContext ctx, EncoderSettings settings,
+                           std::shared_ptr<const Table> table) {
   harden(self, "encoder");
   auto& st = self->state;
   st.ctx = std::move(ctx);
+  st.self = self;
   st.settings = settings;
   st.slot_bytes = uint64_t(st.ctx.model.max_image_patches) * st.ctx.model.d_model * sizeof(float);
   st.slots_base = find_local_region(*st.ctx.engine, kEmbedRegion)->base;
@@ -174,216 +320,47 @@ caf::behavior encoder_role(caf::stateful_actor<EncoderState>* self, RoleContext 
   SupervisorConfig sc = settings.transfer;
   sc.name = "encoder-transfer";
   sc.workers = settings.transfer_workers;
-  auto pool = spawn_transfer_pool(self, st.ctx, sc);
-  st.workers = pool.workers;
-  st.supervisor = pool.supervisor;
+  st.workers.start(self, st.ctx, sc);
   st.compute =
       st.ctx.system->spawn<caf::detached>(encode_compute, st.ctx.model, caf::actor_cast<caf::actor>(self));
   self->link_to(st.compute);
   publish_load(st);
-  return {
-      [=](Envelope& env) {
-        auto& s = self->state;
-        if (auto* sub = std::get_if<protocol::Submit>(&env.body)) {
-          auto refuse = [&](protocol::Error e) { report_failure(*s.ctx.bridge, env.sender, sub->room, e); };
-          if (sub->room == 0 || s.rooms.count(sub->room))
-            return refuse(make_error(ErrorCode::invalid_request, "room id in use"));
-          if (sub->image.empty() || sub->prefill.empty())
-            return refuse(
-                make_error(ErrorCode::invalid_request, "SUBMIT to an encoder needs an image and a prefill"));
-          auto prefill = s.ctx.bridge->peers().find(sub->prefill);
-          if (!prefill || !s.ctx.bridge->peers().alive(sub->prefill))
-            return refuse(
-                make_error(ErrorCode::peer_died, "prefill '" + sub->prefill + "' is not alive here"));
-          auto slot = s.slots.allocate(1);
-          if (!slot)
-            return refuse(make_error(ErrorCode::out_of_capacity, "no free embedding slot on the encoder"));
-          EncoderRoom room;
-          room.router = env.sender;
-          room.prefill = sub->prefill;
-          room.router_inc = env.incarnation;
-          room.prefill_inc = prefill->incarnation;
-          room.slot = (*slot)[0];
-          room.deadline = std::chrono::steady_clock::now() + s.settings.waiting_timeout;
-          s.rooms.emplace(sub->room, room);
-          publish_load(s);
-          EncodeJob job{sub->room, std::move(sub->image),
-                        reinterpret_cast<float*>(s.slots_base + uint64_t(room.slot) * s.slot_bytes),
-                        s.slot_bytes / sizeof(float)};
-          if (s.settings.encode_delay.count() > 0)
-            self->delayed_send(s.compute, s.settings.encode_delay, std::move(job));
-          else
-            self->send(s.compute, std::move(job));
-          arm_timeout(self, s);
-        } else if (auto* pull = std::get_if<protocol::EmbedPull>(&env.body)) {
-          auto it = s.rooms.find(pull->room);
-          // Prefill gave the room up and asks whether we could still write its landing slot: a room we do
-          // not hold, or hold for another prefill incarnation (our jobs carry it), has no write for it.
-          if (pull->code != ErrorCode::ok && (it == s.rooms.end() || it->second.prefill != env.sender ||
-                                              env.incarnation != it->second.prefill_inc)) {
-            s.ctx.bridge->answer(env, protocol::EmbedDone{pull->room, false, ErrorCode::aborted,
-                                                          "no write of this room is in flight here", 0});
-            return;
-          }
-          if (it == s.rooms.end() || it->second.prefill != env.sender ||
-              env.incarnation != it->second.prefill_inc || !it->second.encoded || it->second.writing) {
-            spdlog::warn("encoder: unexpected EMBED_PULL for room {} from '{}'", pull->room, env.sender);
-            return;
-          }
-          // Prefill cannot take them (or gave the room up): fail it; EMBED_DONE tells prefill that no write
-          // of the room will come from here.
-          if (pull->code != ErrorCode::ok)
-            return fail_room(s, pull->room,
-                             make_error(pull->code, "prefill '" + env.sender + "': " + pull->reason));
-          if (pull->bytes != it->second.bytes)
-            return fail_room(s, pull->room,
-                             make_error(ErrorCode::invalid_request, "EMBED_PULL size mismatch"));
-          auto& r = it->second;
-          r.worker = uint32_t(pull->room % s.workers.size());
-          for (size_t i = 0; i < s.workers.size() && !s.workers[r.worker]; ++i)
-            r.worker = uint32_t((r.worker + 1) % s.workers.size());
-          if (!s.workers[r.worker])
-            return fail_room(
-                s, pull->room,
-                make_error(ErrorCode::worker_crashed, "no transfer worker is alive (restart budget spent)"));
-          r.writing = true;
-          publish_load(s);
-          const uint64_t src = reinterpret_cast<uint64_t>(s.slots_base) + uint64_t(r.slot) * s.slot_bytes;
-          TransferJob job{pull->room,
-                          0,
-                          env.sender,
-                          r.prefill_inc,
-                          {{src, pull->addr, pull->bytes, pull->fence}},
-                          caf::actor_cast<caf::actor>(self)};
-          self->send(s.workers[r.worker], std::move(job));
-        } else if (auto* cancel = std::get_if<protocol::Cancel>(&env.body)) {
-          auto it = s.rooms.find(cancel->room);
-          if (it != s.rooms.end() && !it->second.writing) finish(s, cancel->room);
-        } else {
-          handle_unhandled(*s.ctx.bridge, "encoder", env);
-        }
-      },
-      [=](EncodeDone& d) {
-        auto& s = self->state;
-        auto it = s.rooms.find(d.room);
-        if (it == s.rooms.end()) return;
-        if (!d.ok) {
-          // A bad image is the request's fault: tell the router (not retryable) and prefill.
-          return fail_room(s, d.room, d.error);
-        }
-        it->second.encoded = true;
-        it->second.tokens = d.tokens;
-        it->second.bytes = uint64_t(d.tokens) * s.ctx.model.d_model * sizeof(float);
-        it->second.encode_us = d.encode_us;
-        s.ctx.bridge->send(it->second.prefill, protocol::EmbedMeta{d.room, d.tokens, s.ctx.model.d_model,
-                                                                   it->second.bytes, protocol::DType::f32});
-      },
-      [=](TransferDone& d) {
-        auto& s = self->state;
-        auto it = s.rooms.find(d.room);
-        if (it == s.rooms.end()) return;
-        it->second.writing = false;
-        publish_load(s);
-        if (it->second.prefill.empty()) return finish(s, d.room);  // failed meanwhile
-        if (!d.ok) {
-          protocol::Error e = d.error;
-          e.detail = "embedding write to '" + it->second.prefill + "' failed: " + e.detail;
-          return fail_room(s, d.room, e);
-        }
-        s.ctx.bridge->send(it->second.prefill,
-                           protocol::EmbedDone{d.room, true, ErrorCode::ok, "", it->second.encode_us});
-        finish(s, d.room);
-      },
-      [=](timeout_atom) {
-        auto& s = self->state;
-        s.timeout_armed = false;
-        std::vector<uint64_t> late;
-        for (const auto& [id, room] : s.rooms)
-          if (!room.writing && room.deadline <= std::chrono::steady_clock::now()) late.push_back(id);
-        for (uint64_t id : late) {
-          auto it = s.rooms.find(id);
-          if (it == s.rooms.end()) continue;
-          fail_room(s, id,
-                    make_error(ErrorCode::waiting_timeout, "prefill '" + it->second.prefill +
-                                                               "' did not ask for room " +
-                                                               std::to_string(id) + "'s embeddings in time"));
-        }
-        arm_timeout(self, s);
-      },
-      [=](PeerChanges& pc) {
-        auto& s = self->state;
-        for (const auto& c : pc.changes) {
-          if (c.old_incarnation == 0) continue;
-          for (auto& w : s.workers)
-            if (w) self->send(w, forget_atom::value, c.id);
-          auto shared = [&](const std::string& peer, uint64_t inc) {
-            return peer == c.id && (inc == 0 || inc == c.old_incarnation);
-          };
-          std::vector<uint64_t> affected;
-          for (auto& [id, r] : s.rooms)
-            if (shared(r.prefill, r.prefill_inc) || shared(r.router, r.router_inc)) affected.push_back(id);
-          for (uint64_t id : affected)
-            fail_room(s, id,
-                      make_error(ErrorCode::peer_died, "peer '" + c.id + "' (incarnation " +
-                                                           std::to_string(c.old_incarnation) + ") " +
-                                                           (c.new_incarnation ? "restarted" : "is gone")),
-                      false);
-        }
-      },
-      [=](WorkerCrashed& wc) {
-        auto& s = self->state;
-        s.workers[wc.index] = wc.replacement;
-        // The rooms whose embedding write died with it. Its sessions were closed before it went: nothing
-        // still reads their source slots. Prefill and router are told at once; the slots are freed.
-        std::vector<uint64_t> held;
-        for (auto& [id, r] : s.rooms)
-          if (r.worker == wc.index && r.writing) held.push_back(id);
-        spdlog::warn("encoder: transfer worker {} crashed holding {} room(s): {}", wc.index, held.size(),
-                     wc.cause);
-        for (uint64_t id : held) {
-          auto& r = s.rooms.at(id);
-          r.writing = false;
-          publish_load(s);
-          if (r.prefill.empty())
-            finish(s, id);  // had failed already, waiting for the write to end
-          else
-            fail_room(s, id, make_error(ErrorCode::worker_crashed, "transfer worker crashed: " + wc.cause));
-        }
-      },
-      [=](WorkerRestored& wr) { self->state.workers[wr.index] = wr.worker; },
-  };
+  return kernel::role_behavior(self, table,
+                               {
+                                   [=](EncodeDone& d) { on_encoded(self->state, d); },
+                                   [=](TransferDone& d) { on_written(self->state, d); },
+                                   [=](timeout_atom) { on_deadline(self->state); },
+                                   [=](PeerChanges& pc) { on_peer_changes(self->state, pc); },
+                                   [=](WorkerCrashed& wc) { on_worker_crashed(self->state, wc); },
+                                   [=](WorkerRestored& wr) { self->state.workers.restored(wr); },
+                               });
 }
 
-protocol::Result<RoleHandle> spawn_encoder(RoleContext& ctx) {
-  EncoderSettings s;
-  const auto& cfg = ctx.instance->settings;
-  SettingsReader read(cfg);
-  read.u32("embed_slots", s.embed_slots, 1, 1u << 16)
-      .u32("transfer_workers", s.transfer_workers, 1, 64)
-      .ms("waiting_timeout_ms", s.waiting_timeout)
-      .ms("encode_delay_ms", s.encode_delay);
-  if (auto st = read.status(); !st) return st.error();
-  if (auto st = read_transfer_settings(cfg, s.transfer); !st) return st.error();
+protocol::Result<RoleHandle> spawn_encoder(RoleContext& ctx, EncoderSettings s) {
   const uint64_t slot_bytes = uint64_t(ctx.model.max_image_patches) * ctx.model.d_model * sizeof(float);
   if (auto r = ctx.engine->allocate(kEmbedRegion, slot_bytes * s.embed_slots); !r) return r.error();
+  auto table = std::make_shared<Table>();
+  table->on<protocol::Submit>(on_submit)
+      .on<protocol::EmbedPull>(on_embed_pull)
+      .on<protocol::Cancel>(on_cancel);
   RoleHandle h;
-  h.main = ctx.system->spawn(encoder_role, ctx, s);
-  for (auto t : {MessageType::submit, MessageType::embed_pull, MessageType::cancel})
-    ctx.bridge->subscribe(t, h.main);
+  h.main = ctx.system->spawn(encoder_role, ctx, s, table);
+  if (auto st = kernel::route(ctx, *table, h.main); !st) return st.error();
   return h;
 }
 
 }  // namespace
 
 RoleSpec encoder_role_spec() {
-  RoleSpec spec;
-  spec.name = "encoder";
-  spec.summary = "turns images into embeddings and writes them into prefill's landing slots";
-  spec.needs_engine = true;
-  spec.settings = {"embed_slots", "transfer_workers", "waiting_timeout_ms", "encode_delay_ms"};
-  spec.settings.insert(spec.settings.end(), std::begin(kTransferSettingKeys), std::end(kTransferSettingKeys));
-  spec.spawn = spawn_encoder;
-  return spec;
+  kernel::SettingsSchema<EncoderSettings> settings;
+  settings.u32("embed_slots", &EncoderSettings::embed_slots, 1, 1u << 16)
+      .u32("transfer_workers", &EncoderSettings::transfer_workers, 1, 64)
+      .ms("waiting_timeout_ms", &EncoderSettings::waiting_timeout)
+      .ms("encode_delay_ms", &EncoderSettings::encode_delay)
+      .part(&EncoderSettings::transfer, kernel::transfer_settings());
+  return kernel::make_role_spec("encoder",
+                                "turns images into embeddings and writes them into prefill's landing slots",
+                                true, std::move(settings), spawn_encoder);
 }
 
 }  // namespace epd::actors

@@ -59,7 +59,7 @@ StagingTarget* target_for(PrefillState& st, const std::string& decode) {
 }
 
 // Writes one chunk if everything it needs is there; otherwise leaves it queued.
-void try_write(Self self, PrefillState& st, uint64_t id, PrefillRoom& r, uint32_t index, StagedChunk& c) {
+void try_write(PrefillState& st, uint64_t id, PrefillRoom& r, uint32_t index, StagedChunk& c) {
   if (!c.granted || c.writing || r.state.terminal()) return;
   StagingTarget* target = target_for(st, r.decode);
   if (!target)
@@ -84,28 +84,28 @@ void try_write(Self self, PrefillState& st, uint64_t id, PrefillRoom& r, uint32_
   c.checksum = XXH3_64bits(src, c.bytes);
   c.writing = true;
   transport::WriteOp op{reinterpret_cast<uint64_t>(src), target->base + c.grant.offset, c.bytes};
-  dispatch(self, st, id, r, TransferJob{id, index, r.decode, 0, {op}, caf::actor_cast<caf::actor>(self)});
+  dispatch(st, id, r, TransferJob{id, index, r.decode, 0, {op}, caf::actor_cast<caf::actor>(st.self)});
 }
 
 // Tries every queued chunk (rooms in id order, each room's chunks in order). A failed write attempt can
 // fail and reap its room, so every step looks the room up again.
-void pump(Self self, PrefillState& st, const std::string* only_decode = nullptr) {
+void pump(PrefillState& st, const std::string* only_decode = nullptr) {
   std::vector<std::pair<uint64_t, uint32_t>> queued;
   for (auto& [id, r] : st.rooms)
     if (r.staged && (!only_decode || r.decode == *only_decode))
       for (auto& [index, c] : r.chunks)
         if (c.granted && !c.writing) queued.emplace_back(id, index);
   for (auto [id, index] : queued) {
-    auto it = st.rooms.find(id);
-    if (it == st.rooms.end()) continue;
-    auto ch = it->second.chunks.find(index);
-    if (ch != it->second.chunks.end()) try_write(self, st, id, it->second, index, ch->second);
+    PrefillRoom* r = st.rooms.find(id);
+    if (!r) continue;
+    auto ch = r->chunks.find(index);
+    if (ch != r->chunks.end()) try_write(st, id, *r, index, ch->second);
   }
 }
 
 }  // namespace
 
-void stage_tokens(Self self, PrefillState& st, uint64_t id, PrefillRoom& r, uint32_t end, bool last) {
+void stage_tokens(PrefillState& st, uint64_t id, PrefillRoom& r, uint32_t end, bool last) {
   if (end <= r.tokens_staged && !last) return;
   StagedChunk c;
   c.first = r.tokens_staged;
@@ -121,17 +121,16 @@ void stage_tokens(Self self, PrefillState& st, uint64_t id, PrefillRoom& r, uint
   gauge(st);  // this instance stages: report it
   publish_slots(st);
   st.ctx.bridge->send(r.decode, protocol::StagingReq{id, index, c.bytes});
-  self->delayed_send(self, st.settings.staging_wait_timeout, stage_timeout_atom::value, id, index);
+  st.self->delayed_send(st.self, st.settings.staging_wait_timeout, stage_timeout_atom::value, id, index);
 }
 
-void on_staging_rsp(Self self, PrefillState& st, const protocol::Envelope& env,
-                    const protocol::StagingRsp& rsp) {
-  auto it = st.rooms.find(rsp.room);
+void on_staging_rsp(PrefillState& st, const protocol::Envelope& env, protocol::StagingRsp& rsp) {
+  PrefillRoom* found = st.rooms.find(rsp.room);
   auto bad = [&](std::string why) {
     reject(st, env, MessageType::staging_rsp, rsp.room, make_error(ErrorCode::unknown_room, std::move(why)));
   };
-  if (it == st.rooms.end()) return bad("no such room here");
-  PrefillRoom& r = it->second;
+  if (!found) return bad("no such room here");
+  PrefillRoom& r = *found;
   if (env.sender != r.decode || (r.decode_inc != 0 && env.incarnation != r.decode_inc))
     return bad("room " + std::to_string(rsp.room) + " is shared with '" + r.decode + "', not '" + env.sender +
                "'");
@@ -162,10 +161,10 @@ void on_staging_rsp(Self self, PrefillState& st, const protocol::Envelope& env,
   c.granted = true;
   c.grant = rsp;
   c.position = *position;
-  try_write(self, st, rsp.room, r, rsp.chunk, c);
+  try_write(st, rsp.room, r, rsp.chunk, c);
 }
 
-void on_watermark(Self self, PrefillState& st, const protocol::Envelope& env, const protocol::Watermark& w) {
+void on_watermark(PrefillState& st, const protocol::Envelope& env, protocol::Watermark& w) {
   auto peer = st.ctx.bridge->peers().find(env.sender);
   StagingTarget* target = peer && peer->incarnation == env.incarnation ? target_for(st, env.sender) : nullptr;
   if (!target)
@@ -174,10 +173,10 @@ void on_watermark(Self self, PrefillState& st, const protocol::Envelope& env, co
         make_error(ErrorCode::unknown_peer, "'" + env.sender + "' is not a decode with a staging ring"));
   if (auto ok = target->window.advance(w); !ok) return reject(st, env, MessageType::watermark, 0, ok.error());
   ++gauge(st).watermarks;
-  pump(self, st, &env.sender);
+  pump(st, &env.sender);
 }
 
-void on_staged_write_done(Self self, PrefillState& st, PrefillRoom& r, const TransferDone& d) {
+void on_staged_write_done(PrefillState& st, PrefillRoom& r, const TransferDone& d) {
   const uint64_t id = d.room;
   auto ch = r.chunks.find(uint32_t(d.tag));
   if (ch == r.chunks.end()) return maybe_reap(st, id);
@@ -207,18 +206,18 @@ void on_staged_write_done(Self self, PrefillState& st, PrefillRoom& r, const Tra
     st.ctx.bridge->send(r.decode, std::move(ready));
     ++gauge(st).chunks;
     r.chunks.erase(ch);
-    maybe_send_aux(self, st, id, r);
+    maybe_send_aux(st, id, r);
   }
-  pump(self, st);  // a source buffer is free again
+  pump(st);  // a source buffer is free again
 }
 
 void on_stage_timeout(PrefillState& st, uint64_t id, uint32_t chunk) {
-  auto it = st.rooms.find(id);
-  if (it == st.rooms.end() || it->second.state.terminal()) return;
-  auto ch = it->second.chunks.find(chunk);
-  if (ch == it->second.chunks.end() || ch->second.writing) return;
+  PrefillRoom* r = st.rooms.find(id);
+  if (!r || r->state.terminal()) return;
+  auto ch = r->chunks.find(chunk);
+  if (ch == r->chunks.end() || ch->second.writing) return;
   const StagedChunk& c = ch->second;
-  const auto* target = st.staging.count(it->second.decode) ? &st.staging.at(it->second.decode) : nullptr;
+  const auto* target = st.staging.count(r->decode) ? &st.staging.at(r->decode) : nullptr;
   // What it was waiting for: its grant, ring space (the watermark), or one of this prefill's source buffers.
   std::string where = "for STAGING_RSP";
   if (c.granted && target && target->window.may_write(c.position, c.bytes))
@@ -233,7 +232,7 @@ void on_stage_timeout(PrefillState& st, uint64_t id, uint32_t chunk) {
             make_error(ErrorCode::waiting_timeout,
                        "staged chunk " + std::to_string(chunk) + " (" + std::to_string(c.bytes) +
                            " bytes) waited " + std::to_string(st.settings.staging_wait_timeout.count()) +
-                           " ms " + where + " on decode '" + it->second.decode + "'"));
+                           " ms " + where + " on decode '" + r->decode + "'"));
 }
 
 void release_stage_slots(PrefillState& st, PrefillRoom& r) {

@@ -8,11 +8,11 @@
 #include <optional>
 #include <set>
 
+#include "epd/actors/kernel/role_kernel.hpp"
+#include "epd/actors/kernel/transfer_workers.hpp"
 #include "epd/actors/page_allocator.hpp"
-#include "epd/actors/role_context.hpp"
 #include "epd/actors/room.hpp"
 #include "epd/actors/staging_ring.hpp"
-#include "epd/actors/transfer_supervisor.hpp"
 
 namespace epd::actors::prefill {
 
@@ -48,8 +48,23 @@ struct StagedChunk {
   uint64_t checksum = 0;
 };
 
+// A room's KV side: gathering (SUBMIT, BOOTSTRAP and embeddings) -> computing (chunks go out as they
+// complete) -> computed (compute done; last writes in flight) -> aux_sent (the aux record is the last
+// write; its completion is KV_STATUS Success). `state` says whether the room is still live or failed.
+enum class Progress { gathering, computing, computed, aux_sent };
+// The embeddings of an image prompt: none yet -> writing (EMBED_PULL sent: the encoder may write the
+// landing slot until EMBED_DONE) -> ready. A failed room stays `writing` until the encoder can no longer
+// write.
+enum class Embed { none, writing, ready };
+// What decode is owed when the room is reaped: KV_STATUS Failed, an ABORT_ACK (it asked to abort), or
+// nothing (told already, or it is gone).
+enum class DecodeNews { kv_status, abort_ack, none };
+
 struct PrefillRoom {
   RoomState state;
+  Progress progress = Progress::gathering;
+  Embed embed = Embed::none;
+  DecodeNews news = DecodeNews::kv_status;
   clock::time_point created = clock::now();
   std::string router;
   bool have_submit = false;
@@ -62,21 +77,13 @@ struct PrefillRoom {
   uint64_t decode_inc = 0, router_inc = 0, encoder_inc = 0;
   std::optional<uint32_t> landing;  // embedding slot
   uint64_t embed_bytes = 0;
-  bool embed_writing = false;  // EMBED_PULL sent, EMBED_DONE not yet in: the encoder may write the slot
-  uint64_t embed_fence = 0;    // our write grant for the landing slot (EMBED_PULL's fence)
+  uint64_t embed_fence = 0;  // our write grant for the landing slot (EMBED_PULL's fence)
   std::optional<protocol::SegmentDescriptor> encoder_segment;  // to tell whether its writes are fenced
-  bool embed_ready = false;
   uint64_t encode_us = 0;
-  bool started = false;
-  bool computing = false;
   std::vector<uint32_t> local_pages;
   std::optional<uint32_t> aux_src;
   uint32_t pages_sent = 0;
   uint32_t inflight = 0;
-  bool computed_all = false;
-  bool aux_sent = false;
-  bool status_sent = false;  // KV_STATUS (or ABORT_ACK) already sent to decode
-  bool ack_abort = false;    // decode asked to abort: ack once nothing is in flight
   uint32_t first_token = 0;
   uint64_t prefill_us = 0;
   clock::time_point transfer_start;
@@ -87,6 +94,16 @@ struct PrefillRoom {
   uint32_t tokens_staged = 0;              // prompt tokens handed to chunks so far
   uint32_t chunks_made = 0;                // next chunk index
   std::map<uint32_t, StagedChunk> chunks;  // not yet written and announced
+
+  bool computing() const { return progress == Progress::computing; }
+  bool computed_all() const { return progress >= Progress::computed; }
+  bool waits_for_inputs() const { return progress == Progress::gathering && !state.terminal(); }
+  // The peers whose loss fails the room: decode, router, and the encoder until the embeddings are in.
+  std::vector<kernel::SharedPeer> shared_peers() const {
+    std::vector<kernel::SharedPeer> out{{decode, decode_inc}, {router, router_inc}};
+    if (embed != Embed::ready) out.push_back({submit.encoder, encoder_inc});
+    return out;
+  }
 };
 
 // What prefill knows of one decode's staging ring.
@@ -96,8 +113,7 @@ struct StagingTarget {
   StagingWindow window{1};
 };
 
-struct PrefillState {
-  RoleContext ctx;
+struct PrefillState : kernel::RoleBase {
   PrefillSettings settings;
   protocol::KvLayout layout;
   uint64_t kv_base = 0;
@@ -107,44 +123,39 @@ struct PrefillState {
   uint8_t* stage_base = nullptr;  // source buffers of staged chunks
   uint64_t stage_slot_bytes = 0;
   PageAllocator pages{0}, slots{0}, aux{0}, stage_slots{0};
-  std::map<uint64_t, PrefillRoom> rooms;
-  bool timeout_armed = false;  // the one timer for the earliest room waiting for its inputs is pending
+  // Tombstones: an encoder still working for an ended room is told the real cause, so the failure it
+  // reports is the root one with its retryability.
+  kernel::RoomTable<PrefillRoom> rooms{4096};
   std::map<std::string, StagingTarget> staging;  // by decode id
-  // Rooms that ended here, with how (ok, or the failure): a late SUBMIT/BOOTSTRAP/EMBED_META must not bring
-  // one back to life (nobody would ever finish it), and an encoder still working for it is told the real
-  // cause, so the failure it reports is the root one with its retryability.
-  std::map<uint64_t, protocol::Error> ended;
-  std::deque<uint64_t> ended_order;
-  caf::actor me;
-  std::vector<caf::actor> workers;  // an invalid entry: crashed, not restarted yet
-  caf::actor supervisor;
+  kernel::TransferWorkers workers;
   caf::actor compute;
   static inline const char* name = "prefill";
 };
 
-using Self = caf::event_based_actor*;
 using stage_timeout_atom = caf::atom_constant<caf::atom("stagetime")>;
 
 // prefill_role.cpp
-void fail_room(PrefillState& st, uint64_t id, protocol::Error error, bool tell_router = true);
+struct Notify {
+  bool router = true;  // RESULT failed (false: the router or decode ended the room itself)
+};
+void fail_room(PrefillState& st, uint64_t id, protocol::Error error, Notify notify = {});
 void maybe_reap(PrefillState& st, uint64_t id);
-bool dispatch(Self self, PrefillState& st, uint64_t id, PrefillRoom& r, TransferJob job);
-void maybe_send_aux(Self self, PrefillState& st, uint64_t id, PrefillRoom& r);
+bool dispatch(PrefillState& st, uint64_t id, PrefillRoom& r, TransferJob job);
+void maybe_send_aux(PrefillState& st, uint64_t id, PrefillRoom& r);
 
 // prefill_staging.cpp
 // Hands tokens [r.tokens_staged, end) to a new chunk and asks decode for ring space.
-void stage_tokens(Self self, PrefillState& st, uint64_t id, PrefillRoom& r, uint32_t end, bool last);
-void on_staging_rsp(Self self, PrefillState& st, const protocol::Envelope& env,
-                    const protocol::StagingRsp& rsp);
-void on_watermark(Self self, PrefillState& st, const protocol::Envelope& env, const protocol::Watermark& w);
+void stage_tokens(PrefillState& st, uint64_t id, PrefillRoom& r, uint32_t end, bool last);
+void on_staging_rsp(PrefillState& st, const protocol::Envelope& env, protocol::StagingRsp& rsp);
+void on_watermark(PrefillState& st, const protocol::Envelope& env, protocol::Watermark& w);
 // A staged chunk's write ended: announce it (CHUNK_READY) or fail the room.
-void on_staged_write_done(Self self, PrefillState& st, PrefillRoom& r, const TransferDone& d);
+void on_staged_write_done(PrefillState& st, PrefillRoom& r, const TransferDone& d);
 void on_stage_timeout(PrefillState& st, uint64_t id, uint32_t chunk);
 // Frees the source buffers a room's chunks still hold (nothing reads them any more).
 void release_stage_slots(PrefillState& st, PrefillRoom& r);
 // Whether every chunk of the room is written and announced.
 inline bool staged_all_done(const PrefillRoom& r) {
-  return !r.staged || (r.computed_all && r.chunks.empty());
+  return !r.staged || (r.computed_all() && r.chunks.empty());
 }
 
 }  // namespace epd::actors::prefill

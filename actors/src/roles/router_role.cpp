@@ -8,8 +8,7 @@
 #include <random>
 #include <set>
 
-#include "epd/actors/membership.hpp"
-#include "epd/actors/role_support.hpp"
+#include "epd/actors/kernel/role_kernel.hpp"
 #include "epd/actors/roles/roles.hpp"
 #include "epd/actors/router/http_api.hpp"
 #include "epd/actors/router/router_service.hpp"
@@ -27,7 +26,6 @@ using clock = std::chrono::steady_clock;
 using protocol::Envelope;
 using protocol::ErrorCode;
 using protocol::make_error;
-using protocol::MessageType;
 using stats_atom = caf::atom_constant<caf::atom("stats")>;
 using retry_atom = caf::atom_constant<caf::atom("retry")>;
 constexpr std::chrono::milliseconds kUnavailablePoll{100};
@@ -56,14 +54,27 @@ struct Pending {
   // least loaded), so an instance that fails fast cannot take every attempt before its heartbeat says so.
   std::map<std::string, uint32_t> failed_instances;
   protocol::Error last_error;  // why the previous attempt failed (named if we give up)
+
+  // The instances whose loss fails the current attempt (none while waiting for one to come back).
+  std::vector<kernel::SharedPeer> shared_peers() const {
+    if (current.room == 0) return {};
+    return {{current.encoder, current.encoder_inc},
+            {current.prefill, current.prefill_inc},
+            {current.decode, current.decode_inc}};
+  }
 };
 
-struct RouterState {
-  RoleContext ctx;
+struct RouterSettings {
+  std::string http_host = "127.0.0.1";
+  uint16_t http_port = 8080;
+  uint32_t max_tokens_limit = 1024;
+  std::chrono::milliseconds unavailable_wait{5000};
+};
+
+struct RouterState : kernel::RoleBase {
   std::map<uint64_t, uint64_t> room_to_request;
   std::map<uint64_t, Pending> requests;
   std::map<std::string, uint32_t> inflight;  // rooms this router has on each instance (no zero entries)
-  bool timeout_armed = false;                // the one timer for the oldest request's deadline is pending
   uint64_t next_request = 1;
   std::mt19937_64 rng{std::random_device{}()};
   RouterStats stats;
@@ -149,7 +160,7 @@ void respond_error(RouterState& st, uint64_t req_id, const protocol::Error& e) {
   st.requests.erase(it);
 }
 
-void start_attempt(caf::event_based_actor* self, RouterState& st, uint64_t req_id) {
+void start_attempt(RouterState& st, uint64_t req_id) {
   Pending& p = st.requests.at(req_id);
   p.current = Attempt{};
   Attempt a;
@@ -164,7 +175,7 @@ void start_attempt(caf::event_based_actor* self, RouterState& st, uint64_t req_i
     const char* missing = !decode ? "decode" : !prefill ? "prefill" : "encoder";
     // An instance may be restarting (epd-cluster brings it back): wait for one, boundedly.
     if (a.started - p.started < st.unavailable_wait) {
-      self->delayed_send(self, kUnavailablePoll, retry_atom::value, req_id);
+      st.self->delayed_send(st.self, kUnavailablePoll, retry_atom::value, req_id);
       return;
     }
     std::string why = std::string("no healthy ") + missing + " instance is registered (waited " +
@@ -221,8 +232,8 @@ void blame(Pending& p, const std::string& culprit, protocol::ErrorCode code, boo
 }
 
 // `reported`: `culprit` sent the failure itself (else we saw `culprit` die).
-void attempt_failed(caf::event_based_actor* self, RouterState& st, uint64_t req_id, const protocol::Error& e,
-                    const std::string& culprit, bool reported) {
+void attempt_failed(RouterState& st, uint64_t req_id, const protocol::Error& e, const std::string& culprit,
+                    bool reported) {
   Pending& p = st.requests.at(req_id);
   cancel_attempt(st, p.current, "failed at '" + culprit + "'");
   release_attempt(st, p.current);
@@ -234,37 +245,22 @@ void attempt_failed(caf::event_based_actor* self, RouterState& st, uint64_t req_
     ++st.stats.retries;
     ++st.stats.retry_causes[std::string(protocol::error_name(e.code))];
     blame(p, culprit, e.code, reported);
-    start_attempt(self, st, req_id);
+    start_attempt(st, req_id);
     return;
   }
   respond_error(st, req_id, e);
 }
 
 // An instance (that incarnation) is dead to us: every attempt placed on it fails now, not at a timeout.
-void on_instance_lost(caf::event_based_actor* self, RouterState& st, const PeerDirectory::Change& c) {
-  auto on = [&](const std::string& id, uint64_t inc) {
-    return id == c.id && (inc == 0 || inc == c.old_incarnation);
-  };
-  std::vector<uint64_t> hit;
-  for (const auto& [req_id, p] : st.requests) {
-    const Attempt& a = p.current;
-    if (a.room != 0 &&
-        (on(a.encoder, a.encoder_inc) || on(a.prefill, a.prefill_inc) || on(a.decode, a.decode_inc)))
-      hit.push_back(req_id);
-  }
+void on_instance_lost(RouterState& st, const PeerDirectory::Change& c) {
+  auto hit = kernel::sharing_lost_peer(st.requests, c);
   if (!hit.empty())
     spdlog::warn("router: '{}' (incarnation {}) is gone; failing its {} attempt(s)", c.id, c.old_incarnation,
                  hit.size());
-  for (uint64_t req_id : hit)
-    attempt_failed(self, st, req_id,
-                   make_error(ErrorCode::peer_died, "instance '" + c.id + "' (incarnation " +
-                                                        std::to_string(c.old_incarnation) + ") " +
-                                                        (c.new_incarnation ? "restarted" : "is gone")),
-                   c.id, false);
+  for (uint64_t req_id : hit) attempt_failed(st, req_id, kernel::peer_lost_error(c), c.id, false);
 }
 
-void on_result(caf::event_based_actor* self, RouterState& st, const Envelope& env,
-               protocol::RoomResult& res) {
+void on_result(RouterState& st, const Envelope& env, protocol::RoomResult& res) {
   auto rit = st.room_to_request.find(res.room);
   if (rit == st.room_to_request.end()) return;  // a finished or superseded attempt
   const uint64_t req_id = rit->second;
@@ -292,8 +288,7 @@ void on_result(caf::event_based_actor* self, RouterState& st, const Envelope& en
     st.requests.erase(req_id);
     return;
   }
-  attempt_failed(self, st, req_id, make_error(res.code, "'" + env.sender + "': " + res.reason), env.sender,
-                 true);
+  attempt_failed(st, req_id, make_error(res.code, "'" + env.sender + "': " + res.reason), env.sender, true);
 }
 
 // The request ran out of time: cancel its attempt, answer 504 naming the room and the last failure.
@@ -309,97 +304,91 @@ void time_out(RouterState& s, uint64_t id) {
   respond_error(s, id, make_error(ErrorCode::timeout, why));
 }
 
-// One timer for all request deadlines: requests share one timeout and are kept in arrival order (ids grow),
-// so the first is always the next to expire. A delayed message per request stayed in CAF's clock for the
-// whole request_timeout after its request ended (~270 bytes each: 60 s x the request rate of memory).
-void arm_timeout(caf::event_based_actor* self, RouterState& st) {
-  if (st.timeout_armed || st.requests.empty()) return;
-  st.timeout_armed = true;
-  const auto due = st.requests.begin()->second.started + st.ctx.cluster->cluster.request_timeout;
-  const auto wait = std::chrono::ceil<std::chrono::milliseconds>(due - clock::now());
-  self->delayed_send(self, std::max(wait, std::chrono::milliseconds(0)), timeout_atom::value);
+// Requests share one timeout and are kept in arrival order (ids grow), so the first is the next to expire.
+void arm_timeout(RouterState& st) {
+  if (st.requests.empty()) return;
+  st.deadline.arm(st.self, st.requests.begin()->second.started + st.ctx.cluster->cluster.request_timeout);
 }
 
+void on_tokens(RouterState& st, const Envelope&, protocol::Tokens& t) {
+  auto rit = st.room_to_request.find(t.room);
+  if (rit == st.room_to_request.end()) return;
+  auto& a = st.requests.at(rit->second).current;
+  if (!a.first_token) a.first_token = clock::now();
+}
+
+using Table = kernel::MessageTable<RouterState>;
+
 caf::behavior router(caf::stateful_actor<RouterState>* self, RoleContext ctx,
-                     std::chrono::milliseconds unavailable_wait) {
+                     std::chrono::milliseconds unavailable_wait, std::shared_ptr<const Table> table) {
   harden(self, "router");
   self->state.ctx = std::move(ctx);
+  self->state.self = self;
   self->state.unavailable_wait = unavailable_wait;
-  return {
-      [=](generate_atom, GenerateRequest& req) -> caf::response_promise {
-        auto& s = self->state;
-        ++s.stats.requests;
-        auto promise = self->make_response_promise();
-        auto bad_request = [&](std::string why) {
-          GenerateResponse bad;
-          bad.http_status = 400;
-          bad.error_code = "invalid_request";
-          bad.error = std::move(why);
-          ++s.stats.failed;
-          promise.deliver(std::move(bad));
-          return promise;
-        };
-        std::optional<model::ImageDims> dims;
-        if (!req.image_ppm.empty()) {
-          auto image = model::parse_ppm(req.image_ppm);
-          if (!image) return bad_request("image: " + image.error().detail);
-          dims = model::ImageDims{image->width, image->height};
-        }
-        auto prompt = model::build_prompt(s.ctx.model, req.prompt, dims);
-        if (!prompt) return bad_request(prompt.error().detail);
-        const uint64_t id = s.next_request++;
-        Pending p;
-        p.promise = promise;
-        p.request = std::move(req);
-        p.prompt = std::move(prompt.value());
-        p.image_tokens = model::count_image_tokens(p.prompt);
-        p.started = clock::now();
-        s.requests.emplace(id, std::move(p));
-        start_attempt(self, s, id);
-        arm_timeout(self, s);
-        return promise;
-      },
-      [=](retry_atom, uint64_t id) {
-        auto& s = self->state;
-        auto it = s.requests.find(id);
-        if (it != s.requests.end() && it->second.current.room == 0) start_attempt(self, s, id);
-      },
-      [=](stats_atom) {
-        const auto& s = self->state;
-        RouterStats out = s.stats;
-        out.tables = {{"requests", s.requests.size()},
-                      {"rooms", s.room_to_request.size()},
-                      {"instances_in_flight", s.inflight.size()},
-                      {"timeout_timers", s.timeout_armed ? 1 : 0}};
-        return out;
-      },
-      [=](timeout_atom) {
-        auto& s = self->state;
-        s.timeout_armed = false;
-        const auto now = clock::now();
-        while (!s.requests.empty() &&
-               now - s.requests.begin()->second.started >= s.ctx.cluster->cluster.request_timeout)
-          time_out(s, s.requests.begin()->first);
-        arm_timeout(self, s);
-      },
-      [=](Envelope& env) {
-        auto& s = self->state;
-        if (auto* t = std::get_if<protocol::Tokens>(&env.body)) {
-          auto rit = s.room_to_request.find(t->room);
-          if (rit == s.room_to_request.end()) return;
-          auto& a = s.requests.at(rit->second).current;
-          if (!a.first_token) a.first_token = clock::now();
-        } else if (auto* r = std::get_if<protocol::RoomResult>(&env.body)) {
-          on_result(self, s, env, *r);
-        } else {
-          handle_unhandled(*s.ctx.bridge, "router", env);
-        }
-      },
-      [=](PeerChanges& pc) {
-        for (const auto& c : pc.changes)
-          if (c.old_incarnation != 0) on_instance_lost(self, self->state, c);
-      },
-  };
+  return kernel::role_behavior(self, table,
+                               {
+                                   [=](generate_atom, GenerateRequest& req) -> caf::response_promise {
+                                     auto& s = self->state;
+                                     ++s.stats.requests;
+                                     auto promise = self->make_response_promise();
+                                     auto bad_request = [&](std::string why) {
+                                       GenerateResponse bad;
+                                       bad.http_status = 400;
+                                       bad.error_code = "invalid_request";
+                                       bad.error = std::move(why);
+                                       ++s.stats.failed;
+                                       promise.deliver(std::move(bad));
+                                       return promise;
+                                     };
+                                     std::optional<model::ImageDims> dims;
+                                     if (!req.image_ppm.empty()) {
+                                       auto image = model::parse_ppm(req.image_ppm);
+                                       if (!image) return bad_request("image: " + image.error().detail);
+                                       dims = model::ImageDims{image->width, image->height};
+                                     }
+                                     auto prompt = model::build_prompt(s.ctx.model, req.prompt, dims);
+                                     if (!prompt) return bad_request(prompt.error().detail);
+                                     const uint64_t id = s.next_request++;
+                                     Pending p;
+                                     p.promise = promise;
+                                     p.request = std::move(req);
+                                     p.prompt = std::move(prompt.value());
+                                     p.image_tokens = model::count_image_tokens(p.prompt);
+                                     p.started = clock::now();
+                                     s.requests.emplace(id, std::move(p));
+                                     start_attempt(s, id);
+                                     arm_timeout(s);
+                                     return promise;
+                                   },
+                                   [=](retry_atom, uint64_t id) {
+                                     auto& s = self->state;
+                                     auto it = s.requests.find(id);
+                                     if (it != s.requests.end() && it->second.current.room == 0)
+                                       start_attempt(s, id);
+                                   },
+                                   [=](stats_atom) {
+                                     const auto& s = self->state;
+                                     RouterStats out = s.stats;
+                                     out.tables = {{"requests", s.requests.size()},
+                                                   {"rooms", s.room_to_request.size()},
+                                                   {"instances_in_flight", s.inflight.size()},
+                                                   {"timeout_timers", s.deadline.armed() ? 1 : 0}};
+                                     return out;
+                                   },
+                                   [=](timeout_atom) {
+                                     auto& s = self->state;
+                                     s.deadline.fired();
+                                     const auto now = clock::now();
+                                     while (!s.requests.empty() && now - s.requests.begin()->second.started >=
+                                                                       s.ctx.cluster->cluster.request_timeout)
+                                       time_out(s, s.requests.begin()->first);
+                                     arm_timeout(s);
+                                   },
+                                   [=](PeerChanges& pc) {
+                                     for (const auto& c : pc.changes)
+                                       if (c.old_incarnation != 0) on_instance_lost(self->state, c);
+                                   },
+                               });
 }
 
 // RouterService on top of the router actor, for the HTTP threads.
@@ -474,56 +463,60 @@ struct HttpFront {
   std::unique_ptr<HttpApi> api;
 };
 
-protocol::Result<RoleHandle> spawn_router(RoleContext& ctx) {
+protocol::Result<RoleHandle> spawn_router(RoleContext& ctx, RouterSettings settings) {
   if (!ctx.registry)
     return make_error(ErrorCode::config_error, "router '" + ctx.instance->id +
                                                    "' must host the registry ([cluster] registry = \"" +
                                                    ctx.instance->id + "\")");
-  auto http = ctx.instance->settings.get_string("http", "127.0.0.1:8080");
-  if (!http) return http.error();
-  const auto colon = http->rfind(':');
-  uint64_t port = 0;
-  try {
-    port = colon == std::string::npos ? 70000 : std::stoul(http->substr(colon + 1));
-  } catch (...) {
-    port = 70000;
-  }
-  if (colon == std::string::npos || port > 65535)
-    return make_error(ErrorCode::config_error,
-                      ctx.instance->settings.where() + ": key 'http' must be HOST:PORT, got '" + *http + "'");
   HttpApiConfig http_config;
-  auto max_tokens = setting_u32(ctx.instance->settings, "max_tokens_limit", 1024, 1, 1u << 20);
-  if (!max_tokens) return max_tokens.error();
-  http_config.generate.max_tokens_limit = *max_tokens;
-  auto wait = ctx.instance->settings.get_ms("unavailable_wait_ms", std::chrono::milliseconds(5000));
-  if (!wait) return wait.error();
+  http_config.generate.max_tokens_limit = settings.max_tokens_limit;
+  auto table = std::make_shared<Table>();
+  table->on<protocol::Tokens>(on_tokens).on<protocol::RoomResult>(on_result);
   RoleHandle h;
-  h.main = ctx.system->spawn(router, ctx, *wait);
+  h.main = ctx.system->spawn(router, ctx, settings.unavailable_wait, table);
   auto front = std::make_shared<HttpFront>();
   front->service = std::make_unique<ActorRouterService>(*ctx.system, h.main, ctx.registry,
                                                         ctx.cluster->cluster.request_timeout);
   front->api = std::make_unique<HttpApi>(*front->service, http_config);
-  auto bound = front->api->start(http->substr(0, colon), uint16_t(port));
+  auto bound = front->api->start(settings.http_host, settings.http_port);
   if (!bound) {
     caf::anon_send_exit(h.main, caf::exit_reason::user_shutdown);
     return bound.error();
   }
-  spdlog::info("router: HTTP API on http://{}:{}", http->substr(0, colon), *bound);
+  spdlog::info("router: HTTP API on http://{}:{}", settings.http_host, *bound);
   h.main->attach_functor([front] { front->api->stop(); });
-  for (auto t : {MessageType::tokens, MessageType::result}) ctx.bridge->subscribe(t, h.main);
+  if (auto st = kernel::route(ctx, *table, h.main); !st) return st.error();
   return h;
+}
+
+// http = "HOST:PORT" (port 0: any free port).
+protocol::Status read_http(const RoleContext&, const config::Settings& cfg, RouterSettings& out) {
+  auto http = cfg.get_string("http", out.http_host + ":" + std::to_string(out.http_port));
+  if (!http) return http.error();
+  const auto colon = http->rfind(':');
+  uint64_t port = 70000;
+  try {
+    if (colon != std::string::npos) port = std::stoul(http->substr(colon + 1));
+  } catch (...) {
+  }
+  if (colon == std::string::npos || port > 65535)
+    return make_error(ErrorCode::config_error,
+                      cfg.where() + ": key 'http' must be HOST:PORT, got '" + *http + "'");
+  out.http_host = http->substr(0, colon);
+  out.http_port = uint16_t(port);
+  return {};
 }
 
 }  // namespace
 
 RoleSpec router_role_spec() {
-  RoleSpec spec;
-  spec.name = "router";
-  spec.summary = "HTTP front door; places rooms on encoder/prefill/decode instances and retries failures";
-  spec.needs_engine = false;
-  spec.settings = {"http", "max_tokens_limit", "unavailable_wait_ms"};
-  spec.spawn = spawn_router;
-  return spec;
+  kernel::SettingsSchema<RouterSettings> settings;
+  settings.add({"http"}, read_http)
+      .u32("max_tokens_limit", &RouterSettings::max_tokens_limit, 1, 1u << 20)
+      .ms("unavailable_wait_ms", &RouterSettings::unavailable_wait);
+  return kernel::make_role_spec(
+      "router", "HTTP front door; places rooms on encoder/prefill/decode instances and retries failures",
+      false, std::move(settings), spawn_router);
 }
 
 }  // namespace epd::actors

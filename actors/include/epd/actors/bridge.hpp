@@ -52,9 +52,9 @@ class Bridge {
                                                          LivenessConfig liveness = {});
   ~Bridge();
 
-  // Messages of `type` go to `target`; everything else to the default target.
-  void subscribe(protocol::MessageType type, caf::actor target);
-  void set_default(caf::actor target);
+  // Messages of `type` go to `target`; an error when another actor already takes them. A type nobody
+  // takes is answered with ERROR unexpected_message (an ERROR reply nobody takes is logged).
+  protocol::Status subscribe(protocol::MessageType type, caf::actor target);
   // ERROR replies that answer a message of type `about` go to `target` (e.g. membership hears the
   // registry's unknown_peer answer to its HEARTBEAT, not the role).
   void subscribe_errors_about(protocol::MessageType about, caf::actor target);
@@ -88,6 +88,7 @@ class Bridge {
   void on_frame(const std::string& from, bool via_router, std::vector<uint8_t> frame);
   void on_disconnect(const std::string& endpoint);
   void publish(PeerEvent event);
+  void unhandled(const protocol::Envelope& env);
   void reject(const std::string& from, bool via_router, const protocol::Error& error, uint16_t type);
   std::vector<uint8_t> encode(protocol::Body body) const;
 
@@ -99,7 +100,6 @@ class Bridge {
   mutable std::mutex mu_;
   std::map<protocol::MessageType, caf::actor> routes_;
   std::map<uint16_t, caf::actor> error_routes_;  // ERROR replies by the type they answer
-  caf::actor default_;
   std::vector<caf::actor> liveness_;
   std::atomic<uint64_t> delivered_{0}, rejected_{0}, undeliverable_{0}, sent_{0};
 };

@@ -50,12 +50,6 @@ struct TransferPool {
 TransferPool spawn_transfer_pool(caf::event_based_actor* role, const RoleContext& ctx,
                                  SupervisorConfig config);
 
-// Role settings shared by every role with transfer workers (docs/failure-handling.md).
-inline constexpr std::string_view kTransferSettingKeys[] = {"worker_max_restarts", "worker_restart_window_ms",
-                                                            "slow_transfer_ms", "session_failure_window",
-                                                            "session_failure_pct"};
-protocol::Status read_transfer_settings(const config::Settings& s, SupervisorConfig& out);
-
 }  // namespace epd::actors
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(epd::actors::WorkerCrashed)
