@@ -46,7 +46,8 @@ TEST_CASE("a load gauge's snapshot carries every figure to the same key", "[acto
   CHECK_FALSE(got.staging.has_value());
 }
 
-TEST_CASE("a staging gauge is reported once active; ring_peak restarts every snapshot", "[actors][load]") {
+TEST_CASE("a staging gauge is reported once active, and ring_peak restarts every snapshot",
+          "[actors][load]") {
   LoadGauge gauge;
   gauge.staging.active = true;
   gauge.staging.ring_bytes = 1024;

@@ -125,7 +125,7 @@ path = "models/small.toml"
   CHECK(absolute->model.path == std::filesystem::path("/opt/m.toml"));
 }
 
-TEST_CASE("[defaults.<role>] is inherited; an instance's own keys win", "[config]") {
+TEST_CASE("defaults.<role> is inherited and an instance's own keys win", "[config]") {
   auto cfg = parse(R"(
 [transport]
 backend = "tcp"
