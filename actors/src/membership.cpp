@@ -44,19 +44,9 @@ void send_hello(MembershipState& st) {
 void send_heartbeat(MembershipState& st) {
   protocol::Heartbeat hb;
   hb.seq = ++st.seq;
-  hb.healthy = st.load->healthy.load() && st.have_peers;  // cannot serve before it knows its peers
-  hb.free_kv_pages = st.load->free_kv_pages.load();
-  hb.total_kv_pages = st.load->total_kv_pages.load();
-  hb.free_slots = st.load->free_slots.load();
-  hb.total_slots = st.load->total_slots.load();
-  hb.active_rooms = st.load->active_rooms.load();
-  hb.worker_restarts = st.load->worker_restarts.load();
-  hb.transfer_retries = st.load->transfer_retries.load();
-  hb.transfer_failures = st.load->transfer_failures.load();
-  hb.sessions_recycled = st.load->sessions_recycled.load();
-  hb.quarantined_pages = st.load->quarantined_pages.load();
-  if (st.config.engine) hb.fenced_writes = st.config.engine->fence_stats().refused;
-  if (st.load->staging.active.load()) hb.staging = st.load->staging.take_snapshot();
+  hb.load = st.load->snapshot();
+  hb.load.healthy = hb.load.healthy && st.have_peers;  // cannot serve before it knows its peers
+  if (st.config.engine) hb.load.fenced_writes = st.config.engine->fence_stats().refused;
   st.bridge->send_to_endpoint(st.config.registry_endpoint, hb);
 }
 

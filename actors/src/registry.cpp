@@ -52,10 +52,10 @@ void on_hello(RegistryState& st, const Envelope& env, const protocol::Hello& hel
   e.info.incarnation = env.incarnation;
   e.info.segment = hello.segment;
   e.info.kv_layout = hello.kv_layout;
-  e.info.total_kv_pages = hello.kv_pages_total;
-  e.info.free_kv_pages = hello.kv_pages_total;
+  e.info.load.total_kv_pages = hello.kv_pages_total;
+  e.info.load.free_kv_pages = hello.kv_pages_total;
   // Not placed until its first HEARTBEAT says healthy: by then it has our PEERS and can reach its peers.
-  e.info.healthy = false;
+  e.info.load.healthy = false;
   e.last_seen = clock::now();
   st.entries[env.sender] = std::move(e);
   st.bridge->send_to_endpoint(hello.control_endpoint,
@@ -72,23 +72,11 @@ void on_heartbeat(RegistryState& st, const Envelope& env, const protocol::Heartb
     return;
   }
   auto& info = it->second.info;
-  const bool health_changed = info.healthy != hb.healthy;
-  info.healthy = hb.healthy;
-  info.free_kv_pages = hb.free_kv_pages;
-  info.total_kv_pages = hb.total_kv_pages;
-  info.free_slots = hb.free_slots;
-  info.total_slots = hb.total_slots;
-  info.active_rooms = hb.active_rooms;
-  info.worker_restarts = hb.worker_restarts;
-  info.transfer_retries = hb.transfer_retries;
-  info.transfer_failures = hb.transfer_failures;
-  info.sessions_recycled = hb.sessions_recycled;
-  info.quarantined_pages = hb.quarantined_pages;
-  info.fenced_writes = hb.fenced_writes;
-  info.staging = hb.staging;
+  const bool health_changed = info.load.healthy != hb.load.healthy;
+  info.load = hb.load;
   it->second.last_seen = clock::now();
   if (health_changed) {
-    spdlog::info("registry: '{}' is now {}", env.sender, hb.healthy ? "healthy" : "unhealthy");
+    spdlog::info("registry: '{}' is now {}", env.sender, hb.load.healthy ? "healthy" : "unhealthy");
     publish(st);
   } else {
     st.view->set(st.entries);

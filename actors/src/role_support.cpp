@@ -8,7 +8,7 @@ namespace epd::actors {
 
 protocol::Result<protocol::KvLayout> kv_layout_setting(const config::Settings& s, const model::ModelConfig& m,
                                                        uint32_t num_pages) {
-  auto page_size = s.get_uint("kv_page_size", m.page_size, 1, 4096);
+  auto page_size = s.get_uint("kv_page_size", m.page_size, 1, model::kMaxPageSize);
   if (!page_size) return page_size.error();
   auto dtype_name = s.get_string("kv_dtype", "f32");
   if (!dtype_name) return dtype_name.error();

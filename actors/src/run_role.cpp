@@ -76,7 +76,7 @@ int run_role(int argc, char** argv, const char* fixed_role) {
 
   caf::actor_system_config sys_cfg;
   sys_cfg.set("scheduler.max-threads", 2);
-  // Idle work-stealing workers poll; on a small host that CPU belongs to compute (docs/design.md).
+  // Idle work-stealing workers poll; on a small host that CPU belongs to compute (docs/architecture.md).
   sys_cfg.set("scheduler.policy", caf::atom("sharing"));
   caf::actor_system system{sys_cfg};
 

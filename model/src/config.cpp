@@ -63,7 +63,8 @@ protocol::Status validate(const ModelConfig& c) {
     return bad("head_dim must be even, 2..1024");
   if (c.ffn == 0 || c.ffn > 65536) return bad("ffn must be in 1..65536");
   if (c.max_seq == 0 || c.max_seq > 65536) return bad("max_seq must be in 1..65536");
-  if (c.page_size == 0 || c.page_size > 4096) return bad("page_size must be in 1..4096");
+  if (c.page_size == 0 || c.page_size > kMaxPageSize)
+    return bad("page_size must be in 1.." + std::to_string(kMaxPageSize));
   if (c.patch_size == 0 || c.patch_size > 256) return bad("patch_size must be in 1..256");
   if (c.encoder_layers > 64) return bad("encoder_layers must be in 0..64");
   if (c.max_image_patches == 0 || c.max_image_patches > 16384)

@@ -278,16 +278,17 @@ TEST_CASE("GET /v1/instances and /v1/stats have the documented shape", "[http]")
     v.role = "decode";
     v.control_endpoint = "tcp://127.0.0.1:17103";
     v.incarnation = 1ull << 40;
-    v.healthy = true;
-    v.free_kv_pages = 1000;
-    v.total_kv_pages = 1024;
-    v.free_slots = 0;
-    v.total_slots = 0;
-    v.active_rooms = 3;
+    v.load.healthy = true;
+    v.load.free_kv_pages = 1000;
+    v.load.total_kv_pages = 1024;
+    v.load.free_slots = 0;
+    v.load.total_slots = 0;
+    v.load.active_rooms = 3;
     v.last_seen_ms = 12;
     InstanceView encoder;
     encoder.id = "encoder-0";
     encoder.role = "encoder";
+    encoder.load.staging = epd::protocol::StagingStats{.ring_bytes = 4096, .ring_peak = 512, .chunks = 7};
     s.instance_list = {v, encoder};
   });
   auto cli = server.client();
@@ -316,6 +317,17 @@ TEST_CASE("GET /v1/instances and /v1/stats have the documented shape", "[http]")
                       {"fenced_writes", 0}}));
   CHECK(j[1]["id"] == "encoder-0");
   CHECK(j[1]["healthy"] == false);
+  CHECK(j[1]["staging"] == json({{"ring_bytes", 4096},
+                                 {"ring_used", 0},
+                                 {"ring_peak", 512},
+                                 {"rounds", 0},
+                                 {"chunks", 7},
+                                 {"waits", 0},
+                                 {"watermarks", 0},
+                                 {"rejected", 0},
+                                 {"oversized", 0},
+                                 {"source_slots", 0},
+                                 {"source_slots_free", 0}}));
 
   res = cli.Get("/v1/stats");
   REQUIRE(res);

@@ -110,7 +110,7 @@ std::optional<Placement> pick(RouterState& st, const std::string& role,
   std::optional<Placement> best;
   std::tuple<uint32_t, uint32_t, int64_t> best_score{UINT32_MAX, UINT32_MAX, 0};
   for (const auto& e : st.ctx.registry->entries()) {
-    if (e.info.role != role || !e.info.healthy) continue;
+    if (e.info.role != role || !e.info.load.healthy) continue;
     // Only what this process can address at that incarnation (the registry view may be a PEERS ahead).
     auto p = st.ctx.bridge->peers().find(e.info.instance_id);
     if (!p || p->incarnation != e.info.incarnation || !st.ctx.bridge->peers().alive(e.info.instance_id))
@@ -119,7 +119,7 @@ std::optional<Placement> pick(RouterState& st, const std::string& role,
     auto f = failures.find(e.info.instance_id);
     const std::tuple<uint32_t, uint32_t, int64_t> score{f == failures.end() ? 0 : f->second,
                                                         n == st.inflight.end() ? 0 : n->second,
-                                                        -int64_t(e.info.free_kv_pages)};
+                                                        -int64_t(e.info.load.free_kv_pages)};
     if (!best || score < best_score) {
       best = Placement{e.info.instance_id, e.info.incarnation};
       best_score = score;
@@ -420,19 +420,7 @@ class ActorRouterService final : public RouterService {
       v.role = e.info.role;
       v.control_endpoint = e.info.control_endpoint;
       v.incarnation = e.info.incarnation;
-      v.healthy = e.info.healthy;
-      v.free_kv_pages = e.info.free_kv_pages;
-      v.total_kv_pages = e.info.total_kv_pages;
-      v.free_slots = e.info.free_slots;
-      v.total_slots = e.info.total_slots;
-      v.active_rooms = e.info.active_rooms;
-      v.worker_restarts = e.info.worker_restarts;
-      v.transfer_retries = e.info.transfer_retries;
-      v.transfer_failures = e.info.transfer_failures;
-      v.sessions_recycled = e.info.sessions_recycled;
-      v.quarantined_pages = e.info.quarantined_pages;
-      v.fenced_writes = e.info.fenced_writes;
-      v.staging = e.info.staging;
+      v.load = e.info.load;
       v.last_seen_ms =
           uint64_t(std::chrono::duration_cast<std::chrono::milliseconds>(now - e.last_seen).count());
       out.push_back(std::move(v));

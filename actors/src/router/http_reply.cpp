@@ -1,6 +1,8 @@
 #include "epd/actors/router/http_reply.hpp"
 
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <type_traits>
 
 namespace epd::actors {
 namespace {
@@ -11,6 +13,43 @@ using nlohmann::json;
 std::string dump(const json& j) {
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
+
+// Renders a struct that lists its keys with `fields(s, v)` (protocol/messages.hpp) as a JSON object with the
+// same keys: absent optionals are left out, nested structs become objects. So the JSON of a load report or
+// of staging figures follows the struct without a hand-written list.
+class FieldsJson {
+ public:
+  template <class T>
+  static json render(const T& s) {
+    FieldsJson v;
+    T::fields(s, v);
+    return std::move(v.out_);
+  }
+  template <class T>
+  void req(std::string_view key, const T& value) {
+    out_[std::string(key)] = value_of(value);
+  }
+  template <class T>
+  void opt(std::string_view key, const T& value) {
+    if constexpr (requires { value.has_value(); }) {
+      if (!value) return;
+      out_[std::string(key)] = value_of(*value);
+    } else {
+      req(key, value);
+    }
+  }
+
+ private:
+  template <class T>
+  static json value_of(const T& v) {
+    if constexpr (requires { T::fields(v, std::declval<FieldsJson&>()); })
+      return render(v);
+    else
+      return json(v);
+  }
+
+  json out_ = json::object();
+};
 
 }  // namespace
 
@@ -36,37 +75,12 @@ std::string generate_reply_json(const GenerateResponse& r) {
 std::string instances_json(const std::vector<InstanceView>& instances) {
   json arr = json::array();
   for (const auto& i : instances) {
-    json item = {{"id", i.id},
-                 {"role", i.role},
-                 {"control_endpoint", i.control_endpoint},
-                 {"incarnation", i.incarnation},
-                 {"healthy", i.healthy},
-                 {"free_kv_pages", i.free_kv_pages},
-                 {"total_kv_pages", i.total_kv_pages},
-                 {"free_slots", i.free_slots},
-                 {"total_slots", i.total_slots},
-                 {"active_rooms", i.active_rooms},
-                 {"last_seen_ms", i.last_seen_ms},
-                 {"worker_restarts", i.worker_restarts},
-                 {"transfer_retries", i.transfer_retries},
-                 {"transfer_failures", i.transfer_failures},
-                 {"sessions_recycled", i.sessions_recycled},
-                 {"quarantined_pages", i.quarantined_pages},
-                 {"fenced_writes", i.fenced_writes}};
-    if (i.staging) {
-      const auto& g = *i.staging;
-      item["staging"] = {{"ring_bytes", g.ring_bytes},
-                         {"ring_used", g.ring_used},
-                         {"ring_peak", g.ring_peak},
-                         {"rounds", g.rounds},
-                         {"chunks", g.chunks},
-                         {"waits", g.waits},
-                         {"watermarks", g.watermarks},
-                         {"rejected", g.rejected},
-                         {"oversized", g.oversized},
-                         {"source_slots", g.source_slots},
-                         {"source_slots_free", g.source_slots_free}};
-    }
+    json item = FieldsJson::render(i.load);
+    item["id"] = i.id;
+    item["role"] = i.role;
+    item["control_endpoint"] = i.control_endpoint;
+    item["incarnation"] = i.incarnation;
+    item["last_seen_ms"] = i.last_seen_ms;
     arr.push_back(std::move(item));
   }
   return dump(arr);

@@ -2,6 +2,7 @@
 // Load figures a role publishes; the membership actor copies them into every HEARTBEAT.
 #include <atomic>
 #include <cstdint>
+#include <optional>
 
 #include "epd/protocol/messages.hpp"
 
@@ -11,13 +12,13 @@ namespace epd::actors {
 struct StagingGauge {
   std::atomic<uint64_t> ring_bytes{0}, ring_used{0}, ring_peak{0}, rounds{0}, chunks{0}, waits{0},
       watermarks{0}, rejected{0}, oversized{0}, source_slots{0}, source_slots_free{0};
-  std::atomic<bool> active{false};
+  std::atomic<bool> active{false};  // this instance stages (has a ring, or has staged or refused anything)
 
   void note_ring_use(uint64_t used) {
     ring_used = used;
     for (uint64_t peak = ring_peak.load(); used > peak && !ring_peak.compare_exchange_weak(peak, used);) {
     }
-  }  // this instance stages (has a ring, or has staged or refused anything)
+  }
 
   // Called once per heartbeat: ring_peak is the highest use since the previous heartbeat (an occupancy
   // timeline), so it restarts from the current use.
@@ -29,23 +30,15 @@ struct StagingGauge {
   }
 };
 
-struct LoadGauge {
-  std::atomic<uint32_t> free_kv_pages{0};
-  std::atomic<uint32_t> total_kv_pages{0};
-  std::atomic<uint32_t> free_slots{0};
-  std::atomic<uint32_t> total_slots{0};
-  std::atomic<uint32_t> active_rooms{0};
+// The role's side of protocol::LoadReport: the same figures, each an atomic that roles, transfer workers and
+// their supervisor write from their own threads (`ctx.load->free_kv_pages = n`).
+struct LoadGauge : protocol::BasicLoadReport<std::atomic, StagingGauge> {
   // Transfer jobs of ours still writing into a peer's memory: a rejoin waits for 0 before it says HELLO as a
-  // new incarnation (which tells peers that the old one writes nothing any more).
+  // new incarnation (which tells peers that the old one writes nothing any more). Not reported.
   std::atomic<uint32_t> writes_in_flight{0};
-  std::atomic<bool> healthy{true};
-  // Failure counters since start (transfer workers and their supervisor write them).
-  std::atomic<uint64_t> worker_restarts{0};    // transfer workers restarted after a crash
-  std::atomic<uint64_t> transfer_retries{0};   // writes retried once on a fresh session
-  std::atomic<uint64_t> transfer_failures{0};  // jobs failed after the retry (room failed)
-  std::atomic<uint64_t> sessions_recycled{0};  // sessions closed for a high failure rate
-  std::atomic<uint32_t> quarantined_pages{0};  // decode: pages held for writers that may still write
-  StagingGauge staging;
+
+  // The figures as one LoadReport, for a HEARTBEAT. Takes the staging snapshot (which restarts ring_peak).
+  protocol::LoadReport snapshot();
 };
 
 }  // namespace epd::actors

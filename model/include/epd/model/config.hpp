@@ -9,6 +9,10 @@
 
 namespace epd::model {
 
+// Largest KV page, in tokens. One bound for the model's page_size, every KV pool layout (prefill and decode
+// may page differently) and the roles' kv_page_size setting.
+inline constexpr uint32_t kMaxPageSize = 4096;
+
 struct ModelConfig {
   std::string name = "custom";
   uint32_t vocab = 259;  // bytes 0..255 + BOS, EOS, IMAGE (fixed: the tokenizer is byte-level)
@@ -19,7 +23,7 @@ struct ModelConfig {
   uint32_t head_dim = 16;   // even (RoPE rotates pairs)
   uint32_t ffn = 192;       // SwiGLU hidden size
   uint32_t max_seq = 1024;  // longest sequence (prompt + generated); sizes the RoPE table
-  uint32_t page_size = 16;  // tokens per KV page
+  uint32_t page_size = 16;  // tokens per KV page, 1..kMaxPageSize
   uint32_t patch_size = 8;  // image pixels per patch side
   uint32_t encoder_layers = 1;
   uint32_t max_image_patches = 64;  // larger images are rejected by encode()/build_prompt()

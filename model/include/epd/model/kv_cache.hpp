@@ -18,8 +18,8 @@ using protocol::DType;
 using protocol::KvDimOrder;
 using protocol::KvLayout;
 
-// Page size is a property of the pool: prefill and decode may page the same model differently.
-inline constexpr uint32_t kMaxPageSize = 4096;
+// Page size is a property of the pool: prefill and decode may page the same model differently (any size in
+// 1..kMaxPageSize, model/config.hpp).
 
 // The layout this model needs for `num_pages` pages per pool; page_size 0 = cfg.page_size.
 KvLayout kv_layout_for(const ModelConfig& cfg, uint32_t num_pages, DType dtype = DType::f32,

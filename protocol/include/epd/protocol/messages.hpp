@@ -95,34 +95,29 @@ struct StagingStats {
   }
 };
 
-struct PeerInfo {
-  std::string instance_id;
-  std::string role;
-  std::string control_endpoint;
-  uint64_t incarnation = 0;
-  bool healthy = true;
-  uint32_t free_kv_pages = 0;
-  uint32_t total_kv_pages = 0;
-  uint32_t free_slots = 0;
-  uint32_t total_slots = 0;
-  uint32_t active_rooms = 0;
-  uint64_t worker_restarts = 0;
-  uint64_t transfer_retries = 0;
-  uint64_t transfer_failures = 0;
-  uint64_t sessions_recycled = 0;
-  uint32_t quarantined_pages = 0;
-  uint64_t fenced_writes = 0;
-  std::optional<StagingStats> staging{};
-  std::optional<SegmentDescriptor> segment;
-  std::optional<KvLayout> kv_layout;
+// The load one instance reports: carried by every HEARTBEAT and, as the registry last heard it, by each PEERS
+// entry; /v1/instances renders it from fields(). The figures are declared once over a `Slot` wrapper:
+// LoadReport holds plain values (the wire form), actors::LoadGauge the same list as std::atomic slots that
+// roles and transfer workers write from their own threads. A new figure is one member and one fields() line.
+template <template <class> class Slot, class Staging>
+struct BasicLoadReport {
+  Slot<bool> healthy = true;
+  Slot<uint32_t> free_kv_pages = 0;  // decode: pool pages; prefill: local compute pages
+  Slot<uint32_t> total_kv_pages = 0;
+  Slot<uint32_t> free_slots = 0;  // embedding slots (encoder: source, prefill: landing)
+  Slot<uint32_t> total_slots = 0;
+  Slot<uint32_t> active_rooms = 0;
+  Slot<uint64_t> worker_restarts = 0;    // transfer workers restarted after a crash, since start
+  Slot<uint64_t> transfer_retries = 0;   // writes retried on a fresh session
+  Slot<uint64_t> transfer_failures = 0;  // transfer jobs failed after the retry
+  Slot<uint64_t> sessions_recycled = 0;  // sessions closed for a high failure rate
+  Slot<uint32_t> quarantined_pages = 0;  // pages of aborted rooms held until their writer certainly stopped
+  Slot<uint64_t> fenced_writes = 0;      // writes refused because their grant was revoked (stale writers)
+  Staging staging{};                     // instances that stage (docs/staging.md)
 
-  bool operator==(const PeerInfo&) const = default;
+  bool operator==(const BasicLoadReport&) const = default;
   template <class S, class V>
   static void fields(S& s, V& v) {
-    v.req("instance_id", s.instance_id);
-    v.req("role", s.role);
-    v.req("control_endpoint", s.control_endpoint);
-    v.req("incarnation", s.incarnation);
     v.opt("healthy", s.healthy);
     v.opt("free_kv_pages", s.free_kv_pages);
     v.opt("total_kv_pages", s.total_kv_pages);
@@ -136,6 +131,30 @@ struct PeerInfo {
     v.opt("quarantined_pages", s.quarantined_pages);
     v.opt("fenced_writes", s.fenced_writes);
     v.opt("staging", s.staging);
+  }
+};
+
+template <class T>
+using PlainSlot = T;
+using LoadReport = BasicLoadReport<PlainSlot, std::optional<StagingStats>>;
+
+struct PeerInfo {
+  std::string instance_id;
+  std::string role;
+  std::string control_endpoint;
+  uint64_t incarnation = 0;
+  LoadReport load{};  // from its last HEARTBEAT (the registry lists it unhealthy until the first)
+  std::optional<SegmentDescriptor> segment;
+  std::optional<KvLayout> kv_layout;
+
+  bool operator==(const PeerInfo&) const = default;
+  template <class S, class V>
+  static void fields(S& s, V& v) {
+    v.req("instance_id", s.instance_id);
+    v.req("role", s.role);
+    v.req("control_endpoint", s.control_endpoint);
+    v.req("incarnation", s.incarnation);
+    v.opt("load", s.load);
     v.opt("segment", s.segment);
     v.opt("kv_layout", s.kv_layout);
   }
@@ -192,37 +211,13 @@ struct Peers {
 struct Heartbeat {
   static constexpr MessageType kType = MessageType::heartbeat;
   uint64_t seq = 0;
-  bool healthy = true;
-  uint32_t free_kv_pages = 0;  // decode: pool pages; prefill: local compute pages
-  uint32_t total_kv_pages = 0;
-  uint32_t free_slots = 0;  // embedding slots (encoder: source, prefill: landing)
-  uint32_t total_slots = 0;
-  uint32_t active_rooms = 0;
-  uint64_t worker_restarts = 0;    // transfer workers restarted after a crash, since start
-  uint64_t transfer_retries = 0;   // writes retried on a fresh session
-  uint64_t transfer_failures = 0;  // transfer jobs failed after the retry
-  uint64_t sessions_recycled = 0;  // sessions closed for a high failure rate
-  uint32_t quarantined_pages = 0;  // KV pages of aborted rooms held until their writer certainly stopped
-  uint64_t fenced_writes = 0;      // writes refused because their grant was revoked (stale writers)
-  std::optional<StagingStats> staging{};
+  LoadReport load{};  // the sender's figures now
 
   bool operator==(const Heartbeat&) const = default;
   template <class S, class V>
   static void fields(S& s, V& v) {
     v.req("seq", s.seq);
-    v.opt("healthy", s.healthy);
-    v.opt("free_kv_pages", s.free_kv_pages);
-    v.opt("total_kv_pages", s.total_kv_pages);
-    v.opt("free_slots", s.free_slots);
-    v.opt("total_slots", s.total_slots);
-    v.opt("active_rooms", s.active_rooms);
-    v.opt("worker_restarts", s.worker_restarts);
-    v.opt("transfer_retries", s.transfer_retries);
-    v.opt("transfer_failures", s.transfer_failures);
-    v.opt("sessions_recycled", s.sessions_recycled);
-    v.opt("quarantined_pages", s.quarantined_pages);
-    v.opt("fenced_writes", s.fenced_writes);
-    v.opt("staging", s.staging);
+    v.opt("load", s.load);
   }
 };
 

@@ -44,21 +44,10 @@ struct InstanceView {
   std::string role;
   std::string control_endpoint;
   uint64_t incarnation = 0;
-  bool healthy = false;
-  uint32_t free_kv_pages = 0;
-  uint32_t total_kv_pages = 0;
-  uint32_t free_slots = 0;  // embedding landing/source slots
-  uint32_t total_slots = 0;
-  uint32_t active_rooms = 0;
   uint64_t last_seen_ms = 0;  // since the registry last heard from it
-  // Failure counters the instance reports in its heartbeats (docs/failure-handling.md).
-  uint64_t worker_restarts = 0;
-  uint64_t transfer_retries = 0;
-  uint64_t transfer_failures = 0;
-  uint64_t sessions_recycled = 0;
-  uint32_t quarantined_pages = 0;  // decode: pages of aborted rooms held for a writer that may still write
-  uint64_t fenced_writes = 0;      // writes refused by the instance's write fences (stale writers)
-  std::optional<protocol::StagingStats> staging;  // instances that stage (docs/staging.md)
+  // Its last HEARTBEAT's figures (docs/failure-handling.md explains the counters); /v1/instances lists them
+  // next to the fields above. Not healthy until a heartbeat says so.
+  protocol::LoadReport load{.healthy = false};
 };
 
 struct RouterStats {
