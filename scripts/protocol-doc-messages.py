@@ -26,7 +26,7 @@ who={
  'Cancel':'router → roles: the client gave up or the router retries elsewhere; the roles abort the room.',
  'ErrorReply':'any → sender of a frame that could not be accepted (malformed, unexpected in the room\'s state, unknown room).',
  'PeerInfo':'nested in PEERS.','SegmentDescriptor':'nested in HELLO and PEERS; built by the transport engine.',
- 'RegionDesc':'nested in SegmentDescriptor.','RdmaOffer':'nested in SegmentDescriptor.','KvLayout':'nested in HELLO and PEERS.','StagingStats':'nested in HEARTBEAT and PeerInfo: staging figures (docs/staging.md).',
+ 'RegionDesc':'nested in SegmentDescriptor.','KvLayout':'nested in HELLO and PEERS.','StagingStats':'nested in HEARTBEAT and PeerInfo: staging figures (docs/staging.md).',
 }
 structs={}
 for m in re.finditer(r'struct (\w+) \{(.*?)\n\};',hdr,re.S):
@@ -38,7 +38,7 @@ for m in re.finditer(r'struct (\w+) \{(.*?)\n\};',hdr,re.S):
     fields=re.findall(r'v\.(req|opt)\("(\w+)", s\.(\w+)\)',body)
     structs[name]=(kt.group(1) if kt else None,decls,fields)
 types=dict(re.findall(r'\n  (\w+) = (\d+),',hdr.split('enum class MessageType')[1].split('};')[0]))
-order=['Hello','HelloAck','Peers','Heartbeat','Goodbye','Bootstrap','KvStatus','ChunkReady','Abort','AbortAck','StagingReq','StagingRsp','Watermark','EmbedMeta','EmbedPull','EmbedDone','Submit','Tokens','RoomResult','Cancel','ErrorReply','PeerInfo','SegmentDescriptor','RegionDesc','RdmaOffer','KvLayout','StagingStats']
+order=['Hello','HelloAck','Peers','Heartbeat','Goodbye','Bootstrap','KvStatus','ChunkReady','Abort','AbortAck','StagingReq','StagingRsp','Watermark','EmbedMeta','EmbedPull','EmbedDone','Submit','Tokens','RoomResult','Cancel','ErrorReply','PeerInfo','SegmentDescriptor','RegionDesc','KvLayout','StagingStats']
 for name in order:
     kt,decls,fields=structs[name]
     title=f"### {kt.upper()} (type {types[kt]}) — `{name}`" if kt else f"### `{name}` (nested)"
