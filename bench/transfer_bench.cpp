@@ -34,6 +34,7 @@
 #include <zmq.hpp>
 
 #include "epd/protocol/codec.hpp"
+#include "epd/transport/backend_registry.hpp"
 #include "epd/transport/engine.hpp"
 
 using namespace epd::transport;
@@ -45,7 +46,7 @@ constexpr uint64_t kKiB = 1024, kMiB = 1024 * 1024;
 
 struct Options {
   bool quick = false;
-  std::optional<BackendKind> backend;
+  std::optional<std::string> backend;
   std::string csv;
   uint32_t lanes = 4;
   uint32_t window = 4;   // batches in flight per session
@@ -113,10 +114,9 @@ int serve(uint64_t region_bytes) {
   spdlog::set_default_logger(spdlog::stderr_logger_mt("bench-target"));
   EngineConfig config;
   config.instance_id = "bench-target";
-  config.offer = {BackendKind::shm, BackendKind::tcp};
-#ifdef EPD_HAVE_RDMA
-  config.offer.push_back(BackendKind::rdma);
-#endif
+  config.offer.clear();  // every backend this build can start
+  for (const BackendPlugin* p : backend_plugins())
+    if (p->make) config.offer.emplace_back(p->name);
   auto engine = Engine::create(config);
   if (!engine) return 1;
   auto region = (*engine)->allocate("sink", region_bytes);
@@ -337,8 +337,8 @@ Options parse(int argc, char** argv, bool* bad) {
     else if (a == "--csv")
       o.csv = next();
     else if (a == "--backend") {
-      o.backend = parse_backend(next());
-      if (!o.backend) *bad = true;
+      o.backend = next();
+      if (!find_backend(*o.backend)) *bad = true;
     } else if (a == "--lanes")
       o.lanes = static_cast<uint32_t>(std::stoul(next()));
     else if (a == "--window")
@@ -380,9 +380,13 @@ int run_transfer_bench(int argc, char** argv) {
   bool bad = false;
   const Options opt = parse(argc, argv, &bad);
   if (bad) {
+    std::string names;
+    for (const BackendPlugin* p : backend_plugins())
+      names += (names.empty() ? "" : "|") + std::string(p->name);
     std::fprintf(stderr,
-                 "usage: epd-bench transfer [--quick] [--backend shm|tcp|rdma] [--csv FILE] [--lanes N] "
-                 "[--window N] [--seconds S]\n");
+                 "usage: epd-bench transfer [--quick] [--backend %s] [--csv FILE] [--lanes N (tcp)] "
+                 "[--window N] [--seconds S]\n",
+                 names.c_str());
     return 2;
   }
   signal(SIGPIPE, SIG_IGN);
@@ -423,21 +427,22 @@ int run_transfer_bench(int argc, char** argv) {
   for (auto& b : src) b = static_cast<uint8_t>(rng());
   std::memset(dst.data(), 0, dst.size());
 
-  // One initiator engine and warm session per backend.
+  // One initiator engine and warm session per registered backend.
   struct Lane {
-    BackendKind kind;
+    const BackendPlugin* plugin;
     std::unique_ptr<Engine> engine;
     Region src;
     SessionPtr session;
   };
   std::vector<Lane> lanes;
-  for (BackendKind kind : {BackendKind::shm, BackendKind::tcp, BackendKind::rdma}) {
-    if (opt.backend && *opt.backend != kind) continue;
+  for (const BackendPlugin* plugin : backend_plugins()) {
+    const std::string name(plugin->name);
+    if (opt.backend && *opt.backend != name) continue;
     EngineConfig c;
     c.instance_id = "bench-initiator";
     c.offer.clear();
-    c.force = kind;
-    c.tcp.lanes = opt.lanes;
+    c.force = name;
+    if (find_backend("tcp")) c.options.set("tcp_lanes", int64_t(opt.lanes));
     auto engine = Engine::create(c);
     if (!engine) continue;
     auto srcr = (*engine)->allocate("src", region);
@@ -445,7 +450,7 @@ int run_transfer_bench(int argc, char** argv) {
     std::memcpy(srcr->base, src.data(), region);
     auto session = (*engine)->open_session(*desc);
     if (!session) {
-      std::fprintf(stderr, "transfer bench: %s not available: %s\n", std::string(backend_name(kind)).c_str(),
+      std::fprintf(stderr, "transfer bench: %s not available: %s\n", name.c_str(),
                    session.error().to_string().c_str());
       continue;
     }
@@ -454,7 +459,7 @@ int run_transfer_bench(int argc, char** argv) {
       auto b = (*session)->submit({WriteOp{srcr->addr() + off, desc->regions[0].base + off, 4 * kMiB}});
       if (!b || !(*b)->wait(std::chrono::seconds(30))) return 1;
     }
-    lanes.push_back({kind, std::move(engine).value(), *srcr, *session});
+    lanes.push_back({plugin, std::move(engine).value(), *srcr, *session});
   }
 
   // Per block size: baselines and engine rows measured back to back, `rounds` times, best of each kept — the
@@ -464,7 +469,7 @@ int run_transfer_bench(int argc, char** argv) {
   for (uint64_t block : blocks) {
     const uint64_t total = std::clamp<uint64_t>(block * 16, 32 * kMiB, 1024 * kMiB);
     double mc = 0, rt = 0, zq = 0;
-    std::map<std::pair<int, uint64_t>, Row> best;
+    std::map<std::pair<size_t, uint64_t>, Row> best;  // (lane, batch): registry order
     // Baselines run as long as an engine row, so both see the same share of a busy machine.
     auto for_seconds = [&](auto&& once) {
       double bytes = 0, time = 0;
@@ -483,11 +488,12 @@ int run_transfer_bench(int argc, char** argv) {
           rt, for_seconds([&] { return bench_raw_tcp(*target, tfd, src.data(), region, block, total); }));
       zq = std::max(zq,
                     for_seconds([&] { return bench_zmq(*target, push, src.data(), region, block, total); }));
-      for (const Lane& l : lanes) {
+      for (size_t li = 0; li < lanes.size(); ++li) {
+        const Lane& l = lanes[li];
         for (uint64_t batch : batches) {
           auto row = bench_engine(*l.session, l.src, desc->regions[0], block, batch, opt.window, opt.seconds);
           if (!row) continue;
-          auto& slot = best[{static_cast<int>(l.kind), batch}];
+          auto& slot = best[{li, batch}];
           if (row->gbps > slot.gbps) slot = *row;
         }
       }
@@ -496,26 +502,27 @@ int run_transfer_bench(int argc, char** argv) {
     rows.push_back({"raw-tcp", block, 1, rt, 0, "-", 0, 0});
     rows.push_back({"zmq", block, 1, zq, 0, "-", 0, 0});
     for (auto& [key, row] : best) {
-      const auto kind = static_cast<BackendKind>(key.first);
-      row.backend = std::string(backend_name(kind));
-      row.baseline = kind == BackendKind::shm ? "memcpy" : "raw-tcp";
-      row.baseline_gbps = kind == BackendKind::shm ? mc : rt;
-      if (kind != BackendKind::shm) row.zmq_gbps = zq;
+      // A same-host backend is a memory copy at heart; anything else moves bytes over a network.
+      const BackendPlugin& plugin = *lanes[key.first].plugin;
+      const bool local = plugin.caps.same_host_only;
+      row.backend = std::string(plugin.name);
+      row.baseline = local ? "memcpy" : "raw-tcp";
+      row.baseline_gbps = local ? mc : rt;
+      if (!local) row.zmq_gbps = zq;
       rows.push_back(row);
     }
   }
   target->send("quit");
 
-  // Soft-RoCE (rxe) and soft-iWARP (siw) are the kernel emulating a NIC: their figures prove the path works,
-  // nothing about RDMA speed. Label them so in the table and the CSV.
-  const bool rdma_emulated =
-      desc->rdma && (desc->rdma->device.rfind("rxe", 0) == 0 || desc->rdma->device.rfind("siw", 0) == 0);
-  if (rdma_emulated) {
+  // A backend may say its figures against this target are emulation (e.g. Soft-RoCE): they prove the path
+  // works, nothing about speed. Label them so in the table and the CSV.
+  for (const Lane& l : lanes) {
+    const std::string note = l.plugin->emulation_note ? l.plugin->emulation_note(*desc) : std::string();
+    if (note.empty()) continue;
+    const std::string name(l.plugin->name);
     for (Row& r : rows)
-      if (r.backend == "rdma") r.backend = "rdma-emu";
-    std::printf(
-        "NOTE: rdma figures are EMULATION ONLY: device %s is software RDMA (Soft-RoCE/siw), not a NIC\n",
-        desc->rdma->device.c_str());
+      if (r.backend == name) r.backend = name + "-emu";
+    std::printf("NOTE: %s figures are EMULATION ONLY: %s\n", name.c_str(), note.c_str());
   }
 
   std::printf(

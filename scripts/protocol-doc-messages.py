@@ -34,7 +34,7 @@ who={
  'ErrorReply':'any → sender of a frame that could not be accepted (malformed, unexpected in the room\'s state, unknown room).',
  'PeerInfo':'nested in PEERS: one member, with the `LoadReport` of its last HEARTBEAT.',
  'BasicLoadReport':'nested in HEARTBEAT and PeerInfo: an instance\'s load and failure counters (`/v1/instances` shows the same keys, docs/http-api.md).','SegmentDescriptor':'nested in HELLO and PEERS; built by the transport engine.',
- 'RegionDesc':'nested in SegmentDescriptor.','RdmaOffer':'nested in SegmentDescriptor.','KvLayout':'nested in HELLO and PEERS.','StagingStats':'nested in LoadReport: staging figures (docs/staging.md).',
+ 'RegionDesc':'nested in SegmentDescriptor.','KvLayout':'nested in HELLO and PEERS.','StagingStats':'nested in LoadReport: staging figures (docs/staging.md).',
 }
 structs={}
 for m in re.finditer(r'struct (\w+) \{(.*?)\n\};',hdr,re.S):
@@ -46,7 +46,7 @@ for m in re.finditer(r'struct (\w+) \{(.*?)\n\};',hdr,re.S):
     fields=re.findall(r'v\.(req|opt)\("(\w+)", s\.(\w+)\)',body)
     structs[name]=(kt.group(1) if kt else None,decls,fields)
 types=dict(re.findall(r'\n  (\w+) = (\d+),',hdr.split('enum class MessageType')[1].split('};')[0]))
-order=['Hello','HelloAck','Peers','Heartbeat','Goodbye','Bootstrap','KvStatus','ChunkReady','Abort','AbortAck','StagingReq','StagingRsp','Watermark','EmbedMeta','EmbedPull','EmbedDone','Submit','Tokens','RoomResult','Cancel','ErrorReply','PeerInfo','SegmentDescriptor','RegionDesc','RdmaOffer','KvLayout','BasicLoadReport','StagingStats']
+order=['Hello','HelloAck','Peers','Heartbeat','Goodbye','Bootstrap','KvStatus','ChunkReady','Abort','AbortAck','StagingReq','StagingRsp','Watermark','EmbedMeta','EmbedPull','EmbedDone','Submit','Tokens','RoomResult','Cancel','ErrorReply','PeerInfo','SegmentDescriptor','RegionDesc','KvLayout','BasicLoadReport','StagingStats']
 # BasicLoadReport's slots: the wire form is LoadReport = BasicLoadReport<PlainSlot, std::optional<StagingStats>>.
 shown={'BasicLoadReport':'LoadReport'}
 def wire_type(t):

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "epd/protocol/codec.hpp"
+#include "epd/transport/backend_registry.hpp"
 #include "settings_table.hpp"
 
 namespace epd::config {
@@ -157,41 +158,41 @@ Result<ClusterConfig> parse_cluster_config(std::string_view text, const std::fil
 
 Result<transport::EngineConfig> engine_config_for(const InstanceConfig& inst) {
   const Settings& s = inst.transport;
-  if (auto st = s.only_keys({"backend", "host", "tcp_port", "tcp_lanes", "tcp_slice_bytes",
-                             "tcp_op_timeout_ms", "connect_timeout_ms", "fault_error_rate", "fault_delay_us",
-                             "fault_stall_us", "fault_throw_after_ops", "fault_seed", "rdma_device",
-                             "rdma_gid_index", "rdma_qps_per_peer", "rdma_slice_bytes"});
-      !st)
-    return st.error();
+  // The engine's own keys; every other key must belong to a registered backend, which parses it itself.
+  std::vector<std::string_view> known = {"backend",        "host",           "fault_error_rate",
+                                         "fault_delay_us", "fault_stall_us", "fault_throw_after_ops",
+                                         "fault_seed"};
+  for (const transport::BackendPlugin* p : transport::backend_plugins())
+    known.insert(known.end(), p->option_keys.begin(), p->option_keys.end());
+  if (auto st = s.only_keys(known); !st) return st.error();
   transport::EngineConfig e;
   e.instance_id = inst.id;
   std::string backend;
   EPD_TRY_ASSIGN(backend, s.get_string("backend", "auto"));
   if (backend != "auto") {
-    auto kind = transport::parse_backend(backend);
-    if (!kind)
-      return make_error(ErrorCode::config_error,
-                        s.where() + ": key 'backend' must be auto, shm, tcp or rdma, got '" + backend + "'");
-    e.force = *kind;
-    e.offer = {*kind};  // an instance told to speak one backend serves only that one too
+    if (!transport::find_backend(backend))
+      return make_error(ErrorCode::config_error, s.where() + ": key 'backend' must be auto, " +
+                                                     transport::backend_names_text() + ", got '" + backend +
+                                                     "'");
+    e.force = backend;
+    e.offer = {backend};  // an instance told to speak one backend serves only that one too
   }
-  std::string host;
-  EPD_TRY_ASSIGN(host, s.get_string("host", e.tcp.listen_host));
-  e.tcp.listen_host = host;
-  e.rdma.handshake_host = host;
-  uint64_t v = 0;
-  EPD_TRY_ASSIGN(v, s.get_uint("tcp_port", 0, 0, 65535));
-  e.tcp.listen_port = uint16_t(v);
-  EPD_TRY_ASSIGN(v, s.get_uint("tcp_lanes", e.tcp.lanes, 1, 64));
-  e.tcp.lanes = uint32_t(v);
-  EPD_TRY_ASSIGN(e.tcp.slice_bytes, s.get_uint("tcp_slice_bytes", e.tcp.slice_bytes, 4096, 1ull << 30));
-  EPD_TRY_ASSIGN(e.tcp.op_timeout, s.get_ms("tcp_op_timeout_ms", e.tcp.op_timeout));
-  EPD_TRY_ASSIGN(e.tcp.connect_timeout, s.get_ms("connect_timeout_ms", e.tcp.connect_timeout));
+  EPD_TRY_ASSIGN(e.host, s.get_string("host", e.host));
+  e.options.where = s.where();
+  for (const transport::BackendPlugin* p : transport::backend_plugins()) {
+    for (std::string_view key : p->option_keys) {
+      std::optional<Settings::Scalar> value;
+      EPD_TRY_ASSIGN(value, s.get_scalar(key));
+      if (value) e.options.set(std::string(key), std::move(*value));
+    }
+  }
+  if (auto st = transport::check_backend_options(e.options); !st) return st.error();
   double rate = 0;
   EPD_TRY_ASSIGN(rate, s.get_double("fault_error_rate", 0.0));
   if (rate < 0 || rate > 1)
     return make_error(ErrorCode::config_error, s.where() + ": fault_error_rate must be in [0, 1]");
   e.fault.error_rate = rate;
+  uint64_t v = 0;
   EPD_TRY_ASSIGN(v, s.get_uint("fault_delay_us", 0, 0, 60'000'000));
   e.fault.delay_us = uint32_t(v);
   EPD_TRY_ASSIGN(v, s.get_uint("fault_stall_us", 0, 0, 60'000'000));
@@ -200,12 +201,6 @@ Result<transport::EngineConfig> engine_config_for(const InstanceConfig& inst) {
   EPD_TRY_ASSIGN(e.fault.seed, s.get_uint("fault_seed", 1));
   e.fault.enabled =
       e.fault.error_rate > 0 || e.fault.delay_us > 0 || e.fault.stall_us > 0 || e.fault.throw_after_ops > 0;
-  EPD_TRY_ASSIGN(e.rdma.device, s.get_string("rdma_device", ""));
-  EPD_TRY_ASSIGN(v, s.get_uint("rdma_gid_index", 0, 0, 255));
-  if (s.has("rdma_gid_index")) e.rdma.gid_index = int(v);
-  EPD_TRY_ASSIGN(v, s.get_uint("rdma_qps_per_peer", e.rdma.qps_per_peer, 1, 64));
-  e.rdma.qps_per_peer = uint32_t(v);
-  EPD_TRY_ASSIGN(e.rdma.slice_bytes, s.get_uint("rdma_slice_bytes", e.rdma.slice_bytes, 4096, 1ull << 30));
   return e;
 }
 

@@ -62,6 +62,16 @@ protocol::Result<std::chrono::milliseconds> Settings::get_ms(std::string_view ke
   return std::chrono::milliseconds(*v);
 }
 
+protocol::Result<std::optional<Settings::Scalar>> Settings::get_scalar(std::string_view key) const {
+  const toml::node* n = table_->table.get(key);
+  if (!n) return std::optional<Scalar>();
+  if (n->is_boolean()) return std::optional<Scalar>(*n->value<bool>());
+  if (n->is_integer()) return std::optional<Scalar>(*n->value<int64_t>());
+  if (n->is_floating_point()) return std::optional<Scalar>(*n->value<double>());
+  if (n->is_string()) return std::optional<Scalar>(*n->value<std::string>());
+  return bad(where_, key, "must be a boolean, number or string");
+}
+
 protocol::Status Settings::only_keys(const std::vector<std::string_view>& known) const {
   for (const auto& [k, _] : table_->table) {
     bool ok = false;

@@ -157,8 +157,8 @@ tcp_lanes = 5
   // The instance's identity keys are not role settings.
   for (auto key : {"id", "role", "control", "transport"}) CHECK_FALSE(d1->settings.has(key));
   // [transport] is inherited the same way, [instance.transport] wins.
-  CHECK(engine_config_for(*d0)->tcp.lanes == 3);
-  CHECK(engine_config_for(*d1)->tcp.lanes == 5);
+  CHECK(*engine_config_for(*d0)->options.get_uint("tcp_lanes", 0) == 3);
+  CHECK(*engine_config_for(*d1)->options.get_uint("tcp_lanes", 0) == 5);
   CHECK(engine_config_for(*d1)->force.has_value());
   CHECK(cfg->with_role("decode").size() == 2);
 }

@@ -38,6 +38,10 @@ class Filler {
       v += std::to_string(n_);
     } else if constexpr (std::is_same_v<T, std::vector<uint8_t>>) {
       v = {uint8_t(n_), 0, 255, uint8_t(n_ >> 8)};
+    } else if constexpr (requires { v.try_emplace(std::string()); }) {
+      v.clear();  // a map of named blobs: two entries
+      fill(v["a" + std::to_string(n_)]);
+      fill(v["b" + std::to_string(n_)]);
     } else if constexpr (requires { v.emplace_back(); }) {
       v.clear();
       fill(v.emplace_back());

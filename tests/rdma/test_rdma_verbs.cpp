@@ -8,6 +8,8 @@
 #include <cstring>
 #include <thread>
 
+#include "epd/transport/backend_info.hpp"
+#include "rdma_info.hpp"
 #include "test_util.hpp"
 
 using namespace epd::test;
@@ -26,8 +28,8 @@ void require_device() {
 
 // Initiator forced onto rdma with a random source region.
 Initiator rdma_initiator(uint64_t src_bytes, EngineConfig config = {}) {
-  config.offer = {BackendKind::rdma};
-  auto init = make_initiator(BackendKind::rdma, src_bytes, config);
+  config.offer = {"rdma"};
+  auto init = make_initiator("rdma", src_bytes, config);
   REQUIRE(init.engine);
   fill_random(init.src.base, init.src.length, 42);
   return init;
@@ -46,9 +48,9 @@ TEST_CASE("rdma: bounded WRs per QP: small slices over 3 QPs, 8 WRs each, bytes 
   ChildTarget target("rdma", 2, 16 * kMiB);
   REQUIRE(target.ok());
   EngineConfig cfg;
-  cfg.rdma.slice_bytes = 256 * 1024;  // several slices per op, bounded WRs per QP
-  cfg.rdma.max_outstanding_wr = 8;
-  cfg.rdma.qps_per_peer = 3;
+  cfg.options.set("rdma_slice_bytes", int64_t{256 * 1024});  // several slices per op, bounded WRs per QP
+  cfg.options.set("rdma_max_outstanding_wr", int64_t{8});
+  cfg.options.set("rdma_qps_per_peer", int64_t{3});
   auto init = rdma_initiator(16 * kMiB, cfg);
   auto session = init.engine->open_session(target.descriptor());
   REQUIRE(session.ok());
@@ -84,7 +86,12 @@ TEST_CASE("rdma: the NIC's remote-access refusal maps to remote_access, then the
   // A descriptor that lies (wrong rkey for region 1) gets past every software check; the target's
   // device refuses the write.
   auto desc = target.descriptor();
-  desc.regions[1].rkey ^= 0x5a5a00;
+  auto info = decode_info<rdma::RdmaInfo>(desc, rdma::kName);
+  REQUIRE(info);
+  REQUIRE(info->regions.size() == 2);
+  REQUIRE(info->regions[1].id == desc.regions[1].id);
+  info->regions[1].rkey ^= 0x5a5a00;
+  desc.backends[rdma::kName] = encode_info(*info);
   auto session = init.engine->open_session(desc);
   REQUIRE(session.ok());
   const auto& r0 = target.region(0);
@@ -112,8 +119,8 @@ TEST_CASE("rdma: simultaneous connects from both sides", "[verbs]") {
     ca.instance_id = "a";
     cb.instance_id = "b";
     for (auto* c : {&ca, &cb}) {
-      c->offer = {BackendKind::rdma};
-      c->force = BackendKind::rdma;
+      c->offer = {"rdma"};
+      c->force = "rdma";
     }
     auto a = Engine::create(ca);
     auto b = Engine::create(cb);
@@ -146,7 +153,7 @@ TEST_CASE("rdma: chosen when both ends offer it on different hosts; shm wins on 
   EngineConfig ca, cb;
   ca.instance_id = "a";
   cb.instance_id = "b";
-  ca.offer = cb.offer = {BackendKind::shm, BackendKind::rdma, BackendKind::tcp};
+  ca.offer = cb.offer = {"shm", "rdma", "tcp"};
   ca.host_id = "host-a";
   cb.host_id = "host-b";
   auto a = Engine::create(ca);
@@ -154,12 +161,12 @@ TEST_CASE("rdma: chosen when both ends offer it on different hosts; shm wins on 
   REQUIRE((a.ok() && b.ok()));
   auto kind = (*a)->choose_backend((*b)->descriptor());
   REQUIRE(kind.ok());
-  CHECK(*kind == BackendKind::rdma);
+  CHECK(*kind == "rdma");
   cb.host_id = "host-a";
   cb.instance_id = "c";
   auto c = Engine::create(cb);
   REQUIRE(c.ok());
   auto same = (*a)->choose_backend((*c)->descriptor());
   REQUIRE(same.ok());
-  CHECK(*same == BackendKind::shm);
+  CHECK(*same == "shm");
 }

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "epd/protocol/codec.hpp"
+#include "epd/transport/backend_registry.hpp"
 #include "epd/transport/engine.hpp"
 #include "hex.hpp"
 
@@ -32,7 +33,7 @@ int main(int argc, char** argv) {
   config.offer.clear();
   std::stringstream offer(argv[2]);
   for (std::string name; std::getline(offer, name, ',');)
-    if (auto kind = parse_backend(name)) config.offer.push_back(*kind);
+    if (epd::transport::find_backend(name)) config.offer.push_back(name);
   auto engine = Engine::create(config);
   if (!engine) {
     std::fprintf(stderr, "engine: %s\n", engine.error().to_string().c_str());

@@ -2,13 +2,16 @@
 #include <catch2/catch.hpp>
 
 #include "epd/protocol/codec.hpp"
+#include "epd/transport/backend_info.hpp"
+#include "shm/shm_info.hpp"
+#include "tcp/tcp_info.hpp"
 #include "test_util.hpp"
 
 using namespace epd::test;
 
 TEST_CASE("regions are page-rounded, zeroed, distinct and findable", "[engine]") {
   EngineConfig c;
-  c.offer = {BackendKind::shm};
+  c.offer = {"shm"};
   auto e = Engine::create(c);
   REQUIRE(e);
   auto a = (*e)->allocate("a", 1);
@@ -34,9 +37,13 @@ TEST_CASE("descriptor round-trips through the protocol codec", "[engine]") {
   const auto& d = t.descriptor();
   CHECK(d.token != 0);
   CHECK(d.incarnation != 0);
-  CHECK(d.pid == getpid());
-  CHECK(d.shm_control_fd >= 0);
-  CHECK(d.tcp_endpoint.rfind("127.0.0.1:", 0) == 0);
+  const auto shm = decode_info<epd::transport::shm::ShmInfo>(d, "shm");
+  REQUIRE(shm);
+  CHECK(shm->pid == getpid());
+  CHECK(shm->control_fd >= 0);
+  const auto tcp = decode_info<epd::transport::tcp::TcpInfo>(d, "tcp");
+  REQUIRE(tcp);
+  CHECK(tcp->endpoint.rfind("127.0.0.1:", 0) == 0);
   CHECK(d.regions.size() == 2);
   auto decoded =
       epd::protocol::decode_value<epd::protocol::SegmentDescriptor>(epd::protocol::encode_value(d));
@@ -50,29 +57,29 @@ TEST_CASE("backend choice: shm on one host, tcp across hosts, force wins", "[eng
   EngineConfig c;
   auto e = Engine::create(c);
   REQUIRE(e);
-  CHECK(*(*e)->choose_backend(t.descriptor()) == BackendKind::shm);
+  CHECK(*(*e)->choose_backend(t.descriptor()) == "shm");
 
   auto other_host = t.descriptor();
   other_host.host_id = "elsewhere";
-  CHECK(*(*e)->choose_backend(other_host) == BackendKind::tcp);
+  CHECK(*(*e)->choose_backend(other_host) == "tcp");
 
   auto shm_only = other_host;
-  shm_only.tcp_endpoint.clear();
+  shm_only.backends.erase("tcp");
   auto none = (*e)->choose_backend(shm_only);
   REQUIRE_FALSE(none);
   CHECK(none.error().code == ErrorCode::no_common_backend);
 
   EngineConfig forced;
-  forced.force = BackendKind::tcp;
+  forced.force = "tcp";
   auto f = Engine::create(forced);
   REQUIRE(f);
-  CHECK(*(*f)->choose_backend(t.descriptor()) == BackendKind::tcp);
+  CHECK(*(*f)->choose_backend(t.descriptor()) == "tcp");
   auto no_tcp = t.descriptor();
-  no_tcp.tcp_endpoint.clear();
+  no_tcp.backends.erase("tcp");
   CHECK((*f)->choose_backend(no_tcp).error().code == ErrorCode::no_common_backend);
 
   EngineConfig rdma;
-  rdma.force = BackendKind::rdma;
+  rdma.force = "rdma";
   auto r = Engine::create(rdma);
   REQUIRE(r);  // shm/tcp still start; rdma is only offered when its backend starts
   CHECK((*r)->choose_backend(t.descriptor()).error().code == ErrorCode::no_common_backend);
@@ -83,7 +90,7 @@ TEST_CASE("sessions are closed when their engine goes away", "[engine]") {
   REQUIRE(t.ok());
   SessionPtr s;
   {
-    auto init = make_initiator(BackendKind::shm, 4096);
+    auto init = make_initiator("shm", 4096);
     REQUIRE(init.engine);
     auto opened = init.engine->open_session(t.descriptor());
     REQUIRE(opened);

@@ -15,9 +15,9 @@ struct Rig {
   SessionPtr session;
 };
 
-Rig make_rig(BackendKind kind, FaultConfig fault) {
+Rig make_rig(const std::string& kind, FaultConfig fault) {
   Rig rig;
-  rig.target = std::make_unique<LocalTarget>(std::string(backend_name(kind)), 1, 1 << 20);
+  rig.target = std::make_unique<LocalTarget>(kind, 1, 1 << 20);
   REQUIRE(rig.target->ok());
   EngineConfig c;
   c.fault = fault;
@@ -34,8 +34,8 @@ Rig make_rig(BackendKind kind, FaultConfig fault) {
 }  // namespace
 
 TEST_CASE("fault: error rate fails exactly the ops the seed picks", "[fault]") {
-  auto kind = GENERATE(BackendKind::shm, BackendKind::tcp);
-  CAPTURE(backend_name(kind));
+  auto kind = GENERATE(from_range(host_backends()));
+  CAPTURE(kind);
   FaultConfig f;
   f.error_rate = 0.3;
   f.seed = 42;
@@ -82,7 +82,7 @@ TEST_CASE("fault: the decision is a pure function of seed and op index", "[fault
 TEST_CASE("fault: throw_after_ops throws in the submitting thread from op N on", "[fault]") {
   FaultConfig f;
   f.throw_after_ops = 5;
-  Rig rig = make_rig(BackendKind::shm, f);
+  Rig rig = make_rig("shm", f);
   const uint64_t dst = rig.target->region(0).base;
   auto op = WriteOp{rig.init.src.addr(), dst, 8};
   // Ops 1-2 and 3-4 in two batches pass; the batch holding op 5 throws, and so does every later one.
@@ -102,7 +102,8 @@ TEST_CASE("fault: throw_after_ops throws in the submitting thread from op N on",
 }
 
 TEST_CASE("fault: delay defers completion without blocking the submitter", "[fault]") {
-  auto kind = GENERATE(BackendKind::shm, BackendKind::tcp);
+  auto kind = GENERATE(from_range(host_backends()));
+  CAPTURE(kind);
   FaultConfig f;
   f.delay_us = 1'000'000;
   Rig rig = make_rig(kind, f);
@@ -128,7 +129,7 @@ TEST_CASE("fault: delay defers completion without blocking the submitter", "[fau
 TEST_CASE("fault: error rate 1 fails every batch, nothing moves", "[fault]") {
   FaultConfig f;
   f.error_rate = 1.0;
-  Rig rig = make_rig(BackendKind::tcp, f);
+  Rig rig = make_rig("tcp", f);
   const uint64_t dst = rig.target->region(0).base;
   const uint64_t before = *rig.target->checksum(dst, 1 << 20);
   for (int i = 0; i < 20; ++i) {
@@ -148,7 +149,7 @@ TEST_CASE("fault: each session of an engine draws its own stream, the first one 
   FaultConfig f;
   f.error_rate = 0.5;
   f.seed = 9;
-  Rig rig = make_rig(BackendKind::shm, f);  // session 0
+  Rig rig = make_rig("shm", f);                                           // session 0
   auto second = rig.init.engine->open_session(rig.target->descriptor());  // session 1
   REQUIRE(second);
   const uint64_t dst = rig.target->region(0).base;

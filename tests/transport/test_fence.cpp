@@ -6,7 +6,9 @@
 #include <catch2/catch.hpp>
 #include <cstring>
 
+#include "epd/transport/backend_info.hpp"
 #include "epd/transport/fence.hpp"
+#include "shm/shm_info.hpp"
 #include "test_util.hpp"
 
 using namespace epd::test;
@@ -70,7 +72,7 @@ TEST_CASE("fenced region over tcp: a stale writer is refused with 'fenced', the 
   REQUIRE(open);
   std::memset(fenced->base, 0xAB, fenced->length);
   const auto desc = engine.descriptor();
-  auto init = make_initiator(BackendKind::tcp, kUnit);
+  auto init = make_initiator("tcp", kUnit);
   REQUIRE(init.engine);
   fill_random(init.src.base, init.src.length, 7);
   auto session = init.engine->open_session(desc);
@@ -117,7 +119,10 @@ TEST_CASE("fences_writes_from: only a writer that can reach us through tcp alone
   REQUIRE(child > 0);
   REQUIRE(waitpid(child, nullptr, 0) == child);
   auto gone = same_host;
-  gone.pid = child;
+  auto shm = decode_info<shm::ShmInfo>(gone, shm::kName);  // the pid that proves a same-host writer gone
+  REQUIRE(shm);
+  shm->pid = child;
+  gone.backends[shm::kName] = encode_info(*shm);
   CHECK(both.engine().writer_gone(gone));              // its process is gone: it writes nothing any more
   CHECK_FALSE(both.engine().writer_gone(other_host));  // another host's process is never known gone here
 }

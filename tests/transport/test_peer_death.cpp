@@ -23,13 +23,13 @@ bool retryable_loss(const Status& st) {
 
 // Keeps `window` batches of 16 MiB in flight; `signal` hits the child once the first one completed. Returns
 // the first failure; every batch must finish within `bound` of the signal.
-Status stream_until_failure(BackendKind kind, int signal, std::chrono::milliseconds op_timeout,
+Status stream_until_failure(const std::string& kind, int signal, std::chrono::milliseconds op_timeout,
                             size_t window) {
-  ChildTarget target(std::string(backend_name(kind)), 1, 64 * kMiB);
+  ChildTarget target(kind, 1, 64 * kMiB);
   REQUIRE(target.ok());
   EngineConfig c;
-  c.tcp.op_timeout = op_timeout;
-  c.rdma.op_timeout = op_timeout;
+  c.options.set("tcp_op_timeout_ms", int64_t(op_timeout.count()));
+  c.options.set("rdma_op_timeout_ms", int64_t(op_timeout.count()));
   auto init = make_initiator(kind, 16 * kMiB, c);
   REQUIRE(init.engine);
   auto s = init.engine->open_session(target.descriptor());
@@ -79,7 +79,7 @@ Status stream_until_failure(BackendKind kind, int signal, std::chrono::milliseco
 }  // namespace
 
 TEST_CASE("tcp: target killed mid-transfer fails batches, retryable", "[peer_death][tcp][multiproc]") {
-  const Status st = stream_until_failure(BackendKind::tcp, SIGKILL, 5000ms, 8);
+  const Status st = stream_until_failure("tcp", SIGKILL, 5000ms, 8);
   CHECK(retryable_loss(st));
   INFO(st.error().to_string());
   CHECK(st.error().code == ErrorCode::peer_died);
@@ -88,13 +88,13 @@ TEST_CASE("tcp: target killed mid-transfer fails batches, retryable", "[peer_dea
 TEST_CASE("tcp: stalled target times out, retryable", "[peer_death][tcp][multiproc]") {
   // 2 s without progress: short enough to keep the test quick, long enough that a loaded CI machine does not
   // time out the healthy batches before the target is stopped.
-  const Status st = stream_until_failure(BackendKind::tcp, SIGSTOP, 2000ms, 4);
+  const Status st = stream_until_failure("tcp", SIGSTOP, 2000ms, 4);
   CHECK(retryable_loss(st));
   CHECK(st.error().code == ErrorCode::timeout);
 }
 
 TEST_CASE("shm: target killed fails the next batches, retryable", "[peer_death][shm][multiproc]") {
-  const Status st = stream_until_failure(BackendKind::shm, SIGKILL, 5000ms, 2);
+  const Status st = stream_until_failure("shm", SIGKILL, 5000ms, 2);
   CHECK(retryable_loss(st));
   CHECK(st.error().code == ErrorCode::peer_died);
 }
@@ -103,7 +103,7 @@ TEST_CASE("shm: target killed fails the next batches, retryable", "[peer_death][
 // still completes writes.)
 TEST_CASE("rdma: target killed mid-transfer fails batches, retryable",
           "[peer_death][rdma][verbs][multiproc]") {
-  const Status st = stream_until_failure(BackendKind::rdma, SIGKILL, 5000ms, 8);
+  const Status st = stream_until_failure("rdma", SIGKILL, 5000ms, 8);
   CHECK(retryable_loss(st));
   INFO(st.error().to_string());
   CHECK(st.error().code == ErrorCode::peer_died);

@@ -10,7 +10,9 @@
 #include <cstring>
 #include <vector>
 
-#include "../../transport/backends/tcp/wire.hpp"
+#include "epd/transport/backend_info.hpp"
+#include "tcp/tcp_info.hpp"
+#include "tcp/wire.hpp"
 #include "test_util.hpp"
 
 using namespace epd::test;
@@ -69,6 +71,9 @@ TEST_CASE("tcp listener refuses hostile frames and survives", "[tcp][hostile]") 
   LocalTarget target("tcp", 2, 1 << 16);
   REQUIRE(target.ok());
   const auto& d = target.descriptor();
+  const auto info = decode_info<TcpInfo>(d, kName);
+  REQUIRE(info);
+  const std::string endpoint = info->endpoint;
   const auto& r0 = d.regions[0];
   REQUIRE(target.fill(r0.base, r0.length, 0x11));
   REQUIRE(target.fill(d.regions[1].base, d.regions[1].length, 0x22));
@@ -77,7 +82,7 @@ TEST_CASE("tcp listener refuses hostile frames and survives", "[tcp][hostile]") 
   const std::vector<uint8_t> payload(16, 0xEE);
 
   SECTION("refused frames are drained and nacked; the connection stays usable") {
-    const int fd = connect_raw(d.tcp_endpoint);
+    const int fd = connect_raw(endpoint);
     REQUIRE(fd >= 0);
     send_frame(fd, 1, d.token, r0.base + r0.length - 8, 16, payload);  // past the end
     Reply r = read_reply(fd);
@@ -105,7 +110,7 @@ TEST_CASE("tcp listener refuses hostile frames and survives", "[tcp][hostile]") 
     close(fd);
   }
   SECTION("a huge length is refused and the connection dropped") {
-    const int fd = connect_raw(d.tcp_endpoint);
+    const int fd = connect_raw(endpoint);
     REQUIRE(fd >= 0);
     send_frame(fd, 9, d.token, r0.base, ~0ull, {});
     Reply r = read_reply(fd);
@@ -116,7 +121,7 @@ TEST_CASE("tcp listener refuses hostile frames and survives", "[tcp][hostile]") 
     CHECK(*target.checksum(r0.base, r0.length) == sum0);
   }
   SECTION("garbage is refused and the connection dropped") {
-    const int fd = connect_raw(d.tcp_endpoint);
+    const int fd = connect_raw(endpoint);
     REQUIRE(fd >= 0);
     std::vector<uint8_t> junk(sizeof(WriteHeader));
     fill_random(junk.data(), junk.size(), 7);
@@ -129,7 +134,7 @@ TEST_CASE("tcp listener refuses hostile frames and survives", "[tcp][hostile]") 
   }
   SECTION("a sender that vanishes mid-payload or mid-header leaves the listener serving") {
     for (size_t cut : {size_t{7}, sizeof(WriteHeader) + 5}) {
-      const int fd = connect_raw(d.tcp_endpoint);
+      const int fd = connect_raw(endpoint);
       REQUIRE(fd >= 0);
       WriteHeader h;
       h.seq = 1;
@@ -143,7 +148,7 @@ TEST_CASE("tcp listener refuses hostile frames and survives", "[tcp][hostile]") 
     }
   }
   // Whatever happened above, the listener serves a proper session afterwards.
-  auto init = make_initiator(BackendKind::tcp, 4096);
+  auto init = make_initiator("tcp", 4096);
   REQUIRE(init.engine);
   auto s = init.engine->open_session(d);
   REQUIRE(s);

@@ -1,5 +1,5 @@
 // Bytes arrive intact: single writes from 1 B to 64 MiB and hundreds of batches in flight with random offsets
-// and sizes, on shm and tcp, with the target in this process and in a child process.
+// and sizes, on every registered backend, with the target in this process and in a child process.
 #include <catch2/catch.hpp>
 
 #include <vector>
@@ -13,8 +13,8 @@ namespace {
 
 constexpr uint64_t kMiB = 1ull << 20;
 
-void single_writes_of_every_size(bool child, BackendKind kind) {
-  auto target = make_target(child, std::string(backend_name(kind)), 2, 64 * kMiB + 4096);
+void single_writes_of_every_size(bool child, const std::string& kind) {
+  auto target = make_target(child, kind, 2, 64 * kMiB + 4096);
   REQUIRE(target->ok());
   auto init = make_initiator(kind, 64 * kMiB + 4096);
   REQUIRE(init.engine);
@@ -40,9 +40,9 @@ void single_writes_of_every_size(bool child, BackendKind kind) {
   CHECK((*session)->stats().batches_ok == sizes.size());
 }
 
-void many_in_flight(bool child, BackendKind kind) {
+void many_in_flight(bool child, const std::string& kind) {
   constexpr uint64_t kSlot = 64 * 1024, kSlots = 600;
-  auto target = make_target(child, std::string(backend_name(kind)), 1, kSlot * kSlots);
+  auto target = make_target(child, kind, 1, kSlot * kSlots);
   REQUIRE(target->ok());
   auto init = make_initiator(kind, 8 * kMiB);
   REQUIRE(init.engine);
@@ -80,47 +80,38 @@ void many_in_flight(bool child, BackendKind kind) {
 
 }  // namespace
 
-TEST_CASE("shm: single writes of 1 B .. 64 MiB, same process", "[transfer][shm]") {
-  single_writes_of_every_size(false, BackendKind::shm);
+// One section per registered backend (host_backends(): no device needed).
+TEST_CASE("every backend: single writes of 1 B .. 64 MiB, same process", "[transfer]") {
+  for (const auto& b : host_backends()) DYNAMIC_SECTION(b) single_writes_of_every_size(false, b);
 }
-TEST_CASE("tcp: single writes of 1 B .. 64 MiB, same process", "[transfer][tcp]") {
-  single_writes_of_every_size(false, BackendKind::tcp);
+TEST_CASE("every backend: single writes of 1 B .. 64 MiB, child process", "[transfer][multiproc]") {
+  for (const auto& b : host_backends()) DYNAMIC_SECTION(b) single_writes_of_every_size(true, b);
 }
-TEST_CASE("shm: single writes of 1 B .. 64 MiB, child process", "[transfer][shm][multiproc]") {
-  single_writes_of_every_size(true, BackendKind::shm);
+TEST_CASE("every backend: hundreds of random batches in flight, same process", "[transfer]") {
+  for (const auto& b : host_backends()) DYNAMIC_SECTION(b) many_in_flight(false, b);
 }
-TEST_CASE("tcp: single writes of 1 B .. 64 MiB, child process", "[transfer][tcp][multiproc]") {
-  single_writes_of_every_size(true, BackendKind::tcp);
-}
-TEST_CASE("shm: hundreds of random batches in flight, same process", "[transfer][shm]") {
-  many_in_flight(false, BackendKind::shm);
-}
-TEST_CASE("tcp: hundreds of random batches in flight, same process", "[transfer][tcp]") {
-  many_in_flight(false, BackendKind::tcp);
-}
-TEST_CASE("shm: hundreds of random batches in flight, child process", "[transfer][shm][multiproc]") {
-  many_in_flight(true, BackendKind::shm);
-}
-TEST_CASE("tcp: hundreds of random batches in flight, child process", "[transfer][tcp][multiproc]") {
-  many_in_flight(true, BackendKind::tcp);
+TEST_CASE("every backend: hundreds of random batches in flight, child process", "[transfer][multiproc]") {
+  for (const auto& b : host_backends()) DYNAMIC_SECTION(b) many_in_flight(true, b);
 }
 
-// rdma needs a device: these run inside the Soft-RoCE VM (ctest label rdma-vm), never on the plain host.
-TEST_CASE("rdma: single writes of 1 B .. 64 MiB, child process", "[transfer][rdma][verbs][multiproc]") {
-  single_writes_of_every_size(true, BackendKind::rdma);
+// Backends that need a device (rdma): these run inside the Soft-RoCE VM (ctest label rdma-vm), never on the
+// plain host.
+TEST_CASE("device backends: single writes of 1 B .. 64 MiB, child process", "[transfer][verbs][multiproc]") {
+  for (const auto& b : device_backends()) DYNAMIC_SECTION(b) single_writes_of_every_size(true, b);
 }
-TEST_CASE("rdma: hundreds of random batches in flight, child process", "[transfer][rdma][verbs][multiproc]") {
-  many_in_flight(true, BackendKind::rdma);
+TEST_CASE("device backends: hundreds of random batches in flight, child process",
+          "[transfer][verbs][multiproc]") {
+  for (const auto& b : device_backends()) DYNAMIC_SECTION(b) many_in_flight(true, b);
 }
 
 TEST_CASE("tcp: one lane, tiny slices and a small in-flight window still deliver", "[transfer][tcp]") {
   LocalTarget target("tcp", 1, 4 * kMiB);
   REQUIRE(target.ok());
   EngineConfig c;
-  c.tcp.lanes = 1;
-  c.tcp.slice_bytes = 4096;
-  c.tcp.max_inflight_slices = 2;
-  auto init = make_initiator(BackendKind::tcp, 4 * kMiB, c);
+  c.options.set("tcp_lanes", int64_t{1});
+  c.options.set("tcp_slice_bytes", int64_t{4096});
+  c.options.set("tcp_max_inflight_slices", int64_t{2});
+  auto init = make_initiator("tcp", 4 * kMiB, c);
   REQUIRE(init.engine);
   fill_random(init.src.base, init.src.length, 5);
   auto s = init.engine->open_session(target.descriptor());

@@ -17,7 +17,7 @@ LocalTarget::LocalTarget(const std::string& offer, int regions, uint64_t bytes, 
   config.instance_id = "target";
   config.offer.clear();
   std::stringstream in(offer);
-  for (std::string name; std::getline(in, name, ',');) config.offer.push_back(*parse_backend(name));
+  for (std::string name; std::getline(in, name, ',');) config.offer.push_back(name);
   auto e = Engine::create(config);
   if (!e) return;
   for (int i = 0; i < regions; ++i)
@@ -37,10 +37,10 @@ std::unique_ptr<Target> make_target(bool child, const std::string& offer, int re
   return std::make_unique<LocalTarget>(offer, regions, bytes);
 }
 
-Initiator make_initiator(BackendKind kind, uint64_t src_bytes, EngineConfig config) {
+Initiator make_initiator(const std::string& backend, uint64_t src_bytes, EngineConfig config) {
   config.instance_id = "initiator";
   config.offer.clear();
-  config.force = kind;
+  config.force = backend;
   Initiator out;
   auto e = Engine::create(config);
   if (!e) return out;
@@ -49,6 +49,22 @@ Initiator make_initiator(BackendKind kind, uint64_t src_bytes, EngineConfig conf
   out.src = *r;
   out.engine = std::move(e).value();
   return out;
+}
+
+namespace {
+std::vector<std::string> registered(bool device) {
+  std::vector<std::string> out;
+  for (const BackendPlugin* p : backend_plugins())
+    if (p->caps.needs_device == device && p->make) out.emplace_back(p->name);  // built in
+  return out;
+}
+}  // namespace
+
+std::vector<std::string> host_backends() {
+  return registered(false);
+}
+std::vector<std::string> device_backends() {
+  return registered(true);
 }
 
 void fill_random(uint8_t* p, uint64_t len, uint64_t seed) {

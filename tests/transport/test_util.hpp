@@ -8,6 +8,7 @@
 #include <random>
 #include <string>
 
+#include "epd/transport/backend_registry.hpp"
 #include "epd/transport/engine.hpp"
 #include "peer_process.hpp"
 
@@ -57,12 +58,17 @@ class ChildTarget final : public Target {
 
 std::unique_ptr<Target> make_target(bool child, const std::string& offer, int regions, uint64_t bytes);
 
-// An initiator engine that uses exactly `kind` for its sessions, with one source region of `src_bytes`.
+// An initiator engine that uses exactly `backend` for its sessions, with one source region of `src_bytes`.
 struct Initiator {
   std::unique_ptr<Engine> engine;
   Region src;
 };
-Initiator make_initiator(BackendKind kind, uint64_t src_bytes, EngineConfig config = {});
+Initiator make_initiator(const std::string& backend, uint64_t src_bytes, EngineConfig config = {});
+
+// The registered backends the conformance cases run on: those that need no device (every host), and those
+// that do (run inside the Soft-RoCE VM, tag [verbs]). A newly registered backend is covered without edits.
+std::vector<std::string> host_backends();
+std::vector<std::string> device_backends();
 
 void fill_random(uint8_t* p, uint64_t len, uint64_t seed);
 inline uint64_t xxh(const uint8_t* p, uint64_t len) {

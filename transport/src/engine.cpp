@@ -1,40 +1,16 @@
 #include "epd/transport/engine.hpp"
 
-#include <signal.h>
 #include <spdlog/spdlog.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 
-#include "backend_factory.hpp"
 #include "fault_counters.hpp"
+#include "fault_link.hpp"
 #include "host_id.hpp"
 #include "memfd_region.hpp"
 
 namespace epd::transport {
-namespace {
-
-using Factory = Result<std::unique_ptr<Backend>> (*)(const BackendContext&);
-
-Factory factory_for(BackendKind kind) {
-  switch (kind) {
-    case BackendKind::shm:
-      return &make_shm_backend;
-    case BackendKind::tcp:
-      return &make_tcp_backend;
-    case BackendKind::rdma:
-#ifdef EPD_HAVE_RDMA
-      return &make_rdma_backend;
-#else
-      return nullptr;
-#endif
-  }
-  return nullptr;
-}
-
-}  // namespace
 
 Engine::Engine(EngineConfig config)
     : config_(std::move(config)), fault_counters_(std::make_shared<FaultCounters>()) {}
@@ -50,26 +26,36 @@ Status Engine::start() {
   incarnation_ = config_.incarnation != 0 ? config_.incarnation : detail::random_u64();
   token_ = detail::random_u64();
 
-  // A backend serves and connects; start those offered plus a forced one.
-  std::vector<BackendKind> kinds = config_.offer;
-  if (config_.force && std::find(kinds.begin(), kinds.end(), *config_.force) == kinds.end())
-    kinds.push_back(*config_.force);
+  if (auto st = check_backend_options(config_.options); !st) return st;
+  for (const auto& name : config_.offer)
+    if (!find_backend(name))
+      return make_error(ErrorCode::config_error,
+                        "unknown backend '" + name + "' (known: " + backend_names_text() + ")");
+  if (config_.force && !find_backend(*config_.force))
+    return make_error(ErrorCode::config_error,
+                      "unknown backend '" + *config_.force + "' (known: " + backend_names_text() + ")");
+  auto wanted = [&](std::string_view name) {
+    return std::find(config_.offer.begin(), config_.offer.end(), name) != config_.offer.end();
+  };
+  // A backend serves and connects; start those offered plus a forced one, in preference order.
+  std::vector<const BackendPlugin*> plugins = backend_plugins();
+  std::stable_sort(plugins.begin(), plugins.end(),
+                   [](const auto* a, const auto* b) { return a->preference < b->preference; });
   const BackendContext ctx{config_, token_, incarnation_, host_id_, fences_};
-  for (BackendKind kind : kinds) {
-    if (backends_.count(kind)) continue;
-    Factory make = factory_for(kind);
-    if (!make) {
+  for (const BackendPlugin* plugin : plugins) {
+    if (!wanted(plugin->name) && config_.force != plugin->name) continue;
+    if (!plugin->make) {
       spdlog::warn("transport[{}]: backend {} is not built in; not offered", config_.instance_id,
-                   backend_name(kind));
+                   plugin->name);
       continue;
     }
-    auto backend = make(ctx);
+    auto backend = plugin->make(ctx);
     if (!backend) {
       spdlog::warn("transport[{}]: backend {} did not start ({}); not offered", config_.instance_id,
-                   backend_name(kind), backend.error().to_string());
+                   plugin->name, backend.error().to_string());
       continue;
     }
-    backends_.emplace(kind, std::move(backend).value());
+    backends_.push_back({plugin, std::move(backend).value(), wanted(plugin->name)});
   }
   if (backends_.empty()) return make_error(ErrorCode::config_error, "no transport backend could start");
   return {};
@@ -94,8 +80,8 @@ Result<Region> Engine::allocate(std::string name, uint64_t bytes, uint64_t fence
   owned->name = std::move(name);
   std::lock_guard lock(mu_);
   owned->id = static_cast<uint32_t>(regions_.size());
-  for (auto& [kind, backend] : backends_) {
-    if (auto st = backend->on_region_added(*owned); !st) {
+  for (auto& started : backends_) {
+    if (auto st = started.backend->on_region_added(*owned); !st) {
       detail::destroy_memfd_region(*owned);
       return st.error();
     }
@@ -126,70 +112,74 @@ protocol::SegmentDescriptor Engine::descriptor() const {
   d.host_id = host_id_;
   d.incarnation = incarnation_;
   d.token = token_;
+  d.backends_version = protocol::kBackendInfoVersion;
   std::lock_guard lock(mu_);
+  std::vector<const Region*> regions;
   for (auto& r : regions_) {
-    d.regions.push_back(protocol::RegionDesc{r->id, r->name, r->addr(), r->length, r->fd, r->rkey});
+    d.regions.push_back(protocol::RegionDesc{r->id, r->name, r->addr(), r->length});
+    regions.push_back(r.get());
   }
-  for (auto& [kind, backend] : backends_) {
-    if (std::find(config_.offer.begin(), config_.offer.end(), kind) != config_.offer.end())
-      backend->describe(d);
-  }
+  for (auto& started : backends_)
+    if (started.offered)
+      d.backends[std::string(started.plugin->name)] = started.backend->connection_info(regions);
   return d;
 }
 
-std::vector<BackendKind> Engine::offered() const {
-  std::vector<BackendKind> out;
-  for (auto& [kind, backend] : backends_)
-    if (std::find(config_.offer.begin(), config_.offer.end(), kind) != config_.offer.end())
-      out.push_back(kind);
+std::vector<std::string> Engine::offered() const {
+  std::vector<std::string> out;
+  for (auto& started : backends_)
+    if (started.offered) out.emplace_back(started.plugin->name);
   return out;
 }
 
-Result<BackendKind> Engine::choose_backend(const protocol::SegmentDescriptor& peer) const {
+const Engine::Started* Engine::started(std::string_view name) const {
+  for (auto& s : backends_)
+    if (s.plugin->name == name) return &s;
+  return nullptr;
+}
+
+Result<std::string> Engine::choose_backend(const protocol::SegmentDescriptor& peer) const {
   const auto self = descriptor();
-  auto usable = [&](BackendKind kind) {
-    auto it = backends_.find(kind);
-    return it != backends_.end() && it->second->can_reach(self, peer);
-  };
+  auto usable = [&](const Started& s) { return s.backend->can_reach(self, peer); };
   if (config_.force) {
-    if (usable(*config_.force)) return *config_.force;
-    return make_error(
-        ErrorCode::no_common_backend,
-        "forced backend " + std::string(backend_name(*config_.force)) + " cannot reach " + peer.instance_id);
+    if (const Started* s = started(*config_.force); s && usable(*s)) return *config_.force;
+    return make_error(ErrorCode::no_common_backend,
+                      "forced backend " + *config_.force + " cannot reach " + peer.instance_id);
   }
-  for (BackendKind kind : {BackendKind::shm, BackendKind::rdma, BackendKind::tcp})
-    if (usable(kind)) return kind;
+  for (const Started& s : backends_)  // preference order
+    if (usable(s)) return std::string(s.plugin->name);
   return make_error(ErrorCode::no_common_backend, "no backend shared with " + peer.instance_id);
 }
 
 Result<SessionPtr> Engine::open_session(const protocol::SegmentDescriptor& peer) {
-  auto kind = choose_backend(peer);
-  if (!kind) return kind.error();
-  auto link = backends_.at(*kind)->connect(peer);
+  auto name = choose_backend(peer);
+  if (!name) return name.error();
+  auto link = started(*name)->backend->connect(peer);
   if (!link) return link.error();
   std::unique_ptr<Link> l = std::move(link).value();
   if (config_.fault.enabled) l = make_fault_link(std::move(l), config_.fault, fault_counters_);
-  auto session = std::make_shared<Session>(*this, peer, *kind, std::move(l), next_batch_id_);
+  auto session = std::make_shared<Session>(*this, peer, *name, std::move(l), next_batch_id_);
   std::lock_guard lock(mu_);
   std::erase_if(sessions_, [](const std::weak_ptr<Session>& w) { return w.expired(); });
   sessions_.push_back(session);
-  spdlog::debug("transport[{}]: session to {} over {}", config_.instance_id, peer.instance_id,
-                backend_name(*kind));
+  spdlog::debug("transport[{}]: session to {} over {}", config_.instance_id, peer.instance_id, *name);
   return session;
 }
 
 bool Engine::fences_writes_from(const protocol::SegmentDescriptor& writer) const {
   const auto self = descriptor();
-  for (BackendKind kind : offered()) {
-    if (kind == BackendKind::tcp) continue;  // the receiver admits every frame (fence.hpp)
-    if (backends_.at(kind)->can_reach(writer, self)) return false;
+  for (const Started& s : backends_) {
+    if (!s.offered || s.plugin->caps.fences_writes) continue;  // its receiver admits every write (fence.hpp)
+    if (s.backend->can_reach(writer, self)) return false;
   }
   return true;
 }
 
 bool Engine::writer_gone(const protocol::SegmentDescriptor& writer) const {
-  if (writer.host_id.empty() || writer.host_id != host_id_ || writer.pid <= 0) return false;
-  return ::kill(writer.pid, 0) != 0 && errno == ESRCH;
+  if (writer.host_id.empty() || writer.host_id != host_id_) return false;
+  for (const BackendPlugin* p : backend_plugins())
+    if (p->peer_gone && p->peer_gone(writer)) return true;
+  return false;
 }
 
 FaultStats Engine::fault_stats() const {

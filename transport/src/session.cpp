@@ -20,11 +20,11 @@ std::string range_text(uint64_t addr, uint64_t len) {
 
 }  // namespace
 
-Session::Session(const Engine& engine, protocol::SegmentDescriptor peer, BackendKind kind,
+Session::Session(const Engine& engine, protocol::SegmentDescriptor peer, std::string backend,
                  std::unique_ptr<Link> link, std::atomic<uint64_t>& batch_ids)
     : engine_(engine),
       peer_(std::move(peer)),
-      kind_(kind),
+      backend_(std::move(backend)),
       link_(std::move(link)),
       batch_ids_(batch_ids),
       counters_(std::make_shared<BatchCounters>()) {}

@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "epd/transport/config.hpp"
 #include "epd/transport/types.hpp"
+#include "rdma_options.hpp"
 
 namespace epd::transport::rdma {
 

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "epd/transport/backend_info.hpp"
 #include "qp.hpp"
 
 namespace epd::transport::rdma {
@@ -16,7 +17,15 @@ void LinkState::Outcomes::apply() {
 }
 
 LinkState::LinkState(std::shared_ptr<Core> core, protocol::SegmentDescriptor peer)
-    : core_(std::move(core)), peer_(std::move(peer)) {}
+    : core_(std::move(core)), peer_(std::move(peer)), info_(decode_info<RdmaInfo>(peer_, kName)) {
+  if (info_)
+    for (const auto& r : info_->regions) rkeys_[r.id] = r.rkey;
+}
+
+uint32_t LinkState::rkey_of(const protocol::RegionDesc& region) const {
+  auto it = rkeys_.find(region.id);
+  return it == rkeys_.end() ? 0 : it->second;
+}
 
 LinkState::~LinkState() {
   teardown_locked();
@@ -34,7 +43,7 @@ Status LinkState::connect() {
 Status LinkState::connect_locked() {
   teardown_locked();
   if (closed_) return make_error(ErrorCode::session_closed, where() + " is closed");
-  if (!peer_.rdma || peer_.rdma->gid.size() != 16)
+  if (!info_ || info_->gid.size() != 16)
     return make_error(ErrorCode::no_common_backend, peer_.instance_id + " offers no rdma");
   Device& dev = *core_->dev;
   const auto& cfg = core_->cfg;
@@ -52,7 +61,7 @@ Status LinkState::connect_locked() {
     reserved_ = need;
   }
   const auto deadline = Clock::now() + std::max(cfg.op_timeout, std::chrono::milliseconds(500));
-  auto fd = connect_tcp(peer_.rdma->handshake_endpoint, deadline);
+  auto fd = connect_tcp(info_->handshake_endpoint, deadline);
   if (!fd) {
     teardown_locked();
     return fd.error();
@@ -145,7 +154,7 @@ void LinkState::submit(const BatchPtr& batch, std::span<const ResolvedOp> ops) {
           refuse(make_error(ErrorCode::out_of_range, where() + ": remote range outside the peer's region"));
           break;
         }
-        if (op.len && (r->rkey == 0 || !op.local_region || op.local_region->lkey == 0)) {
+        if (op.len && (rkey_of(*r) == 0 || !op.local_region || op.local_region->lkey == 0)) {
           Error e =
               make_error(ErrorCode::transfer_failed, where() + ": region not registered with the device");
           e.retryable = false;
@@ -164,10 +173,11 @@ void LinkState::submit(const BatchPtr& batch, std::span<const ResolvedOp> ops) {
       const uint64_t slice = std::clamp<uint64_t>(core_->cfg.slice_bytes, 1, 1u << 30);
       uint64_t slices = 0;
       for (const auto& op : ops) {
+        const uint32_t rkey = rkey_of(*op.remote_region);
         for (uint64_t off = 0; off < op.len; off += slice) {
           const auto len = uint32_t(std::min(slice, op.len - off));
           queue_.push_back({batch, reinterpret_cast<uint64_t>(op.src) + off, len, op.local_region->lkey,
-                            op.remote_addr + off, op.remote_region->rkey});
+                            op.remote_addr + off, rkey});
           ++slices;
         }
       }

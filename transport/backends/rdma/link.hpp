@@ -17,6 +17,7 @@
 #include "epd/protocol/segment.hpp"
 #include "epd/transport/backend.hpp"
 #include "handshake.hpp"
+#include "rdma_info.hpp"
 
 namespace epd::transport::rdma {
 
@@ -76,9 +77,12 @@ class LinkState : public std::enable_shared_from_this<LinkState> {
   void break_locked(const Error& err, Outcomes& out);
   void teardown_locked();
   std::string where() const;
+  uint32_t rkey_of(const protocol::RegionDesc& region) const;
 
   const std::shared_ptr<Core> core_;
   const protocol::SegmentDescriptor peer_;
+  const std::optional<RdmaInfo> info_;            // the peer's rdma blob
+  std::unordered_map<uint32_t, uint32_t> rkeys_;  // the peer's region id -> rkey (0: not registered)
   mutable std::mutex mu_;
   std::vector<ibv_qp*> qps_;
   std::vector<uint32_t> outstanding_;  // posted, not yet completed, per QP

@@ -1,7 +1,5 @@
 // The RDMA (ibverbs) backend: one-sided RDMA WRITEs over RC QPs into the peer's registered regions
 // (docs/transport.md, "RDMA backend"). Offered only when a usable device exists.
-#include "backend_factory.hpp"
-
 #include <fcntl.h>
 #include <poll.h>
 #include <spdlog/spdlog.h>
@@ -11,8 +9,11 @@
 #include <atomic>
 #include <thread>
 
+#include "epd/transport/backend_info.hpp"
 #include "link.hpp"
 #include "qp.hpp"
+#include "rdma_info.hpp"
+#include "rdma_options.hpp"
 
 namespace epd::transport {
 namespace rdma {
@@ -48,26 +49,24 @@ class RdmaBackend final : public Backend {
     ::close(listen_fd_);
   }
 
-  BackendKind kind() const override { return BackendKind::rdma; }
-
-  void describe(protocol::SegmentDescriptor& self) const override {
+  std::vector<uint8_t> connection_info(std::span<const Region* const> regions) const override {
     const Device& d = *core_->dev;
-    self.rdma = protocol::RdmaOffer{d.name(), d.port(), uint32_t(d.gid_index()),
-                                    std::vector<uint8_t>(d.gid().begin(), d.gid().end()), endpoint_};
-    for (auto& r : self.regions) {
-      if (r.rkey == 0) r.rkey = d.rkey_for(r.base, r.length);
-    }
+    RdmaInfo info{
+        d.name(),  d.port(), uint32_t(d.gid_index()), std::vector<uint8_t>(d.gid().begin(), d.gid().end()),
+        endpoint_, {}};
+    for (const Region* r : regions)
+      info.regions.push_back({r->id, r->rkey != 0 ? r->rkey : d.rkey_for(r->addr(), r->length)});
+    return encode_info(info);
   }
 
   // My own descriptor need not offer rdma: an engine that only writes (force = rdma) still has the device.
   bool can_reach(const protocol::SegmentDescriptor& /*self*/,
                  const protocol::SegmentDescriptor& peer) const override {
-    if (!peer.rdma || peer.rdma->gid.size() != 16 || peer.rdma->handshake_endpoint.empty()) {
-      return false;
-    }
+    const auto info = decode_info<RdmaInfo>(peer, kName);
+    if (!info || info->gid.size() != 16 || info->handshake_endpoint.empty()) return false;
     // RoCE v2 over IPv4 cannot reach an IPv6-only GID and vice versa.
     Gid theirs{};
-    std::copy(peer.rdma->gid.begin(), peer.rdma->gid.end(), theirs.begin());
+    std::copy(info->gid.begin(), info->gid.end(), theirs.begin());
     return is_ipv4_mapped(theirs) == is_ipv4_mapped(core_->dev->gid());
   }
 
@@ -223,10 +222,11 @@ class RdmaBackend final : public Backend {
 };
 
 }  // namespace
-}  // namespace rdma
 
-Result<std::unique_ptr<Backend>> make_rdma_backend(const BackendContext& ctx) {
-  const RdmaConfig& cfg = ctx.config.rdma;
+Result<std::unique_ptr<Backend>> make_backend(const BackendContext& ctx) {
+  auto parsed = parse_rdma_options(ctx.config.options, ctx.config.host);
+  if (!parsed) return parsed.error();
+  const RdmaConfig& cfg = *parsed;
   auto dev = rdma::Device::open(cfg);
   if (!dev) return dev.error();
   uint16_t port = 0;
@@ -245,5 +245,7 @@ Result<std::unique_ptr<Backend>> make_rdma_backend(const BackendContext& ctx) {
   return std::unique_ptr<Backend>(
       new rdma::RdmaBackend(std::move(core), *fd, endpoint, ctx.token, ctx.incarnation));
 }
+
+}  // namespace rdma
 
 }  // namespace epd::transport

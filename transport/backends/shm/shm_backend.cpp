@@ -1,12 +1,15 @@
 // shm backend: serves by exporting a control page; connects by mapping the peer's memfds (see shm_link.hpp).
+#include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
 #include <new>
 
-#include "backend_factory.hpp"
 #include "control_page.hpp"
+#include "epd/transport/backend_info.hpp"
+#include "shm_info.hpp"
 #include "shm_link.hpp"
 
 namespace epd::transport {
@@ -22,14 +25,16 @@ class ShmBackend final : public Backend {
     ::close(fd_);
   }
 
-  BackendKind kind() const override { return BackendKind::shm; }
-  void describe(protocol::SegmentDescriptor& self) const override {
-    self.pid = page_->pid;
-    self.shm_control_fd = fd_;
+  std::vector<uint8_t> connection_info(std::span<const Region* const> regions) const override {
+    ShmInfo info{page_->pid, fd_, {}};
+    for (const Region* r : regions) info.regions.push_back({r->id, r->fd});
+    return encode_info(info);
   }
   bool can_reach(const protocol::SegmentDescriptor& self,
                  const protocol::SegmentDescriptor& peer) const override {
-    return !peer.host_id.empty() && peer.host_id == self.host_id && peer.pid > 0 && peer.shm_control_fd >= 0;
+    if (peer.host_id.empty() || peer.host_id != self.host_id) return false;
+    const auto info = decode_info<ShmInfo>(peer, kName);
+    return info && info->pid > 0 && info->control_fd >= 0;
   }
   Status on_region_added(Region&) override { return {}; }  // regions are memfds already
   Result<std::unique_ptr<Link>> connect(const protocol::SegmentDescriptor& peer) override {
@@ -45,6 +50,8 @@ class ShmBackend final : public Backend {
 
 }  // namespace
 }  // namespace shm
+
+namespace {
 
 Result<std::unique_ptr<Backend>> make_shm_backend(const BackendContext& ctx) {
   using shm::ControlPage;
@@ -64,5 +71,29 @@ Result<std::unique_ptr<Backend>> make_shm_backend(const BackendContext& ctx) {
   page->token.store(ctx.token, std::memory_order_release);
   return std::unique_ptr<Backend>(new shm::ShmBackend(fd, page));
 }
+
+// A same-host peer whose pid no longer exists writes nothing any more.
+bool shm_peer_gone(const protocol::SegmentDescriptor& peer) {
+  const auto info = decode_info<shm::ShmInfo>(peer, shm::kName);
+  return info && info->pid > 0 && ::kill(info->pid, 0) != 0 && errno == ESRCH;
+}
+
+}  // namespace
+
+namespace backends {
+const BackendPlugin& shm_plugin() {
+  static const BackendPlugin plugin{
+      .name = shm::kName,
+      .summary = "same host: the writer maps the target's memfds and copies with memcpy",
+      .caps = {.same_host_only = true},
+      .preference = 10,
+      .option_keys = {},
+      .check_options = nullptr,
+      .make = &make_shm_backend,
+      .peer_gone = &shm_peer_gone,
+  };
+  return plugin;
+}
+}  // namespace backends
 
 }  // namespace epd::transport

@@ -11,6 +11,9 @@
 #include <cstring>
 #include <string>
 
+#include "epd/transport/backend_info.hpp"
+#include "shm_info.hpp"
+
 namespace epd::transport::shm {
 namespace {
 
@@ -28,22 +31,24 @@ int open_peer_fd(int32_t pid, int32_t fd, int flags) {
   return ::open(path.c_str(), flags | O_CLOEXEC);
 }
 
-Error unreachable(const protocol::SegmentDescriptor& peer, const std::string& what) {
-  return make_error(ErrorCode::peer_unreachable, "shm to " + peer.instance_id + " (pid " +
-                                                     std::to_string(peer.pid) + "): " + what + ": " +
-                                                     strerror(errno));
+Error unreachable(const protocol::SegmentDescriptor& peer, int32_t pid, const std::string& what) {
+  return make_error(
+      ErrorCode::peer_unreachable,
+      "shm to " + peer.instance_id + " (pid " + std::to_string(pid) + "): " + what + ": " + strerror(errno));
 }
 
 }  // namespace
 
 Result<std::unique_ptr<Link>> ShmLink::open(const protocol::SegmentDescriptor& peer) {
+  const auto info = decode_info<ShmInfo>(peer, kName);
+  if (!info) return make_error(ErrorCode::no_common_backend, peer.instance_id + " offers no shm");
+  const int32_t pid = info->pid;
   std::unique_ptr<ShmLink> link(new ShmLink());
   link->token_ = peer.token;
-  link->pidfd_ =
-      static_cast<int>(syscall(SYS_pidfd_open, peer.pid, 0));  // -1 on old kernels: token check only
+  link->pidfd_ = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));  // -1 on old kernels: token check only
 
-  const int cfd = open_peer_fd(peer.pid, peer.shm_control_fd, O_RDONLY);
-  if (cfd < 0) return unreachable(peer, "open control page");
+  const int cfd = open_peer_fd(pid, info->control_fd, O_RDONLY);
+  if (cfd < 0) return unreachable(peer, pid, "open control page");
   struct stat st {};
   if (fstat(cfd, &st) != 0 || static_cast<uint64_t>(st.st_size) < sizeof(ControlPage)) {
     ::close(cfd);
@@ -52,10 +57,10 @@ Result<std::unique_ptr<Link>> ShmLink::open(const protocol::SegmentDescriptor& p
   }
   void* c = mmap(nullptr, sizeof(ControlPage), PROT_READ, MAP_SHARED, cfd, 0);
   ::close(cfd);
-  if (c == MAP_FAILED) return unreachable(peer, "map control page");
+  if (c == MAP_FAILED) return unreachable(peer, pid, "map control page");
   link->control_ = static_cast<const ControlPage*>(c);
   if (link->control_->magic != kControlMagic || link->control_->version != kControlVersion ||
-      link->control_->pid != peer.pid)
+      link->control_->pid != pid)
     return make_error(ErrorCode::peer_unreachable,
                       "shm to " + peer.instance_id + ": fd is not a control page");
   if (link->control_->token.load(std::memory_order_acquire) != peer.token)
@@ -63,8 +68,11 @@ Result<std::unique_ptr<Link>> ShmLink::open(const protocol::SegmentDescriptor& p
 
   for (const auto& r : peer.regions) {
     if (r.id >= kMaxRegionId) return make_error(ErrorCode::out_of_range, "region id too large");
-    const int fd = open_peer_fd(peer.pid, r.shm_fd, O_RDWR);
-    if (fd < 0) return unreachable(peer, "open region " + r.name);
+    int32_t region_fd = -1;
+    for (const auto& ri : info->regions)
+      if (ri.id == r.id) region_fd = ri.fd;
+    const int fd = open_peer_fd(pid, region_fd, O_RDWR);
+    if (fd < 0) return unreachable(peer, pid, "open region " + r.name);
     // A short file would turn writes past its end into SIGBUS: refuse it here.
     if (fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) < r.length) {
       ::close(fd);
@@ -72,7 +80,7 @@ Result<std::unique_ptr<Link>> ShmLink::open(const protocol::SegmentDescriptor& p
     }
     void* p = mmap(nullptr, r.length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     ::close(fd);
-    if (p == MAP_FAILED) return unreachable(peer, "map region " + r.name);
+    if (p == MAP_FAILED) return unreachable(peer, pid, "map region " + r.name);
     if (link->by_id_.size() <= r.id) link->by_id_.resize(r.id + 1);
     if (link->by_id_[r.id].local) {  // ops name regions by id: two with one id would be ambiguous
       munmap(p, r.length);

@@ -239,15 +239,15 @@ void LinkState::read_loop(Lane& lane) {
 }
 
 Result<std::unique_ptr<Link>> TcpLink::open(const protocol::SegmentDescriptor& peer,
-                                            const TcpConfig& config) {
-  auto ep = parse_endpoint(peer.tcp_endpoint);
+                                            const std::string& endpoint, const TcpConfig& config) {
+  auto ep = parse_endpoint(endpoint);
   if (!ep) return ep.error();
   auto state = std::make_shared<LinkState>();
   state->config = config;
   state->config.slice_bytes = std::clamp<uint64_t>(config.slice_bytes, 4096, kMaxFrameBytes);
   state->config.max_inflight_slices = std::max<uint32_t>(config.max_inflight_slices, 1);
   state->token = peer.token;
-  state->peer = peer.instance_id + "@" + peer.tcp_endpoint;
+  state->peer = peer.instance_id + "@" + endpoint;
   const uint32_t lanes = std::max<uint32_t>(config.lanes, 1);
   for (uint32_t i = 0; i < lanes; ++i) {
     auto fd = connect_to(*ep, config.connect_timeout, config.op_timeout);

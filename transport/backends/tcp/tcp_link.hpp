@@ -6,7 +6,7 @@
 #include <memory>
 
 #include "epd/transport/backend.hpp"
-#include "epd/transport/config.hpp"
+#include "tcp_options.hpp"
 
 namespace epd::transport::tcp {
 
@@ -14,7 +14,9 @@ struct LinkState;
 
 class TcpLink final : public Link {
  public:
-  static Result<std::unique_ptr<Link>> open(const protocol::SegmentDescriptor& peer, const TcpConfig& config);
+  // Connects to `endpoint` (the peer's TcpInfo::endpoint).
+  static Result<std::unique_ptr<Link>> open(const protocol::SegmentDescriptor& peer,
+                                            const std::string& endpoint, const TcpConfig& config);
   ~TcpLink() override;
 
   void submit(const BatchPtr& batch, std::span<const ResolvedOp> ops) override;

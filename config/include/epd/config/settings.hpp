@@ -4,8 +4,10 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <variant>
 #include <vector>
 
 #include "epd/protocol/result.hpp"
@@ -27,6 +29,10 @@ class Settings {
   protocol::Result<std::string> get_string(std::string_view key, std::string fallback) const;
   protocol::Result<std::chrono::milliseconds> get_ms(std::string_view key,
                                                      std::chrono::milliseconds fallback) const;
+  // The key's value when it is a scalar (boolean, integer, float, string), for settings handed over opaquely;
+  // absent: the fallback-free empty optional; another type: an error naming the key.
+  using Scalar = std::variant<bool, int64_t, double, std::string>;
+  protocol::Result<std::optional<Scalar>> get_scalar(std::string_view key) const;
   // Keys present in the table that are not in `known`: typos get a clear error instead of being ignored.
   protocol::Status only_keys(const std::vector<std::string_view>& known) const;
   const std::string& where() const { return where_; }

@@ -3,6 +3,7 @@
 // Writing emits a map of the listed keys; reading checks types, integer ranges, enum ranges and required
 // keys, and reports the first problem as an Error naming the field path. Reading never throws.
 #include <limits>
+#include <map>
 #include <msgpack.hpp>
 #include <optional>
 #include <string>
@@ -20,6 +21,8 @@ template <class T>
 struct is_vector<std::vector<T>> : std::true_type {};
 template <class T>
 struct is_optional : std::false_type {};
+// Opaque named blobs (e.g. each transfer backend's connection info): a msgpack map of str -> bin.
+using BlobMap = std::map<std::string, std::vector<uint8_t>>;
 template <class T>
 struct is_optional<std::optional<T>> : std::true_type {};
 
@@ -81,6 +84,12 @@ class Writer {
     } else if constexpr (std::is_same_v<T, std::vector<uint8_t>>) {
       pk_.pack_bin(static_cast<uint32_t>(v.size()));
       pk_.pack_bin_body(reinterpret_cast<const char*>(v.data()), static_cast<uint32_t>(v.size()));
+    } else if constexpr (std::is_same_v<T, BlobMap>) {
+      pk_.pack_map(static_cast<uint32_t>(v.size()));
+      for (const auto& [key, blob] : v) {
+        pk_.pack(key);
+        write_value(blob);
+      }
     } else if constexpr (is_vector<T>::value) {
       pk_.pack_array(static_cast<uint32_t>(v.size()));
       for (const auto& e : v) write_value(e);
@@ -197,6 +206,16 @@ class Reader {
       if (o.type != object_type::BIN) return type_fail("binary", o);
       v.assign(reinterpret_cast<const uint8_t*>(o.via.bin.ptr),
                reinterpret_cast<const uint8_t*>(o.via.bin.ptr) + o.via.bin.size);
+    } else if constexpr (std::is_same_v<T, BlobMap>) {
+      if (o.type != object_type::MAP) return type_fail("a map", o);
+      v.clear();
+      for (uint32_t i = 0; i < o.via.map.size && !failed_; ++i) {
+        const auto& kv = o.via.map.ptr[i];
+        if (kv.key.type != object_type::STR) return type_fail("a string key", kv.key);
+        std::string key(kv.key.via.str.ptr, kv.key.via.str.size);
+        if (v.count(key)) return (void)fail(ErrorCode::bad_field_type, where() + ": key '" + key + "' twice");
+        read_value(kv.val, v[key]);
+      }
     } else if constexpr (is_vector<T>::value) {
       if (o.type != object_type::ARRAY) return type_fail("an array", o);
       v.clear();

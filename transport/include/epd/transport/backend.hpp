@@ -1,14 +1,19 @@
 #pragma once
-// What a backend implements. The engine validates every op before a backend sees it, so backends receive
-// resolved, in-range ops; the receiving side of a backend (tcp server, rdma) still checks on its own,
-// because it cannot trust the wire.
+// What a transfer backend implements (one folder under transport/backends/, see its README.md). The engine
+// validates every op before a backend sees it, so backends receive resolved, in-range ops; the receiving side
+// of a backend (tcp server, rdma) still checks on its own, because it cannot trust the wire.
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "epd/protocol/segment.hpp"
+#include "epd/transport/backend_options.hpp"
 #include "epd/transport/batch.hpp"
+#include "epd/transport/config.hpp"
+#include "epd/transport/fence.hpp"
 #include "epd/transport/region.hpp"
 #include "epd/transport/types.hpp"
 
@@ -20,7 +25,7 @@ struct ResolvedOp {
   uint64_t len = 0;
   uint64_t remote_addr = 0;
   const Region* local_region = nullptr;                 // for lkey
-  const protocol::RegionDesc* remote_region = nullptr;  // for rkey / shm fd; owned by the session
+  const protocol::RegionDesc* remote_region = nullptr;  // the peer's region; owned by the session
   uint64_t fence = 0;                                   // WriteOp::fence
 };
 
@@ -29,7 +34,7 @@ class Link {
  public:
   virtual ~Link() = default;
   // Starts moving the ops; must eventually complete or fail `batch` (never leave it pending forever).
-  // May throw only where a fault backend is configured to.
+  // May throw only where a fault link is configured to.
   virtual void submit(const BatchPtr& batch, std::span<const ResolvedOp> ops) = 0;
   // Fails every outstanding batch with session_closed and releases resources. Idempotent.
   virtual void close() = 0;
@@ -37,13 +42,13 @@ class Link {
   virtual bool healthy() const = 0;
 };
 
-// One per backend kind per engine; owns the receiving side (listener, device) for its lifetime.
+// One per backend per engine; owns the receiving side (listener, device) for its lifetime.
 class Backend {
  public:
   virtual ~Backend() = default;
-  virtual BackendKind kind() const = 0;
-  // Adds this backend's offer (endpoint, device, ...) to my own descriptor.
-  virtual void describe(protocol::SegmentDescriptor& self) const = 0;
+  // My connection info for peers: the blob published as descriptor.backends[<name>] (format: the backend's
+  // README). `regions` are the engine's regions, in id order (for per-region info such as keys or fds).
+  virtual std::vector<uint8_t> connection_info(std::span<const Region* const> regions) const = 0;
   // Whether this backend can reach `peer` from `self` (e.g. shm needs the same host and a shm offer).
   virtual bool can_reach(const protocol::SegmentDescriptor& self,
                          const protocol::SegmentDescriptor& peer) const = 0;
@@ -51,5 +56,46 @@ class Backend {
   virtual Status on_region_added(Region& region) = 0;
   virtual Result<std::unique_ptr<Link>> connect(const protocol::SegmentDescriptor& peer) = 0;
 };
+
+// What every backend may need to know about its engine.
+struct BackendContext {
+  const EngineConfig& config;  // config.host, config.options (the backend's own keys), config.instance_id
+  uint64_t token = 0;          // the engine's segment token; receivers refuse writes without it
+  uint64_t incarnation = 0;
+  std::string host_id;
+  std::shared_ptr<FenceTable> fences;  // receivers that place bytes themselves enforce it
+};
+
+// What the engine and callers may ask about a backend without naming it.
+struct BackendCaps {
+  bool same_host_only = false;  // reaches only peers with the same host id (shm)
+  bool needs_device = false;    // starts only where a device exists (rdma); not offered by default
+  // The receiver's CPU places every write (tcp): it checks the token and the write fences (fence.hpp) on
+  // each one. Otherwise the writer places the bytes (shm, rdma): the token is checked when a link opens and
+  // a revoked fence cannot stop a writer.
+  bool fences_writes = false;
+};
+
+// A backend's registration: one per folder under transport/backends/, listed in the registry in the order
+// of transport/backends/CMakeLists.txt.
+struct BackendPlugin {
+  std::string_view name;  // also the key of its blob in SegmentDescriptor::backends
+  std::string_view summary;
+  BackendCaps caps;
+  int preference = 100;                       // automatic choice: the lowest that can reach the peer wins
+  std::vector<std::string_view> option_keys;  // the config keys it owns (no other layer parses them)
+  // Checks its own keys in `options` (ignores others): a bad value is a config_error naming the key.
+  Status (*check_options)(const BackendOptions& options) = nullptr;
+  // Starts the backend; nullptr when this build does not include it (e.g. rdma without ibverbs).
+  Result<std::unique_ptr<Backend>> (*make)(const BackendContext& ctx) = nullptr;
+  // Optional: true when the peer's own info proves its process is gone (called for same-host peers only).
+  bool (*peer_gone)(const protocol::SegmentDescriptor& peer) = nullptr;
+  // Optional: non-empty when figures measured against `peer` are emulation only (e.g. a software RDMA
+  // device); the bench labels such rows.
+  std::string (*emulation_note)(const protocol::SegmentDescriptor& peer) = nullptr;
+};
+
+// The peer's blob for `backend`, or nullptr when it publishes none (or in a format this build cannot read).
+const std::vector<uint8_t>* peer_info(const protocol::SegmentDescriptor& peer, std::string_view backend);
 
 }  // namespace epd::transport

@@ -1,24 +1,16 @@
 #pragma once
 // Engine configuration. Defaults are sane for a single host; roles fill these from their TOML section.
-#include <chrono>
+// Backend-specific settings are not fields here: they travel as opaque `options` that each backend parses
+// itself (its README lists its keys).
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "epd/transport/backend_options.hpp"
 #include "epd/transport/types.hpp"
 
 namespace epd::transport {
-
-struct TcpConfig {
-  std::string listen_host = "127.0.0.1";  // address the receiver listens on and advertises
-  uint16_t listen_port = 0;               // 0: pick a free port
-  uint32_t lanes = 4;                     // connections per peer session
-  uint64_t slice_bytes = 1u << 20;        // large writes are cut into slices spread over the lanes
-  uint32_t max_inflight_slices = 64;      // per lane, bounds memory and latency
-  std::chrono::milliseconds connect_timeout{2000};
-  std::chrono::milliseconds op_timeout{5000};  // no progress for this long => batch fails (retryable)
-};
 
 struct FaultConfig {
   bool enabled = false;
@@ -30,28 +22,19 @@ struct FaultConfig {
   uint64_t seed = 1;
 };
 
-struct RdmaConfig {
-  std::string device;  // "" = pick by routability
-  int gid_index = -1;  // -1 = pick the RoCE v2 IPv4-mapped GID of the interface
-  uint8_t port = 1;
-  uint32_t qps_per_peer = 2;
-  uint64_t slice_bytes = 1u << 20;
-  uint32_t max_outstanding_wr = 64;
-  std::string handshake_host = "127.0.0.1";
-  uint16_t handshake_port = 0;
-  std::chrono::milliseconds op_timeout{5000};
-};
+// Names of the backends an engine offers by default: every registered one that needs no device.
+std::vector<std::string> default_offer();
 
 struct EngineConfig {
   std::string instance_id = "engine";
-  std::string host_id;       // "" = this host's id (hostname + boot id); equal ids => shm possible
-  uint64_t incarnation = 0;  // 0 = derive a fresh one (time + random)
-  std::vector<BackendKind> offer{BackendKind::shm, BackendKind::tcp};  // what this engine serves to peers
-  std::optional<BackendKind>
-      force;  // outgoing sessions use exactly this backend (error if the peer lacks it)
-  TcpConfig tcp;
-  RdmaConfig rdma;
-  FaultConfig fault;  // wraps every outgoing session's backend when enabled
+  std::string host_id;             // "" = this host's id (hostname + boot id); equal ids => shm possible
+  uint64_t incarnation = 0;        // 0 = derive a fresh one (time + random)
+  std::string host = "127.0.0.1";  // address backends bind and advertise (tcp listener, rdma handshake)
+  std::vector<std::string> offer = default_offer();  // backend names this engine serves to peers
+  // Outgoing sessions use exactly this backend (error if the peer lacks it).
+  std::optional<std::string> force;
+  BackendOptions options;  // each backend's own keys (tcp_lanes, rdma_device, ...)
+  FaultConfig fault;       // wraps every outgoing session's link when enabled
 };
 
 }  // namespace epd::transport

@@ -5,10 +5,12 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "epd/protocol/segment.hpp"
 #include "epd/transport/backend.hpp"
+#include "epd/transport/backend_registry.hpp"
 #include "epd/transport/config.hpp"
 #include "epd/transport/fault.hpp"
 #include "epd/transport/fence.hpp"
@@ -41,14 +43,15 @@ class Engine {
   uint64_t incarnation() const { return incarnation_; }
   uint64_t token() const { return token_; }
   const std::string& host_id() const { return host_id_; }
-  // Kinds this engine offers (after backends that failed to start were dropped, with a log line).
-  std::vector<BackendKind> offered() const;
+  // Backends this engine offers (after backends that failed to start were dropped, with a log line).
+  std::vector<std::string> offered() const;
 
-  // Opens a session on `peer`: picks shm (same host), else rdma (both have devices), else tcp, unless
-  // config.force names one. Errors: no_common_backend, peer_unreachable, bad_token, ...
+  // Opens a session on `peer`: picks the started backend of lowest preference that can reach the peer (shm
+  // on one host, else rdma, else tcp), unless config.force names one. Errors: no_common_backend,
+  // peer_unreachable, bad_token, ...
   Result<SessionPtr> open_session(const protocol::SegmentDescriptor& peer);
   // Which backend open_session would pick (for logs and tests).
-  Result<BackendKind> choose_backend(const protocol::SegmentDescriptor& peer) const;
+  Result<std::string> choose_backend(const protocol::SegmentDescriptor& peer) const;
 
   // Write fences of the regions allocated with a fence unit (fence.hpp): grant a key for `units` of the
   // region starting at `base` before a writer is told about them; revoke it before they are reused (false:
@@ -59,12 +62,12 @@ class Engine {
   bool revoke_writes(uint64_t key) { return fences_->revoke(key); }
   FenceStats fence_stats() const { return fences_->stats(); }
   // True when every way `writer` could write into this engine's memory is refused here once its key is
-  // revoked: only backends that receive on our side (tcp) are offered to it. False when it could map our
+  // revoked: only backends that fence writes themselves (tcp) are offered to it. False when it could map our
   // memory (shm, same host) or write it with its own NIC (rdma): then only the writer's own word (or its
   // death) says that it stopped.
   bool fences_writes_from(const protocol::SegmentDescriptor& writer) const;
-  // True when `writer` certainly writes nothing any more because its process is gone (same host only:
-  // checked through its pid; a writer on another host is never known gone here).
+  // True when `writer` certainly writes nothing any more because its process is gone (same host only: a
+  // backend's info proves it, e.g. shm's pid; a writer on another host is never known gone here).
   bool writer_gone(const protocol::SegmentDescriptor& writer) const;
 
   // Totals of every fault link this engine created (all zero unless config.fault.enabled).
@@ -80,7 +83,13 @@ class Engine {
   std::string host_id_;
   mutable std::mutex mu_;
   std::vector<std::unique_ptr<Region>> regions_;
-  std::map<BackendKind, std::unique_ptr<Backend>> backends_;
+  struct Started {
+    const BackendPlugin* plugin = nullptr;
+    std::unique_ptr<Backend> backend;
+    bool offered = false;
+  };
+  std::vector<Started> backends_;  // in preference order
+  const Started* started(std::string_view name) const;
   std::vector<std::weak_ptr<Session>> sessions_;  // closed by the destructor
   std::shared_ptr<FaultCounters> fault_counters_;
   std::shared_ptr<FenceTable> fences_ = std::make_shared<FenceTable>();

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "epd/protocol/segment.hpp"
@@ -27,7 +28,7 @@ class Session {
  public:
   // `batch_ids` belongs to the engine; a session must not be used after its engine is destroyed (the engine
   // closes its sessions on destruction, after which submit() only returns session_closed).
-  Session(const Engine& engine, protocol::SegmentDescriptor peer, BackendKind kind,
+  Session(const Engine& engine, protocol::SegmentDescriptor peer, std::string backend,
           std::unique_ptr<Link> link, std::atomic<uint64_t>& batch_ids);
   ~Session();
   Session(const Session&) = delete;
@@ -41,7 +42,7 @@ class Session {
   // Fails outstanding batches with session_closed. Idempotent; also done by the destructor.
   void close();
 
-  BackendKind backend() const { return kind_; }
+  const std::string& backend() const { return backend_; }
   const protocol::SegmentDescriptor& peer() const { return peer_; }
   bool healthy() const;
   SessionStats stats() const;
@@ -49,7 +50,7 @@ class Session {
  private:
   const Engine& engine_;
   const protocol::SegmentDescriptor peer_;
-  const BackendKind kind_;
+  const std::string backend_;
   std::unique_ptr<Link> link_;
   std::atomic<uint64_t>& batch_ids_;
   std::atomic<bool> closed_{false};

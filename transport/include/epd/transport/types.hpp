@@ -1,9 +1,6 @@
 #pragma once
 // Plain value types of the data plane.
 #include <cstdint>
-#include <optional>
-#include <string>
-#include <string_view>
 
 #include "epd/protocol/errors.hpp"
 #include "epd/protocol/result.hpp"
@@ -15,10 +12,6 @@ using protocol::ErrorCode;
 using protocol::make_error;
 using protocol::Result;
 using protocol::Status;
-
-enum class BackendKind : uint8_t { shm = 0, tcp = 1, rdma = 2 };
-std::string_view backend_name(BackendKind kind);
-std::optional<BackendKind> parse_backend(std::string_view name);
 
 // One write of a batch: `len` bytes from my address `local_addr` (inside one of my engine's regions) to the
 // peer's address `remote_addr` (inside one of the peer's registered regions).

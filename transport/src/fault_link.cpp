@@ -1,14 +1,14 @@
-// fault backend: wraps another backend's link and injects errors, delays and a thrown "worker crash",
-// driven by a seed so every run of a test sees the same faults.
+// The fault link (an engine feature): wraps a backend's link and injects errors, delays and a thrown "worker
+// crash", driven by a seed so every run of a test sees the same faults.
 #include <fmt/format.h>
 
 #include <memory>
 #include <stdexcept>
 
-#include "backend_factory.hpp"
 #include "delay_queue.hpp"
 #include "epd/transport/fault.hpp"
 #include "fault_counters.hpp"
+#include "fault_link.hpp"
 
 namespace epd::transport {
 
