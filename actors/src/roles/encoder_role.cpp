@@ -198,10 +198,14 @@ void on_submit(EncoderState& st, const Envelope& env, protocol::Submit& sub) {
 
 void on_embed_pull(EncoderState& st, const Envelope& env, protocol::EmbedPull& pull) {
   auto* r = st.rooms.find(pull.room);
-  const bool ours = r && r->prefill == env.sender && env.incarnation == r->prefill_inc;
+  const bool from_prefill = r && r->prefill == env.sender;
+  const bool ours = from_prefill && env.incarnation == r->prefill_inc;
   // Prefill gave the room up and asks whether we could still write its landing slot: a room we do not
-  // hold, or hold for another prefill incarnation (our jobs carry it), has no write for it.
+  // hold, or hold for another prefill incarnation (our jobs carry it) with no write running, has no write
+  // for it. A rejoined prefill is the same process and memory: while our write to it runs, no answer (it
+  // asks again).
   if (pull.code != ErrorCode::ok && !ours) {
+    if (from_prefill && r->writing()) return;
     st.bridge().answer(env, protocol::EmbedDone{pull.room, false, ErrorCode::aborted,
                                                 "no write of this room is in flight here", 0});
     return;

@@ -146,7 +146,7 @@ void fail_room(PrefillState& st, uint64_t id, protocol::Error error, Notify noti
   // The report may be held back (report_delay_ms), so it is sent here rather than by announce_failure.
   kernel::announce_failure(st.bridge(), "prefill", id, r.router, error, false);
   if (notify.router) send_failure_news(st, r.router, failure_result(id, error));
-  if (r.embed == Embed::writing && !r.submit.encoder.empty() && !st.bridge().peers().alive(r.submit.encoder))
+  if (r.embed == Embed::writing && !r.encoder.empty() && !st.bridge().peers().alive(r.encoder))
     stop_waiting_for_embeddings(st, r);  // the encoder is dead to us: free the slot if it cannot write it
   // An encoder that lost the room never sends EMBED_DONE: stop waiting for it after a bound (its write,
   // if any, takes milliseconds).
@@ -354,7 +354,12 @@ void on_submit(PrefillState& st, const Envelope& env, protocol::Submit& msg) {
     return fail_room(st, msg.room,
                      make_error(ErrorCode::invalid_request,
                                 "BOOTSTRAP came from '" + r.decode + "', SUBMIT names '" + msg.decode + "'"));
+  if (!r.encoder.empty() && r.encoder != msg.encoder)
+    return fail_room(st, msg.room,
+                     make_error(ErrorCode::invalid_request, "EMBED_META came from '" + r.encoder +
+                                                                "', SUBMIT names '" + msg.encoder + "'"));
   r.decode = msg.decode;
+  r.encoder = msg.encoder;
   r.submit = std::move(msg);
   r.have_submit = true;
   maybe_start(st, r.submit.room);
@@ -385,6 +390,10 @@ void on_embed_meta(PrefillState& st, const Envelope& env, protocol::EmbedMeta& m
   }
   PrefillRoom& r = room_for(st, msg.room);
   if (r.landing || r.state.terminal()) return;
+  if (!r.encoder.empty() && r.encoder != env.sender) {
+    spdlog::warn("prefill: EMBED_META for room {} from '{}', expected '{}'", msg.room, env.sender, r.encoder);
+    return;
+  }
   const uint64_t expect = uint64_t(msg.tokens) * st.ctx.model.d_model * sizeof(float);
   if (msg.dim != st.ctx.model.d_model || msg.bytes != expect || msg.bytes > st.slot_bytes ||
       (r.have_submit && msg.tokens != r.submit.image_tokens)) {
@@ -403,6 +412,7 @@ void on_embed_meta(PrefillState& st, const Envelope& env, protocol::EmbedMeta& m
     return fail_room(st, msg.room, make_error(ErrorCode::out_of_capacity, "no free embedding landing slot"));
   }
   r.landing = (*slot)[0];
+  r.encoder = env.sender;  // the one that may write the slot from now on
   r.encoder_inc = env.incarnation;
   if (auto enc = st.bridge().peers().find(env.sender)) r.encoder_segment = enc->segment;
   const uint64_t unit = *r.landing;
@@ -424,7 +434,7 @@ void on_embed_done(PrefillState& st, const Envelope& env, protocol::EmbedDone& m
   PrefillRoom* found = st.rooms.find(msg.room);
   if (!found) return;
   PrefillRoom& r = *found;
-  if (!r.submit.encoder.empty() && r.submit.encoder != env.sender) return;
+  if (!r.encoder.empty() && r.encoder != env.sender) return;
   r.embed = Embed::none;  // its write is over: nothing lands under the grant any more
   if (r.embed_fence != 0 && st.ctx.engine->revoke_writes(r.embed_fence)) r.embed_fence = 0;
   r.encode_us = msg.encode_us;
@@ -481,7 +491,7 @@ void on_peer_changes(PrefillState& st, const PeerChanges& pc) {
     // no landing slot any more.
     if (c.new_incarnation != 0) {
       auto freed = st.rooms.ids_where([&](uint64_t, const PrefillRoom& r) {
-        return r.embed == Embed::writing && r.submit.encoder == c.id && r.encoder_inc != c.new_incarnation &&
+        return r.embed == Embed::writing && r.encoder == c.id && r.encoder_inc != c.new_incarnation &&
                r.state.terminal();
       });
       for (uint64_t id : freed) {
@@ -495,7 +505,7 @@ void on_peer_changes(PrefillState& st, const PeerChanges& pc) {
     for (uint64_t id : kernel::sharing_lost_peer(st.rooms, c)) {
       PrefillRoom& r = *st.rooms.find(id);
       // A new incarnation proves the old one writes nothing any more; a dead connection does not.
-      if (r.submit.encoder == c.id && r.embed == Embed::writing) {
+      if (r.encoder == c.id && r.embed == Embed::writing) {
         if (c.new_incarnation != 0)
           r.embed = Embed::none;
         else
@@ -533,7 +543,7 @@ void on_give_up(PrefillState& st, uint64_t id) {
   if (r->embed == Embed::writing) {
     // Ask the encoder: it answers EMBED_DONE once it holds no write of the room (at once if it does not
     // know the room any more, e.g. after either side rejoined).
-    const auto& encoder = r->submit.encoder;
+    const auto& encoder = r->encoder;
     if (!encoder.empty() && st.bridge().peers().alive(encoder))
       st.bridge().send(encoder, protocol::EmbedPull{id, 0, 0, ErrorCode::aborted,
                                                     "room ended at prefill; confirm no write is in flight"});
@@ -545,7 +555,7 @@ void on_give_up(PrefillState& st, uint64_t id) {
     return;
   }
   spdlog::warn("prefill: room {}: no EMBED_DONE from '{}' within {} ms after it failed; freeing its slot", id,
-               r->submit.encoder, st.settings.bootstrap_timeout.count());
+               r->encoder, st.settings.bootstrap_timeout.count());
   maybe_reap(st, id);
 }
 

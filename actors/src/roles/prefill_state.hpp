@@ -71,7 +71,8 @@ struct PrefillRoom {
   protocol::Submit submit;
   bool have_bootstrap = false;
   protocol::Bootstrap boot;
-  std::string decode;  // from SUBMIT, or BOOTSTRAP's sender until SUBMIT arrives
+  std::string decode;   // from SUBMIT, or BOOTSTRAP's sender until SUBMIT arrives
+  std::string encoder;  // from SUBMIT, or EMBED_META's sender (the writer of the landing slot) before it
   // Incarnations of the peers this room is shared with (from their envelopes; 0 = not heard from yet).
   // Only the death of that incarnation fails the room.
   uint64_t decode_inc = 0, router_inc = 0, encoder_inc = 0;
@@ -101,7 +102,7 @@ struct PrefillRoom {
   // The peers whose loss fails the room: decode, router, and the encoder until the embeddings are in.
   std::vector<kernel::SharedPeer> shared_peers() const {
     std::vector<kernel::SharedPeer> out{{decode, decode_inc}, {router, router_inc}};
-    if (embed != Embed::ready) out.push_back({submit.encoder, encoder_inc});
+    if (embed != Embed::ready) out.push_back({encoder, encoder_inc});
     return out;
   }
 };
