@@ -13,7 +13,7 @@
 
 #include "cluster.hpp"
 #include "control_plane_bench.hpp"
-#include "epd/actors/router/base64.hpp"
+#include "epd/http/base64.hpp"
 #include "epd/config/cluster_config.hpp"
 #include "epd/model/generate.hpp"
 #include "epd/model/image.hpp"
@@ -71,7 +71,7 @@ std::vector<Sample> run_disaggregated(const std::string& host, int port, const s
       for (size_t i = next++; i < work.size(); i = next++) {
         if (interval.count() > 0) std::this_thread::sleep_until(t0 + interval * i);
         json req{{"prompt", work[i].prompt}, {"max_tokens", max_tokens}};
-        if (work[i].image) req["image"] = actors::base64_encode(model::encode_ppm(*work[i].image));
+        if (work[i].image) req["image"] = http::base64_encode(model::encode_ppm(*work[i].image));
         const auto start = clock::now();
         auto r = c.Post("/v1/generate", req.dump(), "application/json");
         Sample s;

@@ -7,7 +7,7 @@
 
 #include "cluster.hpp"
 #include "epd/actors/bridge.hpp"
-#include "epd/actors/router/base64.hpp"
+#include "epd/http/base64.hpp"
 #include "epd/model/generate.hpp"
 #include "epd/model/image.hpp"
 #include "workload.hpp"
@@ -72,7 +72,7 @@ TEST_CASE("bad HTTP requests get a 4xx with a reason and the cluster keeps servi
       {R"({"prompt": 17})", 400, "prompt"},
       {R"({"prompt": "x", "max_tokens": 0})", 400, "max_tokens"},
       {R"({"prompt": "x", "image": "@@@not base64@@@"})", 400, "base64"},
-      {R"({"prompt": "x", "image": ")" + actors::base64_encode(std::vector<uint8_t>{'P', '6', ' ', '9'}) +
+      {R"({"prompt": "x", "image": ")" + http::base64_encode(std::vector<uint8_t>{'P', '6', ' ', '9'}) +
            R"("})",
        400, "image"},
       {R"({"prompt": ")" + std::string(70000, 'a') + R"("})", 413, ""},

@@ -9,7 +9,7 @@
 #include <mutex>
 #include <stdexcept>
 
-#include "epd/actors/router/base64.hpp"
+#include "epd/http/base64.hpp"
 #include "epd/model/generate.hpp"
 
 namespace epd::testing {
@@ -50,7 +50,7 @@ const std::vector<uint32_t>& oracle(const Case& c, const std::optional<model::Kv
 
 nlohmann::json request_of(const Case& c) {
   nlohmann::json j{{"prompt", c.prompt}, {"max_tokens", c.max_tokens}};
-  if (c.image) j["image"] = actors::base64_encode(model::encode_ppm(*c.image));
+  if (c.image) j["image"] = http::base64_encode(model::encode_ppm(*c.image));
   return j;
 }
 

@@ -1,10 +1,10 @@
-#include "epd/actors/router/base64.hpp"
+#include "epd/http/base64.hpp"
 
 #include <catch2/catch.hpp>
 #include <random>
 
-using epd::actors::base64_decode;
-using epd::actors::base64_encode;
+using epd::http::base64_decode;
+using epd::http::base64_encode;
 using epd::protocol::ErrorCode;
 
 namespace {

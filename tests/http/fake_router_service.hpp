@@ -4,9 +4,9 @@
 #include <functional>
 #include <mutex>
 
-#include "epd/actors/router/router_service.hpp"
+#include "epd/http/router_service.hpp"
 
-namespace epd::actors::test {
+namespace epd::http::test {
 
 class FakeRouterService : public RouterService {
  public:
@@ -59,4 +59,4 @@ class FakeRouterService : public RouterService {
   GenerateRequest last_;
 };
 
-}  // namespace epd::actors::test
+}  // namespace epd::http::test

@@ -4,11 +4,11 @@
 #include <condition_variable>
 #include <thread>
 
-#include "epd/actors/router/base64.hpp"
+#include "epd/http/base64.hpp"
 #include "test_server.hpp"
 
-using namespace epd::actors;
-using namespace epd::actors::test;
+using namespace epd::http;
+using namespace epd::http::test;
 using nlohmann::json;
 
 namespace {

@@ -10,7 +10,7 @@
 
 #include "test_server.hpp"
 
-using namespace epd::actors::test;
+using namespace epd::http::test;
 
 namespace {
 

@@ -2,10 +2,10 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
-#include "epd/actors/router/base64.hpp"
-#include "epd/actors/router/http_request.hpp"
+#include "epd/http/base64.hpp"
+#include "epd/http/http_request.hpp"
 
-using namespace epd::actors;
+using namespace epd::http;
 using nlohmann::json;
 
 namespace {

@@ -6,10 +6,10 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
-#include "epd/actors/router/http_api.hpp"
+#include "epd/http/http_api.hpp"
 #include "fake_router_service.hpp"
 
-namespace epd::actors::test {
+namespace epd::http::test {
 
 inline HttpApiConfig small_config() {
   HttpApiConfig c;
@@ -48,4 +48,4 @@ struct TestServer {
   }
 };
 
-}  // namespace epd::actors::test
+}  // namespace epd::http::test

@@ -10,18 +10,25 @@
 
 #include "epd/actors/kernel/role_kernel.hpp"
 #include "epd/actors/roles/roles.hpp"
-#include "epd/actors/router/http_api.hpp"
-#include "epd/actors/router/router_service.hpp"
+#include "epd/http/http_api.hpp"
+#include "epd/http/router_service.hpp"
 #include "epd/model/image.hpp"
 #include "epd/model/tokens.hpp"
 
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(epd::actors::GenerateRequest)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(epd::actors::GenerateResponse)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(epd::actors::RouterStats)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(epd::http::GenerateRequest)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(epd::http::GenerateResponse)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(epd::http::RouterStats)
 
 namespace epd::actors {
 namespace {
 
+using http::GenerateRequest;
+using http::GenerateResponse;
+using http::HttpApi;
+using http::HttpApiConfig;
+using http::InstanceView;
+using http::RouterService;
+using http::RouterStats;
 using clock = std::chrono::steady_clock;
 using protocol::Envelope;
 using protocol::ErrorCode;

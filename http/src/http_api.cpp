@@ -1,4 +1,4 @@
-#include "epd/actors/router/http_api.hpp"
+#include "epd/http/http_api.hpp"
 
 #include <malloc.h>
 #include <netdb.h>
@@ -13,9 +13,9 @@
 #include <httplib.h>
 #include <spdlog/spdlog.h>
 
-#include "epd/actors/router/http_reply.hpp"
+#include "http_reply.hpp"
 
-namespace epd::actors {
+namespace epd::http {
 namespace {
 
 using httplib::Request;
@@ -346,4 +346,4 @@ void HttpApi::install_routes(httplib::Server& server) {
              [this](const Request&, Response& res) { reply(res, 200, stats_json(service_.stats())); });
 }
 
-}  // namespace epd::actors
+}  // namespace epd::http

@@ -1,10 +1,10 @@
-#include "epd/actors/router/http_reply.hpp"
+#include "http_reply.hpp"
 
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <type_traits>
 
-namespace epd::actors {
+namespace epd::http {
 namespace {
 
 using nlohmann::json;
@@ -100,4 +100,4 @@ std::string error_json(std::string_view code, std::string_view message) {
   return dump({{"error", {{"code", code}, {"message", message}}}});
 }
 
-}  // namespace epd::actors
+}  // namespace epd::http

@@ -1,8 +1,8 @@
-#include "epd/actors/router/base64.hpp"
+#include "epd/http/base64.hpp"
 
 #include <array>
 
-namespace epd::actors {
+namespace epd::http {
 namespace {
 
 constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
@@ -102,4 +102,4 @@ protocol::Result<std::vector<uint8_t>> base64_decode(std::string_view text, size
   return out;
 }
 
-}  // namespace epd::actors
+}  // namespace epd::http

@@ -7,9 +7,9 @@
 #include <string_view>
 #include <variant>
 
-#include "epd/actors/router/router_service.hpp"
+#include "epd/http/router_service.hpp"
 
-namespace epd::actors {
+namespace epd::http {
 
 struct GenerateLimits {
   size_t max_prompt_bytes = 64 * 1024;
@@ -29,4 +29,4 @@ struct HttpError {
 std::variant<GenerateRequest, HttpError> parse_generate_request(std::string_view body,
                                                                 const GenerateLimits& limits);
 
-}  // namespace epd::actors
+}  // namespace epd::http

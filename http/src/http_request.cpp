@@ -1,10 +1,10 @@
-#include "epd/actors/router/http_request.hpp"
+#include "epd/http/http_request.hpp"
 
 #include <nlohmann/json.hpp>
 
-#include "epd/actors/router/base64.hpp"
+#include "epd/http/base64.hpp"
 
-namespace epd::actors {
+namespace epd::http {
 namespace {
 
 using nlohmann::json;
@@ -105,4 +105,4 @@ std::variant<GenerateRequest, HttpError> parse_generate_request(std::string_view
   return request;
 }
 
-}  // namespace epd::actors
+}  // namespace epd::http

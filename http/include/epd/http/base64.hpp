@@ -9,7 +9,7 @@
 
 #include "epd/protocol/result.hpp"
 
-namespace epd::actors {
+namespace epd::http {
 
 // Padded output, no line breaks.
 std::string base64_encode(std::span<const uint8_t> bytes);
@@ -20,4 +20,4 @@ std::string base64_encode(std::span<const uint8_t> bytes);
 // size would exceed max_bytes (checked before anything is allocated).
 protocol::Result<std::vector<uint8_t>> base64_decode(std::string_view text, size_t max_bytes = SIZE_MAX);
 
-}  // namespace epd::actors
+}  // namespace epd::http

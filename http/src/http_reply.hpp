@@ -5,9 +5,9 @@
 #include <string_view>
 #include <vector>
 
-#include "epd/actors/router/router_service.hpp"
+#include "epd/http/router_service.hpp"
 
-namespace epd::actors {
+namespace epd::http {
 
 std::string generate_reply_json(const GenerateResponse& response);
 std::string instances_json(const std::vector<InstanceView>& instances);
@@ -15,4 +15,4 @@ std::string stats_json(const RouterStats& stats);
 // {"error": {"code": ..., "message": ...}}
 std::string error_json(std::string_view code, std::string_view message);
 
-}  // namespace epd::actors
+}  // namespace epd::http

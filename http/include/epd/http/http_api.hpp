@@ -9,15 +9,15 @@
 #include <string>
 #include <thread>
 
-#include "epd/actors/router/http_request.hpp"
-#include "epd/actors/router/router_service.hpp"
+#include "epd/http/http_request.hpp"
+#include "epd/http/router_service.hpp"
 #include "epd/protocol/result.hpp"
 
 namespace httplib {
 class Server;
 }
 
-namespace epd::actors {
+namespace epd::http {
 
 struct HttpApiConfig {
   size_t max_body_bytes = 24 * 1024 * 1024;  // room for a max-size image in base64 (4/3) plus the prompt
@@ -62,4 +62,4 @@ class HttpApi {
   uint16_t port_ = 0;
 };
 
-}  // namespace epd::actors
+}  // namespace epd::http

@@ -10,7 +10,7 @@
 
 #include "epd/protocol/messages.hpp"
 
-namespace epd::actors {
+namespace epd::http {
 
 struct GenerateRequest {
   std::string prompt;              // UTF-8/bytes; tokenised byte by byte
@@ -71,4 +71,4 @@ class RouterService {
   virtual bool healthy() = 0;
 };
 
-}  // namespace epd::actors
+}  // namespace epd::http
