@@ -1,4 +1,4 @@
-#include "epd/actors/failure_window.hpp"
+#include "failure_window.hpp"
 
 #include <algorithm>
 

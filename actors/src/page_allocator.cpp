@@ -1,4 +1,4 @@
-#include "epd/actors/page_allocator.hpp"
+#include "page_allocator.hpp"
 
 namespace epd::actors {
 

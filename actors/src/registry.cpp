@@ -1,4 +1,4 @@
-#include "epd/actors/registry.hpp"
+#include "registry.hpp"
 
 #include <spdlog/spdlog.h>
 

@@ -6,9 +6,9 @@
 #include <CLI/CLI.hpp>
 
 #include "epd/actors/membership.hpp"
-#include "epd/actors/registry.hpp"
 #include "epd/actors/role_registry.hpp"
 #include "epd/model/config.hpp"
+#include "registry.hpp"
 
 namespace epd::actors {
 namespace {

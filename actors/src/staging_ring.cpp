@@ -1,4 +1,4 @@
-#include "epd/actors/staging_ring.hpp"
+#include "staging_ring.hpp"
 
 namespace epd::actors {
 

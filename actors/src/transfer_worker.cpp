@@ -4,8 +4,8 @@
 
 #include <map>
 
-#include "epd/actors/failure_window.hpp"
 #include "epd/actors/role_support.hpp"
+#include "failure_window.hpp"
 
 namespace epd::actors {
 namespace {

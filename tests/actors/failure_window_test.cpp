@@ -1,7 +1,7 @@
 // The per-session failure rate that decides when a transfer session is recycled.
 #include <catch2/catch.hpp>
 
-#include "epd/actors/failure_window.hpp"
+#include "failure_window.hpp"
 
 using epd::actors::FailureWindow;
 

@@ -3,7 +3,7 @@
 #include <numeric>
 #include <random>
 
-#include "epd/actors/roles/kv_write_plan.hpp"
+#include "roles/kv_write_plan.hpp"
 
 using namespace epd::actors;
 using epd::protocol::KvLayout;

@@ -6,7 +6,7 @@
 #include <random>
 #include <vector>
 
-#include "epd/actors/staging_ring.hpp"
+#include "staging_ring.hpp"
 
 using epd::actors::StagingRing;
 using epd::actors::StagingWindow;

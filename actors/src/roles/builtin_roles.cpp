@@ -1,4 +1,4 @@
-#include "epd/actors/roles/roles.hpp"
+#include "roles/roles.hpp"
 
 namespace epd::actors {
 

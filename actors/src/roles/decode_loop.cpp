@@ -1,4 +1,4 @@
-#include "epd/actors/roles/decode_loop.hpp"
+#include "roles/decode_loop.hpp"
 
 #include <spdlog/spdlog.h>
 

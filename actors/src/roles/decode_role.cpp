@@ -14,13 +14,13 @@
 #include "epd/actors/aux_record.hpp"
 #include "epd/actors/kernel/role_kernel.hpp"
 #include "epd/actors/kernel/role_settings.hpp"
-#include "epd/actors/page_allocator.hpp"
-#include "epd/actors/roles/decode_loop.hpp"
-#include "epd/actors/roles/roles.hpp"
 #include "epd/actors/room.hpp"
-#include "epd/actors/staging_ring.hpp"
 #include "epd/model/kv_cache.hpp"
 #include "epd/model/kv_staging.hpp"
+#include "page_allocator.hpp"
+#include "roles/decode_loop.hpp"
+#include "roles/roles.hpp"
+#include "staging_ring.hpp"
 
 namespace epd::actors {
 namespace {

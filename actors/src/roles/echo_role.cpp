@@ -2,7 +2,7 @@
 // are the prompt's tokens in reverse order. It shows the whole recipe — settings schema, handler table,
 // spawn function, registration — in one small file, and it is exercised by the e2e tests.
 #include "epd/actors/kernel/role_kernel.hpp"
-#include "epd/actors/roles/roles.hpp"
+#include "roles/roles.hpp"
 
 namespace epd::actors {
 namespace {

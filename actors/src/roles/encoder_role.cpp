@@ -11,10 +11,10 @@
 #include "epd/actors/kernel/role_kernel.hpp"
 #include "epd/actors/kernel/role_settings.hpp"
 #include "epd/actors/kernel/transfer_workers.hpp"
-#include "epd/actors/page_allocator.hpp"
-#include "epd/actors/roles/roles.hpp"
 #include "epd/model/image.hpp"
 #include "epd/model/runner.hpp"
+#include "page_allocator.hpp"
+#include "roles/roles.hpp"
 
 namespace epd::actors {
 namespace {

@@ -1,4 +1,4 @@
-#include "epd/actors/roles/kv_write_plan.hpp"
+#include "roles/kv_write_plan.hpp"
 
 #include <cassert>
 

@@ -1,4 +1,4 @@
-#include "epd/actors/roles/prefill_compute.hpp"
+#include "roles/prefill_compute.hpp"
 
 #include <spdlog/spdlog.h>
 

@@ -9,12 +9,12 @@
 
 #include "epd/actors/aux_record.hpp"
 #include "epd/actors/kernel/role_settings.hpp"
-#include "epd/actors/roles/kv_write_plan.hpp"
-#include "epd/actors/roles/prefill_compute.hpp"
-#include "epd/actors/roles/roles.hpp"
 #include "epd/model/kv_cache.hpp"
 #include "epd/model/kv_staging.hpp"
 #include "prefill_state.hpp"
+#include "roles/kv_write_plan.hpp"
+#include "roles/prefill_compute.hpp"
+#include "roles/roles.hpp"
 
 namespace epd::actors::prefill {
 namespace {

@@ -10,9 +10,9 @@
 
 #include "epd/actors/kernel/role_kernel.hpp"
 #include "epd/actors/kernel/transfer_workers.hpp"
-#include "epd/actors/page_allocator.hpp"
 #include "epd/actors/room.hpp"
-#include "epd/actors/staging_ring.hpp"
+#include "page_allocator.hpp"
+#include "staging_ring.hpp"
 
 namespace epd::actors::prefill {
 

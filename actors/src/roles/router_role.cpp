@@ -9,11 +9,11 @@
 #include <set>
 
 #include "epd/actors/kernel/role_kernel.hpp"
-#include "epd/actors/roles/roles.hpp"
 #include "epd/http/http_api.hpp"
 #include "epd/http/router_service.hpp"
 #include "epd/model/image.hpp"
 #include "epd/model/tokens.hpp"
+#include "roles/roles.hpp"
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(epd::http::GenerateRequest)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(epd::http::GenerateResponse)
