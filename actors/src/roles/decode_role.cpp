@@ -292,7 +292,7 @@ void on_submit(DecodeState& st, const Envelope& env, protocol::Submit& s) {
       st.ctx.engine->grant_writes(reinterpret_cast<uint64_t>(st.aux_base), {&aux_unit, 1}, room.fence);
   b.fence = room.fence;
   room.state.advance(KvState::waiting_for_input);
-  room.kv_deadline = clock::now() + st.settings.waiting_timeout;
+  room.kv_deadline = kernel::DeadlineTimer::now(st.self) + st.settings.waiting_timeout;
   const uint64_t id = s.room;
   st.rooms.insert(id, std::move(room));
   publish_load(st);
@@ -514,8 +514,9 @@ void on_cancel(DecodeState& st, const Envelope&, protocol::Cancel& c) {
 void on_deadline(DecodeState& st) {
   st.deadline.fired();
   std::vector<std::pair<uint64_t, std::string>> late;  // room, prefill
+  const auto now = kernel::DeadlineTimer::now(st.self);
   for (const auto& [id, room] : st.rooms)
-    if (room.state.state() == KvState::waiting_for_input && room.kv_deadline <= clock::now())
+    if (room.state.state() == KvState::waiting_for_input && room.kv_deadline <= now)
       late.emplace_back(id, room.prefill);
   for (const auto& [room, prefill] : late)
     fail_room(st, room,
