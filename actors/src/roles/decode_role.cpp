@@ -528,14 +528,6 @@ void on_deadline(DecodeState& st) {
 
 void on_peer_changes(DecodeState& st, const PeerChanges& pc) {
   for (const auto& c : pc.changes) {
-    // A new incarnation of a prefill proves the old one writes nothing any more: it was restarted (the old
-    // process is gone) or it rejoined after the registry dropped it (it drained its writes first).
-    if (c.new_incarnation != 0) {
-      std::vector<uint64_t> done;
-      for (auto& [id, room] : st.quarantine)
-        if (room.prefill == c.id && room.prefill_inc != c.new_incarnation) done.push_back(id);
-      for (uint64_t id : done) end_quarantine(st, id);
-    }
     auto affected = kernel::sharing_lost_peer(st.rooms, c);
     if (!affected.empty())
       spdlog::warn("decode: failing {} room(s) shared with '{}' (incarnation {})", affected.size(), c.id,
@@ -547,6 +539,15 @@ void on_peer_changes(DecodeState& st, const PeerChanges& pc) {
         continue;
       }
       fail_room(st, id, kernel::peer_lost_error(c));
+    }
+    // A new incarnation of a prefill proves the old one writes nothing any more: it was restarted (the old
+    // process is gone) or it rejoined after the registry dropped it (it drained its writes first). After
+    // the sweep, so the rooms it just failed (quarantined: they were waiting for its KV) are freed too.
+    if (c.new_incarnation != 0) {
+      std::vector<uint64_t> done;
+      for (auto& [id, room] : st.quarantine)
+        if (room.prefill == c.id && room.prefill_inc != c.new_incarnation) done.push_back(id);
+      for (uint64_t id : done) end_quarantine(st, id);
     }
     publish_load(st);
   }
