@@ -75,9 +75,9 @@ struct DecodeFixture {
     ctx.engine = engine.get();
     ctx.model = *model;
     // The registry's PEERS, as membership would have applied it.
-    (void)bridge->peers().replace(1, {test::peer("router", "router", kRouterInc),
-                                      test::peer("prefill-0", "prefill", kPrefillInc),
-                                      test::peer("decode-0", "decode", kDecodeInc)});
+    (void)bridge->peers().replace(
+        1, {test::peer("router", "router", kRouterInc), test::peer("prefill-0", "prefill", kPrefillInc),
+            test::peer("decode-0", "decode", kDecodeInc)});
     auto handle = builtin_roles().find("decode")->spawn(ctx);
     REQUIRE(handle.ok());
     role = h.keep(handle->main);
@@ -166,7 +166,8 @@ TEST_CASE("decode: KV_STATUS Failed -> RESULT failed to the router with the caus
   CHECK(f.free_pages() == 16 - kRoomPages);
 }
 
-TEST_CASE("decode: waiting_timeout -> RESULT to the router, ABORT to prefill, pages quarantined until ABORT_ACK") {
+TEST_CASE(
+    "decode: waiting_timeout -> RESULT to the router, ABORT to prefill, pages quarantined until ABORT_ACK") {
   DecodeFixture f;
   f.submit(5);
   f.h.advance(999ms, 999ms);
@@ -219,9 +220,9 @@ TEST_CASE("decode: a prefill restart fails the rooms shared with its old incarna
   // A room placed on another peer's incarnation is untouched by a change of a peer it does not share.
   f.h.run();
   test::sent(*f.bridge);
-  (void)f.bridge->peers().replace(2, {test::peer("router", "router", kRouterInc),
-                                      test::peer("prefill-0", "prefill", kPrefillInc + 1),
-                                      test::peer("decode-0", "decode", kDecodeInc)});
+  (void)f.bridge->peers().replace(
+      2, {test::peer("router", "router", kRouterInc), test::peer("prefill-0", "prefill", kPrefillInc + 1),
+          test::peer("decode-0", "decode", kDecodeInc)});
   f.submit(7);
   caf::anon_send(f.role, PeerChanges{{{"encoder-0", 3, 4}}});
   f.h.run();

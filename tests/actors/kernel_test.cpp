@@ -156,11 +156,11 @@ struct Entry {
 
 TEST_CASE("sharing_lost_peer ends exactly the entries placed on the lost incarnation") {
   std::map<uint64_t, Entry> table;
-  table[1].peers = {{"p", 5}};            // placed on incarnation 5
-  table[2].peers = {{"p", 6}};            // placed on a later incarnation
-  table[3].peers = {{"p", 0}};            // placed before anything was heard of p: any loss of p ends it
-  table[4].peers = {{"q", 5}};            // another peer
-  table[5].peers = {{"", 5}, {"p", 5}};   // an unnamed peer never matches, the named one does
+  table[1].peers = {{"p", 5}};           // placed on incarnation 5
+  table[2].peers = {{"p", 6}};           // placed on a later incarnation
+  table[3].peers = {{"p", 0}};           // placed before anything was heard of p: any loss of p ends it
+  table[4].peers = {{"q", 5}};           // another peer
+  table[5].peers = {{"", 5}, {"p", 5}};  // an unnamed peer never matches, the named one does
   auto ids = [&](PeerDirectory::Change c) { return kernel::sharing_lost_peer(table, c); };
   CHECK(ids({"p", 5, 6}) == std::vector<uint64_t>{1, 3, 5});  // p restarted 5 -> 6
   CHECK(ids({"p", 5, 0}) == std::vector<uint64_t>{1, 3, 5});  // p (5) is gone

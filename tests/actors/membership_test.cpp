@@ -110,7 +110,8 @@ TEST_CASE("registry: a member that misses its heartbeat deadline is expired and 
   CHECK(out[0].as<protocol::ErrorReply>()->in_reply_to == uint16_t(MessageType::heartbeat));
 }
 
-TEST_CASE("registry: a HELLO with a new incarnation is a restart; the old incarnation's messages are refused") {
+TEST_CASE(
+    "registry: a HELLO with a new incarnation is a restart; the old incarnation's messages are refused") {
   RegistryFixture f;
   f.hello("a", 10);
   f.hello("b", 20);
@@ -139,7 +140,8 @@ TEST_CASE("registry: a HELLO with a new incarnation is a restart; the old incarn
 struct RoleProbe {
   std::shared_ptr<std::vector<PeerChanges>> got = std::make_shared<std::vector<PeerChanges>>();
   caf::actor spawn(caf::actor_system& sys) {
-    return sys.spawn([got = got]() -> caf::behavior { return {[got](PeerChanges& pc) { got->push_back(pc); }}; });
+    return sys.spawn(
+        [got = got]() -> caf::behavior { return {[got](PeerChanges& pc) { got->push_back(pc); }}; });
   }
 };
 
@@ -213,8 +215,9 @@ TEST_CASE("membership: unknown_peer about a HEARTBEAT forgets peers, tells the r
   test::sent(*f.bridge);
   f.load->writes_in_flight = 1;  // a write of ours still in flight
 
-  test::deliver(*f.bridge, "router", 1,
-                protocol::ErrorReply{ErrorCode::unknown_peer, "not registered", uint16_t(MessageType::heartbeat), 0});
+  test::deliver(
+      *f.bridge, "router", 1,
+      protocol::ErrorReply{ErrorCode::unknown_peer, "not registered", uint16_t(MessageType::heartbeat), 0});
   f.h.run();
   CHECK_FALSE(f.bridge->peers().find("prefill-0").has_value());
   REQUIRE(f.probe.got->size() == 1);

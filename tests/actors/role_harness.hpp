@@ -24,7 +24,8 @@ using namespace std::chrono_literals;
 
 class Harness {
  public:
-  Harness() : sys_(configure(cfg_)), sched_(dynamic_cast<caf::scheduler::test_coordinator&>(sys_.scheduler())) {
+  Harness()
+      : sys_(configure(cfg_)), sched_(dynamic_cast<caf::scheduler::test_coordinator&>(sys_.scheduler())) {
     // As CAF's own fixture does: no time point the actors see is the clock's epoch.
     sched_.clock().current_time += std::chrono::hours(1);
   }
@@ -120,7 +121,8 @@ std::vector<const Sent*> of_type(const std::vector<Sent>& frames) {
 template <class Msg>
 const Msg& only(const std::vector<Sent>& frames, std::string* to = nullptr) {
   auto found = of_type<Msg>(frames);
-  INFO("frames of type " << protocol::type_name(Msg::kType) << ": " << found.size() << " of " << frames.size());
+  INFO("frames of type " << protocol::type_name(Msg::kType) << ": " << found.size() << " of "
+                         << frames.size());
   REQUIRE(found.size() == 1);
   if (to) *to = found.front()->to;
   return *found.front()->template as<Msg>();
@@ -128,8 +130,10 @@ const Msg& only(const std::vector<Sent>& frames, std::string* to = nullptr) {
 
 // Hands `bridge` a frame from `sender` as its I/O thread would (through our ROUTER, routing id = sender):
 // decoded, checked and routed to the subscribed actor, or answered by the bridge.
-inline void deliver(actors::Bridge& bridge, const std::string& sender, uint64_t incarnation, protocol::Body body) {
-  bridge.receive_frame(sender, true, protocol::encode(protocol::Envelope{sender, incarnation, std::move(body)}));
+inline void deliver(actors::Bridge& bridge, const std::string& sender, uint64_t incarnation,
+                    protocol::Body body) {
+  bridge.receive_frame(sender, true,
+                       protocol::encode(protocol::Envelope{sender, incarnation, std::move(body)}));
 }
 
 inline protocol::PeerInfo peer(const std::string& id, const std::string& role, uint64_t incarnation) {
