@@ -135,7 +135,7 @@ TEST_CASE("decode: SUBMIT allocates pages and sends BOOTSTRAP with the prompt pa
   CHECK(f.free_pages() == 16 - kRoomPages);
 }
 
-TEST_CASE("decode: KV_STATUS Failed -> RESULT failed to the router with the cause; pages freed") {
+TEST_CASE("decode: KV_STATUS Failed -> RESULT failed to the router with the cause, pages freed") {
   DecodeFixture f;
   f.submit(5);
   protocol::KvStatus kv;
@@ -230,7 +230,7 @@ TEST_CASE("decode: a prefill restart fails the rooms shared with its old incarna
   CHECK(f.ctx.load->active_rooms == 1);
 }
 
-TEST_CASE("decode: a restarted prefill proves its old incarnation writes nothing; quarantined pages return") {
+TEST_CASE("decode: a restarted prefill proves its old incarnation writes nothing, quarantined pages return") {
   DecodeFixture f;
   f.submit(5);
   f.h.advance(1000ms, 1000ms);  // waiting_timeout: quarantined

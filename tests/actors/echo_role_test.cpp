@@ -11,7 +11,7 @@ using namespace epd::actors;
 
 namespace {
 
-TEST_CASE("echo: SUBMIT -> RESULT with the prompt reversed, cut to max_tokens; its settings are checked") {
+TEST_CASE("echo: SUBMIT -> RESULT with the prompt reversed, cut to max_tokens, settings checked") {
   test::Harness h;
   auto cfg = config::parse_cluster_config(R"(
 [cluster]

@@ -111,7 +111,7 @@ TEST_CASE("registry: a member that misses its heartbeat deadline is expired and 
 }
 
 TEST_CASE(
-    "registry: a HELLO with a new incarnation is a restart; the old incarnation's messages are refused") {
+    "registry: a HELLO with a new incarnation is a restart, the old incarnation's messages are refused") {
   RegistryFixture f;
   f.hello("a", 10);
   f.hello("b", 20);
