@@ -37,6 +37,27 @@ protocol::Result<std::shared_ptr<Bridge>> Bridge::start(std::string instance_id,
   return bridge;
 }
 
+std::shared_ptr<Bridge> Bridge::start_offline(std::string instance_id, uint64_t incarnation,
+                                              protocol::CodecLimits limits) {
+  std::shared_ptr<Bridge> bridge(new Bridge(instance_id, incarnation, limits));
+  bridge->outbox_ = std::make_unique<Outbox>();
+  bridge->offline_endpoint_ = "offline://" + instance_id;
+  return bridge;
+}
+
+void Bridge::receive_frame(const std::string& from, bool via_router, std::vector<uint8_t> frame) {
+  if (outbox_) on_frame(from, via_router, std::move(frame));
+}
+
+void Bridge::transmit(bool reply, const std::string& to, std::vector<uint8_t> frame) {
+  if (outbox_)
+    outbox_->push(SentFrame{reply, to, std::move(frame)});
+  else if (reply)
+    channel_->reply(to, std::move(frame));
+  else
+    channel_->send(to, std::move(frame));
+}
+
 protocol::Status Bridge::subscribe(MessageType type, caf::actor target) {
   std::lock_guard lock(mu_);
   auto [it, fresh] = routes_.try_emplace(type, target);
@@ -101,12 +122,12 @@ bool Bridge::send(const std::string& peer_id, protocol::Body body) {
 
 void Bridge::send_to_endpoint(const std::string& endpoint, protocol::Body body) {
   ++sent_;
-  channel_->send(endpoint, encode(std::move(body)));
+  transmit(false, endpoint, encode(std::move(body)));
 }
 
 void Bridge::reply(const std::string& routing_id, protocol::Body body) {
   ++sent_;
-  channel_->reply(routing_id, encode(std::move(body)));
+  transmit(true, routing_id, encode(std::move(body)));
 }
 
 void Bridge::answer(const protocol::Envelope& env, protocol::Body body) {
@@ -117,7 +138,7 @@ void Bridge::answer(const protocol::Envelope& env, protocol::Body body) {
 }
 
 void Bridge::forget_peer(const std::string& endpoint) {
-  channel_->forget(endpoint);
+  if (channel_) channel_->forget(endpoint);
 }
 
 void Bridge::reject(const std::string& from, bool via_router, const protocol::Error& error, uint16_t type) {
@@ -125,7 +146,7 @@ void Bridge::reject(const std::string& from, bool via_router, const protocol::Er
   spdlog::warn("bridge: rejected a frame from '{}': {}", from, error.to_string());
   // Reply only to peers that reached our ROUTER, and never to an ERROR (no ping-pong).
   if (!via_router || type == uint16_t(MessageType::error)) return;
-  channel_->reply(from, encode(protocol::ErrorReply{error.code, error.detail, type, 0}));
+  transmit(true, from, encode(protocol::ErrorReply{error.code, error.detail, type, 0}));
 }
 
 // No actor of this process handles the type: an ERROR reply is logged (never answered: no ping-pong); any

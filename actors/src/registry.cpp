@@ -18,7 +18,10 @@ struct RegistryState {
   std::shared_ptr<RegistryView> view;
   std::map<std::string, RegistryEntry> entries;
   uint64_t version = 0;
-  clock::time_point last_tick = clock::now();
+  caf::local_actor* self = nullptr;
+  clock::time_point last_tick;
+  // The actor system's clock (steady_clock; simulated under the test coordinator, so expiry is testable).
+  clock::time_point now() const { return self->clock().now(); }
   static inline const char* name = "registry";
 };
 
@@ -37,7 +40,7 @@ void on_hello(RegistryState& st, const Envelope& env, const protocol::Hello& hel
       it->second.info.control_endpoint == hello.control_endpoint) {
     // A repeated HELLO (our ACK was lost): acknowledge again, nothing changed.
     st.bridge->send_to_endpoint(hello.control_endpoint, protocol::HelloAck{true, "", 0});
-    it->second.last_seen = clock::now();
+    it->second.last_seen = st.now();
     return;
   }
   if (it != st.entries.end())
@@ -56,7 +59,7 @@ void on_hello(RegistryState& st, const Envelope& env, const protocol::Hello& hel
   e.info.load.free_kv_pages = hello.kv_pages_total;
   // Not placed until its first HEARTBEAT says healthy: by then it has our PEERS and can reach its peers.
   e.info.load.healthy = false;
-  e.last_seen = clock::now();
+  e.last_seen = st.now();
   st.entries[env.sender] = std::move(e);
   st.bridge->send_to_endpoint(hello.control_endpoint,
                               protocol::HelloAck{true, "", uint32_t(st.config.heartbeat_interval.count())});
@@ -74,7 +77,7 @@ void on_heartbeat(RegistryState& st, const Envelope& env, const protocol::Heartb
   auto& info = it->second.info;
   const bool health_changed = info.load.healthy != hb.load.healthy;
   info.load = hb.load;
-  it->second.last_seen = clock::now();
+  it->second.last_seen = st.now();
   if (health_changed) {
     spdlog::info("registry: '{}' is now {}", env.sender, hb.load.healthy ? "healthy" : "unhealthy");
     publish(st);
@@ -87,6 +90,8 @@ caf::behavior registry(caf::stateful_actor<RegistryState>* self, BridgePtr bridg
                        std::shared_ptr<RegistryView> view) {
   harden(self, "registry");
   auto& st = self->state;
+  st.self = self;
+  st.last_tick = st.now();
   st.bridge = std::move(bridge);
   st.config = config;
   st.view = std::move(view);
@@ -95,7 +100,7 @@ caf::behavior registry(caf::stateful_actor<RegistryState>* self, BridgePtr bridg
       [=](tick_atom) {
         auto& s = self->state;
         const auto limit = s.config.heartbeat_interval * s.config.misses;
-        const auto now = clock::now();
+        const auto now = s.now();
         // This process itself stalled (starved, stopped): the silence was ours, not the members'. Expiring
         // them all would make the whole cluster fail its rooms and rejoin; give everyone a fresh limit.
         if (now - s.last_tick > limit / 2) {

@@ -292,7 +292,7 @@ void on_submit(DecodeState& st, const Envelope& env, protocol::Submit& s) {
       st.ctx.engine->grant_writes(reinterpret_cast<uint64_t>(st.aux_base), {&aux_unit, 1}, room.fence);
   b.fence = room.fence;
   room.state.advance(KvState::waiting_for_input);
-  room.kv_deadline = clock::now() + st.settings.waiting_timeout;
+  room.kv_deadline = kernel::DeadlineTimer::now(st.self) + st.settings.waiting_timeout;
   const uint64_t id = s.room;
   st.rooms.insert(id, std::move(room));
   publish_load(st);
@@ -514,8 +514,9 @@ void on_cancel(DecodeState& st, const Envelope&, protocol::Cancel& c) {
 void on_deadline(DecodeState& st) {
   st.deadline.fired();
   std::vector<std::pair<uint64_t, std::string>> late;  // room, prefill
+  const auto now = kernel::DeadlineTimer::now(st.self);
   for (const auto& [id, room] : st.rooms)
-    if (room.state.state() == KvState::waiting_for_input && room.kv_deadline <= clock::now())
+    if (room.state.state() == KvState::waiting_for_input && room.kv_deadline <= now)
       late.emplace_back(id, room.prefill);
   for (const auto& [room, prefill] : late)
     fail_room(st, room,
@@ -527,14 +528,6 @@ void on_deadline(DecodeState& st) {
 
 void on_peer_changes(DecodeState& st, const PeerChanges& pc) {
   for (const auto& c : pc.changes) {
-    // A new incarnation of a prefill proves the old one writes nothing any more: it was restarted (the old
-    // process is gone) or it rejoined after the registry dropped it (it drained its writes first).
-    if (c.new_incarnation != 0) {
-      std::vector<uint64_t> done;
-      for (auto& [id, room] : st.quarantine)
-        if (room.prefill == c.id && room.prefill_inc != c.new_incarnation) done.push_back(id);
-      for (uint64_t id : done) end_quarantine(st, id);
-    }
     auto affected = kernel::sharing_lost_peer(st.rooms, c);
     if (!affected.empty())
       spdlog::warn("decode: failing {} room(s) shared with '{}' (incarnation {})", affected.size(), c.id,
@@ -546,6 +539,15 @@ void on_peer_changes(DecodeState& st, const PeerChanges& pc) {
         continue;
       }
       fail_room(st, id, kernel::peer_lost_error(c));
+    }
+    // A new incarnation of a prefill proves the old one writes nothing any more: it was restarted (the old
+    // process is gone) or it rejoined after the registry dropped it (it drained its writes first). After
+    // the sweep, so the rooms it just failed (quarantined: they were waiting for its KV) are freed too.
+    if (c.new_incarnation != 0) {
+      std::vector<uint64_t> done;
+      for (auto& [id, room] : st.quarantine)
+        if (room.prefill == c.id && room.prefill_inc != c.new_incarnation) done.push_back(id);
+      for (uint64_t id : done) end_quarantine(st, id);
     }
     publish_load(st);
   }

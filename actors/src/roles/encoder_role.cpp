@@ -183,7 +183,7 @@ void on_submit(EncoderState& st, const Envelope& env, protocol::Submit& sub) {
   room.router_inc = env.incarnation;
   room.prefill_inc = prefill->incarnation;
   room.slot = (*slot)[0];
-  room.deadline = std::chrono::steady_clock::now() + st.settings.waiting_timeout;
+  room.deadline = kernel::DeadlineTimer::now(st.self) + st.settings.waiting_timeout;
   st.rooms.insert(sub.room, room);
   publish_load(st);
   EncodeJob job{sub.room, std::move(sub.image),
@@ -272,7 +272,7 @@ void on_written(EncoderState& st, TransferDone& d) {
 
 void on_deadline(EncoderState& st) {
   st.deadline.fired();
-  const auto now = std::chrono::steady_clock::now();
+  const auto now = kernel::DeadlineTimer::now(st.self);
   for (uint64_t id :
        st.rooms.ids_where([&](uint64_t, const EncoderRoom& r) { return !r.writing() && r.deadline <= now; }))
     if (auto* r = st.rooms.find(id))

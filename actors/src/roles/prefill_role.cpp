@@ -84,6 +84,7 @@ PrefillRoom& room_for(PrefillState& st, uint64_t id) {
   bool created = false;
   PrefillRoom& r = st.rooms.find_or_create(id, created);
   if (created) {
+    r.created = kernel::DeadlineTimer::now(st.self);
     r.router = st.ctx.cluster->cluster.registry;
     r.worker = uint32_t(id % st.workers.size());
     arm_timeout(st);
@@ -469,7 +470,7 @@ void on_cancel(PrefillState& st, const Envelope&, protocol::Cancel& msg) {
 
 void on_deadline(PrefillState& st) {
   st.deadline.fired();
-  const auto now = clock::now();
+  const auto now = kernel::DeadlineTimer::now(st.self);
   for (uint64_t id : st.rooms.ids_where([&](uint64_t, const PrefillRoom& r) {
          return r.waits_for_inputs() && r.created + st.settings.bootstrap_timeout <= now;
        })) {

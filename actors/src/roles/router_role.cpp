@@ -158,7 +158,7 @@ void respond_error(RouterState& st, uint64_t req_id, const protocol::Error& e) {
   r.error = e.detail;
   r.attempts = p.attempts;
   r.room = p.current.room;
-  r.timings.total_ms = ms_between(p.started, clock::now());
+  r.timings.total_ms = ms_between(p.started, kernel::DeadlineTimer::now(st.self));
   ++st.stats.failed;
   ++st.stats.failure_causes[r.error_code];
   spdlog::warn("router: request {} failed after {} attempt(s): {}", req_id, p.attempts, e.to_string());
@@ -171,7 +171,7 @@ void start_attempt(RouterState& st, uint64_t req_id) {
   Pending& p = st.requests.at(req_id);
   p.current = Attempt{};
   Attempt a;
-  a.started = clock::now();
+  a.started = kernel::DeadlineTimer::now(st.self);
   do a.room = st.rng();
   while (a.room == 0 || st.room_to_request.count(a.room));
   auto decode = pick(st, "decode", p.failed_instances);
@@ -274,7 +274,7 @@ void on_result(RouterState& st, const Envelope& env, protocol::RoomResult& res) 
   Pending& p = st.requests.at(req_id);
   if (res.ok) {
     if (env.sender != p.current.decode) return;
-    const auto now = clock::now();
+    const auto now = kernel::DeadlineTimer::now(st.self);
     GenerateResponse r;
     r.tokens = std::move(res.tokens);
     r.text = model::decode_text(r.tokens);
@@ -321,7 +321,7 @@ void on_tokens(RouterState& st, const Envelope&, protocol::Tokens& t) {
   auto rit = st.room_to_request.find(t.room);
   if (rit == st.room_to_request.end()) return;
   auto& a = st.requests.at(rit->second).current;
-  if (!a.first_token) a.first_token = clock::now();
+  if (!a.first_token) a.first_token = kernel::DeadlineTimer::now(st.self);
 }
 
 using Table = kernel::MessageTable<RouterState>;
@@ -361,7 +361,7 @@ caf::behavior router(caf::stateful_actor<RouterState>* self, RoleContext ctx,
                                      p.request = std::move(req);
                                      p.prompt = std::move(prompt.value());
                                      p.image_tokens = model::count_image_tokens(p.prompt);
-                                     p.started = clock::now();
+                                     p.started = kernel::DeadlineTimer::now(self);
                                      s.requests.emplace(id, std::move(p));
                                      start_attempt(s, id);
                                      arm_timeout(s);
@@ -385,7 +385,7 @@ caf::behavior router(caf::stateful_actor<RouterState>* self, RoleContext ctx,
                                    [=](timeout_atom) {
                                      auto& s = self->state;
                                      s.deadline.fired();
-                                     const auto now = clock::now();
+                                     const auto now = kernel::DeadlineTimer::now(self);
                                      while (!s.requests.empty() && now - s.requests.begin()->second.started >=
                                                                        s.ctx.cluster->cluster.request_timeout)
                                        time_out(s, s.requests.begin()->first);

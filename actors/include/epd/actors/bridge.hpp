@@ -12,6 +12,8 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "epd/actors/caf_types.hpp"
 #include "epd/actors/peer_directory.hpp"
@@ -44,12 +46,44 @@ struct BridgeStats {
   uint64_t sent = 0;
 };
 
+// What an offline bridge sent, in order: each frame as encoded for the wire, with its destination.
+struct SentFrame {
+  bool reply = false;  // true: answered through our ROUTER to routing id `to`; false: sent to endpoint `to`
+  std::string to;
+  std::vector<uint8_t> frame;
+};
+
+// The outbound side of an offline bridge (see Bridge::start_offline). Thread-safe: roles' detached actors
+// send through the bridge too.
+class Outbox {
+ public:
+  void push(SentFrame f) {
+    std::lock_guard lock(mu_);
+    frames_.push_back(std::move(f));
+  }
+  // Everything sent since the last take.
+  std::vector<SentFrame> take() {
+    std::lock_guard lock(mu_);
+    return std::exchange(frames_, {});
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<SentFrame> frames_;
+};
+
 class Bridge {
  public:
   static protocol::Result<std::shared_ptr<Bridge>> start(std::string instance_id, uint64_t incarnation,
                                                          std::string bind_endpoint,
                                                          protocol::CodecLimits limits = {},
                                                          LivenessConfig liveness = {});
+  // A bridge without sockets or I/O thread, for deterministic in-process tests of the actors (CAF's test
+  // coordinator runs them on the test's thread; a ZeroMQ thread would make the order of events random).
+  // Outbound frames are encoded as usual and collected in `outbox()`; inbound frames are handed in by
+  // `receive_frame`, which routes them exactly as the I/O thread would.
+  static std::shared_ptr<Bridge> start_offline(std::string instance_id, uint64_t incarnation,
+                                               protocol::CodecLimits limits = {});
   ~Bridge();
 
   // Messages of `type` go to `target`; an error when another actor already takes them. A type nobody
@@ -79,9 +113,13 @@ class Bridge {
   uint64_t incarnation() const { return incarnation_.load(); }
   // Frames sent from now on carry `incarnation` (an instance that rejoins after the registry expired it).
   void set_incarnation(uint64_t incarnation) { incarnation_.store(incarnation); }
-  const std::string& endpoint() const { return channel_->endpoint(); }
+  const std::string& endpoint() const { return channel_ ? channel_->endpoint() : offline_endpoint_; }
   BridgeStats stats() const;
   void stop();
+
+  // Offline bridges only (null / ignored otherwise).
+  Outbox* outbox() const { return outbox_.get(); }
+  void receive_frame(const std::string& from, bool via_router, std::vector<uint8_t> frame);
 
  private:
   Bridge(std::string id, uint64_t incarnation, protocol::CodecLimits limits);
@@ -91,11 +129,14 @@ class Bridge {
   void unhandled(const protocol::Envelope& env);
   void reject(const std::string& from, bool via_router, const protocol::Error& error, uint16_t type);
   std::vector<uint8_t> encode(protocol::Body body) const;
+  void transmit(bool reply, const std::string& to, std::vector<uint8_t> frame);
 
   const std::string id_;
   std::atomic<uint64_t> incarnation_;
   const protocol::CodecLimits limits_;
   std::unique_ptr<transport::ControlChannel> channel_;
+  std::unique_ptr<Outbox> outbox_;  // set instead of channel_ by start_offline
+  std::string offline_endpoint_;
   PeerDirectory peers_;
   mutable std::mutex mu_;
   std::map<protocol::MessageType, caf::actor> routes_;

@@ -12,11 +12,14 @@ namespace epd::actors::kernel {
 class DeadlineTimer {
  public:
   using clock = std::chrono::steady_clock;
+  // Deadlines are read from the actor system's clock: steady_clock in production, the test coordinator's
+  // simulated clock in the deterministic role tests (tests/actors), where delayed messages fire on it too.
+  static clock::time_point now(const caf::local_actor* self) { return self->clock().now(); }
   // Sends `timeout_atom` to `self` at `due`, unless a timeout is already pending (it re-arms when it fires).
   void arm(caf::event_based_actor* self, std::optional<clock::time_point> due) {
     if (armed_ || !due) return;
     armed_ = true;
-    const auto wait = std::chrono::ceil<std::chrono::milliseconds>(*due - clock::now());
+    const auto wait = std::chrono::ceil<std::chrono::milliseconds>(*due - now(self));
     self->delayed_send(self, std::max(wait, std::chrono::milliseconds(0)), timeout_atom::value);
   }
   // Call first on timeout_atom.

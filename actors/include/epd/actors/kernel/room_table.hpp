@@ -38,8 +38,9 @@ class RoomTable {
     auto node = rooms_.extract(id);
     return std::move(node.mapped());
   }
-  // Removes the room and remembers how it ended.
-  void end(uint64_t id, protocol::Error outcome = {}) {
+  // Removes the room and remembers how it ended (by default: it completed; protocol::Error{} would say
+  // `internal`).
+  void end(uint64_t id, protocol::Error outcome = {protocol::ErrorCode::ok, false, ""}) {
     rooms_.erase(id);
     if (tombstones_ == 0) return;
     if (ended_.insert_or_assign(id, std::move(outcome)).second) order_.push_back(id);

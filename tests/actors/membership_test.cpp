@@ -1,0 +1,266 @@
+// The registry and the membership client under CAF's test coordinator: every frame they send is read from
+// an offline bridge's outbox, every frame they receive is handed to that bridge, and heartbeat deadlines pass
+// by advancing the coordinator's clock.
+#include <catch2/catch.hpp>
+
+#include "epd/actors/membership.hpp"
+#include "registry.hpp"
+#include "role_harness.hpp"
+
+using namespace epd;
+using namespace epd::actors;
+using namespace std::chrono_literals;
+using protocol::ErrorCode;
+using protocol::MessageType;
+
+namespace {
+
+struct RegistryFixture {
+  test::Harness h;
+  BridgePtr bridge = h.offline_bridge("router", 1);
+  std::shared_ptr<RegistryView> view = std::make_shared<RegistryView>();
+  caf::actor registry = h.keep(spawn_registry(h.system(), bridge, RegistryConfig{100ms, 3}, view));
+
+  RegistryFixture() { h.run(); }
+
+  void hello(const std::string& id, uint64_t incarnation, const std::string& role = "decode") {
+    protocol::Hello m;
+    m.role = role;
+    m.control_endpoint = "offline://" + id;
+    m.kv_pages_total = 8;
+    test::deliver(*bridge, id, incarnation, m);
+    h.run();
+  }
+  void heartbeat(const std::string& id, uint64_t incarnation, bool healthy = true) {
+    protocol::Heartbeat hb;
+    hb.load.healthy = healthy;
+    hb.load.free_kv_pages = 5;
+    test::deliver(*bridge, id, incarnation, hb);
+    h.run();
+  }
+};
+
+// The PEERS frames in `frames`, by destination endpoint.
+std::map<std::string, protocol::Peers> peers_by_endpoint(const std::vector<test::Sent>& frames) {
+  std::map<std::string, protocol::Peers> out;
+  for (const auto* f : test::of_type<protocol::Peers>(frames)) out[f->to] = *f->as<protocol::Peers>();
+  return out;
+}
+
+std::vector<std::string> ids(const protocol::Peers& p) {
+  std::vector<std::string> out;
+  for (const auto& i : p.peers) out.push_back(i.instance_id);
+  return out;
+}
+
+TEST_CASE("registry: HELLO is acknowledged and every member gets the new PEERS") {
+  RegistryFixture f;
+  f.hello("a", 10);
+  auto out = test::sent(*f.bridge);
+  std::string to;
+  const auto& ack = test::only<protocol::HelloAck>(out, &to);
+  CHECK(ack.accepted);
+  CHECK(ack.heartbeat_interval_ms == 100);
+  CHECK(to == "offline://a");
+
+  f.hello("b", 20);
+  out = test::sent(*f.bridge);
+  auto peers = peers_by_endpoint(out);
+  REQUIRE(peers.size() == 2);  // both members, each at its own endpoint
+  for (const auto& [_, p] : peers) {
+    CHECK(ids(p) == std::vector<std::string>{"a", "b"});
+    CHECK(p.version == 2);
+    CHECK_FALSE(p.peers.at(1).load.healthy);  // not placed before its first healthy HEARTBEAT
+  }
+  CHECK(f.view->entries().size() == 2);
+
+  // A repeated HELLO of the same incarnation (the ACK was lost) is acknowledged again and changes nothing.
+  f.hello("b", 20);
+  out = test::sent(*f.bridge);
+  CHECK(test::of_type<protocol::HelloAck>(out).size() == 1);
+  CHECK(test::of_type<protocol::Peers>(out).empty());
+}
+
+TEST_CASE("registry: a member that misses its heartbeat deadline is expired and PEERS drops it") {
+  RegistryFixture f;
+  f.hello("a", 10);
+  f.hello("b", 20);
+  f.heartbeat("a", 10);
+  f.heartbeat("b", 20);
+  test::sent(*f.bridge);
+  // The limit is 3 x 100 ms. 'a' keeps beating, 'b' falls silent.
+  for (int i = 0; i < 3; ++i) {
+    f.h.advance(100ms, 100ms);
+    f.heartbeat("a", 10);
+    CHECK(test::of_type<protocol::Peers>(test::sent(*f.bridge)).empty());  // nobody expired yet
+  }
+  f.h.advance(100ms, 100ms);  // 'b' last seen 400 ms ago
+  auto peers = peers_by_endpoint(test::sent(*f.bridge));
+  REQUIRE(peers.size() == 1);  // only the remaining member is told
+  REQUIRE(peers.count("offline://a") == 1);
+  CHECK(ids(peers["offline://a"]) == std::vector<std::string>{"a"});
+  // The expired member's next HEARTBEAT is answered with unknown_peer, on the socket it came from.
+  f.heartbeat("b", 20);
+  auto out = test::sent(*f.bridge);
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].reply);
+  CHECK(out[0].to == "b");
+  REQUIRE(out[0].as<protocol::ErrorReply>());
+  CHECK(out[0].as<protocol::ErrorReply>()->code == ErrorCode::unknown_peer);
+  CHECK(out[0].as<protocol::ErrorReply>()->in_reply_to == uint16_t(MessageType::heartbeat));
+}
+
+TEST_CASE(
+    "registry: a HELLO with a new incarnation is a restart, the old incarnation's messages are refused") {
+  RegistryFixture f;
+  f.hello("a", 10);
+  f.hello("b", 20);
+  test::sent(*f.bridge);
+  f.hello("b", 21);
+  auto peers = peers_by_endpoint(test::sent(*f.bridge));
+  REQUIRE(peers.size() == 2);
+  CHECK(peers["offline://a"].peers.at(1).incarnation == 21);
+  // The old incarnation's GOODBYE does not remove the new one; its HEARTBEAT is unknown.
+  test::deliver(*f.bridge, "b", 20, protocol::Goodbye{"late"});
+  f.h.run();
+  CHECK(test::of_type<protocol::Peers>(test::sent(*f.bridge)).empty());
+  f.heartbeat("b", 20);
+  auto err = test::sent(*f.bridge);
+  REQUIRE(err.size() == 1);
+  CHECK(err[0].as<protocol::ErrorReply>()->code == ErrorCode::unknown_peer);
+  // The new incarnation's GOODBYE does.
+  test::deliver(*f.bridge, "b", 21, protocol::Goodbye{"bye"});
+  f.h.run();
+  auto after = peers_by_endpoint(test::sent(*f.bridge));
+  REQUIRE(after.size() == 1);
+  CHECK(ids(after["offline://a"]) == std::vector<std::string>{"a"});
+}
+
+// A stand-in for the role: records the PeerChanges membership sends it.
+struct RoleProbe {
+  std::shared_ptr<std::vector<PeerChanges>> got = std::make_shared<std::vector<PeerChanges>>();
+  caf::actor spawn(caf::actor_system& sys) {
+    return sys.spawn(
+        [got = got]() -> caf::behavior { return {[got](PeerChanges& pc) { got->push_back(pc); }}; });
+  }
+};
+
+struct MembershipFixture {
+  test::Harness h;
+  BridgePtr bridge = h.offline_bridge("decode-0", 1000);
+  std::shared_ptr<LoadGauge> load = std::make_shared<LoadGauge>();
+  RoleProbe probe;
+  caf::actor role = h.keep(probe.spawn(h.system()));
+  caf::actor membership;
+
+  MembershipFixture() {
+    MembershipConfig mc;
+    mc.registry_endpoint = "offline://router";
+    mc.role = "decode";
+    mc.heartbeat_interval = 100ms;
+    mc.kv_pages_total = 8;
+    membership = h.keep(spawn_membership(h.system(), bridge, mc, load, role));
+    h.run();
+  }
+  // Registers: HELLO_ACK and a PEERS listing `peers` (plus ourselves).
+  void register_with(std::vector<protocol::PeerInfo> peers) {
+    test::deliver(*bridge, "router", 1, protocol::HelloAck{true, "", 100});
+    peers.push_back(test::peer("decode-0", "decode", bridge->incarnation()));
+    test::deliver(*bridge, "router", 1, protocol::Peers{1, peers});
+    h.run();
+  }
+};
+
+TEST_CASE("membership: HELLO until acknowledged, then heartbeats carrying the load gauge") {
+  MembershipFixture f;
+  auto out = test::sent(*f.bridge);
+  std::string to;
+  const auto& hello = test::only<protocol::Hello>(out, &to);
+  CHECK(to == "offline://router");
+  CHECK(hello.role == "decode");
+  CHECK(hello.control_endpoint == "offline://decode-0");
+  CHECK(hello.kv_pages_total == 8);
+  CHECK(out.at(0).env.incarnation == 1000);
+
+  f.h.advance(100ms, 100ms);  // no ACK yet: the tick says HELLO again
+  test::only<protocol::Hello>(test::sent(*f.bridge));
+
+  f.register_with({test::peer("router", "router", 1), test::peer("prefill-0", "prefill", 7)});
+  REQUIRE(f.probe.got->size() == 1);  // the role hears who joined
+  CHECK(f.probe.got->at(0).changes.size() == 3);
+  CHECK(f.bridge->peers().alive("prefill-0"));
+
+  f.load->free_kv_pages = 5;
+  f.load->total_kv_pages = 8;
+  f.load->active_rooms = 2;
+  f.load->quarantined_pages = 1;
+  f.h.advance(100ms, 100ms);
+  auto beats = test::sent(*f.bridge);
+  const auto& hb = test::only<protocol::Heartbeat>(beats);
+  CHECK(test::of_type<protocol::Hello>(beats).empty());
+  CHECK(hb.load.healthy);  // has its PEERS and the gauge is healthy
+  CHECK(hb.load.free_kv_pages == 5);
+  CHECK(hb.load.total_kv_pages == 8);
+  CHECK(hb.load.active_rooms == 2);
+  CHECK(hb.load.quarantined_pages == 1);
+  f.load->healthy = false;
+  f.h.advance(100ms, 100ms);
+  CHECK_FALSE(test::only<protocol::Heartbeat>(test::sent(*f.bridge)).load.healthy);
+}
+
+TEST_CASE("membership: unknown_peer about a HEARTBEAT forgets peers, tells the role, drains, rejoins fresh") {
+  MembershipFixture f;
+  f.register_with({test::peer("router", "router", 1), test::peer("prefill-0", "prefill", 7)});
+  f.probe.got->clear();
+  test::sent(*f.bridge);
+  f.load->writes_in_flight = 1;  // a write of ours still in flight
+
+  test::deliver(
+      *f.bridge, "router", 1,
+      protocol::ErrorReply{ErrorCode::unknown_peer, "not registered", uint16_t(MessageType::heartbeat), 0});
+  f.h.run();
+  CHECK_FALSE(f.bridge->peers().find("prefill-0").has_value());
+  REQUIRE(f.probe.got->size() == 1);
+  bool saw_prefill = false;
+  for (const auto& c : f.probe.got->at(0).changes) {
+    CHECK(c.new_incarnation == 0);  // every peer is gone to us
+    if (c.id == "prefill-0") saw_prefill = c.old_incarnation == 7;
+  }
+  CHECK(saw_prefill);
+
+  // While a write is in flight: no HELLO, no HEARTBEAT, old incarnation kept.
+  f.h.advance(300ms, 2ms);
+  auto out = test::sent(*f.bridge);
+  CHECK(test::of_type<protocol::Hello>(out).empty());
+  CHECK(test::of_type<protocol::Heartbeat>(out).empty());
+  CHECK(f.bridge->incarnation() == 1000);
+  // A PEERS addressed to the incarnation we are leaving is ignored.
+  test::deliver(*f.bridge, "router", 1, protocol::Peers{9, {test::peer("prefill-0", "prefill", 7)}});
+  f.h.run();
+  CHECK_FALSE(f.bridge->peers().find("prefill-0").has_value());
+
+  f.load->writes_in_flight = 0;
+  f.h.advance(2ms, 2ms);  // the next drain poll
+  out = test::sent(*f.bridge);
+  const auto& hello = test::only<protocol::Hello>(out);
+  CHECK(hello.role == "decode");
+  CHECK(f.bridge->incarnation() > 1000);
+  CHECK(test::of_type<protocol::Hello>(out).front()->env.incarnation == f.bridge->incarnation());
+}
+
+TEST_CASE("membership: a PeerEvent (connection lost) marks the peer dead and tells the role at once") {
+  MembershipFixture f;
+  f.register_with({test::peer("prefill-0", "prefill", 7)});
+  f.probe.got->clear();
+  caf::anon_send(f.membership, PeerEvent{"prefill-0", "offline://prefill-0", 7, 0, "test"});
+  f.h.run();
+  CHECK_FALSE(f.bridge->peers().alive("prefill-0"));
+  REQUIRE(f.probe.got->size() == 1);
+  REQUIRE(f.probe.got->at(0).changes.size() == 1);
+  CHECK(f.probe.got->at(0).changes[0].old_incarnation == 7);
+  // Still listed by the registry after (misses + 2) intervals: the peer is used again.
+  f.h.advance(500ms, 100ms);
+  CHECK(f.bridge->peers().alive("prefill-0"));
+}
+
+}  // namespace
