@@ -1,5 +1,5 @@
-// epd-transport-peer: a target engine in its own process for the two-process transport tests.
-//   epd-transport-peer <instance> <offer: shm,tcp> <regions> <bytes per region>
+// transport_peer: a target engine in its own process for the two-process transport tests.
+//   transport_peer <instance> <offer: shm,tcp> <regions> <bytes per region>
 // Prints "DESC <hex descriptor>" once ready, then answers one line per command on stdin:
 //   sum <addr> <len>      -> "SUM <xxh64 as decimal>"
 //   fill <addr> <len> <b> -> "OK" (memset to byte b)

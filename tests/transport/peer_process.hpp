@@ -1,5 +1,5 @@
 #pragma once
-// A target engine in a child process (epd-transport-peer), driven over its stdin/stdout. The destructor
+// A target engine in a child process (transport_peer), driven over its stdin/stdout. The destructor
 // always SIGKILLs and reaps it; every read has a deadline so a stuck child fails the test instead of hanging
 // it.
 #include <sys/types.h>
