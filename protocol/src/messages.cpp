@@ -1,57 +1,24 @@
 #include "epd/protocol/messages.hpp"
 
+#include <utility>
+
 namespace epd::protocol {
 
 MessageType type_of(const Body& body) {
   return std::visit([](const auto& m) { return std::decay_t<decltype(m)>::kType; }, body);
 }
 
+// Each message struct names itself (kType, kName): a new message needs no entry here.
 std::string_view type_name(MessageType type) {
-  switch (type) {
-    case MessageType::hello:
-      return "HELLO";
-    case MessageType::hello_ack:
-      return "HELLO_ACK";
-    case MessageType::peers:
-      return "PEERS";
-    case MessageType::heartbeat:
-      return "HEARTBEAT";
-    case MessageType::goodbye:
-      return "GOODBYE";
-    case MessageType::bootstrap:
-      return "BOOTSTRAP";
-    case MessageType::kv_status:
-      return "KV_STATUS";
-    case MessageType::chunk_ready:
-      return "CHUNK_READY";
-    case MessageType::abort:
-      return "ABORT";
-    case MessageType::abort_ack:
-      return "ABORT_ACK";
-    case MessageType::staging_req:
-      return "STAGING_REQ";
-    case MessageType::staging_rsp:
-      return "STAGING_RSP";
-    case MessageType::watermark:
-      return "WATERMARK";
-    case MessageType::embed_meta:
-      return "EMBED_META";
-    case MessageType::embed_pull:
-      return "EMBED_PULL";
-    case MessageType::embed_done:
-      return "EMBED_DONE";
-    case MessageType::submit:
-      return "SUBMIT";
-    case MessageType::tokens:
-      return "TOKENS";
-    case MessageType::result:
-      return "RESULT";
-    case MessageType::cancel:
-      return "CANCEL";
-    case MessageType::error:
-      return "ERROR";
+  std::string_view name = "UNKNOWN";
+  [&]<size_t... I>(std::index_sequence<I...>) {
+    ((std::variant_alternative_t<I, Body>::kType == type
+          ? void(name = std::variant_alternative_t<I, Body>::kName)
+          : void()),
+     ...);
   }
-  return "UNKNOWN";
+  (std::make_index_sequence<std::variant_size_v<Body>>{});
+  return name;
 }
 
 bool is_known_type(uint64_t raw) {

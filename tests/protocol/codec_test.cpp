@@ -54,6 +54,8 @@ TEST_CASE("every message type round-trips with every field set", "[protocol][cod
     REQUIRE(std::holds_alternative<T>(back->body));
     CHECK(std::get<T>(back->body) == msg);
     CHECK_FALSE(std::get<T>(back->body) == T{});  // the sample really set fields
+    CHECK(type_name(T::kType) == T::kName);        // the name table is the structs' own names
+    CHECK(is_known_type(uint64_t(T::kType)));
     ++types;
   });
   CHECK(types == int(std::variant_size_v<Body>));

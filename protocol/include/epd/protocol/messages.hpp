@@ -162,6 +162,7 @@ struct PeerInfo {
 
 struct Hello {
   static constexpr MessageType kType = MessageType::hello;
+  static constexpr std::string_view kName = "HELLO";
   std::string role;
   std::string control_endpoint;
   std::optional<SegmentDescriptor> segment;
@@ -181,6 +182,7 @@ struct Hello {
 
 struct HelloAck {
   static constexpr MessageType kType = MessageType::hello_ack;
+  static constexpr std::string_view kName = "HELLO_ACK";
   bool accepted = false;
   std::string reason;
   uint32_t heartbeat_interval_ms = 0;
@@ -197,6 +199,7 @@ struct HelloAck {
 // Registry -> members: the full membership after any change.
 struct Peers {
   static constexpr MessageType kType = MessageType::peers;
+  static constexpr std::string_view kName = "PEERS";
   uint64_t version = 0;
   std::vector<PeerInfo> peers;
 
@@ -210,6 +213,7 @@ struct Peers {
 
 struct Heartbeat {
   static constexpr MessageType kType = MessageType::heartbeat;
+  static constexpr std::string_view kName = "HEARTBEAT";
   uint64_t seq = 0;
   LoadReport load{};  // the sender's figures now
 
@@ -223,6 +227,7 @@ struct Heartbeat {
 
 struct Goodbye {
   static constexpr MessageType kType = MessageType::goodbye;
+  static constexpr std::string_view kName = "GOODBYE";
   std::string reason;
 
   bool operator==(const Goodbye&) const = default;
@@ -237,6 +242,7 @@ struct Goodbye {
 // Decode's pre-allocation for a room (sglang's pre-alloc notice).
 struct Bootstrap {
   static constexpr MessageType kType = MessageType::bootstrap;
+  static constexpr std::string_view kName = "BOOTSTRAP";
   uint64_t room = 0;
   std::vector<uint32_t> dst_pages;  // decode pool page indices, in token order
   uint32_t aux_slot = 0;
@@ -258,6 +264,7 @@ struct Bootstrap {
 
 struct KvStatus {
   static constexpr MessageType kType = MessageType::kv_status;
+  static constexpr std::string_view kName = "KV_STATUS";
   uint64_t room = 0;
   KvState state = KvState::bootstrapping;
   ErrorCode code = ErrorCode::ok;
@@ -281,6 +288,7 @@ struct KvStatus {
 
 struct ChunkReady {
   static constexpr MessageType kType = MessageType::chunk_ready;
+  static constexpr std::string_view kName = "CHUNK_READY";
   uint64_t room = 0;
   uint32_t chunk = 0;
   uint64_t offset = 0;  // staging ring offset (staged path)
@@ -308,6 +316,7 @@ struct ChunkReady {
 
 struct Abort {
   static constexpr MessageType kType = MessageType::abort;
+  static constexpr std::string_view kName = "ABORT";
   uint64_t room = 0;
   ErrorCode code = ErrorCode::aborted;
   std::string reason;
@@ -323,6 +332,7 @@ struct Abort {
 
 struct AbortAck {
   static constexpr MessageType kType = MessageType::abort_ack;
+  static constexpr std::string_view kName = "ABORT_ACK";
   uint64_t room = 0;
 
   bool operator==(const AbortAck&) const = default;
@@ -336,6 +346,7 @@ struct AbortAck {
 
 struct StagingReq {
   static constexpr MessageType kType = MessageType::staging_req;
+  static constexpr std::string_view kName = "STAGING_REQ";
   uint64_t room = 0;
   uint32_t chunk = 0;
   uint64_t bytes = 0;
@@ -351,6 +362,7 @@ struct StagingReq {
 
 struct StagingRsp {
   static constexpr MessageType kType = MessageType::staging_rsp;
+  static constexpr std::string_view kName = "STAGING_RSP";
   uint64_t room = 0;
   uint32_t chunk = 0;
   StagingStatus status = StagingStatus::ok;
@@ -373,6 +385,7 @@ struct StagingRsp {
 // Decode's ring consumption report: everything before (round, tail) has been scattered and may be reused.
 struct Watermark {
   static constexpr MessageType kType = MessageType::watermark;
+  static constexpr std::string_view kName = "WATERMARK";
   uint64_t round = 0;
   uint64_t tail = 0;
 
@@ -388,6 +401,7 @@ struct Watermark {
 
 struct EmbedMeta {
   static constexpr MessageType kType = MessageType::embed_meta;
+  static constexpr std::string_view kName = "EMBED_META";
   uint64_t room = 0;
   uint32_t tokens = 0;  // embeddings (image patches)
   uint32_t dim = 0;
@@ -408,6 +422,7 @@ struct EmbedMeta {
 // Prefill names where the encoder may write this room's embeddings (an address in prefill's segment).
 struct EmbedPull {
   static constexpr MessageType kType = MessageType::embed_pull;
+  static constexpr std::string_view kName = "EMBED_PULL";
   uint64_t room = 0;
   uint64_t addr = 0;
   uint64_t bytes = 0;
@@ -429,6 +444,7 @@ struct EmbedPull {
 
 struct EmbedDone {
   static constexpr MessageType kType = MessageType::embed_done;
+  static constexpr std::string_view kName = "EMBED_DONE";
   uint64_t room = 0;
   bool ok = true;
   ErrorCode code = ErrorCode::ok;
@@ -451,6 +467,7 @@ struct EmbedDone {
 // Router -> role. Each role reads the fields it needs: E the image, P the prompt, D the lengths.
 struct Submit {
   static constexpr MessageType kType = MessageType::submit;
+  static constexpr std::string_view kName = "SUBMIT";
   uint64_t room = 0;
   uint32_t attempt = 0;
   std::vector<uint32_t> prompt;  // token ids, with IMAGE placeholders where embeddings go
@@ -479,6 +496,7 @@ struct Submit {
 // Decode -> router: generated tokens, streamed.
 struct Tokens {
   static constexpr MessageType kType = MessageType::tokens;
+  static constexpr std::string_view kName = "TOKENS";
   uint64_t room = 0;
   uint32_t index = 0;  // position of tokens[0] in the generated sequence
   std::vector<uint32_t> tokens;
@@ -495,6 +513,7 @@ struct Tokens {
 // RESULT: terminal report of a room from a role to the router. Stage times are the reporting role's own (µs).
 struct RoomResult {
   static constexpr MessageType kType = MessageType::result;
+  static constexpr std::string_view kName = "RESULT";
   uint64_t room = 0;
   bool ok = false;
   ErrorCode code = ErrorCode::ok;
@@ -524,6 +543,7 @@ struct RoomResult {
 
 struct Cancel {
   static constexpr MessageType kType = MessageType::cancel;
+  static constexpr std::string_view kName = "CANCEL";
   uint64_t room = 0;
   std::string reason;
 
@@ -538,6 +558,7 @@ struct Cancel {
 // Reply to a message that could not be accepted (malformed, unexpected, unknown room ...).
 struct ErrorReply {
   static constexpr MessageType kType = MessageType::error;
+  static constexpr std::string_view kName = "ERROR";
   ErrorCode code = ErrorCode::internal;
   std::string detail;
   uint16_t in_reply_to = 0;  // the offending message's type, 0 if unknown
