@@ -555,12 +555,9 @@ void on_peer_changes(DecodeState& st, const PeerChanges& pc) {
 
 using Table = kernel::MessageTable<DecodeState>;
 
-caf::behavior decode_role(caf::stateful_actor<DecodeState>* self, RoleContext ctx, DecodeSettings settings,
-                          std::shared_ptr<const Table> table) {
-  harden(self, "decode");
-  auto& st = self->state;
-  st.ctx = std::move(ctx);
-  st.self = self;
+caf::behavior decode_role(caf::stateful_actor<DecodeState>* self, RoleContext ctx,
+                          kernel::TablePtr<DecodeState> table, DecodeSettings settings) {
+  auto& st = kernel::start(self, std::move(ctx));
   st.settings = settings;
   st.layout = settings.layout;
   st.pages = PageAllocator(settings.kv_pages);
@@ -616,12 +613,9 @@ protocol::Result<RoleHandle> spawn_decode(RoleContext& ctx, DecodeSettings s) {
       .on<protocol::AbortAck>(on_abort_ack)
       .on<protocol::StagingReq>(on_staging_req)
       .on<protocol::ChunkReady>(on_chunk_ready);
-  RoleHandle h;
-  h.main = ctx.system->spawn(decode_role, ctx, s, table);
-  h.kv_layout = layout;
-  h.kv_pages_total = s.kv_pages;
-  if (auto st = kernel::route(ctx, *table, h.main); !st) return st.error();
-  return h;
+  auto main = kernel::spawn_main(ctx, decode_role, kernel::TablePtr<DecodeState>(table), s);
+  if (!main) return main.error();
+  return RoleHandle{*main, layout, s.kv_pages, {}};
 }
 
 }  // namespace

@@ -27,22 +27,19 @@ void on_submit(EchoState& st, const protocol::Envelope& env, protocol::Submit& s
 
 using Table = kernel::MessageTable<EchoState>;
 
-caf::behavior echo(caf::stateful_actor<EchoState>* self, RoleContext ctx, EchoSettings settings,
-                   std::shared_ptr<const Table> table) {
-  harden(self, "echo");  // peer-change notices and other actor messages it does not handle are dropped
-  self->state.ctx = std::move(ctx);
-  self->state.self = self;
-  self->state.settings = settings;
+// Peer-change notices and other actor messages it does not handle are logged and dropped (kernel::start).
+caf::behavior echo(caf::stateful_actor<EchoState>* self, RoleContext ctx, kernel::TablePtr<EchoState> table,
+                   EchoSettings settings) {
+  kernel::start(self, std::move(ctx)).settings = settings;
   return kernel::role_behavior(self, table, {});
 }
 
 protocol::Result<RoleHandle> spawn_echo(RoleContext& ctx, EchoSettings settings) {
   auto table = std::make_shared<Table>();
   table->on<protocol::Submit>(on_submit);
-  RoleHandle h;
-  h.main = ctx.system->spawn(echo, ctx, settings, table);
-  if (auto st = kernel::route(ctx, *table, h.main); !st) return st.error();
-  return h;
+  auto main = kernel::spawn_main(ctx, echo, kernel::TablePtr<EchoState>(table), settings);
+  if (!main) return main.error();
+  return RoleHandle{*main, std::nullopt, 0, {}};
 }
 
 }  // namespace

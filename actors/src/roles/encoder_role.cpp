@@ -311,12 +311,9 @@ void on_worker_crashed(EncoderState& st, const WorkerCrashed& wc) {
 
 using Table = kernel::MessageTable<EncoderState>;
 
-caf::behavior encoder_role(caf::stateful_actor<EncoderState>* self, RoleContext ctx, EncoderSettings settings,
-                           std::shared_ptr<const Table> table) {
-  harden(self, "encoder");
-  auto& st = self->state;
-  st.ctx = std::move(ctx);
-  st.self = self;
+caf::behavior encoder_role(caf::stateful_actor<EncoderState>* self, RoleContext ctx,
+                           kernel::TablePtr<EncoderState> table, EncoderSettings settings) {
+  auto& st = kernel::start(self, std::move(ctx));
   st.settings = settings;
   st.slot_bytes = uint64_t(st.ctx.model.max_image_patches) * st.ctx.model.d_model * sizeof(float);
   st.slots_base = find_local_region(*st.ctx.engine, kEmbedRegion)->base;
@@ -347,10 +344,9 @@ protocol::Result<RoleHandle> spawn_encoder(RoleContext& ctx, EncoderSettings s) 
   table->on<protocol::Submit>(on_submit)
       .on<protocol::EmbedPull>(on_embed_pull)
       .on<protocol::Cancel>(on_cancel);
-  RoleHandle h;
-  h.main = ctx.system->spawn(encoder_role, ctx, s, table);
-  if (auto st = kernel::route(ctx, *table, h.main); !st) return st.error();
-  return h;
+  auto main = kernel::spawn_main(ctx, encoder_role, kernel::TablePtr<EncoderState>(table), s);
+  if (!main) return main.error();
+  return RoleHandle{*main, std::nullopt, 0, {}};
 }
 
 }  // namespace

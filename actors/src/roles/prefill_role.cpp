@@ -562,12 +562,9 @@ void on_give_up(PrefillState& st, uint64_t id) {
 
 using Table = kernel::MessageTable<PrefillState>;
 
-caf::behavior prefill_role(caf::stateful_actor<PrefillState>* self, RoleContext ctx, PrefillSettings settings,
-                           std::shared_ptr<const Table> table) {
-  harden(self, "prefill");
-  auto& st = self->state;
-  st.ctx = std::move(ctx);
-  st.self = self;
+caf::behavior prefill_role(caf::stateful_actor<PrefillState>* self, RoleContext ctx,
+                           kernel::TablePtr<PrefillState> table, PrefillSettings settings) {
+  auto& st = kernel::start(self, std::move(ctx));
   st.settings = settings;
   st.layout = settings.layout;
   st.pages = PageAllocator(settings.kv_pages);
@@ -632,12 +629,9 @@ protocol::Result<RoleHandle> spawn_prefill(RoleContext& ctx, PrefillSettings s) 
       .on<protocol::Cancel>(on_cancel)
       .on<protocol::StagingRsp>(on_staging_rsp)
       .on<protocol::Watermark>(on_watermark);
-  RoleHandle h;
-  h.main = ctx.system->spawn(prefill_role, ctx, s, table);
-  h.kv_layout = layout;
-  h.kv_pages_total = s.kv_pages;
-  if (auto st = kernel::route(ctx, *table, h.main); !st) return st.error();
-  return h;
+  auto main = kernel::spawn_main(ctx, prefill_role, kernel::TablePtr<PrefillState>(table), s);
+  if (!main) return main.error();
+  return RoleHandle{*main, layout, s.kv_pages, {}};
 }
 
 }  // namespace epd::actors::prefill

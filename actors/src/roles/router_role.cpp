@@ -327,11 +327,8 @@ void on_tokens(RouterState& st, const Envelope&, protocol::Tokens& t) {
 using Table = kernel::MessageTable<RouterState>;
 
 caf::behavior router(caf::stateful_actor<RouterState>* self, RoleContext ctx,
-                     std::chrono::milliseconds unavailable_wait, std::shared_ptr<const Table> table) {
-  harden(self, "router");
-  self->state.ctx = std::move(ctx);
-  self->state.self = self;
-  self->state.unavailable_wait = unavailable_wait;
+                     kernel::TablePtr<RouterState> table, std::chrono::milliseconds unavailable_wait) {
+  kernel::start(self, std::move(ctx)).unavailable_wait = unavailable_wait;
   return kernel::role_behavior(self, table,
                                {
                                    [=](generate_atom, GenerateRequest& req) -> caf::response_promise {
@@ -467,8 +464,10 @@ protocol::Result<RoleHandle> spawn_router(RoleContext& ctx, RouterSettings setti
   http_config.generate.max_tokens_limit = settings.max_tokens_limit;
   auto table = std::make_shared<Table>();
   table->on<protocol::Tokens>(on_tokens).on<protocol::RoomResult>(on_result);
-  RoleHandle h;
-  h.main = ctx.system->spawn(router, ctx, settings.unavailable_wait, table);
+  auto main =
+      kernel::spawn_main(ctx, router, kernel::TablePtr<RouterState>(table), settings.unavailable_wait);
+  if (!main) return main.error();
+  RoleHandle h{*main, std::nullopt, 0, {}};
   auto front = std::make_shared<HttpFront>();
   front->service = std::make_unique<ActorRouterService>(*ctx.system, h.main, ctx.registry,
                                                         ctx.cluster->cluster.request_timeout);
@@ -480,7 +479,6 @@ protocol::Result<RoleHandle> spawn_router(RoleContext& ctx, RouterSettings setti
   }
   spdlog::info("router: HTTP API on http://{}:{}", settings.http_host, *bound);
   h.main->attach_functor([front] { front->api->stop(); });
-  if (auto st = kernel::route(ctx, *table, h.main); !st) return st.error();
   return h;
 }
 

@@ -29,7 +29,8 @@ class MessageTable {
   MessageTable& on(Handler handler) {
     static_assert(std::is_invocable_v<Handler, State&, const protocol::Envelope&, Msg&>,
                   "a handler takes (State&, const protocol::Envelope&, Msg&)");
-    static_assert(!is_membership_message<Msg>, "membership messages belong to the membership/registry actors");
+    static_assert(!is_membership_message<Msg>,
+                  "membership messages belong to the membership/registry actors");
     auto [it, fresh] = handlers_.try_emplace(Msg::kType);
     if (!fresh) duplicate_ = Msg::kType;
     it->second = [handler](State& st, protocol::Envelope& env) { handler(st, env, std::get<Msg>(env.body)); };

@@ -2,6 +2,7 @@
 // The role kernel: what every role is built from, so a role file holds only what is particular to it.
 //   RoleBase        the context, the actor, the deadline timer every role state starts with
 //   MessageTable    one list that subscribes and dispatches the control messages a role handles
+//   start, spawn_main, role_behavior   the boilerplate of a role's actor
 //   RoomTable       rooms by id with bounded tombstones (room_table.hpp)
 //   sharing_lost_peer / peer_lost_error   the one peer-loss sweep (peer_loss.hpp)
 //   SettingsSchema  settings declared once: accepted keys and parsing (settings_schema.hpp)
@@ -37,20 +38,40 @@ struct RoleBase {
 void announce_failure(Bridge& bridge, std::string_view role, uint64_t room, const std::string& router,
                       const protocol::Error& error, bool tell_router = true);
 
+template <class State>
+using TablePtr = std::shared_ptr<const MessageTable<State>>;
+
 // The actor's behaviour: control messages through `table`, then the role's own handlers.
 template <class State>
-caf::behavior role_behavior(caf::stateful_actor<State>* self, std::shared_ptr<const MessageTable<State>> table,
+caf::behavior role_behavior(caf::stateful_actor<State>* self, TablePtr<State> table,
                             caf::message_handler own) {
   caf::message_handler control{[self, table](protocol::Envelope& env) { table->dispatch(self->state, env); }};
   return control.or_else(own);
 }
 
-// Routes `table`'s message types to the role's main actor; on a start-up error the actor is stopped.
+// The first lines of every role's behaviour: hardens the actor (named State::name in its logs) and fills
+// the kernel part of its state.
 template <class State>
-protocol::Status route(RoleContext& ctx, const MessageTable<State>& table, const caf::actor& main) {
-  auto st = table.subscribe(*ctx.bridge, main);
-  if (!st) caf::anon_send_exit(main, caf::exit_reason::user_shutdown);
-  return st;
+State& start(caf::stateful_actor<State>* self, RoleContext ctx) {
+  harden(self, State::name);
+  self->state.ctx = std::move(ctx);
+  self->state.self = self;
+  return self->state;
+}
+
+// Spawns the role's main actor, `behavior(self, ctx, table, args...)`, and routes the table's message types
+// to it; on a start-up error (a type taken twice) the actor is stopped and the error returned.
+template <class State, class... Args>
+protocol::Result<caf::actor> spawn_main(RoleContext& ctx,
+                                        caf::behavior (*behavior)(caf::stateful_actor<State>*, RoleContext,
+                                                                  TablePtr<State>, Args...),
+                                        TablePtr<State> table, Args... args) {
+  auto main = ctx.system->spawn(behavior, ctx, table, std::move(args)...);
+  if (auto st = table->subscribe(*ctx.bridge, main); !st) {
+    caf::anon_send_exit(main, caf::exit_reason::user_shutdown);
+    return st.error();
+  }
+  return main;
 }
 
 // A role's registration from its settings schema: the accepted keys come from the schema, and `spawn`
