@@ -23,6 +23,7 @@ constexpr bool wire_enum_valid(KvDimOrder, uint64_t raw) {
   return raw <= 1;
 }
 
+// Nested in HELLO and PEERS.
 struct KvLayout {
   uint32_t layers = 0;
   uint32_t kv_heads = 0;

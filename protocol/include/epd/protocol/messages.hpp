@@ -64,7 +64,8 @@ constexpr bool wire_enum_valid(StagingStatus, uint64_t raw) {
 
 // ---- membership -------------------------------------------------------------------------------------------
 
-// The staging figures an instance reports in its heartbeats (decode: its ring; prefill: what it staged).
+// Nested in LoadReport: the staging figures an instance reports in its heartbeats (decode: its ring; prefill:
+// what it staged; docs/staging.md).
 struct StagingStats {
   uint64_t ring_bytes = 0;         // decode: ring size
   uint64_t ring_used = 0;          // decode: bytes handed out and not yet consumed
@@ -95,10 +96,12 @@ struct StagingStats {
   }
 };
 
-// The load one instance reports: carried by every HEARTBEAT and, as the registry last heard it, by each PEERS
-// entry; /v1/instances renders it from fields(). The figures are declared once over a `Slot` wrapper:
-// LoadReport holds plain values (the wire form), actors::LoadGauge the same list as std::atomic slots that
-// roles and transfer workers write from their own threads. A new figure is one member and one fields() line.
+// Nested in HEARTBEAT and PeerInfo: an instance's load and failure counters (`/v1/instances` shows the same
+// keys, docs/http-api.md).
+//
+// The figures are declared once over a `Slot` wrapper: LoadReport holds plain values (the wire form),
+// actors::LoadGauge the same list as std::atomic slots that roles and transfer workers write from their own
+// threads. A new figure is one member and one fields() line; /v1/instances renders it from fields().
 template <template <class> class Slot, class Staging>
 struct BasicLoadReport {
   Slot<bool> healthy = true;
@@ -138,6 +141,7 @@ template <class T>
 using PlainSlot = T;
 using LoadReport = BasicLoadReport<PlainSlot, std::optional<StagingStats>>;
 
+// Nested in PEERS: one member, with the `LoadReport` of its last HEARTBEAT.
 struct PeerInfo {
   std::string instance_id;
   std::string role;
@@ -160,6 +164,8 @@ struct PeerInfo {
   }
 };
 
+// Any instance → registry (the router by default), at start and after a restart. Carries the instance's
+// transfer segment and, for prefill/decode, its KV layout.
 struct Hello {
   static constexpr MessageType kType = MessageType::hello;
   static constexpr std::string_view kName = "HELLO";
@@ -180,6 +186,8 @@ struct Hello {
   }
 };
 
+// Registry → instance, in reply to HELLO. `accepted=false` with a reason when e.g. the id is taken by a live
+// instance.
 struct HelloAck {
   static constexpr MessageType kType = MessageType::hello_ack;
   static constexpr std::string_view kName = "HELLO_ACK";
@@ -196,7 +204,8 @@ struct HelloAck {
   }
 };
 
-// Registry -> members: the full membership after any change.
+// Registry → every member after each membership change: the full list (so a member never applies a delta to a
+// stale view).
 struct Peers {
   static constexpr MessageType kType = MessageType::peers;
   static constexpr std::string_view kName = "PEERS";
@@ -211,6 +220,8 @@ struct Peers {
   }
 };
 
+// Instance → registry, every heartbeat interval; carries its `LoadReport` so the router can pick the least
+// loaded instance.
 struct Heartbeat {
   static constexpr MessageType kType = MessageType::heartbeat;
   static constexpr std::string_view kName = "HEARTBEAT";
@@ -225,6 +236,7 @@ struct Heartbeat {
   }
 };
 
+// Instance → registry and peers on clean shutdown, so rooms fail at once instead of after missed heartbeats.
 struct Goodbye {
   static constexpr MessageType kType = MessageType::goodbye;
   static constexpr std::string_view kName = "GOODBYE";
@@ -239,7 +251,8 @@ struct Goodbye {
 
 // ---- KV ---------------------------------------------------------------------------------------------------
 
-// Decode's pre-allocation for a room (sglang's pre-alloc notice).
+// Decode → prefill: decode's pre-allocation for a room (destination pages in token order, the aux slot, how
+// many chunks to expect).
 struct Bootstrap {
   static constexpr MessageType kType = MessageType::bootstrap;
   static constexpr std::string_view kName = "BOOTSTRAP";
@@ -262,6 +275,8 @@ struct Bootstrap {
   }
 };
 
+// Prefill → decode: `success` after the last chunk and the aux record are in decode's memory; `failed` with
+// code and reason at once on any failure. Also decode → prefill to fail a room early.
 struct KvStatus {
   static constexpr MessageType kType = MessageType::kv_status;
   static constexpr std::string_view kName = "KV_STATUS";
@@ -286,6 +301,7 @@ struct KvStatus {
   }
 };
 
+// Prefill → decode: one chunk is in place (staged path: in the staging ring at `offset`/`round`).
 struct ChunkReady {
   static constexpr MessageType kType = MessageType::chunk_ready;
   static constexpr std::string_view kName = "CHUNK_READY";
@@ -314,6 +330,8 @@ struct ChunkReady {
   }
 };
 
+// Either side → the other: stop working on the room; the receiver frees what it holds for it and answers
+// ABORT_ACK.
 struct Abort {
   static constexpr MessageType kType = MessageType::abort;
   static constexpr std::string_view kName = "ABORT";
@@ -330,6 +348,7 @@ struct Abort {
   }
 };
 
+// Reply to ABORT: the sender will not touch the room's memory again.
 struct AbortAck {
   static constexpr MessageType kType = MessageType::abort_ack;
   static constexpr std::string_view kName = "ABORT_ACK";
@@ -344,6 +363,7 @@ struct AbortAck {
 
 // ---- staging ----------------------------------------------------------------------------------------------
 
+// Prefill → decode: asks for ring space for one chunk of a room whose layouts differ.
 struct StagingReq {
   static constexpr MessageType kType = MessageType::staging_req;
   static constexpr std::string_view kName = "STAGING_REQ";
@@ -360,6 +380,8 @@ struct StagingReq {
   }
 };
 
+// Decode → prefill: where the chunk may go (`offset`, `round`) or `oversized` (can never fit: the room
+// fails).
 struct StagingRsp {
   static constexpr MessageType kType = MessageType::staging_rsp;
   static constexpr std::string_view kName = "STAGING_RSP";
@@ -382,7 +404,7 @@ struct StagingRsp {
   }
 };
 
-// Decode's ring consumption report: everything before (round, tail) has been scattered and may be reused.
+// Decode → writers: everything before (`round`, `tail`) has been scattered; that ring space may be reused.
 struct Watermark {
   static constexpr MessageType kType = MessageType::watermark;
   static constexpr std::string_view kName = "WATERMARK";
@@ -399,6 +421,7 @@ struct Watermark {
 
 // ---- embeddings -------------------------------------------------------------------------------------------
 
+// Encoder → prefill: the room's embeddings are computed; their size.
 struct EmbedMeta {
   static constexpr MessageType kType = MessageType::embed_meta;
   static constexpr std::string_view kName = "EMBED_META";
@@ -419,7 +442,8 @@ struct EmbedMeta {
   }
 };
 
-// Prefill names where the encoder may write this room's embeddings (an address in prefill's segment).
+// Prefill → encoder: the landing address in prefill's segment where the encoder writes the embeddings (or a
+// non-ok code when prefill cannot take them).
 struct EmbedPull {
   static constexpr MessageType kType = MessageType::embed_pull;
   static constexpr std::string_view kName = "EMBED_PULL";
@@ -442,6 +466,7 @@ struct EmbedPull {
   }
 };
 
+// Encoder → prefill: the embeddings are in place (`ok`), or the write failed with code and reason.
 struct EmbedDone {
   static constexpr MessageType kType = MessageType::embed_done;
   static constexpr std::string_view kName = "EMBED_DONE";
@@ -464,7 +489,7 @@ struct EmbedDone {
 
 // ---- requests ---------------------------------------------------------------------------------------------
 
-// Router -> role. Each role reads the fields it needs: E the image, P the prompt, D the lengths.
+// Router → encoder, prefill and decode: a room's work. Each role reads the fields it needs.
 struct Submit {
   static constexpr MessageType kType = MessageType::submit;
   static constexpr std::string_view kName = "SUBMIT";
@@ -493,7 +518,7 @@ struct Submit {
   }
 };
 
-// Decode -> router: generated tokens, streamed.
+// Decode → router: generated tokens, streamed as they are produced.
 struct Tokens {
   static constexpr MessageType kType = MessageType::tokens;
   static constexpr std::string_view kName = "TOKENS";
@@ -510,7 +535,8 @@ struct Tokens {
   }
 };
 
-// RESULT: terminal report of a room from a role to the router. Stage times are the reporting role's own (µs).
+// Role → router: the terminal report of a room (RESULT); `ok=false` carries the code and reason of the
+// failure.
 struct RoomResult {
   static constexpr MessageType kType = MessageType::result;
   static constexpr std::string_view kName = "RESULT";
@@ -541,6 +567,7 @@ struct RoomResult {
   }
 };
 
+// Router → roles: the client gave up or the router retries elsewhere; the roles abort the room.
 struct Cancel {
   static constexpr MessageType kType = MessageType::cancel;
   static constexpr std::string_view kName = "CANCEL";
@@ -555,7 +582,8 @@ struct Cancel {
   }
 };
 
-// Reply to a message that could not be accepted (malformed, unexpected, unknown room ...).
+// Any → sender of a frame that could not be accepted (malformed, unexpected in the room's state, unknown
+// room).
 struct ErrorReply {
   static constexpr MessageType kType = MessageType::error;
   static constexpr std::string_view kName = "ERROR";

@@ -13,6 +13,7 @@ namespace epd::protocol {
 // The format of SegmentDescriptor::backends this build writes and reads (0: the peer published none).
 inline constexpr uint32_t kBackendInfoVersion = 1;
 
+// Nested in SegmentDescriptor.
 struct RegionDesc {
   uint32_t id = 0;
   std::string name;
@@ -29,6 +30,7 @@ struct RegionDesc {
   }
 };
 
+// Nested in HELLO and PEERS; built by the transport engine.
 struct SegmentDescriptor {
   std::string instance_id;
   std::string host_id;       // same host_id => shared memory is possible
