@@ -14,13 +14,6 @@ namespace {
 using protocol::ErrorCode;
 using protocol::make_error;
 
-#define EPD_TRY_ASSIGN(lhs, expr) \
-  do {                            \
-    auto r_ = (expr);             \
-    if (!r_) return r_.error();   \
-    lhs = std::move(r_.value());  \
-  } while (0)
-
 protocol::Error bad(const std::filesystem::path& file, const std::string& what) {
   return make_error(ErrorCode::config_error, file.string() + ": " + what);
 }
@@ -96,24 +89,23 @@ Result<ClusterConfig> parse_cluster_config(std::string_view text, const std::fil
         !st)
       return st.error();
     auto& c = cfg.cluster;
-    EPD_TRY_ASSIGN(c.name, s.get_string("name", c.name));
-    EPD_TRY_ASSIGN(c.registry, s.get_string("registry", c.registry));
-    EPD_TRY_ASSIGN(c.heartbeat_interval, s.get_ms("heartbeat_interval_ms", c.heartbeat_interval));
-    uint64_t misses = 0;
-    EPD_TRY_ASSIGN(misses, s.get_uint("heartbeat_misses", c.heartbeat_misses, 1, 1000));
-    c.heartbeat_misses = uint32_t(misses);
-    EPD_TRY_ASSIGN(c.request_timeout, s.get_ms("request_timeout_ms", c.request_timeout));
-    uint64_t attempts = 0;
-    EPD_TRY_ASSIGN(attempts, s.get_uint("max_attempts", c.max_attempts, 1, 100));
-    c.max_attempts = uint32_t(attempts);
+    protocol::FirstError e;
+    e.take(c.name, s.get_string("name", c.name))
+        .take(c.registry, s.get_string("registry", c.registry))
+        .take(c.heartbeat_interval, s.get_ms("heartbeat_interval_ms", c.heartbeat_interval))
+        .take(c.heartbeat_misses, s.get_uint("heartbeat_misses", c.heartbeat_misses, 1, 1000))
+        .take(c.request_timeout, s.get_ms("request_timeout_ms", c.request_timeout))
+        .take(c.max_attempts, s.get_uint("max_attempts", c.max_attempts, 1, 100));
+    if (!e.status()) return e.status().error();
     if (c.heartbeat_interval.count() == 0) return bad(file, "[cluster] heartbeat_interval_ms must be > 0");
   }
   {
     auto s = settings_of(root["model"].as_table(), file.string() + " [model]");
     if (auto st = s.only_keys({"preset", "path"}); !st) return st.error();
-    EPD_TRY_ASSIGN(cfg.model.preset, s.get_string("preset", cfg.model.preset));
     std::string path;
-    EPD_TRY_ASSIGN(path, s.get_string("path", ""));
+    protocol::FirstError e;
+    e.take(cfg.model.preset, s.get_string("preset", cfg.model.preset)).take(path, s.get_string("path", ""));
+    if (!e.status()) return e.status().error();
     if (!path.empty()) {
       cfg.model.path = path;
       if (cfg.model.path.is_relative()) cfg.model.path = file.parent_path() / cfg.model.path;
@@ -130,9 +122,11 @@ Result<ClusterConfig> parse_cluster_config(std::string_view text, const std::fil
     if (!t) return bad(file, "[[instance]] #" + std::to_string(i + 1) + " is not a table");
     InstanceConfig inst;
     auto base = settings_of(t, file.string() + " [[instance]] #" + std::to_string(i + 1));
-    EPD_TRY_ASSIGN(inst.id, base.get_string("id", ""));
-    EPD_TRY_ASSIGN(inst.role, base.get_string("role", ""));
-    EPD_TRY_ASSIGN(inst.control, base.get_string("control", ""));
+    protocol::FirstError e;
+    e.take(inst.id, base.get_string("id", ""))
+        .take(inst.role, base.get_string("role", ""))
+        .take(inst.control, base.get_string("control", ""));
+    if (!e.status()) return e.status().error();
     if (!protocol::valid_instance_id(inst.id))
       return bad(file, "[[instance]] #" + std::to_string(i + 1) +
                            ": 'id' must be 1..64 printable ASCII characters without spaces");
@@ -168,7 +162,11 @@ Result<transport::EngineConfig> engine_config_for(const InstanceConfig& inst) {
   transport::EngineConfig e;
   e.instance_id = inst.id;
   std::string backend;
-  EPD_TRY_ASSIGN(backend, s.get_string("backend", "auto"));
+  protocol::FirstError read;
+  if (!read.take(backend, s.get_string("backend", "auto"))
+           .take(e.host, s.get_string("host", e.host))
+           .status())
+    return read.status().error();
   if (backend != "auto") {
     if (!transport::find_backend(backend))
       return make_error(ErrorCode::config_error, s.where() + ": key 'backend' must be auto, " +
@@ -177,28 +175,23 @@ Result<transport::EngineConfig> engine_config_for(const InstanceConfig& inst) {
     e.force = backend;
     e.offer = {backend};  // an instance told to speak one backend serves only that one too
   }
-  EPD_TRY_ASSIGN(e.host, s.get_string("host", e.host));
   e.options.where = s.where();
   for (const transport::BackendPlugin* p : transport::backend_plugins()) {
     for (std::string_view key : p->option_keys) {
-      std::optional<Settings::Scalar> value;
-      EPD_TRY_ASSIGN(value, s.get_scalar(key));
-      if (value) e.options.set(std::string(key), std::move(*value));
+      auto value = s.get_scalar(key);
+      if (!value) return value.error();
+      if (*value) e.options.set(std::string(key), std::move(**value));
     }
   }
   if (auto st = transport::check_backend_options(e.options); !st) return st.error();
-  double rate = 0;
-  EPD_TRY_ASSIGN(rate, s.get_double("fault_error_rate", 0.0));
-  if (rate < 0 || rate > 1)
+  read.take(e.fault.error_rate, s.get_double("fault_error_rate", 0.0))
+      .take(e.fault.delay_us, s.get_uint("fault_delay_us", 0, 0, 60'000'000))
+      .take(e.fault.stall_us, s.get_uint("fault_stall_us", 0, 0, 60'000'000))
+      .take(e.fault.throw_after_ops, s.get_uint("fault_throw_after_ops", 0))
+      .take(e.fault.seed, s.get_uint("fault_seed", 1));
+  if (!read.status()) return read.status().error();
+  if (e.fault.error_rate < 0 || e.fault.error_rate > 1)
     return make_error(ErrorCode::config_error, s.where() + ": fault_error_rate must be in [0, 1]");
-  e.fault.error_rate = rate;
-  uint64_t v = 0;
-  EPD_TRY_ASSIGN(v, s.get_uint("fault_delay_us", 0, 0, 60'000'000));
-  e.fault.delay_us = uint32_t(v);
-  EPD_TRY_ASSIGN(v, s.get_uint("fault_stall_us", 0, 0, 60'000'000));
-  e.fault.stall_us = uint32_t(v);
-  EPD_TRY_ASSIGN(e.fault.throw_after_ops, s.get_uint("fault_throw_after_ops", 0));
-  EPD_TRY_ASSIGN(e.fault.seed, s.get_uint("fault_seed", 1));
   e.fault.enabled =
       e.fault.error_rate > 0 || e.fault.delay_us > 0 || e.fault.stall_us > 0 || e.fault.throw_after_ops > 0;
   return e;

@@ -63,4 +63,26 @@ class [[nodiscard]] Result<void> {
 
 using Status = Result<void>;
 
+// Reads several values into fields in order, keeping the first error, for parsers of many keys:
+//   FirstError e;
+//   e.take(c.lanes, o.get_uint("tcp_lanes", c.lanes, 1, 64)).take(c.timeout, o.get_ms("timeout_ms",
+//   c.timeout)); if (auto st = e.status(); !st) return st.error();
+// Every read runs (they are pure), in order; fields after the first error are left alone.
+class FirstError {
+ public:
+  template <class T, class U>
+  FirstError& take(T& field, Result<U> read) {
+    if (!error_.ok()) return *this;
+    if (read)
+      field = T(std::move(read.value()));
+    else
+      error_ = read.error();
+    return *this;
+  }
+  const Status& status() const { return error_; }
+
+ private:
+  Status error_;
+};
+
 }  // namespace epd::protocol
