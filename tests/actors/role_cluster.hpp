@@ -148,4 +148,12 @@ inline std::vector<Sent> to_node(const std::vector<Sent>& frames, const std::str
   return out;
 }
 
+// The frames in `frames` that node `id` sent.
+inline std::vector<Sent> from_node(const std::vector<Sent>& frames, const std::string& id) {
+  std::vector<Sent> out;
+  for (const auto& f : frames)
+    if (f.env.sender == id) out.push_back(f);
+  return out;
+}
+
 }  // namespace epd::test
