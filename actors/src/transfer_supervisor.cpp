@@ -134,6 +134,7 @@ TransferPool spawn_transfer_pool(caf::event_based_actor* role, const RoleContext
   SupervisorState tmp;
   tmp.engine = ctx.engine;
   tmp.bridge = ctx.bridge;
+  config.worker.detached = ctx.detached_workers;
   tmp.config = config;
   tmp.load = ctx.load;
   for (uint32_t i = 0; i < config.workers; ++i) workers->push_back(spawn_worker(*ctx.system, tmp, i));

@@ -240,7 +240,8 @@ caf::behavior worker(caf::stateful_actor<WorkerState>* self, transport::Engine* 
 
 caf::actor spawn_transfer_worker(caf::actor_system& system, transport::Engine& engine, BridgePtr bridge,
                                  TransferWorkerConfig config) {
-  return system.spawn<caf::detached>(worker, &engine, std::move(bridge), std::move(config));
+  const bool detached = config.detached;
+  return spawn_worker_actor(system, detached, worker, &engine, std::move(bridge), std::move(config));
 }
 
 }  // namespace epd::actors

@@ -6,7 +6,8 @@
 // CAF_FAIL), which cannot share a binary with Catch2's main. The coordinator itself is plain CAF: with
 // scheduler.policy = testing every scheduled actor runs on the test's thread, one message at a time, when
 // the test calls run(), and delayed messages fire only when the test advances the coordinator's clock
-// (advance_time), so no test sleeps or depends on timing. Detached actors still get their own thread.
+// (advance_time), so no test sleeps or depends on timing. Detached actors still get their own thread: roles
+// spawned with RoleContext::detached_workers = false run their compute and transfer actors scheduled too.
 #include <caf/all.hpp>
 #include <caf/scheduler/test_coordinator.hpp>
 #include <catch2/catch.hpp>

@@ -132,7 +132,9 @@ caf::behavior decode_loop(caf::stateful_actor<LoopState>* self, BridgePtr bridge
 
 caf::actor spawn_decode_loop(caf::actor_system& system, BridgePtr bridge, DecodeLoopConfig config,
                              caf::actor role) {
-  return system.spawn<caf::detached>(decode_loop, std::move(bridge), std::move(config), std::move(role));
+  const bool detached = config.detached;
+  return spawn_worker_actor(system, detached, decode_loop, std::move(bridge), std::move(config),
+                            std::move(role));
 }
 
 }  // namespace epd::actors

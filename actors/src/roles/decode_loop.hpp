@@ -36,6 +36,7 @@ struct DecodeLoopConfig {
   model::ModelConfig model;
   model::KvPool pool;
   uint32_t max_batch = 16;
+  bool detached = true;  // RoleContext::detached_workers
 };
 
 caf::actor spawn_decode_loop(caf::actor_system& system, BridgePtr bridge, DecodeLoopConfig config,

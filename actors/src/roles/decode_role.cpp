@@ -580,6 +580,7 @@ caf::behavior decode_role(caf::stateful_actor<DecodeState>* self, RoleContext ct
   lc.model = st.ctx.model;
   lc.pool = st.pool;
   lc.max_batch = settings.max_batch;
+  lc.detached = st.ctx.detached_workers;
   st.loop = spawn_decode_loop(*st.ctx.system, st.ctx.bridge, lc, caf::actor_cast<caf::actor>(self));
   self->link_to(st.loop);
   publish_load(st);

@@ -322,8 +322,8 @@ caf::behavior encoder_role(caf::stateful_actor<EncoderState>* self, RoleContext 
   sc.name = "encoder-transfer";
   sc.workers = settings.transfer_workers;
   st.workers.start(self, st.ctx, sc);
-  st.compute =
-      st.ctx.system->spawn<caf::detached>(encode_compute, st.ctx.model, caf::actor_cast<caf::actor>(self));
+  st.compute = spawn_worker_actor(*st.ctx.system, st.ctx.detached_workers, encode_compute, st.ctx.model,
+                                  caf::actor_cast<caf::actor>(self));
   self->link_to(st.compute);
   publish_load(st);
   return kernel::role_behavior(self, table,

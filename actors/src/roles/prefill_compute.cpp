@@ -61,9 +61,9 @@ caf::behavior prefill_compute(caf::stateful_actor<ComputeState>* self, model::Mo
 
 }  // namespace
 
-caf::actor spawn_prefill_compute(caf::actor_system& system, model::ModelConfig model, model::KvPool pool,
-                                 caf::actor role) {
-  return system.spawn<caf::detached>(prefill_compute, std::move(model), pool, std::move(role));
+caf::actor spawn_prefill_compute(caf::actor_system& system, bool detached, model::ModelConfig model,
+                                 model::KvPool pool, caf::actor role) {
+  return spawn_worker_actor(system, detached, prefill_compute, std::move(model), pool, std::move(role));
 }
 
 }  // namespace epd::actors

@@ -29,8 +29,9 @@ struct ChunkComputed {
   uint64_t compute_us = 0;
 };
 
-caf::actor spawn_prefill_compute(caf::actor_system& system, model::ModelConfig model, model::KvPool pool,
-                                 caf::actor role);
+// `detached`: RoleContext::detached_workers.
+caf::actor spawn_prefill_compute(caf::actor_system& system, bool detached, model::ModelConfig model,
+                                 model::KvPool pool, caf::actor role);
 
 }  // namespace epd::actors
 

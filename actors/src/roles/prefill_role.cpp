@@ -582,7 +582,7 @@ caf::behavior prefill_role(caf::stateful_actor<PrefillState>* self, RoleContext 
   sc.name = "prefill-transfer";
   sc.workers = settings.transfer_workers;
   st.workers.start(self, st.ctx, sc);
-  st.compute = spawn_prefill_compute(*st.ctx.system, st.ctx.model,
+  st.compute = spawn_prefill_compute(*st.ctx.system, st.ctx.detached_workers, st.ctx.model,
                                      model::KvPool{reinterpret_cast<std::byte*>(kv->base), st.layout},
                                      caf::actor_cast<caf::actor>(self));
   self->link_to(st.compute);

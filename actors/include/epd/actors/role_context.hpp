@@ -24,6 +24,9 @@ struct RoleContext {
   model::ModelConfig model;
   std::shared_ptr<LoadGauge> load = std::make_shared<LoadGauge>();
   std::shared_ptr<RegistryView> registry;  // set in the process that hosts the registry
+  // Compute and transfer actors get their own threads (their work blocks). Tests set false so CAF's test
+  // coordinator runs them like every other actor, one message at a time on the test's thread.
+  bool detached_workers = true;
 };
 
 // What a spawned role tells the runner: its main actor (receives everything not subscribed elsewhere and

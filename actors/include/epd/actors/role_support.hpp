@@ -35,6 +35,14 @@ protocol::RoomResult failure_result(uint64_t room, const protocol::Error& error)
 // instead of CAF's defaults (print, or quit the actor), so one stray message can never stop a role.
 void harden(caf::scheduled_actor* self, const std::string& name);
 
+// Spawns a compute or transfer actor: detached (its own thread) in production, scheduled when `detached` is
+// false (RoleContext::detached_workers, set by tests so the test coordinator runs it).
+template <class F, class... Ts>
+caf::actor spawn_worker_actor(caf::actor_system& system, bool detached, F fn, Ts&&... xs) {
+  if (detached) return system.spawn<caf::detached>(fn, std::forward<Ts>(xs)...);
+  return system.spawn(fn, std::forward<Ts>(xs)...);
+}
+
 uint64_t micros_since(std::chrono::steady_clock::time_point t0);
 
 }  // namespace epd::actors

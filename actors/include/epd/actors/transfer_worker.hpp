@@ -45,6 +45,7 @@ struct TransferWorkerConfig {
   uint32_t failure_window = 20;         // outcomes kept per session
   uint32_t failure_threshold_pct = 50;  // recycle a session at this failure rate (0 = never)
   std::shared_ptr<LoadGauge> counters;  // retries, failures, recycled sessions (may be null)
+  bool detached = true;                 // RoleContext::detached_workers
 };
 
 caf::actor spawn_transfer_worker(caf::actor_system& system, transport::Engine& engine, BridgePtr bridge,

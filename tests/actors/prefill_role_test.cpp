@@ -1,0 +1,303 @@
+// The prefill role under CAF's test coordinator with a real decode role next to it (role_cluster.hpp): its
+// compute actor, its transfer worker and decode's loop run scheduled, the KV pages and the aux record land
+// in decode's pool over shm, and decode streams the tokens. The router and the encoders are played by the
+// test (for the image pipeline the encoder is a real role too). Tokens are compared with the colocated
+// model::generate.
+#include <catch2/catch.hpp>
+
+#include "epd/model/generate.hpp"
+#include "epd/model/image.hpp"
+#include "epd/model/tokens.hpp"
+#include "role_cluster.hpp"
+
+using namespace epd;
+using namespace epd::actors;
+using namespace std::chrono_literals;
+using protocol::ErrorCode;
+
+namespace {
+
+constexpr uint64_t kRouterInc = 11, kPrefillInc = 22, kDecodeInc = 33, kEncoderInc = 44,
+                   kOtherEncoderInc = 55;
+constexpr uint32_t kMaxTokens = 6;
+
+const char* kCluster = R"(
+[cluster]
+registry = "router"
+[model]
+preset = "tiny"
+[transport]
+backend = "shm"
+[defaults.prefill]
+kv_pages = 16
+chunk_tokens = 8
+transfer_workers = 1
+bootstrap_timeout_ms = 1000
+[defaults.decode]
+kv_pages = 16
+aux_slots = 4
+waiting_timeout_ms = 60000
+staging_ring_bytes = 0
+[[instance]]
+id = "router"
+role = "router"
+control = "tcp://127.0.0.1:17990"
+[[instance]]
+id = "prefill-0"
+role = "prefill"
+control = "tcp://127.0.0.1:17991"
+[[instance]]
+id = "decode-0"
+role = "decode"
+control = "tcp://127.0.0.1:17992"
+[[instance]]
+id = "encoder-0"
+role = "encoder"
+control = "tcp://127.0.0.1:17993"
+[[instance]]
+id = "encoder-1"
+role = "encoder"
+control = "tcp://127.0.0.1:17994"
+)";
+
+struct PrefillFixture {
+  test::RoleCluster c{kCluster};
+  test::Node& prefill = c.add("prefill-0", kPrefillInc);
+  test::Node& decode = c.add("decode-0", kDecodeInc);
+  test::Node& encoder;
+  test::Node& other_encoder = c.add("encoder-1", kOtherEncoderInc, false);
+
+  // `real_encoder`: encoder-0 runs the encoder role; else the test plays it.
+  explicit PrefillFixture(bool real_encoder = false)
+      : encoder(c.add("encoder-0", kEncoderInc, real_encoder)) {
+    c.publish(kRouterInc);
+    REQUIRE(prefill_free_pages() == 16);
+  }
+
+  std::vector<uint32_t> prompt(std::string_view text, std::optional<model::ImageDims> image = {}) {
+    auto p = model::build_prompt(c.model(), text, image);
+    REQUIRE(p.ok());
+    return *p;
+  }
+  // The router's SUBMIT to prefill (nothing runs yet).
+  void submit_prefill(uint64_t room, const std::vector<uint32_t>& prompt, std::string encoder = "") {
+    protocol::Submit s;
+    s.room = room;
+    s.prompt = prompt;
+    s.image_tokens = model::count_image_tokens(prompt);
+    s.max_tokens = kMaxTokens;
+    s.encoder = std::move(encoder);
+    s.prefill = "prefill-0";
+    s.decode = "decode-0";
+    c.send("router", kRouterInc, "prefill-0", std::move(s));
+  }
+  // The router's SUBMIT to decode, which answers with BOOTSTRAP to prefill.
+  void submit_decode(uint64_t room, const std::vector<uint32_t>& prompt) {
+    protocol::Submit s;
+    s.room = room;
+    s.prompt = prompt;
+    s.max_tokens = kMaxTokens;
+    s.prefill = "prefill-0";
+    s.decode = "decode-0";
+    c.send("router", kRouterInc, "decode-0", std::move(s));
+  }
+  std::vector<uint32_t> colocated(std::string_view text, const model::Image* image = nullptr) {
+    auto runner = model::make_reference_runner(c.model());
+    REQUIRE(runner.ok());
+    model::GenerateOptions o;
+    o.max_tokens = kMaxTokens;
+    o.chunk = 8;
+    auto r = model::generate(**runner, text, image, o);
+    REQUIRE(r.ok());
+    return r->tokens;
+  }
+
+  uint32_t prefill_free_pages() const { return prefill.ctx.load->free_kv_pages.load(); }
+  // Nothing of any room is held by prefill.
+  void check_prefill_idle() const {
+    CHECK(prefill.ctx.load->active_rooms == 0);
+    CHECK(prefill.ctx.load->free_kv_pages == 16);
+    CHECK(prefill.ctx.load->free_slots == prefill.ctx.load->total_slots);
+    CHECK(prefill.ctx.load->writes_in_flight == 0);
+  }
+};
+
+const protocol::RoomResult& only_result(const std::vector<test::Sent>& out) {
+  return test::only<protocol::RoomResult>(out);
+}
+
+TEST_CASE("prefill: SUBMIT and BOOTSTRAP in either order run the room, decode streams the colocated tokens") {
+  PrefillFixture f;
+  const auto prompt = f.prompt("the quick brown fox");  // 20 tokens: 3 chunks, 2 pages
+  std::vector<test::Sent> out;
+  SECTION("SUBMIT first") {
+    f.submit_prefill(5, prompt);
+    CHECK(f.c.pump().empty());
+    CHECK(f.prefill.ctx.load->active_rooms == 1);
+    f.submit_decode(5, prompt);
+    out = f.c.pump();
+  }
+  SECTION("BOOTSTRAP first") {
+    f.submit_decode(5, prompt);
+    CHECK(f.c.pump().empty());  // BOOTSTRAP went to prefill, which waits for SUBMIT
+    CHECK(f.prefill.ctx.load->active_rooms == 1);
+    f.submit_prefill(5, prompt);
+    out = f.c.pump();
+  }
+  std::string to;
+  const auto& r = only_result(out);
+  CHECK(r.room == 5);
+  CHECK(r.ok);
+  CHECK(r.tokens == f.colocated("the quick brown fox"));
+  CHECK(r.tokens.size() == kMaxTokens);
+  CHECK(test::of_type<protocol::Tokens>(out).size() == r.tokens.size());
+  f.check_prefill_idle();
+  CHECK(f.decode.ctx.load->free_kv_pages == 16);
+  CHECK(f.decode.ctx.load->active_rooms == 0);
+}
+
+TEST_CASE(
+    "pipeline: encoder, prefill and decode in one process give the colocated tokens of an image prompt") {
+  PrefillFixture f(true);
+  const auto image = model::make_test_image(32, 24, 7);
+  const auto prompt = f.prompt("what is this", model::ImageDims{32, 24});
+  REQUIRE(model::count_image_tokens(prompt) == 12);
+  protocol::Submit enc;
+  enc.room = 9;
+  enc.image = model::encode_ppm(image);
+  enc.prefill = "prefill-0";
+  f.c.send("router", kRouterInc, "encoder-0", enc);
+  f.submit_prefill(9, prompt, "encoder-0");
+  f.submit_decode(9, prompt);
+  auto out = f.c.pump();
+  const auto& r = only_result(out);
+  CHECK(r.ok);
+  CHECK(r.tokens == f.colocated("what is this", &image));
+  f.check_prefill_idle();
+  CHECK(f.encoder.ctx.load->active_rooms == 0);
+  CHECK(f.encoder.ctx.load->free_slots == f.encoder.ctx.load->total_slots);
+}
+
+TEST_CASE("prefill: BOOTSTRAP never comes -> bootstrap_timeout, nothing held, the ended room stays ended") {
+  PrefillFixture f;
+  const auto prompt = f.prompt("x", model::ImageDims{16, 16});  // 4 image tokens
+  f.submit_prefill(5, prompt, "encoder-0");
+  f.c.h.advance(999ms, 999ms);
+  CHECK(f.c.pump().empty());
+  f.c.h.advance(1ms);
+  auto out = f.c.pump();
+  std::string to;
+  const auto& r = test::only<protocol::RoomResult>(out, &to);
+  CHECK(to == "offline://router");
+  CHECK_FALSE(r.ok);
+  CHECK(r.code == ErrorCode::bootstrap_timeout);
+  CHECK_THAT(r.reason, Catch::Contains("BOOTSTRAP"));
+  f.check_prefill_idle();
+
+  // A late SUBMIT or BOOTSTRAP does not revive it (tombstone).
+  f.submit_prefill(5, prompt, "encoder-0");
+  f.submit_decode(5, prompt);
+  out = f.c.pump();
+  CHECK(test::from_node(out, "prefill-0").empty());
+  CHECK(f.prefill.ctx.load->active_rooms == 0);
+
+  // The encoder, still working for it, is told the room's real cause.
+  f.c.send("encoder-0", kEncoderInc, "prefill-0", protocol::EmbedMeta{5, 4, 64, 4 * 64 * 4});
+  out = f.c.pump();
+  const auto& pull = test::only<protocol::EmbedPull>(out, &to);
+  CHECK(to == "offline://encoder-0");
+  CHECK(pull.code == ErrorCode::bootstrap_timeout);
+  CHECK(pull.bytes == 0);
+  CHECK_THAT(pull.reason, Catch::Contains("room already ended"));
+  f.check_prefill_idle();
+}
+
+TEST_CASE("prefill: EMBED_META from an encoder other than the one SUBMIT named is refused") {
+  PrefillFixture f;
+  const auto prompt = f.prompt("x", model::ImageDims{16, 16});
+  f.submit_prefill(5, prompt, "encoder-0");
+  f.c.pump();
+  f.c.send("encoder-1", kOtherEncoderInc, "prefill-0", protocol::EmbedMeta{5, 4, 64, 4 * 64 * 4});
+  auto out = f.c.pump();
+  CHECK(test::to_node(out, "encoder-1").empty());  // no landing slot offered to it
+  CHECK(f.prefill.ctx.load->free_slots == f.prefill.ctx.load->total_slots);
+  // The named encoder is offered a slot under a write grant.
+  f.c.send("encoder-0", kEncoderInc, "prefill-0", protocol::EmbedMeta{5, 4, 64, 4 * 64 * 4});
+  out = f.c.pump();
+  const auto& pull = test::only<protocol::EmbedPull>(out);
+  CHECK(pull.code == ErrorCode::ok);
+  CHECK(pull.bytes == 4 * 64 * 4);
+  CHECK(pull.fence != 0);
+  CHECK(f.prefill.engine->find_local(pull.addr, pull.bytes) != nullptr);
+  CHECK(f.prefill.ctx.load->free_slots == f.prefill.ctx.load->total_slots - 1);
+}
+
+TEST_CASE("prefill: ABORT while a page write runs is acknowledged once the write ended, no KV_STATUS") {
+  PrefillFixture f;
+  const auto prompt = f.prompt("the quick brown fox");
+  f.submit_prefill(5, prompt);
+  f.c.pump();
+  f.submit_decode(5, prompt);
+  f.c.h.run();
+  // Decode's BOOTSTRAP reaches prefill; run until the first page write is handed to the worker.
+  const protocol::Bootstrap boot = test::only<protocol::Bootstrap>(test::sent(*f.decode.bridge));
+  f.c.send("decode-0", kDecodeInc, "prefill-0", boot);
+  auto& sched = f.c.h.sched();
+  while (f.prefill.ctx.load->writes_in_flight == 0) REQUIRE(sched.try_run_once());
+  f.c.send("decode-0", kDecodeInc, "prefill-0", protocol::Abort{5, ErrorCode::waiting_timeout, "too slow"});
+  // Prefill handles what it has queued (the last chunks, then the ABORT) while its worker waits.
+  while (sched.prioritize(f.prefill.main)) sched.run_once();
+  CHECK(test::of_type<protocol::AbortAck>(test::sent(*f.prefill.bridge)).empty());
+  CHECK(f.prefill.ctx.load->writes_in_flight == 2);
+  f.c.h.run();
+  auto out = test::sent(*f.prefill.bridge);
+  std::string to;
+  CHECK(test::only<protocol::AbortAck>(out, &to).room == 5);
+  CHECK(to == "offline://decode-0");
+  CHECK(test::of_type<protocol::KvStatus>(out).empty());
+  CHECK(test::of_type<protocol::RoomResult>(out).empty());  // decode ended it: decode tells the router
+  f.check_prefill_idle();
+  // An ABORT for a room prefill does not hold is acknowledged at once.
+  f.c.send("decode-0", kDecodeInc, "prefill-0", protocol::Abort{77, ErrorCode::aborted, ""});
+  f.c.h.run();
+  const auto acks = test::sent(*f.prefill.bridge);
+  CHECK(test::only<protocol::AbortAck>(acks).room == 77);
+}
+
+// A room held between BOOTSTRAP and its embeddings (nothing computes, nothing writes).
+void waiting_for_embeddings(PrefillFixture& f, uint64_t room) {
+  const auto prompt = f.prompt("x", model::ImageDims{16, 16});
+  f.submit_prefill(room, prompt, "encoder-0");
+  f.submit_decode(room, prompt);
+  CHECK(f.c.pump().empty());
+  REQUIRE(f.prefill.ctx.load->active_rooms == 1);
+}
+
+TEST_CASE("prefill: CANCEL from the router ends the room without a RESULT") {
+  PrefillFixture f;
+  waiting_for_embeddings(f, 5);
+  f.c.send("router", kRouterInc, "prefill-0", protocol::Cancel{5, "client went away"});
+  f.c.h.run();
+  auto out = test::sent(*f.prefill.bridge);
+  CHECK(test::of_type<protocol::RoomResult>(out).empty());
+  const auto& kv = test::only<protocol::KvStatus>(out);  // decode frees its pages
+  CHECK(kv.state == protocol::KvState::failed);
+  CHECK(kv.code == ErrorCode::aborted);
+  f.check_prefill_idle();
+}
+
+TEST_CASE("prefill: a decode restart fails its rooms with peer_died and tells the old decode nothing") {
+  PrefillFixture f;
+  waiting_for_embeddings(f, 5);
+  caf::anon_send(f.prefill.main, PeerChanges{{{"decode-0", kDecodeInc, kDecodeInc + 1}}});
+  f.c.h.run();
+  auto out = test::sent(*f.prefill.bridge);
+  const auto& r = only_result(out);
+  CHECK(r.room == 5);
+  CHECK(r.code == ErrorCode::peer_died);
+  CHECK_THAT(r.reason, Catch::Contains("decode-0"));
+  CHECK(test::to_node(out, "decode-0").empty());
+  f.check_prefill_idle();
+}
+
+}  // namespace
