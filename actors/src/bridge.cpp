@@ -34,6 +34,7 @@ protocol::Result<std::shared_ptr<Bridge>> Bridge::start(std::string instance_id,
       [raw](const std::string& endpoint) { raw->on_disconnect(endpoint); });
   if (!channel) return channel.error();
   bridge->channel_ = std::move(channel.value());
+  bridge->started_.store(true, std::memory_order_release);  // frames may be handled (and answered) now
   return bridge;
 }
 
@@ -42,6 +43,8 @@ std::shared_ptr<Bridge> Bridge::start_offline(std::string instance_id, uint64_t 
   std::shared_ptr<Bridge> bridge(new Bridge(instance_id, incarnation, limits));
   bridge->outbox_ = std::make_unique<Outbox>();
   bridge->offline_endpoint_ = "offline://" + instance_id;
+  bridge->started_.store(true);
+  bridge->wired_.store(true);  // tests subscribe before they feed frames
   return bridge;
 }
 
@@ -153,6 +156,11 @@ void Bridge::reject(const std::string& from, bool via_router, const protocol::Er
 // other message is answered with ERROR unexpected_message, so its sender learns at once.
 void Bridge::unhandled(const protocol::Envelope& env) {
   ++undeliverable_;
+  if (!wired_.load()) {  // the process is still subscribing its actors (its sender retries, e.g. HELLO)
+    spdlog::info("bridge: {} from '{}' before '{}' finished starting; dropped",
+                 protocol::type_name(env.type()), env.sender, id_);
+    return;
+  }
   if (const auto* err = std::get_if<protocol::ErrorReply>(&env.body)) {
     spdlog::warn("bridge: ERROR from '{}' about {}: {} {}", env.sender,
                  protocol::type_name(MessageType(err->in_reply_to)), protocol::error_name(err->code),
@@ -167,6 +175,11 @@ void Bridge::unhandled(const protocol::Envelope& env) {
 }
 
 void Bridge::on_frame(const std::string& from, bool via_router, std::vector<uint8_t> frame) {
+  // A frame can arrive while start() is still storing the channel it would be answered through.
+  if (!started_.load(std::memory_order_acquire)) {
+    ++undeliverable_;
+    return;
+  }
   auto env = protocol::decode(frame, limits_);
   if (!env) {
     auto header = protocol::decode_header(frame, limits_);

@@ -110,6 +110,7 @@ int run_role(int argc, char** argv, const char* fixed_role) {
   mc.kv_layout = handle->kv_layout;
   mc.kv_pages_total = handle->kv_pages_total;
   actors.push_back(spawn_membership(system, ctx.bridge, mc, ctx.load, handle->main));
+  ctx.bridge->wired();
   actors.push_back(handle->main);
   for (auto& a : handle->others) actors.push_back(a);
   spdlog::info("{} '{}' serving on {} (incarnation {})", role, id, ctx.bridge->endpoint(), incarnation);

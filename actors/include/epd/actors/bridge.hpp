@@ -89,6 +89,10 @@ class Bridge {
   // Messages of `type` go to `target`; an error when another actor already takes them. A type nobody
   // takes is answered with ERROR unexpected_message (an ERROR reply nobody takes is logged).
   protocol::Status subscribe(protocol::MessageType type, caf::actor target);
+  // Every actor of the process has subscribed: from now on a type nobody takes is answered with ERROR
+  // unexpected_message; before, it is dropped (a peer's HELLO can reach the router before its registry
+  // subscribed; the peer repeats it).
+  void wired() { wired_.store(true); }
   // ERROR replies that answer a message of type `about` go to `target` (e.g. membership hears the
   // registry's unknown_peer answer to its HEARTBEAT, not the role).
   void subscribe_errors_about(protocol::MessageType about, caf::actor target);
@@ -142,6 +146,7 @@ class Bridge {
   std::map<protocol::MessageType, caf::actor> routes_;
   std::map<uint16_t, caf::actor> error_routes_;  // ERROR replies by the type they answer
   std::vector<caf::actor> liveness_;
+  std::atomic<bool> started_{false}, wired_{false};
   std::atomic<uint64_t> delivered_{0}, rejected_{0}, undeliverable_{0}, sent_{0};
 };
 
