@@ -12,11 +12,10 @@ namespace epd::actors::kernel {
 
 class TransferWorkers {
  public:
-  // Spawns the pool under its supervisor, linked to `role`.
+  // Spawns the pool under its supervisor, linked to `role` (they stop together; the role talks to the
+  // workers, the supervisor talks to the role).
   void start(caf::event_based_actor* role, const RoleContext& ctx, SupervisorConfig config) {
-    auto pool = spawn_transfer_pool(role, ctx, std::move(config));
-    workers_ = std::move(pool.workers);
-    supervisor_ = pool.supervisor;
+    workers_ = spawn_transfer_pool(role, ctx, std::move(config)).workers;
   }
   size_t size() const { return workers_.size(); }
   // `preferred` if alive, else the next live worker after it; nullopt when none is (restart budget spent).
@@ -38,7 +37,6 @@ class TransferWorkers {
 
  private:
   std::vector<caf::actor> workers_;  // an invalid entry: crashed, not restarted yet
-  caf::actor supervisor_;
 };
 
 }  // namespace epd::actors::kernel
