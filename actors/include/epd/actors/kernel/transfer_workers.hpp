@@ -12,10 +12,11 @@ namespace epd::actors::kernel {
 
 class TransferWorkers {
  public:
-  // Spawns the pool under its supervisor, linked to `role` (they stop together; the role talks to the
-  // workers, the supervisor talks to the role).
+  // Spawns the pool under its supervisor, linked to `role`.
   void start(caf::event_based_actor* role, const RoleContext& ctx, SupervisorConfig config) {
-    workers_ = spawn_transfer_pool(role, ctx, std::move(config)).workers;
+    auto pool = spawn_transfer_pool(role, ctx, std::move(config));
+    workers_ = std::move(pool.workers);
+    supervisor_ = pool.supervisor;
   }
   size_t size() const { return workers_.size(); }
   // `preferred` if alive, else the next live worker after it; nullopt when none is (restart budget spent).
@@ -37,6 +38,7 @@ class TransferWorkers {
 
  private:
   std::vector<caf::actor> workers_;  // an invalid entry: crashed, not restarted yet
+  caf::actor supervisor_;
 };
 
 }  // namespace epd::actors::kernel
