@@ -38,7 +38,7 @@ class TransferWorkers {
 
  private:
   std::vector<caf::actor> workers_;  // an invalid entry: crashed, not restarted yet
-  caf::actor supervisor_;
+  caf::actor supervisor_;  // never sent to: the one strong reference that keeps the supervisor alive
 };
 
 }  // namespace epd::actors::kernel
