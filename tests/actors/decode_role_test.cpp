@@ -111,7 +111,7 @@ TEST_CASE("decode: SUBMIT allocates pages and sends BOOTSTRAP with the prompt pa
   DecodeFixture f;
   auto out = f.submit(5);
   std::string to;
-  const auto& b = test::only<protocol::Bootstrap>(out, &to);
+  const auto b = test::only<protocol::Bootstrap>(out, &to);
   CHECK(to == "offline://prefill-0");
   CHECK(b.room == 5);
   CHECK(b.prompt_len == 20);
@@ -123,7 +123,7 @@ TEST_CASE("decode: SUBMIT allocates pages and sends BOOTSTRAP with the prompt pa
 
   // The same room id again is refused with a RESULT to its sender, and allocates nothing.
   auto again = f.submit(5);
-  const auto& r = test::only<protocol::RoomResult>(again, &to);
+  const auto r = test::only<protocol::RoomResult>(again, &to);
   CHECK(to == "offline://router");
   CHECK_FALSE(r.ok);
   CHECK(r.code == ErrorCode::invalid_request);
@@ -146,7 +146,7 @@ TEST_CASE("decode: KV_STATUS Failed -> RESULT failed to the router with the caus
   f.from_prefill(kv);
   auto out = test::sent(*f.bridge);
   std::string to;
-  const auto& r = test::only<protocol::RoomResult>(out, &to);
+  const auto r = test::only<protocol::RoomResult>(out, &to);
   CHECK(to == "offline://router");
   CHECK(r.room == 5);
   CHECK_FALSE(r.ok);
@@ -174,10 +174,10 @@ TEST_CASE(
   CHECK(test::sent(*f.bridge).empty());  // not yet
   f.h.advance(1ms);
   auto out = test::sent(*f.bridge);
-  const auto& r = test::only<protocol::RoomResult>(out);
+  const auto r = test::only<protocol::RoomResult>(out);
   CHECK(r.code == ErrorCode::waiting_timeout);
   std::string to;
-  const auto& abort = test::only<protocol::Abort>(out, &to);
+  const auto abort = test::only<protocol::Abort>(out, &to);
   CHECK(to == "offline://prefill-0");
   CHECK(abort.room == 5);
   CHECK(f.ctx.load->quarantined_pages == kRoomPages);
@@ -208,7 +208,7 @@ TEST_CASE("decode: a prefill restart fails the rooms shared with its old incarna
   caf::anon_send(f.role, PeerChanges{{{"prefill-0", kPrefillInc, kPrefillInc + 1}}});
   f.h.run();
   auto out = test::sent(*f.bridge);
-  const auto& r = test::only<protocol::RoomResult>(out);
+  const auto r = test::only<protocol::RoomResult>(out);
   CHECK(r.room == 5);
   CHECK(r.code == ErrorCode::peer_died);
   CHECK_THAT(r.reason, Catch::Contains("prefill-0") && Catch::Contains("restarted"));

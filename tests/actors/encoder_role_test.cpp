@@ -98,7 +98,7 @@ TEST_CASE("encoder: an image is encoded, announced, written into the landing slo
 
   auto out = f.submit(5);
   std::string to;
-  const auto& meta = test::only<protocol::EmbedMeta>(out, &to);
+  const auto meta = test::only<protocol::EmbedMeta>(out, &to);
   CHECK(to == "offline://prefill-0");
   CHECK(meta.room == 5);
   CHECK(meta.tokens == tokens);
@@ -109,7 +109,7 @@ TEST_CASE("encoder: an image is encoded, announced, written into the landing slo
 
   // Slot 1 of the landing region: the write goes exactly where EMBED_PULL said.
   out = f.pull(5, meta.bytes, 1);
-  const auto& done = test::only<protocol::EmbedDone>(out, &to);
+  const auto done = test::only<protocol::EmbedDone>(out, &to);
   CHECK(to == "offline://prefill-0");
   CHECK(done.ok);
   CHECK(done.code == ErrorCode::ok);
@@ -139,12 +139,12 @@ TEST_CASE("encoder: an image that does not decode or has too many patches fails 
   }
   auto out = f.submit(5, ppm);
   std::string to;
-  const auto& r = test::only<protocol::RoomResult>(out, &to);
+  const auto r = test::only<protocol::RoomResult>(out, &to);
   CHECK(to == "offline://router");
   CHECK(r.room == 5);
   CHECK_FALSE(r.ok);
   CHECK(r.code == ErrorCode::invalid_request);
-  const auto& done = test::only<protocol::EmbedDone>(out, &to);
+  const auto done = test::only<protocol::EmbedDone>(out, &to);
   CHECK(to == "offline://prefill-0");
   CHECK_FALSE(done.ok);
   CHECK(done.code == ErrorCode::invalid_request);
@@ -162,10 +162,10 @@ TEST_CASE(
   CHECK(f.c.pump().empty());
   f.c.h.advance(1ms);
   auto out = f.c.pump();
-  const auto& r = test::only<protocol::RoomResult>(out);
+  const auto r = test::only<protocol::RoomResult>(out);
   CHECK(r.code == ErrorCode::waiting_timeout);
   CHECK_THAT(r.reason, Catch::Contains("prefill-0"));
-  const auto& done = test::only<protocol::EmbedDone>(out);
+  const auto done = test::only<protocol::EmbedDone>(out);
   CHECK_FALSE(done.ok);
   CHECK(done.code == ErrorCode::waiting_timeout);
   CHECK(f.free_slots() == 2);
@@ -179,7 +179,7 @@ TEST_CASE("encoder: an error EMBED_PULL from another prefill incarnation is answ
   const protocol::EmbedPull ask{5, 0, 0, ErrorCode::aborted, "room ended at prefill", 0};
   f.c.send("prefill-0", kPrefillInc + 1, "encoder-0", ask);
   auto out = f.c.pump();
-  const auto& done = test::only<protocol::EmbedDone>(out);
+  const auto done = test::only<protocol::EmbedDone>(out);
   CHECK(done.room == 5);
   CHECK_FALSE(done.ok);
   CHECK_THAT(done.reason, Catch::Contains("no write") && Catch::Contains("in flight"));
@@ -215,7 +215,7 @@ TEST_CASE("encoder: an error EMBED_PULL while the room's write runs waits for th
   sched.run_once();
   CHECK(test::sent(*f.encoder.bridge).empty());
   auto out = f.c.pump();
-  const auto& done = test::only<protocol::EmbedDone>(out);
+  const auto done = test::only<protocol::EmbedDone>(out);
   CHECK(done.ok);
   CHECK(f.free_slots() == 2);
 }
@@ -225,7 +225,7 @@ TEST_CASE("encoder: the prefill leaving fails the room with peer_died and sends 
   f.submit(5);
   caf::anon_send(f.encoder.main, PeerChanges{{{"prefill-0", kPrefillInc, 0}}});
   auto out = f.c.pump();
-  const auto& r = test::only<protocol::RoomResult>(out);
+  const auto r = test::only<protocol::RoomResult>(out);
   CHECK(r.room == 5);
   CHECK(r.code == ErrorCode::peer_died);
   CHECK_THAT(r.reason, Catch::Contains("prefill-0"));

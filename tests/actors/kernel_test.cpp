@@ -49,7 +49,7 @@ struct Counts {
 TEST_CASE("MessageTable dispatches each type to its handler and subscribes exactly the handled types") {
   test::Harness h;
   auto bridge = h.offline_bridge("t", 1);
-  auto target = h.keep(h.system().spawn([]() -> caf::behavior { return {[](protocol::Envelope&) {}}; }));
+  auto target = h.keep(h.system().spawn(test::envelope_sink, 0));
   kernel::MessageTable<Counts> table;
   table
       .on<protocol::Submit>([](Counts& c, const protocol::Envelope&, protocol::Submit& s) {
@@ -72,7 +72,7 @@ TEST_CASE("MessageTable dispatches each type to its handler and subscribes exact
 
   REQUIRE(table.subscribe(*bridge, target).ok());
   // A type taken by another actor of the process is a start-up error.
-  auto other_actor = h.keep(h.system().spawn([]() -> caf::behavior { return {[](protocol::Envelope&) {}}; }));
+  auto other_actor = h.keep(h.system().spawn(test::envelope_sink, 0));
   auto clash = table.subscribe(*bridge, other_actor);
   REQUIRE_FALSE(clash.ok());
   CHECK(clash.error().code == ErrorCode::config_error);
@@ -82,7 +82,7 @@ TEST_CASE("MessageTable dispatches each type to its handler and subscribes exact
 TEST_CASE("MessageTable refuses a type with two handlers at subscribe") {
   test::Harness h;
   auto bridge = h.offline_bridge("t", 1);
-  auto target = h.keep(h.system().spawn([]() -> caf::behavior { return {[](protocol::Envelope&) {}}; }));
+  auto target = h.keep(h.system().spawn(test::envelope_sink, 0));
   kernel::MessageTable<Counts> table;
   table.on<protocol::Submit>([](Counts&, const protocol::Envelope&, protocol::Submit&) {})
       .on<protocol::Submit>([](Counts&, const protocol::Envelope&, protocol::Submit&) {});

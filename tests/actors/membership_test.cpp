@@ -58,7 +58,7 @@ TEST_CASE("registry: HELLO is acknowledged and every member gets the new PEERS")
   f.hello("a", 10);
   auto out = test::sent(*f.bridge);
   std::string to;
-  const auto& ack = test::only<protocol::HelloAck>(out, &to);
+  const auto ack = test::only<protocol::HelloAck>(out, &to);
   CHECK(ack.accepted);
   CHECK(ack.heartbeat_interval_ms == 100);
   CHECK(to == "offline://a");
@@ -140,8 +140,13 @@ TEST_CASE(
 struct RoleProbe {
   std::shared_ptr<std::vector<PeerChanges>> got = std::make_shared<std::vector<PeerChanges>>();
   caf::actor spawn(caf::actor_system& sys) {
+    // The state goes in as an argument: CAF 0.17 dereferences a null argument tuple when a function actor
+    // takes none (UBSan reports it).
     return sys.spawn(
-        [got = got]() -> caf::behavior { return {[got](PeerChanges& pc) { got->push_back(pc); }}; });
+        [](std::shared_ptr<std::vector<PeerChanges>> got) -> caf::behavior {
+          return {[got](PeerChanges& pc) { got->push_back(pc); }};
+        },
+        got);
   }
 };
 
@@ -175,7 +180,7 @@ TEST_CASE("membership: HELLO until acknowledged, then heartbeats carrying the lo
   MembershipFixture f;
   auto out = test::sent(*f.bridge);
   std::string to;
-  const auto& hello = test::only<protocol::Hello>(out, &to);
+  const auto hello = test::only<protocol::Hello>(out, &to);
   CHECK(to == "offline://router");
   CHECK(hello.role == "decode");
   CHECK(hello.control_endpoint == "offline://decode-0");
@@ -196,7 +201,7 @@ TEST_CASE("membership: HELLO until acknowledged, then heartbeats carrying the lo
   f.load->quarantined_pages = 1;
   f.h.advance(100ms, 100ms);
   auto beats = test::sent(*f.bridge);
-  const auto& hb = test::only<protocol::Heartbeat>(beats);
+  const auto hb = test::only<protocol::Heartbeat>(beats);
   CHECK(test::of_type<protocol::Hello>(beats).empty());
   CHECK(hb.load.healthy);  // has its PEERS and the gauge is healthy
   CHECK(hb.load.free_kv_pages == 5);
@@ -242,7 +247,7 @@ TEST_CASE("membership: unknown_peer about a HEARTBEAT forgets peers, tells the r
   f.load->writes_in_flight = 0;
   f.h.advance(2ms, 2ms);  // the next drain poll
   out = test::sent(*f.bridge);
-  const auto& hello = test::only<protocol::Hello>(out);
+  const auto hello = test::only<protocol::Hello>(out);
   CHECK(hello.role == "decode");
   CHECK(f.bridge->incarnation() > 1000);
   CHECK(test::of_type<protocol::Hello>(out).front()->env.incarnation == f.bridge->incarnation());

@@ -122,7 +122,7 @@ struct PrefillFixture {
   }
 };
 
-const protocol::RoomResult& only_result(const std::vector<test::Sent>& out) {
+protocol::RoomResult only_result(const std::vector<test::Sent>& out) {
   return test::only<protocol::RoomResult>(out);
 }
 
@@ -145,7 +145,7 @@ TEST_CASE("prefill: SUBMIT and BOOTSTRAP in either order run the room, decode st
     out = f.c.pump();
   }
   std::string to;
-  const auto& r = only_result(out);
+  const auto r = only_result(out);
   CHECK(r.room == 5);
   CHECK(r.ok);
   CHECK(r.tokens == f.colocated("the quick brown fox"));
@@ -170,7 +170,7 @@ TEST_CASE(
   f.submit_prefill(9, prompt, "encoder-0");
   f.submit_decode(9, prompt);
   auto out = f.c.pump();
-  const auto& r = only_result(out);
+  const auto r = only_result(out);
   CHECK(r.ok);
   CHECK(r.tokens == f.colocated("what is this", &image));
   f.check_prefill_idle();
@@ -187,7 +187,7 @@ TEST_CASE("prefill: BOOTSTRAP never comes -> bootstrap_timeout, nothing held, th
   f.c.h.advance(1ms);
   auto out = f.c.pump();
   std::string to;
-  const auto& r = test::only<protocol::RoomResult>(out, &to);
+  const auto r = test::only<protocol::RoomResult>(out, &to);
   CHECK(to == "offline://router");
   CHECK_FALSE(r.ok);
   CHECK(r.code == ErrorCode::bootstrap_timeout);
@@ -204,7 +204,7 @@ TEST_CASE("prefill: BOOTSTRAP never comes -> bootstrap_timeout, nothing held, th
   // The encoder, still working for it, is told the room's real cause.
   f.c.send("encoder-0", kEncoderInc, "prefill-0", protocol::EmbedMeta{5, 4, 64, 4 * 64 * 4});
   out = f.c.pump();
-  const auto& pull = test::only<protocol::EmbedPull>(out, &to);
+  const auto pull = test::only<protocol::EmbedPull>(out, &to);
   CHECK(to == "offline://encoder-0");
   CHECK(pull.code == ErrorCode::bootstrap_timeout);
   CHECK(pull.bytes == 0);
@@ -224,7 +224,7 @@ TEST_CASE("prefill: EMBED_META from an encoder other than the one SUBMIT named i
   // The named encoder is offered a slot under a write grant.
   f.c.send("encoder-0", kEncoderInc, "prefill-0", protocol::EmbedMeta{5, 4, 64, 4 * 64 * 4});
   out = f.c.pump();
-  const auto& pull = test::only<protocol::EmbedPull>(out);
+  const auto pull = test::only<protocol::EmbedPull>(out);
   CHECK(pull.code == ErrorCode::ok);
   CHECK(pull.bytes == 4 * 64 * 4);
   CHECK(pull.fence != 0);
@@ -280,7 +280,7 @@ TEST_CASE("prefill: CANCEL from the router ends the room without a RESULT") {
   f.c.h.run();
   auto out = test::sent(*f.prefill.bridge);
   CHECK(test::of_type<protocol::RoomResult>(out).empty());
-  const auto& kv = test::only<protocol::KvStatus>(out);  // decode frees its pages
+  const auto kv = test::only<protocol::KvStatus>(out);  // decode frees its pages
   CHECK(kv.state == protocol::KvState::failed);
   CHECK(kv.code == ErrorCode::aborted);
   f.check_prefill_idle();
@@ -292,7 +292,7 @@ TEST_CASE("prefill: a decode restart fails its rooms with peer_died and tells th
   caf::anon_send(f.prefill.main, PeerChanges{{{"decode-0", kDecodeInc, kDecodeInc + 1}}});
   f.c.h.run();
   auto out = test::sent(*f.prefill.bridge);
-  const auto& r = only_result(out);
+  const auto r = only_result(out);
   CHECK(r.room == 5);
   CHECK(r.code == ErrorCode::peer_died);
   CHECK_THAT(r.reason, Catch::Contains("decode-0"));

@@ -21,6 +21,12 @@
 
 namespace epd::test {
 
+// An actor that takes envelopes and does nothing. The unused argument is there because CAF 0.17 dereferences
+// a null argument tuple when a function actor takes none (UBSan reports it).
+inline caf::behavior envelope_sink(int) {
+  return {[](protocol::Envelope&) {}};
+}
+
 using namespace std::chrono_literals;
 
 class Harness {
@@ -118,9 +124,10 @@ std::vector<const Sent*> of_type(const std::vector<Sent>& frames) {
   return out;
 }
 
-// The one frame of type Msg in `frames` (fails the test unless there is exactly one).
+// A copy of the one frame of type Msg in `frames` (fails the test unless there is exactly one). A copy, so it
+// outlives `frames` when the test reuses that vector for the next step.
 template <class Msg>
-const Msg& only(const std::vector<Sent>& frames, std::string* to = nullptr) {
+Msg only(const std::vector<Sent>& frames, std::string* to = nullptr) {
   auto found = of_type<Msg>(frames);
   INFO("frames of type " << protocol::type_name(Msg::kType) << ": " << found.size() << " of "
                          << frames.size());
