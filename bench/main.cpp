@@ -4,6 +4,7 @@
 
 #include "e2e_bench.hpp"
 #include "model_bench.hpp"
+#include "serve_bench.hpp"
 #include "soak_bench.hpp"
 #include "transfer_bench.hpp"
 
@@ -21,6 +22,8 @@ constexpr Subcommand kSubcommands[] = {
     {"model", run_model_bench, "reference model: prefill/decode tokens/s, KV bytes per token"},
     {"e2e", run_e2e_bench, "cluster TTFT/TPOT/throughput vs colocated; control-plane rooms/s and latency"},
     {"soak", run_soak_bench, "many small requests in blocks: RSS of every role per block and its growth"},
+    {"serve", run_serve_bench,
+     "OpenAI-API load at a Poisson rate: TTFT/ITL/E2E percentiles, throughput, errors"},
 };
 
 int usage(FILE* out) {

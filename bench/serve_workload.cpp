@@ -1,0 +1,48 @@
+#include "serve_workload.hpp"
+
+#include <cmath>
+
+namespace epd::bench {
+
+int LengthDist::sample(std::mt19937_64& rng) const {
+  if (range <= 0) return std::max(1, mean);
+  const double lo = mean * (1 - range), hi = mean * (1 + range);
+  return std::max(1, int(std::lround(std::uniform_real_distribution<double>(lo, hi)(rng))));
+}
+
+RequestPlan Workload::next() {
+  RequestPlan p;
+  p.prompt_chars = o_.prompt.sample(rng_);
+  p.max_tokens = o_.output.sample(rng_);
+  p.image = !o_.image_uri.empty() && std::uniform_real_distribution<double>(0, 1)(rng_) < o_.image_fraction;
+  std::string text(size_t(p.prompt_chars), ' ');
+  std::uniform_int_distribution<int> printable(0x20, 0x7e);  // 1 byte = 1 token, no escaping surprises
+  for (auto& c : text) c = char(printable(rng_));
+  nlohmann::json body = {{"model", o_.model}, {"max_tokens", p.max_tokens}, {"temperature", o_.temperature}};
+  if (o_.temperature > 0) body["seed"] = o_.seed + index_;
+  if (o_.chat) {
+    nlohmann::json content = text;
+    if (p.image)
+      content = nlohmann::json::array({{{"type", "image_url"}, {"image_url", {{"url", o_.image_uri}}}},
+                                       {{"type", "text"}, {"text", text}}});
+    body["messages"] = nlohmann::json::array({{{"role", "user"}, {"content", content}}});
+  } else {
+    body["prompt"] = text;
+  }
+  if (o_.stream) {
+    body["stream"] = true;
+    body["stream_options"] = {{"include_usage", true}};
+  }
+  body.update(o_.extra_body);
+  p.body = body.dump();
+  ++index_;
+  return p;
+}
+
+std::chrono::nanoseconds Arrivals::next_gap() {
+  if (std::isinf(rate_)) return std::chrono::nanoseconds(0);
+  const double s = std::exponential_distribution<double>(rate_)(rng_);
+  return std::chrono::nanoseconds(int64_t(s * 1e9));
+}
+
+}  // namespace epd::bench

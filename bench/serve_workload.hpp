@@ -1,0 +1,61 @@
+#pragma once
+// What `epd-bench serve` sends: OpenAI request bodies with random printable prompts and lengths drawn from
+// uniform distributions, and Poisson arrival times — all from one seed, so two runs send the same load.
+#include <chrono>
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+
+namespace epd::bench {
+
+// Uniform in mean × [1 - range, 1 + range], at least 1.
+struct LengthDist {
+  int mean = 64;
+  double range = 0;
+  int sample(std::mt19937_64& rng) const;
+};
+
+struct WorkloadOptions {
+  bool chat = true;  // /v1/chat/completions, else /v1/completions
+  std::string model;
+  LengthDist prompt{64, 0}, output{16, 0};
+  bool stream = true;
+  std::string image_uri;  // a data URI; "" = text only
+  double image_fraction = 1;
+  double temperature = 0;                                // 0 = greedy; above it, request i carries seed + i
+  nlohmann::json extra_body = nlohmann::json::object();  // merged into every body (e.g. top_k)
+  uint64_t seed = 0;
+};
+
+struct RequestPlan {
+  std::string body;
+  int prompt_chars = 0, max_tokens = 0;
+  bool image = false;
+};
+
+class Workload {
+ public:
+  explicit Workload(WorkloadOptions o) : o_(std::move(o)), rng_(o_.seed) {}
+  RequestPlan next();
+  std::string path() const { return o_.chat ? "/v1/chat/completions" : "/v1/completions"; }
+
+ private:
+  WorkloadOptions o_;
+  std::mt19937_64 rng_;
+  uint64_t index_ = 0;
+};
+
+// Gaps between arrivals of a Poisson process of `rate` requests/s (exponential, seeded); an infinite rate
+// gives gaps of 0: everything arrives at once.
+class Arrivals {
+ public:
+  Arrivals(double rate, uint64_t seed) : rate_(rate), rng_(seed ^ 0x9e3779b97f4a7c15ull) {}
+  std::chrono::nanoseconds next_gap();
+
+ private:
+  double rate_;
+  std::mt19937_64 rng_;
+};
+
+}  // namespace epd::bench
