@@ -1,0 +1,132 @@
+// The router's OpenAI-compatible API through the official OpenAI Node SDK (tests/http/node) and raw curl,
+// against a real cluster on 127.0.0.1; answers are compared with the colocated runner, epd-run, given the
+// same sampling parameters. Also runs `epd-bench serve` briefly so the load generator keeps working.
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+
+#include "cluster.hpp"
+#include "openai_support.hpp"
+
+using namespace epd::testing;
+using nlohmann::json;
+
+namespace {
+
+const std::string kPpm = std::string(EPD_SOURCE_DIR) + "/configs/images/checker.ppm";
+// The same pixels as kPpm, as PNG: the SDK sends this one, epd-run reads the PPM.
+const std::string kPng = std::string(EPD_SOURCE_DIR) + "/tests/http/node/fixtures/checker.png";
+
+// Fails (never skips) when the SDK cannot run: a missing tool must not pass as a green test.
+void require_node_sdk() {
+  const std::string missing = node_sdk_missing();
+  INFO(missing);
+  REQUIRE(missing.empty());
+}
+
+std::string base_url(const Cluster& c) {
+  return "http://127.0.0.1:" + std::to_string(c.http_port()) + "/v1";
+}
+
+std::filesystem::path temp_file(const std::string& name) {
+  return std::filesystem::temp_directory_path() / ("epd-openai-" + std::to_string(::getpid()) + "-" + name);
+}
+
+// The prompt the router builds from chat messages (docs/http-api.md, "Chat prompt"), so epd-run can be
+// given the same text.
+std::string chat_prompt(const json& messages) {
+  std::string out;
+  for (const auto& m : messages) {
+    std::string text;
+    if (m["content"].is_string()) {
+      text = m["content"].get<std::string>();
+    } else {
+      for (const auto& part : m["content"])
+        if (part["type"] == "text") text += (text.empty() ? "" : "\n") + part["text"].get<std::string>();
+    }
+    out += m["role"].get<std::string>() + ": " + text + "\n";
+  }
+  return out + "assistant: ";
+}
+
+struct SpecCase {
+  std::string name;
+  bool chat;
+  json params;  // prompt or messages, max_tokens
+  Sampling sampling;
+  bool image = false;
+};
+
+// The cases with their reference tokens, as generate.mjs reads them.
+json make_spec(const std::vector<SpecCase>& cases) {
+  json spec = {{"cases", json::array()}};
+  for (const auto& c : cases) {
+    json params = c.params;
+    params.update(sampling_body(c.sampling));
+    const int max_tokens = params["max_tokens"];
+    const std::string prompt = c.chat ? chat_prompt(params["messages"]) : params["prompt"].get<std::string>();
+    const auto tokens = reference_tokens(prompt, max_tokens, c.image ? kPpm : "", c.sampling);
+    spec["cases"].push_back({{"name", c.name},
+                             {"endpoint", c.chat ? "chat" : "completions"},
+                             {"params", params},
+                             {"expect_tokens", tokens}});
+  }
+  return spec;
+}
+
+CommandResult run_node(const std::string& script, const Cluster& c, const json& spec) {
+  const auto path = temp_file(script + ".json");
+  std::ofstream(path) << spec.dump(2);
+  auto r = run_command({"node", node_sdk_dir() + "/" + script, "--base-url", base_url(c), "--spec", path});
+  std::filesystem::remove(path);
+  return r;
+}
+
+json user(const json& content) {
+  return {{"role", "user"}, {"content", content}};
+}
+
+}  // namespace
+
+TEST_CASE("OpenAI SDK: completions and chat, plain and streamed, equal epd-run", "[e2e][multiproc][openai]") {
+  require_node_sdk();
+  Cluster cluster(ClusterSpec{});
+  cluster.start();
+  Sampling sampled;
+  sampled.temperature = 0.8;
+  sampled.top_p = 0.9;
+  sampled.top_k = 40;
+  sampled.seed = 1234;
+  const json image_message =
+      user(json::array({{{"type", "image_url"}, {"image_url", {{"url", "@file:" + kPng}}}},
+                        {{"type", "text"}, {"text", "What is it?"}}}));
+  const std::vector<SpecCase> cases = {
+      {"completion greedy", false, {{"prompt", "Hello, epd!"}, {"max_tokens", 12}}, {}},
+      {"completion seeded sampling", false, {{"prompt", "Once upon a time"}, {"max_tokens", 12}}, sampled},
+      {"chat greedy",
+       true,
+       {{"messages", {{{"role", "system"}, {"content", "Be brief."}}, user("Name a colour.")}},
+        {"max_tokens", 10}},
+       {}},
+      {"chat seeded sampling", true, {{"messages", {user("Tell me a story.")}}, {"max_tokens", 10}}, sampled},
+      {"chat with a PNG image", true, {{"messages", {image_message}}, {"max_tokens", 8}}, {}, true},
+  };
+  const auto r = run_node("generate.mjs", cluster, make_spec(cases));
+  INFO(r.output);
+  CHECK(r.exit_code == 0);
+  CHECK(r.output.find(" 0 failed") != std::string::npos);
+  INFO(cluster.logs());
+  CHECK(cluster.wait_all_free().size() == 4);
+}
+
+TEST_CASE("OpenAI SDK: errors are typed, X-Request-Id is echoed", "[e2e][multiproc][openai]") {
+  require_node_sdk();
+  Cluster cluster(ClusterSpec{});
+  cluster.start();
+  const auto r = run_node("errors.mjs", cluster, json::object());
+  INFO(r.output);
+  CHECK(r.exit_code == 0);
+  CHECK(r.output.find(" 0 failed") != std::string::npos);
+}

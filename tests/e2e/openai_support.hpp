@@ -1,0 +1,46 @@
+#pragma once
+// Helpers of the OpenAI API tests: running commands (node, curl, epd-run, epd-bench) and reading their
+// output, reference tokens from epd-run, and checking raw SSE framing.
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace epd::testing {
+
+struct CommandResult {
+  int exit_code = -1;  // -1: it did not exit normally
+  std::string output;  // stdout and stderr, interleaved
+};
+
+// Runs `argv` (no shell) and collects its output.
+CommandResult run_command(const std::vector<std::string>& argv);
+
+// Where the SDK tests live, and why they cannot run ("" = they can): node missing, or the npm packages
+// not installed. The message says to run scripts/setup-deps.
+std::string node_sdk_dir();
+std::string node_sdk_missing();
+
+struct Sampling {
+  double temperature = 0;
+  std::optional<double> top_p;
+  std::optional<int> top_k;
+  std::optional<uint64_t> seed;
+};
+
+// The tokens the colocated runner (epd-run, tiny preset) generates; throws if it fails.
+std::vector<int> reference_tokens(const std::string& prompt, int max_tokens,
+                                  const std::string& ppm_image = "", const Sampling& sampling = {});
+
+// The sampling fields of an OpenAI request body.
+nlohmann::json sampling_body(const Sampling& s);
+
+// A raw SSE body split into events (the text between "\n\n" separators); `error` says what breaks the
+// framing (a line other than `data: ...`, a missing final blank line), "" if none.
+struct SseEvents {
+  std::vector<std::string> data;  // each event's data, "data: " removed
+  std::string error;
+};
+SseEvents split_sse(const std::string& body);
+
+}  // namespace epd::testing

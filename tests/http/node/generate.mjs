@@ -1,0 +1,113 @@
+// Completions and chat through the official SDK, each case plain and streamed, against reference outputs.
+//
+//   node generate.mjs --base-url http://127.0.0.1:PORT/v1 --spec cases.json
+//
+// cases.json: {"model"?: id, "cases": [{"name", "endpoint": "completions"|"chat", "params": {request body
+// without model/stream}, "expect_tokens": [token ids of the reference run], "prompt_tokens"?: n}]}.
+// An image_url whose url is "@file:PATH" is replaced by PATH's data URI.
+import assert from 'node:assert/strict';
+import { Checks, imageDataUri, makeClient, parseArgs, readSpec, textOfTokens } from './lib.mjs';
+
+const args = parseArgs();
+const spec = readSpec(args.spec);
+const client = makeClient(args.baseUrl);
+const checks = new Checks();
+
+function withImages(params) {
+  if (!params.messages) return params;
+  const messages = params.messages.map((m) => {
+    if (!Array.isArray(m.content)) return m;
+    const content = m.content.map((part) =>
+      part.type === 'image_url' && part.image_url.url.startsWith('@file:')
+        ? { ...part, image_url: { ...part.image_url, url: imageDataUri(part.image_url.url.slice(6)) } }
+        : part,
+    );
+    return { ...m, content };
+  });
+  return { ...params, messages };
+}
+
+// The router's own figures, on the final answer or the finish chunk.
+function checkEpd(epd) {
+  assert.equal(typeof epd, 'object', 'the "epd" extension object is missing');
+  for (const key of ['attempts', 'first_token_ms', 'total_ms']) assert.equal(typeof epd[key], 'number', `epd.${key}`);
+  assert.ok(epd.attempts >= 1, 'epd.attempts >= 1');
+  assert.ok(epd.first_token_ms >= 0 && epd.first_token_ms <= epd.total_ms, 'epd.first_token_ms in 0..total_ms');
+  assert.ok(epd.room !== undefined, 'epd.room');
+  assert.equal(typeof epd.request_id, 'string', 'epd.request_id');
+}
+
+function checkUsage(usage, c) {
+  assert.ok(usage, 'usage is missing');
+  assert.equal(usage.completion_tokens, c.expect_tokens.length, 'usage.completion_tokens');
+  if (c.prompt_tokens !== undefined) assert.equal(usage.prompt_tokens, c.prompt_tokens, 'usage.prompt_tokens');
+  assert.equal(usage.total_tokens, usage.prompt_tokens + usage.completion_tokens, 'usage.total_tokens');
+}
+
+async function plain(c, model) {
+  const params = { model, ...withImages(c.params) };
+  const expected = textOfTokens(c.expect_tokens);
+  if (c.endpoint === 'chat') {
+    const res = await client.chat.completions.create(params);
+    assert.equal(res.object, 'chat.completion');
+    assert.equal(res.choices.length, 1);
+    assert.equal(res.choices[0].message.role, 'assistant');
+    assert.equal(res.choices[0].message.content, expected);
+    assert.ok(['stop', 'length'].includes(res.choices[0].finish_reason), `finish_reason ${res.choices[0].finish_reason}`);
+    checkUsage(res.usage, c);
+    checkEpd(res.epd);
+  } else {
+    const res = await client.completions.create(params);
+    assert.equal(res.object, 'text_completion');
+    assert.equal(res.choices.length, 1);
+    assert.equal(res.choices[0].text, expected);
+    assert.ok(['stop', 'length'].includes(res.choices[0].finish_reason), `finish_reason ${res.choices[0].finish_reason}`);
+    checkUsage(res.usage, c);
+    checkEpd(res.epd);
+  }
+}
+
+async function streamed(c, model) {
+  const params = { model, ...withImages(c.params), stream: true, stream_options: { include_usage: true } };
+  const chat = c.endpoint === 'chat';
+  const stream = chat ? await client.chat.completions.create(params) : await client.completions.create(params);
+  let text = '';
+  let chunks = 0;
+  let finish = null;
+  let usage = null;
+  let epd = null;
+  for await (const chunk of stream) {
+    assert.equal(chunk.object, chat ? 'chat.completion.chunk' : 'text_completion');
+    assert.equal(usage, null, 'a chunk after the usage chunk');
+    if (chunks++ === 0 && chat) assert.equal(chunk.choices[0]?.delta?.role, 'assistant', 'the first chunk names the role');
+    if (chunk.epd) epd = chunk.epd;
+    if (chunk.usage) {
+      usage = chunk.usage;
+      assert.equal(chunk.choices.length, 0, 'the usage chunk has no choices');
+      continue;
+    }
+    const choice = chunk.choices[0];
+    assert.equal(finish, null, 'a content chunk after the finish chunk');
+    text += (chat ? choice.delta?.content : choice.text) ?? '';
+    if (choice.finish_reason) finish = choice.finish_reason;
+  }
+  assert.equal(text, textOfTokens(c.expect_tokens));
+  assert.ok(['stop', 'length'].includes(finish), `finish_reason ${finish}`);
+  checkUsage(usage, c);
+  checkEpd(epd);
+}
+
+const models = [];
+await checks.run('GET /v1/models lists the model', async () => {
+  for await (const m of client.models.list()) models.push(m);
+  assert.ok(models.length >= 1, 'no model listed');
+  assert.equal(models[0].object, 'model');
+  assert.equal(typeof models[0].id, 'string');
+});
+const model = spec.model ?? models[0]?.id ?? 'epd';
+
+for (const c of spec.cases) {
+  await checks.run(`${c.name} (plain)`, () => plain(c, model));
+  await checks.run(`${c.name} (stream)`, () => streamed(c, model));
+}
+checks.finish();

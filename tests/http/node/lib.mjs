@@ -1,0 +1,78 @@
+// Shared by the SDK test scripts: arguments, the client, data URIs and the expected text of a reference run.
+import { readFileSync } from 'node:fs';
+import OpenAI from 'openai';
+
+// `--base-url URL --spec FILE` (or EPD_BASE_URL / EPD_SPEC): the harness writes the cases and their
+// reference outputs (computed with epd-run) into the spec file.
+export function parseArgs(argv = process.argv.slice(2)) {
+  const args = { baseUrl: process.env.EPD_BASE_URL, spec: process.env.EPD_SPEC };
+  for (let i = 0; i < argv.length; i += 2) {
+    const [key, value] = [argv[i], argv[i + 1]];
+    if (value === undefined) usage(`${key} needs a value`);
+    if (key === '--base-url') args.baseUrl = value;
+    else if (key === '--spec') args.spec = value;
+    else usage(`unknown argument ${key}`);
+  }
+  if (!args.baseUrl) usage('--base-url is required');
+  return args;
+}
+
+function usage(why) {
+  console.error(`${why}\nusage: node <script>.mjs --base-url http://127.0.0.1:PORT/v1 [--spec cases.json]`);
+  process.exit(2);
+}
+
+export function readSpec(path) {
+  if (!path) usage('--spec is required');
+  return JSON.parse(readFileSync(path, 'utf8'));
+}
+
+// No retries: a test must see the first answer, errors included, not a retried one.
+export function makeClient(baseUrl) {
+  return new OpenAI({ baseURL: baseUrl, apiKey: 'epd-test', maxRetries: 0, timeout: 60_000 });
+}
+
+// An image file as a data URI; the type comes from the magic bytes (the server accepts PNG, JPEG, PPM).
+export function imageDataUri(path) {
+  const bytes = readFileSync(path);
+  let type = 'application/octet-stream';
+  if (bytes.subarray(0, 8).equals(Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]))) type = 'image/png';
+  else if (bytes[0] === 0xff && bytes[1] === 0xd8) type = 'image/jpeg';
+  else if (bytes[0] === 0x50 && bytes[1] === 0x36) type = 'image/x-portable-pixmap';
+  return `data:${type};base64,${bytes.toString('base64')}`;
+}
+
+// The text a byte-level model's tokens read as: bytes up to EOS (257), invalid UTF-8 replaced by U+FFFD.
+export function textOfTokens(tokens) {
+  const bytes = [];
+  for (const t of tokens) {
+    if (t === 257) break;
+    if (t < 256) bytes.push(t);
+  }
+  return new TextDecoder('utf-8').decode(Uint8Array.from(bytes));
+}
+
+// Runs named checks; prints one line per check and exits 1 at the end if any failed (all of them run, so one
+// report names every difference).
+export class Checks {
+  constructor() {
+    this.failed = 0;
+    this.passed = 0;
+  }
+
+  async run(name, fn) {
+    try {
+      await fn();
+      this.passed++;
+      console.log(`ok   ${name}`);
+    } catch (err) {
+      this.failed++;
+      console.log(`FAIL ${name}: ${err?.stack ?? err}`);
+    }
+  }
+
+  finish() {
+    console.log(`${this.passed} passed, ${this.failed} failed`);
+    process.exit(this.failed ? 1 : 0);
+  }
+}
