@@ -88,6 +88,29 @@ json user(const json& content) {
   return {{"role", "user"}, {"content", content}};
 }
 
+// A valid 2- or 3-byte UTF-8 character among the bytes: streamed in one-byte deltas, it is split unless the
+// router holds its first bytes back.
+bool has_multibyte_char(const std::vector<int>& tokens) {
+  auto cont = [&](size_t i) { return i < tokens.size() && tokens[i] >= 0x80 && tokens[i] <= 0xbf; };
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    const int b = tokens[i];
+    if (b >= 0xc2 && b <= 0xdf && cont(i + 1)) return true;
+    if (b >= 0xe1 && b <= 0xec && cont(i + 1) && cont(i + 2)) return true;
+  }
+  return false;
+}
+
+// A completions prompt whose greedy answer holds a multi-byte character: searched, not hard-coded, so it
+// survives a change of the model's weights.
+std::string multibyte_prompt(int max_tokens) {
+  for (int i = 0; i < 64; ++i) {
+    const std::string prompt = "Say something #" + std::to_string(i);
+    if (has_multibyte_char(reference_tokens(prompt, max_tokens))) return prompt;
+  }
+  FAIL("no prompt among 64 gives an answer with a multi-byte UTF-8 character");
+  return "";
+}
+
 }  // namespace
 
 TEST_CASE("OpenAI SDK: completions and chat, plain and streamed, equal epd-run", "[e2e][multiproc][openai]") {
@@ -112,6 +135,10 @@ TEST_CASE("OpenAI SDK: completions and chat, plain and streamed, equal epd-run",
        {}},
       {"chat seeded sampling", true, {{"messages", {user("Tell me a story.")}}, {"max_tokens", 10}}, sampled},
       {"chat with a PNG image", true, {{"messages", {image_message}}, {"max_tokens", 8}}, {}, true},
+      {"completion with a multi-byte character in its answer",
+       false,
+       {{"prompt", multibyte_prompt(16)}, {"max_tokens", 16}},
+       {}},
   };
   const auto r = run_node("generate.mjs", cluster, make_spec(cases));
   INFO(r.output);
