@@ -34,8 +34,8 @@ std::filesystem::path temp_file(const std::string& name) {
   return std::filesystem::temp_directory_path() / ("epd-openai-" + std::to_string(::getpid()) + "-" + name);
 }
 
-// The prompt the router builds from chat messages (docs/http-api.md, "Chat prompt"), so epd-run can be
-// given the same text.
+// The prompt the router builds from chat messages: the reference model's ChatML-like template
+// (docs/model.md, "Chat template"), text parts joined with "\n", images leaving no mark in the text.
 std::string chat_prompt(const json& messages) {
   std::string out;
   for (const auto& m : messages) {
@@ -43,12 +43,16 @@ std::string chat_prompt(const json& messages) {
     if (m["content"].is_string()) {
       text = m["content"].get<std::string>();
     } else {
+      bool first = true;
       for (const auto& part : m["content"])
-        if (part["type"] == "text") text += (text.empty() ? "" : "\n") + part["text"].get<std::string>();
+        if (part["type"] == "text") {
+          text += (first ? "" : "\n") + part["text"].get<std::string>();
+          first = false;
+        }
     }
-    out += m["role"].get<std::string>() + ": " + text + "\n";
+    out += "<|im_start|>" + m["role"].get<std::string>() + "\n" + text + "<|im_end|>\n";
   }
-  return out + "assistant: ";
+  return out + "<|im_start|>assistant\n";
 }
 
 struct SpecCase {
