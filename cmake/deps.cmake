@@ -36,3 +36,6 @@ if(EPD_WITH_RDMA)
     set(EPD_HAVE_RDMA ON)
   endif()
 endif()
+# libboost-dev: Boost.Beast (HTTP/1.1 parsing) over Boost.Asio for the router's asynchronous HTTP server;
+# header-only in Boost 1.74.
+find_package(Boost 1.74 REQUIRED)

@@ -118,6 +118,7 @@ int run_role(int argc, char** argv, const char* fixed_role) {
   int sig = 0;
   sigwait(&sigs, &sig);
   spdlog::info("{} '{}' stopping on signal {}", role, id, sig);
+  if (handle->drain) handle->drain();
   ctx.bridge->send_to_endpoint(mc.registry_endpoint, protocol::Goodbye{"shutdown"});
   for (auto& a : actors) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
   ctx.bridge->stop();  // flushes the GOODBYE within linger

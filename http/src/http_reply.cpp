@@ -91,9 +91,20 @@ std::string stats_json(const RouterStats& s) {
                {"completed", s.completed},
                {"failed", s.failed},
                {"retries", s.retries},
+               {"cancelled", s.cancelled},
+               {"rejected", s.rejected},
+               {"in_flight", s.in_flight},
+               {"queued", s.queued},
                {"retry_causes", json(s.retry_causes)},
                {"failure_causes", json(s.failure_causes)},
                {"tables", json(s.tables)}});
+}
+
+std::string models_json(const std::string& model_id) {
+  return dump(
+      {{"object", "list"},
+       {"data",
+        json::array({{{"id", model_id}, {"object", "model"}, {"created", 0}, {"owned_by", "epd"}}})}});
 }
 
 std::string error_json(std::string_view code, std::string_view message) {

@@ -1,8 +1,12 @@
 #pragma once
-// A RouterService for HTTP tests: echoes the prompt, counts calls, and lets a test replace generate().
+// A RouterService for HTTP tests: echoes the prompt, counts calls, records cancellations, and lets a test
+// replace the answer. Each generation is answered from a thread of its own, as the router answers from its
+// actor: the tokens first, then the final answer.
 #include <atomic>
 #include <functional>
 #include <mutex>
+#include <thread>
+#include <vector>
 
 #include "epd/http/router_service.hpp"
 
@@ -11,17 +15,32 @@ namespace epd::http::test {
 class FakeRouterService : public RouterService {
  public:
   std::atomic<int> generate_calls{0};
-  std::atomic<bool> is_healthy{true};
-  std::function<GenerateResponse(const GenerateRequest&)> on_generate;  // set before starting the server
+  std::atomic<bool> throw_in_generate{false};  // generate() itself throws (a bug in the service)
+  Readiness ready{true, {}};
+  // Computes the answer (on the generation's thread); set before starting the server.
+  std::function<GenerateResponse(const GenerateRequest&)> on_generate;
   std::vector<InstanceView> instance_list;
 
-  GenerateResponse generate(const GenerateRequest& request) override {
-    ++generate_calls;
+  ~FakeRouterService() override { join(); }
+
+  uint64_t generate(GenerateRequest request, std::shared_ptr<GenerationSink> sink) override {
+    if (throw_in_generate) throw std::runtime_error("boom");
+    const uint64_t ticket = ++generate_calls;
     {
       std::lock_guard lock(mu_);
       last_ = request;
     }
-    return on_generate ? on_generate(request) : echo(request);
+    std::lock_guard lock(threads_mu_);
+    threads_.emplace_back([this, request = std::move(request), sink = std::move(sink)] {
+      GenerateResponse r = on_generate ? on_generate(request) : echo(request);
+      if (r.http_status == 200 && !r.tokens.empty()) sink->on_tokens(r.tokens);
+      sink->on_done(std::move(r));
+    });
+    return ticket;
+  }
+  void cancel(uint64_t ticket, std::string reason) override {
+    std::lock_guard lock(mu_);
+    cancels_.emplace_back(ticket, std::move(reason));
   }
   std::vector<InstanceView> instances() override { return instance_list; }
   RouterStats stats() override {
@@ -32,11 +51,24 @@ class FakeRouterService : public RouterService {
     s.retries = 2;
     return s;
   }
-  bool healthy() override { return is_healthy; }
+  Readiness readiness() override { return ready; }
+  std::string model_id() override { return "epd-test"; }
 
   GenerateRequest last_request() {
     std::lock_guard lock(mu_);
     return last_;
+  }
+  std::vector<std::pair<uint64_t, std::string>> cancels() {
+    std::lock_guard lock(mu_);
+    return cancels_;
+  }
+  void join() {
+    std::vector<std::thread> threads;
+    {
+      std::lock_guard lock(threads_mu_);
+      threads.swap(threads_);
+    }
+    for (auto& t : threads) t.join();
   }
 
   static GenerateResponse echo(const GenerateRequest& request) {
@@ -57,6 +89,9 @@ class FakeRouterService : public RouterService {
  private:
   std::mutex mu_;
   GenerateRequest last_;
+  std::vector<std::pair<uint64_t, std::string>> cancels_;
+  std::mutex threads_mu_;
+  std::vector<std::thread> threads_;
 };
 
 }  // namespace epd::http::test

@@ -90,7 +90,6 @@ TEST_CASE("the service's failures pass through with their status and an error bo
       }
       if (mode == 1) r.http_status = 504;  // no code, no message
       if (mode == 2) r.http_status = 0;    // a router bug
-      if (mode == 3) throw std::runtime_error("boom");
       if (mode == 4) r.text = "bad utf-8: \xff\xfe";
       return r;
     };
@@ -107,8 +106,9 @@ TEST_CASE("the service's failures pass through with their status and an error bo
   CHECK(json_body(res)["error"]["code"] == "internal");
   mode = 2;
   check_error(post(), 500, "router returned HTTP status 0");
-  mode = 3;
+  server.service.throw_in_generate = true;  // a bug in the service: the server answers, and keeps serving
   check_error(post(), 500, "boom");
+  server.service.throw_in_generate = false;
   mode = 4;
   res = post();
   REQUIRE(res);
@@ -166,7 +166,7 @@ TEST_CASE("wrong methods get 405, unknown paths 404, compressed bodies 415, all 
   check_error(cli.Options("/v1/stats"), 405, "OPTIONS is not allowed");
 
   check_error(cli.Get("/"), 404, "no route for /");
-  check_error(cli.Get("/v1/generate/"), 404, "routes: POST /v1/generate");
+  check_error(cli.Get("/v1/generate/"), 404, "POST /v1/generate, GET /v1/models");
   check_error(cli.Post("/v2/generate", R"({"prompt":"p"})", kJson), 404, "no route for /v2/generate");
 
   httplib::Headers gzip = {{"Content-Encoding", "gzip"}};
@@ -253,22 +253,39 @@ TEST_CASE("8 client threads with 20 requests each all get their own answer", "[h
   CHECK(server.service.generate_calls == 128);
 }
 
-TEST_CASE("GET /health follows service.healthy()", "[http]") {
+TEST_CASE("/health and /health/live answer while serving, /health/ready follows readiness", "[http]") {
   TestServer server;
   auto cli = server.client();
-  auto res = cli.Get("/health");
+  for (const char* path : {"/health", "/health/live"}) {
+    auto res = cli.Get(path);
+    REQUIRE(res);
+    CHECK(res->status == 200);
+    CHECK(json_body(res) == json({{"status", "live"}}));
+    res = cli.Head(path);
+    REQUIRE(res);
+    CHECK(res->status == 200);
+  }
+  auto res = cli.Get("/health/ready");
   REQUIRE(res);
   CHECK(res->status == 200);
-  CHECK(json_body(res) == json({{"status", "ok"}}));
-  res = cli.Head("/health");
-  REQUIRE(res);
-  CHECK(res->status == 200);
+  CHECK(json_body(res) == json({{"status", "ready"}}));
 
-  server.service.is_healthy = false;
-  res = cli.Get("/health");
+  server.service.ready = {false, "no healthy decode instance is registered"};
+  res = cli.Get("/health/ready");
   REQUIRE(res);
   CHECK(res->status == 503);
-  CHECK(json_body(res) == json({{"status", "unhealthy"}}));
+  CHECK(json_body(res) ==
+        json({{"status", "not_ready"}, {"reason", "no healthy decode instance is registered"}}));
+  CHECK(cli.Get("/health/live")->status == 200);  // not ready is not dead
+}
+
+TEST_CASE("GET /v1/models lists the served model as OpenAI does", "[http]") {
+  TestServer server;
+  auto j = json_body(server.client().Get("/v1/models"));
+  CHECK(j["object"] == "list");
+  REQUIRE(j["data"].size() == 1);
+  CHECK(j["data"][0]["id"] == "epd-test");
+  CHECK(j["data"][0]["object"] == "model");
 }
 
 TEST_CASE("GET /v1/instances and /v1/stats have the documented shape", "[http]") {
@@ -336,6 +353,10 @@ TEST_CASE("GET /v1/instances and /v1/stats have the documented shape", "[http]")
                                 {"completed", 5},
                                 {"failed", 1},
                                 {"retries", 2},
+                                {"cancelled", 0},
+                                {"rejected", 0},
+                                {"in_flight", 0},
+                                {"queued", 0},
                                 {"retry_causes", json::object()},
                                 {"failure_causes", json::object()},
                                 {"tables", json::object()}}));
@@ -365,7 +386,7 @@ TEST_CASE("start reports bad configs, a busy port and a second start", "[http]")
   CHECK_FALSE(second.running());
 
   auto bad = small_config();
-  bad.threads = 0;
+  bad.server.io_threads = 0;
   HttpApi third(service, bad);
   auto invalid = third.start("127.0.0.1", 0);
   REQUIRE_FALSE(invalid.ok());
@@ -381,7 +402,7 @@ TEST_CASE("start reports bad configs, a busy port and a second start", "[http]")
   CHECK(reused.ok());
 }
 
-TEST_CASE("stop() with a request in flight waits for it, within bounds", "[http]") {
+TEST_CASE("drain() stops new work and waits for the request in flight", "[http]") {
   std::atomic<bool> entered{false};
   auto server = std::make_unique<TestServer>(small_config(), [&](FakeRouterService& s) {
     s.on_generate = [&](const GenerateRequest& r) {
@@ -390,6 +411,8 @@ TEST_CASE("stop() with a request in flight waits for it, within bounds", "[http]
       return FakeRouterService::echo(r);
     };
   });
+  auto idle = server->client(true);  // an open keep-alive connection: new requests on it are refused
+  REQUIRE(idle.Get("/health/ready")->status == 200);
   int status = 0;
   std::thread client([&] {
     auto cli = server->client();
@@ -397,17 +420,41 @@ TEST_CASE("stop() with a request in flight waits for it, within bounds", "[http]
     if (res) status = res->status;
   });
   while (!entered) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  auto t0 = std::chrono::steady_clock::now();
-  server->api.stop();
-  auto took = std::chrono::steady_clock::now() - t0;
+  std::thread drainer([&] { CHECK(server->api.drain(std::chrono::seconds(5)) == 0); });
+  while (server->api.in_flight() == 1 && idle.Get("/health/ready")->status == 200)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  auto late = server->client().Get("/health");  // the listener is closed
+  CHECK_FALSE(late);
+  drainer.join();
   client.join();
   CHECK(status == 200);  // the in-flight request was completed, not dropped
-  CHECK(took < std::chrono::seconds(3));
+  CHECK(server->api.in_flight() == 0);
+  server->api.stop();
+}
 
-  // Nothing listens any more.
-  httplib::Client late("127.0.0.1", server->port);
-  late.set_connection_timeout(1);
-  CHECK_FALSE(late.Get("/health"));
+TEST_CASE("stop() with a request in flight cancels it and is bounded", "[http]") {
+  std::atomic<bool> entered{false};
+  TestServer server(small_config(), [&](FakeRouterService& s) {
+    s.on_generate = [&](const GenerateRequest& r) {
+      entered = true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      return FakeRouterService::echo(r);
+    };
+  });
+  bool answered = true;
+  std::thread client([&] {
+    auto cli = server.client();
+    answered = bool(cli.Post("/v1/generate", R"({"prompt":"slow"})", kJson));
+  });
+  while (!entered) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  auto t0 = std::chrono::steady_clock::now();
+  server.api.stop();
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(1));
+  client.join();
+  CHECK_FALSE(answered);
+  auto cancels = server.service.cancels();
+  REQUIRE(cancels.size() == 1);
+  CHECK(cancels[0].second == "the client disconnected");
 }
 
 TEST_CASE("stop() is bounded even with an idle keep-alive connection open", "[http]") {

@@ -13,13 +13,12 @@ namespace epd::http::test {
 
 inline HttpApiConfig small_config() {
   HttpApiConfig c;
-  c.max_body_bytes = 64 * 1024;
+  c.server.max_body_bytes = 64 * 1024;
   c.generate.max_prompt_bytes = 1024;
   c.generate.max_image_bytes = 4096;
   c.generate.max_tokens_limit = 64;
-  c.threads = 8;
-  c.read_timeout = std::chrono::milliseconds(500);  // stalled clients give up quickly
-  c.keep_alive_timeout = std::chrono::seconds(1);
+  c.server.request_timeout = std::chrono::milliseconds(500);  // stalled clients give up quickly
+  c.server.idle_timeout = std::chrono::seconds(1);
   return c;
 }
 

@@ -616,7 +616,7 @@ protocol::Result<RoleHandle> spawn_decode(RoleContext& ctx, DecodeSettings s) {
       .on<protocol::ChunkReady>(on_chunk_ready);
   auto main = kernel::spawn_main(ctx, decode_role, kernel::TablePtr<DecodeState>(table), s);
   if (!main) return main.error();
-  return RoleHandle{*main, layout, s.kv_pages, {}};
+  return RoleHandle{*main, layout, s.kv_pages, {}, {}};
 }
 
 }  // namespace

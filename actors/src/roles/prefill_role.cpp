@@ -631,7 +631,7 @@ protocol::Result<RoleHandle> spawn_prefill(RoleContext& ctx, PrefillSettings s) 
       .on<protocol::Watermark>(on_watermark);
   auto main = kernel::spawn_main(ctx, prefill_role, kernel::TablePtr<PrefillState>(table), s);
   if (!main) return main.error();
-  return RoleHandle{*main, layout, s.kv_pages, {}};
+  return RoleHandle{*main, layout, s.kv_pages, {}, {}};
 }
 
 }  // namespace epd::actors::prefill

@@ -1,9 +1,13 @@
 // The router role: the front door. It turns a generate call into a room (encoder for the image, prefill,
-// decode — each picked by least load among healthy registered instances), sends the SUBMITs, collects
-// TOKENS and the final RESULT, and retries a failed room on other instances when the cause is retryable,
-// up to max_attempts. Every call ends within request_timeout: with tokens or with an error naming the cause.
+// decode — each picked by least load among healthy registered instances), sends the SUBMITs, streams TOKENS
+// to the caller's sink as they arrive, and retries a failed room on other instances when the cause is
+// retryable, up to max_attempts (a retry regenerates the same tokens: sampling is seeded per position, so
+// only tokens beyond those already streamed are passed on). At most max_in_flight requests run; up to
+// max_queued more wait in arrival order; beyond that the answer is 429. Every call ends within
+// request_timeout: with tokens, cancelled by the caller, or with an error naming the cause.
 #include <spdlog/spdlog.h>
 
+#include <deque>
 #include <map>
 #include <random>
 #include <set>
@@ -11,12 +15,13 @@
 #include "epd/actors/kernel/role_kernel.hpp"
 #include "epd/http/http_api.hpp"
 #include "epd/http/router_service.hpp"
+#include "epd/model/chat.hpp"
 #include "epd/model/image.hpp"
 #include "epd/model/tokens.hpp"
 #include "roles/roles.hpp"
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(epd::http::GenerateRequest)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(epd::http::GenerateResponse)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<epd::http::GenerationSink>)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(epd::http::RouterStats)
 
 namespace epd::actors {
@@ -24,6 +29,8 @@ namespace {
 
 using http::GenerateRequest;
 using http::GenerateResponse;
+using http::GenerationSink;
+using SinkPtr = std::shared_ptr<GenerationSink>;
 using http::HttpApi;
 using http::HttpApiConfig;
 using http::InstanceView;
@@ -35,6 +42,7 @@ using protocol::ErrorCode;
 using protocol::make_error;
 using stats_atom = caf::atom_constant<caf::atom("stats")>;
 using retry_atom = caf::atom_constant<caf::atom("retry")>;
+using cancel_atom = caf::atom_constant<caf::atom("cancel")>;
 constexpr std::chrono::milliseconds kUnavailablePoll{100};
 
 double ms_between(clock::time_point a, clock::time_point b) {
@@ -50,8 +58,10 @@ struct Attempt {
 };
 
 struct Pending {
-  caf::response_promise promise;
+  SinkPtr sink;
   GenerateRequest request;
+  bool queued = false;             // waiting for an in-flight slot
+  std::vector<uint32_t> streamed;  // tokens passed to the sink so far (any attempt)
   std::vector<uint32_t> prompt;
   uint32_t image_tokens = 0;
   uint32_t attempts = 0;
@@ -76,16 +86,31 @@ struct RouterSettings {
   uint16_t http_port = 8080;
   uint32_t max_tokens_limit = 1024;
   std::chrono::milliseconds unavailable_wait{5000};
+  uint32_t max_in_flight = 256;                   // requests placed on instances at once
+  uint32_t max_queued = 1024;                     // more wait here; beyond that 429
+  std::chrono::milliseconds drain_timeout{4000};  // SIGTERM: how long requests in flight may finish
+  uint32_t http_threads = 2;
+  uint32_t http_max_connections = 10000;
+};
+
+struct RouterLimits {
+  uint32_t max_in_flight = 256;
+  uint32_t max_queued = 1024;
+  std::chrono::milliseconds unavailable_wait{5000};
 };
 
 struct RouterState : kernel::RoleBase {
   std::map<uint64_t, uint64_t> room_to_request;
+  // By ticket. Tickets are handed out in arrival order (nearly: by several HTTP threads), so the first
+  // entry is the next to time out.
   std::map<uint64_t, Pending> requests;
+  std::deque<uint64_t> queue;                // tickets waiting for an in-flight slot, oldest first
+  uint32_t active = 0;                       // requests not queued
   std::map<std::string, uint32_t> inflight;  // rooms this router has on each instance (no zero entries)
   uint64_t next_request = 1;
   std::mt19937_64 rng{std::random_device{}()};
   RouterStats stats;
-  std::chrono::milliseconds unavailable_wait{5000};
+  RouterLimits limits;
   static inline const char* name = "router";
 };
 
@@ -93,6 +118,8 @@ int http_status_for(ErrorCode code) {
   switch (code) {
     case ErrorCode::invalid_request:
       return 400;
+    case ErrorCode::aborted:
+      return 499;  // the client went away (nobody reads this answer)
     case ErrorCode::out_of_capacity:
     case ErrorCode::unknown_peer:
       return 503;
@@ -148,23 +175,59 @@ void cancel_attempt(RouterState& st, const Attempt& a, const std::string& reason
     if (!id->empty()) st.ctx.bridge->send(*id, protocol::Cancel{a.room, reason});
 }
 
+void start_attempt(RouterState& st, uint64_t req_id);
+
+// What every role needs of the client's request besides the prompt: its id (for their logs) and sampling.
+void set_request_fields(protocol::Submit& s, const GenerateRequest& r) {
+  (void)s;
+  (void)r;
+}
+
+// Starts queued requests while in-flight slots are free.
+void admit_queued(RouterState& st) {
+  while (!st.queue.empty() && st.active < st.limits.max_in_flight) {
+    const uint64_t id = st.queue.front();
+    st.queue.pop_front();
+    auto it = st.requests.find(id);
+    if (it == st.requests.end() || !it->second.queued) continue;
+    it->second.queued = false;
+    ++st.active;
+    start_attempt(st, id);
+  }
+}
+
+// The request's answer goes out: free its attempt and its slot (letting a queued request in).
+void finish(RouterState& st, std::map<uint64_t, Pending>::iterator it, GenerateResponse r) {
+  Pending& p = it->second;
+  r.attempts = p.attempts;
+  r.prompt_tokens = uint32_t(p.prompt.size());
+  if (r.room == 0) r.room = p.current.room;
+  if (r.timings.total_ms == 0)
+    r.timings.total_ms = ms_between(p.started, kernel::DeadlineTimer::now(st.self));
+  auto sink = std::move(p.sink);
+  release_attempt(st, p.current);
+  if (p.queued)
+    std::erase(st.queue, it->first);
+  else
+    --st.active;
+  st.requests.erase(it);
+  sink->on_done(std::move(r));
+  admit_queued(st);
+}
+
 void respond_error(RouterState& st, uint64_t req_id, const protocol::Error& e) {
   auto it = st.requests.find(req_id);
   if (it == st.requests.end()) return;
-  Pending& p = it->second;
   GenerateResponse r;
   r.http_status = http_status_for(e.code);
   r.error_code = std::string(protocol::error_name(e.code));
   r.error = e.detail;
-  r.attempts = p.attempts;
-  r.room = p.current.room;
-  r.timings.total_ms = ms_between(p.started, kernel::DeadlineTimer::now(st.self));
+  r.tokens = it->second.streamed;
   ++st.stats.failed;
   ++st.stats.failure_causes[r.error_code];
-  spdlog::warn("router: request {} failed after {} attempt(s): {}", req_id, p.attempts, e.to_string());
-  p.promise.deliver(std::move(r));
-  release_attempt(st, p.current);
-  st.requests.erase(it);
+  spdlog::warn("router: request {} [req {}] failed after {} attempt(s): {}", req_id,
+               it->second.request.request_id, it->second.attempts, e.to_string());
+  finish(st, it, std::move(r));
 }
 
 void start_attempt(RouterState& st, uint64_t req_id) {
@@ -181,12 +244,12 @@ void start_attempt(RouterState& st, uint64_t req_id) {
   if (!decode || !prefill || !encoder) {
     const char* missing = !decode ? "decode" : !prefill ? "prefill" : "encoder";
     // An instance may be restarting (epd-cluster brings it back): wait for one, boundedly.
-    if (a.started - p.started < st.unavailable_wait) {
+    if (a.started - p.started < st.limits.unavailable_wait) {
       st.self->delayed_send(st.self, kUnavailablePoll, retry_atom::value, req_id);
       return;
     }
     std::string why = std::string("no healthy ") + missing + " instance is registered (waited " +
-                      std::to_string(st.unavailable_wait.count()) + " ms)";
+                      std::to_string(st.limits.unavailable_wait.count()) + " ms)";
     if (p.attempts > 0) why += "; the last attempt failed with " + p.last_error.to_string();
     return respond_error(st, req_id, make_error(ErrorCode::unknown_peer, why));
   }
@@ -211,6 +274,9 @@ void start_attempt(RouterState& st, uint64_t req_id) {
   s.encoder = a.encoder;
   s.prefill = a.prefill;
   s.decode = a.decode;
+  set_request_fields(s, p.request);
+  spdlog::debug("router: request {} [req {}] is room {} on {}/{}/{} (attempt {})", req_id,
+                p.request.request_id, a.room, a.encoder, a.prefill, a.decode, p.attempts);
   // Decode first: its BOOTSTRAP is usually what prefill waits for longest.
   st.ctx.bridge->send(a.decode, s);
   if (!a.encoder.empty()) {
@@ -247,8 +313,8 @@ void attempt_failed(RouterState& st, uint64_t req_id, const protocol::Error& e, 
   p.last_error = e;
   const uint32_t max_attempts = st.ctx.cluster->cluster.max_attempts;
   if (protocol::is_retryable(e.code) && p.attempts < max_attempts) {
-    spdlog::info("router: room {} failed ({}); retrying (attempt {}/{})", p.current.room, e.to_string(),
-                 p.attempts + 1, max_attempts);
+    spdlog::info("router: room {} [req {}] failed ({}); retrying (attempt {}/{})", p.current.room,
+                 p.request.request_id, e.to_string(), p.attempts + 1, max_attempts);
     ++st.stats.retries;
     ++st.stats.retry_causes[std::string(protocol::error_name(e.code))];
     blame(p, culprit, e.code, reported);
@@ -267,19 +333,39 @@ void on_instance_lost(RouterState& st, const PeerDirectory::Change& c) {
   for (uint64_t req_id : hit) attempt_failed(st, req_id, kernel::peer_lost_error(c), c.id, false);
 }
 
+// Passes on the tokens of [index, index + n) the sink has not seen. A retried room starts again at 0 and
+// regenerates what was streamed (sampling is a function of seed and position): those are skipped, and a
+// difference is logged, since it would mean two instances computed different answers.
+void stream_tokens(Pending& p, uint32_t index, std::span<const uint32_t> tokens) {
+  const size_t have = p.streamed.size();
+  if (index > have) return;  // a gap (a lost TOKENS frame): the RESULT carries them all
+  for (size_t i = 0; i < tokens.size() && index + i < have; ++i)
+    if (p.streamed[index + i] != tokens[i]) {
+      spdlog::error("router: room {} [req {}] regenerated token {} as {}, not {}: instances disagree",
+                    p.current.room, p.request.request_id, index + i, tokens[i], p.streamed[index + i]);
+      break;
+    }
+  if (index + tokens.size() <= have) return;
+  auto fresh = tokens.subspan(have - index);
+  p.streamed.insert(p.streamed.end(), fresh.begin(), fresh.end());
+  p.sink->on_tokens(fresh);
+}
+
 void on_result(RouterState& st, const Envelope& env, protocol::RoomResult& res) {
   auto rit = st.room_to_request.find(res.room);
   if (rit == st.room_to_request.end()) return;  // a finished or superseded attempt
   const uint64_t req_id = rit->second;
-  Pending& p = st.requests.at(req_id);
+  auto it = st.requests.find(req_id);
+  Pending& p = it->second;
   if (res.ok) {
     if (env.sender != p.current.decode) return;
     const auto now = kernel::DeadlineTimer::now(st.self);
+    stream_tokens(p, 0, res.tokens);
     GenerateResponse r;
     r.tokens = std::move(res.tokens);
     r.text = model::decode_text(r.tokens);
+    r.ended_at_eos = !r.tokens.empty() && r.tokens.back() == model::kEos;
     r.room = res.room;
-    r.attempts = p.attempts;
     r.encoder = p.current.encoder;
     r.prefill = p.current.prefill;
     r.decode = p.current.decode;
@@ -290,9 +376,7 @@ void on_result(RouterState& st, const Envelope& env, protocol::RoomResult& res) 
     r.timings.first_token_ms = ms_between(p.started, p.current.first_token.value_or(now));
     r.timings.total_ms = ms_between(p.started, now);
     ++st.stats.completed;
-    p.promise.deliver(std::move(r));
-    release_attempt(st, p.current);
-    st.requests.erase(req_id);
+    finish(st, it, std::move(r));
     return;
   }
   attempt_failed(st, req_id, make_error(res.code, "'" + env.sender + "': " + res.reason), env.sender, true);
@@ -304,115 +388,168 @@ void time_out(RouterState& s, uint64_t id) {
   if (it == s.requests.end()) return;
   cancel_attempt(s, it->second.current, "request timed out");
   std::string why = "no answer within " + std::to_string(s.ctx.cluster->cluster.request_timeout.count()) +
-                    " ms (room " + std::to_string(it->second.current.room) + ", attempt " +
-                    std::to_string(it->second.attempts) + ")";
+                    " ms (" +
+                    (it->second.queued ? std::string("still queued")
+                                       : "room " + std::to_string(it->second.current.room) + ", attempt " +
+                                             std::to_string(it->second.attempts)) +
+                    ")";
   if (it->second.attempts > 1)
     why += "; the previous attempt failed with " + it->second.last_error.to_string();
   respond_error(s, id, make_error(ErrorCode::timeout, why));
 }
 
-// Requests share one timeout and are kept in arrival order (ids grow), so the first is the next to expire.
 void arm_timeout(RouterState& st) {
   if (st.requests.empty()) return;
   st.deadline.arm(st.self, st.requests.begin()->second.started + st.ctx.cluster->cluster.request_timeout);
 }
 
-void on_tokens(RouterState& st, const Envelope&, protocol::Tokens& t) {
+void on_tokens(RouterState& st, const Envelope& env, protocol::Tokens& t) {
   auto rit = st.room_to_request.find(t.room);
   if (rit == st.room_to_request.end()) return;
-  auto& a = st.requests.at(rit->second).current;
-  if (!a.first_token) a.first_token = kernel::DeadlineTimer::now(st.self);
+  auto& p = st.requests.at(rit->second);
+  if (env.sender != p.current.decode) return;
+  if (!p.current.first_token) p.current.first_token = kernel::DeadlineTimer::now(st.self);
+  stream_tokens(p, t.index, t.tokens);
+}
+
+// The caller gave up (client gone, stop sequence reached): stop the room on every role now.
+void cancel_request(RouterState& st, uint64_t ticket, const std::string& reason) {
+  auto it = st.requests.find(ticket);
+  if (it == st.requests.end()) return;
+  cancel_attempt(st, it->second.current, reason);
+  ++st.stats.cancelled;
+  spdlog::info("router: request {} [req {}] cancelled ({})", ticket, it->second.request.request_id, reason);
+  GenerateResponse r;
+  r.http_status = 499;
+  r.error_code = std::string(protocol::error_name(ErrorCode::aborted));
+  r.error = "cancelled: " + reason;
+  r.tokens = it->second.streamed;
+  finish(st, it, std::move(r));
+}
+
+void on_generate(RouterState& s, uint64_t ticket, GenerateRequest& req, SinkPtr& sink) {
+  ++s.stats.requests;
+  auto reject = [&](int status, std::string code, std::string why, uint32_t retry_after = 0) {
+    GenerateResponse bad;
+    bad.http_status = status;
+    bad.error_code = std::move(code);
+    bad.error = std::move(why);
+    bad.retry_after_s = retry_after;
+    sink->on_done(std::move(bad));
+  };
+  if (s.active >= s.limits.max_in_flight && s.queue.size() >= s.limits.max_queued) {
+    ++s.stats.rejected;
+    return reject(429, "out_of_capacity",
+                  "the router is at its limit of " + std::to_string(s.limits.max_in_flight) +
+                      " requests in flight and " + std::to_string(s.limits.max_queued) + " queued",
+                  1);
+  }
+  std::optional<model::ImageDims> dims;
+  if (!req.image_ppm.empty()) {
+    auto image = model::parse_ppm(req.image_ppm);
+    if (!image) {
+      ++s.stats.failed;
+      return reject(400, "invalid_request", "image: " + image.error().detail);
+    }
+    dims = model::ImageDims{image->width, image->height};
+  }
+  std::string text = req.prompt;
+  if (!req.messages.empty()) {
+    auto chat = model::render_chat(s.ctx.model, req.messages);
+    if (!chat) {
+      ++s.stats.failed;
+      return reject(400, "invalid_request", chat.error().detail);
+    }
+    text = std::move(*chat);
+  }
+  auto prompt = model::build_prompt(s.ctx.model, text, dims);
+  if (!prompt) {
+    ++s.stats.failed;
+    return reject(400, "invalid_request", prompt.error().detail);
+  }
+  Pending p;
+  p.sink = std::move(sink);
+  p.request = std::move(req);
+  p.prompt = std::move(prompt.value());
+  p.image_tokens = model::count_image_tokens(p.prompt);
+  p.started = kernel::DeadlineTimer::now(s.self);
+  p.queued = s.active >= s.limits.max_in_flight;
+  s.requests.emplace(ticket, std::move(p));
+  if (s.requests.size() == 1 || !s.deadline.armed()) arm_timeout(s);
+  if (s.requests.at(ticket).queued) {
+    s.queue.push_back(ticket);
+    return;
+  }
+  ++s.active;
+  start_attempt(s, ticket);
 }
 
 using Table = kernel::MessageTable<RouterState>;
 
 caf::behavior router(caf::stateful_actor<RouterState>* self, RoleContext ctx,
-                     kernel::TablePtr<RouterState> table, std::chrono::milliseconds unavailable_wait) {
-  kernel::start(self, std::move(ctx)).unavailable_wait = unavailable_wait;
-  return kernel::role_behavior(self, table,
-                               {
-                                   [=](generate_atom, GenerateRequest& req) -> caf::response_promise {
-                                     auto& s = self->state;
-                                     ++s.stats.requests;
-                                     auto promise = self->make_response_promise();
-                                     auto bad_request = [&](std::string why) {
-                                       GenerateResponse bad;
-                                       bad.http_status = 400;
-                                       bad.error_code = "invalid_request";
-                                       bad.error = std::move(why);
-                                       ++s.stats.failed;
-                                       promise.deliver(std::move(bad));
-                                       return promise;
-                                     };
-                                     std::optional<model::ImageDims> dims;
-                                     if (!req.image_ppm.empty()) {
-                                       auto image = model::parse_ppm(req.image_ppm);
-                                       if (!image) return bad_request("image: " + image.error().detail);
-                                       dims = model::ImageDims{image->width, image->height};
-                                     }
-                                     auto prompt = model::build_prompt(s.ctx.model, req.prompt, dims);
-                                     if (!prompt) return bad_request(prompt.error().detail);
-                                     const uint64_t id = s.next_request++;
-                                     Pending p;
-                                     p.promise = promise;
-                                     p.request = std::move(req);
-                                     p.prompt = std::move(prompt.value());
-                                     p.image_tokens = model::count_image_tokens(p.prompt);
-                                     p.started = kernel::DeadlineTimer::now(self);
-                                     s.requests.emplace(id, std::move(p));
-                                     start_attempt(s, id);
-                                     arm_timeout(s);
-                                     return promise;
-                                   },
-                                   [=](retry_atom, uint64_t id) {
-                                     auto& s = self->state;
-                                     auto it = s.requests.find(id);
-                                     if (it != s.requests.end() && it->second.current.room == 0)
-                                       start_attempt(s, id);
-                                   },
-                                   [=](stats_atom) {
-                                     const auto& s = self->state;
-                                     RouterStats out = s.stats;
-                                     out.tables = {{"requests", s.requests.size()},
-                                                   {"rooms", s.room_to_request.size()},
-                                                   {"instances_in_flight", s.inflight.size()},
-                                                   {"timeout_timers", s.deadline.armed() ? 1 : 0}};
-                                     return out;
-                                   },
-                                   [=](timeout_atom) {
-                                     auto& s = self->state;
-                                     s.deadline.fired();
-                                     const auto now = kernel::DeadlineTimer::now(self);
-                                     while (!s.requests.empty() && now - s.requests.begin()->second.started >=
-                                                                       s.ctx.cluster->cluster.request_timeout)
-                                       time_out(s, s.requests.begin()->first);
-                                     arm_timeout(s);
-                                   },
-                                   [=](PeerChanges& pc) {
-                                     for (const auto& c : pc.changes)
-                                       if (c.old_incarnation != 0) on_instance_lost(self->state, c);
-                                   },
-                               });
+                     kernel::TablePtr<RouterState> table, RouterLimits limits) {
+  kernel::start(self, std::move(ctx)).limits = limits;
+  return kernel::role_behavior(
+      self, table,
+      {
+          [=](generate_atom, uint64_t ticket, GenerateRequest& req, SinkPtr& sink) {
+            on_generate(self->state, ticket, req, sink);
+          },
+          [=](cancel_atom, uint64_t ticket, std::string& reason) {
+            cancel_request(self->state, ticket, reason);
+          },
+          [=](retry_atom, uint64_t id) {
+            auto& s = self->state;
+            auto it = s.requests.find(id);
+            if (it != s.requests.end() && !it->second.queued && it->second.current.room == 0)
+              start_attempt(s, id);
+          },
+          [=](stats_atom) {
+            const auto& s = self->state;
+            RouterStats out = s.stats;
+            out.in_flight = s.active;
+            out.queued = s.queue.size();
+            out.tables = {{"requests", s.requests.size()},
+                          {"rooms", s.room_to_request.size()},
+                          {"queue", s.queue.size()},
+                          {"instances_in_flight", s.inflight.size()},
+                          {"timeout_timers", s.deadline.armed() ? 1 : 0}};
+            return out;
+          },
+          [=](timeout_atom) {
+            auto& s = self->state;
+            s.deadline.fired();
+            const auto now = kernel::DeadlineTimer::now(self);
+            while (!s.requests.empty() &&
+                   now - s.requests.begin()->second.started >= s.ctx.cluster->cluster.request_timeout)
+              time_out(s, s.requests.begin()->first);
+            arm_timeout(s);
+          },
+          [=](PeerChanges& pc) {
+            for (const auto& c : pc.changes)
+              if (c.old_incarnation != 0) on_instance_lost(self->state, c);
+          },
+      });
 }
 
 // RouterService on top of the router actor, for the HTTP threads.
 class ActorRouterService final : public RouterService {
  public:
   ActorRouterService(caf::actor_system& system, caf::actor router, std::shared_ptr<RegistryView> registry,
-                     std::chrono::milliseconds timeout)
-      : system_(system), router_(std::move(router)), registry_(std::move(registry)), timeout_(timeout) {}
+                     std::string model_id)
+      : system_(system),
+        router_(std::move(router)),
+        registry_(std::move(registry)),
+        model_id_(std::move(model_id)) {}
 
-  GenerateResponse generate(const GenerateRequest& request) override {
-    caf::scoped_actor self{system_};
-    GenerateResponse out;
-    self->request(router_, timeout_ + std::chrono::seconds(5), generate_atom::value, request)
-        .receive([&](GenerateResponse& r) { out = std::move(r); },
-                 [&](caf::error& e) {
-                   out.http_status = 504;
-                   out.error_code = "timeout";
-                   out.error = "router did not answer: " + system_.render(e);
-                 });
-    return out;
+  uint64_t generate(GenerateRequest request, std::shared_ptr<GenerationSink> sink) override {
+    const uint64_t ticket = next_ticket_.fetch_add(1);
+    caf::anon_send(router_, generate_atom::value, ticket, std::move(request), std::move(sink));
+    return ticket;
+  }
+
+  void cancel(uint64_t ticket, std::string reason) override {
+    caf::anon_send(router_, cancel_atom::value, ticket, std::move(reason));
   }
 
   std::vector<InstanceView> instances() override {
@@ -440,13 +577,24 @@ class ActorRouterService final : public RouterService {
     return out;
   }
 
-  bool healthy() override { return true; }
+  // Ready when every role a request may need has a healthy registered instance.
+  http::Readiness readiness() override {
+    std::set<std::string> healthy;
+    for (const auto& e : registry_->entries())
+      if (e.info.load.healthy) healthy.insert(e.info.role);
+    for (const char* role : {"encoder", "prefill", "decode"})
+      if (!healthy.count(role)) return {false, std::string("no healthy ") + role + " instance is registered"};
+    return {true, {}};
+  }
+
+  std::string model_id() override { return model_id_; }
 
  private:
   caf::actor_system& system_;
   caf::actor router_;
   std::shared_ptr<RegistryView> registry_;
-  std::chrono::milliseconds timeout_;
+  const std::string model_id_;
+  std::atomic<uint64_t> next_ticket_{1};
 };
 
 // Owns the HTTP server for the router's lifetime; stopped when the router actor terminates.
@@ -455,6 +603,10 @@ struct HttpFront {
   std::unique_ptr<HttpApi> api;
 };
 
+std::string model_id_of(const config::ClusterConfig& c) {
+  return c.model.path.empty() ? "epd-" + c.model.preset : c.model.path.stem().string();
+}
+
 protocol::Result<RoleHandle> spawn_router(RoleContext& ctx, RouterSettings settings) {
   if (!ctx.registry)
     return make_error(ErrorCode::config_error, "router '" + ctx.instance->id +
@@ -462,15 +614,17 @@ protocol::Result<RoleHandle> spawn_router(RoleContext& ctx, RouterSettings setti
                                                    ctx.instance->id + "\")");
   HttpApiConfig http_config;
   http_config.generate.max_tokens_limit = settings.max_tokens_limit;
+  http_config.server.io_threads = settings.http_threads;
+  http_config.server.max_connections = settings.http_max_connections;
   auto table = std::make_shared<Table>();
   table->on<protocol::Tokens>(on_tokens).on<protocol::RoomResult>(on_result);
-  auto main =
-      kernel::spawn_main(ctx, router, kernel::TablePtr<RouterState>(table), settings.unavailable_wait);
+  RouterLimits limits{settings.max_in_flight, settings.max_queued, settings.unavailable_wait};
+  auto main = kernel::spawn_main(ctx, router, kernel::TablePtr<RouterState>(table), limits);
   if (!main) return main.error();
-  RoleHandle h{*main, std::nullopt, 0, {}};
+  RoleHandle h{*main, std::nullopt, 0, {}, {}};
   auto front = std::make_shared<HttpFront>();
-  front->service = std::make_unique<ActorRouterService>(*ctx.system, h.main, ctx.registry,
-                                                        ctx.cluster->cluster.request_timeout);
+  front->service =
+      std::make_unique<ActorRouterService>(*ctx.system, h.main, ctx.registry, model_id_of(*ctx.cluster));
   front->api = std::make_unique<HttpApi>(*front->service, http_config);
   auto bound = front->api->start(settings.http_host, settings.http_port);
   if (!bound) {
@@ -479,6 +633,7 @@ protocol::Result<RoleHandle> spawn_router(RoleContext& ctx, RouterSettings setti
   }
   spdlog::info("router: HTTP API on http://{}:{}", settings.http_host, *bound);
   h.main->attach_functor([front] { front->api->stop(); });
+  h.drain = [front, grace = settings.drain_timeout] { front->api->drain(grace); };
   return h;
 }
 
@@ -506,7 +661,12 @@ RoleSpec router_role_spec() {
   kernel::SettingsSchema<RouterSettings> settings;
   settings.add({"http"}, read_http)
       .u32("max_tokens_limit", &RouterSettings::max_tokens_limit, 1, 1u << 20)
-      .ms("unavailable_wait_ms", &RouterSettings::unavailable_wait);
+      .ms("unavailable_wait_ms", &RouterSettings::unavailable_wait)
+      .u32("max_in_flight", &RouterSettings::max_in_flight, 1, 1u << 20)
+      .u32("max_queued", &RouterSettings::max_queued, 0, 1u << 20)
+      .ms("drain_timeout_ms", &RouterSettings::drain_timeout)
+      .u32("http_threads", &RouterSettings::http_threads, 1, 64)
+      .u32("http_max_connections", &RouterSettings::http_max_connections, 1, 1u << 20);
   return kernel::make_role_spec(
       "router", "HTTP front door; places rooms on encoder/prefill/decode instances and retries failures",
       false, std::move(settings), spawn_router);

@@ -2,6 +2,7 @@
 // What every role gets from the process runner: the actor system, its configuration, the bridge, the
 // transfer engine (roles that move bulk bytes), the model configuration and the load gauge it publishes.
 #include <caf/all.hpp>
+#include <functional>
 #include <memory>
 #include <optional>
 
@@ -36,6 +37,9 @@ struct RoleHandle {
   std::optional<protocol::KvLayout> kv_layout;
   uint32_t kv_pages_total = 0;
   std::vector<caf::actor> others;  // stopped with the role
+  // Called once on SIGTERM/SIGINT before the role is stopped (membership still up): stops taking new work
+  // and blocks until the work in flight is done or the role's grace period has passed. Optional.
+  std::function<void()> drain;
 };
 
 }  // namespace epd::actors

@@ -1,34 +1,28 @@
 #pragma once
-// The router's HTTP front end (cpp-httplib): parses and checks requests, calls a RouterService, renders JSON.
-// Plain threads, no actors; routes and every status are documented in docs/http-api.md.
+// The router's HTTP API on an asynchronous server (http_server.hpp): the OpenAI routes
+// (/v1/completions, /v1/chat/completions, /v1/models), the native /v1/generate, health, instances and
+// stats. Parses and checks requests, hands generations to a RouterService and streams their tokens back.
+// Every route and status is documented in docs/http-api.md.
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
-#include <thread>
 
 #include "epd/http/http_request.hpp"
+#include "epd/http/http_server.hpp"
 #include "epd/http/router_service.hpp"
 #include "epd/protocol/result.hpp"
-
-namespace httplib {
-class Server;
-}
 
 namespace epd::http {
 
 struct HttpApiConfig {
-  size_t max_body_bytes = 24 * 1024 * 1024;  // room for a max-size image in base64 (4/3) plus the prompt
-  GenerateLimits generate;
-  unsigned threads = 8;  // concurrent connections served; each blocks in generate() for a whole request
-  std::chrono::milliseconds read_timeout{5000};   // per socket read while receiving a request
-  std::chrono::milliseconds write_timeout{5000};  // per socket write while sending a reply
-  // An idle keep-alive connection holds a thread this long, and stop() may wait for it.
-  std::chrono::seconds keep_alive_timeout{2};
-  size_t keep_alive_max_requests = 100;
+  ServerLimits server;
+  GenerateLimits generate;  // prompt, image and max_tokens limits of every generation route
 };
+
+struct ApiContext;
 
 class HttpApi {
  public:
@@ -38,27 +32,29 @@ class HttpApi {
   HttpApi(const HttpApi&) = delete;
   HttpApi& operator=(const HttpApi&) = delete;
 
-  // Binds host:port (port 0 picks a free one) and serves on background threads. Returns the bound port;
-  // config_error for an invalid config or when already started, io_error when the address cannot be bound
-  // (e.g. the port is in use).
+  // Binds host:port (port 0 picks a free one) and serves. Returns the bound port; config_error for an
+  // invalid config or when already started, io_error when the address cannot be bound.
   protocol::Result<uint16_t> start(const std::string& host, uint16_t port);
 
-  // Stops accepting, then waits for in-flight requests (each bounded by the service's request timeout) and
-  // idle keep-alive connections (keep_alive_timeout). Idempotent; start() may be called again afterwards.
+  // Graceful stop, first half: closes the listener, answers new generation requests 503 and
+  // /health/ready 503, and waits until the generations in flight are answered or `grace` has passed.
+  // Returns how many were still running then.
+  size_t drain(std::chrono::milliseconds grace);
+
+  // Closes every connection (a generation still running is cancelled) and joins the server's threads.
+  // Idempotent.
   void stop();
 
   bool running() const;
-  uint16_t port() const;  // 0 when not running
+  uint16_t port() const;     // 0 when not running
+  size_t in_flight() const;  // generations started and not yet answered
   const HttpApiConfig& config() const { return config_; }
 
  private:
-  void install_routes(httplib::Server& server);
-
-  RouterService& service_;
   const HttpApiConfig config_;
+  std::shared_ptr<ApiContext> ctx_;
   mutable std::mutex mu_;  // guards start/stop against each other
-  std::unique_ptr<httplib::Server> server_;
-  std::thread listener_;
+  std::unique_ptr<HttpServer> server_;
   uint16_t port_ = 0;
 };
 

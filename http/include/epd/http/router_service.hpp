@@ -1,21 +1,29 @@
 #pragma once
-// What the HTTP front end needs from the router: generate one answer, list instances, say whether the
-// router is healthy. The HTTP layer (http_api.hpp) knows nothing of actors; the router role implements this
-// interface on top of its actors, and tests implement it with fakes.
+// What the HTTP front end needs from the router: start a generation that streams its tokens back, cancel it,
+// list instances, say whether the router can serve. The HTTP layer knows nothing of actors; the router role
+// implements this interface on top of its actors, and tests implement it with fakes.
+#include <chrono>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
+#include "epd/model/chat.hpp"
+#include "epd/model/sampling.hpp"
 #include "epd/protocol/messages.hpp"
 
 namespace epd::http {
 
 struct GenerateRequest {
-  std::string prompt;              // UTF-8/bytes; tokenised byte by byte
-  std::vector<uint8_t> image_ppm;  // binary PPM (P6), decoded from base64; empty = no image
+  std::string prompt;                     // text; ignored when `messages` is set
+  std::vector<model::ChatTurn> messages;  // chat: the router applies the model's chat template
+  std::vector<uint8_t> image_ppm;         // binary PPM (P6); empty = no image
   uint32_t max_tokens = 16;
+  model::SamplingParams sampling;
+  std::string request_id;  // X-Request-Id: written by every role in the log lines of this request's rooms
 };
 
 struct StageTimings {  // milliseconds
@@ -28,15 +36,29 @@ struct StageTimings {  // milliseconds
 };
 
 struct GenerateResponse {
-  int http_status = 200;   // 200 on success; 4xx for a bad request; 503/504/502 when serving failed
-  std::string error_code;  // protocol error name, e.g. "invalid_request", "timeout"
-  std::string error;       // human-readable cause
-  std::string text;
-  std::vector<uint32_t> tokens;
+  int http_status =
+      200;  // 200 on success; 4xx for a bad request; 429 when full; 503/504/502 when serving failed
+  std::string error_code;        // protocol error name, e.g. "invalid_request", "timeout"
+  std::string error;             // human-readable cause
+  uint32_t retry_after_s = 0;    // with 429/503: when to try again
+  std::string text;              // the tokens as text (the model's detokenizer)
+  std::vector<uint32_t> tokens;  // every generated token (also those already streamed)
+  bool ended_at_eos = false;     // else it stopped at max_tokens (or was cut short by the client)
+  uint32_t prompt_tokens = 0;
   StageTimings timings;
   uint64_t room = 0;
   uint32_t attempts = 0;
   std::string encoder, prefill, decode;  // instances that served the final attempt
+};
+
+// Receives one generation's progress, on the router's thread: token batches in order (each token once,
+// however many attempts it took: a retry regenerates the same tokens, and only new ones are passed on),
+// then exactly one on_done. Implementations must not block.
+class GenerationSink {
+ public:
+  virtual ~GenerationSink() = default;
+  virtual void on_tokens(std::span<const uint32_t> tokens) = 0;
+  virtual void on_done(GenerateResponse response) = 0;
 };
 
 struct InstanceView {
@@ -55,20 +77,35 @@ struct RouterStats {
   uint64_t completed = 0;
   uint64_t failed = 0;
   uint64_t retries = 0;
+  uint64_t cancelled = 0;  // the client went away, or a stop sequence ended the answer early
+  uint64_t rejected = 0;   // answered 429: in-flight limit and queue full
+  uint64_t in_flight = 0;  // requests being served now
+  uint64_t queued = 0;     // requests waiting for an in-flight slot
   std::map<std::string, uint64_t> retry_causes;    // error code name -> rooms retried for it
   std::map<std::string, uint64_t> failure_causes;  // error code name -> requests answered with it
   // Sizes of the router's per-request tables (docs/failure-handling.md, "Bounded tables"): 0 when idle.
   std::map<std::string, uint64_t> tables;
 };
 
+struct Readiness {
+  bool ready = false;
+  std::string reason;  // why not, e.g. "no healthy decode instance is registered"
+};
+
 class RouterService {
  public:
   virtual ~RouterService() = default;
-  // Blocking, always bounded by the router's request timeout. Thread-safe (called from HTTP threads).
-  virtual GenerateResponse generate(const GenerateRequest& request) = 0;
+  // Starts a generation and returns its ticket at once; the sink hears the rest (always, within the router's
+  // request timeout). Thread-safe.
+  virtual uint64_t generate(GenerateRequest request, std::shared_ptr<GenerationSink> sink) = 0;
+  // The client went away or needs no more tokens: stop the work, free its resources. The sink then hears
+  // on_done (with the tokens so far) unless it already did. Unknown or finished tickets are ignored.
+  virtual void cancel(uint64_t ticket, std::string reason) = 0;
   virtual std::vector<InstanceView> instances() = 0;
   virtual RouterStats stats() = 0;
-  virtual bool healthy() = 0;
+  // Whether a request could be placed now: a complete set of healthy instances is registered.
+  virtual Readiness readiness() = 0;
+  virtual std::string model_id() = 0;  // the name /v1/models lists
 };
 
 }  // namespace epd::http

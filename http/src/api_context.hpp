@@ -1,0 +1,62 @@
+#pragma once
+// State shared by the HTTP API's routes and the sinks of the generations they started. Sinks outlive a
+// request's handler (the router holds them), so they hold the context by shared_ptr.
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "epd/http/http_api.hpp"
+#include "epd/http/http_server.hpp"
+#include "epd/http/router_service.hpp"
+
+namespace epd::http {
+
+struct ApiContext {
+  ApiContext(RouterService& s, const HttpApiConfig& c) : service(s), config(c) {}
+
+  RouterService& service;
+  const HttpApiConfig& config;
+  std::atomic<bool> draining{false};
+
+  // Generations started and not yet answered; drain() waits for zero.
+  void started() {
+    std::lock_guard lock(mu_);
+    ++in_flight_;
+  }
+  void finished() {
+    std::lock_guard lock(mu_);
+    if (--in_flight_ == 0) idle_.notify_all();
+  }
+  size_t in_flight() const {
+    std::lock_guard lock(mu_);
+    return in_flight_;
+  }
+  template <class Duration>
+  size_t wait_idle(Duration d) {
+    std::unique_lock lock(mu_);
+    idle_.wait_for(lock, d, [&] { return in_flight_ == 0; });
+    return in_flight_;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::condition_variable idle_;
+  size_t in_flight_ = 0;
+};
+
+// The generation routes' request id: the client's X-Request-Id (1..128 visible ASCII characters) or a
+// fresh random one. nullopt: the client's is unusable.
+std::optional<std::string> request_id_of(const HttpRequest& request);
+
+void reply_json(Exchange& ex, int status, std::string body, std::vector<HttpHeader> headers = {});
+void reply_error(Exchange& ex, const HttpError& error, std::vector<HttpHeader> headers = {});
+// A failed GenerateResponse as an HTTP error (status, body, Retry-After).
+void reply_failure(Exchange& ex, const GenerateResponse& response, std::vector<HttpHeader> headers = {});
+HttpError failure_error(const GenerateResponse& response);
+
+// Handlers of the generation routes (each in its own file).
+void handle_generate(const std::shared_ptr<ApiContext>& ctx, ExchangePtr ex);
+
+}  // namespace epd::http

@@ -1,0 +1,51 @@
+// POST /v1/generate, epd's native route: the whole answer in one JSON object with token ids, the instances
+// that served it and stage timings (docs/http-api.md). Shares the router path with the OpenAI routes.
+#include "api_context.hpp"
+#include "http_reply.hpp"
+
+namespace epd::http {
+namespace {
+
+class CollectSink final : public GenerationSink {
+ public:
+  CollectSink(std::shared_ptr<ApiContext> ctx, ExchangePtr ex, std::string request_id)
+      : ctx_(std::move(ctx)), ex_(std::move(ex)), request_id_(std::move(request_id)) {}
+
+  void on_tokens(std::span<const uint32_t>) override {}  // the final answer carries them all
+
+  void on_done(GenerateResponse r) override {
+    std::vector<HttpHeader> headers{{"X-Request-Id", request_id_}};
+    if (r.http_status == 200)
+      reply_json(*ex_, 200, generate_reply_json(r), std::move(headers));
+    else
+      reply_failure(*ex_, r, std::move(headers));
+    ctx_->finished();
+  }
+
+ private:
+  std::shared_ptr<ApiContext> ctx_;
+  ExchangePtr ex_;
+  std::string request_id_;
+};
+
+}  // namespace
+
+void handle_generate(const std::shared_ptr<ApiContext>& ctx, ExchangePtr ex) {
+  auto id = request_id_of(ex->request());
+  if (!id)
+    return reply_error(*ex, {400, "invalid_request", "X-Request-Id must be 1..128 visible ASCII characters"});
+  std::vector<HttpHeader> headers{{"X-Request-Id", *id}};
+  if (ctx->draining)
+    return reply_error(*ex, {503, "unavailable", "the router is shutting down; send the request elsewhere"},
+                       std::move(headers));
+  auto parsed = parse_generate_request(ex->request().body, ctx->config.generate);
+  if (auto* err = std::get_if<HttpError>(&parsed)) return reply_error(*ex, *err, std::move(headers));
+  auto& request = std::get<GenerateRequest>(parsed);
+  request.request_id = *id;
+  ctx->started();
+  const uint64_t ticket =
+      ctx->service.generate(std::move(request), std::make_shared<CollectSink>(ctx, ex, *id));
+  ex->on_disconnect([ctx, ticket] { ctx->service.cancel(ticket, "the client disconnected"); });
+}
+
+}  // namespace epd::http
