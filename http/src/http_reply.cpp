@@ -4,6 +4,8 @@
 #include <optional>
 #include <type_traits>
 
+#include "epd/http/openai_reply.hpp"
+
 namespace epd::http {
 namespace {
 
@@ -97,7 +99,9 @@ std::string stats_json(const RouterStats& s) {
 }
 
 std::string error_json(std::string_view code, std::string_view message) {
-  return dump({{"error", {{"code", code}, {"message", message}}}});
+  bool client_error = code == "invalid_request" || code == "oversized" || code == "not_found" ||
+                      code == "method_not_allowed" || code == "unsupported_media_type";
+  return openai::error_body({client_error ? 400 : 500, std::string(code), std::string(message)});
 }
 
 }  // namespace epd::http
