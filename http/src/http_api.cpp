@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "api_context.hpp"
+#include "epd/http/openai_reply.hpp"
 #include "http_reply.hpp"
 
 namespace epd::http {
@@ -56,7 +57,7 @@ std::string clip(std::string_view s) {
 }
 
 HeadVerdict verdict(const HttpError& e, std::vector<HttpHeader> headers = {}) {
-  return {e.status, error_json(e.code, e.message), kJson, std::move(headers)};
+  return {e.status, openai::error_body(e), kJson, std::move(headers)};
 }
 
 // Everything decidable from the request line and headers, checked before any body byte is read.
@@ -142,7 +143,7 @@ void reply_json(Exchange& ex, int status, std::string body, std::vector<HttpHead
 }
 
 void reply_error(Exchange& ex, const HttpError& e, std::vector<HttpHeader> headers) {
-  reply_json(ex, e.status, error_json(e.code, e.message), std::move(headers));
+  reply_json(ex, e.status, openai::error_body(e), std::move(headers));
 }
 
 HttpError failure_error(const GenerateResponse& out) {
@@ -201,7 +202,7 @@ protocol::Result<uint16_t> HttpApi::start(const std::string& host, uint16_t port
                        : status == 503 ? "unavailable"
                        : status >= 500 ? "internal"
                                        : "invalid_request";
-    return error_json(code, message);
+    return openai::error_body({status, code, std::string(message)});
   };
   handlers.handle = [ctx = ctx_](ExchangePtr ex) {
     const RouteInfo* route = find_route(ex->request().path);

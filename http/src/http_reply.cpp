@@ -4,6 +4,8 @@
 #include <optional>
 #include <type_traits>
 
+#include "epd/http/openai_reply.hpp"
+
 namespace epd::http {
 namespace {
 
@@ -105,10 +107,6 @@ std::string models_json(const std::string& model_id) {
       {{"object", "list"},
        {"data",
         json::array({{{"id", model_id}, {"object", "model"}, {"created", 0}, {"owned_by", "epd"}}})}});
-}
-
-std::string error_json(std::string_view code, std::string_view message) {
-  return dump({{"error", {{"code", code}, {"message", message}}}});
 }
 
 }  // namespace epd::http

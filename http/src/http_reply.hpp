@@ -14,7 +14,5 @@ std::string instances_json(const std::vector<InstanceView>& instances);
 std::string stats_json(const RouterStats& stats);
 // GET /v1/models: OpenAI's list with the one model the cluster serves.
 std::string models_json(const std::string& model_id);
-// {"error": {"code": ..., "message": ...}}
-std::string error_json(std::string_view code, std::string_view message);
 
 }  // namespace epd::http

@@ -16,7 +16,8 @@
 namespace epd::testing {
 
 struct ClusterSpec {
-  std::string backend = "auto";  // [transport] backend
+  std::string backend = "auto";       // [transport] backend
+  std::string model_preset = "tiny";  // "bench" decodes ~10x slower: room to cancel or drain mid-answer
   int encoders = 1;
   int prefills = 1;
   int decodes = 1;

@@ -21,16 +21,22 @@ json json_body(const httplib::Result& res) {
   return json::parse(res->body);
 }
 
-// The reply is an error with this status whose message contains `what`.
+// The reply is an error with this status whose message contains `what`, in OpenAI's error shape:
+// {"error": {"message", "type", "param", "code"}} with epd's error name as the code.
 void check_error(const httplib::Result& res, int status, std::string_view what) {
   REQUIRE(res);
   INFO("body: " << res->body);
   CHECK(res->status == status);
   auto j = json_body(res);
-  REQUIRE(j.contains("error"));
-  CHECK(j["error"]["code"].is_string());
-  CHECK_FALSE(j["error"]["code"].get<std::string>().empty());
-  CHECK(j["error"]["message"].get<std::string>().find(what) != std::string::npos);
+  REQUIRE(j.size() == 1);
+  const auto& e = j["error"];
+  REQUIRE(e.is_object());
+  CHECK(e.size() == 4);
+  CHECK(e["code"].is_string());
+  CHECK_FALSE(e["code"].get<std::string>().empty());
+  CHECK(e["type"] == (status >= 500 ? "server_error" : "invalid_request_error"));
+  CHECK(e["param"].is_null());  // /v1/generate's parser names no param
+  CHECK(e["message"].get<std::string>().find(what) != std::string::npos);
 }
 
 std::string ppm_b64(size_t pixels) {

@@ -24,6 +24,9 @@ struct HttpError {
   int status = 400;
   std::string code;  // "invalid_request", "oversized", "not_found", "method_not_allowed", ...
   std::string message;
+  // The request field at fault ("max_tokens", "messages[1].content"), empty when none is. It is OpenAI's
+  // error `param`; the default initializer keeps `HttpError{status, code, message}` warning-free.
+  std::string param = {};
 };
 
 std::variant<GenerateRequest, HttpError> parse_generate_request(std::string_view body,

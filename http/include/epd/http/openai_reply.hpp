@@ -1,0 +1,87 @@
+#pragma once
+// Every body the OpenAI-compatible routes send, in OpenAI's shapes and key order: errors, non-streamed
+// answers, and the Server-Sent Events of a streamed answer. Pure: the HTTP session supplies the response's
+// id, creation time and model, and per event the text, finish reason and usage; docs/http-api.md shows each
+// body. Text is put into JSON by nlohmann, never escaped by hand.
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "epd/http/http_request.hpp"
+#include "epd/http/openai_request.hpp"
+
+namespace epd::http::openai {
+
+// OpenAI's error `type` for an HTTP status: "server_error" for 5xx, "requests" for 429 (OpenAI's type for a
+// request-rate limit), "invalid_request_error" for every other status (OpenAI uses it for 401 and 404 too).
+std::string_view error_type(int status);
+
+// {"error": {"message": ..., "type": ..., "param": null or "...", "code": epd's error name}}. The one error
+// shape of every epd HTTP route.
+std::string error_body(const HttpError& e);
+
+enum class FinishReason {
+  stop,    // the model's end of text, or a stop string
+  length,  // max_tokens reached
+};
+
+struct Usage {
+  uint32_t prompt_tokens = 0;  // image tokens included
+  uint32_t completion_tokens = 0;
+};
+
+// epd's own figures, sent as "epd": {...} on the final answer or finish chunk; OpenAI clients ignore unknown
+// fields. The load generator compares first_token_ms (the router's TTFT) with the TTFT it measured.
+struct Extras {
+  std::string request_id;
+  uint64_t room = 0;  // printed exactly: JavaScript clients need a BigInt-aware parser
+  uint32_t attempts = 0;
+  double first_token_ms = 0;
+  double total_ms = 0;
+};
+
+// What every body of one answer repeats.
+struct ResponseHead {
+  Endpoint endpoint = Endpoint::completions;
+  std::string id;       // response_id() makes one
+  int64_t created = 0;  // unix seconds
+  std::string model;
+};
+
+// "cmpl-<unique>" or "chatcmpl-<unique>", the prefixes OpenAI's ids carry.
+std::string response_id(Endpoint endpoint, std::string_view unique);
+
+// A non-streamed answer: a "text_completion" or a "chat.completion" object.
+std::string completion_body(const ResponseHead& head, std::string_view text, FinishReason finish,
+                            const Usage& usage, const Extras& extras);
+
+// Server-Sent Events as OpenAI frames them: one "data: <json>" line and a blank line per event.
+std::string sse_data(std::string_view json);
+inline constexpr std::string_view kSseDone = "data: [DONE]\n\n";
+
+// The events of one streamed answer, each call returning bytes ready to write. Order: start() (chat's role
+// chunk; nothing for completions), text() per delta, then finish() (the finish chunk with "epd", the usage
+// chunk if asked for, [DONE]) or error().
+class StreamRenderer {
+ public:
+  StreamRenderer(ResponseHead head, bool include_usage);
+
+  // Chat: {"delta": {"role": "assistant", "content": ""}}. text() and finish() send it first if it was not.
+  std::string start();
+  // One chunk with this text; nothing for an empty delta (OpenAI sends no empty text chunks).
+  std::string text(std::string_view delta);
+  // The chunk with finish_reason and "epd" (chat: {"delta": {}}, completions: "text": ""); with
+  // include_usage, then a chunk with "choices": [] and the usage; then [DONE].
+  std::string finish(FinishReason reason, const Usage& usage, const Extras& extras);
+  // A failure after the 200 and its headers went out: the error body as an event, then [DONE].
+  std::string error(const HttpError& e) const;
+
+ private:
+  std::string role_if_not_sent();
+
+  ResponseHead head_;
+  bool include_usage_;
+  bool started_ = false;
+};
+
+}  // namespace epd::http::openai

@@ -1,0 +1,61 @@
+#pragma once
+// The bodies of OpenAI's POST /v1/completions and POST /v1/chat/completions, turned into one neutral Request
+// or into the 4xx that explains what is wrong (with OpenAI's `param`). Pure (no I/O), so every rule is
+// unit-testable; docs/http-api.md ("OpenAI-compatible API") lists the fields taken, ignored and refused.
+//
+// Unknown fields are ignored, as OpenAI-compatible servers do, so clients that send extras keep working.
+// Known fields epd cannot honour (n > 1, logprobs, tools, penalties, ...) are refused, never ignored: a
+// client that asked for them would otherwise get an answer that silently is not what it asked for.
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "epd/http/http_request.hpp"
+
+namespace epd::http::openai {
+
+enum class Endpoint { completions, chat };
+
+struct Message {
+  std::string role;  // "system", "developer", "user" or "assistant", as given
+  // The text parts joined with "\n" (a string content is one part). Where images stood between the parts
+  // is not kept.
+  std::string text;
+  std::vector<std::vector<uint8_t>> images;  // raw PNG/JPEG/PPM bytes from data: URIs, in order (user only)
+};
+
+struct Request {
+  Endpoint endpoint = Endpoint::completions;
+  std::string model;              // as given; empty if absent
+  std::string prompt;             // completions
+  std::vector<Message> messages;  // chat
+  uint32_t max_tokens = 0;  // max_tokens or max_completion_tokens; Limits::default_max_tokens if neither
+  float temperature = 0;    // 0 = greedy (OpenAI's default is 1; epd's is deterministic)
+  float top_p = 1;
+  uint32_t top_k = 0;  // 0 = off
+  uint64_t seed = 0;   // a negative JSON seed is taken as its 64-bit two's complement
+  bool seed_given = false;
+  std::vector<std::string> stop;  // 0..4 non-empty strings
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+};
+
+struct Limits {
+  size_t max_prompt_bytes = 64 * 1024;        // the prompt, or all messages' text together
+  size_t max_image_bytes = 16 * 1024 * 1024;  // one image as sent (PNG/JPEG/PPM file bytes, not pixels)
+  uint32_t default_max_tokens = 16;
+  uint32_t max_tokens_limit = 1024;  // max_tokens must be in 1..max_tokens_limit
+  int max_json_depth = 32;           // nesting deeper than this is refused before it is built
+  size_t max_messages = 256;
+  size_t max_stop_bytes = 256;  // each stop string
+};
+
+// Rejections are 400 "invalid_request" or 413 "oversized" (a prompt, the messages or an image over its
+// limit), with `param` naming the field: "max_tokens", "stop", "messages[2].content[0].image_url.url".
+std::variant<Request, HttpError> parse_request(Endpoint endpoint, std::string_view body,
+                                               const Limits& limits);
+
+}  // namespace epd::http::openai

@@ -1,0 +1,156 @@
+#include "openai_messages.hpp"
+
+#include <string>
+#include <string_view>
+
+#include "epd/http/data_uri.hpp"
+#include "openai_fields.hpp"
+
+namespace epd::http::openai {
+namespace {
+
+using namespace fields;
+
+std::string join(const std::vector<std::string>& parts, std::string_view separator) {
+  std::string out;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    if (i > 0) out += separator;
+    out += parts[i];
+  }
+  return out;
+}
+
+class MessagesParser {
+ public:
+  MessagesParser(const json& doc, const Limits& limits, std::vector<Message>& out)
+      : doc_(doc), limits_(limits), out_(out) {}
+
+  Failure messages() {
+    const json* v = field(doc_, "messages");
+    if (!v) return invalid("messages", "\"messages\" is required (an array of messages)");
+    if (!v->is_array()) return wrong_type("messages", "an array of messages", *v);
+    if (v->empty()) return invalid("messages", "\"messages\" must not be empty");
+    if (v->size() > limits_.max_messages) {
+      return oversized("messages", "\"messages\" holds " + std::to_string(v->size()) +
+                                       " messages; the limit is " + std::to_string(limits_.max_messages));
+    }
+    size_t text_bytes = 0;
+    for (size_t i = 0; i < v->size(); ++i) {
+      std::string at = "messages[" + std::to_string(i) + "]";
+      Message m;
+      if (auto e = message((*v)[i], at, m)) return e;
+      text_bytes += m.text.size();
+      if (text_bytes > limits_.max_prompt_bytes) {
+        return oversized("messages", "the messages' text exceeds the limit of " +
+                                         std::to_string(limits_.max_prompt_bytes) + " bytes (at " + at + ")");
+      }
+      out_.push_back(std::move(m));
+    }
+    return {};
+  }
+
+ private:
+  Failure message(const json& m, const std::string& at, Message& out) {
+    if (!m.is_object()) return wrong_type(at, "an object with \"role\" and \"content\"", m);
+    const std::string role_param = at + ".role";
+    const json* role = field(m, "role");
+    if (!role) return invalid(role_param, in_quotes(role_param) + " is required");
+    if (!role->is_string()) return wrong_type(role_param, "a string", *role);
+    out.role = role->get<std::string>();
+    if (out.role == "tool" || out.role == "function") {
+      return unsupported(role_param, "role " + in_quotes(out.role) + " (function calling)");
+    }
+    if (out.role != "system" && out.role != "developer" && out.role != "user" && out.role != "assistant") {
+      return invalid(role_param, in_quotes(role_param) + " is " + clip(out.role) +
+                                     "; it must be \"system\", \"developer\", \"user\" or \"assistant\"");
+    }
+    for (const std::string name : {"tool_calls", "function_call"}) {
+      const json* v = field(m, name);
+      if (v && !(v->is_array() && v->empty())) {
+        return unsupported(at + "." + name, in_quotes(name) + " (function calling)");
+      }
+    }
+
+    const std::string content_param = at + ".content";
+    const json* content = field(m, "content");
+    if (!content) {
+      if (out.role == "assistant") return {};  // OpenAI allows an assistant turn without content
+      return invalid(content_param, in_quotes(content_param) + " is required");
+    }
+    if (content->is_string()) {
+      out.text = content->get<std::string>();
+      return {};
+    }
+    if (!content->is_array()) {
+      return wrong_type(content_param, "a string or an array of content parts", *content);
+    }
+    std::vector<std::string> texts;
+    for (size_t j = 0; j < content->size(); ++j) {
+      if (auto e = part((*content)[j], content_param + "[" + std::to_string(j) + "]", out, texts)) return e;
+    }
+    out.text = join(texts, "\n");
+    return {};
+  }
+
+  Failure part(const json& p, const std::string& at, Message& out, std::vector<std::string>& texts) {
+    if (!p.is_object()) return wrong_type(at, "an object with a \"type\"", p);
+    const std::string type_param = at + ".type";
+    const json* type = field(p, "type");
+    if (!type) return invalid(type_param, in_quotes(type_param) + " is required");
+    if (!type->is_string()) return wrong_type(type_param, "a string", *type);
+    if (*type == "text") {
+      const json* text = field(p, "text");
+      if (!text) return invalid(at + ".text", in_quotes(at + ".text") + " is required");
+      if (!text->is_string()) return wrong_type(at + ".text", "a string", *text);
+      texts.push_back(text->get<std::string>());
+      return {};
+    }
+    if (*type != "image_url") {
+      return invalid(type_param, in_quotes(type_param) + " is " + clip(type->get<std::string>()) +
+                                     "; epd takes \"text\" and \"image_url\" parts");
+    }
+    if (out.role != "user") return invalid(type_param, "images are only allowed in user messages");
+    return image(p, at + ".image_url", out);
+  }
+
+  // "image_url": {"url": "data:...", "detail": ...} or, as some clients send it, "image_url": "data:...".
+  Failure image(const json& p, const std::string& param, Message& out) {
+    const json* image_url = field(p, "image_url");
+    if (!image_url) return invalid(param, in_quotes(param) + " is required");
+    const json* url = image_url;
+    std::string url_param = param;
+    if (image_url->is_object()) {
+      url_param = param + ".url";
+      url = field(*image_url, "url");
+      if (!url) return invalid(url_param, in_quotes(url_param) + " is required");
+      // The model sees every image at its one resolution; detail is checked but changes nothing.
+      if (const json* detail = field(*image_url, "detail")) {
+        if (!(detail->is_string() && (*detail == "auto" || *detail == "low" || *detail == "high"))) {
+          return invalid(param + ".detail",
+                         in_quotes(param + ".detail") + " must be \"auto\", \"low\" or \"high\"");
+        }
+      }
+    }
+    if (!url->is_string()) return wrong_type(url_param, "a data: URI string", *url);
+    auto decoded = decode_image_data_uri(url->get_ref<const std::string&>(), limits_.max_image_bytes);
+    if (auto* e = std::get_if<HttpError>(&decoded)) {
+      e->message = in_quotes(url_param) + ": " + e->message;
+      e->param = url_param;
+      return std::move(*e);
+    }
+    out.images.push_back(std::move(std::get<std::vector<uint8_t>>(decoded)));
+    return {};
+  }
+
+  const json& doc_;
+  const Limits& limits_;
+  std::vector<Message>& out_;
+};
+
+}  // namespace
+
+std::optional<HttpError> parse_messages(const json& doc, const Limits& limits, std::vector<Message>& out) {
+  return MessagesParser(doc, limits, out).messages();
+}
+
+}  // namespace epd::http::openai

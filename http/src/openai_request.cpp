@@ -1,0 +1,300 @@
+#include "epd/http/openai_request.hpp"
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "json_body.hpp"
+#include "openai_fields.hpp"
+#include "openai_messages.hpp"
+
+namespace epd::http::openai {
+namespace {
+
+using namespace fields;
+
+constexpr size_t kMaxStops = 4;  // OpenAI's limit
+
+class Parser {
+ public:
+  Parser(Endpoint endpoint, const json& doc, const Limits& limits, Request& out)
+      : endpoint_(endpoint), doc_(doc), limits_(limits), out_(out) {}
+
+  Failure model() {
+    const json* v = field(doc_, "model");
+    if (!v) return {};
+    if (!v->is_string()) return wrong_type("model", "a string", *v);
+    out_.model = v->get<std::string>();
+    return {};
+  }
+
+  Failure prompt() {
+    const json* v = field(doc_, "prompt");
+    if (!v) return invalid("prompt", "\"prompt\" is required (a string)");
+    const json* text = v;
+    std::string param = "prompt";
+    if (v->is_array()) {
+      if (v->empty()) return invalid(param, "\"prompt\" is an empty array; send the prompt as a string");
+      const json& first = v->front();
+      if (first.is_number_integer() || first.is_array()) {
+        return invalid(param, "\"prompt\" as token ids is not supported by epd; send the prompt as text");
+      }
+      if (v->size() > 1) {
+        return invalid(param, "\"prompt\" holds " + std::to_string(v->size()) +
+                                  " prompts; epd takes one prompt per request: send one request per prompt");
+      }
+      text = &first;
+      param = "prompt[0]";
+    }
+    if (!text->is_string()) return wrong_type(param, "a string", *text);
+    const auto& s = text->get_ref<const std::string&>();
+    if (s.empty()) return invalid(param, in_quotes(param) + " must not be empty");
+    if (s.size() > limits_.max_prompt_bytes) {
+      return oversized(param, in_quotes(param) + " is " + std::to_string(s.size()) + " bytes; the limit is " +
+                                  std::to_string(limits_.max_prompt_bytes) + " bytes");
+    }
+    out_.prompt = s;
+    return {};
+  }
+
+  Failure messages() { return parse_messages(doc_, limits_, out_.messages); }
+
+  Failure max_tokens() {
+    const std::string range = "1.." + std::to_string(limits_.max_tokens_limit);
+    std::optional<uint32_t> given;
+    // max_completion_tokens is the newer name of max_tokens; both are taken, on both endpoints.
+    for (const std::string name : {"max_tokens", "max_completion_tokens"}) {
+      const json* v = field(doc_, name);
+      if (!v) continue;
+      if (!v->is_number_integer()) return wrong_type(name, "an integer in " + range, *v);
+      // A negative integer is not number_unsigned.
+      if (!v->is_number_unsigned() || v->get<uint64_t>() < 1 ||
+          v->get<uint64_t>() > limits_.max_tokens_limit) {
+        return invalid(name, in_quotes(name) + " is " + v->dump() + "; it must be in " + range);
+      }
+      auto n = static_cast<uint32_t>(v->get<uint64_t>());
+      if (given && *given != n) {
+        return invalid(name, "\"max_tokens\" (" + std::to_string(*given) +
+                                 ") and \"max_completion_tokens\" (" + std::to_string(n) +
+                                 ") differ; send one of them");
+      }
+      given = n;
+    }
+    out_.max_tokens = given.value_or(limits_.default_max_tokens);
+    return {};
+  }
+
+  Failure sampling() {
+    if (auto e = number_in("temperature", 0, false, 2, "[0, 2]", out_.temperature)) return e;
+    if (auto e = number_in("top_p", 0, true, 1, "(0, 1]", out_.top_p)) return e;
+    if (const json* v = field(doc_, "top_k")) {
+      // vLLM spells "off" as -1 (older releases) or 0; both are taken.
+      const char* rule = "it must be 0 or -1 (off) or a positive integer below 2^32";
+      if (!v->is_number_integer()) return wrong_type("top_k", "an integer (0 or -1 for off)", *v);
+      if (v->is_number_unsigned()) {
+        if (v->get<uint64_t>() > UINT32_MAX) {
+          return invalid("top_k", "\"top_k\" is " + v->dump() + "; " + rule);
+        }
+        out_.top_k = static_cast<uint32_t>(v->get<uint64_t>());
+      } else if (v->get<int64_t>() != -1) {
+        return invalid("top_k", "\"top_k\" is " + v->dump() + "; " + rule);
+      }
+    }
+    if (const json* v = field(doc_, "seed")) {
+      if (!v->is_number_integer()) return wrong_type("seed", "an integer", *v);
+      // Clients send negative seeds (-1 is common); the sampler needs 64 bits, not a sign.
+      out_.seed = v->is_number_unsigned() ? v->get<uint64_t>() : static_cast<uint64_t>(v->get<int64_t>());
+      out_.seed_given = true;
+    }
+    return {};
+  }
+
+  Failure stop() {
+    const json* v = field(doc_, "stop");
+    if (!v) return {};
+    if (v->is_string()) return stop_string(*v, "stop");
+    if (!v->is_array()) return wrong_type("stop", "a string or an array of up to 4 strings", *v);
+    if (v->size() > kMaxStops) {
+      return invalid("stop", "\"stop\" holds " + std::to_string(v->size()) + " strings; at most " +
+                                 std::to_string(kMaxStops) + " are allowed");
+    }
+    for (size_t i = 0; i < v->size(); ++i) {
+      if (auto e = stop_string((*v)[i], "stop[" + std::to_string(i) + "]")) return e;
+    }
+    return {};
+  }
+
+  Failure stream() {
+    if (const json* v = field(doc_, "stream")) {
+      if (!v->is_boolean()) return wrong_type("stream", "a boolean", *v);
+      out_.stream = v->get<bool>();
+    }
+    const json* options = field(doc_, "stream_options");
+    if (!options) return {};
+    if (!out_.stream) {
+      return invalid("stream_options", "\"stream_options\" is only allowed when \"stream\" is true");
+    }
+    if (!options->is_object()) return wrong_type("stream_options", "an object", *options);
+    if (const json* v = field(*options, "include_usage")) {
+      if (!v->is_boolean()) return wrong_type("stream_options.include_usage", "a boolean", *v);
+      out_.include_usage = v->get<bool>();
+    }
+    return {};
+  }
+
+  // Known fields that would change the answer in ways epd cannot honour.
+  Failure refused() {
+    if (const json* v = field(doc_, "n")) {
+      if (!v->is_number_integer()) return wrong_type("n", "an integer", *v);
+      if (!v->is_number_unsigned() || v->get<uint64_t>() != 1) {
+        return invalid("n", "\"n\" is " + v->dump() + "; epd gives one choice per request: send n requests");
+      }
+    }
+    if (auto e = nonzero_number("presence_penalty")) return e;
+    if (auto e = nonzero_number("frequency_penalty")) return e;
+    if (auto e = nonempty("logit_bias", json::value_t::object, "an object", "\"logit_bias\"")) return e;
+    return endpoint_ == Endpoint::completions ? refused_completions() : refused_chat();
+  }
+
+ private:
+  Failure refused_completions() {
+    if (const json* v = field(doc_, "best_of")) {
+      if (!v->is_number_integer()) return wrong_type("best_of", "an integer", *v);
+      if (!v->is_number_unsigned() || v->get<uint64_t>() != 1) {
+        return unsupported("best_of", "\"best_of\" other than 1");
+      }
+    }
+    if (const json* v = field(doc_, "echo")) {
+      if (!v->is_boolean()) return wrong_type("echo", "a boolean", *v);
+      if (v->get<bool>()) return unsupported("echo", "\"echo\": true");
+    }
+    if (const json* v = field(doc_, "suffix")) {
+      if (!v->is_string()) return wrong_type("suffix", "a string", *v);
+      if (!v->get_ref<const std::string&>().empty()) return unsupported("suffix", "\"suffix\" (insertion)");
+    }
+    if (const json* v = field(doc_, "logprobs")) {
+      if (!v->is_number_integer()) return wrong_type("logprobs", "an integer", *v);
+      if (!v->is_number_unsigned() || v->get<uint64_t>() != 0) {
+        return unsupported("logprobs", "\"logprobs\" (token log probabilities)");
+      }
+    }
+    return {};
+  }
+
+  Failure refused_chat() {
+    if (const json* v = field(doc_, "logprobs")) {
+      if (!v->is_boolean()) return wrong_type("logprobs", "a boolean", *v);
+      if (v->get<bool>()) return unsupported("logprobs", "\"logprobs\" (token log probabilities)");
+    }
+    if (const json* v = field(doc_, "top_logprobs")) {
+      if (!v->is_number_integer()) return wrong_type("top_logprobs", "an integer", *v);
+      if (!v->is_number_unsigned() || v->get<uint64_t>() != 0) {
+        return unsupported("top_logprobs", "\"top_logprobs\" (token log probabilities)");
+      }
+    }
+    for (const std::string name : {"tools", "functions"}) {
+      if (auto e =
+              nonempty(name, json::value_t::array, "an array", in_quotes(name) + " (function calling)")) {
+        return e;
+      }
+    }
+    // Without tools, "none" and "auto" both mean plain text.
+    for (const std::string name : {"tool_choice", "function_call"}) {
+      const json* v = field(doc_, name);
+      if (!v) continue;
+      if (!(v->is_string() && (*v == "none" || *v == "auto"))) {
+        return unsupported(name, in_quotes(name) + " (function calling)");
+      }
+    }
+    if (const json* v = field(doc_, "response_format")) {
+      if (!v->is_object()) return wrong_type("response_format", "an object", *v);
+      const json* type = field(*v, "type");
+      if (!type || !type->is_string()) {
+        return invalid("response_format.type", "\"response_format.type\" is required (a string)");
+      }
+      if (*type != "text") {
+        return unsupported("response_format.type",
+                           "\"response_format\" of type " + clip(type->get<std::string>()));
+      }
+    }
+    if (field(doc_, "audio")) return unsupported("audio", "\"audio\" output");
+    if (const json* v = field(doc_, "modalities")) {
+      if (!v->is_array()) return wrong_type("modalities", "an array of strings", *v);
+      for (const auto& m : *v) {
+        if (m != "text") return unsupported("modalities", "output other than \"text\"");
+      }
+    }
+    return {};
+  }
+
+  Failure number_in(const std::string& name, double lo, bool lo_open, double hi, std::string_view range,
+                    float& out) {
+    const json* v = field(doc_, name);
+    if (!v) return {};
+    if (!v->is_number()) return wrong_type(name, "a number in " + std::string(range), *v);
+    double x = v->get<double>();
+    if (x < lo || (lo_open && x == lo) || x > hi) {
+      return invalid(name, in_quotes(name) + " is " + v->dump() + "; it must be in " + std::string(range));
+    }
+    out = static_cast<float>(x);
+    return {};
+  }
+
+  Failure stop_string(const json& v, const std::string& param) {
+    if (!v.is_string()) return wrong_type(param, "a string", v);
+    const auto& s = v.get_ref<const std::string&>();
+    if (s.empty()) return invalid(param, in_quotes(param) + " must not be empty");
+    if (s.size() > limits_.max_stop_bytes) {
+      return invalid(param, in_quotes(param) + " is " + std::to_string(s.size()) + " bytes; the limit is " +
+                                std::to_string(limits_.max_stop_bytes) + " bytes");
+    }
+    out_.stop.push_back(s);
+    return {};
+  }
+
+  Failure nonzero_number(const std::string& name) {
+    const json* v = field(doc_, name);
+    if (!v) return {};
+    if (!v->is_number()) return wrong_type(name, "a number", *v);
+    if (v->get<double>() != 0) return unsupported(name, in_quotes(name) + " other than 0");
+    return {};
+  }
+
+  // A field that is harmless only when empty; `what` names it in the refusal.
+  Failure nonempty(const std::string& name, json::value_t type, std::string_view type_text,
+                   std::string_view what) {
+    const json* v = field(doc_, name);
+    if (!v) return {};
+    if (v->type() != type) return wrong_type(name, type_text, *v);
+    if (!v->empty()) return unsupported(name, what);
+    return {};
+  }
+
+  Endpoint endpoint_;
+  const json& doc_;
+  const Limits& limits_;
+  Request& out_;
+};
+
+}  // namespace
+
+std::variant<Request, HttpError> parse_request(Endpoint endpoint, std::string_view body,
+                                               const Limits& limits) {
+  auto parsed = parse_json_object(body, limits.max_json_depth);
+  if (auto* e = std::get_if<HttpError>(&parsed)) return std::move(*e);
+  const json& doc = std::get<json>(parsed);
+
+  Request request;
+  request.endpoint = endpoint;
+  Parser p(endpoint, doc, limits, request);
+  auto input = endpoint == Endpoint::completions ? &Parser::prompt : &Parser::messages;
+  for (auto step : {&Parser::model, input, &Parser::max_tokens, &Parser::sampling, &Parser::stop,
+                    &Parser::stream, &Parser::refused}) {
+    if (auto e = (p.*step)()) return std::move(*e);
+  }
+  return request;
+}
+
+}  // namespace epd::http::openai

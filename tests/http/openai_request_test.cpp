@@ -1,0 +1,436 @@
+// openai::parse_request without a server: what each endpoint takes, and each rejection's status, code,
+// param and message.
+#include "epd/http/openai_request.hpp"
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include "epd/http/base64.hpp"
+
+using namespace epd::http;
+using namespace epd::http::openai;
+using nlohmann::json;
+
+namespace {
+
+Limits limits() {
+  Limits l;
+  l.max_prompt_bytes = 100;
+  l.max_image_bytes = 64;
+  l.default_max_tokens = 16;
+  l.max_tokens_limit = 32;
+  l.max_messages = 4;
+  l.max_stop_bytes = 8;
+  return l;
+}
+
+const std::string kPng("\x89PNG\r\n\x1a\nxx", 10);
+
+std::string png_uri(const std::string& bytes = kPng) {
+  return "data:image/png;base64," +
+         base64_encode({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()});
+}
+
+Request accepted(Endpoint endpoint, const json& body) {
+  auto r = parse_request(endpoint, body.dump(), limits());
+  if (auto* e = std::get_if<HttpError>(&r)) FAIL("rejected: " << e->message << " (param " << e->param << ")");
+  return std::get<Request>(r);
+}
+
+HttpError rejected(Endpoint endpoint, std::string_view body) {
+  auto r = parse_request(endpoint, body, limits());
+  REQUIRE(std::holds_alternative<HttpError>(r));
+  auto e = std::get<HttpError>(r);
+  INFO("message: " << e.message);
+  CHECK_FALSE(e.message.empty());
+  CHECK((e.status == 400 || e.status == 413));
+  CHECK(e.code == (e.status == 400 ? "invalid_request" : "oversized"));
+  return e;
+}
+
+HttpError rejected(Endpoint endpoint, const json& body) {
+  return rejected(endpoint, std::string_view(body.dump()));
+}
+
+// A completions body: {"prompt":"p"} plus `extra`.
+json completion(json extra = json::object()) {
+  json body = {{"prompt", "p"}};
+  body.update(extra);
+  return body;
+}
+
+// A chat body with one user message "hi" plus `extra`.
+json chat(json extra = json::object()) {
+  json body = {{"messages", {{{"role", "user"}, {"content", "hi"}}}}};
+  body.update(extra);
+  return body;
+}
+
+json user(json content) {
+  return {{"messages", {{{"role", "user"}, {"content", std::move(content)}}}}};
+}
+
+// The rejection names `param` and its message contains `what`.
+void check(const HttpError& e, std::string_view param, std::string_view what, int status = 400) {
+  INFO("message: " << e.message);
+  CHECK(e.status == status);
+  CHECK(e.param == param);
+  CHECK(e.message.find(what) != std::string::npos);
+}
+
+}  // namespace
+
+TEST_CASE("openai request: a completion with every supported field", "[http][openai_request]") {
+  auto r = accepted(Endpoint::completions, {{"model", "epd-tiny"},
+                                            {"prompt", "Once upon a time"},
+                                            {"max_tokens", 32},
+                                            {"temperature", 0.7},
+                                            {"top_p", 0.9},
+                                            {"top_k", 40},
+                                            {"seed", 1234},
+                                            {"stop", {"\n", "END"}},
+                                            {"stream", true},
+                                            {"stream_options", {{"include_usage", true}}},
+                                            {"n", 1},
+                                            {"user", "someone"},
+                                            {"unknown_extension", {{"a", 1}}}});
+  CHECK(r.endpoint == Endpoint::completions);
+  CHECK(r.model == "epd-tiny");
+  CHECK(r.prompt == "Once upon a time");
+  CHECK(r.messages.empty());
+  CHECK(r.max_tokens == 32);
+  CHECK(r.temperature == Approx(0.7));
+  CHECK(r.top_p == Approx(0.9));
+  CHECK(r.top_k == 40);
+  CHECK(r.seed == 1234);
+  CHECK(r.seed_given);
+  CHECK(r.stop == std::vector<std::string>{"\n", "END"});
+  CHECK(r.stream);
+  CHECK(r.include_usage);
+}
+
+TEST_CASE("openai request: defaults, and null meaning absent", "[http][openai_request]") {
+  auto r = accepted(Endpoint::completions, completion());
+  CHECK(r.model.empty());
+  CHECK(r.max_tokens == 16);
+  CHECK(r.temperature == 0);
+  CHECK(r.top_p == 1);
+  CHECK(r.top_k == 0);
+  CHECK_FALSE(r.seed_given);
+  CHECK(r.stop.empty());
+  CHECK_FALSE(r.stream);
+  CHECK_FALSE(r.include_usage);
+
+  r = accepted(Endpoint::completions, completion({{"model", nullptr},
+                                                  {"max_tokens", nullptr},
+                                                  {"temperature", nullptr},
+                                                  {"stop", nullptr},
+                                                  {"stream", nullptr},
+                                                  {"stream_options", nullptr},
+                                                  {"n", nullptr},
+                                                  {"logprobs", nullptr},
+                                                  {"seed", nullptr}}));
+  CHECK(r.max_tokens == 16);
+  CHECK_FALSE(r.seed_given);
+  // Values that ask for nothing unusual are fine.
+  accepted(Endpoint::completions, completion({{"logprobs", 0},
+                                              {"echo", false},
+                                              {"best_of", 1},
+                                              {"suffix", ""},
+                                              {"presence_penalty", 0},
+                                              {"frequency_penalty", 0.0},
+                                              {"logit_bias", json::object()},
+                                              {"stop", json::array()}}));
+}
+
+TEST_CASE("openai request: prompt shapes", "[http][openai_request]") {
+  CHECK(accepted(Endpoint::completions, {{"prompt", {"only one"}}}).prompt == "only one");
+  CHECK(accepted(Endpoint::completions, {{"prompt", "h\u00e9"}}).prompt == "h\xc3\xa9");
+  CHECK(accepted(Endpoint::completions, {{"prompt", std::string(100, 'x')}}).prompt.size() == 100);
+
+  check(rejected(Endpoint::completions, json::object()), "prompt", "\"prompt\" is required");
+  check(rejected(Endpoint::completions, {{"prompt", nullptr}}), "prompt", "is required");
+  check(rejected(Endpoint::completions, {{"prompt", 5}}), "prompt",
+        "\"prompt\" must be a string, got number");
+  check(rejected(Endpoint::completions, {{"prompt", ""}}), "prompt", "must not be empty");
+  check(rejected(Endpoint::completions, {{"prompt", json::array()}}), "prompt", "empty array");
+  check(rejected(Endpoint::completions, {{"prompt", {1, 2, 3}}}), "prompt", "token ids is not supported");
+  check(rejected(Endpoint::completions, {{"prompt", {{1, 2}, {3}}}}), "prompt", "token ids");
+  check(rejected(Endpoint::completions, {{"prompt", {"a", "b"}}}), "prompt",
+        "holds 2 prompts; epd takes one prompt per request");
+  check(rejected(Endpoint::completions, {{"prompt", {true}}}), "prompt[0]", "must be a string, got boolean");
+  check(rejected(Endpoint::completions, {{"prompt", {""}}}), "prompt[0]", "must not be empty");
+  check(rejected(Endpoint::completions, {{"prompt", std::string(101, 'x')}}), "prompt",
+        "101 bytes; the limit is 100", 413);
+  // The other endpoint's input field is not looked at.
+  check(rejected(Endpoint::completions, chat()), "prompt", "is required");
+}
+
+TEST_CASE("openai request: malformed bodies", "[http][openai_request]") {
+  auto e = rejected(Endpoint::chat, std::string_view(R"({"messages": [)"));
+  CHECK(e.message.find("invalid JSON") != std::string::npos);
+  CHECK(e.param.empty());
+  CHECK(rejected(Endpoint::chat, std::string_view("[]")).message ==
+        "request body must be a JSON object, got array");
+  CHECK(rejected(Endpoint::completions, std::string_view("\"x\"")).message.find("got string") !=
+        std::string::npos);
+  // Deep nesting is refused while parsing, even inside a field that would be ignored.
+  std::string deep = "{\"prompt\":\"p\",\"x\":" + std::string(40, '[') + std::string(40, ']') + "}";
+  CHECK(rejected(Endpoint::completions, std::string_view(deep)).message.find("nested deeper than 32") !=
+        std::string::npos);
+}
+
+TEST_CASE("openai request: max_tokens and max_completion_tokens", "[http][openai_request]") {
+  CHECK(accepted(Endpoint::chat, chat({{"max_completion_tokens", 7}})).max_tokens == 7);
+  CHECK(accepted(Endpoint::completions, completion({{"max_completion_tokens", 7}})).max_tokens == 7);
+  CHECK(accepted(Endpoint::chat, chat({{"max_tokens", 5}, {"max_completion_tokens", 5}})).max_tokens == 5);
+  CHECK(accepted(Endpoint::chat, chat({{"max_tokens", 1}})).max_tokens == 1);
+  check(rejected(Endpoint::chat, chat({{"max_tokens", 5}, {"max_completion_tokens", 6}})),
+        "max_completion_tokens", "differ");
+  for (json v : {json("5"), json(1.5), json(true), json(1e3), json::array()}) {
+    INFO(v.dump());
+    check(rejected(Endpoint::completions, completion({{"max_tokens", v}})), "max_tokens",
+          "\"max_tokens\" must be an integer in 1..32");
+  }
+  for (json v : {json(0), json(-1), json(33), json(4294967296ull), json(UINT64_MAX)}) {
+    INFO(v.dump());
+    check(rejected(Endpoint::chat, chat({{"max_completion_tokens", v}})), "max_completion_tokens",
+          "it must be in 1..32");
+  }
+}
+
+TEST_CASE("openai request: temperature, top_p, top_k, seed", "[http][openai_request]") {
+  CHECK(accepted(Endpoint::chat, chat({{"temperature", 0}})).temperature == 0);
+  CHECK(accepted(Endpoint::chat, chat({{"temperature", 2}})).temperature == 2);
+  CHECK(accepted(Endpoint::chat, chat({{"top_p", 1}})).top_p == 1);
+  CHECK(accepted(Endpoint::chat, chat({{"top_p", 1e-9}})).top_p > 0);
+  CHECK(accepted(Endpoint::chat, chat({{"top_k", 0}})).top_k == 0);
+  CHECK(accepted(Endpoint::chat, chat({{"top_k", -1}})).top_k == 0);  // vLLM's "off"
+  CHECK(accepted(Endpoint::chat, chat({{"top_k", 4294967295ull}})).top_k == 4294967295u);
+  CHECK(accepted(Endpoint::chat, chat({{"seed", -1}})).seed == UINT64_MAX);  // two's complement
+  CHECK(accepted(Endpoint::chat, chat({{"seed", INT64_MIN}})).seed == 1ull << 63);
+  CHECK(accepted(Endpoint::chat, chat({{"seed", UINT64_MAX}})).seed == UINT64_MAX);
+  CHECK(accepted(Endpoint::chat, chat({{"seed", 0}})).seed_given);
+
+  check(rejected(Endpoint::chat, chat({{"temperature", -0.1}})), "temperature",
+        "is -0.1; it must be in [0, 2]");
+  check(rejected(Endpoint::chat, chat({{"temperature", 2.5}})), "temperature", "it must be in [0, 2]");
+  check(rejected(Endpoint::chat, chat({{"temperature", "1"}})), "temperature",
+        "\"temperature\" must be a number in [0, 2], got string");
+  check(rejected(Endpoint::chat, chat({{"top_p", 0}})), "top_p", "is 0; it must be in (0, 1]");
+  check(rejected(Endpoint::chat, chat({{"top_p", 1.01}})), "top_p", "(0, 1]");
+  check(rejected(Endpoint::chat, chat({{"top_k", -2}})), "top_k", "is -2; it must be 0 or -1 (off)");
+  check(rejected(Endpoint::chat, chat({{"top_k", 4294967296ull}})), "top_k", "below 2^32");
+  check(rejected(Endpoint::chat, chat({{"top_k", 1.5}})), "top_k", "must be an integer");
+  check(rejected(Endpoint::chat, chat({{"seed", 1.5}})), "seed", "\"seed\" must be an integer, got number");
+  check(rejected(Endpoint::chat, chat({{"seed", "7"}})), "seed", "got string");
+}
+
+TEST_CASE("openai request: stop strings", "[http][openai_request]") {
+  CHECK(accepted(Endpoint::chat, chat({{"stop", "\n"}})).stop == std::vector<std::string>{"\n"});
+  CHECK(accepted(Endpoint::chat, chat({{"stop", {"a", "b", "c", "12345678"}}})).stop.size() == 4);
+  check(rejected(Endpoint::chat, chat({{"stop", {"a", "b", "c", "d", "e"}}})), "stop",
+        "holds 5 strings; at most 4");
+  check(rejected(Endpoint::chat, chat({{"stop", ""}})), "stop", "\"stop\" must not be empty");
+  check(rejected(Endpoint::chat, chat({{"stop", {"a", ""}}})), "stop[1]", "\"stop[1]\" must not be empty");
+  check(rejected(Endpoint::chat, chat({{"stop", {"a", 5}}})), "stop[1]", "must be a string, got number");
+  check(rejected(Endpoint::chat, chat({{"stop", "123456789"}})), "stop", "9 bytes; the limit is 8 bytes");
+  check(rejected(Endpoint::chat, chat({{"stop", 5}})), "stop", "a string or an array of up to 4 strings");
+}
+
+TEST_CASE("openai request: stream and stream_options", "[http][openai_request]") {
+  auto r = accepted(Endpoint::chat, chat({{"stream", true}}));
+  CHECK(r.stream);
+  CHECK_FALSE(r.include_usage);
+  r = accepted(Endpoint::chat, chat({{"stream", true}, {"stream_options", {{"include_usage", false}}}}));
+  CHECK_FALSE(r.include_usage);
+  r = accepted(Endpoint::chat,
+               chat({{"stream", true}, {"stream_options", {{"continuous_usage_stats", true}}}}));
+  CHECK_FALSE(r.include_usage);  // vLLM's extra option is ignored
+  check(rejected(Endpoint::chat, chat({{"stream", "yes"}})), "stream",
+        "\"stream\" must be a boolean, got string");
+  check(rejected(Endpoint::chat, chat({{"stream_options", {{"include_usage", true}}}})), "stream_options",
+        "only allowed when \"stream\" is true");
+  check(rejected(Endpoint::chat, chat({{"stream", false}, {"stream_options", {{"include_usage", true}}}})),
+        "stream_options", "only allowed");
+  check(rejected(Endpoint::chat, chat({{"stream", true}, {"stream_options", true}})), "stream_options",
+        "must be an object");
+  check(rejected(Endpoint::chat, chat({{"stream", true}, {"stream_options", {{"include_usage", 1}}}})),
+        "stream_options.include_usage", "must be a boolean, got number");
+}
+
+TEST_CASE("openai request: n and the completions fields epd cannot honour", "[http][openai_request]") {
+  check(rejected(Endpoint::completions, completion({{"n", 2}})), "n", "\"n\" is 2; epd gives one choice");
+  check(rejected(Endpoint::chat, chat({{"n", 0}})), "n", "\"n\" is 0");
+  check(rejected(Endpoint::chat, chat({{"n", -1}})), "n", "\"n\" is -1");
+  check(rejected(Endpoint::chat, chat({{"n", "1"}})), "n", "must be an integer");
+  check(rejected(Endpoint::completions, completion({{"best_of", 2}})), "best_of",
+        "other than 1 is not supported");
+  check(rejected(Endpoint::completions, completion({{"echo", true}})), "echo",
+        "\"echo\": true is not supported");
+  check(rejected(Endpoint::completions, completion({{"echo", 1}})), "echo", "must be a boolean");
+  check(rejected(Endpoint::completions, completion({{"suffix", "end"}})), "suffix", "not supported");
+  check(rejected(Endpoint::completions, completion({{"logprobs", 1}})), "logprobs", "log probabilities");
+  check(rejected(Endpoint::completions, completion({{"logprobs", true}})), "logprobs", "must be an integer");
+  check(rejected(Endpoint::completions, completion({{"presence_penalty", 0.5}})), "presence_penalty",
+        "\"presence_penalty\" other than 0 is not supported by epd");
+  check(rejected(Endpoint::completions, completion({{"frequency_penalty", -1}})), "frequency_penalty",
+        "not supported");
+  check(rejected(Endpoint::completions, completion({{"frequency_penalty", "0"}})), "frequency_penalty",
+        "must be a number");
+  check(rejected(Endpoint::completions, completion({{"logit_bias", {{"50256", -100}}}})), "logit_bias",
+        "not supported");
+  check(rejected(Endpoint::completions, completion({{"logit_bias", 1}})), "logit_bias", "must be an object");
+}
+
+TEST_CASE("openai request: chat fields epd cannot honour", "[http][openai_request]") {
+  accepted(Endpoint::chat, chat({{"logprobs", false},
+                                 {"top_logprobs", 0},
+                                 {"tools", json::array()},
+                                 {"tool_choice", "none"},
+                                 {"function_call", "auto"},
+                                 {"response_format", {{"type", "text"}}},
+                                 {"modalities", {"text"}},
+                                 {"parallel_tool_calls", false},
+                                 {"echo", true}}));  // not a chat field in OpenAI's API: ignored
+  check(rejected(Endpoint::chat, chat({{"logprobs", true}})), "logprobs", "log probabilities");
+  check(rejected(Endpoint::chat, chat({{"logprobs", 1}})), "logprobs", "must be a boolean");
+  check(rejected(Endpoint::chat, chat({{"top_logprobs", 3}})), "top_logprobs", "not supported");
+  json tool = {{"type", "function"}, {"function", {{"name", "f"}}}};
+  check(rejected(Endpoint::chat, chat({{"tools", {tool}}})), "tools",
+        "\"tools\" (function calling) is not supported by epd");
+  check(rejected(Endpoint::chat, chat({{"tools", tool}})), "tools", "must be an array, got object");
+  check(rejected(Endpoint::chat, chat({{"functions", {tool}}})), "functions", "not supported");
+  check(rejected(Endpoint::chat, chat({{"tool_choice", "required"}})), "tool_choice", "function calling");
+  check(rejected(Endpoint::chat, chat({{"tool_choice", tool}})), "tool_choice", "function calling");
+  check(rejected(Endpoint::chat, chat({{"response_format", {{"type", "json_object"}}}})),
+        "response_format.type", "\"response_format\" of type \"json_object\" is not supported");
+  check(rejected(Endpoint::chat, chat({{"response_format", json::object()}})), "response_format.type",
+        "is required");
+  check(rejected(Endpoint::chat, chat({{"response_format", "json"}})), "response_format",
+        "must be an object");
+  check(rejected(Endpoint::chat, chat({{"audio", {{"voice", "alloy"}}}})), "audio", "not supported");
+  check(rejected(Endpoint::chat, chat({{"modalities", {"text", "audio"}}})), "modalities", "not supported");
+}
+
+TEST_CASE("openai request: chat messages with string and part contents", "[http][openai_request]") {
+  auto r = accepted(Endpoint::chat,
+                    {{"model", "m"},
+                     {"messages",
+                      {{{"role", "system"}, {"content", "Be brief."}},
+                       {{"role", "developer"}, {"content", {{{"type", "text"}, {"text", "Rules."}}}}},
+                       {{"role", "user"},
+                        {"name", "ann"},
+                        {"content",
+                         {{{"type", "text"}, {"text", "What is"}},
+                          {{"type", "image_url"}, {"image_url", {{"url", png_uri()}}}},
+                          {{"type", "text"}, {"text", "this?"}},
+                          {{"type", "image_url"}, {"image_url", png_uri(kPng + "2")}}}}},
+                       {{"role", "assistant"}, {"content", nullptr}, {"tool_calls", json::array()}}}}});
+  CHECK(r.endpoint == Endpoint::chat);
+  CHECK(r.prompt.empty());
+  REQUIRE(r.messages.size() == 4);
+  CHECK(r.messages[0].role == "system");
+  CHECK(r.messages[0].text == "Be brief.");
+  CHECK(r.messages[1].role == "developer");
+  CHECK(r.messages[1].text == "Rules.");
+  CHECK(r.messages[2].role == "user");
+  CHECK(r.messages[2].text == "What is\nthis?");
+  REQUIRE(r.messages[2].images.size() == 2);
+  CHECK(std::string(r.messages[2].images[0].begin(), r.messages[2].images[0].end()) == kPng);
+  CHECK(std::string(r.messages[2].images[1].begin(), r.messages[2].images[1].end()) == kPng + "2");
+  CHECK(r.messages[3].role == "assistant");
+  CHECK(r.messages[3].text.empty());
+  CHECK(r.messages[3].images.empty());
+
+  // detail is checked and otherwise ignored; an empty parts array is empty text.
+  r = accepted(Endpoint::chat,
+               user({{{"type", "image_url"}, {"image_url", {{"url", png_uri()}, {"detail", "low"}}}}}));
+  CHECK(r.messages[0].images.size() == 1);
+  CHECK(accepted(Endpoint::chat, user(json::array())).messages[0].text.empty());
+  CHECK(accepted(Endpoint::chat, user("")).messages[0].text.empty());
+}
+
+TEST_CASE("openai request: the messages array and each message's role", "[http][openai_request]") {
+  check(rejected(Endpoint::chat, json::object()), "messages", "\"messages\" is required");
+  check(rejected(Endpoint::chat, {{"messages", "hi"}}), "messages",
+        "must be an array of messages, got string");
+  check(rejected(Endpoint::chat, {{"messages", json::array()}}), "messages", "must not be empty");
+  json five = json::array();
+  for (int i = 0; i < 5; ++i) five.push_back({{"role", "user"}, {"content", "x"}});
+  check(rejected(Endpoint::chat, {{"messages", five}}), "messages", "holds 5 messages; the limit is 4", 413);
+  check(rejected(Endpoint::chat, {{"messages", {"hi"}}}), "messages[0]", "must be an object with \"role\"");
+  check(rejected(Endpoint::chat, {{"messages", {{{"content", "hi"}}}}}), "messages[0].role", "is required");
+  check(rejected(Endpoint::chat, {{"messages", {{{"role", 1}, {"content", "hi"}}}}}), "messages[0].role",
+        "must be a string, got number");
+  check(rejected(Endpoint::chat, {{"messages", {{{"role", "robot"}, {"content", "hi"}}}}}),
+        "messages[0].role", "is \"robot\"; it must be \"system\", \"developer\", \"user\" or \"assistant\"");
+  check(rejected(Endpoint::chat,
+                 {{"messages", {{{"role", "tool"}, {"content", "42"}, {"tool_call_id", "c"}}}}}),
+        "messages[0].role", "role \"tool\" (function calling) is not supported");
+  json call = {{"id", "c"}, {"type", "function"}, {"function", {{"name", "f"}, {"arguments", "{}"}}}};
+  check(rejected(Endpoint::chat, {{"messages", {{{"role", "assistant"}, {"tool_calls", {call}}}}}}),
+        "messages[0].tool_calls", "not supported");
+  check(rejected(Endpoint::chat, {{"messages", {{{"role", "user"}}}}}), "messages[0].content", "is required");
+  check(rejected(Endpoint::chat, {{"messages", {{{"role", "system"}, {"content", nullptr}}}}}),
+        "messages[0].content", "is required");
+  check(rejected(Endpoint::chat, user(5)), "messages[0].content",
+        "must be a string or an array of content parts, got number");
+  // Text over all messages is counted against max_prompt_bytes.
+  json big = {{"messages",
+               {{{"role", "system"}, {"content", std::string(60, 'a')}},
+                {{"role", "user"}, {"content", std::string(41, 'b')}}}}};
+  check(rejected(Endpoint::chat, big), "messages", "exceeds the limit of 100 bytes (at messages[1])", 413);
+}
+
+TEST_CASE("openai request: content parts and images", "[http][openai_request]") {
+  check(rejected(Endpoint::chat, user({"hi"})), "messages[0].content[0]",
+        "must be an object with a \"type\"");
+  check(rejected(Endpoint::chat, user({{{"text", "hi"}}})), "messages[0].content[0].type", "is required");
+  check(rejected(Endpoint::chat, user({{{"type", "text"}}})), "messages[0].content[0].text", "is required");
+  check(rejected(Endpoint::chat, user({{{"type", "text"}, {"text", 1}}})), "messages[0].content[0].text",
+        "must be a string");
+  check(rejected(Endpoint::chat, user({{{"type", "input_audio"}, {"input_audio", json::object()}}})),
+        "messages[0].content[0].type", "is \"input_audio\"; epd takes \"text\" and \"image_url\" parts");
+  check(rejected(Endpoint::chat,
+                 {{"messages",
+                   {{{"role", "system"},
+                     {"content", {{{"type", "image_url"}, {"image_url", {{"url", png_uri()}}}}}}}}}}),
+        "messages[0].content[0].type", "only allowed in user messages");
+  check(rejected(Endpoint::chat, user({{{"type", "image_url"}}})), "messages[0].content[0].image_url",
+        "is required");
+  check(rejected(Endpoint::chat, user({{{"type", "image_url"}, {"image_url", json::object()}}})),
+        "messages[0].content[0].image_url.url", "is required");
+  check(rejected(Endpoint::chat, user({{{"type", "image_url"}, {"image_url", {{"url", 5}}}}})),
+        "messages[0].content[0].image_url.url", "must be a data: URI string, got number");
+  check(rejected(Endpoint::chat, user({{{"type", "image_url"}, {"image_url", 5}}})),
+        "messages[0].content[0].image_url", "got number");
+  check(rejected(Endpoint::chat,
+                 user({{{"type", "image_url"}, {"image_url", {{"url", png_uri()}, {"detail", "ultra"}}}}})),
+        "messages[0].content[0].image_url.detail", "must be \"auto\", \"low\" or \"high\"");
+  check(rejected(Endpoint::chat,
+                 user({{{"type", "image_url"}, {"image_url", {{"url", "https://example.com/cat.png"}}}}})),
+        "messages[0].content[0].image_url.url", "image URLs are not fetched");
+  check(
+      rejected(Endpoint::chat, user({{{"type", "text"}, {"text", "x"}},
+                                     {{"type", "image_url"}, {"image_url", "data:image/gif;base64,R0lG"}}})),
+      "messages[0].content[1].image_url", "\"image/gif\" is not supported");
+  check(rejected(Endpoint::chat,
+                 user({{{"type", "image_url"}, {"image_url", png_uri(kPng + std::string(60, 'x'))}}})),
+        "messages[0].content[0].image_url", "exceeds the limit of 64 bytes", 413);
+}
+
+TEST_CASE("openai request: every rejection is 400 or 413 with a param", "[http][openai_request]") {
+  // A sample of bodies from above, checked for the common contract in one place.
+  std::vector<std::pair<Endpoint, json>> bodies = {
+      {Endpoint::completions, {{"prompt", 1}}},
+      {Endpoint::completions, completion({{"max_tokens", 0}})},
+      {Endpoint::chat, chat({{"n", 3}})},
+      {Endpoint::chat, chat({{"stop", {"", "x"}}})},
+      {Endpoint::chat, user({{{"type", "image_url"}, {"image_url", "http://x"}}})},
+  };
+  for (const auto& [endpoint, body] : bodies) {
+    INFO(body.dump());
+    CHECK_FALSE(rejected(endpoint, body).param.empty());
+  }
+}
