@@ -71,11 +71,12 @@ json make_spec(const std::vector<SpecCase>& cases) {
     params.update(sampling_body(c.sampling));
     const int max_tokens = params["max_tokens"];
     const std::string prompt = c.chat ? chat_prompt(params["messages"]) : params["prompt"].get<std::string>();
-    const auto tokens = reference_tokens(prompt, max_tokens, c.image ? kPpm : "", c.sampling);
+    const auto ref = reference(prompt, max_tokens, c.image ? kPpm : "", c.sampling);
     spec["cases"].push_back({{"name", c.name},
                              {"endpoint", c.chat ? "chat" : "completions"},
                              {"params", params},
-                             {"expect_tokens", tokens}});
+                             {"expect_tokens", ref.tokens},
+                             {"prompt_tokens", ref.prompt_tokens}});
   }
   return spec;
 }
@@ -109,7 +110,7 @@ bool has_multibyte_char(const std::vector<int>& tokens) {
 std::string multibyte_prompt(int max_tokens) {
   for (int i = 0; i < 64; ++i) {
     const std::string prompt = "Say something #" + std::to_string(i);
-    if (has_multibyte_char(reference_tokens(prompt, max_tokens))) return prompt;
+    if (has_multibyte_char(reference(prompt, max_tokens).tokens)) return prompt;
   }
   FAIL("no prompt among 64 gives an answer with a multi-byte UTF-8 character");
   return "";

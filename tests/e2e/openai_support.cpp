@@ -54,8 +54,7 @@ std::string node_sdk_missing() {
   return "";
 }
 
-std::vector<int> reference_tokens(const std::string& prompt, int max_tokens, const std::string& ppm_image,
-                                  const Sampling& s) {
+Reference reference(const std::string& prompt, int max_tokens, const std::string& image, const Sampling& s) {
   std::vector<std::string> argv = {std::string(EPD_BIN_DIR) + "/epd-run",
                                    "--preset",
                                    "tiny",
@@ -64,7 +63,7 @@ std::vector<int> reference_tokens(const std::string& prompt, int max_tokens, con
                                    prompt,
                                    "--max-tokens",
                                    std::to_string(max_tokens)};
-  if (!ppm_image.empty()) argv.insert(argv.end(), {"--image", ppm_image});
+  if (!image.empty()) argv.insert(argv.end(), {"--image", image});
   if (s.temperature > 0) argv.insert(argv.end(), {"--temperature", std::to_string(s.temperature)});
   if (s.top_p) argv.insert(argv.end(), {"--top-p", std::to_string(*s.top_p)});
   if (s.top_k) argv.insert(argv.end(), {"--top-k", std::to_string(*s.top_k)});
@@ -77,7 +76,8 @@ std::vector<int> reference_tokens(const std::string& prompt, int max_tokens, con
     const auto line = r.output.substr(pos, end - pos);
     pos = end == std::string::npos ? r.output.size() : end + 1;
     const auto j = nlohmann::json::parse(line, nullptr, false);
-    if (j.is_object() && j.contains("tokens")) return j["tokens"].get<std::vector<int>>();
+    if (j.is_object() && j.contains("tokens"))
+      return {j["tokens"].get<std::vector<int>>(), j.value("prompt_tokens", 0)};
   }
   throw std::runtime_error("epd-run printed no tokens: " + r.output);
 }

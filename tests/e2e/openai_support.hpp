@@ -28,9 +28,14 @@ struct Sampling {
   std::optional<uint64_t> seed;
 };
 
-// The tokens the colocated runner (epd-run, tiny preset) generates; throws if it fails.
-std::vector<int> reference_tokens(const std::string& prompt, int max_tokens,
-                                  const std::string& ppm_image = "", const Sampling& sampling = {});
+struct Reference {
+  std::vector<int> tokens;  // generated
+  int prompt_tokens = 0;    // BOS, image placeholders and text
+};
+
+// What the colocated runner (epd-run, tiny preset) generates; throws if it fails.
+Reference reference(const std::string& prompt, int max_tokens, const std::string& image = "",
+                    const Sampling& sampling = {});
 
 // The sampling fields of an OpenAI request body.
 nlohmann::json sampling_body(const Sampling& s);
