@@ -58,5 +58,7 @@ HttpError failure_error(const GenerateResponse& response);
 
 // Handlers of the generation routes (each in its own file).
 void handle_generate(const std::shared_ptr<ApiContext>& ctx, ExchangePtr ex);
+void handle_completions(const std::shared_ptr<ApiContext>& ctx, ExchangePtr ex);
+void handle_chat(const std::shared_ptr<ApiContext>& ctx, ExchangePtr ex);
 
 }  // namespace epd::http

@@ -211,8 +211,9 @@ protocol::Result<uint16_t> HttpApi::start(const std::string& host, uint16_t port
       case Route::generate:
         return handle_generate(ctx, std::move(ex));
       case Route::completions:
+        return handle_completions(ctx, std::move(ex));
       case Route::chat:
-        return reply_error(*ex, {501, "internal", "not implemented yet"});
+        return handle_chat(ctx, std::move(ex));
       default:
         return handle_info(*ctx, route->route, *ex);
     }

@@ -202,6 +202,8 @@ void finish(RouterState& st, std::map<uint64_t, Pending>::iterator it, GenerateR
   r.attempts = p.attempts;
   r.prompt_tokens = uint32_t(p.prompt.size());
   if (r.room == 0) r.room = p.current.room;
+  if (r.timings.first_token_ms == 0 && p.current.first_token)
+    r.timings.first_token_ms = ms_between(p.started, *p.current.first_token);
   if (r.timings.total_ms == 0)
     r.timings.total_ms = ms_between(p.started, kernel::DeadlineTimer::now(st.self));
   auto sink = std::move(p.sink);
