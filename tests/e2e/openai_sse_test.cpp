@@ -78,6 +78,12 @@ void check_stream(const Reply& r, bool chat) {
   CHECK(finishes == 1);
 }
 
+// The model the router serves (requests naming another one are refused).
+std::string served_model(const Cluster& c) {
+  const auto j = json::parse(curl(c, "/v1/models").body, nullptr, false);
+  return j.is_object() && !j["data"].empty() ? j["data"][0]["id"].get<std::string>() : "";
+}
+
 }  // namespace
 
 TEST_CASE("curl -N: chat and completions streams are framed as SSE, ending with DONE",
@@ -85,8 +91,9 @@ TEST_CASE("curl -N: chat and completions streams are framed as SSE, ending with 
   Cluster cluster(ClusterSpec{});
   cluster.start();
   const json stream_options = {{"include_usage", true}};
+  const std::string model = served_model(cluster);
   check_stream(curl(cluster, "/v1/chat/completions",
-                    json{{"model", "epd"},
+                    json{{"model", model},
                          {"messages", {{{"role", "user"}, {"content", "Hello"}}}},
                          {"max_tokens", 6},
                          {"stream", true},
@@ -94,7 +101,7 @@ TEST_CASE("curl -N: chat and completions streams are framed as SSE, ending with 
                         .dump()),
                true);
   check_stream(curl(cluster, "/v1/completions",
-                    json{{"model", "epd"},
+                    json{{"model", model},
                          {"prompt", "Hello"},
                          {"max_tokens", 6},
                          {"stream", true},
