@@ -177,3 +177,31 @@ TEST_CASE("epd-bench serve: a short run against the router, every request answer
   std::filesystem::remove(out);
   CHECK(cluster.wait_all_free().size() == 4);
 }
+
+TEST_CASE("epd-bench serve: a burst over the router's limit is counted as 429 errors by code",
+          "[e2e][multiproc][openai]") {
+  ClusterSpec spec;
+  spec.defaults["router"] = "max_in_flight = 1\nmax_queued = 0\n";
+  Cluster cluster(spec);
+  cluster.start();
+  const auto out =
+      std::filesystem::temp_directory_path() / ("epd-serve-429-" + std::to_string(::getpid()) + ".json");
+  const auto r = run_command({std::string(EPD_BIN_DIR) + "/epd-bench", "serve", "--url",
+                              "http://127.0.0.1:" + std::to_string(cluster.http_port()), "--requests", "16",
+                              "--rate", "inf", "--output-len", "64", "--quiet", "--json", out.string()});
+  INFO(r.output);
+  CHECK(r.exit_code == 1);  // some requests failed
+  const auto j = json::parse(std::ifstream(out), nullptr, false);
+  std::filesystem::remove(out);
+  REQUIRE(j.is_object());
+  const auto& s = j["summary"];
+  CHECK(s["ok"].get<int>() >= 1);
+  CHECK(s["ok"].get<int>() + s["failed"].get<int>() == 16);
+  size_t refused = 0;
+  for (const auto& [key, n] : s["errors"].items()) {
+    CHECK(key.rfind("429 ", 0) == 0);
+    refused += n.get<size_t>();
+  }
+  CHECK(refused == s["failed"].get<size_t>());
+  CHECK(refused >= 1);
+}

@@ -44,6 +44,12 @@ await checks.run('an unknown route is a NotFoundError (404)', () =>
   expectError(OpenAI.NotFoundError, 404, null, () => client.post('/no-such-route', { body: {} })),
 );
 
+await checks.run('an unknown model is a NotFoundError (404) naming model', () =>
+  expectError(OpenAI.NotFoundError, 404, 'model', () =>
+    client.chat.completions.create({ ...chat, model: 'no-such-model' }),
+  ),
+);
+
 await checks.run('X-Request-Id is echoed on a chat answer', async () => {
   const id = `sdk-chat-${process.pid}`;
   const { data, response } = await client.chat.completions
