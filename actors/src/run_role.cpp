@@ -1,6 +1,7 @@
 #include "epd/actors/run_role.hpp"
 
 #include <signal.h>
+#include <sys/resource.h>
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
@@ -12,6 +13,15 @@
 
 namespace epd::actors {
 namespace {
+
+// A router holds a socket per client connection (thousands of streams); the usual soft limit of 1024 open
+// files would refuse them long before the hard limit does. Raising the soft limit needs no privilege.
+void raise_open_file_limit() {
+  rlimit lim{};
+  if (getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur >= lim.rlim_max) return;
+  lim.rlim_cur = lim.rlim_max;
+  if (setrlimit(RLIMIT_NOFILE, &lim) != 0) spdlog::warn("could not raise the open-file limit");
+}
 
 int fail(const std::string& what) {
   spdlog::critical("{}", what);
@@ -59,6 +69,7 @@ int run_role(int argc, char** argv, const char* fixed_role) {
   sigaddset(&sigs, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
   signal(SIGPIPE, SIG_IGN);
+  raise_open_file_limit();
 
   const uint64_t incarnation = fresh_incarnation();
   std::unique_ptr<transport::Engine> engine;

@@ -84,7 +84,8 @@ Cluster::Cluster(ClusterSpec spec) : spec_(std::move(spec)) {
       << "\n\n[model]\npreset = \"" << spec_.model_preset << "\"\n\n"
       << "[transport]\nbackend = \"" << spec_.backend << "\"\nhost = \"127.0.0.1\"\ntcp_lanes = 2\n\n";
   auto defaults = spec_.defaults;
-  defaults["decode"] = "kv_pages = 512\n" + defaults["decode"];
+  if (defaults["decode"].find("kv_pages") == std::string::npos)
+    defaults["decode"] = "kv_pages = 512\n" + defaults["decode"];
   for (const auto& [role, lines] : defaults) cfg << "[defaults." << role << "]\n" << lines << "\n";
   for (const auto& [id, role] : instances_) {
     const int port = free_port();

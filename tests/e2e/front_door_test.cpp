@@ -3,8 +3,11 @@
 // large refused uploads. Real role processes on 127.0.0.1. Latencies are printed; the assertions bound them
 // only loosely (they guard against the old behaviour: 24 s stalls), never as performance goals.
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -260,4 +263,92 @@ TEST_CASE("front door: refused 10 MiB uploads leave the router's memory near its
   std::printf(
       "front door uploads: router RSS %.1f MB before, %.1f MB peak, %.1f MB after 50 refused 10 MiB bodies\n",
       baseline / 1024.0, peak / 1024.0, after / 1024.0);
+}
+
+TEST_CASE("front door: 1000 concurrent streams are all served to the end", "[front]") {
+  // 1024 rooms: every stream runs at once. 100: decode is full most of the time; the router places the rest
+  // again as rooms free up (a full cluster costs no attempt), and still none fails.
+  const int aux_slots = GENERATE(1024, 100);
+  // This process holds 1000 sockets too.
+  rlimit lim{};
+  REQUIRE(getrlimit(RLIMIT_NOFILE, &lim) == 0);
+  lim.rlim_cur = lim.rlim_max;
+  setrlimit(RLIMIT_NOFILE, &lim);
+  REQUIRE(lim.rlim_max > 1100);
+
+  ClusterSpec spec;
+  spec.encoders = 0;
+  spec.defaults["router"] = "max_in_flight = 1024\n";
+  spec.defaults["decode"] = "kv_pages = 4096\naux_slots = " + std::to_string(aux_slots) + "\n";
+  spec.defaults["prefill"] = "kv_pages = 4096\n";
+  Cluster cluster(spec);
+  cluster.start();
+  constexpr int kStreams = 1000;
+  const std::string body = json{{"prompt", "Once upon a time"}, {"max_tokens", 8}, {"stream", true}}.dump();
+  const std::string request =
+      "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+      "Content-Length: " +
+      std::to_string(body.size()) + "\r\n\r\n" + body;
+  struct Stream {
+    int fd = -1;
+    std::string in;
+    bool done = false;
+  };
+  std::vector<Stream> streams(kStreams);
+  const auto t0 = clock_type::now();
+  for (auto& s : streams) {
+    s.fd = connect_to(cluster.http_port());
+    send_all(s.fd, request);
+    ::fcntl(s.fd, F_SETFL, O_NONBLOCK);
+  }
+  int finished = 0;
+  const auto deadline = clock_type::now() + std::chrono::seconds(120);
+  std::vector<pollfd> fds;
+  while (finished < kStreams && clock_type::now() < deadline) {
+    fds.clear();
+    for (auto& s : streams)
+      if (!s.done) fds.push_back({s.fd, POLLIN, 0});
+    if (::poll(fds.data(), fds.size(), 1000) <= 0) continue;
+    for (auto& s : streams) {
+      if (s.done) continue;
+      char buf[8192];
+      ssize_t n;
+      while ((n = ::recv(s.fd, buf, sizeof(buf), 0)) > 0) s.in.append(buf, size_t(n));
+      // The chunked stream's last chunk follows [DONE]; EOF would mean the server gave up on it.
+      if (s.in.find("data: [DONE]") != std::string::npos && s.in.ends_with("0\r\n\r\n")) {
+        s.done = true;
+        ++finished;
+      } else if (n == 0) {
+        s.done = true;  // closed early: counted as not finished
+      }
+    }
+  }
+  const double took = ms_since(t0);
+  int ok = 0, errors = 0;
+  std::string first_text;
+  bool same_text = true;
+  for (auto& s : streams) {
+    const bool fine = s.in.starts_with("HTTP/1.1 200") &&
+                      s.in.find("text/event-stream") != std::string::npos &&
+                      s.in.find("\"finish_reason\":\"length\"") != std::string::npos &&
+                      s.in.find("data: [DONE]") != std::string::npos;
+    if (fine) ++ok;
+    if (s.in.find("\"error\"") != std::string::npos) ++errors;
+    // Every stream asked the same greedy question: the text deltas must agree.
+    std::string text;
+    for (size_t at = 0; (at = s.in.find("\"text\":\"", at)) != std::string::npos; at += 8) {
+      size_t end = s.in.find("\",\"index\"", at);
+      if (end != std::string::npos) text += s.in.substr(at + 8, end - at - 8);
+    }
+    if (first_text.empty()) first_text = text;
+    same_text = same_text && text == first_text;
+    ::close(s.fd);
+  }
+  INFO(cluster.logs().substr(0, 20000));
+  CHECK(ok == kStreams);
+  CHECK(errors == 0);
+  CHECK(same_text);
+  CHECK(cluster.stats()["completed"] == kStreams);
+  std::printf("front door streams: %d concurrent streamed completions, %d complete, in %.0f ms\n", kStreams,
+              ok, took);
 }

@@ -265,10 +265,13 @@ void on_submit(DecodeState& st, const Envelope& env, protocol::Submit& s) {
   if (!pages || !slot) {
     if (pages) st.pages.free(*pages);
     if (slot) st.aux.free(*slot);
+    // Name the resource that ran out: pages, or the aux slots (one per room, `aux_slots`).
     return refuse(make_error(ErrorCode::out_of_capacity,
-                             "decode '" + st.ctx.instance->id + "' has " +
-                                 std::to_string(st.pages.free_count()) + " free KV pages, room " +
-                                 std::to_string(s.room) + " needs " + std::to_string(need)));
+                             !pages ? "decode '" + st.ctx.instance->id + "' has " +
+                                          std::to_string(st.pages.free_count()) + " free KV pages, room " +
+                                          std::to_string(s.room) + " needs " + std::to_string(need)
+                                    : "decode '" + st.ctx.instance->id + "' has no free aux slot (all " +
+                                          std::to_string(st.settings.aux_slots) + " hold rooms; aux_slots)"));
   }
   room.pages = std::move(*pages);
   room.aux_slot = (*slot)[0];

@@ -44,6 +44,7 @@ using stats_atom = caf::atom_constant<caf::atom("stats")>;
 using retry_atom = caf::atom_constant<caf::atom("retry")>;
 using cancel_atom = caf::atom_constant<caf::atom("cancel")>;
 constexpr std::chrono::milliseconds kUnavailablePoll{100};
+constexpr std::chrono::milliseconds kCapacityBackoff{20};
 
 double ms_between(clock::time_point a, clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
@@ -65,6 +66,7 @@ struct Pending {
   std::vector<uint32_t> prompt;
   uint32_t image_tokens = 0;
   uint32_t attempts = 0;
+  uint32_t capacity_waits = 0;  // attempts refused for lack of room: they do not use up max_attempts
   Attempt current;
   clock::time_point started;
   // Failures of this request per instance: a retry goes to the instance that failed it least (then the
@@ -314,7 +316,18 @@ void attempt_failed(RouterState& st, uint64_t req_id, const protocol::Error& e, 
   release_attempt(st, p.current);
   p.last_error = e;
   const uint32_t max_attempts = st.ctx.cluster->cluster.max_attempts;
-  if (protocol::is_retryable(e.code) && p.attempts < max_attempts) {
+  if (e.code == ErrorCode::out_of_capacity) {
+    // The cluster is full for the moment (more requests admitted than decode has rooms for): nobody's
+    // fault, so it costs no attempt. Place the request again shortly; request_timeout still bounds it.
+    ++p.capacity_waits;
+    ++st.stats.retries;
+    ++st.stats.retry_causes[std::string(protocol::error_name(e.code))];
+    blame(p, culprit, e.code, reported);
+    p.current = Attempt{};
+    st.self->delayed_send(st.self, kCapacityBackoff, retry_atom::value, req_id);
+    return;
+  }
+  if (protocol::is_retryable(e.code) && p.attempts - p.capacity_waits < max_attempts) {
     spdlog::info("router: room {} [req {}] failed ({}); retrying (attempt {}/{})", p.current.room,
                  p.request.request_id, e.to_string(), p.attempts + 1, max_attempts);
     ++st.stats.retries;
