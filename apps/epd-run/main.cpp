@@ -16,12 +16,18 @@ int main(int argc, char** argv) {
   bool json = false;
   uint32_t decode_page_size = 0;
   std::string decode_dtype, decode_order;
+  m::SamplingParams sampling;
   auto* model_opt = app.add_option("--model", model_file, "model config TOML file");
   app.add_option("--preset", preset_name, "built-in model: tiny | bench")->excludes(model_opt);
   app.add_option("--prompt", prompt, "prompt text")->required();
   app.add_option("--image", image_file, "binary PPM (P6) image");
   app.add_option("--max-tokens", max_tokens, "tokens to generate (including the first)");
   app.add_option("--chunk", chunk, "prefill chunk size in tokens (0 = whole prompt)");
+  app.add_option("--temperature", sampling.temperature, "0 = greedy (default), else sample; 0..2");
+  app.add_option("--top-p", sampling.top_p,
+                 "nucleus sampling: keep the tokens whose mass reaches this; (0, 1]");
+  app.add_option("--top-k", sampling.top_k, "keep at most this many most likely tokens (0 = all)");
+  app.add_option("--seed", sampling.seed, "seed of the sampling draws (with each token's index)");
   // Any of these runs decode in its own KV layout, converted once from prefill's (the staged path).
   auto* dps =
       app.add_option("--decode-page-size", decode_page_size, "decode KV page size in tokens (1..4096)")
@@ -54,6 +60,11 @@ int main(int argc, char** argv) {
     }
   }
 
+  if (auto st = m::validate(sampling); !st) {
+    std::cerr << "epd-run: " << st.error().to_string() << "\n";
+    return 2;
+  }
+
   auto cfg = model_file.empty() ? m::preset(preset_name) : m::load_model_config(model_file);
   if (!cfg) {
     std::cerr << "epd-run: " << cfg.error().to_string() << "\n";
@@ -77,6 +88,7 @@ int main(int argc, char** argv) {
   opts.max_tokens = max_tokens;
   opts.chunk = chunk;
   opts.decode_kv = decode_kv;
+  opts.sampling = sampling;
   auto res = m::generate(**runner, prompt, image ? &*image : nullptr, opts);
   if (!res) {
     std::cerr << "epd-run: " << res.error().to_string() << "\n";

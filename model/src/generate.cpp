@@ -47,6 +47,8 @@ protocol::Result<GenerateResult> generate(ModelRunner& runner, std::string_view 
                                 "decode KV page size " + std::to_string(opts.decode_kv->page_size) +
                                     " outside 1.." + std::to_string(kMaxPageSize));
 
+  if (auto st = validate(opts.sampling); !st) return st.error();
+
   Embeddings emb;
   auto t0 = clock::now();
   if (image) {
@@ -74,8 +76,9 @@ protocol::Result<GenerateResult> generate(ModelRunner& runner, std::string_view 
   TokenId next = 0;
   for (uint32_t begin = 0; begin < n; begin += chunk) {
     const uint32_t end = std::min(n, begin + chunk);
-    auto r =
-        runner.prefill_chunk(pool, pages, begin, slice_prompt(res.prompt, emb.data, cfg.d_model, begin, end));
+    PrefillChunk c = slice_prompt(res.prompt, emb.data, cfg.d_model, begin, end);
+    c.sampling = opts.sampling;
+    auto r = runner.prefill_chunk(pool, pages, begin, c);
     if (!r) return r.error();
     next = *r;
   }
@@ -98,13 +101,18 @@ protocol::Result<GenerateResult> generate(ModelRunner& runner, std::string_view 
   const std::vector<PageId>& dpages = decode_pool ? decode_pool->pages : pages;
 
   t0 = clock::now();
-  DecodeSeq seq{dpages, n, next};
+  DecodeSeq seq{dpages, n, next, opts.sampling, 1};
   while (max_new > 0) {
     res.tokens.push_back(seq.last_token);
-    if ((opts.stop_at_eos && seq.last_token == kEos) || res.tokens.size() >= max_new) break;
+    if (opts.stop_at_eos && seq.last_token == kEos) {
+      res.stopped_at_eos = true;
+      break;
+    }
+    if (res.tokens.size() >= max_new) break;
     TokenId out = 0;
     if (auto st = runner.decode_step(dpool, {&seq, 1}, {&out, 1}); !st) return st.error();
     seq.length += 1;
+    seq.generated += 1;
     seq.last_token = out;
   }
   res.decode_ms = ms_since(t0);
@@ -131,7 +139,9 @@ std::string to_json(const GenerateResult& r) {
   }
   char digest[17];
   std::snprintf(digest, sizeof digest, "%016llx", static_cast<unsigned long long>(r.kv_digest));
-  os << "\",\"prompt_tokens\":" << r.prompt.size() << ",\"kv_digest\":\"" << digest << "\""
+  os << "\",\"prompt_tokens\":" << r.prompt.size()
+     << ",\"stopped_at_eos\":" << (r.stopped_at_eos ? "true" : "false") << ",\"kv_digest\":\"" << digest
+     << "\""
      << ",\"timings_ms\":{\"encode\":" << r.encode_ms << ",\"prefill\":" << r.prefill_ms
      << ",\"stage\":" << r.stage_ms << ",\"decode\":" << r.decode_ms << "}}";
   return os.str();

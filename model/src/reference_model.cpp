@@ -96,6 +96,7 @@ class ReferenceModel final : public ModelRunner {
     for (TokenId t : chunk.tokens)
       if (t >= cfg_.vocab) return invalid("token id " + std::to_string(t) + " outside vocab");
     const uint64_t n_img = count_image_tokens(chunk.tokens);
+    if (auto st = validate(chunk.sampling); !st) return st.error();
     if (chunk.embeddings.size() != n_img * d)
       return invalid("chunk has " + std::to_string(n_img) + " image tokens but " +
                      std::to_string(chunk.embeddings.size()) + " embedding floats (d_model " +
@@ -114,7 +115,7 @@ class ReferenceModel final : public ModelRunner {
       targets_[i] = RowTarget{pages, static_cast<uint32_t>(start + i)};
     }
     forward(pool, n);
-    return greedy(&x_[(n - 1) * d]);
+    return sample_token(logits(&x_[(n - 1) * d]), chunk.sampling, 0);
   }
 
   protocol::Status decode_step(const KvPool& pool, std::span<const DecodeSeq> batch,
@@ -128,6 +129,7 @@ class ReferenceModel final : public ModelRunner {
       if (s.last_token >= cfg_.vocab || s.last_token == kImage)
         return invalid("decode input token " + std::to_string(s.last_token) + " is not a text token");
       if (auto st = check_pages(pool.layout, s.pages, uint64_t{s.length} + 1); !st) return st;
+      if (auto st = validate(s.sampling); !st) return st;
     }
     x_.resize(n * d);
     targets_.resize(n);
@@ -136,7 +138,8 @@ class ReferenceModel final : public ModelRunner {
       targets_[i] = RowTarget{batch[i].pages, batch[i].length};
     }
     forward(pool, n);
-    for (size_t i = 0; i < n; ++i) next[i] = greedy(&x_[i * d]);
+    for (size_t i = 0; i < n; ++i)
+      next[i] = sample_token(logits(&x_[i * d]), batch[i].sampling, batch[i].generated);
     return {};
   }
 
@@ -287,16 +290,11 @@ class ReferenceModel final : public ModelRunner {
     mlp(b, x, n);
   }
 
-  // Argmax over the byte tokens and EOS (BOS/IMAGE are never generated); ties go to the lower id.
-  TokenId greedy(const float* h) {
+  // lm_head over one final hidden state; sample_token() picks from them (BOS/IMAGE are never generated).
+  std::span<const float> logits(const float* h) {
     logits_.resize(cfg_.vocab);
     k::matmul(h, 1, cfg_.d_model, w_.lm_head.data(), cfg_.vocab, logits_.data());
-    TokenId best = 0;
-    for (TokenId t = 1; t < cfg_.vocab; ++t) {
-      if (t == kBos || t == kImage) continue;
-      if (logits_[t] > logits_[best]) best = t;
-    }
-    return best;
+    return logits_;
   }
 
   ModelConfig cfg_;

@@ -22,6 +22,7 @@ struct GenerateOptions {
   uint32_t max_tokens = 16;  // generated tokens, including the one prefill returns
   uint32_t chunk = 0;        // prefill chunk size; 0 = whole prompt in one chunk
   bool stop_at_eos = true;
+  SamplingParams sampling;  // greedy by default; token i is drawn with index i, as the roles do
   DType dtype = DType::f32;
   KvDimOrder order = KvDimOrder::token_head_dim;
   // Set: mirror the disaggregated staged path. Prefill runs in the pool above (model page size), the prompt's
@@ -33,6 +34,7 @@ struct GenerateResult {
   std::vector<TokenId> prompt;
   std::vector<TokenId> tokens;  // generated
   std::string text;             // decode_text(tokens)
+  bool stopped_at_eos = false;  // the last token is EOS and ended generation (else max_tokens or max_seq)
   uint64_t kv_digest = 0;       // kv_digest() of the sequence's pages in the decode pool after generation
   double encode_ms = 0, prefill_ms = 0, stage_ms = 0, decode_ms = 0;  // stage: gather+scatter (decode_kv)
 };
@@ -40,8 +42,8 @@ struct GenerateResult {
 protocol::Result<GenerateResult> generate(ModelRunner& runner, std::string_view text, const Image* image,
                                           const GenerateOptions& opts);
 
-// {"tokens":[...],"text":"...","prompt_tokens":N,"kv_digest":"hex","timings_ms":{...}}; the text is
-// escaped so any byte sequence gives valid JSON (bytes >= 0x80 as \u00XX).
+// {"tokens":[...],"text":"...","prompt_tokens":N,"stopped_at_eos":B,"kv_digest":"hex","timings_ms":{...}};
+// the text is escaped so any byte sequence gives valid JSON (bytes >= 0x80 as \u00XX).
 std::string to_json(const GenerateResult& r);
 
 }  // namespace epd::model

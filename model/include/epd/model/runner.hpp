@@ -1,6 +1,7 @@
 #pragma once
 // The interface the roles call. Encoder: encode(). Prefill: prefill_chunk() per chunk. Decode: decode_step()
-// over a batch. A sequence's entire state is (page table, length, last token), owned by the caller.
+// over a batch. A sequence's entire state is (page table, length, last token, sampling params, number of
+// tokens generated), owned by the caller.
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -9,6 +10,7 @@
 #include "epd/model/config.hpp"
 #include "epd/model/image.hpp"
 #include "epd/model/kv_cache.hpp"
+#include "epd/model/sampling.hpp"
 #include "epd/model/tokens.hpp"
 #include "epd/protocol/result.hpp"
 
@@ -22,22 +24,42 @@ struct Embeddings {
 };
 
 // One prefill chunk: the tokens at positions [start, start + tokens.size()). Each kImage token takes the
-// next row of `embeddings` (rows for exactly the kImage tokens of this chunk, in order).
+// next row of `embeddings` (rows for exactly the kImage tokens of this chunk, in order). `sampling` picks the
+// token after the chunk's last position as generated token 0 (only the last chunk's matters).
 struct PrefillChunk {
+  PrefillChunk() = default;
+  // Greedy callers name only tokens and embeddings (a constructor, so that stays free of missing-initializer
+  // warnings).
+  PrefillChunk(std::span<const TokenId> tokens_, std::span<const float> embeddings_,
+               SamplingParams sampling_ = {})
+      : tokens(tokens_), embeddings(embeddings_), sampling(sampling_) {}
+
   std::span<const TokenId> tokens;
   std::span<const float> embeddings;
+  SamplingParams sampling;
 };
 
-// The chunk [begin, end) of a full prompt, with the embedding rows of its image tokens.
+// The chunk [begin, end) of a full prompt, with the embedding rows of its image tokens (greedy sampling:
+// set `sampling` on the result).
 PrefillChunk slice_prompt(std::span<const TokenId> prompt, std::span<const float> embeddings, uint32_t dim,
                           uint32_t begin, uint32_t end);
 
 // One sequence in a decode step: feed `last_token` at position `length` (its K/V go to that slot) and
-// predict the next token. Afterwards the caller sets length += 1, last_token = predicted.
+// predict the next token, generated token number `generated` (the draw's index: prefill's token was 0, so
+// the first decode step predicts 1). Afterwards the caller sets length += 1, generated += 1,
+// last_token = predicted.
 struct DecodeSeq {
+  DecodeSeq() = default;
+  // Greedy callers name only the first three (as PrefillChunk's).
+  DecodeSeq(std::span<const PageId> pages_, uint32_t length_, TokenId last_token_,
+            SamplingParams sampling_ = {}, uint32_t generated_ = 0)
+      : pages(pages_), length(length_), last_token(last_token_), sampling(sampling_), generated(generated_) {}
+
   std::span<const PageId> pages;  // logical page i -> page index in the pool
   uint32_t length = 0;            // tokens whose K/V are already in the pages
   TokenId last_token = 0;
+  SamplingParams sampling;
+  uint32_t generated = 0;  // index of the token this step predicts (prefill's was 0: the first step is 1)
 };
 
 class ModelRunner {
@@ -48,14 +70,15 @@ class ModelRunner {
   // Image -> one embedding per patch (image_token_count rows of d_model).
   virtual protocol::Result<Embeddings> encode(const Image& image) = 0;
 
-  // Runs one chunk, writing its K/V into `pages` at positions [start, start + n). Returns the greedy token
-  // after the chunk's last position: after the last chunk that is the first generated token.
-  // Validation happens before any write: on error the pool is untouched.
+  // Runs one chunk, writing its K/V into `pages` at positions [start, start + n). Returns the token after the
+  // chunk's last position, sampled with chunk.sampling at index 0: after the last chunk that is the first
+  // generated token. Validation (sampling params included) happens before any write: on error the pool is
+  // untouched.
   virtual protocol::Result<TokenId> prefill_chunk(const KvPool& pool, std::span<const PageId> pages,
                                                   uint32_t start, const PrefillChunk& chunk) = 0;
 
-  // One step for every sequence in `batch`; next[i] receives sequence i's token. Per-sequence results are
-  // bit-identical to decoding it alone.
+  // One step for every sequence in `batch`; next[i] receives sequence i's token, sampled with its own
+  // params at index `generated`. Per-sequence results are bit-identical to decoding it alone.
   virtual protocol::Status decode_step(const KvPool& pool, std::span<const DecodeSeq> batch,
                                        std::span<TokenId> next) = 0;
 };

@@ -1,0 +1,38 @@
+#pragma once
+// Choosing the next token from the logits: greedy, or temperature / top-k / top-p sampling with a
+// counter-based random draw. A draw depends only on (logits, params, index), never on earlier draws, so
+// prefill (the first token), decode (the rest), a retried room on another instance and the colocated
+// generate() all pick the same token. docs/model.md ("Sampling") gives the exact rule.
+#include <cstdint>
+#include <span>
+
+#include "epd/model/tokens.hpp"
+#include "epd/protocol/result.hpp"
+
+namespace epd::model {
+
+struct SamplingParams {
+  float temperature = 0;  // 0: greedy (argmax); otherwise in (0, 2]
+  float top_p = 1;        // nucleus: keep the most likely tokens whose mass reaches top_p; in (0, 1]
+  uint32_t top_k = 0;     // keep at most this many most likely tokens; 0 = no limit
+  uint64_t seed = 0;      // with the token's index, the only source of randomness
+
+  bool greedy() const { return temperature == 0; }
+  bool operator==(const SamplingParams&) const = default;
+};
+
+// invalid_request naming the field unless temperature is in [0, 2] and top_p in (0, 1] (both finite).
+protocol::Status validate(const SamplingParams& params);
+
+// The token at position `index` of the generated sequence (0 = the one prefill returns), from the logits
+// of the position before it (logits[t] is token t's). BOS and IMAGE are never chosen. Greedy: the allowed
+// token with the highest logit, ties to the lower id. Otherwise: softmax at `temperature` over the allowed
+// tokens, ordered by logit (ties: lower id first), cut to top_k, then to the shortest prefix whose mass
+// reaches top_p, and one draw from that prefix keyed by (seed, index). Pure; `params` must validate and
+// `logits` must not be empty.
+TokenId sample_token(std::span<const float> logits, const SamplingParams& params, uint32_t index);
+
+// The uniform draw in [0, 1) used for token `index` (53 random bits): exposed for tests and docs.
+double sampling_uniform(uint64_t seed, uint32_t index);
+
+}  // namespace epd::model

@@ -1,0 +1,116 @@
+#include "epd/model/sampling.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "epd/model/rng.hpp"
+#include "kernels.hpp"
+
+namespace epd::model {
+namespace {
+
+// The draws' own stream ("SAMPLE" in ASCII), apart from every weight tensor's (docs/model.md).
+constexpr uint64_t kSamplingTag = 0x53414D504C45ull;
+
+bool allowed(TokenId t) {
+  return t != kBos && t != kImage;
+}
+
+std::string show(float v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", static_cast<double>(v));
+  return buf;
+}
+
+// The rule the reference model always had: highest logit, ties to the lower id (a NaN never wins).
+TokenId argmax(std::span<const float> logits) {
+  TokenId best = 0;
+  for (TokenId t = 1; t < logits.size(); ++t) {
+    if (!allowed(t)) continue;
+    if (logits[t] > logits[best]) best = t;
+  }
+  return best;
+}
+
+struct Candidate {
+  float logit;
+  TokenId id;
+  float weight = 0;
+};
+
+}  // namespace
+
+protocol::Status validate(const SamplingParams& p) {
+  using protocol::ErrorCode;
+  // Written so that NaN fails too (every comparison with NaN is false).
+  if (!(p.temperature >= 0.0f && p.temperature <= 2.0f))
+    return protocol::make_error(ErrorCode::invalid_request,
+                                "temperature must be a number in [0, 2], got " + show(p.temperature));
+  if (!(p.top_p > 0.0f && p.top_p <= 1.0f))
+    return protocol::make_error(ErrorCode::invalid_request,
+                                "top_p must be a number in (0, 1], got " + show(p.top_p));
+  return {};
+}
+
+double sampling_uniform(uint64_t seed, uint32_t index) {
+  // Output index+1 of the SplitMix64 stream that starts at mix64(seed ^ mix64(tag)): a counter, no state.
+  const uint64_t start = mix64(seed ^ mix64(kSamplingTag));
+  const uint64_t bits = mix64(start + (uint64_t{index} + 1) * kGolden);
+  return static_cast<double>(bits >> 11) * 0x1.0p-53;
+}
+
+TokenId sample_token(std::span<const float> logits, const SamplingParams& p, uint32_t index) {
+  if (logits.empty()) return 0;
+  if (p.greedy()) return argmax(logits);
+
+  std::vector<Candidate> c;
+  c.reserve(logits.size());
+  for (TokenId t = 0; t < logits.size(); ++t)
+    if (allowed(t)) c.push_back({std::isnan(logits[t]) ? -INFINITY : logits[t], t});
+  if (c.empty()) return 0;
+  // A total order (no NaN left), so the result does not depend on the sort algorithm.
+  std::sort(c.begin(), c.end(), [](const Candidate& a, const Candidate& b) {
+    return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
+  });
+  if (p.top_k > 0 && p.top_k < c.size()) c.resize(p.top_k);
+  const float top = c[0].logit;
+  if (!std::isfinite(top)) return c[0].id;  // nothing to weigh against
+
+  // Weights relative to the top token (whose weight is exactly 1), with the model's own exp: libm's may
+  // differ between hosts. Tokens more than e^87 less likely weigh 0. Sums run in double, in sorted order.
+  double total = 0;
+  for (Candidate& x : c) {
+    const float z = (x.logit - top) / p.temperature;
+    x.weight = z < -87.0f ? 0.0f : kernels::exp_det(z);
+    total += x.weight;
+  }
+  size_t keep = c.size();
+  double kept = total;
+  if (p.top_p < 1.0f) {
+    const double target = static_cast<double>(p.top_p) * total;
+    double cum = 0;
+    for (size_t i = 0; i < c.size(); ++i) {
+      cum += c[i].weight;
+      if (cum >= target) {
+        keep = i + 1;
+        kept = cum;
+        break;
+      }
+    }
+  }
+  const double u = sampling_uniform(p.seed, index) * kept;
+  double cum = 0;
+  TokenId last = c[0].id;
+  for (size_t i = 0; i < keep; ++i) {
+    if (c[i].weight == 0.0f) continue;
+    cum += c[i].weight;
+    last = c[i].id;
+    if (u < cum) return c[i].id;
+  }
+  return last;  // u * kept rounded up to kept: the last token with weight
+}
+
+}  // namespace epd::model

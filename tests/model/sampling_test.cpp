@@ -1,0 +1,293 @@
+// Sampling: greedy is the old rule bit for bit, draws are counter-based (seed, index) and follow the softmax,
+// top-k / top-p cut the candidates, and prefill + decode with sampling equal the colocated generate().
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "epd/model/generate.hpp"
+#include "epd/model/rng.hpp"
+#include "epd/model/sampling.hpp"
+#include "helpers.hpp"
+
+using namespace epd::model;
+using namespace epd::model::test;
+
+namespace {
+
+std::vector<float> random_logits(uint64_t seed, float scale = 4.0f) {
+  SplitMix64 rng(mix64(seed));
+  std::vector<float> l(kVocab);
+  for (float& x : l) x = rng.uniform_pm1() * scale;
+  return l;
+}
+
+// The rule the reference model used before sampling existed, written out again.
+TokenId old_greedy(const std::vector<float>& l) {
+  TokenId best = 0;
+  for (TokenId t = 1; t < l.size(); ++t) {
+    if (t == kBos || t == kImage) continue;
+    if (l[t] > l[best]) best = t;
+  }
+  return best;
+}
+
+SamplingParams sampled(float temperature, float top_p = 1, uint32_t top_k = 0, uint64_t seed = 7) {
+  SamplingParams p;
+  p.temperature = temperature;
+  p.top_p = top_p;
+  p.top_k = top_k;
+  p.seed = seed;
+  return p;
+}
+
+// Logits where only tokens 0..values.size()-1 can win anything (the rest are e^-1000 less likely).
+std::vector<float> few_logits(std::vector<float> values) {
+  std::vector<float> l(kVocab, -1000.0f);
+  std::copy(values.begin(), values.end(), l.begin());
+  return l;
+}
+
+}  // namespace
+
+TEST_CASE("greedy: argmax over the allowed tokens, ties to the lower id, never BOS or IMAGE",
+          "[model][sampling]") {
+  for (uint64_t seed = 0; seed < 200; ++seed) {
+    const auto l = random_logits(seed);
+    CHECK(sample_token(l, {}, seed) == old_greedy(l));
+  }
+  auto l = few_logits({1, 3, 3, 2});
+  CHECK(sample_token(l, {}, 0) == 1);
+  l[kBos] = 50;
+  l[kImage] = 60;
+  CHECK(sample_token(l, {}, 0) == 1);
+  l[kEos] = 3;  // a tie with a higher id loses
+  CHECK(sample_token(l, {}, 0) == 1);
+  l[kEos] = 3.5f;
+  CHECK(sample_token(l, {}, 0) == kEos);
+}
+
+TEST_CASE("greedy generation gives the tokens recorded before sampling existed", "[model][sampling]") {
+  // epd-run --preset tiny --max-tokens 40 --prompt Hello, recorded from the greedy-only model.
+  const std::vector<TokenId> recorded{139, 116, 33,  116, 33,  6,  189, 76,  206, 200, 101, 240, 240, 240,
+                                      36,  101, 197, 227, 2,   79, 103, 76,  103, 122, 103, 227, 223, 68,
+                                      130, 228, 2,   69,  223, 75, 243, 192, 204, 83,  196, 213};
+  auto r = runner_for("tiny");
+  GenerateOptions o;
+  o.max_tokens = 40;
+  auto res = generate(*r, "Hello", nullptr, o);
+  REQUIRE(res.ok());
+  CHECK(res->tokens == recorded);
+  CHECK_FALSE(res->stopped_at_eos);
+}
+
+TEST_CASE("a draw depends on seed and index only: the same pair gives the same token in any order",
+          "[model][sampling]") {
+  const auto l = random_logits(3, 2.0f);
+  const auto p = sampled(1.0f, 0.95f, 50, 42);
+  std::vector<TokenId> forward, backward(64);
+  for (uint32_t i = 0; i < 64; ++i) forward.push_back(sample_token(l, p, i));
+  for (uint32_t i = 64; i-- > 0;) backward[i] = sample_token(l, p, i);
+  CHECK(forward == backward);
+  CHECK(sample_token(l, p, 17) == forward[17]);
+  CHECK(std::set<TokenId>(forward.begin(), forward.end()).size() > 8);  // it does sample
+  for (uint32_t i = 0; i < 1000; ++i) {
+    const double u = sampling_uniform(42, i);
+    REQUIRE(u >= 0.0);
+    REQUIRE(u < 1.0);
+  }
+  CHECK(sampling_uniform(1, 5) == sampling_uniform(1, 5));
+  CHECK(sampling_uniform(1, 5) != sampling_uniform(2, 5));
+  CHECK(sampling_uniform(1, 5) != sampling_uniform(1, 6));
+}
+
+TEST_CASE("different seeds give different draws", "[model][sampling]") {
+  const auto l = random_logits(5, 1.0f);
+  std::set<TokenId> at_index_0;
+  for (uint64_t seed = 0; seed < 100; ++seed)
+    at_index_0.insert(sample_token(l, sampled(1.0f, 1, 0, seed), 0));
+  CHECK(at_index_0.size() > 20);
+  std::vector<TokenId> a, b;
+  for (uint32_t i = 0; i < 32; ++i) {
+    a.push_back(sample_token(l, sampled(1.0f, 1, 0, 1), i));
+    b.push_back(sample_token(l, sampled(1.0f, 1, 0, 2), i));
+  }
+  CHECK(a != b);
+}
+
+TEST_CASE("top_k = 1 and a tiny top_p are greedy whatever the seed", "[model][sampling]") {
+  for (uint64_t seed = 0; seed < 100; ++seed) {
+    const auto l = random_logits(seed + 1000);
+    const TokenId g = old_greedy(l);
+    CHECK(sample_token(l, sampled(1.5f, 1, 1, seed), uint32_t(seed)) == g);
+    CHECK(sample_token(l, sampled(1.5f, 1e-6f, 0, seed), uint32_t(seed)) == g);
+  }
+  // Ties at the top: the lower id, as greedy.
+  const auto tie = few_logits({0, 5, 5});
+  CHECK(sample_token(tie, sampled(1, 1, 1), 3) == 1);
+  CHECK(sample_token(tie, sampled(1, 1e-6f), 3) == 1);
+}
+
+TEST_CASE("BOS and IMAGE are never drawn, however likely", "[model][sampling]") {
+  auto l = few_logits({0, 0});
+  l[kBos] = 10;
+  l[kImage] = 10;
+  for (uint32_t i = 0; i < 500; ++i) {
+    const TokenId t = sample_token(l, sampled(2.0f, 1, 0, 9), i);
+    REQUIRE((t == 0 || t == 1));
+  }
+}
+
+TEST_CASE("temperature sampling follows the softmax (chi-square over 20000 fixed draws)",
+          "[model][sampling]") {
+  const std::vector<float> values{2.0f, 1.5f, 1.0f, 0.5f, 0.0f, -0.5f, -1.0f, -2.0f};
+  const auto l = few_logits(values);
+  const float temperature = 0.7f;
+  std::vector<double> expect(values.size());
+  double z = 0;
+  for (size_t i = 0; i < values.size(); ++i) z += expect[i] = std::exp((values[i] - values[0]) / temperature);
+  constexpr uint32_t kDraws = 20000;
+  std::vector<uint32_t> seen(values.size());
+  for (uint32_t i = 0; i < kDraws; ++i) {
+    const TokenId t = sample_token(l, sampled(temperature, 1, 0, 12345), i);
+    REQUIRE(t < values.size());
+    ++seen[t];
+  }
+  double chi2 = 0;
+  for (size_t i = 0; i < values.size(); ++i) {
+    const double e = expect[i] / z * kDraws;
+    chi2 += (seen[i] - e) * (seen[i] - e) / e;
+  }
+  INFO("chi-square " << chi2);
+  CHECK(chi2 < 24.3);  // 7 degrees of freedom, p = 0.001 (the draws are fixed: this cannot flake)
+
+  // A higher temperature flattens the distribution.
+  std::vector<uint32_t> hot(values.size());
+  for (uint32_t i = 0; i < kDraws; ++i) ++hot[sample_token(l, sampled(2.0f, 1, 0, 12345), i)];
+  CHECK(hot[0] < seen[0]);
+  CHECK(hot[7] > seen[7]);
+}
+
+TEST_CASE("top_k and top_p keep only the most likely tokens, renormalised", "[model][sampling]") {
+  const auto l = few_logits({3.0f, 2.0f, 1.0f, 0.0f, -1.0f});
+  constexpr uint32_t kDraws = 6000;
+  std::map<TokenId, uint32_t> k2, p;
+  for (uint32_t i = 0; i < kDraws; ++i) {
+    ++k2[sample_token(l, sampled(1, 1, 2, 77), i)];
+    ++p[sample_token(l, sampled(1, 0.8f, 0, 77), i)];
+  }
+  // top_k 2: tokens 0 and 1 at e : 1.
+  CHECK(k2.size() == 2);
+  CHECK(std::abs(double(k2[0]) / kDraws - std::exp(1.0) / (std::exp(1.0) + 1)) < 0.03);
+  // Softmax masses 0.64, 0.24, 0.09, ...: 0.8 is reached with tokens 0 and 1 (0.88), renormalised.
+  CHECK(p.size() == 2);
+  CHECK(std::abs(double(p[0]) / kDraws - 0.64 / 0.88) < 0.03);
+}
+
+TEST_CASE("validate: temperature in [0, 2], top_p in (0, 1], both finite", "[model][sampling]") {
+  CHECK(validate(SamplingParams{}).ok());
+  CHECK(validate(sampled(2.0f, 1e-9f, 1000000, ~uint64_t{0})).ok());
+  for (float t : {-0.01f, 2.01f, NAN, INFINITY}) {
+    auto st = validate(sampled(t));
+    REQUIRE_FALSE(st.ok());
+    CHECK(st.error().code == epd::protocol::ErrorCode::invalid_request);
+    CHECK_THAT(st.error().detail, Catch::Contains("temperature"));
+  }
+  for (float p : {0.0f, -1.0f, 1.01f, NAN}) {
+    auto st = validate(sampled(1.0f, p));
+    REQUIRE_FALSE(st.ok());
+    CHECK_THAT(st.error().detail, Catch::Contains("top_p"));
+  }
+}
+
+TEST_CASE("the runner refuses bad sampling params before writing anything", "[model][sampling]") {
+  auto r = runner_for("tiny");
+  const Request req = make_request(*r, "hi", nullptr);
+  TestPool tp(r->config(), 2);
+  const auto pages = iota_pages(2);
+  PrefillChunk c = slice_prompt(req.prompt, {}, r->config().d_model, 0, req.prompt.size());
+  c.sampling = sampled(3.0f);
+  auto t = r->prefill_chunk(tp.pool, pages, 0, c);
+  REQUIRE_FALSE(t.ok());
+  CHECK_THAT(t.error().detail, Catch::Contains("temperature"));
+  DecodeSeq s{pages, 3, 65, sampled(1.0f, 0.0f), 1};
+  TokenId next = 0;
+  CHECK_FALSE(r->decode_step(tp.pool, {&s, 1}, {&next, 1}).ok());
+  CHECK(tp.all_zero());
+  GenerateOptions o;
+  o.sampling = sampled(NAN);
+  CHECK_FALSE(generate(*r, "hi", nullptr, o).ok());
+}
+
+TEST_CASE("sampled generation: chunked prefill, batched decode and generate() draw the same tokens",
+          "[model][sampling]") {
+  auto r = runner_for("tiny");
+  const Image img = make_test_image(24, 16, 4);
+  const SamplingParams p = sampled(0.8f, 0.9f, 40, 7);
+  GenerateOptions o;
+  o.max_tokens = 24;
+  o.stop_at_eos = false;
+  o.sampling = p;
+  auto ref = generate(*r, "describe", &img, o);
+  REQUIRE(ref.ok());
+  REQUIRE(ref->tokens.size() == 24);
+  o.chunk = 5;
+  auto chunked = generate(*r, "describe", &img, o);
+  REQUIRE(chunked.ok());
+  CHECK(chunked->tokens == ref->tokens);
+  CHECK(chunked->kv_digest == ref->kv_digest);
+  GenerateOptions greedy = o;
+  greedy.sampling = {};
+  auto g = generate(*r, "describe", &img, greedy);
+  REQUIRE(g.ok());
+  CHECK(g->tokens != ref->tokens);
+  o.sampling.seed = 8;
+  auto other_seed = generate(*r, "describe", &img, o);
+  REQUIRE(other_seed.ok());
+  CHECK(other_seed->tokens != ref->tokens);
+
+  // By hand, as the roles do it: prefill draws index 0, each decode step the index of its token, and the
+  // sequence shares its batch with another one that samples differently.
+  const Request req = make_request(*r, "describe", &img);
+  const Request other = make_request(*r, "another sequence", nullptr);
+  TestPool tp(r->config(), 8);
+  const auto pages = iota_pages(4), other_pages = iota_pages(4, 4);
+  PrefillChunk c = slice_prompt(req.prompt, req.emb.data, r->config().d_model, 0, req.prompt.size());
+  c.sampling = p;
+  auto first = r->prefill_chunk(tp.pool, pages, 0, c);
+  REQUIRE(first.ok());
+  const TokenId other_first = prefill(*r, tp.pool, other_pages, other);
+  std::vector<DecodeSeq> batch{
+      DecodeSeq{other_pages, uint32_t(other.prompt.size()), other_first, sampled(1.2f, 1, 0, 99), 1},
+      DecodeSeq{pages, uint32_t(req.prompt.size()), *first, p, 1}};
+  std::vector<TokenId> got{*first};
+  while (got.size() < 24) {
+    std::vector<TokenId> next(2);
+    REQUIRE(r->decode_step(tp.pool, batch, next).ok());
+    for (size_t i = 0; i < 2; ++i) {
+      batch[i].length += 1;
+      batch[i].generated += 1;
+      batch[i].last_token = next[i];
+    }
+    got.push_back(next[1]);
+  }
+  CHECK(got == ref->tokens);
+}
+
+TEST_CASE("generate() says whether EOS ended the sequence", "[model][sampling]") {
+  auto r = runner_for("tiny");
+  // Look for a seed whose draws hit EOS within 64 tokens at a high temperature; fixed search, no flake.
+  GenerateOptions o;
+  o.max_tokens = 64;
+  bool found = false;
+  for (uint64_t seed = 0; seed < 200 && !found; ++seed) {
+    o.sampling = sampled(2.0f, 1, 0, seed);
+    auto res = generate(*r, "eos?", nullptr, o);
+    REQUIRE(res.ok());
+    if (!res->stopped_at_eos) continue;
+    found = true;
+    CHECK(res->tokens.back() == kEos);
+    CHECK(res->tokens.size() <= 64);
+    CHECK_THAT(to_json(*res), Catch::Contains("\"stopped_at_eos\":true"));
+  }
+  CHECK(found);
+}
