@@ -22,6 +22,11 @@ find_path(HTTPLIB_INCLUDE_DIR httplib.h REQUIRED)   # libcpp-httplib-dev: the ro
 pkg_check_modules(CPPHTTPLIB REQUIRED IMPORTED_TARGET GLOBAL cpp-httplib)
 add_library(httplib::httplib ALIAS PkgConfig::CPPHTTPLIB)
 find_package(nlohmann_json CONFIG REQUIRED)  # nlohmann-json3-dev: JSON bodies of the HTTP API
+# libpng-dev, libturbojpeg0-dev: the PNG and JPEG images clients send (model/src/image_codec.cpp).
+pkg_check_modules(LIBPNG REQUIRED IMPORTED_TARGET GLOBAL libpng)
+add_library(png::png ALIAS PkgConfig::LIBPNG)
+pkg_check_modules(TURBOJPEG REQUIRED IMPORTED_TARGET GLOBAL libturbojpeg)
+add_library(turbojpeg::turbojpeg ALIAS PkgConfig::TURBOJPEG)
 find_path(CLI11_INCLUDE_DIR CLI/CLI.hpp REQUIRED)   # libcli11-dev: command-line flags
 find_library(XXHASH_LIBRARY xxhash REQUIRED)        # libxxhash-dev: checksums in tests and benches
 find_path(XXHASH_INCLUDE_DIR xxhash.h REQUIRED)

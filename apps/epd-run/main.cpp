@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "epd/model/generate.hpp"
+#include "epd/model/image_codec.hpp"
 
 namespace m = epd::model;
 
@@ -20,7 +21,7 @@ int main(int argc, char** argv) {
   auto* model_opt = app.add_option("--model", model_file, "model config TOML file");
   app.add_option("--preset", preset_name, "built-in model: tiny | bench")->excludes(model_opt);
   app.add_option("--prompt", prompt, "prompt text")->required();
-  app.add_option("--image", image_file, "binary PPM (P6) image");
+  app.add_option("--image", image_file, "image file: PNG, JPEG or binary PPM (P6)");
   app.add_option("--max-tokens", max_tokens, "tokens to generate (including the first)");
   app.add_option("--chunk", chunk, "prefill chunk size in tokens (0 = whole prompt)");
   app.add_option("--temperature", sampling.temperature, "0 = greedy (default), else sample; 0..2");
@@ -72,7 +73,7 @@ int main(int argc, char** argv) {
   }
   std::optional<m::Image> image;
   if (!image_file.empty()) {
-    auto img = m::read_ppm_file(image_file);
+    auto img = m::read_image_file(image_file, m::max_rgb_bytes_for(*cfg));
     if (!img) {
       std::cerr << "epd-run: " << img.error().to_string() << "\n";
       return 2;

@@ -56,7 +56,16 @@ struct HeaderReader {
 
 }  // namespace
 
-protocol::Result<Image> parse_ppm(std::span<const uint8_t> bytes) {
+std::string image_too_large(uint64_t width, uint64_t height, uint64_t max_rgb_bytes) {
+  uint64_t pixels = 0, bytes = 0;
+  const bool overflow =
+      __builtin_mul_overflow(width, height, &pixels) || __builtin_mul_overflow(pixels, uint64_t{3}, &bytes);
+  return "image of " + std::to_string(width) + "x" + std::to_string(height) + " pixels needs " +
+         (overflow ? std::string("more than 2^64") : std::to_string(bytes)) + " bytes of RGB, the limit is " +
+         std::to_string(max_rgb_bytes);
+}
+
+protocol::Result<Image> parse_ppm(std::span<const uint8_t> bytes, uint64_t max_rgb_bytes) {
   if (bytes.size() < 2 || bytes[0] != 'P' || bytes[1] != '6')
     return ppm_error("bad magic (expected binary PPM \"P6\")");
   HeaderReader r{bytes, 2};
@@ -73,6 +82,7 @@ protocol::Result<Image> parse_ppm(std::span<const uint8_t> bytes) {
     return ppm_error("image side exceeds " + std::to_string(kMaxImageSide) + " pixels");
   if (*w * *h > kMaxImagePixels)
     return ppm_error("image exceeds " + std::to_string(kMaxImagePixels) + " pixels");
+  if (*w * *h * 3 > max_rgb_bytes) return ppm_error(image_too_large(*w, *h, max_rgb_bytes));
   if (*maxval != 255) return ppm_error("maxval " + std::to_string(*maxval) + " not supported (only 255)");
   // Exactly one whitespace byte separates the header from the raster (number() checked it exists).
   if (!is_space(bytes[r.pos])) return ppm_error("missing whitespace before pixel data");

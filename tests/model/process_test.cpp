@@ -1,8 +1,10 @@
 // Determinism across processes: epd-run (a separate process) must produce exactly the tokens and the KV
 // digest that this process computes.
+#include <png.h>
 #include <sys/wait.h>
 
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <string>
 
@@ -108,4 +110,39 @@ TEST_CASE("epd-run fails clearly on bad input", "[model][process]") {
   }
   CHECK(run("--prompt x --image " + bad).status != 0);
   std::filesystem::remove(bad);
+}
+
+TEST_CASE("epd-run samples like generate() and reads PNG images", "[model][process]") {
+  const Image img = make_test_image(24, 16, 12);
+  const std::string path = temp_path(".png");
+  {
+    png_image png;
+    std::memset(&png, 0, sizeof png);
+    png.version = PNG_IMAGE_VERSION;
+    png.width = img.width;
+    png.height = img.height;
+    png.format = PNG_FORMAT_RGB;
+    REQUIRE(png_image_write_to_file(&png, path.c_str(), 0, img.rgb.data(), 0, nullptr));
+  }
+  const std::string text = "sampled";
+  const Child a =
+      run("--preset tiny --json --max-tokens 16 --temperature 0.8 --top-p 0.9 --top-k 40 --seed 7 "
+          "--prompt '" +
+          text + "' --image " + path);
+  const Child bad = run("--preset tiny --prompt x --temperature 2.5");
+  std::filesystem::remove(path);
+  REQUIRE(a.status == 0);
+  CHECK(bad.status == 2);
+
+  auto r = test::runner_for("tiny");
+  GenerateOptions opts;
+  opts.max_tokens = 16;
+  opts.sampling = SamplingParams{0.8f, 0.9f, 40, 7};
+  auto mine = generate(*r, text, &img, opts);
+  REQUIRE(mine.ok());
+  CHECK(stable_part(a.out) == stable_part(to_json(*mine)));
+  opts.sampling = {};
+  auto greedy = generate(*r, text, &img, opts);
+  REQUIRE(greedy.ok());
+  CHECK(greedy->tokens != mine->tokens);
 }

@@ -20,7 +20,10 @@ struct Image {
 inline constexpr uint32_t kMaxImageSide = 16384;
 inline constexpr uint64_t kMaxImagePixels = uint64_t{1} << 26;
 
-protocol::Result<Image> parse_ppm(std::span<const uint8_t> bytes);
+// `max_rgb_bytes`: larger images (width * height * 3) are refused from the header, before the raster is read.
+protocol::Result<Image> parse_ppm(std::span<const uint8_t> bytes, uint64_t max_rgb_bytes = UINT64_MAX);
+// "image of WxH pixels needs N bytes of RGB, the limit is M" (PPM, PNG and JPEG alike).
+std::string image_too_large(uint64_t width, uint64_t height, uint64_t max_rgb_bytes);
 protocol::Result<Image> read_ppm_file(const std::string& path);
 std::vector<uint8_t> encode_ppm(const Image& img);
 protocol::Status write_ppm_file(const std::string& path, const Image& img);
