@@ -1,0 +1,42 @@
+#include "epd/model/chat.hpp"
+
+#include <string_view>
+
+namespace epd::model {
+namespace {
+
+constexpr std::string_view kStart = "<|im_start|>";
+constexpr std::string_view kEnd = "<|im_end|>";
+
+protocol::Error invalid(std::string detail) {
+  return protocol::make_error(protocol::ErrorCode::invalid_request, std::move(detail));
+}
+
+}  // namespace
+
+protocol::Result<std::string> render_chat(const ModelConfig& cfg, std::span<const ChatTurn> turns) {
+  if (turns.empty()) return invalid("chat: no messages");
+  std::string out;
+  bool image_seen = false;
+  for (size_t i = 0; i < turns.size(); ++i) {
+    const ChatTurn& t = turns[i];
+    const std::string where = "chat message " + std::to_string(i);
+    if (t.role != "system" && t.role != "user" && t.role != "assistant")
+      return invalid(where + ": role '" + t.role + "' is not supported (system, user or assistant)");
+    if (t.image && t.role != "user") return invalid(where + ": only user messages may carry an image");
+    if (t.image && image_seen) return invalid(where + ": the model takes at most one image per conversation");
+    image_seen = image_seen || t.image;
+    if (t.text.find(kStart) != std::string::npos || t.text.find(kEnd) != std::string::npos)
+      return invalid(where + ": text contains a chat marker (" + std::string(kStart) + " or " +
+                     std::string(kEnd) + ")");
+    out.append(kStart).append(t.role).append("\n").append(t.text).append(kEnd).append("\n");
+  }
+  out.append(kStart).append("assistant\n");
+  // BOS comes first (build_prompt), and at least one token must be generated.
+  if (out.size() + 2 > cfg.max_seq)
+    return invalid("chat prompt of " + std::to_string(out.size()) + " bytes does not fit the model's " +
+                   std::to_string(cfg.max_seq) + "-token context");
+  return out;
+}
+
+}  // namespace epd::model
