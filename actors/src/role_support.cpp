@@ -49,6 +49,17 @@ protocol::RoomResult failure_result(uint64_t room, const protocol::Error& error)
   return r;
 }
 
+model::SamplingParams sampling_of(const protocol::Submit& s) {
+  return model::SamplingParams{s.temperature, s.top_p, s.top_k, s.seed};
+}
+
+void set_sampling(protocol::Submit& s, const model::SamplingParams& p) {
+  s.temperature = p.temperature;
+  s.top_p = p.top_p;
+  s.top_k = p.top_k;
+  s.seed = p.seed;
+}
+
 void report_failure(Bridge& bridge, const std::string& router, uint64_t room, const protocol::Error& error) {
   bridge.send(router, failure_result(room, error));
 }

@@ -252,6 +252,12 @@ TEST_CASE("decode: CANCEL from the router frees the room without a RESULT") {
   CHECK(f.ctx.load->active_rooms == 0);
   f.from_prefill(protocol::AbortAck{5});
   CHECK(f.free_pages() == 16);
+  CHECK(f.ctx.load->cancelled_rooms == 1);
+  // A repeated CANCEL, or one for a room decode does not hold, counts nothing.
+  test::deliver(*f.bridge, "router", kRouterInc, protocol::Cancel{5, "again"});
+  test::deliver(*f.bridge, "router", kRouterInc, protocol::Cancel{77, "unknown"});
+  f.h.run();
+  CHECK(f.ctx.load->cancelled_rooms == 1);
 }
 
 TEST_CASE("decode: a message type the role does not handle is answered by the bridge, never delivered") {

@@ -220,6 +220,41 @@ TEST_CASE("encoder: an error EMBED_PULL while the room's write runs waits for th
   CHECK(f.free_slots() == 2);
 }
 
+TEST_CASE("encoder: CANCEL ends a live room without a report, frees its slot, counts it once") {
+  EncoderFixture f;
+  f.submit(5);  // encoded, waiting for prefill's EMBED_PULL
+  REQUIRE(f.free_slots() == 1);
+  f.c.send("router", kRouterInc, "encoder-0", protocol::Cancel{5, "client went away"});
+  CHECK(f.c.pump().empty());  // the router ended it; prefill is cancelled by the router too
+  CHECK(f.free_slots() == 2);
+  CHECK(f.encoder.ctx.load->active_rooms == 0);
+  CHECK(f.encoder.ctx.load->cancelled_rooms == 1);
+  f.c.send("router", kRouterInc, "encoder-0", protocol::Cancel{5, "again"});
+  CHECK(f.c.pump().empty());
+  CHECK(f.encoder.ctx.load->cancelled_rooms == 1);
+
+  // While its write runs: the write ends the room, and EMBED_DONE still tells prefill it is over.
+  f.submit(6);
+  const uint64_t unit = 0;
+  const uint64_t fence = f.prefill.engine->grant_writes(f.landing, {&unit, 1});
+  f.c.send("prefill-0", kPrefillInc, "encoder-0",
+           protocol::EmbedPull{6, f.landing, 12 * 64 * 4, ErrorCode::ok, "", fence});
+  f.c.send("router", kRouterInc, "encoder-0", protocol::Cancel{6, "client went away"});
+  auto& sched = f.c.h.sched();
+  REQUIRE(sched.prioritize(f.encoder.main));
+  sched.run_once();
+  REQUIRE(f.encoder.ctx.load->writes_in_flight == 1);
+  REQUIRE(sched.prioritize(f.encoder.main));
+  sched.run_once();
+  CHECK(f.encoder.ctx.load->cancelled_rooms == 2);
+  auto out = f.c.pump();
+  CHECK(test::only<protocol::EmbedDone>(out).room == 6);
+  CHECK(test::of_type<protocol::RoomResult>(out).empty());
+  CHECK(f.free_slots() == 2);
+  CHECK(f.encoder.ctx.load->active_rooms == 0);
+  CHECK(f.encoder.ctx.load->cancelled_rooms == 2);
+}
+
 TEST_CASE("encoder: the prefill leaving fails the room with peer_died and sends it nothing") {
   EncoderFixture f;
   f.submit(5);

@@ -5,6 +5,11 @@
 // model::generate.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <map>
+
+#include "epd/actors/aux_record.hpp"
+#include "epd/actors/role_support.hpp"
 #include "epd/model/generate.hpp"
 #include "epd/model/image.hpp"
 #include "epd/model/tokens.hpp"
@@ -62,6 +67,10 @@ control = "tcp://127.0.0.1:17994"
 
 struct PrefillFixture {
   test::RoleCluster c{kCluster};
+  // What the router's SUBMITs (and the colocated reference) carry.
+  uint32_t max_tokens = kMaxTokens;
+  model::SamplingParams sampling;
+  std::string request_id;
   test::Node& prefill = c.add("prefill-0", kPrefillInc);
   test::Node& decode = c.add("decode-0", kDecodeInc);
   test::Node& encoder;
@@ -85,7 +94,9 @@ struct PrefillFixture {
     s.room = room;
     s.prompt = prompt;
     s.image_tokens = model::count_image_tokens(prompt);
-    s.max_tokens = kMaxTokens;
+    s.max_tokens = max_tokens;
+    s.request_id = request_id;
+    set_sampling(s, sampling);
     s.encoder = std::move(encoder);
     s.prefill = "prefill-0";
     s.decode = "decode-0";
@@ -96,7 +107,9 @@ struct PrefillFixture {
     protocol::Submit s;
     s.room = room;
     s.prompt = prompt;
-    s.max_tokens = kMaxTokens;
+    s.max_tokens = max_tokens;
+    s.request_id = request_id;
+    set_sampling(s, sampling);
     s.prefill = "prefill-0";
     s.decode = "decode-0";
     c.send("router", kRouterInc, "decode-0", std::move(s));
@@ -105,14 +118,49 @@ struct PrefillFixture {
     auto runner = model::make_reference_runner(c.model());
     REQUIRE(runner.ok());
     model::GenerateOptions o;
-    o.max_tokens = kMaxTokens;
+    o.max_tokens = max_tokens;
     o.chunk = 8;
+    o.sampling = sampling;
     auto r = model::generate(**runner, text, image, o);
     REQUIRE(r.ok());
     return r->tokens;
   }
 
+  // The router's SUBMIT of an image prompt to the encoder.
+  void submit_encoder(uint64_t room, const model::Image& image) {
+    protocol::Submit s;
+    s.room = room;
+    s.image = model::encode_ppm(image);
+    s.prefill = "prefill-0";
+    s.request_id = request_id;
+    c.send("router", kRouterInc, "encoder-0", std::move(s));
+  }
+  // The router's CANCEL of `room` to prefill and decode (and the encoder when it runs the role).
+  void cancel(uint64_t room) {
+    for (const char* id : {"prefill-0", "decode-0", "encoder-0"})
+      if (c.find(id)->main) c.send("router", kRouterInc, id, protocol::Cancel{room, "client went away"});
+  }
+
   uint32_t prefill_free_pages() const { return prefill.ctx.load->free_kv_pages.load(); }
+  // Prompt positions whose K/V prefill computed into its local pool (layer 0, K): the pool starts zeroed.
+  uint32_t prefill_positions_computed() const {
+    const auto& l = *prefill.kv_layout;
+    const auto* base = find_local_region(*prefill.engine, kKvRegion)->base;
+    const uint64_t token_bytes = uint64_t(l.kv_heads) * l.head_dim * sizeof(float);
+    uint32_t n = 0;
+    for (uint32_t page = 0; page < l.num_pages; ++page)
+      for (uint32_t slot = 0; slot < l.page_size; ++slot) {
+        const uint8_t* k = base + l.page_offset(0, 0, page) + slot * token_bytes;
+        n += std::any_of(k, k + token_bytes, [](uint8_t b) { return b != 0; }) ? 1 : 0;
+      }
+    return n;
+  }
+  // Nothing of any room is held by decode.
+  void check_decode_idle() const {
+    CHECK(decode.ctx.load->active_rooms == 0);
+    CHECK(decode.ctx.load->free_kv_pages == 16);
+    CHECK(decode.ctx.load->quarantined_pages == 0);
+  }
   // Nothing of any room is held by prefill.
   void check_prefill_idle() const {
     CHECK(prefill.ctx.load->active_rooms == 0);
@@ -284,6 +332,12 @@ TEST_CASE("prefill: CANCEL from the router ends the room without a RESULT") {
   CHECK(kv.state == protocol::KvState::failed);
   CHECK(kv.code == ErrorCode::aborted);
   f.check_prefill_idle();
+  CHECK(f.prefill.ctx.load->cancelled_rooms == 1);
+  // Another CANCEL, or one for a room prefill never had, counts nothing.
+  f.c.send("router", kRouterInc, "prefill-0", protocol::Cancel{5, "again"});
+  f.c.send("router", kRouterInc, "prefill-0", protocol::Cancel{77, "unknown"});
+  f.c.h.run();
+  CHECK(f.prefill.ctx.load->cancelled_rooms == 1);
 }
 
 TEST_CASE("prefill: a decode restart fails its rooms with peer_died and tells the old decode nothing") {
@@ -298,6 +352,142 @@ TEST_CASE("prefill: a decode restart fails its rooms with peer_died and tells th
   CHECK_THAT(r.reason, Catch::Contains("decode-0"));
   CHECK(test::to_node(out, "decode-0").empty());
   f.check_prefill_idle();
+}
+
+TEST_CASE(
+    "pipeline: sampled tokens equal the colocated run with the same params, for rooms batched together") {
+  PrefillFixture f(true);
+  f.sampling = model::SamplingParams{0.8f, 0.9f, 40, 7};
+  f.max_tokens = 24;
+  const auto image = model::make_test_image(32, 24, 7);
+  const auto text_prompt = f.prompt("the quick brown fox");
+  const auto image_prompt = f.prompt("what is this", model::ImageDims{32, 24});
+  f.submit_prefill(5, text_prompt);
+  f.submit_decode(5, text_prompt);
+  f.submit_encoder(9, image);
+  f.submit_prefill(9, image_prompt, "encoder-0");
+  f.submit_decode(9, image_prompt);
+  const auto out = f.c.pump();
+  std::map<uint64_t, protocol::RoomResult> results;
+  for (const auto* r : test::of_type<protocol::RoomResult>(out))
+    results[r->as<protocol::RoomResult>()->room] = *r->as<protocol::RoomResult>();
+  REQUIRE(results.size() == 2);
+  CHECK(results[5].ok);
+  CHECK(results[9].ok);
+  const auto text_tokens = f.colocated("the quick brown fox");
+  CHECK(results[5].tokens == text_tokens);
+  CHECK(results[9].tokens == f.colocated("what is this", &image));
+  // The params really changed the tokens.
+  f.sampling = {};
+  CHECK(text_tokens != f.colocated("the quick brown fox"));
+  f.check_prefill_idle();
+  f.check_decode_idle();
+}
+
+TEST_CASE("request id: every role names the room with the client's request id in its log lines") {
+  test::LogCapture logs;
+  PrefillFixture f(true);
+  f.request_id = "abc-123";
+  const auto image = model::make_test_image(32, 24, 7);
+  const auto prompt = f.prompt("what is this", model::ImageDims{32, 24});
+  f.submit_encoder(9, image);
+  f.submit_prefill(9, prompt, "encoder-0");
+  f.submit_decode(9, prompt);
+  CHECK(only_result(f.c.pump()).ok);
+  for (const char* role : {"encoder: ", "prefill: ", "decode: "}) {
+    INFO(role);
+    CHECK_FALSE(logs.lines_with(std::string(role) + "room 9 [req abc-123]").empty());
+  }
+  // A failure names it too; a hostile id is cut and escaped (one log line stays one line).
+  f.request_id = "bad\nid" + std::string(500, 'x');
+  f.sampling.temperature = 3;
+  f.submit_decode(10, prompt);
+  const auto refused = only_result(f.c.pump());
+  CHECK(refused.code == ErrorCode::invalid_request);
+  CHECK_THAT(refused.reason, Catch::Contains("temperature"));
+  const auto lines = logs.lines_with("room 10 [req bad\\x0aid");
+  REQUIRE(lines.size() == 1);
+  CHECK_THAT(lines[0], Catch::Contains("decode: refused"));
+  CHECK_THAT(lines[0],
+             Catch::Contains(std::string(122, 'x') + "]") && !Catch::Contains(std::string(123, 'x')));
+}
+
+TEST_CASE("sampling params out of range are refused by prefill and decode, nothing held") {
+  PrefillFixture f;
+  f.sampling.top_p = 0;
+  const auto prompt = f.prompt("hello");
+  f.submit_decode(7, prompt);
+  auto out = f.c.pump();
+  std::string to;
+  auto r = test::only<protocol::RoomResult>(out, &to);
+  CHECK(to == "offline://router");
+  CHECK(r.code == ErrorCode::invalid_request);
+  CHECK_THAT(r.reason, Catch::Contains("top_p"));
+  f.submit_prefill(8, prompt);
+  r = only_result(f.c.pump());
+  CHECK(r.room == 8);
+  CHECK(r.code == ErrorCode::invalid_request);
+  CHECK_THAT(r.reason, Catch::Contains("top_p"));
+  f.check_prefill_idle();
+  f.check_decode_idle();
+}
+
+TEST_CASE("cancel mid-prefill: compute stops before the next chunks, every page returns, both count it") {
+  PrefillFixture f;
+  // 100 prompt tokens: 13 chunks of 8, 7 pages of 16.
+  const std::string text(99, 'a');
+  const auto prompt = f.prompt(text);
+  REQUIRE(prompt.size() == 100);
+  f.submit_prefill(5, prompt);
+  f.submit_decode(5, prompt);
+  // Step one message at a time until two chunks are computed. The coordinator keeps running an actor while
+  // its mailbox holds messages (compute steps itself chunk by chunk), so the CANCEL is handled by
+  // prioritising prefill: its PrefillDrop then waits behind compute's next step, as it would on a thread.
+  auto& sched = f.c.h.sched();
+  std::vector<test::Sent> out;
+  while (f.prefill_positions_computed() < 16) {
+    if (!sched.try_run_once()) REQUIRE(f.c.route(out));
+  }
+  const uint32_t computed = f.prefill_positions_computed();
+  f.cancel(5);
+  while (sched.prioritize(f.prefill.main)) sched.run_once();
+  auto rest = f.c.pump();
+  out.insert(out.end(), rest.begin(), rest.end());
+  // At most the chunk already queued behind the one that completed the page was computed.
+  CHECK(f.prefill_positions_computed() <= computed + 8);
+  CHECK(f.prefill_positions_computed() < 100);
+  CHECK(test::of_type<protocol::RoomResult>(out).empty());  // the router ended it: nobody reports
+  f.check_prefill_idle();
+  f.check_decode_idle();
+  CHECK(f.prefill.ctx.load->cancelled_rooms == 1);
+  CHECK(f.decode.ctx.load->cancelled_rooms == 1);
+}
+
+TEST_CASE("cancel mid-decode: the room leaves the batch, its pages return, decode counts it") {
+  PrefillFixture f;
+  f.max_tokens = 40;
+  const auto prompt = f.prompt("the quick brown fox");
+  f.submit_prefill(5, prompt);
+  f.submit_decode(5, prompt);
+  auto& sched = f.c.h.sched();
+  std::vector<test::Sent> out;
+  while (test::of_type<protocol::Tokens>(out).size() < 3) {
+    if (!sched.try_run_once()) REQUIRE(f.c.route(out));
+    f.c.route(out);
+  }
+  CHECK(f.decode.ctx.load->active_rooms == 1);
+  f.cancel(5);
+  // Decode handles it now (the loop would step on while it has steps queued): see cancel mid-prefill.
+  while (sched.prioritize(f.decode.main)) sched.run_once();
+  auto rest = f.c.pump();
+  out.insert(out.end(), rest.begin(), rest.end());
+  const size_t streamed = test::of_type<protocol::Tokens>(out).size();
+  CHECK(streamed < 6);  // at most a step or two after the CANCEL, not 40
+  CHECK(test::of_type<protocol::RoomResult>(out).empty());
+  f.check_decode_idle();
+  f.check_prefill_idle();
+  CHECK(f.decode.ctx.load->cancelled_rooms == 1);
+  CHECK(f.prefill.ctx.load->cancelled_rooms == 0);  // its part was over
 }
 
 }  // namespace

@@ -107,23 +107,31 @@ class RoleCluster {
   std::vector<Sent> pump() {
     std::vector<Sent> out;
     for (bool moved = true; moved;) {
-      moved = false;
       h.run();
-      for (auto& n : nodes_) {
-        for (auto& s : sent(*n->bridge)) {
-          const std::string prefix = "offline://";
-          const std::string to = s.reply || s.to.rfind(prefix, 0) != 0 ? s.to : s.to.substr(prefix.size());
-          Node* dst = find(to);
-          if (dst && dst->main) {
-            dst->bridge->receive_frame(n->id, true, protocol::encode(s.env));
-            moved = true;
-          } else {
-            out.push_back(std::move(s));
-          }
+      moved = route(out);
+    }
+    return out;
+  }
+
+  // One pass without running anything: hands the frames role nodes sent so far to the role nodes they are
+  // for (queued, not handled yet) and appends the others to `out`. Returns whether any frame was handed on.
+  // For tests that step the actors one message at a time (sched().try_run_once()).
+  bool route(std::vector<Sent>& out) {
+    bool moved = false;
+    for (auto& n : nodes_) {
+      for (auto& s : sent(*n->bridge)) {
+        const std::string prefix = "offline://";
+        const std::string to = s.reply || s.to.rfind(prefix, 0) != 0 ? s.to : s.to.substr(prefix.size());
+        Node* dst = find(to);
+        if (dst && dst->main) {
+          dst->bridge->receive_frame(n->id, true, protocol::encode(s.env));
+          moved = true;
+        } else {
+          out.push_back(std::move(s));
         }
       }
     }
-    return out;
+    return moved;
   }
 
   // `body` from `from` (the router or a bare node) to role node `to`; nothing runs yet.

@@ -8,11 +8,15 @@
 // the test calls run(), and delayed messages fire only when the test advances the coordinator's clock
 // (advance_time), so no test sleeps or depends on timing. Detached actors still get their own thread: roles
 // spawned with RoleContext::detached_workers = false run their compute and transfer actors scheduled too.
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
 #include <caf/all.hpp>
 #include <caf/scheduler/test_coordinator.hpp>
 #include <catch2/catch.hpp>
+
 #include <chrono>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -90,6 +94,33 @@ class Harness {
   caf::scheduler::test_coordinator& sched_;
   std::vector<caf::actor> actors_;
   std::vector<actors::BridgePtr> bridges_;
+};
+
+// Every log line (debug and up) while it lives, for tests of what an operator would grep for.
+class LogCapture {
+ public:
+  LogCapture() : previous_(spdlog::default_logger()) {
+    auto logger =
+        std::make_shared<spdlog::logger>("capture", std::make_shared<spdlog::sinks::ostream_sink_mt>(out_));
+    logger->set_level(spdlog::level::debug);
+    spdlog::set_default_logger(std::move(logger));
+  }
+  LogCapture(const LogCapture&) = delete;
+  LogCapture& operator=(const LogCapture&) = delete;
+  ~LogCapture() { spdlog::set_default_logger(previous_); }
+
+  // The captured lines that contain `needle`.
+  std::vector<std::string> lines_with(const std::string& needle) const {
+    std::vector<std::string> found;
+    std::istringstream in(out_.str());
+    for (std::string line; std::getline(in, line);)
+      if (line.find(needle) != std::string::npos) found.push_back(line);
+    return found;
+  }
+
+ private:
+  std::ostringstream out_;
+  std::shared_ptr<spdlog::logger> previous_;
 };
 
 // One frame an offline bridge sent, decoded.

@@ -183,7 +183,8 @@ TEST_CASE("top_k and top_p keep only the most likely tokens, renormalised", "[mo
   CHECK(std::abs(double(p[0]) / kDraws - 0.64 / 0.88) < 0.03);
 }
 
-TEST_CASE("validate: temperature in [0, 2], top_p in (0, 1], both finite", "[model][sampling]") {
+TEST_CASE("validate: temperature from 0 to 2, top_p above 0 and at most 1, both finite",
+          "[model][sampling]") {
   CHECK(validate(SamplingParams{}).ok());
   CHECK(validate(sampled(2.0f, 1e-9f, 1000000, ~uint64_t{0})).ok());
   for (float t : {-0.01f, 2.01f, NAN, INFINITY}) {

@@ -1,5 +1,7 @@
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "epd/protocol/codec.hpp"
 #include "sample_messages.hpp"
@@ -54,11 +56,70 @@ TEST_CASE("every message type round-trips with every field set", "[protocol][cod
     REQUIRE(std::holds_alternative<T>(back->body));
     CHECK(std::get<T>(back->body) == msg);
     CHECK_FALSE(std::get<T>(back->body) == T{});  // the sample really set fields
-    CHECK(type_name(T::kType) == T::kName);        // the name table is the structs' own names
+    CHECK(type_name(T::kType) == T::kName);       // the name table is the structs' own names
     CHECK(is_known_type(uint64_t(T::kType)));
     ++types;
   });
   CHECK(types == int(std::variant_size_v<Body>));
+}
+
+TEST_CASE("float fields round-trip exactly and accept any msgpack number that fits", "[protocol][codec]") {
+  Submit s;
+  s.room = 7;
+  s.request_id = "req-42";
+  s.temperature = 0.8f;  // not exact in binary: the float's own bits must come back
+  s.top_p = 0.9f;
+  s.top_k = 40;
+  s.seed = ~uint64_t{0};
+  auto back = decode(encode(Envelope{"router", 1, s}));
+  REQUIRE(back.ok());
+  CHECK(std::get<Submit>(back->body) == s);
+
+  // Another writer may send a float64 or an integer for a float field.
+  auto submit_with = [](auto&& temperature) {
+    return frame_of(MessageType::submit, pack([&](auto& pk) {
+                      pk.pack_map(2);
+                      pk.pack("room");
+                      pk.pack(uint64_t{1});
+                      pk.pack("temperature");
+                      pk.pack(temperature);
+                    }));
+  };
+  auto as_double = decode(submit_with(0.8));
+  REQUIRE(as_double.ok());
+  CHECK(std::get<Submit>(as_double->body).temperature == 0.8f);
+  auto as_int = decode(submit_with(uint64_t{2}));
+  REQUIRE(as_int.ok());
+  CHECK(std::get<Submit>(as_int->body).temperature == 2.0f);
+  // A double a float cannot hold is refused, naming the field (NaN and inf decode; roles validate them).
+  const auto e = decode_error(submit_with(1e300));
+  CHECK(e.code == ErrorCode::bad_field_type);
+  CHECK_THAT(e.detail, Catch::Contains("temperature"));
+  auto nan = decode(submit_with(std::numeric_limits<double>::quiet_NaN()));
+  REQUIRE(nan.ok());
+  CHECK(std::isnan(std::get<Submit>(nan->body).temperature));
+}
+
+TEST_CASE("a SUBMIT from a peer without the sampling keys decodes as greedy, no request id",
+          "[protocol][codec]") {
+  auto body = pack([](auto& pk) {
+    pk.pack_map(3);
+    pk.pack("room");
+    pk.pack(uint64_t{9});
+    pk.pack("max_tokens");
+    pk.pack(uint32_t{4});
+    pk.pack("prefill");
+    pk.pack("prefill-0");
+  });
+  auto env = decode(frame_of(MessageType::submit, body));
+  REQUIRE(env.ok());
+  const auto& s = std::get<Submit>(env->body);
+  CHECK(s.room == 9);
+  CHECK(s.request_id.empty());
+  CHECK(s.temperature == 0.0f);
+  CHECK(s.top_p == 1.0f);
+  CHECK(s.top_k == 0);
+  CHECK(s.seed == 0);
 }
 
 TEST_CASE("header layout is byte-exact", "[protocol][codec]") {

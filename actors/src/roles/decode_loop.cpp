@@ -55,6 +55,8 @@ void step(caf::event_based_actor* self, LoopState& st) {
     batch[i].pages = s.join.pages;
     batch[i].length = s.join.prompt_len + uint32_t(s.tokens.size()) - 1;
     batch[i].last_token = s.tokens.back();
+    batch[i].sampling = s.join.sampling;
+    batch[i].generated = uint32_t(s.tokens.size());  // the index of the token this step draws
   }
   auto status = st.runner->decode_step(st.config.pool, batch, next);
   std::deque<Sequence> rest;

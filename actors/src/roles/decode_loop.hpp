@@ -15,9 +15,10 @@ struct DecodeJoin {
   uint64_t room = 0;
   std::vector<uint32_t> pages;
   uint32_t prompt_len = 0;
-  uint32_t first_token = 0;
+  uint32_t first_token = 0;  // generated token 0 (prefill drew it); the loop draws 1, 2, ... with `sampling`
   uint32_t max_new = 0;
   std::string router;
+  model::SamplingParams sampling;
 };
 
 struct DecodeDrop {

@@ -46,6 +46,9 @@ struct DecodeSettings {
 
 struct DecodeRoom {
   RoomState state;
+  std::string request_id;  // the client's, for the logs
+  model::SamplingParams sampling;
+  bool cancelled = false;  // the router's CANCEL asked the loop to drop it (counted when it did)
   std::string router;
   std::string prefill;
   uint64_t router_inc = 0, prefill_inc = 0;  // the incarnations this room is shared with
@@ -157,7 +160,7 @@ void fail_room(DecodeState& st, uint64_t id, protocol::Error error, Notify notif
   if (!room) return;
   const bool prefill_may_write = room->state.state() == KvState::waiting_for_input;
   if (!room->state.fail(error)) return;
-  kernel::announce_failure(st.bridge(), "decode", id, room->router, error, notify.router);
+  kernel::announce_failure(st.bridge(), "decode", id, room->request_id, room->router, error, notify.router);
   if (prefill_may_write) {
     st.bridge().send(room->prefill, protocol::Abort{id, error.code, error.detail});
     quarantine(st, id, st.rooms.take(id));
@@ -198,10 +201,10 @@ void on_abort_timeout(DecodeState& st, uint64_t id) {
   if (!fenced && !room.holding_logged) {
     room.holding_logged = true;
     spdlog::warn(
-        "decode: holding {} page(s) of aborted room {}: prefill '{}' (incarnation {}) has not "
+        "decode: holding {} page(s) of aborted {}: prefill '{}' (incarnation {}) has not "
         "acknowledged and could still write them over shm/rdma; they are reused once it answers, "
         "restarts or its process is gone",
-        room.pages.size(), id, room.prefill, room.prefill_inc);
+        room.pages.size(), kernel::room_tag(id, room.request_id), room.prefill, room.prefill_inc);
   }
   st.self->delayed_send(st.self, st.settings.abort_timeout, abort_done_atom::value, id);
 }
@@ -223,7 +226,7 @@ void arm_timeout(DecodeState& st) {
 void on_submit(DecodeState& st, const Envelope& env, protocol::Submit& s) {
   const auto& m = st.ctx.model;
   auto refuse = [&](protocol::Error e) {
-    spdlog::warn("decode: refused room {}: {}", s.room, e.to_string());
+    spdlog::warn("decode: refused {}: {}", kernel::room_tag(s.room, s.request_id), e.to_string());
     report_failure(*st.ctx.bridge, env.sender, s.room, e);
   };
   if (s.room == 0 || st.rooms.contains(s.room) || st.quarantine.count(s.room))
@@ -232,6 +235,7 @@ void on_submit(DecodeState& st, const Envelope& env, protocol::Submit& s) {
     return refuse(
         make_error(ErrorCode::invalid_request, "SUBMIT needs 1.." + std::to_string(m.max_seq - 1) +
                                                    " prompt tokens, max_tokens >= 1 and a prefill instance"));
+  if (auto ok = model::validate(sampling_of(s)); !ok) return refuse(ok.error());
   // A prefill that is dead to us (its connection broke) may still be listed by the registry for a moment:
   // refuse at once so the router retries elsewhere, instead of waiting for a KV that never comes.
   auto prefill = st.ctx.bridge->peers().find(s.prefill);
@@ -252,6 +256,8 @@ void on_submit(DecodeState& st, const Envelope& env, protocol::Submit& s) {
     room.src_layout = theirs;
     st.ctx.load->staging.active = true;
   }
+  room.request_id = s.request_id.substr(0, kernel::kMaxLoggedRequestId);
+  room.sampling = sampling_of(s);
   room.router = env.sender;
   room.router_inc = env.incarnation;
   room.prefill = s.prefill;
@@ -297,6 +303,9 @@ void on_submit(DecodeState& st, const Envelope& env, protocol::Submit& s) {
   room.state.advance(KvState::waiting_for_input);
   room.kv_deadline = kernel::DeadlineTimer::now(st.self) + st.settings.waiting_timeout;
   const uint64_t id = s.room;
+  spdlog::debug("decode: {} accepted: {} prompt + {} new tokens in {} pages, prefill '{}'",
+                kernel::room_tag(id, room.request_id), room.prompt_len, room.max_new, room.pages.size(),
+                room.prefill);
   st.rooms.insert(id, std::move(room));
   publish_load(st);
   if (!st.ctx.bridge->send(s.prefill, std::move(b))) {
@@ -310,8 +319,8 @@ void on_submit(DecodeState& st, const Envelope& env, protocol::Submit& s) {
 void start_decoding(DecodeState& st, uint64_t id, DecodeRoom& room) {
   room.state.advance(KvState::success);
   room.kv_ready = clock::now();
-  st.self->send(st.loop,
-                DecodeJoin{id, room.pages, room.prompt_len, room.first_token, room.max_new, room.router});
+  st.self->send(st.loop, DecodeJoin{id, room.pages, room.prompt_len, room.first_token, room.max_new,
+                                    room.router, room.sampling});
 }
 
 // Logs and answers a staging message that matches no room or chunk here.
@@ -495,22 +504,31 @@ void on_finished(DecodeState& st, DecodeFinished& f) {
     r.prefill_us = room.kv.prefill_us;
     r.transfer_us = room.kv.transfer_us;
     r.decode_us = f.decode_us;
+    spdlog::debug("decode: {} done: {} tokens", kernel::room_tag(f.room, room.request_id), r.tokens.size());
     st.ctx.bridge->send(room.router, std::move(r));
   } else if (f.error.code != ErrorCode::aborted) {
-    report_failure(*st.ctx.bridge, room.router, f.room, f.error);
+    kernel::announce_failure(st.bridge(), "decode", f.room, room.request_id, room.router, f.error);
+  } else if (room.cancelled) {
+    ++st.ctx.load->cancelled_rooms;  // the loop dropped it from its batch
   }
   release(st, f.room, room);
   st.rooms.end(f.room);
   publish_load(st);
 }
 
+// A live room ends (counted): one decoding leaves the batch before its next step (the loop answers with
+// DecodeFinished(aborted) unless it finished first), one waiting for its KV is aborted at prefill too.
+// Pages and the aux slot are freed either way (after quarantine if prefill may still write them).
 void on_cancel(DecodeState& st, const Envelope&, protocol::Cancel& c) {
   DecodeRoom* room = st.rooms.find(c.room);
-  if (!room) return;
+  if (!room || room->cancelled) return;
+  spdlog::debug("decode: {} cancelled: {}", kernel::room_tag(c.room, room->request_id), c.reason);
   if (room->state.state() == KvState::success) {
-    st.self->send(st.loop, DecodeDrop{c.room});  // the loop answers with DecodeFinished(aborted)
+    room->cancelled = true;
+    st.self->send(st.loop, DecodeDrop{c.room});
     return;
   }
+  ++st.ctx.load->cancelled_rooms;
   fail_room(st, c.room, make_error(ErrorCode::aborted, c.reason), Notify{.router = false});
 }
 

@@ -62,6 +62,8 @@ enum class Phase { encoding, encoded, writing, abandoned };
 
 struct EncoderRoom {
   Phase phase = Phase::encoding;
+  std::string request_id;  // the client's, for the logs
+  bool cancelled = false;  // by the router's CANCEL (counted once)
   std::string router;
   std::string prefill;
   uint64_t router_inc = 0, prefill_inc = 0;  // the incarnations this room is shared with
@@ -116,7 +118,7 @@ struct Notify {
 void fail_room(EncoderState& st, uint64_t id, const protocol::Error& error, Notify notify = {}) {
   auto* r = st.rooms.find(id);
   if (!r || r->phase == Phase::abandoned) return;
-  kernel::announce_failure(st.bridge(), "encoder", id, r->router, error);
+  kernel::announce_failure(st.bridge(), "encoder", id, r->request_id, r->router, error);
   if (r->writing()) {
     r->phase = Phase::abandoned;  // the write's completion frees it
     return;
@@ -166,7 +168,10 @@ caf::behavior encode_compute(caf::event_based_actor* self, model::ModelConfig cf
 }
 
 void on_submit(EncoderState& st, const Envelope& env, protocol::Submit& sub) {
-  auto refuse = [&](protocol::Error e) { report_failure(st.bridge(), env.sender, sub.room, e); };
+  auto refuse = [&](protocol::Error e) {
+    spdlog::warn("encoder: refused {}: {}", kernel::room_tag(sub.room, sub.request_id), e.to_string());
+    report_failure(st.bridge(), env.sender, sub.room, e);
+  };
   if (sub.room == 0 || st.rooms.contains(sub.room))
     return refuse(make_error(ErrorCode::invalid_request, "room id in use"));
   if (sub.image.empty() || sub.prefill.empty())
@@ -178,6 +183,7 @@ void on_submit(EncoderState& st, const Envelope& env, protocol::Submit& sub) {
   auto slot = st.slots.allocate(1);
   if (!slot) return refuse(make_error(ErrorCode::out_of_capacity, "no free embedding slot on the encoder"));
   EncoderRoom room;
+  room.request_id = sub.request_id.substr(0, kernel::kMaxLoggedRequestId);
   room.router = env.sender;
   room.prefill = sub.prefill;
   room.router_inc = env.incarnation;
@@ -186,6 +192,8 @@ void on_submit(EncoderState& st, const Envelope& env, protocol::Submit& sub) {
   room.deadline = kernel::DeadlineTimer::now(st.self) + st.settings.waiting_timeout;
   st.rooms.insert(sub.room, room);
   publish_load(st);
+  spdlog::debug("encoder: {} accepted, image of {} bytes for prefill '{}'",
+                kernel::room_tag(sub.room, room.request_id), sub.image.size(), sub.prefill);
   EncodeJob job{sub.room, std::move(sub.image),
                 reinterpret_cast<float*>(st.slots_base + uint64_t(room.slot) * st.slot_bytes),
                 st.slot_bytes / sizeof(float)};
@@ -211,7 +219,9 @@ void on_embed_pull(EncoderState& st, const Envelope& env, protocol::EmbedPull& p
     return;
   }
   if (!ours || r->phase != Phase::encoded) {
-    spdlog::warn("encoder: unexpected EMBED_PULL for room {} from '{}'", pull.room, env.sender);
+    spdlog::warn("encoder: unexpected EMBED_PULL for {} from '{}'",
+                 kernel::room_tag(pull.room, r ? std::string_view(r->request_id) : std::string_view()),
+                 env.sender);
     return;
   }
   // Prefill cannot take them (or gave the room up): fail it; EMBED_DONE tells prefill that no write of the
@@ -238,8 +248,15 @@ void on_embed_pull(EncoderState& st, const Envelope& env, protocol::EmbedPull& p
   st.self->send(st.workers.at(r->worker), std::move(job));
 }
 
+// A live room ends here (counted); one whose embeddings are being written ends when the write does, and
+// EMBED_DONE still tells prefill that nothing more lands in its slot.
 void on_cancel(EncoderState& st, const Envelope&, protocol::Cancel& cancel) {
-  if (auto* r = st.rooms.find(cancel.room); r && !r->writing()) finish(st, cancel.room);
+  auto* r = st.rooms.find(cancel.room);
+  if (!r || r->phase == Phase::abandoned || r->cancelled) return;
+  r->cancelled = true;
+  ++st.ctx.load->cancelled_rooms;
+  spdlog::debug("encoder: {} cancelled: {}", kernel::room_tag(cancel.room, r->request_id), cancel.reason);
+  if (!r->writing()) finish(st, cancel.room);
 }
 
 void on_encoded(EncoderState& st, EncodeDone& d) {
@@ -267,6 +284,8 @@ void on_written(EncoderState& st, TransferDone& d) {
     return fail_room(st, d.room, e);
   }
   st.bridge().send(r->prefill, protocol::EmbedDone{d.room, true, ErrorCode::ok, "", r->encode_us});
+  spdlog::debug("encoder: {} embeddings written to '{}'", kernel::room_tag(d.room, r->request_id),
+                r->prefill);
   finish(st, d.room);
 }
 

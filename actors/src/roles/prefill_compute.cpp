@@ -2,17 +2,79 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
+#include "epd/actors/caf_types.hpp"
 #include "epd/actors/role_support.hpp"
 
 namespace epd::actors {
 namespace {
 
+// A job in the queue and how far it got.
+struct Running {
+  PrefillJob job;
+  uint32_t begin = 0;  // next chunk starts here
+  uint32_t index = 0;  // next chunk's number
+};
+
 struct ComputeState {
   model::KvPool pool;
   caf::actor role;
   std::unique_ptr<model::ModelRunner> runner;
+  std::deque<Running> queue;  // first come, first computed: the front job runs to its end
+  bool stepping = false;      // a step message is queued
   static inline const char* name = "prefill-compute";
 };
+
+void schedule(caf::stateful_actor<ComputeState>* self) {
+  auto& s = self->state;
+  if (s.stepping || s.queue.empty()) return;
+  s.stepping = true;
+  self->send(self, step_atom::value);  // behind whatever already arrived (a drop, another job)
+}
+
+// Computes the next chunk of the front job and reports it.
+void step(caf::stateful_actor<ComputeState>* self) {
+  auto& s = self->state;
+  s.stepping = false;
+  if (s.queue.empty()) return;
+  Running& run = s.queue.front();
+  const PrefillJob& job = run.job;
+  const auto& cfg = s.runner->config();
+  const uint32_t n = uint32_t(job.prompt.size());
+  const uint32_t end = std::min(n, run.begin + std::max<uint32_t>(1, job.chunk_tokens));
+  ChunkComputed c;
+  c.room = job.room;
+  c.chunk = run.index;
+  c.end = end;
+  const auto t0 = std::chrono::steady_clock::now();
+  if (n == 0) {
+    c.ok = false;
+    c.error = protocol::make_error(protocol::ErrorCode::invalid_request, "empty prompt");
+  } else {
+    std::span<const float> emb(job.embeddings, job.embedding_floats);
+    model::PrefillChunk chunk = model::slice_prompt(job.prompt, emb, cfg.d_model, run.begin, end);
+    chunk.sampling = job.sampling;
+    auto r = s.runner->prefill_chunk(s.pool, job.pages, run.begin, chunk);
+    if (!r) {
+      c.ok = false;
+      c.error = r.error();
+    } else if (end == n) {
+      c.first_token = *r;
+    }
+  }
+  c.compute_us = micros_since(t0);
+  c.last = end == n || !c.ok;
+  const bool last = c.last;
+  self->send(s.role, std::move(c));
+  if (last) {
+    s.queue.pop_front();
+  } else {
+    run.begin = end;
+    ++run.index;
+  }
+  schedule(self);
+}
 
 caf::behavior prefill_compute(caf::stateful_actor<ComputeState>* self, model::ModelConfig model,
                               model::KvPool pool, caf::actor role) {
@@ -29,32 +91,23 @@ caf::behavior prefill_compute(caf::stateful_actor<ComputeState>* self, model::Mo
   st.runner = std::move(runner.value());
   return {
       [=](PrefillJob& job) {
-        auto& s = self->state;
-        const auto& cfg = s.runner->config();
-        const uint32_t n = uint32_t(job.prompt.size());
-        const uint32_t chunk = std::max<uint32_t>(1, job.chunk_tokens);
-        std::span<const float> emb(job.embeddings, job.embedding_floats);
-        uint32_t index = 0;
-        for (uint32_t begin = 0; begin < n; begin += chunk, ++index) {
-          const uint32_t end = std::min(n, begin + chunk);
-          const auto t0 = std::chrono::steady_clock::now();
-          auto r = s.runner->prefill_chunk(s.pool, job.pages, begin,
-                                           model::slice_prompt(job.prompt, emb, cfg.d_model, begin, end));
-          ChunkComputed c;
-          c.room = job.room;
-          c.chunk = index;
-          c.end = end;
-          c.compute_us = micros_since(t0);
-          c.last = end == n || !r;
-          if (!r) {
-            c.ok = false;
-            c.error = r.error();
-          } else if (c.last) {
-            c.first_token = *r;
-          }
-          self->send(s.role, std::move(c));
-          if (!r) break;
-        }
+        self->state.queue.push_back(Running{std::move(job), 0, 0});
+        schedule(self);
+      },
+      [=](step_atom) { step(self); },
+      [=](PrefillDrop drop) {
+        auto& q = self->state.queue;
+        auto it = std::find_if(q.begin(), q.end(), [&](const Running& r) { return r.job.room == drop.room; });
+        if (it == q.end()) return;  // done already: its last chunk is on its way
+        ChunkComputed c;
+        c.room = drop.room;
+        c.chunk = it->index;
+        c.end = it->begin;
+        c.last = true;
+        c.ok = false;
+        c.error = protocol::make_error(protocol::ErrorCode::aborted, "room ended during prefill");
+        self->send(self->state.role, std::move(c));
+        q.erase(it);
       },
   };
 }

@@ -1,8 +1,10 @@
 #pragma once
 // Prefill's compute actor (detached: prefill is blocking CPU work). Runs a room's prompt chunk by chunk into
 // local KV pages and reports each chunk as soon as it is computed, so the role can ship its pages while the
-// next chunk computes.
+// next chunk computes. Jobs run one after the other, one chunk per message, so a PrefillDrop that arrives
+// mid-prompt stops the room before its next chunk.
 #include <caf/all.hpp>
+#include <deque>
 #include <vector>
 
 #include "epd/model/runner.hpp"
@@ -16,6 +18,13 @@ struct PrefillJob {
   uint64_t embedding_floats = 0;
   std::vector<uint32_t> pages;  // local pool pages, logical order
   uint32_t chunk_tokens = 64;
+  model::SamplingParams sampling;  // draws the first generated token (index 0)
+};
+
+// The room ended: compute no more of it. If its job is still queued or running, it ends with a last
+// ChunkComputed (ok = false, aborted), so the role knows compute reads none of its memory any more.
+struct PrefillDrop {
+  uint64_t room = 0;
 };
 
 struct ChunkComputed {
@@ -36,4 +45,5 @@ caf::actor spawn_prefill_compute(caf::actor_system& system, bool detached, model
 }  // namespace epd::actors
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(epd::actors::PrefillJob)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(epd::actors::PrefillDrop)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(epd::actors::ChunkComputed)

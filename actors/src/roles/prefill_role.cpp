@@ -145,7 +145,9 @@ void fail_room(PrefillState& st, uint64_t id, protocol::Error error, Notify noti
   PrefillRoom& r = *found;
   if (!r.state.fail(error)) return maybe_reap(st, id);  // e.g. the last write of a failed room just ended
   // The report may be held back (report_delay_ms), so it is sent here rather than by announce_failure.
-  kernel::announce_failure(st.bridge(), "prefill", id, r.router, error, false);
+  kernel::announce_failure(st.bridge(), "prefill", id, r.request_id(), r.router, error, false);
+  // Chunks not computed yet never will be; compute answers with the room's last ChunkComputed.
+  if (r.computing()) st.self->send(st.compute, PrefillDrop{id});
   if (notify.router) send_failure_news(st, r.router, failure_result(id, error));
   if (r.embed == Embed::writing && !r.encoder.empty() && !st.bridge().peers().alive(r.encoder))
     stop_waiting_for_embeddings(st, r);  // the encoder is dead to us: free the slot if it cannot write it
@@ -228,7 +230,10 @@ void maybe_start(PrefillState& st, uint64_t id) {
   }
   job.pages = r.local_pages;
   job.chunk_tokens = st.settings.chunk_tokens;
+  job.sampling = sampling_of(r.submit);
   publish_load(st);
+  spdlog::debug("prefill: {} starts: {} prompt tokens for decode '{}'{}",
+                kernel::room_tag(id, r.request_id()), prompt.size(), r.decode, r.staged ? " (staged)" : "");
   caf::anon_send(st.compute, std::move(job));
 }
 
@@ -331,6 +336,7 @@ void on_transfer_done(PrefillState& st, TransferDone& d) {
     kv.transfer_us = r.transfer_us;
     r.news = DecodeNews::none;
     st.ctx.bridge->send(r.decode, std::move(kv));
+    spdlog::debug("prefill: {} KV written to '{}'", kernel::room_tag(d.room, r.request_id()), r.decode);
     return maybe_reap(st, d.room);
   }
   maybe_send_aux(st, d.room, r);
@@ -342,6 +348,7 @@ void on_submit(PrefillState& st, const Envelope& env, protocol::Submit& msg) {
   if (r.have_submit || r.state.terminal()) return;
   r.router = env.sender;
   r.router_inc = env.incarnation;
+  r.submit.request_id = msg.request_id;  // in the logs, also of a refusal below
   const uint32_t image_tokens = model::count_image_tokens(msg.prompt);
   if (msg.prompt.empty() || msg.prompt.size() >= st.ctx.model.max_seq || image_tokens != msg.image_tokens ||
       (image_tokens > 0 && msg.encoder.empty()) || msg.decode.empty())
@@ -351,6 +358,7 @@ void on_submit(PrefillState& st, const Envelope& env, protocol::Submit& msg) {
                                     std::to_string(image_tokens) + " image tokens (says " +
                                     std::to_string(msg.image_tokens) + "), encoder '" + msg.encoder +
                                     "', decode '" + msg.decode + "'"));
+  if (auto ok = model::validate(sampling_of(msg)); !ok) return fail_room(st, msg.room, ok.error());
   if (r.have_bootstrap && r.decode != msg.decode)
     return fail_room(st, msg.room,
                      make_error(ErrorCode::invalid_request,
@@ -371,7 +379,8 @@ void on_bootstrap(PrefillState& st, const Envelope& env, protocol::Bootstrap& ms
   PrefillRoom& r = room_for(st, msg.room);
   if (r.have_bootstrap || r.state.terminal()) return;
   if (r.have_submit && r.decode != env.sender) {
-    spdlog::warn("prefill: BOOTSTRAP for room {} from '{}', expected '{}'", msg.room, env.sender, r.decode);
+    spdlog::warn("prefill: BOOTSTRAP for {} from '{}', expected '{}'",
+                 kernel::room_tag(msg.room, r.request_id()), env.sender, r.decode);
     return;
   }
   r.decode = env.sender;
@@ -392,7 +401,8 @@ void on_embed_meta(PrefillState& st, const Envelope& env, protocol::EmbedMeta& m
   PrefillRoom& r = room_for(st, msg.room);
   if (r.landing || r.state.terminal()) return;
   if (!r.encoder.empty() && r.encoder != env.sender) {
-    spdlog::warn("prefill: EMBED_META for room {} from '{}', expected '{}'", msg.room, env.sender, r.encoder);
+    spdlog::warn("prefill: EMBED_META for {} from '{}', expected '{}'",
+                 kernel::room_tag(msg.room, r.request_id()), env.sender, r.encoder);
     return;
   }
   const uint64_t expect = uint64_t(msg.tokens) * st.ctx.model.d_model * sizeof(float);
@@ -463,7 +473,12 @@ void on_abort(PrefillState& st, const Envelope& env, protocol::Abort& msg) {
             Notify{.router = false});
 }
 
+// A live room fails (counted): compute stops before its next chunk, every page and slot is freed once no
+// write of it is in flight.
 void on_cancel(PrefillState& st, const Envelope&, protocol::Cancel& msg) {
+  const PrefillRoom* r = st.rooms.find(msg.room);
+  if (!r || r->state.terminal()) return;
+  ++st.ctx.load->cancelled_rooms;
   fail_room(st, msg.room, make_error(ErrorCode::aborted, "cancelled: " + msg.reason),
             Notify{.router = false});
 }
@@ -549,14 +564,14 @@ void on_give_up(PrefillState& st, uint64_t id) {
       st.bridge().send(encoder, protocol::EmbedPull{id, 0, 0, ErrorCode::aborted,
                                                     "room ended at prefill; confirm no write is in flight"});
     spdlog::warn(
-        "prefill: room {}: no EMBED_DONE from '{}' within {} ms after it failed; holding its landing slot "
+        "prefill: {}: no EMBED_DONE from '{}' within {} ms after it failed; holding its landing slot "
         "while the encoder could still write it (shm/rdma)",
-        id, encoder, st.settings.bootstrap_timeout.count());
+        kernel::room_tag(id, r->request_id()), encoder, st.settings.bootstrap_timeout.count());
     st.self->delayed_send(st.self, st.settings.bootstrap_timeout, giveup_atom::value, id);
     return;
   }
-  spdlog::warn("prefill: room {}: no EMBED_DONE from '{}' within {} ms after it failed; freeing its slot", id,
-               r->encoder, st.settings.bootstrap_timeout.count());
+  spdlog::warn("prefill: {}: no EMBED_DONE from '{}' within {} ms after it failed; freeing its slot",
+               kernel::room_tag(id, r->request_id()), r->encoder, st.settings.bootstrap_timeout.count());
   maybe_reap(st, id);
 }
 

@@ -35,7 +35,9 @@ void publish_slots(PrefillState& st) {
 void reject(PrefillState& st, const protocol::Envelope& env, MessageType type, uint64_t room,
             const protocol::Error& why) {
   ++gauge(st).rejected;
-  spdlog::warn("prefill: rejected {} from '{}' (room {}): {}", protocol::type_name(type), env.sender, room,
+  const PrefillRoom* r = st.rooms.find(room);
+  spdlog::warn("prefill: rejected {} from '{}' ({}): {}", protocol::type_name(type), env.sender,
+               kernel::room_tag(room, r ? std::string_view(r->submit.request_id) : std::string_view()),
                why.detail);
   st.ctx.bridge->answer(env, protocol::ErrorReply{why.code, why.detail, uint16_t(type), room});
 }

@@ -96,6 +96,8 @@ struct PrefillRoom {
   uint32_t chunks_made = 0;                // next chunk index
   std::map<uint32_t, StagedChunk> chunks;  // not yet written and announced
 
+  // The client's request id for the logs (empty until SUBMIT arrives).
+  std::string_view request_id() const { return submit.request_id; }
   bool computing() const { return progress == Progress::computing; }
   bool computed_all() const { return progress >= Progress::computed; }
   bool waits_for_inputs() const { return progress == Progress::gathering && !state.terminal(); }

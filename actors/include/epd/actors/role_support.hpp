@@ -1,5 +1,6 @@
 #pragma once
-// Small helpers shared by the roles: the KV layout setting, finding a region by name, failure reports.
+// Small helpers shared by the roles: the KV layout setting, finding a region by name, failure reports, a
+// SUBMIT's sampling params.
 #include <caf/all.hpp>
 #include <chrono>
 #include <cstdint>
@@ -9,6 +10,7 @@
 #include "epd/actors/bridge.hpp"
 #include "epd/config/settings.hpp"
 #include "epd/model/config.hpp"
+#include "epd/model/sampling.hpp"
 #include "epd/protocol/kv_layout.hpp"
 #include "epd/protocol/segment.hpp"
 #include "epd/transport/engine.hpp"
@@ -30,6 +32,10 @@ const transport::Region* find_local_region(const transport::Engine& engine, std:
 void report_failure(Bridge& bridge, const std::string& router, uint64_t room, const protocol::Error& error);
 // The RESULT that report_failure sends.
 protocol::RoomResult failure_result(uint64_t room, const protocol::Error& error);
+
+// The sampling fields of a SUBMIT, and back (the router fills them from a request).
+model::SamplingParams sampling_of(const protocol::Submit& submit);
+void set_sampling(protocol::Submit& submit, const model::SamplingParams& params);
 
 // Every long-lived actor calls this first: an unexpected message or an error reply is logged and dropped
 // instead of CAF's defaults (print, or quit the actor), so one stray message can never stop a role.

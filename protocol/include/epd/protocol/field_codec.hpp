@@ -2,6 +2,7 @@
 // Generic msgpack encoding of structs that list their fields with `fields(s, v)`.
 // Writing emits a map of the listed keys; reading checks types, integer ranges, enum ranges and required
 // keys, and reports the first problem as an Error naming the field path. Reading never throws.
+#include <cmath>
 #include <limits>
 #include <map>
 #include <msgpack.hpp>
@@ -191,9 +192,14 @@ class Reader {
         return (void)fail(ErrorCode::bad_field_type, where() + ": " + std::to_string(x) + " does not fit");
       v = static_cast<T>(x);
     } else if constexpr (std::is_floating_point_v<T>) {
-      if (o.type == object_type::FLOAT32 || o.type == object_type::FLOAT64)
-        v = static_cast<T>(o.via.f64);
-      else if (o.type == object_type::POSITIVE_INTEGER)
+      if (o.type == object_type::FLOAT32 || o.type == object_type::FLOAT64) {
+        // A finite double beyond T's range has no T value (converting it is undefined): refused. NaN and
+        // infinities are kept; the field's user validates the value.
+        const double x = o.via.f64;
+        if (std::isfinite(x) && std::fabs(x) > std::numeric_limits<T>::max())
+          return (void)fail(ErrorCode::bad_field_type, where() + ": " + std::to_string(x) + " does not fit");
+        v = static_cast<T>(x);
+      } else if (o.type == object_type::POSITIVE_INTEGER)
         v = static_cast<T>(o.via.u64);
       else if (o.type == object_type::NEGATIVE_INTEGER)
         v = static_cast<T>(o.via.i64);

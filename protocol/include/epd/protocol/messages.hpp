@@ -116,6 +116,7 @@ struct BasicLoadReport {
   Slot<uint64_t> sessions_recycled = 0;  // sessions closed for a high failure rate
   Slot<uint32_t> quarantined_pages = 0;  // pages of aborted rooms held until their writer certainly stopped
   Slot<uint64_t> fenced_writes = 0;      // writes refused because their grant was revoked (stale writers)
+  Slot<uint64_t> cancelled_rooms = 0;    // live rooms ended by the router's CANCEL, since start
   Staging staging{};                     // instances that stage (docs/staging.md)
 
   bool operator==(const BasicLoadReport&) const = default;
@@ -133,6 +134,7 @@ struct BasicLoadReport {
     v.opt("sessions_recycled", s.sessions_recycled);
     v.opt("quarantined_pages", s.quarantined_pages);
     v.opt("fenced_writes", s.fenced_writes);
+    v.opt("cancelled_rooms", s.cancelled_rooms);
     v.opt("staging", s.staging);
   }
 };
@@ -489,7 +491,9 @@ struct EmbedDone {
 
 // ---- requests ---------------------------------------------------------------------------------------------
 
-// Router → encoder, prefill and decode: a room's work. Each role reads the fields it needs.
+// Router → encoder, prefill and decode: a room's work. Each role reads the fields it needs. The sampling
+// fields (temperature, top_p, top_k, seed) pick the generated tokens as model::SamplingParams does
+// (docs/model.md, "Sampling"); their defaults are greedy, which is what a peer that omits them gets.
 struct Submit {
   static constexpr MessageType kType = MessageType::submit;
   static constexpr std::string_view kName = "SUBMIT";
@@ -502,6 +506,11 @@ struct Submit {
   std::string encoder;  // instance ids of the room's path
   std::string prefill;
   std::string decode;
+  std::string request_id;  // the client-visible request id (X-Request-Id): every role logs it with the room
+  float temperature = 0;   // 0 = greedy; else in (0, 2]
+  float top_p = 1;         // in (0, 1]
+  uint32_t top_k = 0;      // 0 = no limit
+  uint64_t seed = 0;       // sampling seed; with the token's index the only randomness
 
   bool operator==(const Submit&) const = default;
   template <class S, class V>
@@ -515,6 +524,11 @@ struct Submit {
     v.opt("encoder", s.encoder);
     v.opt("prefill", s.prefill);
     v.opt("decode", s.decode);
+    v.opt("request_id", s.request_id);
+    v.opt("temperature", s.temperature);
+    v.opt("top_p", s.top_p);
+    v.opt("top_k", s.top_k);
+    v.opt("seed", s.seed);
   }
 };
 

@@ -33,10 +33,16 @@ struct RoleBase {
   Bridge& bridge() const { return *ctx.bridge; }
 };
 
+// How every role names a room in its logs: "room 123", or "room 123 [req abc]" once the room's SUBMIT
+// brought the client's request id, so one request can be grepped across every role's log. The id comes
+// from the client: it is cut to kMaxLoggedRequestId bytes and escaped (printable ASCII only).
+inline constexpr size_t kMaxLoggedRequestId = 128;
+std::string room_tag(uint64_t room, std::string_view request_id);
+
 // The one failure report: logs that `room` failed at `role` and, if `tell_router`, sends the router the
 // RESULT that carries the cause (the router decides whether to retry).
-void announce_failure(Bridge& bridge, std::string_view role, uint64_t room, const std::string& router,
-                      const protocol::Error& error, bool tell_router = true);
+void announce_failure(Bridge& bridge, std::string_view role, uint64_t room, std::string_view request_id,
+                      const std::string& router, const protocol::Error& error, bool tell_router = true);
 
 template <class State>
 using TablePtr = std::shared_ptr<const MessageTable<State>>;
