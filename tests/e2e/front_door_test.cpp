@@ -140,7 +140,10 @@ TEST_CASE("front door: a client that hangs up cancels its room on every role and
   CHECK(stats["cancelled"] == 1);
   CHECK(stats["completed"] == 0);
   for (const auto& i : after) {
-    if (i["role"] == "decode") CHECK(i["free_kv_pages"] == i["total_kv_pages"]);
+    if (i["role"] == "decode") {
+      CHECK(i["free_kv_pages"] == i["total_kv_pages"]);
+      CHECK(i["cancelled_rooms"] == 1);  // decode ended the room because of the CANCEL
+    }
   }
   std::printf("front door cancel: disconnect -> router cancelled %.1f ms, -> all pages free %.1f ms\n",
               router_ms, free_ms);
