@@ -18,26 +18,52 @@ using namespace epd::model;
 using epd::protocol::ErrorCode;
 
 // The largest single allocation through operator new while armed: proves a decoder refused a huge image
-// from its header, before the pixel buffer existed.
+// from its header, before the pixel buffer existed. Every unaligned form of new and delete is replaced
+// (malloc / free), so allocations and frees always pair, also under ASan, which checks that.
 namespace {
 std::atomic<bool> g_track{false};
 std::atomic<size_t> g_largest{0};
+
+void* tracked_malloc(std::size_t n) noexcept {
+  if (g_track.load(std::memory_order_relaxed))
+    for (size_t seen = g_largest.load(); n > seen && !g_largest.compare_exchange_weak(seen, n);) {
+    }
+  return std::malloc(n ? n : 1);
+}
 }  // namespace
 
 // g++ 12 inlines the library's operator new into callers and then takes our free() for a mismatch: both
 // halves are replaced here, together.
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 void* operator new(std::size_t n) {
-  if (g_track.load(std::memory_order_relaxed))
-    for (size_t seen = g_largest.load(); n > seen && !g_largest.compare_exchange_weak(seen, n);) {
-    }
-  if (void* p = std::malloc(n ? n : 1)) return p;
+  if (void* p = tracked_malloc(n)) return p;
   throw std::bad_alloc();
+}
+void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
+  return tracked_malloc(n);
 }
 void operator delete(void* p) noexcept {
   std::free(p);
 }
 void operator delete(void* p, std::size_t) noexcept {
+  std::free(p);
+}
+void operator delete(void* p, const std::nothrow_t&) noexcept {
+  std::free(p);
+}
+void* operator new[](std::size_t n) {
+  return operator new(n);
+}
+void* operator new[](std::size_t n, const std::nothrow_t&) noexcept {
+  return tracked_malloc(n);
+}
+void operator delete[](void* p) noexcept {
+  std::free(p);
+}
+void operator delete[](void* p, std::size_t) noexcept {
+  std::free(p);
+}
+void operator delete[](void* p, const std::nothrow_t&) noexcept {
   std::free(p);
 }
 
