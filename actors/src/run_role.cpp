@@ -1,8 +1,8 @@
 #include "epd/actors/run_role.hpp"
 
 #include <signal.h>
-#include <sys/resource.h>
 #include <spdlog/spdlog.h>
+#include <sys/resource.h>
 
 #include <CLI/CLI.hpp>
 

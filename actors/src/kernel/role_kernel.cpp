@@ -9,8 +9,9 @@ namespace epd::actors::kernel {
 
 protocol::Error peer_lost_error(const PeerDirectory::Change& change) {
   return protocol::make_error(protocol::ErrorCode::peer_died,
-                              "peer '" + change.id + "' (incarnation " + std::to_string(change.old_incarnation) +
-                                  ") " + (change.new_incarnation ? "restarted" : "is gone"));
+                              "peer '" + change.id + "' (incarnation " +
+                                  std::to_string(change.old_incarnation) + ") " +
+                                  (change.new_incarnation ? "restarted" : "is gone"));
 }
 
 std::string room_tag(uint64_t room, std::string_view request_id) {
