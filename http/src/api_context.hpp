@@ -50,6 +50,10 @@ struct ApiContext {
 // fresh random one. nullopt: the client's is unusable.
 std::optional<std::string> request_id_of(const HttpRequest& request);
 
+// The first step of every generation route: the request's id, or the reply already sent (a bad
+// X-Request-Id, or 503 while draining). The id's header goes on every later reply too.
+std::optional<std::string> admit_generation(ApiContext& ctx, Exchange& ex);
+
 void reply_json(Exchange& ex, int status, std::string body, std::vector<HttpHeader> headers = {});
 void reply_error(Exchange& ex, const HttpError& error, std::vector<HttpHeader> headers = {});
 // A failed GenerateResponse as an HTTP error (status, body, Retry-After).

@@ -31,13 +31,9 @@ class CollectSink final : public GenerationSink {
 }  // namespace
 
 void handle_generate(const std::shared_ptr<ApiContext>& ctx, ExchangePtr ex) {
-  auto id = request_id_of(ex->request());
-  if (!id)
-    return reply_error(*ex, {400, "invalid_request", "X-Request-Id must be 1..128 visible ASCII characters"});
+  auto id = admit_generation(*ctx, *ex);
+  if (!id) return;
   std::vector<HttpHeader> headers{{"X-Request-Id", *id}};
-  if (ctx->draining)
-    return reply_error(*ex, {503, "unavailable", "the router is shutting down; send the request elsewhere"},
-                       std::move(headers));
   auto parsed = parse_generate_request(ex->request().body, ctx->config.generate);
   if (auto* err = std::get_if<HttpError>(&parsed)) return reply_error(*ex, *err, std::move(headers));
   auto& request = std::get<GenerateRequest>(parsed);

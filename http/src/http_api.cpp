@@ -138,6 +138,20 @@ std::optional<std::string> request_id_of(const HttpRequest& request) {
   return std::string(buf);
 }
 
+std::optional<std::string> admit_generation(ApiContext& ctx, Exchange& ex) {
+  auto id = request_id_of(ex.request());
+  if (!id) {
+    reply_error(ex, {400, "invalid_request", "X-Request-Id must be 1..128 visible ASCII characters"});
+    return std::nullopt;
+  }
+  if (ctx.draining) {
+    reply_error(ex, {503, "unavailable", "the router is shutting down; send the request elsewhere"},
+                {{"X-Request-Id", *id}});
+    return std::nullopt;
+  }
+  return id;
+}
+
 void reply_json(Exchange& ex, int status, std::string body, std::vector<HttpHeader> headers) {
   ex.respond(status, std::move(body), kJson, std::move(headers));
 }

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "epd/http/base64.hpp"
+#include "json_body.hpp"
 
 namespace epd::http {
 namespace {
@@ -16,18 +17,6 @@ HttpError too_large(std::string message) {
   return HttpError{413, "oversized", std::move(message)};
 }
 
-struct TooDeep {};
-
-// nlohmann's messages start with "[json.exception.parse_error.101] "; the client needs only the rest.
-// They quote the offending token, which can be long: keep the message readable.
-std::string parse_error_message(const json::parse_error& e) {
-  std::string_view what = e.what();
-  if (auto pos = what.find("] "); pos != std::string_view::npos) what.remove_prefix(pos + 2);
-  std::string msg = "invalid JSON: " + std::string(what.substr(0, 300));
-  if (what.size() > 300) msg += "...";
-  return msg;
-}
-
 const char* type_name(const json& v) {
   return v.type_name();
 }
@@ -36,23 +25,9 @@ const char* type_name(const json& v) {
 
 std::variant<GenerateRequest, HttpError> parse_generate_request(std::string_view body,
                                                                 const GenerateLimits& limits) {
-  json doc;
-  try {
-    // The callback sees every nesting step before the value is built; throwing stops the parse early, so
-    // "[[[[..." cannot make us allocate a deep tree.
-    doc = json::parse(body, [&](int depth, json::parse_event_t, json&) {
-      if (depth > limits.max_json_depth) throw TooDeep{};
-      return true;
-    });
-  } catch (const json::parse_error& e) {
-    return bad_request(parse_error_message(e));
-  } catch (const TooDeep&) {
-    return bad_request("invalid JSON: nested deeper than " + std::to_string(limits.max_json_depth) +
-                       " levels");
-  }
-  if (!doc.is_object()) {
-    return bad_request(std::string("request body must be a JSON object, got ") + type_name(doc));
-  }
+  auto parsed = parse_json_object(body, limits.max_json_depth);
+  if (auto* err = std::get_if<HttpError>(&parsed)) return *err;
+  const json& doc = std::get<json>(parsed);
 
   GenerateRequest request;
 

@@ -170,13 +170,9 @@ std::optional<HttpError> to_turns(openai::Request& in, const GenerateLimits& lim
 }
 
 void handle_openai(const std::shared_ptr<ApiContext>& ctx, ExchangePtr ex, Endpoint endpoint) {
-  auto id = request_id_of(ex->request());
-  if (!id)
-    return reply_error(*ex, {400, "invalid_request", "X-Request-Id must be 1..128 visible ASCII characters"});
+  auto id = admit_generation(*ctx, *ex);
+  if (!id) return;
   std::vector<HttpHeader> headers{{"X-Request-Id", *id}};
-  if (ctx->draining)
-    return reply_error(*ex, {503, "unavailable", "the router is shutting down; send the request elsewhere"},
-                       std::move(headers));
   const auto& g = ctx->config.generate;
   openai::Limits limits;
   limits.max_prompt_bytes = g.max_prompt_bytes;
