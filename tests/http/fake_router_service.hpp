@@ -3,6 +3,7 @@
 // replace the answer. Each generation is answered from a thread of its own, as the router answers from its
 // actor: the tokens first, then the final answer.
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <mutex>
 #include <thread>
@@ -19,6 +20,8 @@ class FakeRouterService : public RouterService {
   Readiness ready{true, {}};
   // Computes the answer (on the generation's thread); set before starting the server.
   std::function<GenerateResponse(const GenerateRequest&)> on_generate;
+  // Or drives the sink itself (tokens in any pieces, failures after tokens); replaces on_generate.
+  std::function<void(const GenerateRequest&, GenerationSink&)> drive;
   std::vector<InstanceView> instance_list;
 
   ~FakeRouterService() override { join(); }
@@ -32,6 +35,7 @@ class FakeRouterService : public RouterService {
     }
     std::lock_guard lock(threads_mu_);
     threads_.emplace_back([this, request = std::move(request), sink = std::move(sink)] {
+      if (drive) return drive(request, *sink);
       GenerateResponse r = on_generate ? on_generate(request) : echo(request);
       if (r.http_status == 200 && !r.tokens.empty()) sink->on_tokens(r.tokens);
       sink->on_done(std::move(r));
@@ -57,6 +61,12 @@ class FakeRouterService : public RouterService {
   GenerateRequest last_request() {
     std::lock_guard lock(mu_);
     return last_;
+  }
+  bool cancelled(std::chrono::milliseconds wait) {
+    const auto until = std::chrono::steady_clock::now() + wait;
+    while (cancels().empty() && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return !cancels().empty();
   }
   std::vector<std::pair<uint64_t, std::string>> cancels() {
     std::lock_guard lock(mu_);
