@@ -288,7 +288,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // While a request is being answered, keep a read posted: it sees the client hang up (EOF or reset) at
   // once, which cancels the work. Bytes a client pipelines meanwhile are kept for the next request.
   void watch() {
-    if (closed_ || watching_ || buffer_.size() >= srv_->limits.max_header_bytes) return;
+    if (closed_ || watching_ || (!lingering_ && buffer_.size() >= srv_->limits.max_header_bytes)) return;
     watching_ = true;
     socket_.async_read_some(buffer_.prepare(4096), [self = shared_from_this()](error_code ec, size_t n) {
       self->watching_ = false;
@@ -298,10 +298,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
         return self->read_request();
       }
       if (ec) {
-        spdlog::debug("http: {} disconnected while its request was being answered", self->remote_);
+        if (!self->lingering_)
+          spdlog::debug("http: {} disconnected while its request was being answered", self->remote_);
         return self->close();
       }
       self->buffer_.commit(n);
+      if (self->lingering_) self->buffer_.consume(self->buffer_.size());
       if (self->resume_after_watch_) {
         self->resume_after_watch_ = false;
         return self->read_request();
@@ -334,9 +336,15 @@ class Connection : public std::enable_shared_from_this<Connection> {
     on_disconnect_ = nullptr;
     ++served_;
     if (!keep_alive() || served_ >= srv_->limits.max_requests_per_connection) {
+      // Lingering close: closing with unread input (a refused body still arriving) would send a reset that
+      // can destroy the reply in the client's buffers. Say we are done, discard what still comes until the
+      // client closes too, for at most a second.
       error_code ec;
-      socket_.shutdown(tcp::socket::shutdown_send, ec);  // the client reads to EOF, then we close
-      return close();
+      socket_.shutdown(tcp::socket::shutdown_send, ec);
+      lingering_ = true;
+      resume_after_watch_ = false;
+      arm(std::chrono::milliseconds(1000));
+      return watch();
     }
     if (watching_) {
       resume_after_watch_ = true;
@@ -383,6 +391,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::optional<std::chrono::milliseconds> timed_out_after_;
   bool watching_ = false;
   bool resume_after_watch_ = false;
+  bool lingering_ = false;  // the reply is out and the connection closes: input is discarded
   bool writing_ = false;
   bool exchange_done_ = false;
   std::deque<std::string> out_;
