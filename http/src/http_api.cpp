@@ -87,6 +87,7 @@ std::optional<protocol::Error> validate(const HttpApiConfig& c) {
   const auto& g = c.generate;
   const auto& s = c.server;
   if (s.io_threads == 0) return bad("io_threads must be at least 1");
+  if (s.work_threads == 0) return bad("work_threads must be at least 1");
   if (s.max_body_bytes == 0) return bad("max_body_bytes must be at least 1");
   if (s.max_connections == 0) return bad("max_connections must be at least 1");
   if (g.max_prompt_bytes == 0) return bad("max_prompt_bytes must be at least 1");

@@ -67,6 +67,9 @@ struct ServerCore : std::enable_shared_from_this<ServerCore> {
   // Keeps run() going while every connection waits for a reply from another thread (no I/O pending).
   std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work;
   std::vector<std::thread> threads;
+  // Large bodies are handled here, not on an I/O thread: parsing a 16 MiB JSON body and decoding its image
+  // takes tens of ms, which would hold up every connection sharing that I/O thread.
+  std::optional<asio::thread_pool> workers;
   std::atomic<bool> closing{false};  // stop_accepting() called: every reply closes its connection
   uint16_t port = 0;
 
@@ -491,14 +494,20 @@ void Connection::dispatch() {
   request_.method = ex->request().method;  // write_reply needs to know HEAD
   exchange_done_ = false;
   watch();
-  try {
-    srv_->handlers.handle(ex);
-  } catch (const std::exception& e) {
-    spdlog::error("http: {} {} failed: {}", ex->request().method, ex->request().path.substr(0, 200),
-                  e.what());
-    ex->respond(500, srv_->error_body(500, std::string("internal error: ") + e.what()), "application/json",
-                {});
-  }
+  auto run = [srv = srv_, ex] {
+    try {
+      srv->handlers.handle(ex);
+    } catch (const std::exception& e) {
+      spdlog::error("http: {} {} failed: {}", ex->request().method, ex->request().path.substr(0, 200),
+                    e.what());
+      ex->respond(500, srv->error_body(500, std::string("internal error: ") + e.what()), "application/json",
+                  {});
+    }
+  };
+  if (ex->request().body.size() > srv_->limits.inline_body_bytes)
+    asio::post(*srv_->workers, std::move(run));
+  else
+    run();
 }
 
 void detail::ServerCore::refuse(tcp::socket socket) {
@@ -560,8 +569,8 @@ uint16_t HttpServer::port() const {
 
 protocol::Result<uint16_t> HttpServer::start(const std::string& host, uint16_t port) {
   if (impl_->acceptor) return make_error(ErrorCode::config_error, "http: already listening");
-  if (impl_->limits.io_threads == 0)
-    return make_error(ErrorCode::config_error, "http: io_threads must be at least 1");
+  if (impl_->limits.io_threads == 0 || impl_->limits.work_threads == 0)
+    return make_error(ErrorCode::config_error, "http: io_threads and work_threads must be at least 1");
   error_code ec;
   tcp::resolver resolver(impl_->ioc);
   auto results = resolver.resolve(host, std::to_string(port), tcp::resolver::passive, ec);
@@ -583,6 +592,7 @@ protocol::Result<uint16_t> HttpServer::start(const std::string& host, uint16_t p
   impl_->acceptor.emplace(std::move(acc));
   impl_->accept();
   impl_->work.emplace(impl_->ioc.get_executor());
+  impl_->workers.emplace(impl_->limits.work_threads);
   for (unsigned i = 0; i < impl_->limits.io_threads; ++i)
     impl_->threads.emplace_back([impl = impl_] { impl->ioc.run(); });
   return impl_->port;
@@ -608,6 +618,7 @@ void HttpServer::stop() {
   for (auto& c : open) c->post([c] { c->close(); });
   open.clear();
   impl_->work.reset();
+  impl_->workers->join();  // a handler still parsing finishes (its reply goes nowhere)
   // Every connection is closed and the acceptor too: run() returns once their handlers have run.
   for (auto& t : impl_->threads) t.join();
   impl_->threads.clear();

@@ -17,6 +17,7 @@ class FakeRouterService : public RouterService {
  public:
   std::atomic<int> generate_calls{0};
   std::atomic<bool> throw_in_generate{false};  // generate() itself throws (a bug in the service)
+  std::function<void()> before_generate;       // runs inside generate(), on the server's thread
   Readiness ready{true, {}};
   // Computes the answer (on the generation's thread); set before starting the server.
   std::function<GenerateResponse(const GenerateRequest&)> on_generate;
@@ -28,6 +29,7 @@ class FakeRouterService : public RouterService {
 
   uint64_t generate(GenerateRequest request, std::shared_ptr<GenerationSink> sink) override {
     if (throw_in_generate) throw std::runtime_error("boom");
+    if (before_generate) before_generate();
     const uint64_t ticket = ++generate_calls;
     {
       std::lock_guard lock(mu_);

@@ -496,3 +496,26 @@ TEST_CASE("a burst of 32 simultaneous connections is accepted without SYN retrie
   CHECK(answered == 32);
   CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(900));  // a dropped SYN costs 1 s
 }
+
+TEST_CASE("a large request is handled off the I/O thread so health answers meanwhile", "[http]") {
+  auto config = small_config();
+  config.server.io_threads = 1;  // one I/O thread: a handler blocking it would block every connection
+  config.server.inline_body_bytes = 1024;
+  std::atomic<bool> inside{false}, release{false};
+  TestServer server(config, [&](FakeRouterService& s) {
+    s.before_generate = [&] {
+      inside = true;
+      while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    };
+  });
+  std::thread big([&] {
+    server.client().Post("/v1/generate", json{{"prompt", "p"}, {"padding", std::string(4000, 'x')}}.dump(),
+                         kJson);
+  });
+  while (!inside) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  auto res = server.client().Get("/health/live");
+  CHECK(res);
+  CHECK_FALSE(release);  // answered while the large request's handler was still busy
+  release = true;
+  big.join();
+}

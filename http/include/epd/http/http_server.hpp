@@ -24,6 +24,8 @@ struct ServerCore;
 
 struct ServerLimits {
   unsigned io_threads = 2;
+  unsigned work_threads = 2;             // handle requests whose body exceeds inline_body_bytes
+  size_t inline_body_bytes = 64 * 1024;  // smaller bodies are handled on the I/O thread (cheap to parse)
   size_t max_header_bytes = 16 * 1024;
   size_t max_body_bytes = 24 * 1024 * 1024;
   // A whole request (head and body) must arrive within this after its first byte is awaited: a client that
