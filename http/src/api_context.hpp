@@ -49,6 +49,8 @@ struct ApiContext {
 // The generation routes' request id: the client's X-Request-Id (1..128 visible ASCII characters) or a
 // fresh random one. nullopt: the client's is unusable.
 std::optional<std::string> request_id_of(const HttpRequest& request);
+// `digits` random lowercase hex digits (ids of requests and responses; unique, not secret).
+std::string random_hex(size_t digits);
 
 // The first step of every generation route: the request's id, or the reply already sent (a bad
 // X-Request-Id, or 503 while draining). The id's header goes on every later reply too.

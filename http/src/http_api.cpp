@@ -133,10 +133,19 @@ std::optional<std::string> request_id_of(const HttpRequest& request) {
       if (c <= 0x20 || c >= 0x7f) return std::nullopt;
     return std::string(*given);
   }
+  return random_hex(16);
+}
+
+std::string random_hex(size_t digits) {
   thread_local std::mt19937_64 rng{std::random_device{}()};
-  char buf[17];
-  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(rng()));
-  return std::string(buf);
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out(digits, '0');
+  uint64_t bits = 0;
+  for (size_t i = 0; i < digits; ++i, bits >>= 4) {
+    if (i % 16 == 0) bits = rng();
+    out[i] = kHex[bits & 0xf];
+  }
+  return out;
 }
 
 std::optional<std::string> admit_generation(ApiContext& ctx, Exchange& ex) {

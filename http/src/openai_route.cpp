@@ -3,7 +3,6 @@
 // end the answer here and cancel the rest of the work.
 #include <ctime>
 #include <mutex>
-#include <random>
 
 #include <spdlog/spdlog.h>
 
@@ -21,14 +20,6 @@ using openai::Endpoint;
 using openai::FinishReason;
 
 constexpr const char* kJson = "application/json";
-
-std::string random_hex() {
-  thread_local std::mt19937_64 rng{std::random_device{}()};
-  char buf[25];
-  std::snprintf(buf, sizeof(buf), "%016llx%08x", static_cast<unsigned long long>(rng()),
-                static_cast<unsigned>(rng()));
-  return buf;
-}
 
 // Hears one generation's tokens (router thread) and writes the answer; a stop string or the client's
 // departure ends it early. All state under one lock: the ticket arrives from the HTTP thread.
@@ -205,7 +196,7 @@ void handle_openai(const std::shared_ptr<ApiContext>& ctx, ExchangePtr ex, Endpo
 
   openai::ResponseHead head;
   head.endpoint = endpoint;
-  head.id = openai::response_id(endpoint, random_hex());
+  head.id = openai::response_id(endpoint, random_hex(24));
   head.created = int64_t(std::time(nullptr));
   head.model = model;
   auto sink = std::make_shared<OpenAiSink>(ctx, ex, std::move(head), in.stream, in.include_usage,
