@@ -223,6 +223,7 @@ caf::behavior worker(caf::stateful_actor<WorkerState>* self, transport::Engine* 
           bump(s.config.counters, &LoadGauge::transfer_failures);
           drop_session(s, f.job.peer_id);  // the next job starts clean
         }
+        if (ok && s.config.counters) s.config.counters->transfer_bytes.fetch_add(f.bytes);
         reply(s, self, f, ok, std::move(error));
         s.inflight.erase(it);
       },

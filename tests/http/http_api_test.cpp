@@ -335,6 +335,7 @@ TEST_CASE("GET /v1/instances and /v1/stats have the documented shape", "[http]")
                       {"worker_restarts", 0},
                       {"transfer_retries", 0},
                       {"transfer_failures", 0},
+                      {"transfer_bytes", 0},
                       {"sessions_recycled", 0},
                       {"quarantined_pages", 0},
                       {"fenced_writes", 0},

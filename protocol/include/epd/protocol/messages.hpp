@@ -113,6 +113,7 @@ struct BasicLoadReport {
   Slot<uint64_t> worker_restarts = 0;    // transfer workers restarted after a crash, since start
   Slot<uint64_t> transfer_retries = 0;   // writes retried on a fresh session
   Slot<uint64_t> transfer_failures = 0;  // transfer jobs failed after the retry
+  Slot<uint64_t> transfer_bytes = 0;     // bytes this instance's transfer jobs delivered, since start
   Slot<uint64_t> sessions_recycled = 0;  // sessions closed for a high failure rate
   Slot<uint32_t> quarantined_pages = 0;  // pages of aborted rooms held until their writer certainly stopped
   Slot<uint64_t> fenced_writes = 0;      // writes refused because their grant was revoked (stale writers)
@@ -131,6 +132,7 @@ struct BasicLoadReport {
     v.opt("worker_restarts", s.worker_restarts);
     v.opt("transfer_retries", s.transfer_retries);
     v.opt("transfer_failures", s.transfer_failures);
+    v.opt("transfer_bytes", s.transfer_bytes);
     v.opt("sessions_recycled", s.sessions_recycled);
     v.opt("quarantined_pages", s.quarantined_pages);
     v.opt("fenced_writes", s.fenced_writes);
