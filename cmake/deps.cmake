@@ -5,6 +5,7 @@ find_package(msgpack CONFIG REQUIRED)          # libmsgpack-cxx-dev: the control
 find_package(spdlog CONFIG REQUIRED)           # libspdlog-dev: logs
 find_package(cppzmq CONFIG REQUIRED)           # cppzmq-dev: control plane sockets
 find_package(tomlplusplus CONFIG REQUIRED)     # libtomlplusplus-dev: config files
+find_package(prometheus-cpp CONFIG REQUIRED)   # prometheus-cpp-dev: metrics registry and text format
 find_package(Catch2 CONFIG REQUIRED)           # catch2: tests
 include(Catch)
 

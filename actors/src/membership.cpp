@@ -28,8 +28,14 @@ struct MembershipState {
   bool have_peers = false;  // a PEERS arrived since the last HELLO
   uint64_t seq = 0;
   clock::time_point rejoin_started;
+  std::map<std::string, std::string> roles;  // peer id -> role, as last listed (labels of lost peers)
   static inline const char* name = "membership";
 };
+
+std::string role_of(const MembershipState& st, const std::string& id) {
+  auto it = st.roles.find(id);
+  return it == st.roles.end() ? "unknown" : it->second;
+}
 
 void send_hello(MembershipState& st) {
   protocol::Hello hello;
@@ -125,6 +131,7 @@ caf::behavior membership(caf::stateful_actor<MembershipState>* self, BridgePtr b
           return;
         }
         if (!s.bridge->peers().mark_dead(ev.id, ev.old_incarnation)) return;  // already known
+        if (s.config.metrics) s.config.metrics->peer_lost(role_of(s, ev.id), "connection");
         spdlog::warn("membership: peer '{}' (incarnation {}) is dead to us: {}", ev.id, ev.old_incarnation,
                      ev.reason);
         // Only our connection broke: if the registry still lists that incarnation once it would have
@@ -150,7 +157,14 @@ caf::behavior membership(caf::stateful_actor<MembershipState>* self, BridgePtr b
           if (s.phase == Phase::rejoining) return;  // addressed to the incarnation we are leaving
           s.have_peers = true;
           auto changes = s.bridge->peers().replace(peers->version, peers->peers);
+          for (const auto& p : peers->peers) s.roles[p.instance_id] = p.role;
           for (const auto& c : changes) {
+            if (s.config.metrics && c.id != s.bridge->instance_id()) {  // not our own entry
+              if (c.new_incarnation != 0)
+                s.config.metrics->incarnation_seen(role_of(s, c.id));
+              else
+                s.config.metrics->peer_lost(role_of(s, c.id), "left");
+            }
             if (c.new_incarnation == 0)
               spdlog::info("membership: peer '{}' left", c.id);
             else if (c.old_incarnation == 0)

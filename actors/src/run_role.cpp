@@ -7,7 +7,9 @@
 #include <CLI/CLI.hpp>
 
 #include "epd/actors/membership.hpp"
+#include "epd/actors/process_metrics.hpp"
 #include "epd/actors/role_registry.hpp"
+#include "epd/http/metrics_endpoint.hpp"
 #include "epd/model/config.hpp"
 #include "registry.hpp"
 
@@ -81,6 +83,14 @@ int run_role(int argc, char** argv, const char* fixed_role) {
     if (!e) return fail("transfer engine: " + e.error().to_string());
     engine = std::move(e.value());
   }
+  // Bound before anything else runs: a metrics address that is taken is a config error, said at once.
+  auto process_metrics = make_process_metrics(id, role);
+  http::MetricsEndpoint metrics_endpoint([reg = process_metrics] { return reg->render(); });
+  if (inst->metrics) {
+    auto bound = metrics_endpoint.start(inst->metrics->host, inst->metrics->port);
+    if (!bound) return fail("metrics = \"" + inst->metrics->text() + "\": " + bound.error().detail);
+    spdlog::info("{} '{}': metrics on http://{}:{}/metrics", role, id, inst->metrics->host, *bound);
+  }
   auto bridge = Bridge::start(id, incarnation, inst->control, {},
                               LivenessConfig{cfg->cluster.heartbeat_interval, cfg->cluster.heartbeat_misses});
   if (!bridge) return fail(bridge.error().detail);
@@ -98,6 +108,8 @@ int run_role(int argc, char** argv, const char* fixed_role) {
   ctx.bridge = bridge.value();
   ctx.engine = engine.get();
   ctx.model = model.value();
+  ctx.metrics = process_metrics;
+  export_load(*ctx.metrics, ctx.load, incarnation, engine.get());
   std::vector<caf::actor> actors;
   if (cfg->cluster.registry == id) {
     ctx.registry = std::make_shared<RegistryView>();
@@ -120,16 +132,17 @@ int run_role(int argc, char** argv, const char* fixed_role) {
   mc.engine = engine.get();
   mc.kv_layout = handle->kv_layout;
   mc.kv_pages_total = handle->kv_pages_total;
+  mc.metrics = std::make_shared<MembershipMetrics>(*ctx.metrics);
   actors.push_back(spawn_membership(system, ctx.bridge, mc, ctx.load, handle->main));
   ctx.bridge->wired();
   actors.push_back(handle->main);
   for (auto& a : handle->others) actors.push_back(a);
   spdlog::info("{} '{}' serving on {} (incarnation {})", role, id, ctx.bridge->endpoint(), incarnation);
-
   int sig = 0;
   sigwait(&sigs, &sig);
   spdlog::info("{} '{}' stopping on signal {}", role, id, sig);
   if (handle->drain) handle->drain();
+  metrics_endpoint.stop();
   ctx.bridge->send_to_endpoint(mc.registry_endpoint, protocol::Goodbye{"shutdown"});
   for (auto& a : actors) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
   ctx.bridge->stop();  // flushes the GOODBYE within linger

@@ -135,6 +135,7 @@ TransferPool spawn_transfer_pool(caf::event_based_actor* role, const RoleContext
   tmp.engine = ctx.engine;
   tmp.bridge = ctx.bridge;
   config.worker.detached = ctx.detached_workers;
+  if (ctx.metrics) config.worker.metrics = std::make_shared<TransferMetrics>(*ctx.metrics, ctx.load);
   tmp.config = config;
   tmp.load = ctx.load;
   for (uint32_t i = 0; i < config.workers; ++i) workers->push_back(spawn_worker(*ctx.system, tmp, i));

@@ -53,6 +53,19 @@ void bump(const std::shared_ptr<LoadGauge>& g, std::atomic<uint64_t> LoadGauge::
   if (g) ((*g).*counter).fetch_add(1);
 }
 
+// The role of `peer_id` as listed, for metric labels ("unknown" if it is not listed).
+std::string peer_role_of(const WorkerState& st, const std::string& peer_id) {
+  auto p = st.bridge->peers().find(peer_id);
+  return p ? p->role : "unknown";
+}
+
+// A job failed for good: counted, by code, in the gauge and the metrics.
+void count_failure(const WorkerState& st, const InFlight& f, ErrorCode code) {
+  bump(st.config.counters, &LoadGauge::transfer_failures);
+  if (st.config.metrics)
+    st.config.metrics->failed(protocol::error_name(code), peer_role_of(st, f.job.peer_id));
+}
+
 void drop_session(WorkerState& st, const std::string& peer_id) {
   if (auto it = st.sessions.find(peer_id); it != st.sessions.end()) {
     it->second.session->close();
@@ -118,7 +131,7 @@ void submit(WorkerState& st, caf::event_based_actor* self, uint64_t id, bool fre
     spdlog::warn("{}: transfer failed: room={} peer='{}' session=none bytes={} attempts={} code={} detail={}",
                  st.config.name, f.job.room, f.job.peer_id, f.bytes, f.attempts, protocol::error_name(e.code),
                  e.detail);
-    bump(st.config.counters, &LoadGauge::transfer_failures);
+    count_failure(st, f, e.code);
     reply(st, self, f, false, e);
     st.inflight.erase(id);
   };
@@ -136,11 +149,17 @@ void submit(WorkerState& st, caf::event_based_actor* self, uint64_t id, bool fre
     f.session = cached.value()->session;
     f.serial = cached.value()->serial;
   }
+  const auto posted = clock::now();
   auto batch = f.session->submit(f.job.ops);
   if (!batch) return fail_now(batch.error());
   f.batch = batch.value();
   caf::actor me = caf::actor_cast<caf::actor>(self);
-  f.batch->on_complete([me, id](const protocol::Status& status) {
+  // Timed here, on the thread that sees the last acknowledgement, not when the worker's mailbox gets to it.
+  f.batch->on_complete([me, id, posted, metrics = st.config.metrics, backend = f.session->backend(),
+                        peer_role = peer->role, bytes = f.bytes](const protocol::Status& status) {
+    if (status.ok() && metrics)
+      metrics->delivered(backend, peer_role, std::chrono::duration<double>(clock::now() - posted).count(),
+                         bytes);
     if (status.ok())
       caf::anon_send(me, done_atom::value, id, true, protocol::Error{ErrorCode::ok, false, {}});
     else
@@ -220,7 +239,7 @@ caf::behavior worker(caf::stateful_actor<WorkerState>* self, transport::Engine* 
               "{}: transfer failed: room={} peer='{}' session=#{} bytes={} attempts={} code={} detail={}",
               s.config.name, f.job.room, f.job.peer_id, f.serial, f.bytes, f.attempts,
               protocol::error_name(error.code), error.detail);
-          bump(s.config.counters, &LoadGauge::transfer_failures);
+          count_failure(s, f, error.code);
           drop_session(s, f.job.peer_id);  // the next job starts clean
         }
         if (ok && s.config.counters) s.config.counters->transfer_bytes.fetch_add(f.bytes);

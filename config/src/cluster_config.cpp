@@ -116,16 +116,18 @@ Result<ClusterConfig> parse_cluster_config(std::string_view text, const std::fil
 
   const toml::array* list = root["instance"].as_array();
   if (!list || list->empty()) return bad(file, "no [[instance]] entries");
-  std::set<std::string> ids, controls;
+  std::set<std::string> ids, controls, metrics_addresses;
   for (size_t i = 0; i < list->size(); ++i) {
     const toml::table* t = (*list)[i].as_table();
     if (!t) return bad(file, "[[instance]] #" + std::to_string(i + 1) + " is not a table");
     InstanceConfig inst;
+    std::string metrics;
     auto base = settings_of(t, file.string() + " [[instance]] #" + std::to_string(i + 1));
     protocol::FirstError e;
     e.take(inst.id, base.get_string("id", ""))
         .take(inst.role, base.get_string("role", ""))
-        .take(inst.control, base.get_string("control", ""));
+        .take(inst.control, base.get_string("control", ""))
+        .take(metrics, base.get_string("metrics", ""));
     if (!e.status()) return e.status().error();
     if (!protocol::valid_instance_id(inst.id))
       return bad(file, "[[instance]] #" + std::to_string(i + 1) +
@@ -138,8 +140,15 @@ Result<ClusterConfig> parse_cluster_config(std::string_view text, const std::fil
                            inst.control + "'");
     if (!controls.insert(inst.control).second)
       return bad(file, "instance '" + inst.id + "': control endpoint " + inst.control + " is used twice");
+    if (!metrics.empty()) {
+      auto hp = parse_host_port(metrics, "metrics", where);
+      if (!hp) return hp.error();
+      if (hp->port != 0 && !metrics_addresses.insert(hp->text()).second)
+        return bad(file, "instance '" + inst.id + "': metrics address " + hp->text() + " is used twice");
+      inst.metrics = *hp;
+    }
     const toml::table* role_defaults = defaults ? (*defaults)[inst.role].as_table() : nullptr;
-    inst.settings = merged(role_defaults, t, where, {"id", "role", "control", "transport"});
+    inst.settings = merged(role_defaults, t, where, {"id", "role", "control", "metrics", "transport"});
     inst.transport = merged(transport, (*t)["transport"].as_table(), where + " transport");
     cfg.instances.push_back(std::move(inst));
   }

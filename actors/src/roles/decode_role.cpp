@@ -102,6 +102,9 @@ void publish_load(DecodeState& st) {
   st.ctx.load->free_kv_pages = st.pages.free_count();
   st.ctx.load->total_kv_pages = st.pages.total();
   st.ctx.load->active_rooms = uint32_t(st.rooms.size());
+  std::array<uint32_t, 2> phases{};  // waiting for KV, decoding
+  for (const auto& [_, room] : st.rooms) ++phases[room.state.state() == KvState::success ? 1 : 0];
+  st.ctx.load->room_phases.publish(phases);
 }
 
 StagingGauge& gauge(DecodeState& st) {
@@ -579,6 +582,7 @@ using Table = kernel::MessageTable<DecodeState>;
 caf::behavior decode_role(caf::stateful_actor<DecodeState>* self, RoleContext ctx,
                           kernel::TablePtr<DecodeState> table, DecodeSettings settings) {
   auto& st = kernel::start(self, std::move(ctx));
+  st.ctx.load->room_phases.declare({"waiting_for_kv", "decoding"});
   st.settings = settings;
   st.layout = settings.layout;
   st.pages = PageAllocator(settings.kv_pages);

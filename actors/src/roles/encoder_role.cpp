@@ -58,6 +58,7 @@ namespace {
 
 // A room here: encoding -> encoded (EMBED_META sent, waiting for EMBED_PULL) -> writing -> done (erased).
 // A room that fails while its write is in flight is abandoned: its slot is freed when the write ends.
+// epd_rooms{state} (docs/metrics.md) lists rooms by these names, in this order.
 enum class Phase { encoding, encoded, writing, abandoned };
 
 struct EncoderRoom {
@@ -98,7 +99,12 @@ void publish_load(EncoderState& st) {
   st.ctx.load->total_slots = st.slots.total();
   st.ctx.load->active_rooms = uint32_t(st.rooms.size());
   uint32_t writing = 0;
-  for (const auto& [_, r] : st.rooms) writing += r.writing() ? 1 : 0;
+  std::array<uint32_t, 4> phases{};  // by Phase
+  for (const auto& [_, r] : st.rooms) {
+    writing += r.writing() ? 1 : 0;
+    ++phases[size_t(r.phase)];
+  }
+  st.ctx.load->room_phases.publish(phases);
   st.ctx.load->writes_in_flight = writing;
 }
 
@@ -333,6 +339,7 @@ using Table = kernel::MessageTable<EncoderState>;
 caf::behavior encoder_role(caf::stateful_actor<EncoderState>* self, RoleContext ctx,
                            kernel::TablePtr<EncoderState> table, EncoderSettings settings) {
   auto& st = kernel::start(self, std::move(ctx));
+  st.ctx.load->room_phases.declare({"encoding", "encoded", "writing", "abandoned"});
   st.settings = settings;
   st.slot_bytes = uint64_t(st.ctx.model.max_image_patches) * st.ctx.model.d_model * sizeof(float);
   st.slots_base = find_local_region(*st.ctx.engine, kEmbedRegion)->base;

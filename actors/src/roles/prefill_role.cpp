@@ -68,8 +68,13 @@ void publish_load(PrefillState& st) {
   st.ctx.load->total_slots = st.slots.total();
   st.ctx.load->active_rooms = uint32_t(st.rooms.size());
   uint32_t writing = 0;
-  for (const auto& [_, r] : st.rooms) writing += r.inflight;
+  std::array<uint32_t, 5> phases{};  // by Progress, then failed rooms: the order declared at start
+  for (const auto& [_, r] : st.rooms) {
+    writing += r.inflight;
+    ++phases[r.state.state() == KvState::failed ? 4 : size_t(r.progress)];
+  }
   st.ctx.load->writes_in_flight = writing;
+  st.ctx.load->room_phases.publish(phases);
 }
 
 // Rooms that have not started by created + bootstrap_timeout fail.
@@ -580,6 +585,7 @@ using Table = kernel::MessageTable<PrefillState>;
 caf::behavior prefill_role(caf::stateful_actor<PrefillState>* self, RoleContext ctx,
                            kernel::TablePtr<PrefillState> table, PrefillSettings settings) {
   auto& st = kernel::start(self, std::move(ctx));
+  st.ctx.load->room_phases.declare({"gathering", "computing", "computed", "aux_sent", "failed"});
   st.settings = settings;
   st.layout = settings.layout;
   st.pages = PageAllocator(settings.kv_pages);

@@ -51,6 +51,7 @@ struct StagedChunk {
 // A room's KV side: gathering (SUBMIT, BOOTSTRAP and embeddings) -> computing (chunks go out as they
 // complete) -> computed (compute done; last writes in flight) -> aux_sent (the aux record is the last
 // write; its completion is KV_STATUS Success). `state` says whether the room is still live or failed.
+// epd_rooms{state} (docs/metrics.md) lists rooms by these names, in this order.
 enum class Progress { gathering, computing, computed, aux_sent };
 // The embeddings of an image prompt: none yet -> writing (EMBED_PULL sent: the encoder may write the
 // landing slot until EMBED_DONE) -> ready. A failed room stays `writing` until the encoder can no longer

@@ -19,6 +19,7 @@
 #include "epd/model/image.hpp"
 #include "epd/model/tokens.hpp"
 #include "roles/roles.hpp"
+#include "router_metrics.hpp"
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(epd::http::GenerateRequest)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<epd::http::GenerationSink>)
@@ -61,8 +62,9 @@ struct Attempt {
 struct Pending {
   SinkPtr sink;
   GenerateRequest request;
-  bool queued = false;             // waiting for an in-flight slot
-  std::vector<uint32_t> streamed;  // tokens passed to the sink so far (any attempt)
+  bool queued = false;                             // waiting for an in-flight slot
+  std::vector<uint32_t> streamed;                  // tokens passed to the sink so far (any attempt)
+  std::optional<clock::time_point> last_streamed;  // when tokens were last passed on (inter-token latency)
   std::vector<uint32_t> prompt;
   uint32_t image_tokens = 0;
   uint32_t attempts = 0;
@@ -112,6 +114,7 @@ struct RouterState : kernel::RoleBase {
   uint64_t next_request = 1;
   std::mt19937_64 rng{std::random_device{}()};
   RouterStats stats;
+  std::unique_ptr<RouterMetrics> metrics;  // counted at the same points as `stats`
   RouterLimits limits;
   static inline const char* name = "router";
 };
@@ -201,6 +204,24 @@ void admit_queued(RouterState& st) {
   }
 }
 
+void publish_occupancy(RouterState& st) {
+  st.metrics->occupancy(st.active, st.queue.size());
+}
+
+// A request answered with an error (`code`), in /v1/stats and the metrics.
+void count_failure(RouterState& st, const std::string& code) {
+  ++st.stats.failed;
+  ++st.stats.failure_causes[code];
+  st.metrics->failed(code);
+}
+
+void count_retry(RouterState& st, ErrorCode code) {
+  const std::string name(protocol::error_name(code));
+  ++st.stats.retries;
+  ++st.stats.retry_causes[name];
+  st.metrics->retried(name);
+}
+
 // The request's answer goes out: free its attempt and its slot (letting a queued request in).
 void finish(RouterState& st, std::map<uint64_t, Pending>::iterator it, GenerateResponse r) {
   Pending& p = it->second;
@@ -220,6 +241,7 @@ void finish(RouterState& st, std::map<uint64_t, Pending>::iterator it, GenerateR
   st.requests.erase(it);
   sink->on_done(std::move(r));
   admit_queued(st);
+  publish_occupancy(st);
 }
 
 void respond_error(RouterState& st, uint64_t req_id, const protocol::Error& e) {
@@ -230,8 +252,7 @@ void respond_error(RouterState& st, uint64_t req_id, const protocol::Error& e) {
   r.error_code = std::string(protocol::error_name(e.code));
   r.error = e.detail;
   r.tokens = it->second.streamed;
-  ++st.stats.failed;
-  ++st.stats.failure_causes[r.error_code];
+  count_failure(st, r.error_code);
   spdlog::warn("router: request {} [req {}] failed after {} attempt(s): {}", req_id,
                it->second.request.request_id, it->second.attempts, e.to_string());
   finish(st, it, std::move(r));
@@ -323,8 +344,7 @@ void attempt_failed(RouterState& st, uint64_t req_id, const protocol::Error& e, 
     // The cluster is full for the moment (more requests admitted than decode has rooms for): nobody's
     // fault, so it costs no attempt. Place the request again shortly; request_timeout still bounds it.
     ++p.capacity_waits;
-    ++st.stats.retries;
-    ++st.stats.retry_causes[std::string(protocol::error_name(e.code))];
+    count_retry(st, e.code);
     blame(p, culprit, e.code, reported);
     p.current = Attempt{};
     st.self->delayed_send(st.self, kCapacityBackoff, retry_atom::value, req_id);
@@ -333,8 +353,7 @@ void attempt_failed(RouterState& st, uint64_t req_id, const protocol::Error& e, 
   if (protocol::is_retryable(e.code) && p.attempts - p.capacity_waits < max_attempts) {
     spdlog::info("router: room {} [req {}] failed ({}); retrying (attempt {}/{})", p.current.room,
                  p.request.request_id, e.to_string(), p.attempts + 1, max_attempts);
-    ++st.stats.retries;
-    ++st.stats.retry_causes[std::string(protocol::error_name(e.code))];
+    count_retry(st, e.code);
     blame(p, culprit, e.code, reported);
     start_attempt(st, req_id);
     return;
@@ -379,6 +398,8 @@ void on_result(RouterState& st, const Envelope& env, protocol::RoomResult& res) 
     if (env.sender != p.current.decode) return;
     const auto now = kernel::DeadlineTimer::now(st.self);
     stream_tokens(p, 0, res.tokens);
+    st.metrics->completed(ms_between(p.started, p.current.first_token.value_or(now)) / 1000,
+                          ms_between(p.started, now) / 1000, res, uint32_t(p.prompt.size()));
     GenerateResponse r;
     r.tokens = std::move(res.tokens);
     r.text = model::decode_text(r.tokens);
@@ -426,8 +447,14 @@ void on_tokens(RouterState& st, const Envelope& env, protocol::Tokens& t) {
   if (rit == st.room_to_request.end()) return;
   auto& p = st.requests.at(rit->second);
   if (env.sender != p.current.decode) return;
-  if (!p.current.first_token) p.current.first_token = kernel::DeadlineTimer::now(st.self);
+  const auto now = kernel::DeadlineTimer::now(st.self);
+  if (!p.current.first_token) p.current.first_token = now;
+  const size_t before = p.streamed.size();
   stream_tokens(p, t.index, t.tokens);
+  if (p.streamed.size() == before) return;  // nothing new (a retry regenerating what was streamed)
+  if (p.last_streamed)
+    st.metrics->tokens_streamed(ms_between(*p.last_streamed, now) / 1000, p.streamed.size() - before);
+  p.last_streamed = now;
 }
 
 // The caller gave up (client gone, stop sequence reached): stop the room on every role now.
@@ -436,6 +463,7 @@ void cancel_request(RouterState& st, uint64_t ticket, const std::string& reason)
   if (it == st.requests.end()) return;
   cancel_attempt(st, it->second.current, reason);
   ++st.stats.cancelled;
+  st.metrics->request_done("cancelled");
   spdlog::info("router: request {} [req {}] cancelled ({})", ticket, it->second.request.request_id, reason);
   GenerateResponse r;
   r.http_status = 499;
@@ -457,6 +485,7 @@ void on_generate(RouterState& s, uint64_t ticket, GenerateRequest& req, SinkPtr&
   };
   if (s.active >= s.limits.max_in_flight && s.queue.size() >= s.limits.max_queued) {
     ++s.stats.rejected;
+    s.metrics->request_done("rejected");
     return reject(429, "out_of_capacity",
                   "the router is at its limit of " + std::to_string(s.limits.max_in_flight) +
                       " requests in flight and " + std::to_string(s.limits.max_queued) + " queued",
@@ -466,7 +495,7 @@ void on_generate(RouterState& s, uint64_t ticket, GenerateRequest& req, SinkPtr&
   if (!req.image_ppm.empty()) {
     auto image = model::parse_ppm(req.image_ppm);
     if (!image) {
-      ++s.stats.failed;
+      count_failure(s, "invalid_request");
       return reject(400, "invalid_request", "image: " + image.error().detail);
     }
     dims = model::ImageDims{image->width, image->height};
@@ -475,14 +504,14 @@ void on_generate(RouterState& s, uint64_t ticket, GenerateRequest& req, SinkPtr&
   if (!req.messages.empty()) {
     auto chat = model::render_chat(s.ctx.model, req.messages);
     if (!chat) {
-      ++s.stats.failed;
+      count_failure(s, "invalid_request");
       return reject(400, "invalid_request", chat.error().detail);
     }
     text = std::move(*chat);
   }
   auto prompt = model::build_prompt(s.ctx.model, text, dims);
   if (!prompt) {
-    ++s.stats.failed;
+    count_failure(s, "invalid_request");
     return reject(400, "invalid_request", prompt.error().detail);
   }
   Pending p;
@@ -496,17 +525,20 @@ void on_generate(RouterState& s, uint64_t ticket, GenerateRequest& req, SinkPtr&
   if (s.requests.size() == 1 || !s.deadline.armed()) arm_timeout(s);
   if (s.requests.at(ticket).queued) {
     s.queue.push_back(ticket);
-    return;
+  } else {
+    ++s.active;
+    start_attempt(s, ticket);
   }
-  ++s.active;
-  start_attempt(s, ticket);
+  publish_occupancy(s);
 }
 
 using Table = kernel::MessageTable<RouterState>;
 
 caf::behavior router(caf::stateful_actor<RouterState>* self, RoleContext ctx,
                      kernel::TablePtr<RouterState> table, RouterLimits limits) {
-  kernel::start(self, std::move(ctx)).limits = limits;
+  auto& st = kernel::start(self, std::move(ctx));
+  st.limits = limits;
+  st.metrics = std::make_unique<RouterMetrics>(*st.ctx.metrics);
   return kernel::role_behavior(
       self, table,
       {
@@ -638,6 +670,13 @@ protocol::Result<RoleHandle> spawn_router(RoleContext& ctx, RouterSettings setti
   table->on<protocol::Tokens>(on_tokens).on<protocol::RoomResult>(on_result);
   RouterLimits limits{settings.max_in_flight, settings.max_queued, settings.unavailable_wait};
   auto main = kernel::spawn_main(ctx, router, kernel::TablePtr<RouterState>(table), limits);
+  ctx.metrics->on_scrape([registry = ctx.registry](metrics::Snapshot& s) {
+    std::map<std::pair<std::string, bool>, int> count;
+    for (const auto& e : registry->entries()) ++count[{e.info.role, e.info.load.healthy}];
+    for (const auto& [key, n] : count)
+      s.gauge("epd_instances", "Instances the registry lists, by role and health", n,
+              {{"peer_role", key.first}, {"healthy", key.second ? "true" : "false"}});
+  });
   if (!main) return main.error();
   RoleHandle h{*main, std::nullopt, 0, {}, {}};
   auto front = std::make_shared<HttpFront>();
@@ -659,17 +698,10 @@ protocol::Result<RoleHandle> spawn_router(RoleContext& ctx, RouterSettings setti
 protocol::Status read_http(const RoleContext&, const config::Settings& cfg, RouterSettings& out) {
   auto http = cfg.get_string("http", out.http_host + ":" + std::to_string(out.http_port));
   if (!http) return http.error();
-  const auto colon = http->rfind(':');
-  uint64_t port = 70000;
-  try {
-    if (colon != std::string::npos) port = std::stoul(http->substr(colon + 1));
-  } catch (...) {
-  }
-  if (colon == std::string::npos || port > 65535)
-    return make_error(ErrorCode::config_error,
-                      cfg.where() + ": key 'http' must be HOST:PORT, got '" + *http + "'");
-  out.http_host = http->substr(0, colon);
-  out.http_port = uint16_t(port);
+  auto hp = config::parse_host_port(*http, "http", cfg.where());
+  if (!hp) return hp.error();
+  out.http_host = hp->host;
+  out.http_port = hp->port;
   return {};
 }
 

@@ -1,7 +1,9 @@
 #pragma once
 // Load figures a role publishes; the membership actor copies them into every HEARTBEAT.
+#include <array>
 #include <atomic>
 #include <cstdint>
+#include <initializer_list>
 #include <optional>
 
 #include "epd/protocol/messages.hpp"
@@ -30,12 +32,41 @@ struct StagingGauge {
   }
 };
 
+// Rooms by the role's own phases (prefill: gathering, computing, ...), exported as epd_rooms{state}. Not in
+// heartbeats. The role declares its phases once, before its first publish; a scrape on another thread reads
+// only what `declared` says is there.
+class RoomPhaseGauge {
+ public:
+  static constexpr size_t kMaxPhases = 8;
+  void declare(std::initializer_list<const char*> names) {
+    size_t n = 0;
+    for (const char* name : names)
+      if (n < kMaxPhases) names_[n++] = name;
+    declared_.store(n, std::memory_order_release);
+  }
+  // counts[i] rooms are in phase i, in declaration order.
+  template <size_t N>
+  void publish(const std::array<uint32_t, N>& counts) {
+    static_assert(N <= kMaxPhases);
+    for (size_t i = 0; i < N; ++i) counts_[i].store(counts[i], std::memory_order_relaxed);
+  }
+  size_t declared() const { return declared_.load(std::memory_order_acquire); }
+  const char* name(size_t i) const { return names_[i]; }
+  uint32_t count(size_t i) const { return counts_[i].load(std::memory_order_relaxed); }
+
+ private:
+  std::array<const char*, kMaxPhases> names_{};
+  std::array<std::atomic<uint32_t>, kMaxPhases> counts_{};
+  std::atomic<size_t> declared_{0};
+};
+
 // The role's side of protocol::LoadReport: the same figures, each an atomic that roles, transfer workers and
 // their supervisor write from their own threads (`ctx.load->free_kv_pages = n`).
 struct LoadGauge : protocol::BasicLoadReport<std::atomic, StagingGauge> {
   // Transfer jobs of ours still writing into a peer's memory: a rejoin waits for 0 before it says HELLO as a
   // new incarnation (which tells peers that the old one writes nothing any more). Not reported.
   std::atomic<uint32_t> writes_in_flight{0};
+  RoomPhaseGauge room_phases;
 
   // The figures as one LoadReport, for a HEARTBEAT. Takes the staging snapshot (which restarts ring_peak).
   protocol::LoadReport snapshot();

@@ -16,6 +16,7 @@
 
 #include "epd/actors/bridge.hpp"
 #include "epd/actors/load_gauge.hpp"
+#include "epd/actors/process_metrics.hpp"
 #include "epd/transport/engine.hpp"
 
 namespace epd::actors {
@@ -29,6 +30,7 @@ struct MembershipConfig {
   std::optional<protocol::KvLayout> kv_layout;
   uint32_t kv_pages_total = 0;
   const transport::Engine* engine = nullptr;  // its write-fence figures go into heartbeats
+  std::shared_ptr<MembershipMetrics> metrics;  // peers joining, restarting, lost (may be null)
 };
 
 // Delivered to the role's main actor after every PEERS that changed something, and at once when a

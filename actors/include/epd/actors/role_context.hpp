@@ -10,6 +10,7 @@
 #include "epd/actors/load_gauge.hpp"
 #include "epd/actors/registry_view.hpp"
 #include "epd/config/cluster_config.hpp"
+#include "epd/metrics/registry.hpp"
 #include "epd/model/config.hpp"
 #include "epd/protocol/kv_layout.hpp"
 #include "epd/transport/engine.hpp"
@@ -25,6 +26,9 @@ struct RoleContext {
   model::ModelConfig model;
   std::shared_ptr<LoadGauge> load = std::make_shared<LoadGauge>();
   std::shared_ptr<RegistryView> registry;  // set in the process that hosts the registry
+  // The process's metrics (docs/metrics.md); roles add their own families. Served when the instance has a
+  // `metrics` address.
+  metrics::RegistryPtr metrics = std::make_shared<metrics::Registry>();
   // Compute and transfer actors get their own threads (their work blocks). Tests set false so CAF's test
   // coordinator runs them like every other actor, one message at a time on the test's thread.
   bool detached_workers = true;

@@ -13,6 +13,7 @@
 
 #include "epd/actors/bridge.hpp"
 #include "epd/actors/load_gauge.hpp"
+#include "epd/actors/process_metrics.hpp"
 #include "epd/transport/engine.hpp"
 
 namespace epd::actors {
@@ -45,6 +46,7 @@ struct TransferWorkerConfig {
   uint32_t failure_window = 20;         // outcomes kept per session
   uint32_t failure_threshold_pct = 50;  // recycle a session at this failure rate (0 = never)
   std::shared_ptr<LoadGauge> counters;  // retries, failures, recycled sessions (may be null)
+  std::shared_ptr<TransferMetrics> metrics;  // durations, sizes, failures by code (may be null)
   bool detached = true;                 // RoleContext::detached_workers
 };
 

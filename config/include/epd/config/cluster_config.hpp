@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "epd/config/host_port.hpp"
 #include "epd/config/settings.hpp"
 #include "epd/protocol/result.hpp"
 #include "epd/transport/config.hpp"
@@ -34,9 +35,10 @@ struct ModelSection {
 struct InstanceConfig {
   std::string id;
   std::string role;
-  std::string control;  // ZeroMQ endpoint the instance binds, e.g. tcp://127.0.0.1:17101
-  Settings settings;    // [defaults.<role>] overlaid with the instance's own keys
-  Settings transport;   // [transport] overlaid with the instance's [instance.transport] keys
+  std::string control;              // ZeroMQ endpoint the instance binds, e.g. tcp://127.0.0.1:17101
+  std::optional<HostPort> metrics;  // where it serves GET /metrics (Prometheus); none when absent
+  Settings settings;                // [defaults.<role>] overlaid with the instance's own keys
+  Settings transport;               // [transport] overlaid with the instance's [instance.transport] keys
 };
 
 struct ClusterConfig {

@@ -1,0 +1,51 @@
+#pragma once
+// The metrics every role process exports (docs/metrics.md): what its LoadGauge holds, sampled when scraped;
+// transfer jobs' durations, sizes and failures; membership changes. Roles add their own families to the
+// same registry (the router's requests and latencies).
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "epd/actors/load_gauge.hpp"
+#include "epd/metrics/registry.hpp"
+#include "epd/transport/engine.hpp"
+
+namespace epd::actors {
+
+// A registry whose series all carry instance_id and role.
+metrics::RegistryPtr make_process_metrics(const std::string& instance_id, const std::string& role);
+
+// epd_info, and the load figures of `load` (and the write fences of `engine`, if any) as gauges and counters,
+// read at every scrape.
+void export_load(metrics::Registry& registry, std::shared_ptr<LoadGauge> load, uint64_t incarnation,
+                 const transport::Engine* engine);
+
+// Transfer jobs as a worker sees them (thread-safe: observed from the transport's completion threads), and
+// the pool's restart, retry and recycling counters from `load`. One per transfer pool.
+class TransferMetrics {
+ public:
+  TransferMetrics(metrics::Registry& registry, std::shared_ptr<LoadGauge> load);
+  // One job delivered: from its first byte posted to its last byte acknowledged.
+  void delivered(const std::string& backend, const std::string& peer_role, double seconds, uint64_t bytes);
+  // One job failed for good (after its retry), with the protocol's error code name.
+  void failed(std::string_view code, const std::string& peer_role);
+
+ private:
+  metrics::Family<metrics::Histogram>& duration_;
+  metrics::Family<metrics::Histogram>& size_;
+  metrics::Family<metrics::Counter>& failures_;
+};
+
+// Peers as membership sees them change.
+class MembershipMetrics {
+ public:
+  explicit MembershipMetrics(metrics::Registry& registry);
+  void incarnation_seen(const std::string& peer_role);                   // joined or restarted
+  void peer_lost(const std::string& peer_role, const std::string& how);  // "left" or "connection"
+
+ private:
+  metrics::Family<metrics::Counter>& seen_;
+  metrics::Family<metrics::Counter>& lost_;
+};
+
+}  // namespace epd::actors

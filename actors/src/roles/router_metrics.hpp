@@ -1,0 +1,43 @@
+#pragma once
+// The router's own metrics (docs/metrics.md): requests by outcome, failures and retries by error code, and
+// the latencies clients see — time to first token, gaps between tokens, end to end, and each stage of the
+// rooms that answered. Counted next to RouterStats (/v1/stats), at the same points of the request's life.
+#include <cstdint>
+#include <string_view>
+
+#include "epd/metrics/registry.hpp"
+#include "epd/protocol/messages.hpp"
+
+namespace epd::actors {
+
+class RouterMetrics {
+ public:
+  explicit RouterMetrics(metrics::Registry& registry);
+
+  // outcome: completed, failed, cancelled or rejected (429).
+  void request_done(std::string_view outcome);
+  void failed(std::string_view code);  // also request_done("failed")
+  void retried(std::string_view code);
+  // A completed request: its TTFT and total as the router saw them, the stages its room reported, its
+  // prompt and generated token counts.
+  void completed(double ttft_seconds, double total_seconds, const protocol::RoomResult& result,
+                 uint32_t prompt_tokens);
+  // `count` fresh tokens arrived `gap_seconds` after the previous ones: each gets gap / count.
+  void tokens_streamed(double gap_seconds, size_t count);
+  void occupancy(uint64_t in_flight, uint64_t queued);
+
+ private:
+  metrics::Family<metrics::Counter>& requests_;
+  metrics::Family<metrics::Counter>& failures_;
+  metrics::Family<metrics::Counter>& retries_;
+  metrics::Histogram& ttft_;
+  metrics::Histogram& itl_;
+  metrics::Histogram& e2e_;
+  metrics::Family<metrics::Histogram>& stages_;
+  metrics::Counter& prompt_tokens_;
+  metrics::Counter& generated_tokens_;
+  metrics::Gauge& in_flight_;
+  metrics::Gauge& queued_;
+};
+
+}  // namespace epd::actors

@@ -1,0 +1,55 @@
+#include "epd/http/metrics_endpoint.hpp"
+
+#include <exception>
+
+namespace epd::http {
+namespace {
+
+constexpr const char* kText = "text/plain; charset=utf-8";
+// The content type Prometheus expects from a text-format target.
+constexpr const char* kExposition = "text/plain; version=0.0.4; charset=utf-8";
+
+ServerLimits metrics_limits() {
+  ServerLimits l;
+  l.io_threads = 1;
+  l.work_threads = 1;
+  l.max_header_bytes = 8 * 1024;
+  l.max_body_bytes = 0;
+  l.max_connections = 64;
+  return l;
+}
+
+HeadVerdict check(const HttpRequest& req) {
+  if (req.path != "/metrics") return {404, "only /metrics is served here\n", kText, {}};
+  if (req.method != "GET" && req.method != "HEAD") return {405, "use GET\n", kText, {{"Allow", "GET, HEAD"}}};
+  return {};
+}
+
+}  // namespace
+
+MetricsEndpoint::MetricsEndpoint(std::function<std::string()> render) : render_(std::move(render)) {}
+
+MetricsEndpoint::~MetricsEndpoint() {
+  stop();
+}
+
+protocol::Result<uint16_t> MetricsEndpoint::start(const std::string& host, uint16_t port) {
+  ServerHandlers h;
+  h.check_head = check;
+  h.handle = [render = render_](ExchangePtr ex) {
+    try {
+      ex->respond(200, render(), kExposition);
+    } catch (const std::exception& e) {
+      ex->respond(500, std::string("rendering the metrics failed: ") + e.what() + "\n", kText);
+    }
+  };
+  h.error_body = [](int, std::string_view message) { return std::string(message) + "\n"; };
+  server_ = std::make_unique<HttpServer>(metrics_limits(), std::move(h));
+  return server_->start(host, port);
+}
+
+void MetricsEndpoint::stop() {
+  if (server_) server_->stop();
+}
+
+}  // namespace epd::http
