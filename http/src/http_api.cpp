@@ -20,7 +20,19 @@ using protocol::make_error;
 
 constexpr const char* kJson = "application/json";
 
-enum class Route { none, generate, completions, chat, models, health, live, ready, instances, stats };
+enum class Route {
+  none,
+  generate,
+  completions,
+  chat,
+  models,
+  health,
+  live,
+  ready,
+  instances,
+  stats,
+  activity
+};
 
 struct RouteInfo {
   const char* path;
@@ -33,7 +45,7 @@ constexpr RouteInfo kRoutes[] = {
     {"/v1/generate", Route::generate, true},     {"/v1/models", Route::models, false},
     {"/health", Route::health, false},           {"/health/live", Route::live, false},
     {"/health/ready", Route::ready, false},      {"/v1/instances", Route::instances, false},
-    {"/v1/stats", Route::stats, false},
+    {"/v1/stats", Route::stats, false},          {"/v1/activity", Route::activity, false},
 };
 
 const RouteInfo* find_route(std::string_view path) {
@@ -119,6 +131,8 @@ void handle_info(ApiContext& ctx, Route route, Exchange& ex) {
       return reply_json(ex, 200, instances_json(ctx.service.instances()));
     case Route::stats:
       return reply_json(ex, 200, stats_json(ctx.service.stats()));
+    case Route::activity:
+      return reply_json(ex, 200, activity_json(ctx.activity.snapshot()));
     default:
       return reply_error(ex, {500, "internal", "unrouted request"});
   }
@@ -178,6 +192,25 @@ HttpError failure_error(const GenerateResponse& out) {
     return {out.http_status, std::move(code), std::move(message)};
   }
   return {500, "internal", "router returned HTTP status " + std::to_string(out.http_status)};
+}
+
+void note_finished(ApiContext& ctx, const char* route, const std::string& request_id, bool stream,
+                   const GenerateResponse& r, uint32_t completion_tokens, const HttpError* failure) {
+  ActivityEntry e;
+  e.request_id = request_id;
+  e.route = route;
+  e.stream = stream;
+  e.status = failure ? failure->status : 200;
+  if (failure) {
+    e.error_code = failure->code;
+    e.error = failure->message;
+  }
+  e.first_token_ms = r.timings.first_token_ms;
+  e.total_ms = r.timings.total_ms;
+  e.prompt_tokens = r.prompt_tokens;
+  e.completion_tokens = completion_tokens;
+  e.attempts = r.attempts;
+  ctx.activity.record(std::move(e));
 }
 
 void reply_failure(Exchange& ex, const GenerateResponse& out, std::vector<HttpHeader> headers) {
