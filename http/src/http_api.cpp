@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "api_context.hpp"
+#include "dashboard_route.hpp"
 #include "epd/http/openai_reply.hpp"
 #include "http_reply.hpp"
 
@@ -31,7 +32,8 @@ enum class Route {
   ready,
   instances,
   stats,
-  activity
+  activity,
+  dashboard
 };
 
 struct RouteInfo {
@@ -41,16 +43,26 @@ struct RouteInfo {
 };
 
 constexpr RouteInfo kRoutes[] = {
-    {"/v1/chat/completions", Route::chat, true}, {"/v1/completions", Route::completions, true},
-    {"/v1/generate", Route::generate, true},     {"/v1/models", Route::models, false},
-    {"/health", Route::health, false},           {"/health/live", Route::live, false},
-    {"/health/ready", Route::ready, false},      {"/v1/instances", Route::instances, false},
-    {"/v1/stats", Route::stats, false},          {"/v1/activity", Route::activity, false},
+    {"/v1/chat/completions", Route::chat, true},
+    {"/v1/completions", Route::completions, true},
+    {"/v1/generate", Route::generate, true},
+    {"/v1/models", Route::models, false},
+    {"/health", Route::health, false},
+    {"/health/live", Route::live, false},
+    {"/health/ready", Route::ready, false},
+    {"/v1/instances", Route::instances, false},
+    {"/v1/stats", Route::stats, false},
+    {"/v1/activity", Route::activity, false},
+    {"/", Route::dashboard, false},
 };
+
+// The dashboard's script, style sheet and icon: GET routes too, left out of the route list of a 404.
+constexpr RouteInfo kDashboardFile = {"/dashboard/", Route::dashboard, false};
 
 const RouteInfo* find_route(std::string_view path) {
   for (const auto& r : kRoutes)
     if (path == r.path) return &r;
+  if (is_dashboard_path(path)) return &kDashboardFile;
   return nullptr;
 }
 
@@ -133,6 +145,8 @@ void handle_info(ApiContext& ctx, Route route, Exchange& ex) {
       return reply_json(ex, 200, stats_json(ctx.service.stats()));
     case Route::activity:
       return reply_json(ex, 200, activity_json(ctx.activity.snapshot()));
+    case Route::dashboard:
+      return handle_dashboard(ex);
     default:
       return reply_error(ex, {500, "internal", "unrouted request"});
   }
