@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "epd/http/activity_log.hpp"
 #include "epd/http/http_api.hpp"
 #include "epd/http/http_server.hpp"
 #include "epd/http/router_service.hpp"
@@ -14,11 +15,13 @@
 namespace epd::http {
 
 struct ApiContext {
-  ApiContext(RouterService& s, const HttpApiConfig& c) : service(s), config(c) {}
+  ApiContext(RouterService& s, const HttpApiConfig& c)
+      : service(s), config(c), activity(c.activity_entries) {}
 
   RouterService& service;
   const HttpApiConfig& config;
   std::atomic<bool> draining{false};
+  ActivityLog activity;  // GET /v1/activity: the generations the sinks answered
 
   // Generations started and not yet answered; drain() waits for zero.
   void started() {
@@ -61,6 +64,11 @@ void reply_error(Exchange& ex, const HttpError& error, std::vector<HttpHeader> h
 // A failed GenerateResponse as an HTTP error (status, body, Retry-After).
 void reply_failure(Exchange& ex, const GenerateResponse& response, std::vector<HttpHeader> headers = {});
 HttpError failure_error(const GenerateResponse& response);
+
+// Notes a generation its sink answered in ctx.activity. `failure`: the error the client got (nullptr when
+// it got an answer, also one a stop string ended early); `completion_tokens`: the tokens it was given.
+void note_finished(ApiContext& ctx, const char* route, const std::string& request_id, bool stream,
+                   const GenerateResponse& response, uint32_t completion_tokens, const HttpError* failure);
 
 // Handlers of the generation routes (each in its own file).
 void handle_generate(const std::shared_ptr<ApiContext>& ctx, ExchangePtr ex);

@@ -15,10 +15,15 @@ class CollectSink final : public GenerationSink {
 
   void on_done(GenerateResponse r) override {
     std::vector<HttpHeader> headers{{"X-Request-Id", request_id_}};
-    if (r.http_status == 200)
+    const auto tokens = uint32_t(r.tokens.size());
+    if (r.http_status == 200) {
+      note_finished(*ctx_, "/v1/generate", request_id_, false, r, tokens, nullptr);
       reply_json(*ex_, 200, generate_reply_json(r), std::move(headers));
-    else
+    } else {
+      const HttpError failure = failure_error(r);
+      note_finished(*ctx_, "/v1/generate", request_id_, false, r, tokens, &failure);
       reply_failure(*ex_, r, std::move(headers));
+    }
     ctx_->finished();
   }
 

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "api_context.hpp"
+#include "dashboard_route.hpp"
 #include "epd/http/openai_reply.hpp"
 #include "http_reply.hpp"
 
@@ -20,7 +21,20 @@ using protocol::make_error;
 
 constexpr const char* kJson = "application/json";
 
-enum class Route { none, generate, completions, chat, models, health, live, ready, instances, stats };
+enum class Route {
+  none,
+  generate,
+  completions,
+  chat,
+  models,
+  health,
+  live,
+  ready,
+  instances,
+  stats,
+  activity,
+  dashboard
+};
 
 struct RouteInfo {
   const char* path;
@@ -29,16 +43,26 @@ struct RouteInfo {
 };
 
 constexpr RouteInfo kRoutes[] = {
-    {"/v1/chat/completions", Route::chat, true}, {"/v1/completions", Route::completions, true},
-    {"/v1/generate", Route::generate, true},     {"/v1/models", Route::models, false},
-    {"/health", Route::health, false},           {"/health/live", Route::live, false},
-    {"/health/ready", Route::ready, false},      {"/v1/instances", Route::instances, false},
+    {"/v1/chat/completions", Route::chat, true},
+    {"/v1/completions", Route::completions, true},
+    {"/v1/generate", Route::generate, true},
+    {"/v1/models", Route::models, false},
+    {"/health", Route::health, false},
+    {"/health/live", Route::live, false},
+    {"/health/ready", Route::ready, false},
+    {"/v1/instances", Route::instances, false},
     {"/v1/stats", Route::stats, false},
+    {"/v1/activity", Route::activity, false},
+    {"/", Route::dashboard, false},
 };
+
+// The dashboard's script, style sheet and icon: GET routes too, left out of the route list of a 404.
+constexpr RouteInfo kDashboardFile = {"/dashboard/", Route::dashboard, false};
 
 const RouteInfo* find_route(std::string_view path) {
   for (const auto& r : kRoutes)
     if (path == r.path) return &r;
+  if (is_dashboard_path(path)) return &kDashboardFile;
   return nullptr;
 }
 
@@ -119,6 +143,10 @@ void handle_info(ApiContext& ctx, Route route, Exchange& ex) {
       return reply_json(ex, 200, instances_json(ctx.service.instances()));
     case Route::stats:
       return reply_json(ex, 200, stats_json(ctx.service.stats()));
+    case Route::activity:
+      return reply_json(ex, 200, activity_json(ctx.activity.snapshot()));
+    case Route::dashboard:
+      return handle_dashboard(ex);
     default:
       return reply_error(ex, {500, "internal", "unrouted request"});
   }
@@ -178,6 +206,25 @@ HttpError failure_error(const GenerateResponse& out) {
     return {out.http_status, std::move(code), std::move(message)};
   }
   return {500, "internal", "router returned HTTP status " + std::to_string(out.http_status)};
+}
+
+void note_finished(ApiContext& ctx, const char* route, const std::string& request_id, bool stream,
+                   const GenerateResponse& r, uint32_t completion_tokens, const HttpError* failure) {
+  ActivityEntry e;
+  e.request_id = request_id;
+  e.route = route;
+  e.stream = stream;
+  e.status = failure ? failure->status : 200;
+  if (failure) {
+    e.error_code = failure->code;
+    e.error = failure->message;
+  }
+  e.first_token_ms = r.timings.first_token_ms;
+  e.total_ms = r.timings.total_ms;
+  e.prompt_tokens = r.prompt_tokens;
+  e.completion_tokens = completion_tokens;
+  e.attempts = r.attempts;
+  ctx.activity.record(std::move(e));
 }
 
 void reply_failure(Exchange& ex, const GenerateResponse& out, std::vector<HttpHeader> headers) {

@@ -67,8 +67,14 @@ class OpenAiSink final : public GenerationSink {
     extras.attempts = r.attempts;
     extras.first_token_ms = r.timings.first_token_ms;
     extras.total_ms = r.timings.total_ms;
-    if (stopped_) return complete(FinishReason::stop, {r.prompt_tokens, completion_tokens_}, extras);
+    // Noted before the answer goes out, so a client that reads /v1/activity after its answer finds it.
+    if (stopped_) {
+      note(r, nullptr);
+      return complete(FinishReason::stop, {r.prompt_tokens, completion_tokens_}, extras);
+    }
     if (r.http_status != 200) {
+      const HttpError failure = failure_error(r);
+      note(r, &failure);
       if (headers_sent_) {
         ex_->send(renderer_.error(failure_error(r)));
         ex_->end_stream();
@@ -77,6 +83,7 @@ class OpenAiSink final : public GenerationSink {
       }
       return;
     }
+    note(r, nullptr);
     auto tail = text_.finish();
     emit(tail.text);
     const FinishReason reason = tail.stopped || r.ended_at_eos ? FinishReason::stop : FinishReason::length;
@@ -84,6 +91,11 @@ class OpenAiSink final : public GenerationSink {
   }
 
  private:
+  void note(const GenerateResponse& r, const HttpError* failure) {
+    const char* route = head_.endpoint == Endpoint::chat ? "/v1/chat/completions" : "/v1/completions";
+    note_finished(*ctx_, route, request_id_, stream_, r, completion_tokens_, failure);
+  }
+
   void emit(const std::string& text) {
     if (!stream_) {
       body_ += text;

@@ -1,8 +1,8 @@
 #pragma once
 // The router's HTTP API on an asynchronous server (http_server.hpp): the OpenAI routes
-// (/v1/completions, /v1/chat/completions, /v1/models), the native /v1/generate, health, instances and
-// stats. Parses and checks requests, hands generations to a RouterService and streams their tokens back.
-// Every route and status is documented in docs/http-api.md.
+// (/v1/completions, /v1/chat/completions, /v1/models), the native /v1/generate, health, instances, stats,
+// the recent activity and the dashboard page at /. Parses and checks requests, hands generations to a
+// RouterService and streams their tokens back. Every route and status is documented in docs/http-api.md.
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -19,7 +19,8 @@ namespace epd::http {
 
 struct HttpApiConfig {
   ServerLimits server;
-  GenerateLimits generate;  // prompt, image and max_tokens limits of every generation route
+  GenerateLimits generate;        // prompt, image and max_tokens limits of every generation route
+  size_t activity_entries = 256;  // finished requests GET /v1/activity keeps (0: none)
 };
 
 struct ApiContext;
