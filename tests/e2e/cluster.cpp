@@ -93,6 +93,10 @@ Cluster::Cluster(ClusterSpec spec) : spec_(std::move(spec)) {
     cfg << "[[instance]]\nid = \"" << id << "\"\nrole = \"" << role
         << "\"\ncontrol = \"tcp://127.0.0.1:" << port << "\"\n";
     if (role == "router") cfg << "http = \"127.0.0.1:" << http_port_ << "\"\n";
+    if (spec_.metrics) {
+      metrics_ports_[id] = free_port();
+      cfg << "metrics = \"127.0.0.1:" << metrics_ports_[id] << "\"\n";
+    }
     if (auto it = spec_.instance_extra.find(id); it != spec_.instance_extra.end()) cfg << it->second;
     cfg << "\n";
   }
@@ -199,6 +203,21 @@ nlohmann::json Cluster::stats() const {
   auto r = c.Get("/v1/stats");
   if (!r || r->status != 200) return nlohmann::json::object();
   return nlohmann::json::parse(r->body, nullptr, false);
+}
+
+int Cluster::metrics_port(const std::string& id) const {
+  auto it = metrics_ports_.find(id);
+  if (it == metrics_ports_.end())
+    throw std::runtime_error("no metrics port for '" + id + "' (spec.metrics?)");
+  return it->second;
+}
+
+std::string Cluster::scrape(const std::string& id) const {
+  httplib::Client c("127.0.0.1", metrics_port(id));
+  c.set_read_timeout(5, 0);
+  auto r = c.Get("/metrics");
+  if (!r || r->status != 200) throw std::runtime_error("scraping '" + id + "' failed");
+  return r->body;
 }
 
 nlohmann::json Cluster::instance(const std::string& id) const {

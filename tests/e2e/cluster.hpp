@@ -33,6 +33,7 @@ struct ClusterSpec {
   // Text appended inside one instance's table (id -> text), e.g. "[instance.transport]\nfault_seed = 3\n".
   std::map<std::string, std::string> instance_extra;
   bool restart = false;  // the ProcessGroup restarts dead children (as epd-cluster does)
+  bool metrics = false;  // every instance serves /metrics on a free port (metrics_port)
 };
 
 // Collects the children's prefixed log lines (dumped when a test fails).
@@ -72,6 +73,9 @@ class Cluster {
 
   std::string control_endpoint(const std::string& id) const;
   int http_port() const { return http_port_; }
+  // With spec.metrics: the port of `id`'s /metrics, and one scrape of it (the text; throws on failure).
+  int metrics_port(const std::string& id) const;
+  std::string scrape(const std::string& id) const;
   std::vector<std::string> ids() const;
   launcher::ProcessGroup& group() { return *group_; }
   std::string logs() const { return sink_->text(); }
@@ -86,6 +90,7 @@ class Cluster {
   int http_port_ = 0;
   std::vector<std::pair<std::string, std::string>> instances_;  // id, role
   std::vector<std::pair<std::string, int>> control_ports_;
+  std::map<std::string, int> metrics_ports_;
   std::shared_ptr<MemorySink> sink_ = std::make_shared<MemorySink>();
   std::unique_ptr<launcher::ProcessGroup> group_;
 };

@@ -1,0 +1,198 @@
+// Every process's /metrics scraped by a real Prometheus (Debian's `prometheus`): the text passes
+// `promtool check metrics`, the counts Prometheus reads back equal the requests sent, the transfer bytes
+// equal the KV pages and embeddings those requests had to move (computed here from the model and the KV
+// layout), and a fault-injected run moves the failure and retry counters by exactly the injected amounts.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdio>
+
+#include "cluster.hpp"
+#include "epd/actors/aux_record.hpp"
+#include "epd/model/config.hpp"
+#include "epd/model/kv_cache.hpp"
+#include "epd/model/tokens.hpp"
+#include "epd/transport/fault.hpp"
+#include "prometheus_server.hpp"
+#include "workload.hpp"
+
+using namespace epd::testing;
+using nlohmann::json;
+
+namespace {
+
+const std::string kRules = std::string(EPD_SOURCE_DIR) + "/configs/prometheus/epd-rules.yml";
+
+// What a request must move: KV pages prefill -> decode (every layer's K and V pages of the prompt, plus the
+// aux record with the first token), and the image's embeddings encoder -> prefill.
+struct Moved {
+  uint64_t kv = 0;
+  uint64_t embeddings = 0;
+};
+
+Moved bytes_to_move(const Case& c) {
+  static const auto cfg = *epd::model::preset("tiny");
+  std::optional<epd::model::ImageDims> dims;
+  if (c.image) dims = epd::model::ImageDims{c.image->width, c.image->height};
+  const auto prompt = *epd::model::build_prompt(cfg, c.prompt, dims);
+  const auto layout = epd::model::kv_layout_for(cfg, 1);
+  const uint64_t pages = (prompt.size() + layout.page_size - 1) / layout.page_size;
+  Moved m;
+  m.kv = uint64_t(cfg.layers) * 2 * pages * layout.page_bytes() + sizeof(epd::actors::AuxRecord);
+  if (dims) m.embeddings = epd::model::image_token_count(cfg, *dims) * cfg.d_model * sizeof(float);
+  return m;
+}
+
+// The value of one series in a scrape: `name{labels...}` where every given label matches.
+double sample(const std::string& text, const std::string& name,
+              const std::map<std::string, std::string>& labels) {
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(name + "{", 0) != 0) continue;
+    bool all = true;
+    for (const auto& [k, v] : labels) all = all && line.find(k + "=\"" + v + "\"") != std::string::npos;
+    if (all) return std::stod(line.substr(line.rfind(' ') + 1));
+  }
+  return 0;
+}
+
+std::vector<std::string> targets(const Cluster& c) {
+  std::vector<std::string> out;
+  for (const auto& id : c.ids()) out.push_back("127.0.0.1:" + std::to_string(c.metrics_port(id)));
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("prometheus: a real server scrapes every process and reads back what the requests did",
+          "[metrics][multiproc]") {
+  ClusterSpec spec;
+  spec.metrics = true;
+  Cluster cluster(spec);
+  cluster.start();
+
+  for (const auto& id : cluster.ids()) {
+    INFO(id);
+    CHECK(promtool_check_metrics(cluster.scrape(id)).empty());
+  }
+
+  PrometheusServer prom(targets(cluster), {kRules});
+  prom.start();
+  INFO(prom.logs());
+  const double instances = double(cluster.ids().size());
+  REQUIRE(prom.wait_for("sum(up{job=\"epd\"})", [&](double v) { return v == instances; }) == instances);
+
+  const auto cases = workload(12);  // every other one carries an image
+  Moved expected;
+  double max_ttft_s = 0;
+  auto send = [&](const Case& c) {
+    auto [status, body] = cluster.generate(request_of(c));
+    REQUIRE(status == 200);
+    max_ttft_s = std::max(max_ttft_s, body["timings_ms"]["first_token"].get<double>() / 1000);
+    const Moved m = bytes_to_move(c);
+    expected.kv += m.kv;
+    expected.embeddings += m.embeddings;
+  };
+  // Transfer series appear with the first transfer; rate() needs a sample of them from before the rest.
+  send(cases[0]);
+  send(cases[1]);
+  REQUIRE(prom.wait_for("count(epd_transfer_size_bytes_sum)", [](double v) { return v == 2; }) == 2);
+  for (size_t i = 2; i < cases.size(); ++i) send(cases[i]);
+  const double n = double(cases.size());
+
+  // Counts equal the requests sent.
+  CHECK(prom.wait_for("sum(epd_requests_total{outcome=\"completed\"})", [&](double v) { return v == n; }) ==
+        n);
+  CHECK(prom.wait_for("sum(epd_time_to_first_token_seconds_count)", [&](double v) { return v == n; }) == n);
+  CHECK(prom.value("sum(epd_request_duration_seconds_count)") == n);
+  CHECK(prom.value("sum(epd_request_stage_seconds_count{stage=\"kv_transfer\"})") == n);
+  CHECK(prom.value("sum(epd_request_stage_seconds_count{stage=\"encode\"})") == n / 2);
+  CHECK(prom.value("sum(epd_requests_total{outcome=\"failed\"})") == 0);
+
+  // Bytes equal what the requests had to move, on each hop, and their rate is visible.
+  const std::string kv_bytes = "sum(epd_transfer_size_bytes_sum{role=\"prefill\",peer_role=\"decode\"})";
+  const std::string embed_bytes = "sum(epd_transfer_size_bytes_sum{role=\"encoder\",peer_role=\"prefill\"})";
+  CHECK(prom.wait_for(kv_bytes, [&](double v) { return v == double(expected.kv); }) == double(expected.kv));
+  CHECK(prom.wait_for(embed_bytes, [&](double v) { return v == double(expected.embeddings); }) ==
+        double(expected.embeddings));
+  CHECK(prom.value("sum(epd_transfer_size_bytes_count{role=\"prefill\",peer_role=\"decode\"})") >= n);
+  // rate() needs two samples of a series; the transfer series start at the first transfer.
+  const auto kv_rate = prom.wait_for("sum(rate(epd_transfer_size_bytes_sum{role=\"prefill\"}[2m]))",
+                                     [](double v) { return v > 0; });
+  CHECK(kv_rate.value_or(0) > 0);
+  // The recording rule of configs/prometheus/epd-rules.yml computes the same rate per instance.
+  const auto recorded =
+      prom.wait_for("sum(epd:transfer_bytes:rate1m{role=\"prefill\"})", [](double v) { return v > 0; });
+  CHECK(recorded.value_or(0) > 0);
+
+  // A TTFT quantile from the histogram: within the buckets that hold the TTFTs the clients saw.
+  const auto p50 =
+      prom.value("histogram_quantile(0.5, sum by (le) (rate(epd_time_to_first_token_seconds_bucket[2m])))");
+  REQUIRE(p50);
+  CHECK(std::isfinite(*p50));
+  CHECK(*p50 > 0);
+  double bucket_above_max = 60;
+  for (double b :
+       {1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0})
+    if (b >= max_ttft_s) {
+      bucket_above_max = b;
+      break;
+    }
+  CHECK(*p50 <= bucket_above_max);
+  std::printf(
+      "prometheus: %g requests; TTFT p50 %.6f s (slowest client TTFT %.6f s); KV bytes %.0f (expected %llu); "
+      "embedding bytes %.0f (expected %llu); KV bytes/s over 2m %.0f\n",
+      n, *p50, max_ttft_s, prom.value(kv_bytes).value_or(-1), (unsigned long long)expected.kv,
+      prom.value(embed_bytes).value_or(-1), (unsigned long long)expected.embeddings, kv_rate.value_or(0));
+  const auto itl_count = prom.value("sum(epd_inter_token_latency_seconds_count)");
+  CHECK(itl_count.value_or(0) > 0);
+
+  // The gauges the operator watches.
+  CHECK(prom.value("sum(epd_instances{healthy=\"true\"})") == instances);
+  CHECK(prom.value("epd_kv_pages_capacity{role=\"decode\"}") == 512);
+  CHECK(prom.wait_for("epd_kv_pages_free{role=\"decode\"}", [](double v) { return v == 512; }) == 512);
+  CHECK(prom.value("sum(epd_peer_incarnations_seen_total{role=\"router\"})") == instances - 1);
+}
+
+TEST_CASE("prometheus: an injected embedding write failure moves the failure and retry counters by one",
+          "[metrics][fault][multiproc]") {
+  // As in fault 3: a seed whose first embedding write fails, whose retry on a fresh session fails too, and
+  // whose next session writes cleanly: exactly one room fails with injected_fault and is retried.
+  const double rate = 0.05;
+  uint64_t seed = 1;
+  auto clean = [&](uint64_t s, uint64_t k) {
+    for (uint64_t i = 0; i < k; ++i)
+      if (epd::transport::fault_injects(s, i, rate)) return false;
+    return true;
+  };
+  while (!(epd::transport::fault_injects(epd::transport::fault_session_seed(seed, 0), 0, rate) &&
+           epd::transport::fault_injects(epd::transport::fault_session_seed(seed, 1), 0, rate) &&
+           clean(epd::transport::fault_session_seed(seed, 2), 40)))
+    ++seed;
+  ClusterSpec spec;
+  spec.metrics = true;
+  spec.instance_extra["encoder-0"] =
+      "[instance.transport]\nfault_error_rate = 0.05\nfault_seed = " + std::to_string(seed) + "\n";
+  Cluster cluster(spec);
+  cluster.start();
+  const auto cases = workload(20);  // 10 with an image: 10 embedding writes
+  for (const auto& c : cases) {
+    auto [status, body] = cluster.generate(request_of(c));
+    INFO(body.dump());
+    REQUIRE(status == 200);
+  }
+  const std::string encoder = cluster.scrape("encoder-0");
+  const std::string router = cluster.scrape("router");
+  CHECK(promtool_check_metrics(encoder).empty());
+  CHECK(promtool_check_metrics(router).empty());
+  // The encoder: one write retried on a fresh session, which failed too: one job failed for good.
+  CHECK(sample(encoder, "epd_transfer_retries_total", {}) == 1);
+  CHECK(sample(encoder, "epd_transfer_failures_total",
+               {{"code", "injected_fault"}, {"peer_role", "prefill"}}) == 1);
+  CHECK(sample(encoder, "epd_transfer_worker_restarts_total", {}) == 0);
+  CHECK(sample(encoder, "epd_transfer_size_bytes_count", {{"peer_role", "prefill"}}) == 10);
+  // The router: that room retried once for that cause; every request completed, none failed.
+  CHECK(sample(router, "epd_request_retries_total", {{"code", "injected_fault"}}) == 1);
+  CHECK(sample(router, "epd_requests_total", {{"outcome", "completed"}}) == 20);
+  CHECK(sample(router, "epd_requests_total", {{"outcome", "failed"}}) == 0);
+  CHECK(router.find("epd_request_failures_total{") == std::string::npos);
+}
