@@ -14,7 +14,7 @@ ServerLimits metrics_limits() {
   l.io_threads = 1;
   l.work_threads = 1;
   l.max_header_bytes = 8 * 1024;
-  l.max_body_bytes = 0;
+  l.max_body_bytes = 1024;  // scrapes have no body; a stray one is refused by the method check
   l.max_connections = 64;
   return l;
 }

@@ -229,3 +229,32 @@ TEST_CASE("instance lists: missing keys, duplicates and dangling registry are re
   check_refused("[cluster]\nregistry = \"registry-0\"\n" + kInstances,
                 {"registry", "'registry-0'", "names no instance"});
 }
+
+TEST_CASE("an instance's metrics address is read, checked and kept out of its role settings", "[config]") {
+  auto cfg = parse(kInstances + "metrics = \"127.0.0.1:9464\"\n");
+  REQUIRE(cfg.ok());
+  const auto* decode = cfg->find("decode-0");
+  REQUIRE(decode->metrics);
+  CHECK(decode->metrics->host == "127.0.0.1");
+  CHECK(decode->metrics->port == 9464);
+  CHECK_FALSE(cfg->find("router")->metrics);   // off when absent
+  CHECK(decode->settings.only_keys({}).ok());  // not a role setting
+  check_refused(kInstances + "metrics = \"9464\"\n", {"decode-0", "metrics", "HOST:PORT", "9464"});
+  check_refused(kInstances + "metrics = \"127.0.0.1:70000\"\n", {"metrics", "HOST:PORT"});
+  check_refused(kInstances + "metrics = \"127.0.0.1:\"\n", {"metrics", "HOST:PORT"});
+  check_refused(kInstances + "metrics = 9464\n", {"metrics"});
+  const std::string twice = R"(
+[[instance]]
+id = "router"
+role = "router"
+control = "tcp://127.0.0.1:17100"
+metrics = "127.0.0.1:9464"
+
+[[instance]]
+id = "decode-0"
+role = "decode"
+control = "tcp://127.0.0.1:17103"
+metrics = "127.0.0.1:9464"
+)";
+  check_refused(twice, {"decode-0", "127.0.0.1:9464", "used twice"});
+}
