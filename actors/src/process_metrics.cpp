@@ -98,11 +98,21 @@ TransferMetrics::TransferMetrics(metrics::Registry& registry, std::shared_ptr<Lo
   });
 }
 
+TransferMetrics::Series& TransferMetrics::series(const std::string& backend, const std::string& peer_role) {
+  std::lock_guard lock(mu_);
+  for (auto& s : series_)
+    if (s.backend == backend && s.peer_role == peer_role) return s;
+  const metrics::Labels labels{{"backend", backend}, {"peer_role", peer_role}};
+  series_.push_back({backend, peer_role, &duration_.Add(labels, metrics::transfer_seconds_buckets()),
+                     &size_.Add(labels, metrics::size_bytes_buckets())});
+  return series_.back();
+}
+
 void TransferMetrics::delivered(const std::string& backend, const std::string& peer_role, double seconds,
                                 uint64_t bytes) {
-  const metrics::Labels labels{{"backend", backend}, {"peer_role", peer_role}};
-  duration_.Add(labels, metrics::transfer_seconds_buckets()).Observe(seconds);
-  size_.Add(labels, metrics::size_bytes_buckets()).Observe(double(bytes));
+  Series& s = series(backend, peer_role);
+  s.duration->Observe(seconds);
+  s.size->Observe(double(bytes));
 }
 
 void TransferMetrics::failed(std::string_view code, const std::string& peer_role) {

@@ -2,7 +2,9 @@
 // The metrics every role process exports (docs/metrics.md): what its LoadGauge holds, sampled when scraped;
 // transfer jobs' durations, sizes and failures; membership changes. Roles add their own families to the
 // same registry (the router's requests and latencies).
+#include <deque>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 
@@ -31,9 +33,19 @@ class TransferMetrics {
   void failed(std::string_view code, const std::string& peer_role);
 
  private:
+  struct Series {
+    std::string backend, peer_role;
+    metrics::Histogram* duration;
+    metrics::Histogram* size;
+  };
+  Series& series(const std::string& backend, const std::string& peer_role);
+
   metrics::Family<metrics::Histogram>& duration_;
   metrics::Family<metrics::Histogram>& size_;
   metrics::Family<metrics::Counter>& failures_;
+  // The few (backend, peer role) pairs seen: found without building a label map per job.
+  std::mutex mu_;
+  std::deque<Series> series_;  // a deque: a found entry stays put while another thread adds one
 };
 
 // Peers as membership sees them change.
