@@ -4,7 +4,9 @@
 // layout), and a fault-injected run moves the failure and retry counters by exactly the injected amounts.
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
+#include <thread>
 
 #include "cluster.hpp"
 #include "epd/actors/aux_record.hpp"
@@ -195,4 +197,45 @@ TEST_CASE("prometheus: an injected embedding write failure moves the failure and
   CHECK(sample(router, "epd_requests_total", {{"outcome", "completed"}}) == 20);
   CHECK(sample(router, "epd_requests_total", {{"outcome", "failed"}}) == 0);
   CHECK(router.find("epd_request_failures_total{") == std::string::npos);
+}
+
+TEST_CASE("prometheus: a killed and restarted decode shows as a lost peer and a new incarnation",
+          "[metrics][fault][multiproc]") {
+  ClusterSpec spec;
+  spec.metrics = true;
+  spec.restart = true;
+  Cluster cluster(spec);
+  cluster.start();
+  const uint64_t before = cluster.instance("decode-0")["incarnation"].get<uint64_t>();
+  const std::string decode_before = cluster.scrape("decode-0");
+  CHECK(decode_before.find("incarnation=\"" + std::to_string(before) + "\"") != std::string::npos);
+  CHECK(sample(cluster.scrape("router"), "epd_peer_incarnations_seen_total", {{"peer_role", "decode"}}) == 1);
+
+  REQUIRE(::kill(cluster.pid("decode-0"), SIGKILL) == 0);
+  const json after = cluster.instance_when(
+      "decode-0",
+      [&](const json& i) { return i.value("healthy", false) && i["incarnation"].get<uint64_t>() != before; },
+      20000);
+  REQUIRE(after["incarnation"].get<uint64_t>() != before);
+  // The router saw the old incarnation go (its connection broke, or the registry dropped it) and the new
+  // one arrive; so did prefill, which writes to decode.
+  for (const std::string id : {"router", "prefill-0"}) {
+    INFO(id);
+    std::string text;
+    for (int i = 0; i < 50; ++i) {  // PEERS reaches each instance within a heartbeat or two
+      text = cluster.scrape(id);
+      if (sample(text, "epd_peer_incarnations_seen_total", {{"peer_role", "decode"}}) == 2) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    CHECK(sample(text, "epd_peer_incarnations_seen_total", {{"peer_role", "decode"}}) == 2);
+    CHECK(sample(text, "epd_peers_lost_total", {{"peer_role", "decode"}, {"how", "connection"}}) +
+              sample(text, "epd_peers_lost_total", {{"peer_role", "decode"}, {"how", "left"}}) >=
+          1);
+  }
+  const std::string decode_after = cluster.scrape("decode-0");
+  CHECK(decode_after.find("incarnation=\"" + std::to_string(after["incarnation"].get<uint64_t>()) + "\"") !=
+        std::string::npos);
+  // And requests are served again.
+  auto [status, body] = cluster.generate(request_of(workload(1)[0]));
+  CHECK(status == 200);
 }
