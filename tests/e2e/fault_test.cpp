@@ -14,7 +14,7 @@
 #include <thread>
 
 #include "cluster.hpp"
-#include "epd/transport/fault.hpp"
+#include "fault_seeds.hpp"
 #include "load.hpp"
 #include "workload.hpp"
 
@@ -170,19 +170,8 @@ TEST_CASE("fault 2: a transfer worker that throws is restarted, its rooms fail, 
 
 TEST_CASE("fault 3: an embedding write that fails twice fails its room with the cause, it is retried",
           "[fault][multiproc]") {
-  // Pick a seed whose first write fails, whose retry session's first write fails too, and whose next
-  // session then writes cleanly: the first room's embedding write fails twice in a row, deterministically.
-  const double rate = 0.05;
-  uint64_t seed = 1;
-  auto clean = [&](uint64_t s, uint64_t n) {
-    for (uint64_t i = 0; i < n; ++i)
-      if (epd::transport::fault_injects(s, i, rate)) return false;
-    return true;
-  };
-  while (!(epd::transport::fault_injects(epd::transport::fault_session_seed(seed, 0), 0, rate) &&
-           epd::transport::fault_injects(epd::transport::fault_session_seed(seed, 1), 0, rate) &&
-           clean(epd::transport::fault_session_seed(seed, 2), 40)))
-    ++seed;
+  // The first room's embedding write fails twice in a row (its retry too), deterministically.
+  const uint64_t seed = seed_failing_first_job(0.05, 40);
   ClusterSpec spec;
   spec.instance_extra["encoder-0"] =
       "[instance.transport]\nfault_error_rate = 0.05\nfault_seed = " + std::to_string(seed) + "\n";

@@ -13,7 +13,7 @@
 #include "epd/model/config.hpp"
 #include "epd/model/kv_cache.hpp"
 #include "epd/model/tokens.hpp"
-#include "epd/transport/fault.hpp"
+#include "fault_seeds.hpp"
 #include "prometheus_server.hpp"
 #include "workload.hpp"
 
@@ -157,19 +157,8 @@ TEST_CASE("prometheus: a real server scrapes every process and reads back what t
 
 TEST_CASE("prometheus: an injected embedding write failure moves the failure and retry counters by one",
           "[metrics][fault][multiproc]") {
-  // As in fault 3: a seed whose first embedding write fails, whose retry on a fresh session fails too, and
-  // whose next session writes cleanly: exactly one room fails with injected_fault and is retried.
-  const double rate = 0.05;
-  uint64_t seed = 1;
-  auto clean = [&](uint64_t s, uint64_t k) {
-    for (uint64_t i = 0; i < k; ++i)
-      if (epd::transport::fault_injects(s, i, rate)) return false;
-    return true;
-  };
-  while (!(epd::transport::fault_injects(epd::transport::fault_session_seed(seed, 0), 0, rate) &&
-           epd::transport::fault_injects(epd::transport::fault_session_seed(seed, 1), 0, rate) &&
-           clean(epd::transport::fault_session_seed(seed, 2), 40)))
-    ++seed;
+  // As in fault 3: the first embedding write fails, and so does its retry on a fresh session.
+  const uint64_t seed = seed_failing_first_job(0.05, 40);
   ClusterSpec spec;
   spec.metrics = true;
   spec.instance_extra["encoder-0"] =
