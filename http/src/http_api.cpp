@@ -126,7 +126,8 @@ std::optional<protocol::Error> validate(const HttpApiConfig& c) {
   return std::nullopt;
 }
 
-void handle_info(ApiContext& ctx, Route route, Exchange& ex) {
+void handle_info(ApiContext& ctx, Route route, ExchangePtr exchange) {
+  Exchange& ex = *exchange;
   switch (route) {
     case Route::health:
     case Route::live:
@@ -142,7 +143,8 @@ void handle_info(ApiContext& ctx, Route route, Exchange& ex) {
     case Route::instances:
       return reply_json(ex, 200, instances_json(ctx.service.instances()));
     case Route::stats:
-      return reply_json(ex, 200, stats_json(ctx.service.stats()));
+      // Answered from the router's thread: no I/O thread waits for it.
+      return ctx.service.stats([exchange](RouterStats s) { reply_json(*exchange, 200, stats_json(s)); });
     case Route::activity:
       return reply_json(ex, 200, activity_json(ctx.activity.snapshot()));
     case Route::dashboard:
@@ -286,7 +288,7 @@ protocol::Result<uint16_t> HttpApi::start(const std::string& host, uint16_t port
       case Route::chat:
         return handle_chat(ctx, std::move(ex));
       default:
-        return handle_info(*ctx, route->route, *ex);
+        return handle_info(*ctx, route->route, std::move(ex));
     }
   };
   ctx_->draining = false;

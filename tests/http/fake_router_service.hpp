@@ -49,13 +49,13 @@ class FakeRouterService : public RouterService {
     cancels_.emplace_back(ticket, std::move(reason));
   }
   std::vector<InstanceView> instances() override { return instance_list; }
-  RouterStats stats() override {
+  void stats(std::function<void(RouterStats)> done) override {
     RouterStats s;
     s.requests = 7;
     s.completed = 5;
     s.failed = 1;
     s.retries = 2;
-    return s;
+    done(s);
   }
   Readiness readiness() override { return ready; }
   std::string model_id() override { return "epd-test"; }

@@ -23,7 +23,7 @@
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(epd::http::GenerateRequest)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<epd::http::GenerationSink>)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(epd::http::RouterStats)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::function<void(epd::http::RouterStats)>)
 
 namespace epd::actors {
 namespace {
@@ -554,7 +554,7 @@ caf::behavior router(caf::stateful_actor<RouterState>* self, RoleContext ctx,
             if (it != s.requests.end() && !it->second.queued && it->second.current.room == 0)
               start_attempt(s, id);
           },
-          [=](stats_atom) {
+          [=](stats_atom, std::function<void(RouterStats)>& done) {
             const auto& s = self->state;
             RouterStats out = s.stats;
             out.in_flight = s.active;
@@ -564,7 +564,7 @@ caf::behavior router(caf::stateful_actor<RouterState>* self, RoleContext ctx,
                           {"queue", s.queue.size()},
                           {"instances_in_flight", s.inflight.size()},
                           {"timeout_timers", s.deadline.armed() ? 1 : 0}};
-            return out;
+            done(std::move(out));
           },
           [=](timeout_atom) {
             auto& s = self->state;
@@ -585,12 +585,8 @@ caf::behavior router(caf::stateful_actor<RouterState>* self, RoleContext ctx,
 // RouterService on top of the router actor, for the HTTP threads.
 class ActorRouterService final : public RouterService {
  public:
-  ActorRouterService(caf::actor_system& system, caf::actor router, std::shared_ptr<RegistryView> registry,
-                     std::string model_id)
-      : system_(system),
-        router_(std::move(router)),
-        registry_(std::move(registry)),
-        model_id_(std::move(model_id)) {}
+  ActorRouterService(caf::actor router, std::shared_ptr<RegistryView> registry, std::string model_id)
+      : router_(std::move(router)), registry_(std::move(registry)), model_id_(std::move(model_id)) {}
 
   uint64_t generate(GenerateRequest request, std::shared_ptr<GenerationSink> sink) override {
     const uint64_t ticket = next_ticket_.fetch_add(1);
@@ -619,12 +615,9 @@ class ActorRouterService final : public RouterService {
     return out;
   }
 
-  RouterStats stats() override {
-    caf::scoped_actor self{system_};
-    RouterStats out;
-    self->request(router_, std::chrono::seconds(5), stats_atom::value)
-        .receive([&](RouterStats& s) { out = s; }, [&](caf::error&) {});
-    return out;
+  // If the router is gone the message and `done` are dropped: the exchange `done` holds then answers 500.
+  void stats(std::function<void(RouterStats)> done) override {
+    caf::anon_send(router_, stats_atom::value, std::move(done));
   }
 
   // Ready when every role a request may need has a healthy registered instance.
@@ -640,7 +633,6 @@ class ActorRouterService final : public RouterService {
   std::string model_id() override { return model_id_; }
 
  private:
-  caf::actor_system& system_;
   caf::actor router_;
   std::shared_ptr<RegistryView> registry_;
   const std::string model_id_;
@@ -680,8 +672,7 @@ protocol::Result<RoleHandle> spawn_router(RoleContext& ctx, RouterSettings setti
   if (!main) return main.error();
   RoleHandle h{*main, std::nullopt, 0, {}, {}};
   auto front = std::make_shared<HttpFront>();
-  front->service =
-      std::make_unique<ActorRouterService>(*ctx.system, h.main, ctx.registry, model_id_of(*ctx.cluster));
+  front->service = std::make_unique<ActorRouterService>(h.main, ctx.registry, model_id_of(*ctx.cluster));
   front->api = std::make_unique<HttpApi>(*front->service, http_config);
   auto bound = front->api->start(settings.http_host, settings.http_port);
   if (!bound) {

@@ -4,6 +4,7 @@
 // implements this interface on top of its actors, and tests implement it with fakes.
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -102,7 +103,9 @@ class RouterService {
   // on_done (with the tokens so far) unless it already did. Unknown or finished tickets are ignored.
   virtual void cancel(uint64_t ticket, std::string reason) = 0;
   virtual std::vector<InstanceView> instances() = 0;
-  virtual RouterStats stats() = 0;
+  // Calls `done` exactly once, from any thread, with the router's figures (empty ones if the router does
+  // not answer). Never blocks the caller: an HTTP I/O thread asks, the router's thread answers.
+  virtual void stats(std::function<void(RouterStats)> done) = 0;
   // Whether a request could be placed now: a complete set of healthy instances is registered.
   virtual Readiness readiness() = 0;
   virtual std::string model_id() = 0;  // the name /v1/models lists
