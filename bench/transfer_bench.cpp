@@ -36,6 +36,7 @@
 #include "epd/protocol/codec.hpp"
 #include "epd/transport/backend_registry.hpp"
 #include "epd/transport/engine.hpp"
+#include "transfer_row.hpp"
 
 using namespace epd::transport;
 using Clock = std::chrono::steady_clock;
@@ -224,14 +225,7 @@ std::unique_ptr<Child> spawn_target(uint64_t region_bytes) {
   return c;
 }
 
-struct Row {
-  std::string backend;
-  uint64_t block = 0, batch = 0;
-  double gbps = 0, writes_per_s = 0;
-  std::string baseline;
-  double baseline_gbps = 0, zmq_gbps = 0;
-  double avg_us = -1, p99_us = -1;
-};
+using Row = epd::bench::TransferRow;
 
 // Baseline: memcpy of `block`-sized chunks over a region-sized destination.
 double bench_memcpy(const uint8_t* src, uint8_t* dst, uint64_t region, uint64_t block, uint64_t total) {
