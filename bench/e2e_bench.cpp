@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -17,6 +18,8 @@
 #include "epd/http/base64.hpp"
 #include "epd/model/generate.hpp"
 #include "epd/model/image.hpp"
+#include "plot.hpp"
+#include "plot_kinds.hpp"
 #include "ring_sampler.hpp"
 #include "stats.hpp"
 
@@ -214,7 +217,7 @@ void print_occupancy(const std::vector<RingSample>& pts) {
 
 int run_e2e(int argc, char** argv) {
   CLI::App app{"epd-bench e2e: disaggregated TTFT/TPOT/throughput vs the same workload colocated"};
-  std::string config = "configs/bench-local.toml", staged_config;
+  std::string config = "configs/bench-local.toml", staged_config, plot_dir;
   bool quick = false, images = true, control_plane = true;
   int requests = 24, prompt_bytes = 480;
   double rate = 0;
@@ -234,7 +237,22 @@ int run_e2e(int argc, char** argv) {
   app.add_flag("!--no-images", images, "text only (default: every other request has an image)");
   app.add_flag("!--no-control-plane", control_plane, "skip the control-plane micro-benchmark");
   app.add_flag("--quick", quick, "a few seconds: 6 requests, short prompts");
+  app.add_option("--plot", plot_dir,
+                 "write DIR/staging-ring.png (gnuplot): the staging ring's occupancy over the staged "
+                 "throughput run (needs --staged-config)")
+      ->type_name("DIR");
   CLI11_PARSE(app, argc, argv);
+  if (!plot_dir.empty()) {
+    if (staged_config.empty()) {
+      std::fprintf(stderr,
+                   "epd-bench e2e: --plot draws the staging ring's occupancy; give --staged-config\n");
+      return 2;
+    }
+    if (auto e = prepare_plot_dir(plot_dir); !e.empty()) {
+      std::fprintf(stderr, "epd-bench e2e: --plot: %s\n", e.c_str());
+      return 2;
+    }
+  }
   if (quick) {
     requests = 6;
     prompt_bytes = std::min(prompt_bytes, 200);
@@ -299,6 +317,19 @@ int run_e2e(int argc, char** argv) {
     std::printf(
         "\nstaging ring occupancy during the staged throughput run (decode's highest use per heartbeat):\n");
     print_occupancy(staged->occupancy);
+    if (!plot_dir.empty()) {
+      char subtitle[256];
+      std::snprintf(subtitle, sizeof subtitle,
+                    "%s: %d requests, %d in flight, %d-token prompts, %u tokens each; decodes summed, "
+                    "sampled every 50 ms",
+                    staged_config.c_str(), requests, o.concurrency, prompt_bytes, o.max_tokens);
+      const auto plot = ring_occupancy_plot(staged->occupancy, subtitle);
+      if (auto e = render_plot(plot_dir, plot); !e.empty()) {
+        std::fprintf(stderr, "epd-bench e2e: --plot: %s\n", e.c_str());
+        return 1;
+      }
+      std::printf("  plot: %s\n", (std::filesystem::path(plot_dir) / plot.png_file()).c_str());
+    }
   }
   if (control_plane) {
     std::printf("\n");
