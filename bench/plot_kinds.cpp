@@ -100,7 +100,7 @@ const char* const kCdfAxes =
     "set logscale x 10\n"
     "set yrange [0:1.02]\n"
     "set ytics 0.1\n"
-    "set key top left box opaque\n"  // a CDF leaves the top left empty
+    "set key below\n"  // titles carry n, p50 and p99: too wide to sit inside next to a curve
 
     "set arrow 1 from graph 0, first 0.5 to graph 1, first 0.5 nohead dt 3 lc rgb 'gray50'\n"
     "set arrow 2 from graph 0, first 0.99 to graph 1, first 0.99 nohead dt 3 lc rgb 'gray50'\n";
@@ -225,7 +225,7 @@ Plot serve_latency_plot(const std::vector<RequestRecord>& records, const std::st
   std::ostringstream s;
   const int width = itl_panel ? 2 * kPanelWidth : kWidth;
   s << preamble(p, "epd-bench serve: latency CDFs", width, kHeight)
-    << multiplot(itl_panel ? 2 : 1, width, 60,
+    << multiplot(itl_panel ? 2 : 1, width, 100,
                  title("epd-bench serve: latency CDFs (dotted: p50, p99)", subtitle))
     << kCdfAxes << "set title 'time to first token'\n"
     << "set xlabel 'TTFT (ms, log scale)'\nset ylabel 'fraction of requests at or below'\n"
