@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -13,10 +14,13 @@
 
 #include "cluster.hpp"
 #include "control_plane_bench.hpp"
-#include "epd/http/base64.hpp"
 #include "epd/config/cluster_config.hpp"
+#include "epd/http/base64.hpp"
 #include "epd/model/generate.hpp"
 #include "epd/model/image.hpp"
+#include "plot.hpp"
+#include "plot_kinds.hpp"
+#include "ring_sampler.hpp"
 #include "stats.hpp"
 
 namespace epd::bench {
@@ -130,53 +134,11 @@ double p50(const std::vector<Sample>& s, double Sample::*field) {
   return percentile(v, 50);
 }
 
-// Samples the decode instances' staging ring occupancy from /v1/instances until stopped.
-class OccupancySampler {
- public:
-  OccupancySampler(std::string host, int port) : host_(std::move(host)), port_(port) {
-    thread_ = std::thread([this] { loop(); });
-  }
-  ~OccupancySampler() { stop(); }
-  void stop() {
-    done_ = true;
-    if (thread_.joinable()) thread_.join();
-  }
-  struct Point {
-    double t_ms;
-    uint64_t used, ring;
-  };
-  const std::vector<Point>& points() const { return points_; }
-
- private:
-  void loop() {
-    httplib::Client c(host_, port_);
-    const auto t0 = clock::now();
-    while (!done_) {
-      if (auto r = c.Get("/v1/instances"); r && r->status == 200) {
-        auto j = json::parse(r->body, nullptr, false);
-        uint64_t used = 0, ring = 0;
-        for (const auto& e : j)
-          if (e.value("role", "") == "decode" && e.contains("staging")) {
-            used += e["staging"].value("ring_peak", uint64_t{0});  // highest use since its last heartbeat
-            ring += e["staging"].value("ring_bytes", uint64_t{0});
-          }
-        points_.push_back({std::chrono::duration<double, std::milli>(clock::now() - t0).count(), used, ring});
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-  }
-  std::string host_;
-  int port_;
-  std::atomic<bool> done_{false};
-  std::vector<Point> points_;
-  std::thread thread_;
-};
-
 struct Measured {
   std::vector<Sample> seq, tput;
   double tput_wall = 0;
   size_t failed = 0, tokens = 0;
-  std::vector<OccupancySampler::Point> occupancy;
+  std::vector<RingSample> occupancy;
 };
 
 struct RunOptions {
@@ -203,10 +165,10 @@ std::optional<Measured> measure(const std::string& config, const std::vector<Wor
   Measured m;
   double wall = 0;
   m.seq = run_disaggregated(host, port, work, o.max_tokens, 1, {}, wall);
-  OccupancySampler sampler(host, port);
+  RingSampler sampler(host, port);
   m.tput = run_disaggregated(host, port, work, o.max_tokens, o.concurrency, o.interval, m.tput_wall);
   sampler.stop();
-  m.occupancy = sampler.points();
+  m.occupancy = sampler.samples();
   for (const auto& s : m.tput) {
     m.failed += !s.ok;
     m.tokens += s.tokens;
@@ -225,14 +187,14 @@ void print_throughput(const Measured& m, int requests) {
 }
 
 // The ring's occupancy during the throughput run: a coarse timeline (one line per tenth of the run).
-void print_occupancy(const std::vector<OccupancySampler::Point>& pts) {
+void print_occupancy(const std::vector<RingSample>& pts) {
   if (pts.empty() || pts.back().ring == 0) {
     std::printf("  (no staging ring reported)\n");
     return;
   }
   const size_t buckets = std::min<size_t>(10, pts.size());
   uint64_t peak = 0;
-  for (const auto& p : pts) peak = std::max(peak, p.used);
+  for (const auto& p : pts) peak = std::max(peak, p.peak);
   std::printf(
       "  ring %.1f MiB, peak use %.1f%% (over-subscription > 100%%: grants waiting for the watermark)\n",
       double(pts.back().ring) / (1 << 20), 100.0 * double(peak) / double(pts.back().ring));
@@ -241,8 +203,8 @@ void print_occupancy(const std::vector<OccupancySampler::Point>& pts) {
     uint64_t mx = 0;
     double sum = 0;
     for (size_t i = lo; i < hi; ++i) {
-      mx = std::max(mx, pts[i].used);
-      sum += double(pts[i].used);
+      mx = std::max(mx, pts[i].peak);
+      sum += double(pts[i].peak);
     }
     const double mean_pct = 100.0 * sum / double(hi - lo) / double(pts.back().ring);
     const double max_pct = 100.0 * double(mx) / double(pts.back().ring);
@@ -255,7 +217,7 @@ void print_occupancy(const std::vector<OccupancySampler::Point>& pts) {
 
 int run_e2e(int argc, char** argv) {
   CLI::App app{"epd-bench e2e: disaggregated TTFT/TPOT/throughput vs the same workload colocated"};
-  std::string config = "configs/bench-local.toml", staged_config;
+  std::string config = "configs/bench-local.toml", staged_config, plot_dir;
   bool quick = false, images = true, control_plane = true;
   int requests = 24, prompt_bytes = 480;
   double rate = 0;
@@ -275,7 +237,22 @@ int run_e2e(int argc, char** argv) {
   app.add_flag("!--no-images", images, "text only (default: every other request has an image)");
   app.add_flag("!--no-control-plane", control_plane, "skip the control-plane micro-benchmark");
   app.add_flag("--quick", quick, "a few seconds: 6 requests, short prompts");
+  app.add_option("--plot", plot_dir,
+                 "write DIR/staging-ring.png (gnuplot): the staging ring's occupancy over the staged "
+                 "throughput run (needs --staged-config)")
+      ->type_name("DIR");
   CLI11_PARSE(app, argc, argv);
+  if (!plot_dir.empty()) {
+    if (staged_config.empty()) {
+      std::fprintf(stderr,
+                   "epd-bench e2e: --plot draws the staging ring's occupancy; give --staged-config\n");
+      return 2;
+    }
+    if (auto e = prepare_plot_dir(plot_dir); !e.empty()) {
+      std::fprintf(stderr, "epd-bench e2e: --plot: %s\n", e.c_str());
+      return 2;
+    }
+  }
   if (quick) {
     requests = 6;
     prompt_bytes = std::min(prompt_bytes, 200);
@@ -340,6 +317,19 @@ int run_e2e(int argc, char** argv) {
     std::printf(
         "\nstaging ring occupancy during the staged throughput run (decode's highest use per heartbeat):\n");
     print_occupancy(staged->occupancy);
+    if (!plot_dir.empty()) {
+      char subtitle[256];
+      std::snprintf(subtitle, sizeof subtitle,
+                    "%s: %d requests, %d in flight, %d-token prompts, %u tokens each; decodes summed, "
+                    "sampled every 50 ms",
+                    staged_config.c_str(), requests, o.concurrency, prompt_bytes, o.max_tokens);
+      const auto plot = ring_occupancy_plot(staged->occupancy, subtitle);
+      if (auto e = render_plot(plot_dir, plot); !e.empty()) {
+        std::fprintf(stderr, "epd-bench e2e: --plot: %s\n", e.c_str());
+        return 1;
+      }
+      std::printf("  plot: %s\n", (std::filesystem::path(plot_dir) / plot.png_file()).c_str());
+    }
   }
   if (control_plane) {
     std::printf("\n");

@@ -29,6 +29,10 @@ constexpr Subcommand kSubcommands[] = {
 int usage(FILE* out) {
   std::fprintf(out, "usage: epd-bench <subcommand> [--help]\n\nsubcommands:\n");
   for (const auto& s : kSubcommands) std::fprintf(out, "  %-10s %s\n", s.name, s.help);
+  std::fprintf(
+      out,
+      "\n--plot DIR (transfer, serve, e2e with --staged-config, soak) writes PNG plots with gnuplot\n"
+      "(Debian package gnuplot-nox) into DIR, next to their data files and gnuplot scripts.\n");
   return out == stdout ? 0 : 2;
 }
 

@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <limits>
@@ -11,6 +12,8 @@
 #include "async_http.hpp"
 #include "cluster.hpp"
 #include "epd/config/cluster_config.hpp"
+#include "plot.hpp"
+#include "plot_kinds.hpp"
 #include "serve_runner.hpp"
 
 namespace epd::bench {
@@ -86,8 +89,25 @@ void print_header(const std::string& url, const std::string& rate, const RunOpti
   std::fflush(stdout);
 }
 
+// The plot's second title line: what was sent, and how.
+std::string plot_subtitle(const std::string& rate, const RunOptions& o, const WorkloadOptions& w) {
+  auto spread = [](double range) {
+    char b[32] = "";
+    if (range > 0) std::snprintf(b, sizeof b, " +-%g%%", range * 100);
+    return std::string(b);
+  };
+  char b[256];
+  std::snprintf(b, sizeof b,
+                "%s, %s, rate %s/s, %zu requests, max concurrency %s, prompt %d chars%s, max_tokens %d%s%s",
+                o.chat ? "chat" : "completions", o.stream ? "streamed" : "not streamed", rate.c_str(),
+                o.requests, o.max_concurrency ? std::to_string(o.max_concurrency).c_str() : "unbounded",
+                w.prompt.mean, spread(w.prompt.range).c_str(), w.output.mean, spread(w.output.range).c_str(),
+                w.image_uri.empty() ? "" : ", with an image");
+  return b;
+}
+
 struct Flags {
-  std::string url, config, endpoint = "chat", rate = "inf", image, csv, json_out, extra_body;
+  std::string url, config, endpoint = "chat", rate = "inf", image, csv, json_out, extra_body, plot;
   size_t requests = 0, max_concurrency = 0;
   double seconds = 0, timeout_s = 300;
   bool no_stream = false, quiet = false;
@@ -158,6 +178,16 @@ int run(const Flags& f, RunOptions o, WorkloadOptions w) {
       return 2;
     }
   }
+  if (!f.plot.empty()) {
+    RunOptions shown = o;
+    shown.requests = runner.records().size();
+    const auto plot = serve_latency_plot(runner.records(), plot_subtitle(f.rate, shown, w));
+    if (auto e = render_plot(f.plot, plot); !e.empty()) {
+      std::fprintf(stderr, "epd-bench serve: --plot: %s\n", e.c_str());
+      return 1;
+    }
+    std::printf("plot: %s\n", (std::filesystem::path(f.plot) / plot.png_file()).c_str());
+  }
   return s.failed == 0 && s.ok > 0 ? 0 : 1;
 }
 
@@ -194,6 +224,9 @@ int run_serve(int argc, char** argv) {
   app.add_option("--timeout", f.timeout_s, "seconds any one connect, write or read may take");
   app.add_option("--csv", f.csv, "write one row per request to this file");
   app.add_option("--json", f.json_out, "write the summary as JSON to this file");
+  app.add_option("--plot", f.plot,
+                 "write DIR/serve-latency-cdf.png (gnuplot): CDFs of TTFT (client and router) and ITL")
+      ->type_name("DIR");
   app.add_flag("--quiet", f.quiet, "no progress line on stderr");
   CLI11_PARSE(app, argc, argv);
 
@@ -210,6 +243,11 @@ int run_serve(int argc, char** argv) {
     return 2;
   }
   if (!o.requests && o.seconds <= 0) o.requests = 100;
+  if (!f.plot.empty())
+    if (auto e = prepare_plot_dir(f.plot); !e.empty()) {
+      std::fprintf(stderr, "epd-bench serve: --plot: %s\n", e.c_str());
+      return 2;
+    }
   try {
     o.rate = f.rate == "inf" ? std::numeric_limits<double>::infinity() : std::stod(f.rate);
   } catch (const std::exception&) {

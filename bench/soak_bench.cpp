@@ -13,6 +13,8 @@
 #include <thread>
 
 #include "cluster.hpp"
+#include "plot.hpp"
+#include "plot_kinds.hpp"
 
 namespace epd::bench {
 namespace {
@@ -87,6 +89,7 @@ int run_soak(int argc, char** argv) {
   std::string config = "configs/local.toml";
   int requests = 50000, blocks = 10, concurrency = 8, prompt_bytes = 20;
   uint32_t max_tokens = 4;
+  std::string plot_dir;
   app.add_option("--config", config, "cluster config; the cluster is started from it");
   app.add_option("--requests", requests, "requests in all")->check(CLI::PositiveNumber);
   app.add_option("--blocks", blocks, "blocks the requests are split into (RSS is read after each)")
@@ -94,7 +97,15 @@ int run_soak(int argc, char** argv) {
   app.add_option("--concurrency", concurrency, "requests in flight")->check(CLI::PositiveNumber);
   app.add_option("--prompt-bytes", prompt_bytes, "prompt length in bytes")->check(CLI::PositiveNumber);
   app.add_option("--max-tokens", max_tokens, "tokens generated per request")->check(CLI::PositiveNumber);
+  app.add_option("--plot", plot_dir,
+                 "write DIR/soak-rss.png (gnuplot): every role's RSS per block and its change")
+      ->type_name("DIR");
   CLI11_PARSE(app, argc, argv);
+  if (!plot_dir.empty())
+    if (auto e = prepare_plot_dir(plot_dir); !e.empty()) {
+      std::fprintf(stderr, "epd-bench soak: --plot: %s\n", e.c_str());
+      return 2;
+    }
 
   auto cfg = config::load_cluster_config(config);
   if (!cfg) {
@@ -137,6 +148,20 @@ int run_soak(int argc, char** argv) {
     if (j.contains("tables")) std::printf("router tables after the run: %s\n", j["tables"].dump().c_str());
   }
   cluster->stop();
+  if (!plot_dir.empty()) {
+    std::vector<std::string> ids;
+    for (const auto& p : procs) ids.push_back(p.id);
+    char subtitle[256];
+    std::snprintf(subtitle, sizeof subtitle,
+                  "%s: %d requests in %d blocks, %d in flight, %d-byte prompts, max_tokens %u",
+                  config.c_str(), requests, blocks, concurrency, prompt_bytes, max_tokens);
+    const auto plot = soak_rss_plot(ids, rss, subtitle);
+    if (auto e = render_plot(plot_dir, plot); !e.empty()) {
+      std::fprintf(stderr, "epd-bench soak: --plot: %s\n", e.c_str());
+      return 1;
+    }
+    std::printf("plot: %s\n", (std::filesystem::path(plot_dir) / plot.png_file()).c_str());
+  }
   return failed == 0 ? 0 : 1;
 }
 

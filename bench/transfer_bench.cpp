@@ -22,6 +22,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -36,6 +37,9 @@
 #include "epd/protocol/codec.hpp"
 #include "epd/transport/backend_registry.hpp"
 #include "epd/transport/engine.hpp"
+#include "plot.hpp"
+#include "plot_kinds.hpp"
+#include "transfer_row.hpp"
 
 using namespace epd::transport;
 using Clock = std::chrono::steady_clock;
@@ -48,6 +52,7 @@ struct Options {
   bool quick = false;
   std::optional<std::string> backend;
   std::string csv;
+  std::string plot;  // --plot DIR
   uint32_t lanes = 4;
   uint32_t window = 4;   // batches in flight per session
   double seconds = 0.3;  // per measured point
@@ -224,14 +229,7 @@ std::unique_ptr<Child> spawn_target(uint64_t region_bytes) {
   return c;
 }
 
-struct Row {
-  std::string backend;
-  uint64_t block = 0, batch = 0;
-  double gbps = 0, writes_per_s = 0;
-  std::string baseline;
-  double baseline_gbps = 0, zmq_gbps = 0;
-  double avg_us = -1, p99_us = -1;
-};
+using Row = epd::bench::TransferRow;
 
 // Baseline: memcpy of `block`-sized chunks over a region-sized destination.
 double bench_memcpy(const uint8_t* src, uint8_t* dst, uint64_t region, uint64_t block, uint64_t total) {
@@ -336,7 +334,10 @@ Options parse(int argc, char** argv, bool* bad) {
       o.quick = true;
     else if (a == "--csv")
       o.csv = next();
-    else if (a == "--backend") {
+    else if (a == "--plot") {
+      o.plot = next();
+      if (o.plot.empty()) *bad = true;
+    } else if (a == "--backend") {
       o.backend = next();
       if (!find_backend(*o.backend)) *bad = true;
     } else if (a == "--lanes")
@@ -383,12 +384,20 @@ int run_transfer_bench(int argc, char** argv) {
     std::string names;
     for (const BackendPlugin* p : backend_plugins())
       names += (names.empty() ? "" : "|") + std::string(p->name);
-    std::fprintf(stderr,
-                 "usage: epd-bench transfer [--quick] [--backend %s] [--csv FILE] [--lanes N (tcp)] "
-                 "[--window N] [--seconds S]\n",
-                 names.c_str());
+    std::fprintf(
+        stderr,
+        "usage: epd-bench transfer [--quick] [--backend %s] [--csv FILE] [--lanes N (tcp)] "
+        "[--window N] [--seconds S] [--plot DIR]\n"
+        "  --plot DIR  write DIR/transfer-bandwidth.png (gnuplot): GB/s vs block size per backend and "
+        "batch, with the baselines\n",
+        names.c_str());
     return 2;
   }
+  if (!opt.plot.empty())
+    if (auto e = epd::bench::prepare_plot_dir(opt.plot); !e.empty()) {
+      std::fprintf(stderr, "epd-bench transfer: --plot: %s\n", e.c_str());
+      return 2;
+    }
   signal(SIGPIPE, SIG_IGN);
   const std::vector<uint64_t> blocks = opt.quick
                                            ? std::vector<uint64_t>{4 * kKiB, 1 * kMiB, 16 * kMiB}
@@ -567,5 +576,17 @@ int run_transfer_bench(int argc, char** argv) {
   if (worst("tcp", false) >= 0) std::printf("  tcp / raw-tcp %.2f  (goal >= 0.90)\n", worst("tcp", false));
   if (worst("tcp", true) >= 0) std::printf("  tcp / zmq     %.2f  (goal >= 1.20)\n", worst("tcp", true));
   close(tfd);
+  if (!opt.plot.empty()) {
+    char subtitle[160];
+    std::snprintf(subtitle, sizeof subtitle,
+                  "%u batches in flight, %u tcp lanes, best of %d round(s) of %g s per point; GB/s = 1e9 B/s",
+                  opt.window, opt.lanes, rounds, opt.seconds);
+    const auto plot = epd::bench::transfer_bandwidth_plot(rows, subtitle);
+    if (auto e = epd::bench::render_plot(opt.plot, plot); !e.empty()) {
+      std::fprintf(stderr, "epd-bench transfer: --plot: %s\n", e.c_str());
+      return 1;
+    }
+    std::printf("\nplot: %s\n", (std::filesystem::path(opt.plot) / plot.png_file()).c_str());
+  }
   return 0;
 }

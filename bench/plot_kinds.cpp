@@ -1,0 +1,350 @@
+#include "plot_kinds.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <set>
+#include <sstream>
+
+#include "stats.hpp"
+
+namespace epd::bench {
+namespace {
+
+constexpr int kWidth = 900, kHeight = 540, kPanelWidth = 600;
+
+// A gnuplot double-quoted string: titles may hold anything a config or a flag gave.
+std::string quote(std::string_view s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\')
+      out += '\\', out += c;
+    else if (c == '\n')
+      out += "\\n";
+    else
+      out += c;
+  }
+  return out + "\"";
+}
+
+std::string num(double v) {
+  if (!std::isfinite(v)) return "NaN";  // gnuplot skips the point and breaks the line there
+  char b[32];
+  std::snprintf(b, sizeof b, "%.6g", v);
+  return b;
+}
+
+// A name usable in a file name and a column header.
+std::string token(std::string s) {
+  for (char& c : s)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '.') c = '_';
+  return s;
+}
+
+std::string size_label(uint64_t b) {
+  if (b >= (1u << 20) && b % (1u << 20) == 0) return std::to_string(b >> 20) + " MiB";
+  if (b >= 1024 && b % 1024 == 0) return std::to_string(b >> 10) + " KiB";
+  return std::to_string(b) + " B";
+}
+
+std::string title(const std::string& main, const std::string& subtitle) {
+  return quote(subtitle.empty() ? main : main + "\n" + subtitle);
+}
+
+// The first lines of every script: pngcairo, or libgd's png where gnuplot was built without cairo; plain
+// text (no enhanced-mode markup, so "decode_0" keeps its underscore).
+std::string preamble(const Plot& p, const std::string& what, int width, int height) {
+  std::ostringstream s;
+  s << "# " << what << ", written by epd-bench --plot.\n"
+    << "# Re-render in this directory: gnuplot " << p.script_file() << "\n"
+    << "if (strstrt(GPVAL_TERMINALS, 'pngcairo') > 0) {\n"
+    << "  set terminal pngcairo size " << width << "," << height << " noenhanced font 'sans,10'\n"
+    << "} else {\n"
+    << "  set terminal png size " << width << "," << height << " noenhanced\n"
+    << "}\n"
+    << "set output " << quote(p.png_file()) << "\n"
+    << "set grid\n";
+  return s.str();
+}
+
+// Panels side by side with the same margins, so their plot areas line up whatever their keys and tic labels;
+// `bottom_px` leaves room for tic labels, the x label and a key below.
+std::string multiplot(int panels, int width, int bottom_px, const std::string& title_text) {
+  auto frac = [](double px, double of) { return num(px / of); };
+  std::ostringstream s;
+  s << "set multiplot layout 1," << panels << " margins " << frac(75, width) << "," << num(1 - 25.0 / width)
+    << "," << frac(bottom_px, kHeight) << "," << num(1 - 80.0 / kHeight) << " spacing " << frac(85, width)
+    << " title " << title_text << "\n";
+  return s.str();
+}
+
+// One CDF: sorted values and the fraction of samples at or below each.
+DataFile cdf_file(const std::string& name, const std::string& what, std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  std::ostringstream s;
+  s << "# " << what << ": " << v.size() << " samples\n# ms fraction_at_or_below\n";
+  for (size_t i = 0; i < v.size(); ++i)
+    s << num(v[i]) << " " << num(double(i + 1) / double(v.size())) << "\n";
+  return {name, s.str()};
+}
+
+std::string cdf_title(const std::string& what, const std::vector<double>& v) {
+  char b[160];
+  std::snprintf(b, sizeof b, "%s: n=%zu, p50 %.3g ms, p99 %.3g ms", what.c_str(), v.size(), percentile(v, 50),
+                percentile(v, 99));
+  return b;
+}
+
+// The horizontal guides of a CDF panel, at the median and the 99th percentile.
+const char* const kCdfAxes =
+    "set logscale x 10\n"
+    "set yrange [0:1.02]\n"
+    "set ytics 0.1\n"
+    "set key below\n"  // titles carry n, p50 and p99: too wide to sit inside next to a curve
+
+    "set arrow 1 from graph 0, first 0.5 to graph 1, first 0.5 nohead dt 3 lc rgb 'gray50'\n"
+    "set arrow 2 from graph 0, first 0.99 to graph 1, first 0.99 nohead dt 3 lc rgb 'gray50'\n";
+
+}  // namespace
+
+Plot transfer_bandwidth_plot(const std::vector<TransferRow>& rows, const std::string& subtitle) {
+  Plot p;
+  p.name = "transfer-bandwidth";
+  std::vector<std::string> backends;  // engine backends, in table order
+  for (const auto& r : rows)
+    if (r.baseline != "-" && std::find(backends.begin(), backends.end(), r.backend) == backends.end())
+      backends.push_back(r.backend);
+  if (backends.empty()) {
+    p.error = "no engine rows to plot";
+    return p;
+  }
+  const int width = backends.size() == 1 ? kWidth : kPanelWidth * int(backends.size());
+  std::ostringstream s;
+  s << preamble(p, "epd-bench transfer: bandwidth vs block size", width, kHeight)
+    << multiplot(int(backends.size()), width, 125,
+                 title("epd-bench transfer: bandwidth vs block size, against baselines from the same run",
+                       subtitle));
+  for (const auto& backend : backends) {
+    std::set<uint64_t> blocks, batches;
+    std::vector<std::string> baselines;  // this backend's: its own, then ZeroMQ where it was compared
+    bool zmq = false;
+    for (const auto& r : rows) {
+      if (r.backend != backend) continue;
+      blocks.insert(r.block);
+      batches.insert(r.batch);
+      if (std::find(baselines.begin(), baselines.end(), r.baseline) == baselines.end())
+        baselines.push_back(r.baseline);
+      zmq |= r.zmq_gbps > 0;
+    }
+    if (zmq) baselines.push_back("zmq");
+    auto engine = [&](uint64_t block, uint64_t batch) {
+      for (const auto& r : rows)
+        if (r.backend == backend && r.block == block && r.batch == batch) return &r;
+      return static_cast<const TransferRow*>(nullptr);
+    };
+    // Wide table: one row per block size; a column per batch size, then the baselines.
+    std::ostringstream d;
+    d << "# epd-bench transfer, backend " << backend
+      << ": GB/s (1e9 bytes/s); NaN = not measured\n# block_bytes";
+    for (uint64_t b : batches) d << " batch_" << b;
+    for (const auto& b : baselines) d << " " << token(b);
+    d << "\n";
+    for (uint64_t block : blocks) {
+      d << block;
+      const TransferRow* any = nullptr;
+      for (uint64_t batch : batches) {
+        const TransferRow* r = engine(block, batch);
+        d << " " << (r ? num(r->gbps) : "NaN");
+        if (r && !any) any = r;
+      }
+      for (const auto& b : baselines) {
+        double v = NAN;
+        if (any) v = b == "zmq" ? any->zmq_gbps : any->baseline_gbps;
+        d << " " << num(v);
+      }
+      d << "\n";
+    }
+    const std::string file = p.name + "." + token(backend) + ".dat";
+    p.data.push_back({file, d.str()});
+
+    std::string base_names;
+    for (const auto& b : baselines) base_names += (base_names.empty() ? "" : ", ") + b;
+    s << "set title " << quote(backend + " vs " + base_names) << "\n"
+      << "set logscale x 2\n"
+      << "set xrange [" << num(double(*blocks.begin()) / 1.5) << ":" << num(double(*blocks.rbegin()) * 1.5)
+      << "]\nset xtics (";
+    for (auto it = blocks.begin(); it != blocks.end(); ++it)
+      s << (it == blocks.begin() ? "" : ", ") << quote(size_label(*it)) << " " << *it;
+    s << ")\nset xlabel 'block size (log scale)'\n"
+      << "set ylabel 'bandwidth (GB/s = 1e9 bytes/s)'\n"
+      << "set yrange [0:*]\n"
+      << "set key below\n"
+      << "plot ";
+    // Columns: 1 block, then one per batch size, then one per baseline.
+    int column = 1;
+    for (uint64_t b : batches) {
+      ++column;
+      s << (column == 2 ? quote(file) : ", \\\n     \"\"") << " using 1:" << column
+        << " with linespoints lw 2 pt 7 ps 0.8 title " << quote(backend + ", batch " + std::to_string(b));
+    }
+    const char* const colors[] = {"black", "gray40", "gray65"};
+    for (size_t i = 0; i < baselines.size(); ++i) {
+      ++column;
+      s << ", \\\n     \"\" using 1:" << column << " with linespoints lw 2 dt " << 2 + i
+        << " pt 6 ps 0.8 lc rgb '" << colors[std::min<size_t>(i, 2)] << "' title "
+        << quote(baselines[i] + " (baseline)");
+    }
+    s << "\n";
+  }
+  s << "unset multiplot\nunset output\n";
+  p.script = s.str();
+  return p;
+}
+
+Plot serve_latency_plot(const std::vector<RequestRecord>& records, const std::string& subtitle) {
+  Plot p;
+  p.name = "serve-latency-cdf";
+  std::vector<double> ttft, router, itl;
+  for (const auto& r : records) {
+    if (!r.error.empty()) continue;
+    if (r.ttft_ms >= 0) ttft.push_back(r.ttft_ms);
+    if (r.router_ttft_ms >= 0) router.push_back(r.router_ttft_ms);
+    itl.insert(itl.end(), r.itl_ms.begin(), r.itl_ms.end());
+  }
+  if (ttft.empty()) {
+    p.error = "no successful request with a first token";
+    return p;
+  }
+  const bool itl_panel = !itl.empty();  // whole answers (--no-stream) have no gaps
+  const std::string ttft_file = p.name + ".ttft.dat", router_file = p.name + ".router-ttft.dat",
+                    itl_file = p.name + ".itl.dat";
+  p.data.push_back(cdf_file(ttft_file, "client TTFT", ttft));
+  if (!router.empty()) p.data.push_back(cdf_file(router_file, "router TTFT (epd.first_token_ms)", router));
+  if (itl_panel) p.data.push_back(cdf_file(itl_file, "inter-token latency (between content events)", itl));
+
+  std::ostringstream s;
+  const int width = itl_panel ? 2 * kPanelWidth : kWidth;
+  s << preamble(p, "epd-bench serve: latency CDFs", width, kHeight)
+    << multiplot(itl_panel ? 2 : 1, width, 100,
+                 title("epd-bench serve: latency CDFs (dotted: p50, p99)", subtitle))
+    << kCdfAxes << "set title 'time to first token'\n"
+    << "set xlabel 'TTFT (ms, log scale)'\nset ylabel 'fraction of requests at or below'\n"
+    << "plot " << quote(ttft_file) << " using 1:2 with steps lw 2 title "
+    << quote(cdf_title("client TTFT", ttft));
+  if (!router.empty())
+    s << ", \\\n     " << quote(router_file) << " using 1:2 with steps lw 2 dt 2 title "
+      << quote(cdf_title("router's own TTFT", router));
+  s << "\n";
+  if (itl_panel)
+    s << "set title 'inter-token latency'\n"
+      << "set xlabel 'gap between content events (ms, log scale)'\nset ylabel 'fraction of gaps at or "
+         "below'\n"
+      << "plot " << quote(itl_file) << " using 1:2 with steps lw 2 lc 3 title "
+      << quote(cdf_title("ITL", itl)) << "\n";
+  s << "unset multiplot\nunset output\n";
+  p.script = s.str();
+  return p;
+}
+
+Plot ring_occupancy_plot(const std::vector<RingSample>& samples, const std::string& subtitle) {
+  Plot p;
+  p.name = "staging-ring";
+  uint64_t ring = 0;
+  double top = 0;  // highest % seen
+  for (const auto& x : samples) ring = std::max(ring, x.ring);
+  if (samples.empty() || ring == 0) {
+    p.error = samples.empty() ? "no /v1/instances sample was read"
+                              : "no decode reported a staging ring (does the staged cluster's decode use "
+                                "another KV layout than prefill?)";
+    return p;
+  }
+  std::ostringstream d;
+  d << "# staging ring of the decode instances (summed), from GET /v1/instances every ~50 ms; the figures\n"
+    << "# change once per heartbeat. pct = % of the ring (" << ring << " bytes)\n"
+    << "# t_s ring_used_bytes ring_peak_bytes ring_bytes used_pct peak_pct\n";
+  for (const auto& x : samples) {
+    const double used = 100.0 * double(x.used) / double(ring), peak = 100.0 * double(x.peak) / double(ring);
+    top = std::max({top, used, peak});
+    d << num(x.t_ms / 1000) << " " << x.used << " " << x.peak << " " << x.ring << " " << num(used) << " "
+      << num(peak) << "\n";
+  }
+  const std::string file = p.name + ".dat";
+  p.data.push_back({file, d.str()});
+  const double ymax = std::max(105.0, top * 1.1), mib = double(ring) / (1 << 20);
+  char ylabel[96];
+  std::snprintf(ylabel, sizeof ylabel, "ring in use (%% of %.3g MiB)", mib);
+  std::ostringstream s;
+  s << preamble(p, "epd-bench e2e: staging ring occupancy", kWidth, kHeight) << "set title "
+    << title("epd-bench e2e: decode staging ring in use during the staged throughput run", subtitle) << "\n"
+    << "set xlabel 'time since the throughput run started (s)'\n"
+    << "set ylabel " << quote(ylabel) << "\n"
+    << "set yrange [0:" << num(ymax) << "]\n"
+    << "set y2label 'ring in use (MiB)'\nset y2range [0:" << num(ymax * mib / 100)
+    << "]\nset y2tics\nset ytics nomirror\n"
+    << "set arrow 1 from graph 0, first 100 to graph 1, first 100 nohead dt 2 lc rgb 'red'\n"
+    << "set label 1 'full (above: grants waiting for the watermark)' at graph 0.01, first 100 offset 0,0.7 "
+       "tc rgb 'red'\n"
+    << "set key top right box opaque\n"
+    << "plot " << quote(file)
+    << " using 1:6 with steps lw 2 title 'highest use per heartbeat (ring_peak)', \\\n"
+    << "     \"\" using 1:5 with steps lw 1.5 title 'in use at the heartbeat (ring_used)'\n"
+    << "unset output\n";
+  p.script = s.str();
+  return p;
+}
+
+Plot soak_rss_plot(const std::vector<std::string>& processes, const std::vector<std::vector<double>>& rss_mib,
+                   const std::string& subtitle) {
+  Plot p;
+  p.name = "soak-rss";
+  if (processes.empty() || rss_mib.size() != processes.size() || rss_mib[0].empty()) {
+    p.error = "no RSS was measured";
+    return p;
+  }
+  const size_t blocks = rss_mib[0].size(), base = blocks >= 2 ? 1 : 0;  // block 1 is warm-up
+  std::ostringstream d, g;
+  d << "# epd-bench soak: VmRSS after each block (MiB)\n# block";
+  g << "# epd-bench soak: RSS change since block " << base + 1 << " (%)\n# block";
+  for (const auto& id : processes) {
+    d << " " << token(id) << "_mib";
+    g << " " << token(id) << "_pct";
+  }
+  d << "\n";
+  g << "\n";
+  for (size_t b = 0; b < blocks; ++b) {
+    d << b + 1;
+    g << b + 1;
+    for (const auto& series : rss_mib) {
+      const double v = b < series.size() ? series[b] : NAN;
+      d << " " << num(v);
+      g << " " << num(base < series.size() && series[base] > 0 ? 100.0 * (v / series[base] - 1) : NAN);
+    }
+    d << "\n";
+    g << "\n";
+  }
+  const std::string file = p.name + ".dat", growth = p.name + "-growth.dat";
+  p.data.push_back({file, d.str()});
+  p.data.push_back({growth, g.str()});
+
+  std::ostringstream s;
+  s << preamble(p, "epd-bench soak: RSS per block", 2 * kPanelWidth, kHeight)
+    << multiplot(2, 2 * kPanelWidth, 110,
+                 title("epd-bench soak: resident memory of every role process", subtitle))
+    << "set xrange [0.5:" << blocks << ".5]\n"
+    << (blocks <= 20 ? "set xtics 1\n" : "") << "set xlabel 'block'\nset key below\n";
+  auto panel = [&](const std::string& f, const std::string& what, const char* ylabel, const char* yrange) {
+    s << "set title " << quote(what) << "\nset ylabel " << quote(ylabel) << "\n" << yrange << "plot ";
+    for (size_t i = 0; i < processes.size(); ++i)
+      s << (i ? ", \\\n     " : "") << quote(i ? "" : f) << " using 1:" << i + 2
+        << " with linespoints lw 2 pt 7 ps 0.8 title " << quote(processes[i]);
+    s << "\n";
+  };
+  panel(file, "VmRSS after each block", "RSS (MiB)", "set yrange [0:*]\n");
+  panel(growth, "change since block " + std::to_string(base + 1) + " (block 1 is warm-up)", "RSS change (%)",
+        "set yrange [*:*]\n");
+  s << "unset multiplot\nunset output\n";
+  p.script = s.str();
+  return p;
+}
+
+}  // namespace epd::bench
