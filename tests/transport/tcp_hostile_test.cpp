@@ -147,6 +147,43 @@ TEST_CASE("tcp listener refuses hostile frames and survives", "[tcp][hostile]") 
       close(fd);
     }
   }
+  SECTION("one source may hold only a few connections that have not shown the token") {
+    std::vector<int> quiet;
+    for (int i = 0; i < 8; ++i) {  // ConnectionGate's default per source
+      quiet.push_back(connect_raw(endpoint));
+      REQUIRE(quiet.back() >= 0);
+    }
+    const int ninth = connect_raw(endpoint);
+    REQUIRE(ninth >= 0);           // the kernel accepts it ...
+    CHECK(closed_by_peer(ninth));  // ... and the receiver closes it at once
+    close(ninth);
+    // One of them shows the token: it is authenticated, so there is room for another stranger, and an
+    // authenticated lane works as before.
+    WriteHeader hello;
+    hello.type = kTypeHello;
+    hello.token = d.token;
+    send_all(quiet[0], &hello, sizeof(hello));
+    send_frame(quiet[0], 1, d.token, r0.base + 200, 16, payload);
+    CHECK(read_reply(quiet[0]).type == kTypeAck);
+    const int tenth = connect_raw(endpoint);
+    REQUIRE(tenth >= 0);
+    send_frame(tenth, 1, d.token, r0.base + 300, 16, payload);
+    CHECK(read_reply(tenth).type == kTypeAck);
+    close(tenth);
+    for (int fd : quiet) close(fd);
+  }
+  SECTION("a connection that keeps writing without the token is cut off") {
+    const int fd = connect_raw(endpoint);
+    REQUIRE(fd >= 0);
+    for (uint64_t seq = 1; seq <= 8; ++seq) {
+      send_frame(fd, seq, d.token ^ 7, r0.base, 16, payload);
+      Reply r = read_reply(fd);
+      CHECK(r.code == static_cast<uint16_t>(ErrorCode::bad_token));
+    }
+    CHECK(closed_by_peer(fd));
+    close(fd);
+    CHECK(*target.checksum(r0.base, r0.length) == sum0);
+  }
   // Whatever happened above, the listener serves a proper session afterwards.
   auto init = make_initiator("tcp", 4096);
   REQUIRE(init.engine);

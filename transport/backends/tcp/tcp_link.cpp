@@ -255,6 +255,12 @@ Result<std::unique_ptr<Link>> TcpLink::open(const protocol::SegmentDescriptor& p
     auto lane = std::make_unique<Lane>();
     lane->fd = *fd;
     state->lanes.push_back(std::move(lane));
+    WriteHeader hello;
+    hello.type = kTypeHello;
+    hello.token = peer.token;
+    if (!send_exact(*fd, &hello, sizeof(hello)))
+      return make_error(ErrorCode::peer_unreachable,
+                        "tcp to " + state->peer + ": the lane closed at its hello");
   }
   for (auto& lane : state->lanes) {
     Lane* l = lane.get();

@@ -1,5 +1,7 @@
 #include "tcp_receiver.hpp"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <spdlog/spdlog.h>
 #include <sys/eventfd.h>
@@ -17,6 +19,24 @@ constexpr size_t kDrainChunk = 64 << 10;
 // Small frames are acked together: at most this many, and never while more bytes already wait to be read.
 constexpr uint32_t kAckEvery = 32;
 constexpr uint64_t kAckAlwaysAbove = 64 << 10;
+// An unauthenticated connection must show the token this soon, and may have this many frames refused first
+// (a writer with a stale descriptor hears bad_token a few times; a stranger is cut off).
+constexpr int kAuthDeadlineSeconds = 10;
+constexpr uint32_t kMaxRefusedBeforeAuth = 8;
+
+void set_recv_timeout(int fd, int seconds) {
+  timeval tv{seconds, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+}
+
+std::string address_of(const sockaddr_storage& sa) {
+  char buf[INET6_ADDRSTRLEN] = {};
+  if (sa.ss_family == AF_INET)
+    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in&>(sa).sin_addr, buf, sizeof(buf));
+  else if (sa.ss_family == AF_INET6)
+    inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6&>(sa).sin6_addr, buf, sizeof(buf));
+  return buf[0] ? buf : "unknown";
+}
 
 bool send_reply(int fd, uint8_t type, ErrorCode code, uint64_t seq) {
   Reply r;
@@ -88,6 +108,7 @@ void Receiver::reap_finished() {
     if (it->done.load()) {
       it->thread.join();
       close(it->fd);
+      gate_.closed(it->source, it->authenticated);
       it = conns_.erase(it);
     } else {
       ++it;
@@ -102,11 +123,26 @@ void Receiver::accept_loop() {
     reap_finished();
     if (r <= 0 || stop_.load()) continue;
     if (!(fds[0].revents & POLLIN)) continue;
-    const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    sockaddr_storage from{};
+    socklen_t from_len = sizeof(from);
+    const int fd = accept4(listen_fd_, reinterpret_cast<sockaddr*>(&from), &from_len, SOCK_CLOEXEC);
     if (fd < 0) continue;
+    std::string source = address_of(from);
+    if (auto v = gate_.admit(source); v != ConnectionGate::Verdict::admitted) {
+      if (gate_.first_refusal_of(source))
+        spdlog::warn("transport tcp[{}]: refusing data connections from {}: {} (logged once per source)",
+                     name_, source,
+                     v == ConnectionGate::Verdict::too_many_connections
+                         ? "the receiver holds its limit of connections"
+                         : "too many of its connections have not shown the segment token");
+      close(fd);
+      continue;
+    }
+    set_recv_timeout(fd, kAuthDeadlineSeconds);
     std::lock_guard lock(conns_mu_);
     Conn& c = conns_.emplace_back();
     c.fd = fd;
+    c.source = std::move(source);
     c.thread = std::thread([this, &c] {
       serve(c);
       c.done.store(true);
@@ -119,9 +155,21 @@ void Receiver::serve(Conn& conn) {
   std::vector<uint8_t> scratch;  // only for draining refused payloads
   uint64_t ack_seq = 0;
   uint32_t unacked = 0;
+  uint32_t refused_before_auth = 0;
+  auto authenticate = [&] {
+    if (conn.authenticated) return;
+    conn.authenticated = true;  // only this thread writes it; reap_finished reads it after the join
+    gate_.authenticated(conn.source);
+    set_recv_timeout(fd, 0);  // a writer's lane may idle as long as it likes
+  };
   WriteHeader h;
   while (!stop_.load(std::memory_order_relaxed)) {
     if (!recv_exact(fd, &h, sizeof(h))) break;  // peer closed or we are shutting down
+    if (h.magic == kWriteMagic && h.version == kWireVersion && h.type == kTypeHello && h.len == 0 &&
+        h.reserved == 0) {
+      if (h.token == token_) authenticate();
+      continue;  // a wrong token is answered on the first write (bad_token), as before
+    }
     if (h.magic != kWriteMagic || h.version != kWireVersion || h.type != kTypeWrite || h.reserved != 0) {
       // Framing is lost: say why, then drop the connection.
       spdlog::warn("transport tcp[{}]: garbled frame header, closing the connection", name_);
@@ -137,13 +185,16 @@ void Receiver::serve(Conn& conn) {
     ErrorCode refused = ErrorCode::ok;
     uint8_t* dst = nullptr;
     auto admission = FenceTable::Admission::unfenced;
-    if (h.token != token_)
+    if (h.token != token_) {
       refused = ErrorCode::bad_token;
-    else if (!(dst = find(h.addr, h.len)))
-      refused = ErrorCode::out_of_range;
-    else if (fences_ &&
-             (admission = fences_->admit(h.fence, h.addr, h.len)) == FenceTable::Admission::refused)
-      refused = ErrorCode::fenced;  // a stale writer: its grant was revoked, the memory may be reused
+    } else {
+      authenticate();
+      if (!(dst = find(h.addr, h.len)))
+        refused = ErrorCode::out_of_range;
+      else if (fences_ &&
+               (admission = fences_->admit(h.fence, h.addr, h.len)) == FenceTable::Admission::refused)
+        refused = ErrorCode::fenced;  // a stale writer: its grant was revoked, the memory may be reused
+    }
     if (refused != ErrorCode::ok) {
       if (scratch.empty()) scratch.resize(kDrainChunk);
       uint64_t left = h.len;
@@ -156,6 +207,11 @@ void Receiver::serve(Conn& conn) {
       // A nack also acknowledges every earlier frame, so pending acks need no flush.
       if (!ok || !send_reply(fd, kTypeNack, refused, h.seq)) break;
       unacked = 0;
+      if (!conn.authenticated && ++refused_before_auth >= kMaxRefusedBeforeAuth) {
+        spdlog::warn("transport tcp[{}]: closing a connection from {}: {} frames without the segment token",
+                     name_, conn.source, refused_before_auth);
+        break;
+      }
       continue;
     }
     const bool placed = h.len == 0 || recv_exact(fd, dst, h.len);  // straight into place

@@ -2,7 +2,9 @@
 // The receiving side of the tcp backend: one listener per engine, one thread per incoming lane. Every frame
 // is checked (magic, size, token, range inside one registered region) before its payload is received straight
 // into the region (after the fence table admitted it, for a fenced region); refused payloads are drained so
-// the stream stays framed, and answered with a nack.
+// the stream stays framed, and answered with a nack. A connection is unauthenticated until a frame carries
+// the token: it must show it within kAuthDeadline, may be refused only a few frames before, and one source
+// may hold only a few such connections (ConnectionGate).
 #include <atomic>
 #include <cstdint>
 #include <list>
@@ -13,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "connection_gate.hpp"
 #include "epd/transport/fence.hpp"
 #include "epd/transport/types.hpp"
 #include "socket_util.hpp"
@@ -28,10 +31,14 @@ class Receiver {
 
   void add_region(uint64_t base, uint64_t length);
   const std::string& endpoint() const { return endpoint_; }
+  // Connections refused at accept (too many unauthenticated from one source, or too many in all).
+  uint64_t refused_connections() const { return gate_.refused(); }
 
  private:
   struct Conn {
     int fd = -1;
+    std::string source;  // the peer's address, without the port
+    bool authenticated = false;
     std::thread thread;
     std::atomic<bool> done{false};
   };
@@ -56,6 +63,7 @@ class Receiver {
   std::thread acceptor_;
   std::mutex conns_mu_;
   std::list<Conn> conns_;
+  ConnectionGate gate_{ConnectionGate::Limits{}};
   mutable std::shared_mutex regions_mu_;
   std::vector<Span> regions_;
 };

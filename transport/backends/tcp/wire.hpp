@@ -11,10 +11,13 @@ static_assert(std::endian::native == std::endian::little, "frames are little-end
 
 inline constexpr uint32_t kWriteMagic = 0x57445045;  // "EPDW" on the wire
 inline constexpr uint32_t kReplyMagic = 0x41445045;  // "EPDA" on the wire
-inline constexpr uint8_t kWireVersion = 2;           // 2: write headers carry a fence key
+inline constexpr uint8_t kWireVersion = 3;  // 2: write headers carry a fence key; 3: lanes open with a hello
 inline constexpr uint8_t kTypeWrite = 1;
 inline constexpr uint8_t kTypeAck = 2;   // every frame up to and including seq is in place
 inline constexpr uint8_t kTypeNack = 3;  // frames before seq are in place; seq was refused with `code`
+// The first frame of every lane: a WriteHeader with the token, len 0, no reply. It authenticates the
+// connection at once, so an idle lane is not taken for a stranger's (ConnectionGate).
+inline constexpr uint8_t kTypeHello = 4;
 // A receiver never accepts a longer payload: it bounds what a hostile header can make it drain.
 inline constexpr uint64_t kMaxFrameBytes = 64ull << 20;
 
