@@ -96,8 +96,31 @@
   const exact = (key, value, context) =>
     key === 'incarnation' && typeof context?.source === 'string' ? context.source : value;
 
+  // With API keys on (docs/http-api.md, "Authentication") the page asks for a key the first time the router
+  // answers 401, keeps it for this tab only (sessionStorage) and sends it as a Bearer header.
+  const KEY_ITEM = 'epd-api-key';
+  let keyDeclined = false;
+  const storedKey = () => sessionStorage.getItem(KEY_ITEM);
+  const authHeaders = (key = storedKey()) => (key ? { Authorization: `Bearer ${key}` } : {});
+  // After a 401 to a request sent with `sentKey`: true when another key is at hand to try.
+  function keyAfter401(sentKey) {
+    const stored = storedKey();
+    if (stored && stored !== sentKey) return true;  // entered after that request left
+    sessionStorage.removeItem(KEY_ITEM);
+    if (keyDeclined) return false;
+    const key = window.prompt('This router requires an API key (kept in this tab only):')?.trim();
+    if (!key) {
+      keyDeclined = true;  // no prompt every second; reload the page to enter one
+      return false;
+    }
+    sessionStorage.setItem(KEY_ITEM, key);
+    return true;
+  }
+
   async function getJson(path) {
-    const res = await fetch(path, { cache: 'no-store' });
+    const sent = storedKey();
+    let res = await fetch(path, { cache: 'no-store', headers: authHeaders(sent) });
+    if (res.status === 401 && keyAfter401(sent)) res = await fetch(path, { cache: 'no-store', headers: authHeaders() });
     if (!res.ok) throw new Error(`${path} answered HTTP ${res.status}`);
     return JSON.parse(await res.text(), exact);
   }
@@ -463,7 +486,7 @@
     try {
       const res = await fetch('/v1/chat/completions', {
         method: 'POST',
-        headers: { 'Content-Type': 'application/json' },
+        headers: { 'Content-Type': 'application/json', ...authHeaders() },
         body: JSON.stringify(body),
         signal: controller.signal,
       });

@@ -21,7 +21,8 @@ struct ApiContext {
   RouterService& service;
   const HttpApiConfig& config;
   std::atomic<bool> draining{false};
-  ActivityLog activity;  // GET /v1/activity: the generations the sinks answered
+  ActivityLog activity;                   // GET /v1/activity: the generations the sinks answered
+  std::atomic<uint64_t> unauthorized{0};  // 401s for a missing or wrong API key
 
   // Generations started and not yet answered; drain() waits for zero.
   void started() {

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "api_context.hpp"
+#include "bearer_auth.hpp"
 #include "dashboard_route.hpp"
 #include "epd/http/openai_reply.hpp"
 #include "http_reply.hpp"
@@ -84,11 +85,23 @@ HeadVerdict verdict(const HttpError& e, std::vector<HttpHeader> headers = {}) {
   return {e.status, openai::error_body(e), kJson, std::move(headers)};
 }
 
+// Health probes (load balancers, orchestrators) carry no key, and the dashboard's files are public; the page
+// sends a key on the API calls it makes.
+bool needs_key(Route r) {
+  return r != Route::health && r != Route::live && r != Route::ready && r != Route::dashboard;
+}
+
 // Everything decidable from the request line and headers, checked before any body byte is read.
-HeadVerdict check_head(const HttpRequest& req) {
+HeadVerdict check_head(ApiContext& ctx, const HttpRequest& req) {
   const RouteInfo* route = find_route(req.path);
   if (!route)
     return verdict({404, "not_found", "no route for " + clip(req.path) + "; routes: " + route_list()});
+  if (ctx.config.api_keys && needs_key(route->route)) {
+    if (auto refusal = check_bearer(*ctx.config.api_keys, req)) {
+      ++ctx.unauthorized;
+      return verdict(refusal->error, {{"WWW-Authenticate", refusal->challenge}});
+    }
+  }
   const bool ok = route->post ? req.method == "POST" : (req.method == "GET" || req.method == "HEAD");
   if (!ok) {
     const char* allow = route->post ? "POST" : "GET, HEAD";
@@ -255,6 +268,15 @@ size_t HttpApi::in_flight() const {
   return ctx_->in_flight();
 }
 
+uint64_t HttpApi::unauthorized() const {
+  return ctx_->unauthorized.load();
+}
+
+uint64_t HttpApi::tls_handshake_failures() const {
+  std::lock_guard lock(mu_);
+  return server_ ? server_->tls_handshake_failures() : 0;
+}
+
 protocol::Result<uint16_t> HttpApi::start(const std::string& host, uint16_t port) {
   std::lock_guard lock(mu_);
   if (server_)
@@ -269,7 +291,7 @@ protocol::Result<uint16_t> HttpApi::start(const std::string& host, uint16_t port
   mallopt(M_MMAP_THRESHOLD, 1 << 20);
 
   ServerHandlers handlers;
-  handlers.check_head = check_head;
+  handlers.check_head = [ctx = ctx_](const HttpRequest& req) { return check_head(*ctx, req); };
   handlers.error_body = [](int status, std::string_view message) {
     const char* code = status == 413   ? "oversized"
                        : status == 503 ? "unavailable"
@@ -292,12 +314,13 @@ protocol::Result<uint16_t> HttpApi::start(const std::string& host, uint16_t port
     }
   };
   ctx_->draining = false;
-  auto server = std::make_unique<HttpServer>(config_.server, std::move(handlers));
+  auto server = std::make_unique<HttpServer>(config_.server, std::move(handlers), config_.tls);
   auto bound = server->start(host, port);
   if (!bound) return bound.error();
   server_ = std::move(server);
   port_ = *bound;
-  spdlog::info("http: listening on {}:{}", host, port_);
+  spdlog::info("http: listening on {}:{} ({}{})", host, port_, config_.tls ? "TLS" : "plain HTTP",
+               config_.api_keys ? ", API keys required" : "");
   return port_;
 }
 

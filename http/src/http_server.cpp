@@ -7,6 +7,7 @@
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
 #include <charconv>
 #include <deque>
 #include <map>
@@ -15,6 +16,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "tls_context.hpp"
+
 namespace epd::http {
 namespace {
 
@@ -22,6 +25,7 @@ namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace bhttp = beast::http;
 using tcp = asio::ip::tcp;
+using TlsStream = beast::ssl_stream<tcp::socket>;
 using boost::system::error_code;
 using protocol::ErrorCode;
 using protocol::make_error;
@@ -58,10 +62,14 @@ class ExchangeImpl;
 
 namespace detail {
 struct ServerCore : std::enable_shared_from_this<ServerCore> {
-  ServerCore(ServerLimits l, ServerHandlers h) : limits(l), handlers(std::move(h)) {}
+  ServerCore(ServerLimits l, ServerHandlers h, std::optional<TlsFiles> t)
+      : limits(l), handlers(std::move(h)), tls_files(std::move(t)) {}
 
   const ServerLimits limits;
   const ServerHandlers handlers;
+  const std::optional<TlsFiles> tls_files;
+  std::shared_ptr<asio::ssl::context> tls;  // set by start() when tls_files are given
+  std::atomic<uint64_t> handshake_failures{0};
   asio::io_context ioc;
   std::optional<tcp::acceptor> acceptor;
   // Keeps run() going while every connection waits for a reply from another thread (no I/O pending).
@@ -101,23 +109,34 @@ struct ServerCore : std::enable_shared_from_this<ServerCore> {
 };
 }  // namespace detail
 
-// One client connection. Lives on its strand: every member below is touched only there.
+// One client connection, plain TCP or TLS: the same code reads and writes either stream (with_stream).
+// Lives on its strand: every member below is touched only there.
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
   Connection(std::shared_ptr<detail::ServerCore> srv, uint64_t id, tcp::socket socket)
-      : srv_(std::move(srv)), id_(id), socket_(std::move(socket)), timer_(socket_.get_executor()) {
+      : srv_(std::move(srv)), id_(id), timer_(socket.get_executor()) {
     error_code ec;
-    auto ep = socket_.remote_endpoint(ec);
+    auto ep = socket.remote_endpoint(ec);
     remote_ = ec ? "?" : ep.address().to_string() + ":" + std::to_string(ep.port());
+    if (srv_->tls)
+      tls_.emplace(std::move(socket), *srv_->tls);
+    else
+      plain_.emplace(std::move(socket));
   }
 
-  void start() { read_request(); }
-  asio::any_io_executor executor() { return socket_.get_executor(); }
+  void start() {
+    if (!tls_) return read_request();
+    // The handshake counts against the request timeout: a client that connects and stalls is dropped.
+    arm(srv_->limits.request_timeout);
+    tls_->async_handshake(asio::ssl::stream_base::server,
+                          [self = shared_from_this()](error_code ec) { self->on_handshake(ec); });
+  }
+  asio::any_io_executor executor() { return socket().get_executor(); }
 
   // From any thread.
   template <class Fn>
   void post(Fn&& fn) {
-    srv_->post(socket_.get_executor(), std::forward<Fn>(fn));
+    srv_->post(socket().get_executor(), std::forward<Fn>(fn));
   }
 
   // Strand only.
@@ -127,8 +146,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
     ++timer_gen_;
     timer_.cancel();
     error_code ec;
-    socket_.shutdown(tcp::socket::shutdown_both, ec);
-    socket_.close(ec);
+    socket().shutdown(tcp::socket::shutdown_both, ec);
+    socket().close(ec);
     {
       std::lock_guard lock(srv_->conns_mu);
       srv_->conns.erase(id_);
@@ -158,6 +177,26 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void set_disconnect(std::function<void()> fn) { on_disconnect_ = std::move(fn); }
 
  private:
+  // The TCP socket (under TLS, the one the TLS stream runs over): for shutdown, close, cancel.
+  tcp::socket& socket() { return tls_ ? beast::get_lowest_layer(*tls_) : *plain_; }
+  template <class Fn>
+  void with_stream(Fn&& fn) {
+    if (tls_)
+      fn(*tls_);
+    else
+      fn(*plain_);
+  }
+
+  void on_handshake(error_code ec) {
+    if (ec) {
+      // Plain HTTP to the TLS port, a client that rejects the certificate, a scanner, or the timeout.
+      ++srv_->handshake_failures;
+      spdlog::debug("http: TLS handshake with {} failed: {}", remote_, ec.message());
+      return close();
+    }
+    if (!closed_) read_request();
+  }
+
   void arm(std::chrono::milliseconds d) {
     const uint64_t gen = ++timer_gen_;
     timer_.expires_after(d);
@@ -168,7 +207,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       if (self->reading_ && (self->parser_->got_some() || self->buffer_.size() > 0)) {
         self->timed_out_after_ = d;
         error_code ignored;
-        self->socket_.cancel(ignored);
+        self->socket().cancel(ignored);
         return;
       }
       spdlog::debug("http: {} timed out; closing", self->remote_);
@@ -193,8 +232,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
     parser_->body_limit(srv_->limits.max_body_bytes);
     arm(served_ == 0 ? srv_->limits.request_timeout : srv_->limits.idle_timeout);
     reading_ = true;
-    bhttp::async_read_header(socket_, buffer_, *parser_,
-                             [self = shared_from_this()](error_code ec, size_t) { self->on_header(ec); });
+    with_stream([&](auto& s) {
+      bhttp::async_read_header(s, buffer_, *parser_,
+                               [self = shared_from_this()](error_code ec, size_t) { self->on_header(ec); });
+    });
   }
 
   // A reply the server writes itself; the connection closes afterwards.
@@ -226,8 +267,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
       return reply_and_close(431, "request head exceeds the limit of " +
                                       std::to_string(srv_->limits.max_header_bytes) + " bytes");
     // The client went away (cleanly or mid-message) or the read timed out (close() already ran).
+    // A TLS client that closes without close_notify reads as stream_truncated: still just gone.
     if (ec == bhttp::error::end_of_stream || ec == bhttp::error::partial_message || ec == asio::error::eof ||
-        ec == asio::error::connection_reset || ec == asio::error::operation_aborted)
+        ec == asio::error::connection_reset || ec == asio::error::operation_aborted ||
+        ec == asio::ssl::error::stream_truncated)
       return close();
     if (ec.category() == bhttp::make_error_code(bhttp::error::bad_target).category() ||
         ec == bhttp::error::bad_chunk)
@@ -266,12 +309,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (expect && iequals(*expect, "100-continue")) {
       writing_ = true;
       auto cont = std::make_shared<std::string>("HTTP/1.1 100 Continue\r\n\r\n");
-      asio::async_write(socket_, asio::buffer(*cont),
-                        [self = shared_from_this(), cont](error_code ec, size_t) {
-                          self->writing_ = false;
-                          if (ec) return self->close();
-                          self->read_body();
-                        });
+      with_stream([&](auto& s) {
+        asio::async_write(s, asio::buffer(*cont), [self = shared_from_this(), cont](error_code ec, size_t) {
+          self->writing_ = false;
+          if (ec) return self->close();
+          self->read_body();
+        });
+      });
       return;
     }
     read_body();
@@ -279,10 +323,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   void read_body() {
     reading_ = true;
-    bhttp::async_read(socket_, buffer_, *parser_, [self = shared_from_this()](error_code ec, size_t) {
-      if (ec) return self->on_read_error(ec, false);
-      self->reading_ = false;
-      self->dispatch();
+    with_stream([&](auto& s) {
+      bhttp::async_read(s, buffer_, *parser_, [self = shared_from_this()](error_code ec, size_t) {
+        if (ec) return self->on_read_error(ec, false);
+        self->reading_ = false;
+        self->dispatch();
+      });
     });
   }
 
@@ -290,10 +336,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   // While a request is being answered, keep a read posted: it sees the client hang up (EOF or reset) at
   // once, which cancels the work. Bytes a client pipelines meanwhile are kept for the next request.
-  void watch() {
-    if (closed_ || watching_ || (!lingering_ && buffer_.size() >= srv_->limits.max_header_bytes)) return;
-    watching_ = true;
-    socket_.async_read_some(buffer_.prepare(4096), [self = shared_from_this()](error_code ec, size_t n) {
+  auto on_watch() {
+    return [self = shared_from_this()](error_code ec, size_t n) {
       self->watching_ = false;
       if (self->closed_) return;
       if (ec == asio::error::operation_aborted && self->resume_after_watch_) {
@@ -312,26 +356,35 @@ class Connection : public std::enable_shared_from_this<Connection> {
         return self->read_request();
       }
       self->watch();
-    });
+    };
+  }
+
+  void watch() {
+    if (closed_ || watching_ || (!lingering_ && buffer_.size() >= srv_->limits.max_header_bytes)) return;
+    watching_ = true;
+    with_stream([&](auto& s) { s.async_read_some(buffer_.prepare(4096), on_watch()); });
+  }
+
+  auto on_written() {
+    return [self = shared_from_this()](error_code ec, size_t) {
+      self->writing_ = false;
+      if (self->closed_) return;
+      self->disarm();
+      if (ec) {
+        spdlog::debug("http: write to {} failed: {}", self->remote_, ec.message());
+        return self->close();
+      }
+      self->out_bytes_ -= self->out_.front().size();
+      self->out_.pop_front();
+      if (!self->out_.empty()) return self->write_next();
+      if (self->exchange_done_) self->exchange_finished();
+    };
   }
 
   void write_next() {
     writing_ = true;
     arm(srv_->limits.write_timeout);
-    asio::async_write(socket_, asio::buffer(out_.front()),
-                      [self = shared_from_this()](error_code ec, size_t) {
-                        self->writing_ = false;
-                        if (self->closed_) return;
-                        self->disarm();
-                        if (ec) {
-                          spdlog::debug("http: write to {} failed: {}", self->remote_, ec.message());
-                          return self->close();
-                        }
-                        self->out_bytes_ -= self->out_.front().size();
-                        self->out_.pop_front();
-                        if (!self->out_.empty()) return self->write_next();
-                        if (self->exchange_done_) self->exchange_finished();
-                      });
+    with_stream([&](auto& s) { asio::async_write(s, asio::buffer(out_.front()), on_written()); });
   }
 
   void exchange_finished() {
@@ -341,9 +394,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (!keep_alive() || served_ >= srv_->limits.max_requests_per_connection) {
       // Lingering close: closing with unread input (a refused body still arriving) would send a reset that
       // can destroy the reply in the client's buffers. Say we are done, discard what still comes until the
-      // client closes too, for at most a second.
+      // client closes too, for at most a second. Under TLS no close_notify is sent (it would need a write
+      // racing the discarding read); every reply is delimited by its length or its last chunk anyway.
       error_code ec;
-      socket_.shutdown(tcp::socket::shutdown_send, ec);
+      socket().shutdown(tcp::socket::shutdown_send, ec);
       lingering_ = true;
       resume_after_watch_ = false;
       arm(std::chrono::milliseconds(1000));
@@ -352,7 +406,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (watching_) {
       resume_after_watch_ = true;
       error_code ec;
-      socket_.cancel(ec);  // the watch's handler then reads the next request
+      socket().cancel(ec);  // the watch's handler then reads the next request
       return;
     }
     read_request();
@@ -380,8 +434,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
  private:
   std::shared_ptr<detail::ServerCore> srv_;
   const uint64_t id_;
-  tcp::socket socket_;
   asio::steady_timer timer_;
+  std::optional<tcp::socket> plain_;  // exactly one of plain_ and tls_ is set
+  std::optional<TlsStream> tls_;
   uint64_t timer_gen_ = 0;
   std::string remote_;
   beast::flat_buffer buffer_;
@@ -512,6 +567,11 @@ void Connection::dispatch() {
 
 void detail::ServerCore::refuse(tcp::socket socket) {
   auto s = std::make_shared<tcp::socket>(std::move(socket));
+  if (tls) {  // a plain-text 503 means nothing to a TLS client, and a handshake costs what we lack
+    error_code ec;
+    s->close(ec);
+    return;
+  }
   auto body = std::make_shared<std::string>(error_body(503, "the server has too many connections open"));
   auto msg = std::make_shared<std::string>(
       "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json"
@@ -552,8 +612,8 @@ void detail::ServerCore::accept() {
       });
 }
 
-HttpServer::HttpServer(ServerLimits limits, ServerHandlers handlers)
-    : impl_(std::make_shared<detail::ServerCore>(limits, std::move(handlers))) {}
+HttpServer::HttpServer(ServerLimits limits, ServerHandlers handlers, std::optional<TlsFiles> tls)
+    : impl_(std::make_shared<detail::ServerCore>(limits, std::move(handlers), std::move(tls))) {}
 
 HttpServer::~HttpServer() {
   stop();
@@ -567,10 +627,23 @@ uint16_t HttpServer::port() const {
   return impl_ ? impl_->port : 0;
 }
 
+bool HttpServer::tls() const {
+  return impl_ && impl_->tls_files.has_value();
+}
+
+uint64_t HttpServer::tls_handshake_failures() const {
+  return impl_ ? impl_->handshake_failures.load() : 0;
+}
+
 protocol::Result<uint16_t> HttpServer::start(const std::string& host, uint16_t port) {
   if (impl_->acceptor) return make_error(ErrorCode::config_error, "http: already listening");
   if (impl_->limits.io_threads == 0 || impl_->limits.work_threads == 0)
     return make_error(ErrorCode::config_error, "http: io_threads and work_threads must be at least 1");
+  if (impl_->tls_files && !impl_->tls) {
+    auto ctx = make_tls_context(*impl_->tls_files);
+    if (!ctx) return ctx.error();
+    impl_->tls = *ctx;
+  }
   error_code ec;
   tcp::resolver resolver(impl_->ioc);
   auto results = resolver.resolve(host, std::to_string(port), tcp::resolver::passive, ec);

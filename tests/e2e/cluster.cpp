@@ -67,6 +67,26 @@ std::string MemorySink::text() const {
   return text_;
 }
 
+namespace {
+
+// A CA and a certificate it signed for 127.0.0.1 (ca.pem, server.pem, server.key) in `dir`, with the
+// openssl CLI.
+void make_certs(const std::filesystem::path& dir) {
+  std::ofstream(dir / "ext.cnf") << "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\n"
+                                    "keyUsage=digitalSignature\nextendedKeyUsage=serverAuth\n";
+  const std::string ec = " -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
+  const std::string cmd = "cd '" + dir.string() + "' && umask 077 && (openssl req -x509" + ec +
+                          " -keyout ca.key -out ca.pem -days 2 -subj /CN=epd-e2e-ca"
+                          " -addext keyUsage=critical,keyCertSign,cRLSign && openssl req" +
+                          ec +
+                          " -keyout server.key -out server.csr -subj /CN=127.0.0.1 && openssl x509 -req"
+                          " -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 -extfile ext.cnf"
+                          " -out server.pem) >openssl.log 2>&1";
+  if (std::system(cmd.c_str()) != 0) throw std::runtime_error("openssl failed; see " + dir.string());
+}
+
+}  // namespace
+
 Cluster::Cluster(ClusterSpec spec) : spec_(std::move(spec)) {
   dir_ = std::filesystem::temp_directory_path() /
          ("epd-e2e-" + std::to_string(::getpid()) + "-" + std::to_string(free_port()));
@@ -92,7 +112,20 @@ Cluster::Cluster(ClusterSpec spec) : spec_(std::move(spec)) {
     control_ports_.emplace_back(id, port);
     cfg << "[[instance]]\nid = \"" << id << "\"\nrole = \"" << role
         << "\"\ncontrol = \"tcp://127.0.0.1:" << port << "\"\n";
-    if (role == "router") cfg << "http = \"127.0.0.1:" << http_port_ << "\"\n";
+    if (role == "router") {
+      cfg << "http = \"127.0.0.1:" << http_port_ << "\"\n";
+      // Relative paths: the router resolves them against the config file's directory.
+      if (!spec_.api_key.empty()) {
+        std::ofstream(dir_ / "keys.txt") << "# e2e\n" << spec_.api_key << "\n";
+        std::filesystem::permissions(
+            dir_ / "keys.txt", std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+        cfg << "api_keys_file = \"keys.txt\"\n";
+      }
+      if (spec_.tls) {
+        make_certs(dir_);
+        cfg << "tls_cert = \"server.pem\"\ntls_key = \"server.key\"\n";
+      }
+    }
     if (spec_.metrics) {
       metrics_ports_[id] = free_port();
       cfg << "metrics = \"127.0.0.1:" << metrics_ports_[id] << "\"\n";
@@ -175,8 +208,20 @@ std::string Cluster::stop_and_collect_sanitizer_reports() {
   return out;
 }
 
+std::string Cluster::base_url() const {
+  return (spec_.tls ? "https" : "http") + std::string("://127.0.0.1:") + std::to_string(http_port_);
+}
+
+// A client of the router that sends the spec's key and verifies its TLS certificate.
+httplib::Client Cluster::client() const {
+  httplib::Client c(base_url());
+  if (spec_.tls) c.set_ca_cert_path(ca_file().string());
+  if (!spec_.api_key.empty()) c.set_bearer_token_auth(spec_.api_key);
+  return c;
+}
+
 std::pair<int, std::string> Cluster::post_raw(const std::string& path, const std::string& body) const {
-  httplib::Client c("127.0.0.1", http_port_);
+  auto c = client();
   c.set_read_timeout(60, 0);
   auto r = c.Post(path.c_str(), body, "application/json");
   if (!r) return {0, ""};
@@ -190,7 +235,7 @@ std::pair<int, nlohmann::json> Cluster::generate(const nlohmann::json& request) 
 }
 
 nlohmann::json Cluster::instances() const {
-  httplib::Client c("127.0.0.1", http_port_);
+  auto c = client();
   c.set_read_timeout(5, 0);
   auto r = c.Get("/v1/instances");
   if (!r || r->status != 200) return nlohmann::json::array();
@@ -198,7 +243,7 @@ nlohmann::json Cluster::instances() const {
 }
 
 nlohmann::json Cluster::stats() const {
-  httplib::Client c("127.0.0.1", http_port_);
+  auto c = client();
   c.set_read_timeout(5, 0);
   auto r = c.Get("/v1/stats");
   if (!r || r->status != 200) return nlohmann::json::object();

@@ -13,6 +13,10 @@
 
 #include "epd/launcher/process_group.hpp"
 
+namespace httplib {
+class Client;
+}
+
 namespace epd::testing {
 
 struct ClusterSpec {
@@ -34,6 +38,11 @@ struct ClusterSpec {
   std::map<std::string, std::string> instance_extra;
   bool restart = false;  // the ProcessGroup restarts dead children (as epd-cluster does)
   bool metrics = false;  // every instance serves /metrics on a free port (metrics_port)
+  // The router requires this API key (api_keys_file); the cluster's own requests send it.
+  std::string api_key;
+  // The router speaks TLS with a certificate for 127.0.0.1 signed by a CA made for the cluster (ca_file());
+  // the cluster's own requests verify it.
+  bool tls = false;
 };
 
 // Collects the children's prefixed log lines (dumped when a test fails).
@@ -73,6 +82,10 @@ class Cluster {
 
   std::string control_endpoint(const std::string& id) const;
   int http_port() const { return http_port_; }
+  // "http://127.0.0.1:PORT", or https with spec.tls.
+  std::string base_url() const;
+  // With spec.tls: the PEM file of the CA that signed the router's certificate.
+  std::filesystem::path ca_file() const { return dir_ / "ca.pem"; }
   // With spec.metrics: the port of `id`'s /metrics, and one scrape of it (the text; throws on failure).
   int metrics_port(const std::string& id) const;
   std::string scrape(const std::string& id) const;
@@ -85,6 +98,7 @@ class Cluster {
   const std::filesystem::path& config_file() const { return config_; }
 
  private:
+  httplib::Client client() const;
   ClusterSpec spec_;
   std::filesystem::path dir_, config_;
   int http_port_ = 0;

@@ -27,7 +27,7 @@ void require_node_sdk() {
 }
 
 std::string base_url(const Cluster& c) {
-  return "http://127.0.0.1:" + std::to_string(c.http_port()) + "/v1";
+  return c.base_url() + "/v1";
 }
 
 std::filesystem::path temp_file(const std::string& name) {
@@ -81,10 +81,17 @@ json make_spec(const std::vector<SpecCase>& cases) {
   return spec;
 }
 
-CommandResult run_node(const std::string& script, const Cluster& c, const json& spec) {
+// `env`: NAME=value settings for node (through env(1)), e.g. the API key and the CA of a TLS router.
+CommandResult run_node(const std::string& script, const Cluster& c, const json& spec,
+                       const std::vector<std::string>& env = {}) {
   const auto path = temp_file(script + ".json");
   std::ofstream(path) << spec.dump(2);
-  auto r = run_command({"node", node_sdk_dir() + "/" + script, "--base-url", base_url(c), "--spec", path});
+  std::vector<std::string> argv = {"env"};
+  argv.insert(argv.end(), env.begin(), env.end());
+  for (std::string a : {std::string("node"), node_sdk_dir() + "/" + script, std::string("--base-url"),
+                        base_url(c), std::string("--spec"), path.string()})
+    argv.push_back(std::move(a));
+  auto r = run_command(argv);
   std::filesystem::remove(path);
   return r;
 }
@@ -161,4 +168,39 @@ TEST_CASE("OpenAI SDK: errors are typed, X-Request-Id is echoed", "[e2e][multipr
   INFO(r.output);
   CHECK(r.exit_code == 0);
   CHECK(r.output.find(" 0 failed") != std::string::npos);
+}
+
+TEST_CASE("OpenAI SDK: over TLS with an API key, and refused without the key", "[e2e][multiproc][openai]") {
+  require_node_sdk();
+  ClusterSpec spec;
+  spec.tls = true;
+  spec.api_key = "sk-e2e-0123456789abcdef";
+  Cluster cluster(spec);
+  cluster.start();  // its readiness probe already went through TLS with the key
+  const std::vector<SpecCase> cases = {
+      {"completion greedy", false, {{"prompt", "Hello, epd!"}, {"max_tokens", 8}}, {}},
+      {"chat greedy", true, {{"messages", {user("Name a colour.")}}, {"max_tokens", 8}}, {}},
+  };
+  const std::string ca = "NODE_EXTRA_CA_CERTS=" + cluster.ca_file().string();
+  const auto ok = run_node("generate.mjs", cluster, make_spec(cases), {ca, "OPENAI_API_KEY=" + spec.api_key});
+  INFO(ok.output);
+  CHECK(ok.exit_code == 0);
+  CHECK(ok.output.find(" 0 failed") != std::string::npos);
+
+  const auto wrong = run_node("generate.mjs", cluster, make_spec({cases[0]}),
+                              {ca, "OPENAI_API_KEY=sk-wrong-key-0123456789"});
+  INFO(wrong.output);
+  CHECK(wrong.exit_code != 0);
+  CHECK(wrong.output.find("401") != std::string::npos);
+
+  // Without the CA the SDK cannot verify the router's certificate.
+  const auto untrusted =
+      run_node("generate.mjs", cluster, make_spec({cases[0]}), {"OPENAI_API_KEY=" + spec.api_key});
+  INFO(untrusted.output);
+  CHECK(untrusted.exit_code != 0);
+
+  const auto raw = run_command({"curl", "-sS", "--max-time", "5", "--cacert", cluster.ca_file().string(),
+                                cluster.base_url() + "/v1/models"});
+  INFO(raw.output);
+  CHECK(raw.output.find("invalid_api_key") != std::string::npos);  // curl sent no key
 }

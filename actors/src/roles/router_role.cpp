@@ -95,6 +95,8 @@ struct RouterSettings {
   std::chrono::milliseconds drain_timeout{4000};  // SIGTERM: how long requests in flight may finish
   uint32_t http_threads = 2;
   uint32_t http_max_connections = 10000;
+  std::shared_ptr<const http::ApiKeys> api_keys;  // api_keys_file, loaded; none: the API is open
+  std::optional<http::TlsFiles> tls;              // tls_cert and tls_key; none: plain HTTP
 };
 
 struct RouterLimits {
@@ -658,6 +660,8 @@ protocol::Result<RoleHandle> spawn_router(RoleContext& ctx, RouterSettings setti
   http_config.generate.max_tokens_limit = settings.max_tokens_limit;
   http_config.server.io_threads = settings.http_threads;
   http_config.server.max_connections = settings.http_max_connections;
+  http_config.api_keys = settings.api_keys;
+  http_config.tls = settings.tls;
   auto table = std::make_shared<Table>();
   table->on<protocol::Tokens>(on_tokens).on<protocol::RoomResult>(on_result);
   RouterLimits limits{settings.max_in_flight, settings.max_queued, settings.unavailable_wait};
@@ -679,7 +683,15 @@ protocol::Result<RoleHandle> spawn_router(RoleContext& ctx, RouterSettings setti
     caf::anon_send_exit(h.main, caf::exit_reason::user_shutdown);
     return bound.error();
   }
-  spdlog::info("router: HTTP API on http://{}:{}", settings.http_host, *bound);
+  spdlog::info("router: HTTP API on {}://{}:{}", settings.tls ? "https" : "http", settings.http_host, *bound);
+  ctx.metrics->on_scrape([front](metrics::Snapshot& s) {
+    s.counter("epd_http_unauthorized_total", "HTTP requests refused 401 for a missing or wrong API key",
+              double(front->api->unauthorized()));
+    if (front->api->config().tls)
+      s.counter("epd_http_tls_handshake_failures_total",
+                "TLS handshakes on the HTTP listener that failed or timed out",
+                double(front->api->tls_handshake_failures()));
+  });
   h.main->attach_functor([front] { front->api->stop(); });
   h.drain = [front, grace = settings.drain_timeout] { front->api->drain(grace); };
   return h;
@@ -696,6 +708,41 @@ protocol::Status read_http(const RoleContext&, const config::Settings& cfg, Rout
   return {};
 }
 
+// Paths in the router's settings are relative to the cluster file, like [model] path.
+std::filesystem::path config_relative(const RoleContext& ctx, const std::string& path) {
+  std::filesystem::path p(path);
+  if (p.is_relative() && ctx.cluster) p = ctx.cluster->file.parent_path() / p;
+  return p;
+}
+
+// api_keys_file = "PATH": the keys every API route requires (Authorization: Bearer); loaded and checked here
+// so a bad file stops the router before it listens.
+protocol::Status read_api_keys(const RoleContext& ctx, const config::Settings& cfg, RouterSettings& out) {
+  auto file = cfg.get_string("api_keys_file", "");
+  if (!file) return file.error();
+  if (cfg.has("api_keys_file") && file->empty())
+    return make_error(ErrorCode::config_error, cfg.where() + ": api_keys_file must not be empty");
+  if (file->empty()) return {};
+  auto keys = http::ApiKeys::load(config_relative(ctx, *file));
+  if (!keys) return make_error(ErrorCode::config_error, cfg.where() + ": " + keys.error().detail);
+  out.api_keys = std::make_shared<const http::ApiKeys>(std::move(*keys));
+  return {};
+}
+
+// tls_cert = "PATH", tls_key = "PATH" (PEM): both or neither. The files are loaded when the listener starts.
+protocol::Status read_tls(const RoleContext& ctx, const config::Settings& cfg, RouterSettings& out) {
+  auto cert = cfg.get_string("tls_cert", "");
+  if (!cert) return cert.error();
+  auto key = cfg.get_string("tls_key", "");
+  if (!key) return key.error();
+  if (cert->empty() != key->empty() || (cfg.has("tls_cert") && cert->empty()))
+    return make_error(ErrorCode::config_error,
+                      cfg.where() + ": tls_cert and tls_key go together (both PEM file paths, or neither)");
+  if (cert->empty()) return {};
+  out.tls = http::TlsFiles{config_relative(ctx, *cert), config_relative(ctx, *key)};
+  return {};
+}
+
 }  // namespace
 
 RoleSpec router_role_spec() {
@@ -707,7 +754,9 @@ RoleSpec router_role_spec() {
       .u32("max_queued", &RouterSettings::max_queued, 0, 1u << 20)
       .ms("drain_timeout_ms", &RouterSettings::drain_timeout)
       .u32("http_threads", &RouterSettings::http_threads, 1, 64)
-      .u32("http_max_connections", &RouterSettings::http_max_connections, 1, 1u << 20);
+      .u32("http_max_connections", &RouterSettings::http_max_connections, 1, 1u << 20)
+      .add({"api_keys_file"}, read_api_keys)
+      .add({"tls_cert", "tls_key"}, read_tls);
   return kernel::make_role_spec(
       "router", "HTTP front door; places rooms on encoder/prefill/decode instances and retries failures",
       false, std::move(settings), spawn_router);

@@ -27,9 +27,11 @@ export function readSpec(path) {
   return JSON.parse(readFileSync(path, 'utf8'));
 }
 
-// No retries: a test must see the first answer, errors included, not a retried one.
+// No retries: a test must see the first answer, errors included, not a retried one. The key comes from
+// OPENAI_API_KEY when the router requires one (and NODE_EXTRA_CA_CERTS names its CA under TLS).
 export function makeClient(baseUrl) {
-  return new OpenAI({ baseURL: baseUrl, apiKey: 'epd-test', maxRetries: 0, timeout: 60_000 });
+  const apiKey = process.env.OPENAI_API_KEY || 'epd-test';
+  return new OpenAI({ baseURL: baseUrl, apiKey, maxRetries: 0, timeout: 60_000 });
 }
 
 // An image file as a data URI; the type comes from the magic bytes (the server accepts PNG, JPEG, PPM).

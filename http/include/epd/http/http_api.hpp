@@ -8,8 +8,10 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
+#include "epd/http/api_keys.hpp"
 #include "epd/http/http_request.hpp"
 #include "epd/http/http_server.hpp"
 #include "epd/http/router_service.hpp"
@@ -21,6 +23,10 @@ struct HttpApiConfig {
   ServerLimits server;
   GenerateLimits generate;        // prompt, image and max_tokens limits of every generation route
   size_t activity_entries = 256;  // finished requests GET /v1/activity keeps (0: none)
+  // When set, every route but /health, /health/live, /health/ready and the dashboard's files needs
+  // `Authorization: Bearer <one of them>` (401 otherwise, before any body byte is read).
+  std::shared_ptr<const ApiKeys> api_keys;
+  std::optional<TlsFiles> tls;  // when set, the listener speaks TLS only
 };
 
 struct ApiContext;
@@ -47,8 +53,10 @@ class HttpApi {
   void stop();
 
   bool running() const;
-  uint16_t port() const;     // 0 when not running
-  size_t in_flight() const;  // generations started and not yet answered
+  uint16_t port() const;                    // 0 when not running
+  size_t in_flight() const;                 // generations started and not yet answered
+  uint64_t unauthorized() const;            // requests refused 401 for a missing or wrong API key
+  uint64_t tls_handshake_failures() const;  // of the current listener (0 when not running or plain)
   const HttpApiConfig& config() const { return config_; }
 
  private:

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -94,14 +95,22 @@ struct ServerHandlers {
   std::function<std::string(int status, std::string_view message)> error_body;
 };
 
+// PEM files of the listener's certificate chain (the server's first) and private key. With them the server
+// speaks TLS 1.2 or 1.3 only, HTTP/1.1 inside; a handshake must finish within request_timeout.
+struct TlsFiles {
+  std::filesystem::path cert;
+  std::filesystem::path key;
+};
+
 class HttpServer {
  public:
-  HttpServer(ServerLimits limits, ServerHandlers handlers);
+  HttpServer(ServerLimits limits, ServerHandlers handlers, std::optional<TlsFiles> tls = std::nullopt);
   ~HttpServer();  // stop()
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
 
-  // Binds and serves. Port 0 picks a free port. config_error for a bad host, io_error when it cannot bind.
+  // Binds and serves. Port 0 picks a free port. config_error for a bad host or unusable TLS files (naming
+  // the file and OpenSSL's reason), io_error when it cannot bind.
   protocol::Result<uint16_t> start(const std::string& host, uint16_t port);
   // Closes the listening socket; connections already open are served (their replies say Connection: close).
   void stop_accepting();
@@ -110,6 +119,10 @@ class HttpServer {
 
   size_t connections() const;
   uint16_t port() const;
+  bool tls() const;
+  // TLS handshakes that failed or timed out (plain HTTP to a TLS port, a client that rejects the
+  // certificate, a scanner); each closed its connection.
+  uint64_t tls_handshake_failures() const;
 
  private:
   std::shared_ptr<detail::ServerCore> impl_;  // connections share it: their sockets need its io_context
