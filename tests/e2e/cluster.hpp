@@ -34,6 +34,9 @@ struct ClusterSpec {
   std::map<std::string, std::string> instance_extra;
   bool restart = false;  // the ProcessGroup restarts dead children (as epd-cluster does)
   bool metrics = false;  // every instance serves /metrics on a free port (metrics_port)
+  // CURVE on the control plane: epd-keygen's library writes a key pair per instance into <dir>/keys, and
+  // [security] curve_keys names its cluster.pub (docs/configuration.md).
+  bool curve = false;
 };
 
 // Collects the children's prefixed log lines (dumped when a test fails).
@@ -83,6 +86,8 @@ class Cluster {
   // with EPD_SANITIZE=ON the role processes are instrumented too, and their reports must fail the test.
   std::string stop_and_collect_sanitizer_reports();
   const std::filesystem::path& config_file() const { return config_; }
+  // The cluster's temp directory (its config, and with spec.curve its keys/).
+  const std::filesystem::path& dir() const { return dir_; }
 
  private:
   ClusterSpec spec_;
