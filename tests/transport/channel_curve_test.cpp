@@ -1,6 +1,8 @@
 // CURVE on the control channel: keyed channels talk; a peer whose key the cluster does not list (or that
 // speaks no CURVE, or claims another instance's routing id) is refused before any frame reaches the handler,
 // and counted; a client that has the wrong server key never gets a connection.
+#include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <catch2/catch.hpp>
@@ -189,6 +191,38 @@ TEST_CASE("channel: a client with the wrong server key gets no connection and se
     (*alice)->send("tcp://127.0.0.1:1", {'h', 'i'});
     REQUIRE(eventually([&] { return (*alice)->stats().dropped_send >= 1; }));
   }
+}
+
+// A plain channel polls no CURVE sockets: a null poll item would watch fd 0, and with stdin closed (a
+// hung-up pipe) every poll would return at once and the I/O thread would spin.
+TEST_CASE("channel: an idle plain channel sleeps even when stdin is a hung-up pipe", "[curve]") {
+  // stdin = a pipe whose writer is gone: polling it reports POLLHUP at once, every time.
+  const int saved = ::dup(0);
+  int p[2];
+  REQUIRE(::pipe(p) == 0);
+  ::close(p[1]);
+  ::dup2(p[0], 0);
+  ::close(p[0]);
+  ChannelConfig c;
+  c.identity = "idle";
+  c.bind_endpoint = "tcp://127.0.0.1:*";
+  Inbox inbox;
+  auto ch = ControlChannel::start(c, inbox.handler());
+  REQUIRE(ch);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  auto cpu_ms = [] {
+    rusage u{};
+    ::getrusage(RUSAGE_SELF, &u);
+    return (u.ru_utime.tv_sec + u.ru_stime.tv_sec) * 1000.0 +
+           (u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1000.0;
+  };
+  const double before = cpu_ms();
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  const double used = cpu_ms() - before;
+  (*ch)->stop();
+  ::dup2(saved, 0);
+  ::close(saved);
+  CHECK(used < 100);
 }
 
 TEST_CASE("keygen: key files round trip and cluster.pub lists every id", "[curve]") {

@@ -310,9 +310,14 @@ struct ControlChannel::Impl {
       polled.clear();
       items.push_back({nullptr, wake_fd, ZMQ_POLLIN, 0});
       items.push_back({router.handle(), 0, ZMQ_POLLIN, 0});
-      // CURVE: ZAP and the ROUTER's monitor (null sockets poll as nothing).
-      items.push_back({zap.handle(), 0, short(zap ? ZMQ_POLLIN : 0), 0});
-      items.push_back({router_monitor.handle(), 0, short(router_monitor ? ZMQ_POLLIN : 0), 0});
+      // CURVE: ZAP and the ROUTER's monitor. Only when they exist: a null socket would make zmq_poll watch
+      // file descriptor 0 instead.
+      const bool curve = bool(zap);
+      if (curve) {
+        items.push_back({zap.handle(), 0, ZMQ_POLLIN, 0});
+        items.push_back({router_monitor.handle(), 0, ZMQ_POLLIN, 0});
+      }
+      const size_t first_dealer = items.size();
       for (auto& [ep, d] : dealers) {
         items.push_back({d.socket.handle(), 0, ZMQ_POLLIN, 0});
         items.push_back({d.monitor.handle(), 0, ZMQ_POLLIN, 0});
@@ -326,14 +331,14 @@ struct ControlChannel::Impl {
         spdlog::error("control: poll failed: {}", e.what());
         continue;
       }
-      if (items[2].revents & ZMQ_POLLIN) on_zap_readable();  // first: a handshake waits on it
-      if (items[3].revents & ZMQ_POLLIN) on_router_monitor_readable();
+      if (curve && (items[2].revents & ZMQ_POLLIN)) on_zap_readable();  // first: a handshake waits on it
+      if (curve && (items[3].revents & ZMQ_POLLIN)) on_router_monitor_readable();
       if (items[1].revents & ZMQ_POLLIN) on_router_readable();
       std::vector<std::string> lost;
       for (size_t i = 0; i < polled.size(); ++i) {
-        if (items[2 * i + 4].revents & ZMQ_POLLIN)
+        if (items[first_dealer + 2 * i].revents & ZMQ_POLLIN)
           on_dealer_readable(polled[i].first, polled[i].second->socket);
-        if (items[2 * i + 5].revents & ZMQ_POLLIN) lost.push_back(polled[i].first);
+        if (items[first_dealer + 2 * i + 1].revents & ZMQ_POLLIN) lost.push_back(polled[i].first);
       }
       // After the loop: a disconnect erases the dealer `polled` points to.
       for (const auto& ep : lost)
