@@ -4,11 +4,13 @@
 #include <chrono>
 #include <cstdio>
 #include <map>
+#include <optional>
 
 #include "epd/actors/aux_record.hpp"
 #include "epd/actors/bridge.hpp"
 #include "epd/model/config.hpp"
 #include "epd/model/kv_cache.hpp"
+#include "epd/transport/curve_keys.hpp"
 #include "epd/transport/engine.hpp"
 #include "stats.hpp"
 
@@ -39,9 +41,8 @@ caf::behavior responder(caf::event_based_actor*, actors::BridgePtr bridge, trans
   }};
 }
 
-}  // namespace
-
-int run_control_plane_bench(bool quick) {
+// With `curve`, both bridges authenticate and encrypt (CURVE, as a cluster with [security] keys does).
+int run_once(bool quick, bool curve) {
   const auto cfg = model::preset("tiny");
   const auto layout = model::kv_layout_for(*cfg, 64);
   transport::EngineConfig dc, pc;
@@ -62,9 +63,27 @@ int run_control_plane_bench(bool quick) {
       page_ops.push_back({p_kv->addr() + layout.page_offset(layer, kind, 0),
                           d_kv->addr() + layout.page_offset(layer, kind, 0), layout.page_bytes()});
 
-  auto d_bridge = actors::Bridge::start("bench-decode", 1, "tcp://127.0.0.1:*");
-  auto p_bridge = actors::Bridge::start("bench-prefill", 1, "tcp://127.0.0.1:*");
+  std::optional<transport::CurveConfig> d_curve, p_curve;
+  auto server_keys = std::make_shared<std::map<std::string, std::string>>();  // filled once both are bound
+  if (curve) {
+    auto dk = transport::generate_curve_key_pair(), pk = transport::generate_curve_key_pair();
+    if (!dk || !pk) return 1;
+    const std::map<std::string, std::string> allowed = {{dk->public_key, "bench-decode"},
+                                                        {pk->public_key, "bench-prefill"}};
+    auto lookup = [server_keys](const std::string& ep) {
+      auto it = server_keys->find(ep);
+      return it == server_keys->end() ? std::string() : it->second;
+    };
+    d_curve = transport::CurveConfig{dk->public_key, dk->secret_key, allowed, lookup};
+    p_curve = transport::CurveConfig{pk->public_key, pk->secret_key, allowed, lookup};
+  }
+  auto d_bridge = actors::Bridge::start("bench-decode", 1, "tcp://127.0.0.1:*", {}, {}, d_curve);
+  auto p_bridge = actors::Bridge::start("bench-prefill", 1, "tcp://127.0.0.1:*", {}, {}, p_curve);
   if (!d_bridge || !p_bridge) return 1;
+  if (curve) {
+    (*server_keys)[(*d_bridge)->endpoint()] = d_curve->public_key;
+    (*server_keys)[(*p_bridge)->endpoint()] = p_curve->public_key;
+  }
   caf::actor_system_config sys_cfg;
   caf::actor_system sys{sys_cfg};
   auto p = sys.spawn(responder, *p_bridge, *session, page_ops, p_aux->addr(), d_aux->addr(),
@@ -133,8 +152,10 @@ int run_control_plane_bench(bool quick) {
         caf::after(std::chrono::seconds(5)) >> [] {});
   }
   std::printf(
-      "control plane (bridge + codec + shm engine, 1-page KV of %llu B in %zu writes + aux, no compute):\n",
-      static_cast<unsigned long long>(layout.page_bytes() * page_ops.size()), page_ops.size());
+      "control plane, %s (bridge + codec + shm engine, 1-page KV of %llu B in %zu writes + aux, no "
+      "compute):\n",
+      curve ? "CURVE" : "plain ZMTP", static_cast<unsigned long long>(layout.page_bytes() * page_ops.size()),
+      page_ops.size());
   std::printf("  %d rooms, %d in flight: %.0f rooms/s (goal >= 20000), latency p50 %.1f us, p99 %.1f us\n",
               rooms, window, double(latency_us.size()) / secs, percentile(latency_us, 50),
               percentile(latency_us, 99));
@@ -144,6 +165,15 @@ int run_control_plane_bench(bool quick) {
   (*d_bridge)->stop();
   (*p_bridge)->stop();
   return failed == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+// Plain and CURVE in the same run, so the cost of authentication and encryption is read off one machine
+// state.
+int run_control_plane_bench(bool quick) {
+  if (int rc = run_once(quick, false); rc != 0) return rc;
+  return run_once(quick, true);
 }
 
 }  // namespace epd::bench

@@ -16,8 +16,8 @@ Bridge::~Bridge() {
 
 protocol::Result<std::shared_ptr<Bridge>> Bridge::start(std::string instance_id, uint64_t incarnation,
                                                         std::string bind_endpoint,
-                                                        protocol::CodecLimits limits,
-                                                        LivenessConfig liveness) {
+                                                        protocol::CodecLimits limits, LivenessConfig liveness,
+                                                        std::optional<transport::CurveConfig> curve) {
   std::shared_ptr<Bridge> bridge(new Bridge(instance_id, incarnation, limits));
   transport::ChannelConfig cc;
   cc.identity = instance_id;
@@ -26,6 +26,19 @@ protocol::Result<std::shared_ptr<Bridge>> Bridge::start(std::string instance_id,
   cc.heartbeat_ivl_ms = int(liveness.heartbeat_interval.count());
   cc.heartbeat_timeout_ms = int(liveness.heartbeat_interval.count() * liveness.misses);
   Bridge* raw = bridge.get();  // the channel stops (joins its thread) before the bridge is destroyed
+  if (curve) {
+    // A peer's key by the endpoint PEERS lists for it (it may differ in spelling from the config's, e.g. a
+    // resolved wildcard), else by the caller's map (the registry, before any PEERS arrived).
+    std::map<std::string, std::string> key_of_id;
+    for (const auto& [key, id] : curve->allowed) key_of_id[id] = key;
+    curve->server_key = [raw, key_of_id = std::move(key_of_id),
+                         by_config = std::move(curve->server_key)](const std::string& endpoint) {
+      if (auto p = raw->peers_.find_by_endpoint(endpoint))
+        if (auto it = key_of_id.find(p->instance_id); it != key_of_id.end()) return it->second;
+      return by_config ? by_config(endpoint) : std::string();
+    };
+    cc.curve = std::move(curve);
+  }
   auto channel = transport::ControlChannel::start(
       cc,
       [raw](const std::string& from, bool via_router, std::vector<uint8_t> frame) {
@@ -214,7 +227,8 @@ void Bridge::on_frame(const std::string& from, bool via_router, std::vector<uint
 }
 
 BridgeStats Bridge::stats() const {
-  return {delivered_.load(), rejected_.load(), undeliverable_.load(), sent_.load()};
+  return {delivered_.load(), rejected_.load(), undeliverable_.load(), sent_.load(),
+          channel_ ? channel_->stats().refused_peers : 0};
 }
 
 void Bridge::stop() {

@@ -91,9 +91,30 @@ int run_role(int argc, char** argv, const char* fixed_role) {
     if (!bound) return fail("metrics = \"" + inst->metrics->text() + "\": " + bound.error().detail);
     spdlog::info("{} '{}': metrics on http://{}:{}/metrics", role, id, inst->metrics->host, *bound);
   }
+  std::optional<transport::CurveConfig> curve;
+  if (cfg->security.enabled()) {
+    auto c = config::curve_config_for(*cfg, *inst);
+    if (!c) return fail(c.error().detail);
+    curve = std::move(c.value());
+    spdlog::info("{} '{}': control plane authenticated and encrypted (CURVE), {} keys admitted", role, id,
+                 curve->allowed.size());
+  } else {
+    spdlog::warn(
+        "{} '{}': the control plane is unauthenticated (no [security] curve_keys): every address is "
+        "loopback only",
+        role, id);
+  }
   auto bridge = Bridge::start(id, incarnation, inst->control, {},
-                              LivenessConfig{cfg->cluster.heartbeat_interval, cfg->cluster.heartbeat_misses});
+                              LivenessConfig{cfg->cluster.heartbeat_interval, cfg->cluster.heartbeat_misses},
+                              std::move(curve));
   if (!bridge) return fail(bridge.error().detail);
+  process_metrics->on_scrape([b = std::weak_ptr<Bridge>(bridge.value())](metrics::Snapshot& s) {
+    if (auto live = b.lock())
+      s.counter("epd_control_refused_peers_total",
+                "Control connections or frames refused before decoding: unknown CURVE key, failed handshake, "
+                "or a routing id that is not the key's",
+                double(live->stats().refused_peers));
+  });
 
   caf::actor_system_config sys_cfg;
   sys_cfg.set("scheduler.max-threads", 2);

@@ -6,6 +6,7 @@
 
 #include "epd/protocol/codec.hpp"
 #include "epd/transport/backend_registry.hpp"
+#include "epd/transport/curve_keys.hpp"
 #include "settings_table.hpp"
 
 namespace epd::config {
@@ -77,7 +78,8 @@ Result<ClusterConfig> parse_cluster_config(std::string_view text, const std::fil
   ClusterConfig cfg;
   cfg.file = file;
   for (const auto& [k, _] : root) {
-    static const std::set<std::string> known = {"cluster", "model", "transport", "defaults", "instance"};
+    static const std::set<std::string> known = {"cluster",  "model",    "transport",
+                                                "defaults", "instance", "security"};
     if (!known.count(std::string(k.str())))
       return bad(file, "unknown section '" + std::string(k.str()) + "'");
   }
@@ -111,6 +113,22 @@ Result<ClusterConfig> parse_cluster_config(std::string_view text, const std::fil
       if (cfg.model.path.is_relative()) cfg.model.path = file.parent_path() / cfg.model.path;
     }
   }
+  {
+    auto s = settings_of(root["security"].as_table(), file.string() + " [security]");
+    if (auto st = s.only_keys({"curve_keys"}); !st) return st.error();
+    std::string keys;
+    if (auto r = s.get_string("curve_keys", ""); !r)
+      return r.error();
+    else
+      keys = *r;
+    if (!keys.empty()) {
+      cfg.security.curve_keys = keys;
+      if (cfg.security.curve_keys.is_relative()) cfg.security.curve_keys = file.parent_path() / keys;
+      auto listed = transport::read_authorized_keys(cfg.security.curve_keys);
+      if (!listed) return bad(file, "[security] curve_keys: " + listed.error().detail);
+      cfg.security.public_keys = std::move(*listed);
+    }
+  }
   const toml::table* transport = root["transport"].as_table();
   const toml::table* defaults = root["defaults"].as_table();
 
@@ -121,13 +139,14 @@ Result<ClusterConfig> parse_cluster_config(std::string_view text, const std::fil
     const toml::table* t = (*list)[i].as_table();
     if (!t) return bad(file, "[[instance]] #" + std::to_string(i + 1) + " is not a table");
     InstanceConfig inst;
-    std::string metrics;
+    std::string metrics, curve_key;
     auto base = settings_of(t, file.string() + " [[instance]] #" + std::to_string(i + 1));
     protocol::FirstError e;
     e.take(inst.id, base.get_string("id", ""))
         .take(inst.role, base.get_string("role", ""))
         .take(inst.control, base.get_string("control", ""))
-        .take(metrics, base.get_string("metrics", ""));
+        .take(metrics, base.get_string("metrics", ""))
+        .take(curve_key, base.get_string("curve_key", ""));
     if (!e.status()) return e.status().error();
     if (!protocol::valid_instance_id(inst.id))
       return bad(file, "[[instance]] #" + std::to_string(i + 1) +
@@ -147,8 +166,20 @@ Result<ClusterConfig> parse_cluster_config(std::string_view text, const std::fil
         return bad(file, "instance '" + inst.id + "': metrics address " + hp->text() + " is used twice");
       inst.metrics = *hp;
     }
+    if (cfg.security.enabled()) {
+      if (cfg.security.public_key_of(inst.id).empty())
+        return bad(file, "instance '" + inst.id + "' has no public key in " +
+                             cfg.security.curve_keys.string() + " (run epd-keygen --out DIR --id " + inst.id +
+                             ")");
+      inst.curve_key = curve_key.empty() ? cfg.security.curve_keys.parent_path() / (inst.id + ".key")
+                                         : std::filesystem::path(curve_key);
+      if (inst.curve_key.is_relative()) inst.curve_key = file.parent_path() / inst.curve_key;
+    } else if (!curve_key.empty()) {
+      return bad(file, "instance '" + inst.id + "': curve_key needs [security] curve_keys");
+    }
     const toml::table* role_defaults = defaults ? (*defaults)[inst.role].as_table() : nullptr;
-    inst.settings = merged(role_defaults, t, where, {"id", "role", "control", "metrics", "transport"});
+    inst.settings =
+        merged(role_defaults, t, where, {"id", "role", "control", "metrics", "transport", "curve_key"});
     inst.transport = merged(transport, (*t)["transport"].as_table(), where + " transport");
     cfg.instances.push_back(std::move(inst));
   }
@@ -156,6 +187,8 @@ Result<ClusterConfig> parse_cluster_config(std::string_view text, const std::fil
     return bad(file, "[cluster] registry = '" + cfg.cluster.registry + "' names no instance");
   for (const auto& inst : cfg.instances)
     if (auto e = engine_config_for(inst); !e) return e.error();
+  if (!cfg.security.enabled())
+    if (auto st = check_loopback_only(cfg); !st) return st.error();
   return cfg;
 }
 

@@ -16,6 +16,8 @@
 #include <stdexcept>
 #include <thread>
 
+#include "epd/transport/curve_keys.hpp"
+
 namespace epd::testing {
 
 namespace {
@@ -134,6 +136,11 @@ Cluster::Cluster(ClusterSpec spec) : spec_(std::move(spec)) {
     cfg << "\n";
   }
   cfg << spec_.extra_sections;
+  if (spec_.curve) {
+    auto written = transport::write_cluster_keys(dir_ / "keys", ids(), false);
+    if (!written) throw std::runtime_error(written.error().to_string());
+    cfg << "\n[security]\ncurve_keys = \"keys/cluster.pub\"\n";
+  }
   std::ofstream(config_) << cfg.str();
 }
 

@@ -43,6 +43,9 @@ struct ClusterSpec {
   // The router speaks TLS with a certificate for 127.0.0.1 signed by a CA made for the cluster (ca_file());
   // the cluster's own requests verify it.
   bool tls = false;
+  // CURVE on the control plane: epd-keygen's library writes a key pair per instance into <dir>/keys, and
+  // [security] curve_keys names its cluster.pub (docs/configuration.md).
+  bool curve = false;
 };
 
 // Collects the children's prefixed log lines (dumped when a test fails).
@@ -96,6 +99,8 @@ class Cluster {
   // with EPD_SANITIZE=ON the role processes are instrumented too, and their reports must fail the test.
   std::string stop_and_collect_sanitizer_reports();
   const std::filesystem::path& config_file() const { return config_; }
+  // The cluster's temp directory (its config, and with spec.curve its keys/).
+  const std::filesystem::path& dir() const { return dir_; }
 
  private:
   httplib::Client client() const;

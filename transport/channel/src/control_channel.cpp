@@ -10,6 +10,7 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <set>
 #include <thread>
 #include <zmq.hpp>
 
@@ -29,6 +30,17 @@ struct Dealer {
   zmq::socket_t monitor;
 };
 
+// The address libzmq's ZAP client asks at (RFC 27); one handler per context, so per channel.
+constexpr const char* zap_endpoint = "inproc://zeromq.zap.01";
+constexpr size_t max_logged_sources = 1024;  // refusals are logged once per source, for this many sources
+
+std::string z85_of(const zmq::message_t& raw) {
+  if (raw.size() != 32) return "?";
+  char out[41] = {};
+  zmq_z85_encode(out, static_cast<const uint8_t*>(raw.data()), 32);
+  return out;
+}
+
 }  // namespace
 
 struct ControlChannel::Impl {
@@ -37,6 +49,9 @@ struct ControlChannel::Impl {
   DisconnectHandler on_disconnect;
   zmq::context_t ctx{1};
   zmq::socket_t router{ctx, zmq::socket_type::router};
+  zmq::socket_t zap;                      // REP at zap_endpoint (CURVE only)
+  zmq::socket_t router_monitor;           // handshake failures on the ROUTER (CURVE only)
+  std::set<std::string> logged_sources;   // refusals already logged (bounded)
   std::map<std::string, Dealer> dealers;  // endpoint -> socket; I/O thread only
   uint64_t monitors = 0;
   std::string bound;
@@ -45,7 +60,7 @@ struct ControlChannel::Impl {
   std::deque<Cmd> queue;
   std::thread io;
   std::atomic<bool> stopping{false};
-  std::atomic<uint64_t> received{0}, sent{0}, dropped_send{0}, dropped_recv{0};
+  std::atomic<uint64_t> received{0}, sent{0}, dropped_send{0}, dropped_recv{0}, refused_peers{0};
 
   ~Impl() {
     if (wake_fd >= 0) ::close(wake_fd);
@@ -60,10 +75,28 @@ struct ControlChannel::Impl {
     [[maybe_unused]] auto n = ::write(wake_fd, &one, sizeof one);
   }
 
-  zmq::socket_t& dealer_for(const std::string& endpoint) {
+  // Once per key (bounded): a refusal is news, a thousand identical ones are noise.
+  bool first_time(const std::string& source) {
+    if (logged_sources.size() >= max_logged_sources) return false;
+    return logged_sources.insert(source).second;
+  }
+
+  // Null when the peer's public key is unknown (CURVE on): nothing can be sent to it.
+  zmq::socket_t* dealer_for(const std::string& endpoint) {
     auto it = dealers.find(endpoint);
-    if (it != dealers.end()) return it->second.socket;
+    if (it != dealers.end()) return &it->second.socket;
     zmq::socket_t s(ctx, zmq::socket_type::dealer);
+    if (config.curve) {
+      const std::string server = config.curve->server_key ? config.curve->server_key(endpoint) : "";
+      if (server.empty()) {
+        if (first_time("no-key " + endpoint))
+          spdlog::warn("control: no public key is known for {}: frames to it are dropped", endpoint);
+        return nullptr;
+      }
+      s.set(zmq::sockopt::curve_serverkey, server);
+      s.set(zmq::sockopt::curve_publickey, config.curve->public_key);
+      s.set(zmq::sockopt::curve_secretkey, config.curve->secret_key);
+    }
     s.set(zmq::sockopt::routing_id, config.identity);
     s.set(zmq::sockopt::linger, config.linger_ms);
     s.set(zmq::sockopt::sndhwm, config.send_hwm);
@@ -75,12 +108,16 @@ struct ControlChannel::Impl {
     }
     // The monitor must be attached before connect so no disconnect can be missed.
     const std::string addr = "inproc://epd-monitor-" + std::to_string(++monitors);
-    if (zmq_socket_monitor(s.handle(), addr.c_str(), ZMQ_EVENT_DISCONNECTED) != 0) throw zmq::error_t();
+    // A failed handshake (the peer refused our key, or it is not who we think) is reported like a disconnect:
+    // the peer is unreachable to us, and that must show rather than frames queueing forever.
+    const int events = ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
+                       ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL;
+    if (zmq_socket_monitor(s.handle(), addr.c_str(), events) != 0) throw zmq::error_t();
     zmq::socket_t mon(ctx, zmq::socket_type::pair);
     mon.set(zmq::sockopt::linger, 0);
     mon.connect(addr);
     s.connect(endpoint);
-    return dealers.emplace(endpoint, Dealer{std::move(s), std::move(mon)}).first->second.socket;
+    return &dealers.emplace(endpoint, Dealer{std::move(s), std::move(mon)}).first->second.socket;
   }
 
   void drop_dealer(const std::string& endpoint) {
@@ -98,7 +135,13 @@ struct ControlChannel::Impl {
     if (parts.size() < 1 || parts[0].size() < sizeof(uint16_t)) return;
     uint16_t event = 0;
     std::memcpy(&event, parts[0].data(), sizeof event);
-    if (event != ZMQ_EVENT_DISCONNECTED) return;
+    if (event != ZMQ_EVENT_DISCONNECTED) {
+      if (first_time("handshake " + endpoint))
+        spdlog::warn(
+            "control: CURVE handshake with {} failed (event {:#x}): it refused our key or holds "
+            "another key than the cluster lists for it",
+            endpoint, event);
+    }
     spdlog::debug("control: connection to {} lost", endpoint);
     drop_dealer(endpoint);
     if (on_disconnect) {
@@ -114,13 +157,14 @@ struct ControlChannel::Impl {
     try {
       switch (cmd.kind) {
         case CmdKind::send: {
-          auto& s = dealer_for(cmd.target);
-          if (s.send(zmq::buffer(cmd.frame), zmq::send_flags::dontwait)) {
+          auto* s = dealer_for(cmd.target);
+          if (s && s->send(zmq::buffer(cmd.frame), zmq::send_flags::dontwait)) {
             ++sent;
           } else {
             ++dropped_send;
-            spdlog::warn("control: queue to {} is full, dropped a {}-byte frame", cmd.target,
-                         cmd.frame.size());
+            if (s)
+              spdlog::warn("control: queue to {} is full, dropped a {}-byte frame", cmd.target,
+                           cmd.frame.size());
           }
           break;
         }
@@ -186,7 +230,67 @@ struct ControlChannel::Impl {
                    parts.size());
       return;
     }
+    if (config.curve) {
+      // ZAP said which instance the key belongs to (its User-Id); a frame under another routing id is an
+      // insider claiming someone else's name. Refused before it is decoded.
+      const char* owner = parts[1].gets("User-Id");
+      if (!owner || parts[0].to_string() != owner) {
+        ++refused_peers;
+        if (first_time("spoof " + parts[0].to_string()))
+          spdlog::warn("control: refused frames from routing id '{}': its key belongs to '{}'",
+                       parts[0].to_string(), owner ? owner : "?");
+        return;
+      }
+    }
     deliver(parts[0].to_string(), true, parts[1]);
+  }
+
+  // ZAP (RFC 27): version, request id, domain, address, identity, mechanism, credentials (the client's
+  // 32-byte public key). Runs inside the handshake: a refused peer never gets a frame to us.
+  void on_zap_readable() {
+    auto req = read_parts(zap);
+    if (req.size() < 6) return;  // libzmq's own client; a short request cannot happen
+    std::string status = "400", text = "unknown key", user;
+    const std::string address = req[3].to_string();
+    std::string key = "?";
+    if (req[5].to_string() == "CURVE" && req.size() == 7) {
+      key = z85_of(req[6]);
+      if (auto it = config.curve->allowed.find(key); it != config.curve->allowed.end()) {
+        status = "200";
+        text = "OK";
+        user = it->second;
+      }
+    }
+    if (status != "200") {
+      ++refused_peers;
+      if (first_time("zap " + address))
+        spdlog::warn(
+            "control: refused a peer at {} whose key {}... is not in the cluster's keys "
+            "(logged once per address)",
+            address, key.substr(0, 8));
+    }
+    const std::string version = "1.0";
+    zap.send(zmq::buffer(version), zmq::send_flags::sndmore);
+    zap.send(req[1], zmq::send_flags::sndmore);
+    zap.send(zmq::buffer(status), zmq::send_flags::sndmore);
+    zap.send(zmq::buffer(text), zmq::send_flags::sndmore);
+    zap.send(zmq::buffer(user), zmq::send_flags::sndmore);
+    zap.send(zmq::str_buffer(""), zmq::send_flags::none);
+  }
+
+  // Handshakes that failed before ZAP: a client without CURVE, or garbage instead of a greeting.
+  void on_router_monitor_readable() {
+    auto parts = read_parts(router_monitor);
+    if (parts.empty() || parts[0].size() < sizeof(uint16_t)) return;
+    uint16_t event = 0;
+    std::memcpy(&event, parts[0].data(), sizeof event);
+    if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) return;  // ZAP refused it and counted it already
+    ++refused_peers;
+    if (first_time("handshake-router"))
+      spdlog::warn(
+          "control: a peer failed the CURVE handshake (no CURVE, or not ZeroMQ; event {:#x}); "
+          "logged once, counted always",
+          event);
   }
 
   void on_dealer_readable(const std::string& endpoint, zmq::socket_t& s) {
@@ -206,6 +310,14 @@ struct ControlChannel::Impl {
       polled.clear();
       items.push_back({nullptr, wake_fd, ZMQ_POLLIN, 0});
       items.push_back({router.handle(), 0, ZMQ_POLLIN, 0});
+      // CURVE: ZAP and the ROUTER's monitor. Only when they exist: a null socket would make zmq_poll watch
+      // file descriptor 0 instead.
+      const bool curve = bool(zap);
+      if (curve) {
+        items.push_back({zap.handle(), 0, ZMQ_POLLIN, 0});
+        items.push_back({router_monitor.handle(), 0, ZMQ_POLLIN, 0});
+      }
+      const size_t first_dealer = items.size();
       for (auto& [ep, d] : dealers) {
         items.push_back({d.socket.handle(), 0, ZMQ_POLLIN, 0});
         items.push_back({d.monitor.handle(), 0, ZMQ_POLLIN, 0});
@@ -219,12 +331,14 @@ struct ControlChannel::Impl {
         spdlog::error("control: poll failed: {}", e.what());
         continue;
       }
+      if (curve && (items[2].revents & ZMQ_POLLIN)) on_zap_readable();  // first: a handshake waits on it
+      if (curve && (items[3].revents & ZMQ_POLLIN)) on_router_monitor_readable();
       if (items[1].revents & ZMQ_POLLIN) on_router_readable();
       std::vector<std::string> lost;
       for (size_t i = 0; i < polled.size(); ++i) {
-        if (items[2 * i + 2].revents & ZMQ_POLLIN)
+        if (items[first_dealer + 2 * i].revents & ZMQ_POLLIN)
           on_dealer_readable(polled[i].first, polled[i].second->socket);
-        if (items[2 * i + 3].revents & ZMQ_POLLIN) lost.push_back(polled[i].first);
+        if (items[first_dealer + 2 * i + 1].revents & ZMQ_POLLIN) lost.push_back(polled[i].first);
       }
       // After the loop: a disconnect erases the dealer `polled` points to.
       for (const auto& ep : lost)
@@ -235,7 +349,10 @@ struct ControlChannel::Impl {
     drain_commands();  // flush what callers queued before stop(), bounded by linger
     for (auto& [_, d] : dealers) zmq_socket_monitor(d.socket.handle(), nullptr, 0);
     dealers.clear();
+    if (router_monitor) zmq_socket_monitor(router.handle(), nullptr, 0);
     router.close();
+    router_monitor.close();
+    zap.close();
   }
 };
 
@@ -258,6 +375,25 @@ Result<std::unique_ptr<ControlChannel>> ControlChannel::start(ChannelConfig conf
     impl->router.set(zmq::sockopt::router_handover, 1);
     impl->router.set(zmq::sockopt::maxmsgsize, impl->config.max_frame_bytes);
     impl->router.set(zmq::sockopt::sndhwm, impl->config.send_hwm);
+    if (impl->config.curve) {
+      auto& c = *impl->config.curve;
+      // The ZAP handler is bound before the ROUTER: libzmq admits every CURVE client when no handler
+      // listens, so no connection may be accepted before it does.
+      impl->zap = zmq::socket_t(impl->ctx, zmq::socket_type::rep);
+      impl->zap.set(zmq::sockopt::linger, 0);
+      impl->zap.bind(zap_endpoint);
+      impl->router.set(zmq::sockopt::curve_server, 1);
+      impl->router.set(zmq::sockopt::curve_secretkey, c.secret_key);
+      impl->router.set(zmq::sockopt::zap_domain, "epd");
+      const std::string mon = "inproc://epd-router-monitor";
+      if (zmq_socket_monitor(impl->router.handle(), mon.c_str(),
+                             ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                                 ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) != 0)
+        throw zmq::error_t();
+      impl->router_monitor = zmq::socket_t(impl->ctx, zmq::socket_type::pair);
+      impl->router_monitor.set(zmq::sockopt::linger, 0);
+      impl->router_monitor.connect(mon);
+    }
     impl->router.bind(impl->config.bind_endpoint);
     impl->bound = impl->router.get(zmq::sockopt::last_endpoint);
   } catch (const zmq::error_t& e) {
@@ -288,7 +424,8 @@ void ControlChannel::forget(const std::string& endpoint) {
 }
 
 ChannelStats ControlChannel::stats() const {
-  return {impl_->received.load(), impl_->sent.load(), impl_->dropped_send.load(), impl_->dropped_recv.load()};
+  return {impl_->received.load(), impl_->sent.load(), impl_->dropped_send.load(), impl_->dropped_recv.load(),
+          impl_->refused_peers.load()};
 }
 
 void ControlChannel::stop() {

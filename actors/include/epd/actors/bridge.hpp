@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -44,6 +45,7 @@ struct BridgeStats {
   uint64_t rejected = 0;       // frames that failed to decode or were spoofed
   uint64_t undeliverable = 0;  // decoded, but no actor subscribed / peer unknown
   uint64_t sent = 0;
+  uint64_t refused_peers = 0;  // CURVE: connections / frames refused before decoding (ChannelStats)
 };
 
 // What an offline bridge sent, in order: each frame as encoded for the wire, with its destination.
@@ -77,7 +79,8 @@ class Bridge {
   static protocol::Result<std::shared_ptr<Bridge>> start(std::string instance_id, uint64_t incarnation,
                                                          std::string bind_endpoint,
                                                          protocol::CodecLimits limits = {},
-                                                         LivenessConfig liveness = {});
+                                                         LivenessConfig liveness = {},
+                                                         std::optional<transport::CurveConfig> curve = {});
   // A bridge without sockets or I/O thread, for deterministic in-process tests of the actors (CAF's test
   // coordinator runs them on the test's thread; a ZeroMQ thread would make the order of events random).
   // Outbound frames are encoded as usual and collected in `outbox()`; inbound frames are handed in by

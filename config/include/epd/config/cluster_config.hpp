@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "epd/config/host_port.hpp"
+#include "epd/config/security_config.hpp"
 #include "epd/config/settings.hpp"
 #include "epd/protocol/result.hpp"
 #include "epd/transport/config.hpp"
@@ -39,12 +40,15 @@ struct InstanceConfig {
   std::optional<HostPort> metrics;  // where it serves GET /metrics (Prometheus); none when absent
   Settings settings;                // [defaults.<role>] overlaid with the instance's own keys
   Settings transport;               // [transport] overlaid with the instance's [instance.transport] keys
+  std::filesystem::path
+      curve_key;  // its CURVE key pair file (with [security] curve_keys); read when it starts
 };
 
 struct ClusterConfig {
   std::filesystem::path file;
   ClusterSection cluster;
   ModelSection model;
+  SecuritySection security;
   std::vector<InstanceConfig> instances;
 
   const InstanceConfig* find(std::string_view id) const;
@@ -53,7 +57,8 @@ struct ClusterConfig {
 };
 
 // Parses and validates the file: unknown top-level sections, duplicate ids, bad endpoints, wrong types and
-// a registry id that names no instance are config_error with the file and key in the message.
+// a registry id that names no instance are config_error with the file and key in the message. With
+// [security] curve_keys, the keys file must list every instance; without it, every address must be loopback.
 Result<ClusterConfig> load_cluster_config(const std::filesystem::path& file);
 Result<ClusterConfig> parse_cluster_config(std::string_view toml_text, const std::filesystem::path& file);
 

@@ -5,7 +5,9 @@
 // never block on the network. Frames are opaque bytes here: the codec lives in protocol/.
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -13,6 +15,18 @@
 #include "epd/transport/types.hpp"
 
 namespace epd::transport {
+
+// CURVE on every socket of the channel (docs/architecture.md, "Control plane authentication"): the ROUTER
+// is a CURVE server that admits, through a ZAP handler on the channel's I/O thread, only clients whose public
+// key is in `allowed`, and only under the routing id that key belongs to; each DEALER is a CURVE client that
+// must know its peer's public key. Keys are Z85 (curve_keys.hpp).
+struct CurveConfig {
+  std::string public_key, secret_key;          // mine
+  std::map<std::string, std::string> allowed;  // public key -> the instance id it belongs to
+  // The public key of whoever listens at `endpoint` ("" = unknown: frames to it are dropped, logged once).
+  // Called on the I/O thread when a DEALER is created.
+  std::function<std::string(const std::string& endpoint)> server_key;
+};
 
 struct ChannelConfig {
   std::string identity;                  // my instance id, the DEALERs' routing id
@@ -24,6 +38,7 @@ struct ChannelConfig {
   // is disconnected (0 = off). A disconnect (peer closed, process died, or heartbeat timeout) is reported.
   int heartbeat_ivl_ms = 0;
   int heartbeat_timeout_ms = 0;
+  std::optional<CurveConfig> curve;  // none: plain ZMTP (the config allows that on loopback only)
 };
 
 struct ChannelStats {
@@ -31,6 +46,9 @@ struct ChannelStats {
   uint64_t sent = 0;
   uint64_t dropped_send = 0;  // peer queue full or unknown routing id
   uint64_t dropped_recv = 0;  // frames with an unexpected number of parts
+  // CURVE: connections refused before any frame of theirs was read: a key not in the allowlist (ZAP), a
+  // routing id that is not the key's, or a handshake that failed (no CURVE, garbage greeting).
+  uint64_t refused_peers = 0;
 };
 
 class ControlChannel {
