@@ -1,5 +1,6 @@
 #include "epd/protocol/codec.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <exception>
 
@@ -99,7 +100,12 @@ Result<Header> decode_header(std::span<const uint8_t> frame, const CodecLimits& 
 namespace detail {
 Result<msgpack::object_handle> unpack_whole(std::span<const uint8_t> bytes, const CodecLimits& limits) {
   if (bytes.empty()) return make_error(ErrorCode::malformed_body, "empty body");
-  const msgpack::unpack_limit limit(limits.max_array, limits.max_map, limits.max_str, limits.max_bin,
+  // msgpack allocates room for every element an array or map header declares before reading one, so a few
+  // bytes declaring a million elements cost 24 MB (found by fuzz/fuzz_codec). Every element takes at least a
+  // byte (an entry two), so a larger count can never be valid: refuse it from the header.
+  const msgpack::unpack_limit limit(std::min(limits.max_array, bytes.size()),
+                                    std::min(limits.max_map, bytes.size() / 2), limits.max_str,
+                                    limits.max_bin,
                                     /*ext=*/0, limits.max_depth);
   std::size_t off = 0;
   msgpack::object_handle handle;

@@ -178,6 +178,10 @@ TEST_CASE("openai request: malformed bodies", "[http][openai_request]") {
   std::string deep = "{\"prompt\":\"p\",\"x\":" + std::string(40, '[') + std::string(40, ']') + "}";
   CHECK(rejected(Endpoint::completions, std::string_view(deep)).message.find("nested deeper than 32") !=
         std::string::npos);
+  // A number no double holds, even in an ignored field, is a 400 (found by fuzz/fuzz_http_request).
+  const auto huge = rejected(Endpoint::chat, std::string_view(R"({"messages":[],"x":1e999})"));
+  CHECK(huge.status == 400);
+  CHECK(huge.message.find("number overflow") != std::string::npos);
 }
 
 TEST_CASE("openai request: max_tokens and max_completion_tokens", "[http][openai_request]") {

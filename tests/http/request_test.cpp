@@ -91,6 +91,9 @@ TEST_CASE("generate request: malformed JSON says where parsing failed", "[http][
   CHECK(says(rejected(std::string(10000, '[')), "nested deeper than 32"));
   CHECK(says(rejected("{\"prompt\":\"" + std::string(5000, '\x01')), "invalid JSON"));  // long echo clipped
   CHECK(rejected("{\"prompt\":\"" + std::string(5000, '\x01')).message.size() < 400);
+  // A number no double holds is malformed JSON too, not an exception (found by fuzz/fuzz_http_request).
+  CHECK(says(rejected(R"({"prompt":"hi","max_tokens":1e999})"), "number overflow"));
+  CHECK(rejected("-4e400").status == 400);
 }
 
 TEST_CASE("generate request: body and prompt shape", "[http][request]") {

@@ -199,6 +199,24 @@ TEST_CASE("decoder rejects bad envelopes with typed errors", "[protocol][codec]"
   }
 }
 
+// Found by fuzz/fuzz_codec: msgpack allocates for every element a header declares before reading one, so 22
+// bytes declaring a million-element array made each decode allocate 24 MB. A count the remaining bytes cannot
+// hold is refused from the header (fuzz/regressions/codec keeps the input).
+TEST_CASE("a short body declaring a huge array or map is refused from its header", "[protocol][codec]") {
+  const std::vector<uint8_t> huge_array = {0xdd, 0x00, 0x0f, 0xff, 0xff};                 // array32, 1M - 1
+  const std::vector<uint8_t> huge_map = {0x81, 0xa1, 'a', 0xdf, 0x00, 0x00, 0x00, 0x40};  // {a: map32 of 64}
+  for (const auto& body : {huge_array, huge_map}) {
+    const auto e = decode_error(frame_of(MessageType::bootstrap, body));
+    CHECK(e.code == ErrorCode::malformed_body);
+    CHECK_THAT(e.detail, Catch::Contains("size overflow"));
+  }
+  // A count the bytes do hold still decodes: an array of 200 one-byte pages.
+  Bootstrap b{.room = 1, .dst_pages = std::vector<uint32_t>(200, 5), .aux_slot = 0};
+  auto ok = decode(encode(Envelope{"p0", 1, b}));
+  REQUIRE(ok.ok());
+  CHECK(std::get<Bootstrap>(ok->body).dst_pages.size() == 200);
+}
+
 TEST_CASE("decoder rejects bad bodies with the field named", "[protocol][codec]") {
   SECTION("missing required field") {
     auto body = pack([](auto& pk) {

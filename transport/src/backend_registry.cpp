@@ -35,7 +35,8 @@ std::string backend_names_text() {
 }
 
 Status check_backend_options(const BackendOptions& options) {
-  for (const auto& [key, value] : options.values()) {
+  for (const auto& entry : options.values()) {
+    const auto& key = entry.first;  // not a structured binding: clang 14 (fuzz/) cannot capture one
     const bool owned = std::any_of(backend_plugins().begin(), backend_plugins().end(), [&](const auto* p) {
       return std::find(p->option_keys.begin(), p->option_keys.end(), key) != p->option_keys.end();
     });

@@ -16,8 +16,8 @@
 #include <thread>
 #include <vector>
 
+#include "frame_check.hpp"
 #include "socket_util.hpp"
-#include "wire.hpp"
 
 namespace epd::transport::tcp {
 namespace {
@@ -158,8 +158,8 @@ void LinkState::complete(Lane& lane, const Reply& r, std::vector<BatchPtr>& done
   {
     std::lock_guard lock(lane.mu);
     const bool was_full = lane.inflight.size() >= config.max_inflight_slices;
-    if (r.magic != kReplyMagic || r.version != kWireVersion || (r.type != kTypeAck && r.type != kTypeNack) ||
-        lane.inflight.empty() || r.seq < lane.inflight.front().seq || r.seq > lane.inflight.back().seq) {
+    if (!reply_well_formed(r) || lane.inflight.empty() || r.seq < lane.inflight.front().seq ||
+        r.seq > lane.inflight.back().seq) {
       protocol_error = true;
     } else {
       while (lane.inflight.front().seq < r.seq) {

@@ -10,7 +10,7 @@
 
 #include <cstring>
 
-#include "wire.hpp"
+#include "frame_check.hpp"
 
 namespace epd::transport::tcp {
 namespace {
@@ -97,8 +97,7 @@ void Receiver::add_region(uint64_t base, uint64_t length) {
 uint8_t* Receiver::find(uint64_t addr, uint64_t len) const {
   std::shared_lock lock(regions_mu_);
   for (const Span& s : regions_)
-    if (addr >= s.base && len <= s.length && addr - s.base <= s.length - len)
-      return reinterpret_cast<uint8_t*>(addr);
+    if (range_inside(s.base, s.length, addr, len)) return reinterpret_cast<uint8_t*>(addr);
   return nullptr;
 }
 
@@ -165,21 +164,18 @@ void Receiver::serve(Conn& conn) {
   WriteHeader h;
   while (!stop_.load(std::memory_order_relaxed)) {
     if (!recv_exact(fd, &h, sizeof(h))) break;  // peer closed or we are shutting down
-    if (h.magic == kWriteMagic && h.version == kWireVersion && h.type == kTypeHello && h.len == 0 &&
-        h.reserved == 0) {
+    if (is_hello(h)) {
       if (h.token == token_) authenticate();
       continue;  // a wrong token is answered on the first write (bad_token), as before
     }
-    if (h.magic != kWriteMagic || h.version != kWireVersion || h.type != kTypeWrite || h.reserved != 0) {
+    if (const ErrorCode framing = check_write_framing(h); framing != ErrorCode::ok) {
       // Framing is lost: say why, then drop the connection.
-      spdlog::warn("transport tcp[{}]: garbled frame header, closing the connection", name_);
-      send_reply(fd, kTypeNack, ErrorCode::bad_header, h.seq);
-      break;
-    }
-    if (h.len > kMaxFrameBytes) {
-      spdlog::warn("transport tcp[{}]: frame of {} bytes exceeds the limit, closing the connection", name_,
-                   h.len);
-      send_reply(fd, kTypeNack, ErrorCode::frame_too_large, h.seq);
+      if (framing == ErrorCode::bad_header)
+        spdlog::warn("transport tcp[{}]: garbled frame header, closing the connection", name_);
+      else
+        spdlog::warn("transport tcp[{}]: frame of {} bytes exceeds the limit, closing the connection", name_,
+                     h.len);
+      send_reply(fd, kTypeNack, framing, h.seq);
       break;
     }
     ErrorCode refused = ErrorCode::ok;
