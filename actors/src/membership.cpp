@@ -41,7 +41,8 @@ void send_hello(MembershipState& st) {
   protocol::Hello hello;
   hello.role = st.config.role;
   hello.control_endpoint = st.bridge->endpoint();
-  hello.segment = st.config.segment;
+  // The engine's current descriptor: its token changes when we rejoin.
+  hello.segment = st.config.engine ? std::optional(st.config.engine->descriptor()) : st.config.segment;
   hello.kv_layout = st.config.kv_layout;
   hello.kv_pages_total = st.config.kv_pages_total;
   st.bridge->send_to_endpoint(st.config.registry_endpoint, std::move(hello));
@@ -88,6 +89,9 @@ void continue_rejoin(caf::stateful_actor<MembershipState>* self) {
   }
   const uint64_t old = st.bridge->incarnation();
   st.bridge->set_incarnation(fresh_incarnation(old));
+  // Whoever held the old incarnation's descriptor (a peer that never heard we were dropped, or whoever
+  // learned it while we were stalled) can no longer write here: the new token goes only to registered peers.
+  if (st.config.engine) st.config.engine->rotate_token();
   st.phase = Phase::registering;
   spdlog::info("membership: rejoining as incarnation {} (was {}) after {} ms of draining",
                st.bridge->incarnation(), old, micros_since(st.rejoin_started) / 1000);

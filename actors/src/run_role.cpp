@@ -149,7 +149,6 @@ int run_role(int argc, char** argv, const char* fixed_role) {
   mc.role = role;
   mc.heartbeat_interval = cfg->cluster.heartbeat_interval;
   mc.heartbeat_misses = cfg->cluster.heartbeat_misses;
-  if (engine) mc.segment = engine->descriptor();
   mc.engine = engine.get();
   mc.kv_layout = handle->kv_layout;
   mc.kv_pages_total = handle->kv_pages_total;

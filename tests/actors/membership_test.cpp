@@ -158,12 +158,24 @@ struct MembershipFixture {
   caf::actor role = h.keep(probe.spawn(h.system()));
   caf::actor membership;
 
-  MembershipFixture() {
+  std::unique_ptr<transport::Engine> engine;
+
+  // With `engine`, the member holds a real data-plane engine (tcp on loopback), as roles do.
+  explicit MembershipFixture(bool with_engine = false) {
     MembershipConfig mc;
     mc.registry_endpoint = "offline://router";
     mc.role = "decode";
     mc.heartbeat_interval = 100ms;
     mc.kv_pages_total = 8;
+    if (with_engine) {
+      transport::EngineConfig ec;
+      ec.instance_id = "decode-0";
+      ec.offer = {"tcp"};
+      auto made = transport::Engine::create(ec);
+      REQUIRE(made);
+      engine = std::move(made).value();
+      mc.engine = engine.get();
+    }
     membership = h.keep(spawn_membership(h.system(), bridge, mc, load, role));
     h.run();
   }
@@ -251,6 +263,28 @@ TEST_CASE("membership: unknown_peer about a HEARTBEAT forgets peers, tells the r
   CHECK(hello.role == "decode");
   CHECK(f.bridge->incarnation() > 1000);
   CHECK(test::of_type<protocol::Hello>(out).front()->env.incarnation == f.bridge->incarnation());
+}
+
+TEST_CASE("membership: a rejoin rotates the segment token and HELLO carries the new descriptor") {
+  MembershipFixture f(true);
+  const auto first = test::only<protocol::Hello>(test::sent(*f.bridge));
+  REQUIRE(first.segment);
+  const uint64_t old_token = first.segment->token;
+  CHECK(old_token == f.engine->token());
+  f.register_with({test::peer("router", "router", 1)});
+  test::sent(*f.bridge);
+
+  test::deliver(
+      *f.bridge, "router", 1,
+      protocol::ErrorReply{ErrorCode::unknown_peer, "not registered", uint16_t(MessageType::heartbeat), 0});
+  f.h.run();
+  f.h.advance(2ms, 2ms);  // nothing in flight: the first drain poll rejoins
+  const auto hello = test::only<protocol::Hello>(test::sent(*f.bridge));
+  REQUIRE(hello.segment);
+  CHECK(hello.segment->token != old_token);
+  CHECK(hello.segment->token == f.engine->token());
+  CHECK(hello.segment->instance_id == "decode-0");
+  CHECK(hello.segment->backends.count("tcp") == 1);
 }
 
 TEST_CASE("membership: a PeerEvent (connection lost) marks the peer dead and tells the role at once") {

@@ -102,3 +102,53 @@ TEST_CASE("sessions are closed when their engine goes away", "[engine]") {
   REQUIRE_FALSE(r);
   CHECK(r.error().code == ErrorCode::session_closed);
 }
+
+TEST_CASE("a rotated token cuts off every link opened under the old one", "[engine]") {
+  for (const auto& backend : host_backends()) {
+    DYNAMIC_SECTION(backend) {
+      LocalTarget t(backend, 1, 8192);
+      REQUIRE(t.ok());
+      const auto old_desc = t.descriptor();
+      auto init = make_initiator(backend, 4096);
+      REQUIRE(init.engine);
+      fill_random(init.src.base, init.src.length, 11);
+      auto write = [&](Session& s, uint64_t dst) -> Status {
+        const WriteOp op{init.src.addr(), dst, 4096, 0};
+        auto batch = s.submit(std::span<const WriteOp>(&op, 1));
+        if (!batch) return batch.error();
+        REQUIRE((*batch)->wait(std::chrono::seconds(10)));
+        return (*batch)->status();
+      };
+      auto old_session = init.engine->open_session(old_desc);
+      REQUIRE(old_session);
+      REQUIRE(write(**old_session, t.region(0).base));
+
+      const uint64_t fresh = t.engine().rotate_token();
+      CHECK(fresh != old_desc.token);
+      CHECK(fresh != 0);
+      CHECK(t.engine().token() == fresh);
+      CHECK(t.engine().descriptor().token == fresh);
+
+      // The link opened under the old token is refused, and so is a new one opened from the old descriptor.
+      t.fill(t.region(0).base + 4096, 4096, 0xEE);
+      const auto late = write(**old_session, t.region(0).base + 4096);
+      REQUIRE_FALSE(late);
+      CHECK((late.error().code == ErrorCode::bad_token || late.error().code == ErrorCode::peer_died));
+      auto reopened = init.engine->open_session(old_desc);
+      if (reopened) {
+        const auto again = write(**reopened, t.region(0).base + 4096);
+        REQUIRE_FALSE(again);
+        CHECK(again.error().code == ErrorCode::bad_token);
+      } else {
+        CHECK(reopened.error().code == ErrorCode::bad_token);
+      }
+      CHECK(t.checksum(t.region(0).base + 4096, 4096) != xxh(init.src.base, 4096));  // nothing landed
+
+      // The new descriptor works.
+      auto fresh_session = init.engine->open_session(t.engine().descriptor());
+      REQUIRE(fresh_session);
+      REQUIRE(write(**fresh_session, t.region(0).base + 4096));
+      CHECK(t.checksum(t.region(0).base + 4096, 4096) == xxh(init.src.base, 4096));
+    }
+  }
+}

@@ -24,7 +24,7 @@ Result<std::unique_ptr<Engine>> Engine::create(EngineConfig config) {
 Status Engine::start() {
   host_id_ = config_.host_id.empty() ? detail::local_host_id() : config_.host_id;
   incarnation_ = config_.incarnation != 0 ? config_.incarnation : detail::random_u64();
-  token_ = detail::random_u64();
+  token_.store(detail::random_u64(), std::memory_order_release);
 
   if (auto st = check_backend_options(config_.options); !st) return st;
   for (const auto& name : config_.offer)
@@ -41,7 +41,7 @@ Status Engine::start() {
   std::vector<const BackendPlugin*> plugins = backend_plugins();
   std::stable_sort(plugins.begin(), plugins.end(),
                    [](const auto* a, const auto* b) { return a->preference < b->preference; });
-  const BackendContext ctx{config_, token_, incarnation_, host_id_, fences_};
+  const BackendContext ctx{config_, token(), incarnation_, host_id_, fences_};
   for (const BackendPlugin* plugin : plugins) {
     if (!wanted(plugin->name) && config_.force != plugin->name) continue;
     if (!plugin->make) {
@@ -91,6 +91,15 @@ Result<Region> Engine::allocate(std::string name, uint64_t bytes, uint64_t fence
   return *regions_.back();
 }
 
+uint64_t Engine::rotate_token() {
+  uint64_t fresh = detail::random_u64();
+  std::lock_guard lock(mu_);  // one rotation at a time; descriptor() sees the old or the new token whole
+  while (fresh == 0 || fresh == token()) fresh = detail::random_u64();  // 0 means "revoked" to shm writers
+  for (auto& started : backends_) started.backend->set_token(fresh);
+  token_.store(fresh, std::memory_order_release);
+  return fresh;
+}
+
 std::vector<Region> Engine::regions() const {
   std::lock_guard lock(mu_);
   std::vector<Region> out;
@@ -111,7 +120,7 @@ protocol::SegmentDescriptor Engine::descriptor() const {
   d.instance_id = config_.instance_id;
   d.host_id = host_id_;
   d.incarnation = incarnation_;
-  d.token = token_;
+  d.token = token();
   d.backends_version = protocol::kBackendInfoVersion;
   std::lock_guard lock(mu_);
   std::vector<const Region*> regions;

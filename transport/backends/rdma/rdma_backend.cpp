@@ -87,6 +87,13 @@ class RdmaBackend final : public Backend {
     }
     return std::unique_ptr<Link>(new RdmaLink(std::move(state)));
   }
+  // New handshakes need the new token; the responder QPs of every link opened under the old one are
+  // destroyed (by the handshake thread, within a tick), so their writers' next writes fail: without a
+  // connected QP of ours, our rkeys are useless to them.
+  void set_token(uint64_t token) override {
+    token_.store(token, std::memory_order_release);
+    drop_passive_.store(true, std::memory_order_release);
+  }
 
  private:
   std::vector<std::shared_ptr<LinkState>> live_links() {
@@ -139,6 +146,10 @@ class RdmaBackend final : public Backend {
   void handshake_loop() {
     std::vector<pollfd> fds;
     while (!stop_) {
+      if (drop_passive_.exchange(false, std::memory_order_acq_rel)) {
+        for (auto& p : passive_) drop(p);
+        passive_.clear();
+      }
       fds.assign(1, pollfd{listen_fd_, POLLIN, 0});
       for (auto& p : passive_) fds.push_back({p.fd, POLLIN | POLLRDHUP, 0});
       if (poll(fds.data(), fds.size(), int(kTick.count())) <= 0) continue;
@@ -166,7 +177,8 @@ class RdmaBackend final : public Backend {
     Passive p{fd, {}};
     if (!req || req->kind != HelloKind::request) {
       rep.reason = HandshakeReject::malformed;
-    } else if (token_ != 0 && req->target_token != token_) {
+    } else if (const uint64_t token = token_.load(std::memory_order_acquire);
+               token != 0 && req->target_token != token) {
       rep.reason = HandshakeReject::bad_token;
     } else if (incarnation_ != 0 && req->target_incarnation != incarnation_) {
       rep.reason = HandshakeReject::stale_incarnation;
@@ -213,7 +225,8 @@ class RdmaBackend final : public Backend {
   const int listen_fd_;
   const std::string endpoint_;
   // Peers must present these in their handshake: a stale descriptor (we restarted) is refused.
-  const uint64_t token_;
+  std::atomic<uint64_t> token_;
+  std::atomic<bool> drop_passive_{false};  // set_token asks the handshake thread to drop passive_
   const uint64_t incarnation_;
   std::atomic<bool> stop_{false};
   std::vector<Passive> passive_;  // handshake thread only (and the destructor after the join)

@@ -40,6 +40,9 @@ class ShmBackend final : public Backend {
   Result<std::unique_ptr<Link>> connect(const protocol::SegmentDescriptor& peer) override {
     return ShmLink::open(peer);
   }
+  // Links check the control page's token on every batch: links opened under the old one fail their next
+  // batch (peer_died), and new ones need the new descriptor.
+  void set_token(uint64_t token) override { page_->token.store(token, std::memory_order_release); }
 
   static constexpr size_t kPage = 4096;
 

@@ -32,6 +32,7 @@ class TcpBackend final : public Backend {
     if (!info) return make_error(ErrorCode::no_common_backend, peer.instance_id + " offers no tcp");
     return TcpLink::open(peer, info->endpoint, config_);
   }
+  void set_token(uint64_t token) override { receiver_->set_token(token); }
 
  private:
   const TcpConfig config_;

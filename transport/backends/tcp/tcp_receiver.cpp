@@ -165,7 +165,7 @@ void Receiver::serve(Conn& conn) {
   while (!stop_.load(std::memory_order_relaxed)) {
     if (!recv_exact(fd, &h, sizeof(h))) break;  // peer closed or we are shutting down
     if (is_hello(h)) {
-      if (h.token == token_) authenticate();
+      if (h.token == token_.load(std::memory_order_acquire)) authenticate();
       continue;  // a wrong token is answered on the first write (bad_token), as before
     }
     if (const ErrorCode framing = check_write_framing(h); framing != ErrorCode::ok) {
@@ -181,7 +181,7 @@ void Receiver::serve(Conn& conn) {
     ErrorCode refused = ErrorCode::ok;
     uint8_t* dst = nullptr;
     auto admission = FenceTable::Admission::unfenced;
-    if (h.token != token_) {
+    if (h.token != token_.load(std::memory_order_acquire)) {
       refused = ErrorCode::bad_token;
     } else {
       authenticate();

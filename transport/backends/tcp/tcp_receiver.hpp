@@ -31,6 +31,8 @@ class Receiver {
 
   void add_region(uint64_t base, uint64_t length);
   const std::string& endpoint() const { return endpoint_; }
+  // Every frame is checked against the current token: frames under the old one are refused from now on.
+  void set_token(uint64_t token) { token_.store(token, std::memory_order_release); }
   // Connections refused at accept (too many unauthenticated from one source, or too many in all).
   uint64_t refused_connections() const { return gate_.refused(); }
 
@@ -55,7 +57,7 @@ class Receiver {
 
   const int listen_fd_;
   const int wake_fd_;  // eventfd: wakes accept_loop on shutdown
-  const uint64_t token_;
+  std::atomic<uint64_t> token_;
   const std::string name_;
   const std::string endpoint_;
   const std::shared_ptr<FenceTable> fences_;  // may be null (no region fenced)

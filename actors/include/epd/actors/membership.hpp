@@ -26,10 +26,11 @@ struct MembershipConfig {
   std::string role;
   std::chrono::milliseconds heartbeat_interval{500};
   uint32_t heartbeat_misses = 3;  // the registry's expiry limit is interval x misses
-  std::optional<protocol::SegmentDescriptor> segment;
+  std::optional<protocol::SegmentDescriptor> segment;  // sent in HELLO when there is no engine (tests)
   std::optional<protocol::KvLayout> kv_layout;
   uint32_t kv_pages_total = 0;
-  const transport::Engine* engine = nullptr;  // its write-fence figures go into heartbeats
+  // Write-fence figures go into heartbeats; HELLO carries its current descriptor; a rejoin rotates its token.
+  transport::Engine* engine = nullptr;
   std::shared_ptr<MembershipMetrics> metrics;  // peers joining, restarting, lost (may be null)
 };
 

@@ -55,6 +55,9 @@ class Backend {
   // A newly allocated local region (rdma registers it; others may ignore it).
   virtual Status on_region_added(Region& region) = 0;
   virtual Result<std::unique_ptr<Link>> connect(const protocol::SegmentDescriptor& peer) = 0;
+  // The engine's token changed (Engine::rotate_token): from now on only `token` opens links or places
+  // writes here. What a backend can still not take back (an rdma QP already connected) is its README's.
+  virtual void set_token(uint64_t token) = 0;
 };
 
 // What every backend may need to know about its engine.

@@ -41,7 +41,11 @@ class Engine {
   protocol::SegmentDescriptor descriptor() const;
   const EngineConfig& config() const { return config_; }
   uint64_t incarnation() const { return incarnation_; }
-  uint64_t token() const { return token_; }
+  uint64_t token() const { return token_.load(std::memory_order_acquire); }
+  // A fresh random segment token, handed to every backend before it returns: writers holding the old one are
+  // refused (tcp: every frame; shm: every batch; rdma: new handshakes). Descriptors taken afterwards carry
+  // the new token; peers must be given one. Returns the new token.
+  uint64_t rotate_token();
   const std::string& host_id() const { return host_id_; }
   // Backends this engine offers (after backends that failed to start were dropped, with a log line).
   std::vector<std::string> offered() const;
@@ -79,7 +83,7 @@ class Engine {
 
   EngineConfig config_;
   uint64_t incarnation_ = 0;
-  uint64_t token_ = 0;
+  std::atomic<uint64_t> token_{0};
   std::string host_id_;
   mutable std::mutex mu_;
   std::vector<std::unique_ptr<Region>> regions_;
