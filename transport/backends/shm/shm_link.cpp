@@ -106,7 +106,8 @@ Status ShmLink::check_peer() {
   if (!healthy_.load(std::memory_order_acquire)) return make_error(ErrorCode::peer_died, "shm peer is gone");
   if (control_->token.load(std::memory_order_acquire) != token_) {
     healthy_.store(false, std::memory_order_release);
-    return make_error(ErrorCode::peer_died, "shm peer revoked our token (it stopped its engine or rotated the token)");
+    return make_error(ErrorCode::peer_died,
+                      "shm peer revoked our token (it stopped its engine or rotated the token)");
   }
   if (pidfd_ < 0) return {};
   const int64_t now = now_ns();

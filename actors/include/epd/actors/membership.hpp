@@ -25,7 +25,7 @@ struct MembershipConfig {
   std::string registry_endpoint;
   std::string role;
   std::chrono::milliseconds heartbeat_interval{500};
-  uint32_t heartbeat_misses = 3;  // the registry's expiry limit is interval x misses
+  uint32_t heartbeat_misses = 3;                       // the registry's expiry limit is interval x misses
   std::optional<protocol::SegmentDescriptor> segment;  // sent in HELLO when there is no engine (tests)
   std::optional<protocol::KvLayout> kv_layout;
   uint32_t kv_pages_total = 0;
