@@ -35,6 +35,21 @@ protocol::Result<model::ModelConfig> load_model(const config::ClusterConfig& cfg
   return model::preset(cfg.model.preset);
 }
 
+// [security] metrics_*: the scrape keys are read now (a missing or open file stops the start, naming it);
+// the TLS files when the endpoint starts.
+protocol::Result<http::MetricsAccess> metrics_access_for(const config::SecuritySection& sec) {
+  http::MetricsAccess access;
+  if (!sec.metrics_keys_file.empty()) {
+    auto keys = http::ApiKeys::load(sec.metrics_keys_file);
+    if (!keys)
+      return protocol::make_error(protocol::ErrorCode::config_error,
+                                  "[security] metrics_keys_file: " + keys.error().detail);
+    access.keys = std::make_shared<const http::ApiKeys>(std::move(*keys));
+  }
+  if (!sec.metrics_tls_cert.empty()) access.tls = http::TlsFiles{sec.metrics_tls_cert, sec.metrics_tls_key};
+  return access;
+}
+
 }  // namespace
 
 int run_role(int argc, char** argv, const char* fixed_role) {
@@ -85,11 +100,21 @@ int run_role(int argc, char** argv, const char* fixed_role) {
   }
   // Bound before anything else runs: a metrics address that is taken is a config error, said at once.
   auto process_metrics = make_process_metrics(id, role);
-  http::MetricsEndpoint metrics_endpoint([reg = process_metrics] { return reg->render(); });
+  auto metrics_access = metrics_access_for(cfg->security);
+  if (!metrics_access) return fail(metrics_access.error().detail);
+  http::MetricsEndpoint metrics_endpoint([reg = process_metrics] { return reg->render(); },
+                                         std::move(*metrics_access));
   if (inst->metrics) {
     auto bound = metrics_endpoint.start(inst->metrics->host, inst->metrics->port);
     if (!bound) return fail("metrics = \"" + inst->metrics->text() + "\": " + bound.error().detail);
-    spdlog::info("{} '{}': metrics on http://{}:{}/metrics", role, id, inst->metrics->host, *bound);
+    spdlog::info("{} '{}': metrics on {}://{}:{}/metrics{}", role, id,
+                 metrics_endpoint.tls() ? "https" : "http", inst->metrics->host, *bound,
+                 cfg->security.metrics_keys_file.empty() ? " (open: no [security] metrics_keys_file)" : "");
+    process_metrics->on_scrape([refused = metrics_endpoint.unauthorized_counter()](metrics::Snapshot& s) {
+      s.counter("epd_metrics_unauthorized_total",
+                "Scrapes of this process's /metrics refused for a missing or wrong key",
+                double(refused->load()));
+    });
   }
   std::optional<transport::CurveConfig> curve;
   if (cfg->security.enabled()) {

@@ -115,7 +115,23 @@ Result<ClusterConfig> parse_cluster_config(std::string_view text, const std::fil
   }
   {
     auto s = settings_of(root["security"].as_table(), file.string() + " [security]");
-    if (auto st = s.only_keys({"curve_keys"}); !st) return st.error();
+    if (auto st = s.only_keys({"curve_keys", "metrics_keys_file", "metrics_tls_cert", "metrics_tls_key"});
+        !st)
+      return st.error();
+    // Paths of files read when each instance starts (they may hold secrets: only the instance reads them).
+    for (auto [key, out] : {std::pair{"metrics_keys_file", &cfg.security.metrics_keys_file},
+                            std::pair{"metrics_tls_cert", &cfg.security.metrics_tls_cert},
+                            std::pair{"metrics_tls_key", &cfg.security.metrics_tls_key}}) {
+      auto v = s.get_string(key, "");
+      if (!v) return v.error();
+      if (s.has(key) && v->empty()) return bad(file, std::string("[security] ") + key + " must not be empty");
+      *out = *v;
+      if (!out->empty() && out->is_relative()) *out = file.parent_path() / *out;
+    }
+    if (cfg.security.metrics_tls_cert.empty() != cfg.security.metrics_tls_key.empty())
+      return bad(
+          file,
+          "[security] metrics_tls_cert and metrics_tls_key go together (both PEM file paths, or neither)");
     std::string keys;
     if (auto r = s.get_string("curve_keys", ""); !r)
       return r.error();

@@ -2,6 +2,8 @@
 
 #include <exception>
 
+#include "bearer_auth.hpp"
+
 namespace epd::http {
 namespace {
 
@@ -19,7 +21,14 @@ ServerLimits metrics_limits() {
   return l;
 }
 
-HeadVerdict check(const HttpRequest& req) {
+HeadVerdict check(const HttpRequest& req, const ApiKeys* keys, std::atomic<uint64_t>& unauthorized) {
+  // The key first: a stranger learns nothing, not even which paths exist.
+  if (keys) {
+    if (auto refusal = check_bearer(*keys, req)) {
+      ++unauthorized;
+      return {401, refusal->error.message + "\n", kText, {{"WWW-Authenticate", refusal->challenge}}};
+    }
+  }
   if (req.path != "/metrics") return {404, "only /metrics is served here\n", kText, {}};
   if (req.method != "GET" && req.method != "HEAD") return {405, "use GET\n", kText, {{"Allow", "GET, HEAD"}}};
   return {};
@@ -27,7 +36,8 @@ HeadVerdict check(const HttpRequest& req) {
 
 }  // namespace
 
-MetricsEndpoint::MetricsEndpoint(std::function<std::string()> render) : render_(std::move(render)) {}
+MetricsEndpoint::MetricsEndpoint(std::function<std::string()> render, MetricsAccess access)
+    : render_(std::move(render)), access_(std::move(access)) {}
 
 MetricsEndpoint::~MetricsEndpoint() {
   stop();
@@ -35,7 +45,9 @@ MetricsEndpoint::~MetricsEndpoint() {
 
 protocol::Result<uint16_t> MetricsEndpoint::start(const std::string& host, uint16_t port) {
   ServerHandlers h;
-  h.check_head = check;
+  h.check_head = [keys = access_.keys, unauthorized = unauthorized_](const HttpRequest& req) {
+    return check(req, keys.get(), *unauthorized);
+  };
   h.handle = [render = render_](ExchangePtr ex) {
     try {
       ex->respond(200, render(), kExposition);
@@ -44,7 +56,7 @@ protocol::Result<uint16_t> MetricsEndpoint::start(const std::string& host, uint1
     }
   };
   h.error_body = [](int, std::string_view message) { return std::string(message) + "\n"; };
-  server_ = std::make_unique<HttpServer>(metrics_limits(), std::move(h));
+  server_ = std::make_unique<HttpServer>(metrics_limits(), std::move(h), access_.tls);
   return server_->start(host, port);
 }
 

@@ -152,3 +152,21 @@ TEST_CASE("key problems are config errors naming the file", "[config]") {
     CHECK(cfg.error().detail.find("curve_key needs [security]") != std::string::npos);
   }
 }
+
+TEST_CASE("metrics scrape keys and TLS files are paths resolved against the config file", "[config]") {
+  auto cfg = parse_cluster_config(kLoopback +
+                                      "[security]\nmetrics_keys_file = \"scrape.keys\"\n"
+                                      "metrics_tls_cert = \"/pki/m.pem\"\nmetrics_tls_key = \"m.key\"\n",
+                                  "/etc/epd/test.toml");
+  REQUIRE(cfg.ok());
+  CHECK(cfg->security.metrics_keys_file == "/etc/epd/scrape.keys");
+  CHECK(cfg->security.metrics_tls_cert == "/pki/m.pem");
+  CHECK(cfg->security.metrics_tls_key == "/etc/epd/m.key");
+  CHECK_FALSE(cfg->security.enabled());  // scrape keys alone do not open non-loopback control addresses
+
+  CHECK(refusal(kLoopback + "[security]\nmetrics_tls_cert = \"m.pem\"\n").find("go together") !=
+        std::string::npos);
+  CHECK(refusal(kLoopback + "[security]\nmetrics_keys_file = \"\"\n").find("must not be empty") !=
+        std::string::npos);
+  CHECK(refusal(kLoopback + "[security]\nmetrics_key = \"x\"\n").find("metrics_key") != std::string::npos);
+}

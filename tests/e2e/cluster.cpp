@@ -123,8 +123,10 @@ Cluster::Cluster(ClusterSpec spec) : spec_(std::move(spec)) {
             dir_ / "keys.txt", std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
         cfg << "api_keys_file = \"keys.txt\"\n";
       }
-      if (spec_.tls) {
+      if (spec_.tls || spec_.metrics_tls) {
         make_certs(dir_);
+      }
+      if (spec_.tls) {
         cfg << "tls_cert = \"server.pem\"\ntls_key = \"server.key\"\n";
       }
     }
@@ -136,11 +138,19 @@ Cluster::Cluster(ClusterSpec spec) : spec_(std::move(spec)) {
     cfg << "\n";
   }
   cfg << spec_.extra_sections;
+  if (spec_.curve || !spec_.metrics_key.empty() || spec_.metrics_tls) cfg << "\n[security]\n";
   if (spec_.curve) {
     auto written = transport::write_cluster_keys(dir_ / "keys", ids(), false);
     if (!written) throw std::runtime_error(written.error().to_string());
-    cfg << "\n[security]\ncurve_keys = \"keys/cluster.pub\"\n";
+    cfg << "curve_keys = \"keys/cluster.pub\"\n";
   }
+  if (!spec_.metrics_key.empty()) {
+    std::ofstream(dir_ / "metrics-keys.txt") << spec_.metrics_key << "\n";
+    std::filesystem::permissions(dir_ / "metrics-keys.txt",
+                                 std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+    cfg << "metrics_keys_file = \"metrics-keys.txt\"\n";
+  }
+  if (spec_.metrics_tls) cfg << "metrics_tls_cert = \"server.pem\"\nmetrics_tls_key = \"server.key\"\n";
   std::ofstream(config_) << cfg.str();
 }
 
@@ -265,7 +275,10 @@ int Cluster::metrics_port(const std::string& id) const {
 }
 
 std::string Cluster::scrape(const std::string& id) const {
-  httplib::Client c("127.0.0.1", metrics_port(id));
+  httplib::Client c((spec_.metrics_tls ? "https" : "http") + std::string("://127.0.0.1:") +
+                    std::to_string(metrics_port(id)));
+  if (spec_.metrics_tls) c.set_ca_cert_path(ca_file().string());
+  if (!spec_.metrics_key.empty()) c.set_bearer_token_auth(spec_.metrics_key);
   c.set_read_timeout(5, 0);
   auto r = c.Get("/metrics");
   if (!r || r->status != 200) throw std::runtime_error("scraping '" + id + "' failed");

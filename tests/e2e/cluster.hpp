@@ -46,6 +46,11 @@ struct ClusterSpec {
   // CURVE on the control plane: epd-keygen's library writes a key pair per instance into <dir>/keys, and
   // [security] curve_keys names its cluster.pub (docs/configuration.md).
   bool curve = false;
+  // Every /metrics requires this bearer key ([security] metrics_keys_file); scrape() sends it.
+  std::string metrics_key;
+  // Every /metrics speaks TLS with the cluster's certificate ([security] metrics_tls_*); scrape() verifies
+  // it.
+  bool metrics_tls = false;
 };
 
 // Collects the children's prefixed log lines (dumped when a test fails).

@@ -33,8 +33,9 @@ std::string url_encode(const std::string& s) {
 
 }  // namespace
 
-PrometheusServer::PrometheusServer(std::vector<std::string> targets, std::vector<std::filesystem::path> rules)
-    : targets_(std::move(targets)), rule_files_(std::move(rules)) {
+PrometheusServer::PrometheusServer(std::vector<std::string> targets, std::vector<std::filesystem::path> rules,
+                                   ScrapeAuth auth)
+    : targets_(std::move(targets)), rule_files_(std::move(rules)), auth_(std::move(auth)) {
   dir_ = std::filesystem::temp_directory_path() /
          ("epd-prometheus-" + std::to_string(::getpid()) + "-" + std::to_string(free_port()));
   std::filesystem::create_directories(dir_ / "data");
@@ -56,7 +57,17 @@ void PrometheusServer::start() {
     cfg << "rule_files:\n";
     for (const auto& f : rule_files_) cfg << "  - " << f.string() << "\n";
   }
-  cfg << "scrape_configs:\n  - job_name: epd\n    static_configs:\n      - targets: [";
+  cfg << "scrape_configs:\n  - job_name: epd\n";
+  if (!auth_.ca_file.empty())
+    cfg << "    scheme: https\n    tls_config:\n      ca_file: " << auth_.ca_file.string() << "\n";
+  if (!auth_.bearer_key.empty()) {
+    const auto key_file = dir_ / "scrape.key";
+    std::ofstream(key_file) << auth_.bearer_key << "\n";
+    std::filesystem::permissions(key_file,
+                                 std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+    cfg << "    authorization:\n      credentials_file: " << key_file.string() << "\n";
+  }
+  cfg << "    static_configs:\n      - targets: [";
   for (size_t i = 0; i < targets_.size(); ++i) cfg << (i ? ", " : "") << "'" << targets_[i] << "'";
   cfg << "]\n";
   cfg.close();

@@ -14,10 +14,18 @@
 
 namespace epd::testing {
 
+// How Prometheus scrapes the targets: https verified against `ca_file`, and/or a bearer key it reads from a
+// file (as an operator's scrape config would).
+struct ScrapeAuth {
+  std::filesystem::path ca_file;  // non-empty: scheme https
+  std::string bearer_key;         // non-empty: written to a 0600 file named by credentials_file
+};
+
 class PrometheusServer {
  public:
   // `targets`: HOST:PORT of /metrics endpoints (job "epd").
-  PrometheusServer(std::vector<std::string> targets, std::vector<std::filesystem::path> rule_files = {});
+  PrometheusServer(std::vector<std::string> targets, std::vector<std::filesystem::path> rule_files = {},
+                   ScrapeAuth auth = {});
   ~PrometheusServer();
 
   // Starts it and waits (bounded) until it is ready; throws with its log when it does not come up.
@@ -35,6 +43,7 @@ class PrometheusServer {
  private:
   std::vector<std::string> targets_;
   std::vector<std::filesystem::path> rule_files_;
+  ScrapeAuth auth_;
   std::filesystem::path dir_;
   int port_ = 0;
   std::shared_ptr<MemorySink> sink_ = std::make_shared<MemorySink>();

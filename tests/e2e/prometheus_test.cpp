@@ -2,6 +2,8 @@
 // `promtool check metrics`, the counts Prometheus reads back equal the requests sent, the transfer bytes
 // equal the KV pages and embeddings those requests had to move (computed here from the model and the KV
 // layout), and a fault-injected run moves the failure and retry counters by exactly the injected amounts.
+#include <httplib.h>
+
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <csignal>
@@ -227,4 +229,38 @@ TEST_CASE("prometheus: a killed and restarted decode shows as a lost peer and a 
   // And requests are served again.
   auto [status, body] = cluster.generate(request_of(workload(1)[0]));
   CHECK(status == 200);
+}
+
+TEST_CASE("prometheus: scrapes every process over TLS with a bearer key and strangers get nothing",
+          "[metrics][security][multiproc]") {
+  ClusterSpec spec;
+  spec.metrics = true;
+  spec.metrics_key = "scrape-key-for-the-e2e-prometheus";
+  spec.metrics_tls = true;
+  Cluster cluster(spec);
+  cluster.start();
+  PrometheusServer prom(targets(cluster), {}, ScrapeAuth{cluster.ca_file(), spec.metrics_key});
+  prom.start();
+  const auto n = double(cluster.ids().size());
+  INFO(prom.logs());
+  CHECK(prom.wait_for("sum(up{job=\"epd\"})", [&](double v) { return v == n; }).value_or(0) == n);
+  CHECK(prom.value("count(epd_info)").value_or(0) == n);
+
+  // Without the key (or over plain HTTP) nothing is served, and each refusal is counted where it happened.
+  const std::string url = "https://127.0.0.1:" + std::to_string(cluster.metrics_port("decode-0"));
+  httplib::Client stranger(url);
+  stranger.set_ca_cert_path(cluster.ca_file().string());
+  auto refused = stranger.Get("/metrics");
+  REQUIRE(refused);
+  CHECK(refused->status == 401);
+  CHECK(refused->body.find("epd_") == std::string::npos);
+  stranger.set_bearer_token_auth("not-the-scrape-key-at-all");
+  CHECK(stranger.Get("/metrics")->status == 401);
+  httplib::Client plain("127.0.0.1", cluster.metrics_port("decode-0"));
+  plain.set_read_timeout(2, 0);
+  auto cleartext = plain.Get("/metrics");
+  CHECK((!cleartext || cleartext->status != 200));
+  CHECK(sample(cluster.scrape("decode-0"), "epd_metrics_unauthorized_total", {}) == 2);
+  CHECK(prom.wait_for("epd_metrics_unauthorized_total{role=\"decode\"}", [](double v) { return v == 2; })
+            .value_or(0) == 2);
 }

@@ -4,8 +4,13 @@
 #include <stdexcept>
 
 #include "epd/http/metrics_endpoint.hpp"
+#include "test_tls.hpp"
 
+using epd::http::ApiKeys;
+using epd::http::MetricsAccess;
 using epd::http::MetricsEndpoint;
+using epd::http::TlsFiles;
+using namespace epd::http::test;
 
 TEST_CASE("GET /metrics serves the rendered text with Prometheus's content type", "[metrics]") {
   int renders = 0;
@@ -55,4 +60,43 @@ TEST_CASE("an address already taken is an error naming it", "[metrics]") {
   auto again = b.start("127.0.0.1", *port);
   REQUIRE_FALSE(again.ok());
   CHECK(again.error().detail.find(std::to_string(*port)) != std::string::npos);
+}
+
+TEST_CASE("with scrape keys over TLS: curl with the CA and a key scrapes and without a key gets 401",
+          "[metrics]") {
+  TempDir dir;
+  const auto certs = make_test_certs(dir.path);
+  const std::string key = "scrape-key-0123456789abcdef";
+  auto keys = ApiKeys::from_text(key, "test");
+  REQUIRE(keys.ok());
+  MetricsEndpoint ep(
+      [] { return std::string("epd_up 1\n"); },
+      MetricsAccess{std::make_shared<const ApiKeys>(std::move(*keys)), TlsFiles{certs.cert, certs.key}});
+  auto port = ep.start("127.0.0.1", 0);
+  REQUIRE(port.ok());
+  CHECK(ep.tls());
+  const std::string base = "curl -sS --max-time 5 -w '\\n%{http_code}' --cacert " + certs.ca.string() + " ";
+  const std::string url = " https://127.0.0.1:" + std::to_string(*port);
+  auto ok = run_command(base + "-H 'Authorization: Bearer " + key + "'" + url + "/metrics 2>&1");
+  INFO(ok.output);
+  CHECK(ok.output == "epd_up 1\n\n200");
+
+  auto missing = run_command(base + "-D -" + url + "/metrics 2>&1");
+  INFO(missing.output);
+  CHECK(missing.output.ends_with("\n401"));
+  CHECK(missing.output.find("WWW-Authenticate: Bearer") != std::string::npos);
+  CHECK(missing.output.find("epd_up") == std::string::npos);
+  auto wrong = run_command(base + "-H 'Authorization: Bearer " + key + "x'" + url + "/metrics 2>&1");
+  CHECK(wrong.output.ends_with("\n401"));
+  // The key is asked for before anything else: a stranger cannot even learn which paths exist.
+  auto probe = run_command(base + url + "/nothing-here 2>&1");
+  CHECK(probe.output.ends_with("\n401"));
+  CHECK(ep.unauthorized() == 3);
+
+  auto plain =
+      run_command("curl -sS --max-time 5 http://127.0.0.1:" + std::to_string(*port) + "/metrics 2>&1");
+  CHECK(plain.output.find("epd_up") == std::string::npos);  // plain HTTP gets nothing
+  auto unverified =
+      run_command("curl -sS --max-time 5 -H 'Authorization: Bearer " + key + "'" + url + "/metrics 2>&1");
+  CHECK(unverified.output.find("epd_up") == std::string::npos);  // an unknown CA is not trusted
 }

@@ -22,6 +22,11 @@ struct SecuritySection {
   std::filesystem::path curve_keys;  // the authorized keys file; empty: no keys (loopback only)
   std::vector<std::pair<std::string, std::string>> public_keys;  // id -> Z85 public key, from that file
   bool enabled() const { return !curve_keys.empty(); }
+  // Who may scrape every instance's `metrics` address: bearer keys (one per line, as api_keys_file) and a
+  // TLS certificate + key (PEM). Empty: open, plain HTTP. Paths are resolved against the config file.
+  std::filesystem::path metrics_keys_file;
+  std::filesystem::path metrics_tls_cert;
+  std::filesystem::path metrics_tls_key;
   // The public key the file lists for `id`; "" when none.
   std::string public_key_of(std::string_view id) const;
 };
