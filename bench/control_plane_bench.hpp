@@ -6,3 +6,5 @@
 namespace epd::bench {
 int run_control_plane_bench(bool quick);
 }
+// `epd-bench control-plane [--quick]`.
+int run_control_plane_cli(int argc, char** argv);

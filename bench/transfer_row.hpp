@@ -13,7 +13,7 @@ struct TransferRow {
   double gbps = 0, writes_per_s = 0;  // GB/s = 1e9 bytes/s
   std::string baseline;               // what this engine row is compared with; "-" for a baseline row
   double baseline_gbps = 0, zmq_gbps = 0;
-  double avg_us = -1, p99_us = -1;  // per batch; -1 for a baseline row
+  double avg_us = -1, p50_us = -1, p99_us = -1;  // per batch; -1 for a baseline row
 };
 
 }  // namespace epd::bench

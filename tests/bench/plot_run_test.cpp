@@ -1,6 +1,7 @@
 // `epd-bench ... --plot DIR` for real: short runs of transfer, serve, e2e (staged) and soak each leave a PNG
 // (with its script and data) in DIR; a DIR that cannot be made, a missing gnuplot and a --plot the bench
-// cannot draw are refused before anything is measured.
+// cannot draw are refused before anything is measured. Also the transfer bench's row selection and goal
+// lines, and the control-plane bench with its ZeroMQ baseline.
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
@@ -110,6 +111,46 @@ TEST_CASE("epd-bench transfer --plot draws bandwidth vs block size with its base
   const std::string data = read_file(plots / "transfer-bandwidth.shm.dat");
   CHECK(data.find("# block_bytes batch_1 batch_16 memcpy") != std::string::npos);
   CHECK_FALSE(std::filesystem::exists(plots / "transfer-bandwidth.tcp.dat"));
+}
+
+TEST_CASE("epd-bench transfer runs only the rows --blocks and --batches name and prints the goals",
+          "[bench][multiproc]") {
+  const auto r =
+      bench({"transfer", "--backend", "tcp", "--blocks", "64KiB", "--batches", "8", "--seconds", "0.05"});
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  size_t tcp_rows = 0;
+  for (size_t at = r.output.find("\ntcp "); at != std::string::npos; at = r.output.find("\ntcp ", at + 1))
+    ++tcp_rows;
+  CHECK(tcp_rows == 1);
+  CHECK(r.output.find("64KiB      8") != std::string::npos);
+  CHECK(r.output.find("p50_us") != std::string::npos);
+  CHECK(r.output.find("tcp / raw-tcp, blocks >= 64 KiB") != std::string::npos);
+  CHECK(r.output.find("tcp p99 / p50 batch latency, blocks >= 64 KiB") != std::string::npos);
+  CHECK(r.output.find("worst row 64KiB batch 8") != std::string::npos);
+
+  for (const char* bad : {"12XB", "0", "", "KiB", "4,,8"}) {
+    const auto refused = bench({"transfer", "--blocks", bad});
+    INFO(bad << ": " << refused.output);
+    CHECK(refused.exit_code == 2);
+    CHECK(refused.output.find("usage: epd-bench transfer") != std::string::npos);
+  }
+}
+
+TEST_CASE("epd-bench control-plane prints the handshake next to a bare ZeroMQ round trip",
+          "[bench][multiproc]") {
+  const auto r = bench({"control-plane", "--quick"});
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  for (const char* mode : {"plain ZMTP", "CURVE"}) CHECK(r.output.find(mode) != std::string::npos);
+  size_t baselines = 0;
+  for (size_t at = r.output.find("bare ZeroMQ DEALER -> ROUTER -> DEALER round trip");
+       at != std::string::npos;
+       at = r.output.find("bare ZeroMQ DEALER -> ROUTER -> DEALER round trip", at + 1))
+    ++baselines;
+  CHECK(baselines == 2);
+  CHECK(r.output.find("handshake p50 / bare round trip p50") != std::string::npos);
+  CHECK(bench({"control-plane", "--slow"}).exit_code == 2);
 }
 
 TEST_CASE("epd-bench --plot refuses a directory it cannot make and a missing gnuplot before measuring",

@@ -13,6 +13,7 @@
 
 #include "epd/transport/backend_info.hpp"
 #include "shm_info.hpp"
+#include "stream_copy.hpp"
 
 namespace epd::transport::shm {
 namespace {
@@ -128,7 +129,7 @@ void ShmLink::submit(const BatchPtr& batch, std::span<const ResolvedOp> ops) {
   for (const ResolvedOp& op : ops) {
     // The session checked the range against the descriptor; the mapping has the described length.
     const Mapping& m = by_id_[op.remote_region->id];
-    std::memcpy(m.local + (op.remote_addr - m.remote_base), op.src, op.len);
+    copy_to_peer(m.local + (op.remote_addr - m.remote_base), op.src, op.len);
   }
   batch->part_done(ops.size());
 }

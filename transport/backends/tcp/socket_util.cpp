@@ -91,12 +91,16 @@ Result<int> connect_to(const Endpoint& to, std::chrono::milliseconds timeout,
     }
   }
   fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
-  const int one = 1;
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  set_no_delay(fd);
   timeval tv{static_cast<time_t>(send_timeout.count() / 1000),
              static_cast<suseconds_t>(send_timeout.count() % 1000 * 1000)};
   setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
   return fd;
+}
+
+void set_no_delay(int fd) {
+  const int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
 bool recv_exact(int fd, void* buf, size_t n) {

@@ -24,6 +24,10 @@ Result<int> listen_on(const Endpoint& at, uint16_t* bound_port);
 Result<int> connect_to(const Endpoint& to, std::chrono::milliseconds timeout,
                        std::chrono::milliseconds send_timeout);
 
+// Turns Nagle off. Both ends need it: the receiver's acks are small writes too, and Nagle would hold the
+// second of two back-to-back acks until the writer's delayed ACK (40 ms) for the first (docs/transport.md).
+void set_no_delay(int fd);
+
 // Reads exactly n bytes; false on EOF, error or shutdown.
 bool recv_exact(int fd, void* buf, size_t n);
 // Writes exactly n bytes (MSG_NOSIGNAL); false on error.

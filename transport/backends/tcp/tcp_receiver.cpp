@@ -138,6 +138,7 @@ void Receiver::accept_loop() {
       continue;
     }
     set_recv_timeout(fd, kAuthDeadlineSeconds);
+    set_no_delay(fd);  // acks must leave at once: Nagle + the writer's delayed ACK stalled batches 40 ms
     std::lock_guard lock(conns_mu_);
     Conn& c = conns_.emplace_back();
     c.fd = fd;
