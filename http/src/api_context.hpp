@@ -21,8 +21,9 @@ struct ApiContext {
   RouterService& service;
   const HttpApiConfig& config;
   std::atomic<bool> draining{false};
-  ActivityLog activity;                   // GET /v1/activity: the generations the sinks answered
-  std::atomic<uint64_t> unauthorized{0};  // 401s for a missing or wrong API key
+  ActivityLog activity;                              // GET /v1/activity: the generations the sinks answered
+  std::atomic<uint64_t> unauthorized{0};             // 401s for a missing or wrong API key
+  AuthThrottle auth_throttle{config.auth_throttle};  // 429s for addresses that failed too often
 
   // Generations started and not yet answered; drain() waits for zero.
   void started() {

@@ -16,7 +16,7 @@ bool is_bearer(std::string_view scheme) {
 AuthRefusal refuse(std::string message, std::string challenge) {
   // OpenAI answers a missing key with code null and a wrong one with invalid_api_key; epd's codes are
   // always strings, so both say invalid_api_key and the message tells them apart.
-  return {{401, "invalid_api_key", std::move(message)}, std::move(challenge)};
+  return {{401, "invalid_api_key", std::move(message)}, {{"WWW-Authenticate", std::move(challenge)}}};
 }
 
 }  // namespace
@@ -40,6 +40,19 @@ std::optional<AuthRefusal> check_bearer(const ApiKeys& keys, const HttpRequest& 
   if (!keys.accepts(token))
     return refuse("Incorrect API key provided.", R"(Bearer realm="epd", error="invalid_token")");
   return std::nullopt;
+}
+
+std::optional<AuthRefusal> check_bearer(const ApiKeys& keys, AuthThrottle& throttle,
+                                        const HttpRequest& request) {
+  const std::string_view address = remote_address(request.remote);
+  if (const uint32_t wait = throttle.blocked_for(address))
+    return AuthRefusal{{429, "rate_limited",
+                        "Too many requests with a missing or wrong API key from this address; retry in " +
+                            std::to_string(wait) + " s."},
+                       {{"Retry-After", std::to_string(wait)}}};
+  auto refusal = check_bearer(keys, request);
+  if (refusal) throttle.failed(address);
+  return refusal;
 }
 
 }  // namespace epd::http

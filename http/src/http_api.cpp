@@ -97,9 +97,9 @@ HeadVerdict check_head(ApiContext& ctx, const HttpRequest& req) {
   if (!route)
     return verdict({404, "not_found", "no route for " + clip(req.path) + "; routes: " + route_list()});
   if (ctx.config.api_keys && needs_key(route->route)) {
-    if (auto refusal = check_bearer(*ctx.config.api_keys, req)) {
-      ++ctx.unauthorized;
-      return verdict(refusal->error, {{"WWW-Authenticate", refusal->challenge}});
+    if (auto refusal = check_bearer(*ctx.config.api_keys, ctx.auth_throttle, req)) {
+      if (refusal->error.status == 401) ++ctx.unauthorized;
+      return verdict(refusal->error, std::move(refusal->headers));
     }
   }
   const bool ok = route->post ? req.method == "POST" : (req.method == "GET" || req.method == "HEAD");
@@ -266,6 +266,10 @@ uint16_t HttpApi::port() const {
 
 size_t HttpApi::in_flight() const {
   return ctx_->in_flight();
+}
+
+uint64_t HttpApi::auth_throttled() const {
+  return ctx_->auth_throttle.throttled();
 }
 
 uint64_t HttpApi::unauthorized() const {

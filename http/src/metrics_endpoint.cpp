@@ -21,12 +21,13 @@ ServerLimits metrics_limits() {
   return l;
 }
 
-HeadVerdict check(const HttpRequest& req, const ApiKeys* keys, std::atomic<uint64_t>& unauthorized) {
+HeadVerdict check(const HttpRequest& req, const ApiKeys* keys, AuthThrottle& throttle,
+                  std::atomic<uint64_t>& unauthorized) {
   // The key first: a stranger learns nothing, not even which paths exist.
   if (keys) {
-    if (auto refusal = check_bearer(*keys, req)) {
-      ++unauthorized;
-      return {401, refusal->error.message + "\n", kText, {{"WWW-Authenticate", refusal->challenge}}};
+    if (auto refusal = check_bearer(*keys, throttle, req)) {
+      if (refusal->error.status == 401) ++unauthorized;
+      return {refusal->error.status, refusal->error.message + "\n", kText, std::move(refusal->headers)};
     }
   }
   if (req.path != "/metrics") return {404, "only /metrics is served here\n", kText, {}};
@@ -45,8 +46,9 @@ MetricsEndpoint::~MetricsEndpoint() {
 
 protocol::Result<uint16_t> MetricsEndpoint::start(const std::string& host, uint16_t port) {
   ServerHandlers h;
-  h.check_head = [keys = access_.keys, unauthorized = unauthorized_](const HttpRequest& req) {
-    return check(req, keys.get(), *unauthorized);
+  h.check_head = [keys = access_.keys, throttle = std::make_shared<AuthThrottle>(),
+                  unauthorized = unauthorized_](const HttpRequest& req) {
+    return check(req, keys.get(), *throttle, *unauthorized);
   };
   h.handle = [render = render_](ExchangePtr ex) {
     try {

@@ -204,3 +204,27 @@ TEST_CASE("api keys: without keys configured every route stays open", "[http][ap
   REQUIRE(res);
   CHECK(res->status == 200);
 }
+
+TEST_CASE(
+    "api keys: an address that keeps failing gets 429 with Retry-After and then even the right key waits",
+    "[http][api_keys]") {
+  auto c = keyed_config();
+  c.auth_throttle.max_failures = 3;
+  c.auth_throttle.cooldown = std::chrono::seconds(30);
+  TestServer server(c);
+  auto cli = server.client();
+  for (int i = 0; i < 3; ++i)
+    check_unauthorized(cli.Get("/v1/models", bearer("sk-guess-000000000000" + std::to_string(i))),
+                       "Incorrect API key");
+  auto held = cli.Get("/v1/models", bearer(kKey));
+  REQUIRE(held);
+  INFO(held->body);
+  CHECK(held->status == 429);
+  const int retry = std::stoi(held->get_header_value("Retry-After"));
+  CHECK(retry >= 1);
+  CHECK(retry <= 30);
+  CHECK(json::parse(held->body)["error"]["code"] == "rate_limited");
+  CHECK(cli.Get("/health/live")->status == 200);  // open routes are not throttled
+  CHECK(server.api.unauthorized() == 3);
+  CHECK(server.api.auth_throttled() == 1);
+}

@@ -687,6 +687,9 @@ protocol::Result<RoleHandle> spawn_router(RoleContext& ctx, RouterSettings setti
   ctx.metrics->on_scrape([front](metrics::Snapshot& s) {
     s.counter("epd_http_unauthorized_total", "HTTP requests refused 401 for a missing or wrong API key",
               double(front->api->unauthorized()));
+    s.counter("epd_http_auth_throttled_total",
+              "HTTP requests refused 429 because their address failed authentication too often lately",
+              double(front->api->auth_throttled()));
     if (front->api->config().tls)
       s.counter("epd_http_tls_handshake_failures_total",
                 "TLS handshakes on the HTTP listener that failed or timed out",

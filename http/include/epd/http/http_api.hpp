@@ -12,6 +12,7 @@
 #include <string>
 
 #include "epd/http/api_keys.hpp"
+#include "epd/http/auth_throttle.hpp"
 #include "epd/http/http_request.hpp"
 #include "epd/http/http_server.hpp"
 #include "epd/http/router_service.hpp"
@@ -26,7 +27,8 @@ struct HttpApiConfig {
   // When set, every route but /health, /health/live, /health/ready and the dashboard's files needs
   // `Authorization: Bearer <one of them>` (401 otherwise, before any body byte is read).
   std::shared_ptr<const ApiKeys> api_keys;
-  std::optional<TlsFiles> tls;  // when set, the listener speaks TLS only
+  AuthThrottleLimits auth_throttle;  // with api_keys: how many failures an address may have
+  std::optional<TlsFiles> tls;       // when set, the listener speaks TLS only
 };
 
 struct ApiContext;
@@ -56,6 +58,7 @@ class HttpApi {
   uint16_t port() const;                    // 0 when not running
   size_t in_flight() const;                 // generations started and not yet answered
   uint64_t unauthorized() const;            // requests refused 401 for a missing or wrong API key
+  uint64_t auth_throttled() const;          // requests refused 429 while their address cooled down
   uint64_t tls_handshake_failures() const;  // of the current listener (0 when not running or plain)
   const HttpApiConfig& config() const { return config_; }
 
