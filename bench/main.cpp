@@ -2,6 +2,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "cache_bench.hpp"
 #include "e2e_bench.hpp"
 #include "model_bench.hpp"
 #include "serve_bench.hpp"
@@ -21,6 +22,7 @@ constexpr Subcommand kSubcommands[] = {
     {"transfer", run_transfer_bench, "transfer engine throughput/latency (shm, tcp, rdma) vs baselines"},
     {"model", run_model_bench, "reference model: prefill/decode tokens/s, KV bytes per token"},
     {"e2e", run_e2e_bench, "cluster TTFT/TPOT/throughput vs colocated; control-plane rooms/s and latency"},
+    {"cache", run_cache_bench, "embedding cache: TTFT with 50% repeated images, cache off vs on"},
     {"soak", run_soak_bench, "many small requests in blocks: RSS of every role per block and its growth"},
     {"serve", run_serve_bench,
      "OpenAI-API load at a Poisson rate: TTFT/ITL/E2E percentiles, throughput, errors"},
