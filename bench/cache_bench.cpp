@@ -38,19 +38,20 @@ struct Request {
 struct Answer {
   bool ok = false;
   double ttft_ms = 0;
+  double encode_ms = 0;  // as the encoder reported it (0 when prefill held the embeddings)
   std::vector<uint32_t> tokens;
 };
 
-// Every request has an image; the second half repeats the first half's images in the same order, so half
-// the requests carry an image seen before, each after `n / 2` other requests. Prompts all differ.
+// Every request has an image; every odd one repeats the image of the request before it (with another
+// prompt), so half the requests carry an image seen before and first-seen and repeated requests alternate:
+// load on the machine that drifts during a run touches both kinds alike.
 std::vector<Request> make_requests(int n, int prompt_bytes, uint32_t side) {
   std::vector<Request> out;
-  const int distinct = std::max(1, n / 2);
   for (int i = 0; i < n; ++i) {
     Request r;
     for (int k = 0; k < prompt_bytes; ++k) r.prompt.push_back(char('a' + (i * 7 + k * 3) % 26));
-    r.image = model::make_test_image(side, side, uint64_t(i % distinct));
-    r.repeated = i >= distinct;
+    r.image = model::make_test_image(side, side, uint64_t(i / 2));
+    r.repeated = i % 2 == 1;
     out.push_back(std::move(r));
   }
   return out;
@@ -148,6 +149,7 @@ std::optional<Run> run_cluster(const std::string& config, const std::vector<Requ
       auto j = json::parse(r->body, nullptr, false);
       a.ok = true;
       a.ttft_ms = j["timings_ms"]["first_token"].get<double>();
+      a.encode_ms = j["timings_ms"]["encode"].get<double>();
       a.tokens = j["tokens"].get<std::vector<uint32_t>>();
     }
     run.answers.push_back(std::move(a));
@@ -162,13 +164,17 @@ std::optional<Run> run_cluster(const std::string& config, const std::vector<Requ
   return run;
 }
 
-// TTFT p50 of the answers whose request matches `pick`.
+// p50 of `field` over the answers whose request matches `pick`.
 template <class Pick>
-double ttft_p50(const Run& run, const std::vector<Request>& work, Pick pick) {
+double p50_of(const Run& run, const std::vector<Request>& work, Pick pick, double Answer::*field) {
   std::vector<double> v;
   for (size_t i = 0; i < work.size(); ++i)
-    if (run.answers[i].ok && pick(work[i])) v.push_back(run.answers[i].ttft_ms);
+    if (run.answers[i].ok && pick(work[i])) v.push_back(run.answers[i].*field);
   return percentile(v, 50);
+}
+template <class Pick>
+double ttft_p50(const Run& run, const std::vector<Request>& work, Pick pick) {
+  return p50_of(run, work, pick, &Answer::ttft_ms);
 }
 
 }  // namespace
@@ -179,12 +185,15 @@ int run_cache(int argc, char** argv) {
   int requests = 32, prompt_bytes = 64, rounds = 1;
   uint32_t max_tokens = 4;
   uint64_t cache_bytes = uint64_t{64} << 20;
+  uint32_t side = 0;
   app.add_option("--config", config, "cluster config (started twice: caches off, then on)");
   app.add_option("--requests", requests, "requests per run (every one with an image; half repeat one)");
   app.add_option("--prompt-bytes", prompt_bytes, "text bytes per prompt besides the image");
   app.add_option("--max-tokens", max_tokens, "tokens generated per request");
   app.add_option("--cache-bytes", cache_bytes, "embedding_cache_bytes of encoders and prefills when on");
   app.add_option("--rounds", rounds, "off/on pairs to run (the p50s are over all rounds)");
+  app.add_option("--image-side", side,
+                 "image width and height in pixels (default: 8 patches, as epd-bench e2e)");
   CLI11_PARSE(app, argc, argv);
   if (requests < 2 || rounds < 1 || cache_bytes == 0) {
     std::fprintf(stderr, "epd-bench cache: needs --requests >= 2, --rounds >= 1, --cache-bytes > 0\n");
@@ -201,7 +210,7 @@ int run_cache(int argc, char** argv) {
     std::fprintf(stderr, "model: %s\n", model_cfg.error().detail.c_str());
     return 2;
   }
-  const uint32_t side = model_cfg->patch_size * 8;  // 64 patches, as epd-bench e2e
+  if (side == 0) side = model_cfg->patch_size * 8;  // 64 patches
   const auto work = make_requests(requests, prompt_bytes, side);
   const fs::path dir = fs::temp_directory_path() / ("epd-bench-cache-" + std::to_string(::getpid()));
   fs::create_directories(dir);
@@ -209,10 +218,9 @@ int run_cache(int argc, char** argv) {
   const auto on_cfg = variant_config(config, cache_bytes, dir, "cache-on");
   if (!off_cfg || !on_cfg) return 2;
   std::printf(
-      "epd-bench cache: model '%s', %d requests per run, each with a %ux%u image (%d distinct: the second "
-      "half repeats the first), prompt %d bytes, %u tokens, one request at a time, %d round(s)\n",
-      model_cfg->name.c_str(), requests, side, side, std::max(1, requests / 2), prompt_bytes, max_tokens,
-      rounds);
+      "epd-bench cache: model '%s', %d requests per run, each with a %ux%u image (%d distinct: every other "
+      "request repeats the one before), prompt %d bytes, %u tokens, one request at a time, %d round(s)\n",
+      model_cfg->name.c_str(), requests, side, side, (requests + 1) / 2, prompt_bytes, max_tokens, rounds);
 
   Run off, on;
   for (int round = 0; round < rounds; ++round) {
@@ -250,6 +258,13 @@ int run_cache(int argc, char** argv) {
     const double a = ttft_p50(off, all, pick), b = ttft_p50(on, all, pick);
     std::printf("  %-20s %11.2f %10.2f   %5.2fx\n", name, a, b, b / std::max(1e-9, a));
   }
+  std::printf(
+      "  (encode stage p50, first-seen images: %.2f ms off, %.2f ms on; repeated: %.2f ms off, %.2f ms on)\n",
+      p50_of(off, all, first, &Answer::encode_ms), p50_of(on, all, first, &Answer::encode_ms),
+      p50_of(off, all, repeated, &Answer::encode_ms), p50_of(on, all, repeated, &Answer::encode_ms));
+  std::printf("  repeated / first-seen within a run: cache off %.2fx, cache on %.2fx\n",
+              ttft_p50(off, all, repeated) / std::max(1e-9, ttft_p50(off, all, first)),
+              ttft_p50(on, all, repeated) / std::max(1e-9, ttft_p50(on, all, first)));
   std::printf(
       "\ncache on: encoder hits %.0f, misses %.0f; prefill hits %.0f; embedding transfers skipped %.0f\n"
       "cache off: encoder hits %.0f, prefill hits %.0f; tokens identical in every request\n",
