@@ -2,6 +2,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "cache_bench.hpp"
 #include "control_plane_bench.hpp"
 #include "e2e_bench.hpp"
 #include "model_bench.hpp"
@@ -24,6 +25,7 @@ constexpr Subcommand kSubcommands[] = {
     {"e2e", run_e2e_bench, "cluster TTFT/TPOT/throughput vs colocated; control-plane rooms/s and latency"},
     {"control-plane", run_control_plane_cli,
      "BOOTSTRAP -> KV_STATUS latency and rooms/s vs a bare ZeroMQ round trip (plain and CURVE)"},
+    {"cache", run_cache_bench, "embedding cache: TTFT with 50% repeated images, cache off vs on"},
     {"soak", run_soak_bench, "many small requests in blocks: RSS of every role per block and its growth"},
     {"serve", run_serve_bench,
      "OpenAI-API load at a Poisson rate: TTFT/ITL/E2E percentiles, throughput, errors"},

@@ -61,6 +61,33 @@ void sample_load(Snapshot& s, LoadGauge& g) {
 
 }  // namespace
 
+void export_embedding_cache(metrics::Registry& registry, std::shared_ptr<const EmbeddingCacheStats> stats) {
+  registry.on_scrape([stats = std::move(stats)](Snapshot& s) {
+    const auto& c = *stats;
+    s.gauge("epd_embedding_cache_capacity_bytes", "Embedding cache bound (0: disabled)",
+            double(c.capacity_bytes.load()));
+    s.gauge("epd_embedding_cache_bytes", "Embedding bytes the cache holds now", double(c.bytes.load()));
+    s.gauge("epd_embedding_cache_entries", "Images whose embeddings the cache holds now",
+            double(c.entries.load()));
+    s.counter("epd_embedding_cache_hits_total",
+              "Images found in the embedding cache (encoder: not encoded; prefill: not transferred)",
+              double(c.hits.load()));
+    s.counter("epd_embedding_cache_misses_total", "Images looked up and not found in the embedding cache",
+              double(c.misses.load()));
+    s.counter("epd_embedding_cache_bytes_saved_total",
+              "Embedding bytes served from the cache (encoder: not computed; prefill: not transferred)",
+              double(c.bytes_saved.load()));
+    s.counter("epd_embedding_cache_evictions_total", "Entries evicted to make room (least recently used)",
+              double(c.evictions.load()));
+    s.counter("epd_embedding_cache_refused_total",
+              "Embeddings not cached: larger than the cache, or everything else pinned by rooms",
+              double(c.refused.load()));
+    s.counter("epd_embedding_transfers_skipped_total",
+              "Embedding transfers that did not happen because prefill held the embeddings",
+              double(c.transfers_skipped.load()));
+  });
+}
+
 metrics::RegistryPtr make_process_metrics(const std::string& instance_id, const std::string& role) {
   return std::make_shared<metrics::Registry>(metrics::Labels{{"instance_id", instance_id}, {"role", role}});
 }

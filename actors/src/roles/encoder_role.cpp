@@ -1,6 +1,9 @@
 // The encoder role: SUBMIT (image) -> encode on the compute actor into an engine-registered source slot ->
 // EMBED_META to prefill -> EMBED_PULL names the landing address -> one write through the transfer worker ->
 // EMBED_DONE. The source slots are one region registered once at start, never per send.
+// An image seen before (same decoded pixels) is copied from the embedding cache instead of encoded; a
+// prefill that still holds its embeddings answers EMBED_META with a `cached` EMBED_PULL and nothing is
+// written.
 #include <spdlog/spdlog.h>
 
 #include <cstring>
@@ -8,9 +11,11 @@
 #include <optional>
 
 #include "epd/actors/aux_record.hpp"
+#include "epd/actors/embedding_cache.hpp"
 #include "epd/actors/kernel/role_kernel.hpp"
 #include "epd/actors/kernel/role_settings.hpp"
 #include "epd/actors/kernel/transfer_workers.hpp"
+#include "epd/actors/process_metrics.hpp"
 #include "epd/model/image.hpp"
 #include "epd/model/runner.hpp"
 #include "page_allocator.hpp"
@@ -29,6 +34,7 @@ struct EncoderSettings {
   uint32_t transfer_workers = 1;
   std::chrono::milliseconds waiting_timeout{10000};
   std::chrono::milliseconds encode_delay{0};  // fault injection: hold each image this long before encoding
+  uint64_t embedding_cache_bytes = uint64_t{64} << 20;  // 0: every image is encoded
   SupervisorConfig transfer;
 };
 
@@ -45,6 +51,8 @@ struct EncodeDone {
   protocol::Error error;
   uint32_t tokens = 0;
   uint64_t encode_us = 0;
+  std::optional<ContentHash> hash;  // of the decoded pixels
+  bool cache_hit = false;
 };
 
 }  // namespace
@@ -73,6 +81,7 @@ struct EncoderRoom {
   uint32_t tokens = 0;
   uint64_t bytes = 0;
   uint64_t encode_us = 0;
+  std::optional<ContentHash> hash;                 // sent in EMBED_META
   std::chrono::steady_clock::time_point deadline;  // prefill must ask for the embeddings by then
 
   bool writing() const { return phase == Phase::writing || phase == Phase::abandoned; }
@@ -91,6 +100,7 @@ struct EncoderState : kernel::RoleBase {
   kernel::RoomTable<EncoderRoom> rooms{0};  // no tombstones: a late message for a room gets no answer
   kernel::TransferWorkers workers;
   caf::actor compute;
+  std::shared_ptr<EmbeddingCacheStats> cache_stats = std::make_shared<EmbeddingCacheStats>();
   static inline const char* name = "encoder";
 };
 
@@ -140,7 +150,10 @@ void arm_timeout(EncoderState& st) {
                   }));
 }
 
-caf::behavior encode_compute(caf::event_based_actor* self, model::ModelConfig cfg, caf::actor role) {
+// Encodes (or finds in the cache) one image into its source slot. The cache lives here, on the compute
+// actor's own thread: only this actor reads or writes it, and an entry is pinned while it is copied out.
+caf::behavior encode_compute(caf::event_based_actor* self, model::ModelConfig cfg, caf::actor role,
+                             uint64_t cache_bytes, std::shared_ptr<EmbeddingCacheStats> cache_stats) {
   harden(self, "encoder-compute");
   auto runner = model::make_reference_runner(cfg);
   if (!runner) {
@@ -149,6 +162,8 @@ caf::behavior encode_compute(caf::event_based_actor* self, model::ModelConfig cf
     return {};
   }
   std::shared_ptr<model::ModelRunner> r(std::move(runner.value()));
+  auto cache = std::make_shared<EmbeddingCache>(cache_bytes, std::move(cache_stats));
+  const uint64_t slot_limit = uint64_t(cfg.max_image_patches) * cfg.d_model * sizeof(float);
   return {
       [=](EncodeJob& job) {
         const auto t0 = clock::now();
@@ -157,15 +172,28 @@ caf::behavior encode_compute(caf::event_based_actor* self, model::ModelConfig cf
         auto image = model::parse_ppm(job.image);
         if (!image) {
           done.error = image.error();
-        } else if (auto emb = r->encode(*image); !emb) {
-          done.error = emb.error();
-        } else if (emb->data.size() > job.capacity_floats) {
-          done.error =
-              make_error(ErrorCode::invalid_request, "image gives more embeddings than a slot holds");
         } else {
-          std::memcpy(job.out, emb->data.data(), emb->data.size() * sizeof(float));
-          done.ok = true;
-          done.tokens = emb->tokens;
+          if (cache->enabled()) done.hash = content_hash(*image);
+          auto hit = done.hash ? cache->find(*done.hash) : std::optional<EmbeddingCache::Pin>();
+          if (hit && hit->bytes().size() <= job.capacity_floats * sizeof(float)) {
+            std::memcpy(job.out, hit->bytes().data(), hit->bytes().size());
+            done.ok = true;
+            done.cache_hit = true;
+            done.tokens = hit->tokens();
+          } else if (auto emb = r->encode(*image); !emb) {
+            done.error = emb.error();
+          } else if (emb->data.size() > job.capacity_floats) {
+            done.error =
+                make_error(ErrorCode::invalid_request, "image gives more embeddings than a slot holds");
+          } else {
+            const size_t bytes = emb->data.size() * sizeof(float);
+            std::memcpy(job.out, emb->data.data(), bytes);
+            done.ok = true;
+            done.tokens = emb->tokens;
+            if (done.hash && bytes <= slot_limit)
+              cache->insert(*done.hash, {reinterpret_cast<const uint8_t*>(emb->data.data()), bytes},
+                            emb->tokens);
+          }
         }
         done.encode_us = micros_since(t0);
         self->send(role, std::move(done));
@@ -234,6 +262,17 @@ void on_embed_pull(EncoderState& st, const Envelope& env, protocol::EmbedPull& p
   // room will come from here.
   if (pull.code != ErrorCode::ok)
     return fail_room(st, pull.room, make_error(pull.code, "prefill '" + env.sender + "': " + pull.reason));
+  // Prefill holds these embeddings (it learnt the hash from our EMBED_META): the room ends, nothing written.
+  if (pull.cached) {
+    if (!r->hash)
+      return fail_room(
+          st, pull.room,
+          make_error(ErrorCode::unexpected_message, "cached EMBED_PULL for an image sent unhashed"));
+    ++st.cache_stats->transfers_skipped;
+    spdlog::debug("encoder: {} held by '{}' already: no write", kernel::room_tag(pull.room, r->request_id),
+                  env.sender);
+    return finish(st, pull.room);
+  }
   if (pull.bytes != r->bytes)
     return fail_room(st, pull.room, make_error(ErrorCode::invalid_request, "EMBED_PULL size mismatch"));
   auto worker = st.workers.live(uint32_t(pull.room % st.workers.size()));
@@ -274,8 +313,13 @@ void on_encoded(EncoderState& st, EncodeDone& d) {
   r->tokens = d.tokens;
   r->bytes = uint64_t(d.tokens) * st.ctx.model.d_model * sizeof(float);
   r->encode_us = d.encode_us;
-  st.bridge().send(r->prefill, protocol::EmbedMeta{d.room, d.tokens, st.ctx.model.d_model, r->bytes,
-                                                   protocol::DType::f32});
+  r->hash = d.hash;
+  protocol::EmbedMeta meta{d.room, d.tokens, st.ctx.model.d_model, r->bytes, protocol::DType::f32, {}};
+  if (d.hash) meta.content_hash.assign(d.hash->begin(), d.hash->end());
+  if (d.cache_hit)
+    spdlog::debug("encoder: {} found in the embedding cache ({})", kernel::room_tag(d.room, r->request_id),
+                  short_hex(*d.hash));
+  st.bridge().send(r->prefill, std::move(meta));
 }
 
 void on_written(EncoderState& st, TransferDone& d) {
@@ -348,8 +392,10 @@ caf::behavior encoder_role(caf::stateful_actor<EncoderState>* self, RoleContext 
   sc.name = "encoder-transfer";
   sc.workers = settings.transfer_workers;
   st.workers.start(self, st.ctx, sc);
-  st.compute = spawn_worker_actor(*st.ctx.system, st.ctx.detached_workers, encode_compute, st.ctx.model,
-                                  caf::actor_cast<caf::actor>(self));
+  export_embedding_cache(*st.ctx.metrics, st.cache_stats);
+  st.compute =
+      spawn_worker_actor(*st.ctx.system, st.ctx.detached_workers, encode_compute, st.ctx.model,
+                         caf::actor_cast<caf::actor>(self), settings.embedding_cache_bytes, st.cache_stats);
   self->link_to(st.compute);
   publish_load(st);
   return kernel::role_behavior(self, table,
@@ -383,6 +429,7 @@ RoleSpec encoder_role_spec() {
       .u32("transfer_workers", &EncoderSettings::transfer_workers, 1, 64)
       .ms("waiting_timeout_ms", &EncoderSettings::waiting_timeout)
       .ms("encode_delay_ms", &EncoderSettings::encode_delay)
+      .u64("embedding_cache_bytes", &EncoderSettings::embedding_cache_bytes, 0, uint64_t{1} << 40)
       .part(&EncoderSettings::transfer, kernel::transfer_settings());
   return kernel::make_role_spec("encoder",
                                 "turns images into embeddings and writes them into prefill's landing slots",

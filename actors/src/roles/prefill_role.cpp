@@ -3,12 +3,15 @@
 // on the compute actor; after each chunk the completed pages go to decode's pool through the room's transfer
 // worker (contiguous runs merged), and after the last chunk the aux record goes last, then KV_STATUS
 // Success. A failure at any step fails exactly this room, on both sides, with its cause.
+// Embeddings that landed are kept in the embedding cache by their image's content hash (EMBED_META's); a
+// later room with the same hash copies them into its landing slot and tells the encoder not to write.
 #include <spdlog/spdlog.h>
 
 #include <cstring>
 
 #include "epd/actors/aux_record.hpp"
 #include "epd/actors/kernel/role_settings.hpp"
+#include "epd/actors/process_metrics.hpp"
 #include "epd/model/kv_cache.hpp"
 #include "epd/model/kv_staging.hpp"
 #include "prefill_state.hpp"
@@ -396,6 +399,34 @@ void on_bootstrap(PrefillState& st, const Envelope& env, protocol::Bootstrap& ms
   maybe_start(st, r.boot.room);
 }
 
+// The room's embeddings are in the cache (same image hash and shape): copied into its landing slot (the
+// entry is pinned while copied; an entry evicted before it is a miss and a normal transfer), the encoder is
+// told no write is wanted, and the room may start.
+bool use_cached_embeddings(PrefillState& st, const protocol::EmbedMeta& msg, PrefillRoom& r) {
+  auto hit = st.cache->find(*r.embed_hash);
+  if (!hit) return false;
+  if (hit->bytes().size() != msg.bytes || hit->tokens() != msg.tokens) {
+    spdlog::warn("prefill: cached embeddings of {} have another shape than EMBED_META says: transferred",
+                 short_hex(*r.embed_hash));
+    return false;
+  }
+  const uint64_t id = msg.room;
+  std::memcpy(st.embed_base + uint64_t(*r.landing) * st.slot_bytes, hit->bytes().data(), msg.bytes);
+  r.embed_bytes = msg.bytes;
+  if (!st.bridge().send(r.encoder, protocol::EmbedPull{id, 0, msg.bytes, ErrorCode::ok, "", 0, true})) {
+    fail_room(st, id,
+              make_error(ErrorCode::peer_unreachable, "encoder '" + r.encoder + "' is not known here yet"));
+    return true;
+  }
+  ++st.cache->stats()->transfers_skipped;
+  r.embed = Embed::ready;
+  spdlog::debug("prefill: {} embeddings from the cache ({}), no transfer",
+                kernel::room_tag(id, r.request_id()), short_hex(*r.embed_hash));
+  publish_load(st);
+  maybe_start(st, id);
+  return true;
+}
+
 void on_embed_meta(PrefillState& st, const Envelope& env, protocol::EmbedMeta& msg) {
   // Tell the encoder, so it frees its slot now and reports the room's real cause, not "aborted".
   if (auto cause = ended_cause(st, msg.room)) {
@@ -430,6 +461,8 @@ void on_embed_meta(PrefillState& st, const Envelope& env, protocol::EmbedMeta& m
   r.landing = (*slot)[0];
   r.encoder = env.sender;  // the one that may write the slot from now on
   r.encoder_inc = env.incarnation;
+  r.embed_hash = content_hash_from(msg.content_hash);
+  if (r.embed_hash && use_cached_embeddings(st, msg, r)) return;
   if (auto enc = st.bridge().peers().find(env.sender)) r.encoder_segment = enc->segment;
   const uint64_t unit = *r.landing;
   r.embed_fence = st.ctx.engine->grant_writes(reinterpret_cast<uint64_t>(st.embed_base), {&unit, 1});
@@ -460,6 +493,9 @@ void on_embed_done(PrefillState& st, const Envelope& env, protocol::EmbedDone& m
                                 "encoder '" + env.sender + "': " + msg.reason));
   if (r.state.terminal()) return maybe_reap(st, msg.room);
   r.embed = Embed::ready;
+  if (r.embed_hash && r.landing)
+    st.cache->insert(*r.embed_hash, {st.embed_base + uint64_t(*r.landing) * st.slot_bytes, r.embed_bytes},
+                     uint32_t(r.embed_bytes / (uint64_t(st.ctx.model.d_model) * sizeof(float))));
   maybe_start(st, msg.room);
 }
 
@@ -599,6 +635,8 @@ caf::behavior prefill_role(caf::stateful_actor<PrefillState>* self, RoleContext 
   st.kv_base = kv->addr();
   st.embed_base = find_local_region(*st.ctx.engine, kEmbedRegion)->base;
   st.aux_base = find_local_region(*st.ctx.engine, kAuxRegion)->base;
+  st.cache = std::make_unique<EmbeddingCache>(settings.embedding_cache_bytes);
+  export_embedding_cache(*st.ctx.metrics, st.cache->stats());
   SupervisorConfig sc = settings.transfer;
   sc.name = "prefill-transfer";
   sc.workers = settings.transfer_workers;
@@ -671,6 +709,7 @@ RoleSpec prefill_role_spec() {
       .ms("bootstrap_timeout_ms", &PrefillSettings::bootstrap_timeout)
       .ms("staging_wait_timeout_ms", &PrefillSettings::staging_wait_timeout)
       .ms("report_delay_ms", &PrefillSettings::report_delay)
+      .u64("embedding_cache_bytes", &PrefillSettings::embedding_cache_bytes, 0, uint64_t{1} << 40)
       .part(&PrefillSettings::transfer, kernel::transfer_settings());
   kernel::kv_layout_settings(settings, &PrefillSettings::layout, &PrefillSettings::kv_pages);
   return kernel::make_role_spec("prefill", "runs chunked prefill and writes KV pages into decode's pool",

@@ -8,6 +8,7 @@
 #include <optional>
 #include <set>
 
+#include "epd/actors/embedding_cache.hpp"
 #include "epd/actors/kernel/role_kernel.hpp"
 #include "epd/actors/kernel/transfer_workers.hpp"
 #include "epd/actors/room.hpp"
@@ -29,6 +30,7 @@ struct PrefillSettings {
   std::chrono::milliseconds staging_wait_timeout{
       10000};                                 // a chunk waiting for ring space fails its room after
   std::chrono::milliseconds report_delay{0};  // fault injection: hold failure reports (router, decode)
+  uint64_t embedding_cache_bytes = uint64_t{64} << 20;  // 0: every image's embeddings are transferred
   SupervisorConfig transfer;
   protocol::KvLayout layout;  // the local pool's (kv_page_size, kv_dtype, kv_order settings)
 };
@@ -79,7 +81,8 @@ struct PrefillRoom {
   uint64_t decode_inc = 0, router_inc = 0, encoder_inc = 0;
   std::optional<uint32_t> landing;  // embedding slot
   uint64_t embed_bytes = 0;
-  uint64_t embed_fence = 0;  // our write grant for the landing slot (EMBED_PULL's fence)
+  uint64_t embed_fence = 0;               // our write grant for the landing slot (EMBED_PULL's fence)
+  std::optional<ContentHash> embed_hash;  // EMBED_META's: the landed embeddings are cached under it
   std::optional<protocol::SegmentDescriptor> encoder_segment;  // to tell whether its writes are fenced
   uint64_t encode_us = 0;
   std::vector<uint32_t> local_pages;
@@ -133,6 +136,8 @@ struct PrefillState : kernel::RoleBase {
   std::map<std::string, StagingTarget> staging;  // by decode id
   kernel::TransferWorkers workers;
   caf::actor compute;
+  // Embeddings of recent images by content hash: a room whose image is here skips its E->P transfer.
+  std::unique_ptr<EmbeddingCache> cache;
   static inline const char* name = "prefill";
 };
 

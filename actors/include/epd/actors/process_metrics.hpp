@@ -8,6 +8,7 @@
 #include <string>
 #include <string_view>
 
+#include "epd/actors/embedding_cache.hpp"
 #include "epd/actors/load_gauge.hpp"
 #include "epd/metrics/registry.hpp"
 #include "epd/transport/engine.hpp"
@@ -21,6 +22,9 @@ metrics::RegistryPtr make_process_metrics(const std::string& instance_id, const 
 // read at every scrape.
 void export_load(metrics::Registry& registry, std::shared_ptr<LoadGauge> load, uint64_t incarnation,
                  const transport::Engine* engine);
+
+// The embedding cache's counters and size (encoder and prefill), read at every scrape.
+void export_embedding_cache(metrics::Registry& registry, std::shared_ptr<const EmbeddingCacheStats> stats);
 
 // Transfer jobs as a worker sees them (thread-safe: observed from the transport's completion threads), and
 // the pool's restart, retry and recycling counters from `load`. One per transfer pool.

@@ -425,7 +425,8 @@ struct Watermark {
 
 // ---- embeddings -------------------------------------------------------------------------------------------
 
-// Encoder → prefill: the room's embeddings are computed; their size.
+// Encoder → prefill: the room's embeddings are computed; their size, and the image's content hash so a
+// prefill that still holds these embeddings can answer with a `cached` EMBED_PULL instead of a transfer.
 struct EmbedMeta {
   static constexpr MessageType kType = MessageType::embed_meta;
   static constexpr std::string_view kName = "EMBED_META";
@@ -434,6 +435,7 @@ struct EmbedMeta {
   uint32_t dim = 0;
   uint64_t bytes = 0;
   DType dtype = DType::f32;
+  std::vector<uint8_t> content_hash{};  // SHA-256 of the decoded pixels (32 bytes); empty: none, never cached
 
   bool operator==(const EmbedMeta&) const = default;
   template <class S, class V>
@@ -443,11 +445,12 @@ struct EmbedMeta {
     v.req("dim", s.dim);
     v.req("bytes", s.bytes);
     v.opt("dtype", s.dtype);
+    v.opt("content_hash", s.content_hash);
   }
 };
 
 // Prefill → encoder: the landing address in prefill's segment where the encoder writes the embeddings (or a
-// non-ok code when prefill cannot take them).
+// non-ok code when prefill cannot take them, or `cached`: prefill holds them already and no write is wanted).
 struct EmbedPull {
   static constexpr MessageType kType = MessageType::embed_pull;
   static constexpr std::string_view kName = "EMBED_PULL";
@@ -456,7 +459,8 @@ struct EmbedPull {
   uint64_t bytes = 0;
   ErrorCode code = ErrorCode::ok;  // non-ok: prefill cannot take the embeddings (e.g. out_of_capacity)
   std::string reason;
-  uint64_t fence = 0;  // prefill's write grant for the landing slot; the embedding write carries it
+  uint64_t fence = 0;   // prefill's write grant for the landing slot; the embedding write carries it
+  bool cached = false;  // prefill holds the embeddings of EMBED_META's content_hash: the room ends, no write
 
   bool operator==(const EmbedPull&) const = default;
   template <class S, class V>
@@ -467,6 +471,7 @@ struct EmbedPull {
     v.opt("code", s.code);
     v.opt("reason", s.reason);
     v.opt("fence", s.fence);
+    v.opt("cached", s.cached);
   }
 };
 

@@ -1,0 +1,54 @@
+#include "epd/actors/content_hash.hpp"
+
+#include <openssl/evp.h>
+
+#include <algorithm>
+#include <memory>
+
+namespace epd::actors {
+namespace {
+
+// Bumped if the hashed form ever changes, so old and new hashes never meet.
+constexpr std::string_view kDomain = "epd image rgb8 v1";
+
+void put_le32(uint8_t* out, uint32_t v) {
+  for (int i = 0; i < 4; ++i) out[i] = uint8_t(v >> (8 * i));
+}
+
+}  // namespace
+
+std::optional<ContentHash> content_hash(const model::Image& image) {
+  std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
+  uint8_t dims[8];
+  put_le32(dims, image.width);
+  put_le32(dims + 4, image.height);
+  ContentHash out{};
+  unsigned int len = 0;
+  // These calls fail only on allocation failure or a broken OpenSSL install; the image is then not cached.
+  if (!ctx || EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) != 1 ||
+      EVP_DigestUpdate(ctx.get(), kDomain.data(), kDomain.size()) != 1 ||
+      EVP_DigestUpdate(ctx.get(), dims, sizeof dims) != 1 ||
+      EVP_DigestUpdate(ctx.get(), image.rgb.data(), image.rgb.size()) != 1 ||
+      EVP_DigestFinal_ex(ctx.get(), out.data(), &len) != 1 || len != out.size())
+    return std::nullopt;
+  return out;
+}
+
+std::optional<ContentHash> content_hash_from(std::span<const uint8_t> bytes) {
+  if (bytes.size() != sizeof(ContentHash)) return std::nullopt;
+  ContentHash h;
+  std::copy(bytes.begin(), bytes.end(), h.begin());
+  return h;
+}
+
+std::string short_hex(const ContentHash& hash) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string s;
+  for (size_t i = 0; i < 6; ++i) {
+    s += kHex[hash[i] >> 4];
+    s += kHex[hash[i] & 15];
+  }
+  return s;
+}
+
+}  // namespace epd::actors
