@@ -259,6 +259,10 @@ protocol::Result<ModelConfig> read_checkpoint_config(const std::string& path) {
   return read_gguf_config(*g);
 }
 
+protocol::Result<ModelConfig> load_model_path(const std::string& path) {
+  return is_checkpoint_path(path) ? read_checkpoint_config(path) : load_model_config(path);
+}
+
 protocol::Result<LlamaWeights> load_llama_weights(const ModelConfig& cfg) {
   const std::string& path = cfg.checkpoint;
   auto shape = read_checkpoint_config(path);

@@ -1,6 +1,7 @@
 // The Llama-family runner on generated checkpoints: the Hugging Face directory and the GGUF file load to the
 // same model (bit-identical logits), batched decode equals decoding alone, threads do not change results,
 // and malformed checkpoints give errors that name the problem.
+#include <sys/wait.h>
 #include <unistd.h>
 #include <catch2/catch.hpp>
 #include <cstring>
@@ -286,4 +287,46 @@ TEST_CASE("Llama checkpoints with missing or malformed parts give named errors")
   }
   CHECK_THAT(err((dir.path / "qwen.gguf").string()), Catch::Contains("unsupported architecture 'qwen2'"));
   CHECK_THAT(err((dir.path / "nothing").string()), Catch::Contains("cannot open"));
+}
+
+TEST_CASE("epd-run serves a checkpoint by token ids as the in-process runner does") {
+  TempDir dir;
+  auto paths = write_llama_checkpoint(CheckpointSpec{}, dir.path);
+  REQUIRE(paths.ok());
+  const auto prompt = prompt_ids(30, 384);
+  std::string ids;
+  for (TokenId t : prompt) ids += (ids.empty() ? "" : ",") + std::to_string(t);
+  auto child = [](const std::string& args) {
+    FILE* f = ::popen((std::string(EPD_RUN_PATH) + " " + args + " 2>&1").c_str(), "r");
+    REQUIRE(f);
+    std::string out;
+    char buf[4096];
+    for (size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) out.append(buf, n);
+    const int st = ::pclose(f);
+    return std::make_pair(WIFEXITED(st) ? WEXITSTATUS(st) : -1, out);
+  };
+  for (const std::string& path : {paths->hf_dir, paths->gguf}) {
+    auto r = load(path);
+    GenerateOptions opts;
+    opts.max_tokens = 12;
+    opts.chunk = 8;
+    auto want = generate_tokens(*r, prompt, opts);
+    REQUIRE(want.ok());
+    const auto [status, out] = child("--model " + path + " --prompt-tokens " + ids +
+                                     " --max-tokens 12 --chunk 8 --threads 2 --json");
+    INFO(out);
+    REQUIRE(status == 0);
+    const auto j = nlohmann::json::parse(out);
+    CHECK(j["tokens"].get<std::vector<TokenId>>() == want->tokens);
+    char digest[17];
+    std::snprintf(digest, sizeof digest, "%016llx", static_cast<unsigned long long>(want->kv_digest));
+    CHECK(j["kv_digest"] == digest);
+    CHECK(j["prompt_tokens"] == 30);
+  }
+  const auto bad_id = child("--model " + paths->gguf + " --prompt-tokens 1,384");
+  CHECK(bad_id.first == 2);
+  CHECK_THAT(bad_id.second, Catch::Contains("not a token id below 384"));
+  const auto text = child("--model " + paths->gguf + " --prompt hello");
+  CHECK(text.first == 2);
+  CHECK_THAT(text.second, Catch::Contains("--prompt-tokens"));
 }

@@ -19,6 +19,10 @@ bool is_checkpoint_path(const std::string& path);
 // `checkpoint = path`. config_error naming the problem for an unsupported architecture or feature.
 protocol::Result<ModelConfig> read_checkpoint_config(const std::string& path);
 
+// A model named by a path, as `[model] path` and `epd-run --model` take it: a checkpoint (above), else a
+// model TOML file (load_model_config).
+protocol::Result<ModelConfig> load_model_path(const std::string& path);
+
 class LlamaRunner : public ModelRunner {
  public:
   // Logits of the rows of the last call: the last position of a prefill chunk (every position when
