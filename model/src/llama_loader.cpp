@@ -6,6 +6,7 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <tuple>
 
 #include "epd/model/gguf.hpp"
 #include "epd/model/llama.hpp"
@@ -68,7 +69,9 @@ protocol::Result<ModelConfig> read_hf_config(const std::string& path) {
   ss << in.rdbuf();
   const json j = json::parse(ss.str(), nullptr, false);
   if (j.is_discarded() || !j.is_object()) return bad(where, "not a JSON object");
-  const std::string type = j.value("model_type", std::string());
+  // Typed reads that never throw: a key of the wrong type is an error, not an exception.
+  const auto mt = j.find("model_type");
+  const std::string type = mt != j.end() && mt->is_string() ? mt->get<std::string>() : std::string();
   if (type != "llama")
     return bad(where, "unsupported architecture '" + type + "' (model_type; supported: llama)");
   if (j.contains("hidden_act") && j["hidden_act"] != "silu")
@@ -101,8 +104,13 @@ protocol::Result<ModelConfig> read_hf_config(const std::string& path) {
   if (c.head_dim == 0) c.head_dim = c.d_model / c.heads;
   if (c.head_dim * c.heads != c.d_model && !j.contains("head_dim"))
     return bad(where, "hidden_size is not a multiple of num_attention_heads");
-  c.rope_theta = static_cast<float>(j.value("rope_theta", 10000.0));
-  c.norm_eps = static_cast<float>(j.value("rms_norm_eps", 1e-6));
+  for (const auto& [key, field, fallback] :
+       {std::tuple{"rope_theta", &c.rope_theta, 10000.0}, std::tuple{"rms_norm_eps", &c.norm_eps, 1e-6}}) {
+    const auto it = j.find(key);
+    if (it != j.end() && !it->is_null() && !it->is_number())
+      return bad(where, std::string(key) + " must be a number");
+    *field = static_cast<float>(it != j.end() && it->is_number() ? it->get<double>() : fallback);
+  }
   if (auto st = finish(c, where, context); !st) return st.error();
   return c;
 }
@@ -222,25 +230,31 @@ protocol::Result<LlamaWeights> load_with(const ModelConfig& c, const Lookup& fin
   w.layers.resize(c.layers);
   for (uint32_t l = 0; l < c.layers; ++l) {
     LlamaLayer& L = w.layers[l];
+    std::vector<float> wq, wk, wv, w_gate, w_up;
     const struct {
       const char* role;
       std::vector<uint64_t> shape;
       std::vector<float>* out;
     } parts[] = {{"attn_norm", {d}, &L.attn_norm},
-                 {"q", {q, d}, &L.wq},
-                 {"k", {kv, d}, &L.wk},
-                 {"v", {kv, d}, &L.wv},
+                 {"q", {q, d}, &wq},
+                 {"k", {kv, d}, &wk},
+                 {"v", {kv, d}, &wv},
                  {"o", {d, q}, &L.wo},
                  {"ffn_norm", {d}, &L.ffn_norm},
-                 {"gate", {c.ffn, d}, &L.w_gate},
-                 {"up", {c.ffn, d}, &L.w_up},
+                 {"gate", {c.ffn, d}, &w_gate},
+                 {"up", {c.ffn, d}, &w_up},
                  {"down", {d, c.ffn}, &L.w_down}};
     for (const auto& p : parts)
       if (auto st = take(find, where, n.layer(l, p.role), p.shape, *p.out); !st) return st.error();
     if (hf) {
-      interleave_rope_rows(L.wq, c.heads, c.head_dim, c.d_model);
-      interleave_rope_rows(L.wk, c.kv_heads, c.head_dim, c.d_model);
+      interleave_rope_rows(wq, c.heads, c.head_dim, c.d_model);
+      interleave_rope_rows(wk, c.kv_heads, c.head_dim, c.d_model);
     }
+    L.wqkv = std::move(wq);
+    L.wqkv.insert(L.wqkv.end(), wk.begin(), wk.end());
+    L.wqkv.insert(L.wqkv.end(), wv.begin(), wv.end());
+    L.w_gate_up = std::move(w_gate);
+    L.w_gate_up.insert(L.w_gate_up.end(), w_up.begin(), w_up.end());
   }
   return w;
 }
@@ -303,7 +317,8 @@ protocol::Result<LlamaWeights> load_llama_weights(const ModelConfig& cfg) {
   std::stringstream ss;
   ss << in.rdbuf();
   const json j = json::parse(ss.str(), nullptr, false);
-  const bool tied = j.is_object() && j.value("tie_word_embeddings", false);
+  const auto tie = j.is_object() ? j.find("tie_word_embeddings") : j.end();
+  const bool tied = tie != j.end() && tie->is_boolean() && tie->get<bool>();
   Names n{"model.embed_tokens.weight", "model.norm.weight", "lm_head.weight",
           [](uint32_t l, const char* role) {
             static const std::pair<std::string_view, const char*> map[] = {

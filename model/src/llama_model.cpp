@@ -162,7 +162,6 @@ class LlamaModel final : public LlamaRunner {
     v_.resize(n * kv_dim);
     attn_.resize(n * q_dim);
     gate_.resize(n * f);
-    up_.resize(n * f);
     proj_.resize(n * d);
     const float q_scale = 1.0f / std::sqrt(static_cast<float>(hd));
     const uint32_t ps = pool.layout.page_size;
@@ -170,9 +169,15 @@ class LlamaModel final : public LlamaRunner {
     for (uint32_t layer = 0; layer < cfg_.layers; ++layer) {
       const LlamaLayer& b = w_.layers[layer];
       for (size_t r = 0; r < n; ++r) k::rmsnorm(&x_[r * d], b.attn_norm.data(), d, cfg_.norm_eps, &h_[r * d]);
-      matmul(h_.data(), n, d, b.wq, q_dim, q_.data(), prefill);
-      matmul(h_.data(), n, d, b.wk, kv_dim, k_.data(), prefill);
-      matmul(h_.data(), n, d, b.wv, kv_dim, v_.data(), prefill);
+      const size_t qkv_dim = q_dim + 2 * kv_dim;
+      fused_.resize(n * std::max(qkv_dim, 2 * f));
+      matmul(h_.data(), n, d, b.wqkv, qkv_dim, fused_.data(), prefill);
+      for (size_t r = 0; r < n; ++r) {
+        const float* row = &fused_[r * qkv_dim];
+        std::memcpy(&q_[r * q_dim], row, q_dim * sizeof(float));
+        std::memcpy(&k_[r * kv_dim], row + q_dim, kv_dim * sizeof(float));
+        std::memcpy(&v_[r * kv_dim], row + q_dim + kv_dim, kv_dim * sizeof(float));
+      }
       for (size_t r = 0; r < n; ++r) {
         const uint32_t pos = targets_[r].pos;
         const float* c = &rope_cos_[pos * half];
@@ -198,9 +203,11 @@ class LlamaModel final : public LlamaRunner {
       for (size_t i = 0; i < n * d; ++i) x_[i] += proj_[i];
 
       for (size_t r = 0; r < n; ++r) k::rmsnorm(&x_[r * d], b.ffn_norm.data(), d, cfg_.norm_eps, &h_[r * d]);
-      matmul(h_.data(), n, d, b.w_gate, f, gate_.data(), prefill);
-      matmul(h_.data(), n, d, b.w_up, f, up_.data(), prefill);
-      k::swiglu(gate_.data(), up_.data(), n * f);
+      matmul(h_.data(), n, d, b.w_gate_up, 2 * f, fused_.data(), prefill);
+      for (size_t r = 0; r < n; ++r) {
+        std::memcpy(&gate_[r * f], &fused_[r * 2 * f], f * sizeof(float));
+        k::swiglu(&gate_[r * f], &fused_[r * 2 * f + f], f);
+      }
       matmul(gate_.data(), n, f, b.w_down, d, proj_.data(), prefill);
       for (size_t i = 0; i < n * d; ++i) x_[i] += proj_[i];
     }
@@ -255,7 +262,7 @@ class LlamaModel final : public LlamaRunner {
   bool keep_all_ = false;
   std::vector<float> rope_cos_, rope_sin_;
   std::vector<RowTarget> targets_;
-  std::vector<float> x_, h_, q_, k_, v_, attn_, gate_, up_, proj_, logits_;
+  std::vector<float> x_, h_, q_, k_, v_, attn_, gate_, fused_, proj_, logits_;
 };
 
 }  // namespace

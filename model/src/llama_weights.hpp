@@ -12,10 +12,12 @@
 namespace epd::model {
 
 struct LlamaLayer {
-  std::vector<float> attn_norm;             // d
-  std::vector<float> wq, wk, wv, wo;        // out x in
-  std::vector<float> ffn_norm;              // d
-  std::vector<float> w_gate, w_up, w_down;  // out x in
+  std::vector<float> attn_norm;  // d
+  // Q, K and V rows stacked (heads*hd + 2*kv_heads*hd rows), and gate and up rows stacked (2*ffn rows): one
+  // matmul each, so prefill packs its input once for them. Each output element is still one row's dot.
+  std::vector<float> wqkv, wo;           // out x in
+  std::vector<float> ffn_norm;           // d
+  std::vector<float> w_gate_up, w_down;  // out x in
 };
 
 struct LlamaWeights {

@@ -250,6 +250,10 @@ TEST_CASE("Llama checkpoints with missing or malformed parts give named errors")
     fn(j);
     std::ofstream(d / "config.json") << j.dump();
   };
+  edit_config(dir.path / "typed", [](auto& j) { j["rms_norm_eps"] = "small"; });
+  CHECK_THAT(err((dir.path / "typed").string()), Catch::Contains("rms_norm_eps must be a number"));
+  edit_config(dir.path / "typeless", [](auto& j) { j["model_type"] = 7; });
+  CHECK_THAT(err((dir.path / "typeless").string()), Catch::Contains("unsupported architecture"));
   edit_config(dir.path / "qwen", [](auto& j) { j["model_type"] = "qwen2"; });
   CHECK_THAT(err((dir.path / "qwen").string()), Catch::Contains("unsupported architecture 'qwen2'"));
   edit_config(dir.path / "scaled", [](auto& j) { j["rope_scaling"] = {{"rope_type", "llama3"}}; });
