@@ -8,7 +8,13 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include "epd/model/llama.hpp"
 #include "epd/model/runner.hpp"
+#include "llama_checkpoint.hpp"
 
 namespace m = epd::model;
 
@@ -30,9 +36,15 @@ struct Pool {
   m::KvPool pool;
 };
 
-// A prompt of exactly n tokens: BOS + printable bytes that differ per sequence.
-std::vector<m::TokenId> make_prompt(uint32_t n, uint32_t salt) {
-  std::vector<m::TokenId> p{m::kBos};
+// A prompt of exactly n tokens. Reference model: BOS + printable bytes that differ per sequence.
+// Checkpoint: ids (i * 7 + salt * 13) % vocab, as tests/http/node/llama_bench.mjs builds them for llama.cpp.
+std::vector<m::TokenId> make_prompt(const m::ModelConfig& c, uint32_t n, uint32_t salt) {
+  std::vector<m::TokenId> p;
+  if (!c.checkpoint.empty()) {
+    for (uint32_t i = 0; i < n; ++i) p.push_back((i * 7 + salt * 13) % c.vocab);
+    return p;
+  }
+  p.push_back(m::kBos);
   for (uint32_t i = 1; i < n; ++i) p.push_back(32 + (i * 7 + salt * 13) % 95);
   return p;
 }
@@ -56,9 +68,12 @@ double best_of(int repeat, F&& fn) {
   return best;
 }
 
-bool bench_preset(const std::string& name, uint32_t prompt_len, uint32_t steps, int repeat, Figures& f) {
-  auto cfg = m::preset(name);
-  auto runner_r = cfg ? m::make_reference_runner(*cfg) : cfg.error();
+// A preset name, or (checkpoint set) a checkpoint path with `threads`.
+bool bench_model(const std::string& name, const std::string& checkpoint, uint32_t threads,
+                 uint32_t prompt_len, uint32_t steps, int repeat, Figures& f) {
+  auto cfg = checkpoint.empty() ? m::preset(name) : m::load_model_path(checkpoint);
+  if (cfg) cfg->threads = threads;
+  auto runner_r = cfg ? m::make_runner(*cfg) : cfg.error();
   if (!runner_r) {
     std::fprintf(stderr, "epd-bench model: %s\n", runner_r.error().to_string().c_str());
     return false;
@@ -72,7 +87,7 @@ bool bench_preset(const std::string& name, uint32_t prompt_len, uint32_t steps, 
     Pool p(*cfg, per_seq);
     std::vector<m::PageId> pages(per_seq);
     std::iota(pages.begin(), pages.end(), 0);
-    const auto prompt = make_prompt(prompt_len, 0);
+    const auto prompt = make_prompt(*cfg, prompt_len, 0);
     const double s = best_of(repeat, [&] {
       auto t0 = clock_type::now();
       auto tok = r.prefill_chunk(p.pool, pages, 0, {prompt, {}});
@@ -91,7 +106,7 @@ bool bench_preset(const std::string& name, uint32_t prompt_len, uint32_t steps, 
       std::vector<m::DecodeSeq> seqs(batch);
       for (uint32_t b = 0; b < batch; ++b) {
         std::iota(pages[b].begin(), pages[b].end(), b * per_seq);
-        const auto prompt = make_prompt(dlen, b);
+        const auto prompt = make_prompt(*cfg, dlen, b);
         auto tok = r.prefill_chunk(p.pool, pages[b], 0, {prompt, {}});
         seqs[b] = m::DecodeSeq{pages[b], dlen, tok ? *tok : m::TokenId{'a'}};
       }
@@ -104,7 +119,7 @@ bool bench_preset(const std::string& name, uint32_t prompt_len, uint32_t steps, 
         }
         for (uint32_t b = 0; b < batch; ++b) {
           seqs[b].length++;
-          seqs[b].last_token = next[b] == m::kEos ? m::TokenId{'.'} : next[b];
+          seqs[b].last_token = next[b] == m::kEos && checkpoint.empty() ? m::TokenId{'.'} : next[b];
         }
       }
       return seconds_since(t0);
@@ -112,8 +127,9 @@ bool bench_preset(const std::string& name, uint32_t prompt_len, uint32_t steps, 
     (batch == 1 ? f.decode1_tps : f.decode8_tps) = double(batch) * steps / s;
   }
 
-  // Encode the largest image the preset accepts (a square of max_image_patches patches).
-  {
+  // Encode the largest image the preset accepts (a square of max_image_patches patches); checkpoints are
+  // text-only.
+  if (checkpoint.empty()) {
     uint32_t side = 1;
     while ((side + 1) * (side + 1) <= cfg->max_image_patches) ++side;
     const m::Image img = m::make_test_image(side * cfg->patch_size, side * cfg->patch_size, 1);
@@ -126,6 +142,14 @@ bool bench_preset(const std::string& name, uint32_t prompt_len, uint32_t steps, 
   }
 
   const double flops = matmul_flops_per_token(*cfg);
+  if (!checkpoint.empty()) {
+    std::printf(
+        "epd       %s (%u threads) | prefill %7.1f tok/s (%5.1f GFLOP/s, %u-token prompt) | decode b1 %6.1f "
+        "tok/s  b8 %6.1f tok/s (%.2fx b1)\n",
+        cfg->name.c_str(), threads, f.prefill_tps, f.prefill_tps * flops / 1e9, prompt_len, f.decode1_tps,
+        f.decode8_tps, f.decode8_tps / f.decode1_tps);
+    return true;
+  }
   std::printf(
       "%-6s prompt %4u | prefill %9.0f tok/s (%5.1f GFLOP/s) | decode b1 %7.0f tok/s  b8 %7.0f tok/s "
       "(%5.1f GFLOP/s) | encode %u patches %7.2f ms | KV %llu B/token, %.2f MiB per 512 tokens\n",
@@ -138,9 +162,47 @@ bool bench_preset(const std::string& name, uint32_t prompt_len, uint32_t steps, 
 
 }  // namespace
 
+// llama.cpp on the same GGUF through node-llama-cpp (tests/http/node/llama_bench.mjs); false if it cannot
+// run.
+bool bench_llama_cpp(const std::string& gguf, uint32_t vocab, uint32_t threads, uint32_t prompt_len,
+                     uint32_t steps, int repeat, Figures& f) {
+  const std::string node_dir = std::string(EPD_SOURCE_DIR) + "/tests/http/node";
+  const std::string spec_path =
+      (std::filesystem::temp_directory_path() / ("epd-bench-llama-" + std::to_string(::getpid()) + ".json"))
+          .string();
+  std::ofstream(spec_path) << nlohmann::json{
+      {"model", gguf},  {"prompt_len", prompt_len}, {"decode_prompt_len", std::min<uint32_t>(prompt_len, 64)},
+      {"steps", steps}, {"repeat", repeat},         {"threads", threads},
+      {"vocab", vocab}}.dump();
+  FILE* p = ::popen(("node " + node_dir + "/llama_bench.mjs " + spec_path).c_str(), "r");
+  std::string out;
+  char buf[4096];
+  for (size_t n; p && (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+  const int status = p ? ::pclose(p) : -1;
+  std::filesystem::remove(spec_path);
+  const auto j = nlohmann::json::parse(out, nullptr, false);
+  if (status != 0 || !j.is_object()) {
+    std::fprintf(
+        stderr,
+        "epd-bench model: llama.cpp (node %s/llama_bench.mjs; scripts/setup-deps installs it) failed\n",
+        node_dir.c_str());
+    return false;
+  }
+  f.prefill_tps = j.value("prefill_tps", 0.0);
+  f.decode1_tps = j.value("decode1_tps", 0.0);
+  f.decode8_tps = j.value("decode8_tps", 0.0);
+  std::printf(
+      "llama.cpp same GGUF (%u threads)    | prefill %7.1f tok/s | decode b1 %6.1f tok/s  b8 %6.1f tok/s "
+      "(%.2fx b1)\n",
+      threads, f.prefill_tps, f.decode1_tps, f.decode8_tps, f.decode8_tps / f.decode1_tps);
+  return true;
+}
+
 int run_model_bench(int argc, char** argv) {
-  CLI::App app{"epd-bench model: reference model throughput (single thread)"};
-  bool quick = false;
+  CLI::App app{"epd-bench model: model throughput (reference presets single-threaded, or a checkpoint)"};
+  bool quick = false, no_llama = false;
+  std::string checkpoint, make_dir;
+  uint32_t threads = 1;
   std::vector<std::string> presets{"tiny", "bench"};
   uint32_t prompt_len = 512, steps = 64;
   int repeat = 3;
@@ -149,7 +211,56 @@ int run_model_bench(int argc, char** argv) {
   app.add_option("--prompt-len", prompt_len, "prefill prompt length in tokens")->check(CLI::Range(2u, 2000u));
   app.add_option("--steps", steps, "decode steps per measurement")->check(CLI::Range(1u, 1000u));
   app.add_option("--repeat", repeat, "repetitions (best is reported)")->check(CLI::Range(1, 100));
+  app.add_option(
+      "--model", checkpoint,
+      "a checkpoint to measure (directory, .gguf, .safetensors); with a .gguf llama.cpp runs beside it");
+  app.add_option(
+      "--make-checkpoint", make_dir,
+      "write a random f32 checkpoint of SmolLM2-135M's shape into this directory (HF + model.gguf) "
+      "and measure its GGUF");
+  app.add_option("--threads", threads, "compute threads (checkpoint runner and llama.cpp)")
+      ->check(CLI::Range(1u, 256u));
+  app.add_flag("--no-llama-cpp", no_llama, "skip llama.cpp");
   CLI11_PARSE(app, argc, argv);
+  if (!make_dir.empty()) {
+    // SmolLM2-135M: hidden 576, 30 layers, 9 heads, 3 KV heads, FFN 1536, vocab 49152, tied embeddings.
+    epd::model::testing::CheckpointSpec spec;
+    spec.vocab = 49152;
+    spec.d_model = 576;
+    spec.layers = 30;
+    spec.heads = 9;
+    spec.kv_heads = 3;
+    spec.ffn = 1536;
+    spec.context = 2048;
+    spec.rope_theta = 100000.0f;
+    spec.tied = true;
+    spec.mixed_dtypes = false;
+    spec.shards = 1;
+    auto paths = epd::model::testing::write_llama_checkpoint(spec, make_dir);
+    if (!paths) {
+      std::fprintf(stderr, "epd-bench model: %s\n", paths.error().to_string().c_str());
+      return 1;
+    }
+    checkpoint = paths->gguf;
+  }
+  if (!checkpoint.empty()) {
+    if (quick) {
+      prompt_len = 128;
+      steps = 16;
+      repeat = 1;
+    }
+    Figures e, l;
+    if (!bench_model("", checkpoint, threads, prompt_len, steps, repeat, e)) return 1;
+    const bool gguf = checkpoint.size() > 5 && checkpoint.substr(checkpoint.size() - 5) == ".gguf";
+    if (no_llama || !gguf) return 0;
+    auto cfg = m::load_model_path(checkpoint);
+    if (!cfg || !bench_llama_cpp(checkpoint, cfg->vocab, threads, prompt_len, steps, repeat, l)) return 1;
+    std::printf(
+        "epd / llama.cpp: prefill %.2fx (goal >= 0.8) | decode b1 %.2fx (goal >= 0.8) | epd decode b8 / "
+        "epd b1 %.2fx (goal >= 2)\n",
+        e.prefill_tps / l.prefill_tps, e.decode1_tps / l.decode1_tps, e.decode8_tps / e.decode1_tps);
+    return 0;
+  }
   if (quick) {
     prompt_len = 128;
     steps = 16;
@@ -157,7 +268,7 @@ int run_model_bench(int argc, char** argv) {
   }
   for (const auto& name : presets) {
     Figures f;
-    if (!bench_preset(name, prompt_len, steps, repeat, f)) return 1;
+    if (!bench_model(name, "", 1, prompt_len, steps, repeat, f)) return 1;
   }
   return 0;
 }

@@ -11,6 +11,7 @@
 #include "epd/actors/role_registry.hpp"
 #include "epd/http/metrics_endpoint.hpp"
 #include "epd/model/config.hpp"
+#include "epd/model/llama.hpp"
 #include "registry.hpp"
 
 namespace epd::actors {
@@ -31,8 +32,10 @@ int fail(const std::string& what) {
 }
 
 protocol::Result<model::ModelConfig> load_model(const config::ClusterConfig& cfg) {
-  if (!cfg.model.path.empty()) return model::load_model_config(cfg.model.path.string());
-  return model::preset(cfg.model.preset);
+  if (cfg.model.path.empty()) return model::preset(cfg.model.preset);
+  auto m = model::load_model_path(cfg.model.path.string());
+  if (m) m->threads = cfg.model.threads;
+  return m;
 }
 
 // [security] metrics_*: the scrape keys are read now (a missing or open file stops the start, naming it);

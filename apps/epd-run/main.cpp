@@ -7,20 +7,26 @@
 
 #include "epd/model/generate.hpp"
 #include "epd/model/image_codec.hpp"
+#include "epd/model/llama.hpp"
 
 namespace m = epd::model;
 
 int main(int argc, char** argv) {
-  CLI::App app{"epd-run: colocated encode + prefill + decode with the reference model"};
-  std::string model_file, preset_name = "tiny", prompt, image_file;
-  uint32_t max_tokens = 16, chunk = 0;
+  CLI::App app{"epd-run: colocated encode + prefill + decode with the reference model or a checkpoint"};
+  std::string model_file, preset_name = "tiny", prompt, image_file, prompt_tokens;
+  uint32_t max_tokens = 16, chunk = 0, threads = 1;
   bool json = false;
   uint32_t decode_page_size = 0;
   std::string decode_dtype, decode_order;
   m::SamplingParams sampling;
-  auto* model_opt = app.add_option("--model", model_file, "model config TOML file");
+  auto* model_opt = app.add_option(
+      "--model", model_file,
+      "model config TOML file, or a Llama-family checkpoint: Hugging Face directory, .gguf or .safetensors");
   app.add_option("--preset", preset_name, "built-in model: tiny | bench")->excludes(model_opt);
-  app.add_option("--prompt", prompt, "prompt text")->required();
+  auto* text_opt = app.add_option("--prompt", prompt, "prompt text (the reference model's byte tokenizer)");
+  app.add_option("--prompt-tokens", prompt_tokens, "prompt as token ids, comma-separated (checkpoints)")
+      ->excludes(text_opt);
+  app.add_option("--threads", threads, "compute threads of a checkpoint runner")->check(CLI::Range(1u, 256u));
   app.add_option("--image", image_file, "image file: PNG, JPEG or binary PPM (P6)");
   app.add_option("--max-tokens", max_tokens, "tokens to generate (including the first)");
   app.add_option("--chunk", chunk, "prefill chunk size in tokens (0 = whole prompt)");
@@ -66,9 +72,34 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  auto cfg = model_file.empty() ? m::preset(preset_name) : m::load_model_config(model_file);
+  auto cfg = model_file.empty() ? m::preset(preset_name) : m::load_model_path(model_file);
   if (!cfg) {
     std::cerr << "epd-run: " << cfg.error().to_string() << "\n";
+    return 2;
+  }
+  cfg->threads = threads;
+  std::vector<m::TokenId> ids;
+  for (size_t at = 0; at < prompt_tokens.size();) {
+    const size_t end = std::min(prompt_tokens.find(',', at), prompt_tokens.size());
+    try {
+      size_t used = 0;
+      const unsigned long v = std::stoul(prompt_tokens.substr(at, end - at), &used);
+      if (used != end - at || v >= cfg->vocab) throw std::out_of_range("id");
+      ids.push_back(static_cast<m::TokenId>(v));
+    } catch (const std::exception&) {
+      std::cerr << "epd-run: --prompt-tokens: '" << prompt_tokens.substr(at, end - at)
+                << "' is not a token id below " << cfg->vocab << "\n";
+      return 2;
+    }
+    at = end + 1;
+  }
+  if (text_opt->count() == 0 && ids.empty()) {
+    std::cerr << "epd-run: give --prompt or --prompt-tokens\n";
+    return 2;
+  }
+  if (!cfg->checkpoint.empty() && text_opt->count() > 0) {
+    std::cerr
+        << "epd-run: checkpoint models take --prompt-tokens (no text tokenizer is wired for them yet)\n";
     return 2;
   }
   std::optional<m::Image> image;
@@ -80,7 +111,7 @@ int main(int argc, char** argv) {
     }
     image = std::move(*img);
   }
-  auto runner = m::make_reference_runner(*cfg);
+  auto runner = m::make_runner(*cfg);
   if (!runner) {
     std::cerr << "epd-run: " << runner.error().to_string() << "\n";
     return 2;
@@ -90,7 +121,8 @@ int main(int argc, char** argv) {
   opts.chunk = chunk;
   opts.decode_kv = decode_kv;
   opts.sampling = sampling;
-  auto res = m::generate(**runner, prompt, image ? &*image : nullptr, opts);
+  auto res = ids.empty() ? m::generate(**runner, prompt, image ? &*image : nullptr, opts)
+                         : m::generate_tokens(**runner, std::move(ids), opts);
   if (!res) {
     std::cerr << "epd-run: " << res.error().to_string() << "\n";
     return 1;

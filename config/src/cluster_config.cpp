@@ -103,10 +103,12 @@ Result<ClusterConfig> parse_cluster_config(std::string_view text, const std::fil
   }
   {
     auto s = settings_of(root["model"].as_table(), file.string() + " [model]");
-    if (auto st = s.only_keys({"preset", "path"}); !st) return st.error();
+    if (auto st = s.only_keys({"preset", "path", "threads"}); !st) return st.error();
     std::string path;
     protocol::FirstError e;
-    e.take(cfg.model.preset, s.get_string("preset", cfg.model.preset)).take(path, s.get_string("path", ""));
+    e.take(cfg.model.preset, s.get_string("preset", cfg.model.preset))
+        .take(path, s.get_string("path", ""))
+        .take(cfg.model.threads, s.get_uint("threads", cfg.model.threads, 1, 256));
     if (!e.status()) return e.status().error();
     if (!path.empty()) {
       cfg.model.path = path;

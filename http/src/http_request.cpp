@@ -32,18 +32,36 @@ std::variant<GenerateRequest, HttpError> parse_generate_request(std::string_view
   GenerateRequest request;
 
   auto prompt = doc.find("prompt");
-  if (prompt == doc.end() || prompt->is_null())
+  auto ids = doc.find("prompt_tokens");
+  if (ids != doc.end() && !ids->is_null()) {
+    // Token ids instead of text (checkpoint models until their tokenizer is wired).
+    if (prompt != doc.end() && !prompt->is_null())
+      return bad_request("give \"prompt\" or \"prompt_tokens\", not both");
+    if (!ids->is_array() || ids->empty())
+      return bad_request("\"prompt_tokens\" must be a non-empty array of token ids");
+    // 4 bytes a token at least: the same bound as a text prompt's.
+    if (ids->size() > limits.max_prompt_bytes / 4)
+      return too_large("\"prompt_tokens\" has " + std::to_string(ids->size()) + " ids; the limit is " +
+                       std::to_string(limits.max_prompt_bytes / 4));
+    for (const json& id : *ids) {
+      if (!id.is_number_unsigned() || id.get<uint64_t>() > UINT32_MAX)
+        return bad_request("\"prompt_tokens\" must hold token ids (integers >= 0), got " + id.dump());
+      request.prompt_tokens.push_back(static_cast<uint32_t>(id.get<uint64_t>()));
+    }
+  } else if (prompt == doc.end() || prompt->is_null()) {
     return bad_request("\"prompt\" is required (a non-empty string)");
-  if (!prompt->is_string()) {
-    return bad_request(std::string("\"prompt\" must be a string, got ") + type_name(*prompt));
+  } else {
+    if (!prompt->is_string()) {
+      return bad_request(std::string("\"prompt\" must be a string, got ") + type_name(*prompt));
+    }
+    const auto& text = prompt->get_ref<const std::string&>();
+    if (text.empty()) return bad_request("\"prompt\" must not be empty");
+    if (text.size() > limits.max_prompt_bytes) {
+      return too_large("\"prompt\" is " + std::to_string(text.size()) + " bytes; the limit is " +
+                       std::to_string(limits.max_prompt_bytes) + " bytes");
+    }
+    request.prompt = text;
   }
-  const auto& text = prompt->get_ref<const std::string&>();
-  if (text.empty()) return bad_request("\"prompt\" must not be empty");
-  if (text.size() > limits.max_prompt_bytes) {
-    return too_large("\"prompt\" is " + std::to_string(text.size()) + " bytes; the limit is " +
-                     std::to_string(limits.max_prompt_bytes) + " bytes");
-  }
-  request.prompt = text;
 
   request.max_tokens = limits.default_max_tokens;
   if (auto it = doc.find("max_tokens"); it != doc.end() && !it->is_null()) {

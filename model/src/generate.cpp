@@ -36,6 +36,10 @@ struct OwnedPool {
 
 }  // namespace
 
+// Prefill, optional staging and decode of res.prompt; fills res.
+static protocol::Status run_prompt(ModelRunner& runner, GenerateResult& res, const Embeddings& emb,
+                                   const GenerateOptions& opts);
+
 protocol::Result<GenerateResult> generate(ModelRunner& runner, std::string_view text, const Image* image,
                                           const GenerateOptions& opts) {
   using clock = std::chrono::steady_clock;
@@ -62,6 +66,34 @@ protocol::Result<GenerateResult> generate(ModelRunner& runner, std::string_view 
       build_prompt(cfg, text, image ? std::optional<ImageDims>({image->width, image->height}) : std::nullopt);
   if (!prompt) return prompt.error();
   res.prompt = std::move(*prompt);
+  if (auto st = run_prompt(runner, res, emb, opts); !st) return st.error();
+  return res;
+}
+
+protocol::Result<GenerateResult> generate_tokens(ModelRunner& runner, std::vector<TokenId> prompt,
+                                                 const GenerateOptions& opts) {
+  const ModelConfig& cfg = runner.config();
+  if (opts.decode_kv && opts.decode_kv->page_size > kMaxPageSize)
+    return protocol::make_error(protocol::ErrorCode::invalid_request,
+                                "decode KV page size " + std::to_string(opts.decode_kv->page_size) +
+                                    " outside 1.." + std::to_string(kMaxPageSize));
+  if (auto st = validate(opts.sampling); !st) return st.error();
+  if (prompt.empty()) return protocol::make_error(protocol::ErrorCode::invalid_request, "empty prompt");
+  if (prompt.size() >= cfg.max_seq)
+    return protocol::make_error(protocol::ErrorCode::invalid_request,
+                                "prompt of " + std::to_string(prompt.size()) +
+                                    " tokens leaves no room in max_seq " + std::to_string(cfg.max_seq));
+  GenerateResult res;
+  res.prompt = std::move(prompt);
+  if (auto st = run_prompt(runner, res, Embeddings{}, opts); !st) return st.error();
+  return res;
+}
+
+static protocol::Status run_prompt(ModelRunner& runner, GenerateResult& res, const Embeddings& emb,
+                                   const GenerateOptions& opts) {
+  using clock = std::chrono::steady_clock;
+  const ModelConfig& cfg = runner.config();
+  const bool reference = cfg.checkpoint.empty();
   const uint32_t n = static_cast<uint32_t>(res.prompt.size());
   const uint32_t max_new = std::min<uint32_t>(opts.max_tokens, cfg.max_seq - n);
 
@@ -71,7 +103,7 @@ protocol::Result<GenerateResult> generate(ModelRunner& runner, std::string_view 
   const KvPool& pool = prefill_pool.pool;
   const std::vector<PageId>& pages = prefill_pool.pages;
 
-  t0 = clock::now();
+  auto t0 = clock::now();
   const uint32_t chunk = opts.chunk == 0 ? n : opts.chunk;
   TokenId next = 0;
   for (uint32_t begin = 0; begin < n; begin += chunk) {
@@ -104,7 +136,7 @@ protocol::Result<GenerateResult> generate(ModelRunner& runner, std::string_view 
   DecodeSeq seq{dpages, n, next, opts.sampling, 1};
   while (max_new > 0) {
     res.tokens.push_back(seq.last_token);
-    if (opts.stop_at_eos && seq.last_token == kEos) {
+    if (opts.stop_at_eos && reference && seq.last_token == kEos) {
       res.stopped_at_eos = true;
       break;
     }
@@ -116,9 +148,9 @@ protocol::Result<GenerateResult> generate(ModelRunner& runner, std::string_view 
     seq.last_token = out;
   }
   res.decode_ms = ms_since(t0);
-  res.text = decode_text(res.tokens);
+  if (reference) res.text = decode_text(res.tokens);
   res.kv_digest = kv_digest(dpool, dpages);
-  return res;
+  return {};
 }
 
 std::string to_json(const GenerateResult& r) {

@@ -69,4 +69,20 @@ uint32_t count_image_tokens(std::span<const TokenId> tokens) {
   return n;
 }
 
+protocol::Result<std::vector<TokenId>> check_prompt_tokens(const ModelConfig& cfg,
+                                                           std::span<const uint32_t> ids) {
+  auto bad = [](std::string d) {
+    return protocol::make_error(protocol::ErrorCode::invalid_request, std::move(d));
+  };
+  if (ids.empty()) return bad("the prompt has no tokens");
+  if (ids.size() >= cfg.max_seq)
+    return bad("prompt of " + std::to_string(ids.size()) + " tokens leaves no room in max_seq " +
+               std::to_string(cfg.max_seq));
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (ids[i] >= cfg.vocab)
+      return bad("prompt token " + std::to_string(i) + " is " + std::to_string(ids[i]) +
+                 ", outside the vocabulary of " + std::to_string(cfg.vocab));
+  return std::vector<TokenId>(ids.begin(), ids.end());
+}
+
 }  // namespace epd::model

@@ -22,6 +22,7 @@ namespace epd::testing {
 struct ClusterSpec {
   std::string backend = "auto";       // [transport] backend
   std::string model_preset = "tiny";  // "bench" decodes ~10x slower: room to cancel or drain mid-answer
+  std::string model_path;             // [model] path (a checkpoint or model TOML); wins over the preset
   int encoders = 1;
   int prefills = 1;
   int decodes = 1;

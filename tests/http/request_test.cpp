@@ -132,3 +132,22 @@ TEST_CASE("generate request: image type, base64, PPM magic and size", "[http][re
   CHECK(e.status == 413);
   CHECK(says(e, "exceeds the limit of 64 bytes"));
 }
+
+TEST_CASE("generate body with prompt_tokens instead of text") {
+  const auto r = accepted(R"({"prompt_tokens": [1, 0, 383, 4294967295], "max_tokens": 4})");
+  CHECK(r.prompt_tokens == std::vector<uint32_t>{1, 0, 383, 4294967295u});
+  CHECK(r.prompt.empty());
+  CHECK(r.max_tokens == 4);
+  CHECK(rejected(R"({"prompt": "a", "prompt_tokens": [1]})").message ==
+        R"(give "prompt" or "prompt_tokens", not both)");
+  CHECK(rejected(R"({"prompt_tokens": []})").status == 400);
+  CHECK(rejected(R"({"prompt_tokens": "1,2"})").status == 400);
+  CHECK(rejected(R"({"prompt_tokens": [1, -2]})").message ==
+        R"("prompt_tokens" must hold token ids (integers >= 0), got -2)");
+  CHECK(rejected(R"({"prompt_tokens": [1.5]})").status == 400);
+  CHECK(rejected(R"({"prompt_tokens": [4294967296]})").status == 400);
+  // At most max_prompt_bytes / 4 ids (25 with the test limits).
+  CHECK(accepted(json{{"prompt_tokens", std::vector<int>(25, 7)}}.dump()).prompt_tokens.size() == 25);
+  CHECK(rejected(json{{"prompt_tokens", std::vector<int>(26, 7)}}.dump()).status == 413);
+  CHECK(rejected(R"({"prompt_tokens": null})").message == R"("prompt" is required (a non-empty string))");
+}

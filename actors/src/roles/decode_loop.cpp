@@ -7,6 +7,7 @@
 #include <deque>
 
 #include "epd/actors/role_support.hpp"
+#include "epd/model/llama.hpp"
 
 namespace epd::actors {
 namespace {
@@ -27,8 +28,11 @@ struct LoopState {
   static inline const char* name = "decode-loop";
 };
 
-bool finished(const Sequence& s) {
-  return s.tokens.size() >= s.join.max_new || s.tokens.back() == model::kEos;
+// EOS ends the reference model's answers; a checkpoint's EOS id comes with its tokenizer (not wired yet),
+// so its answers end at max_new.
+bool finished(const LoopState& st, const Sequence& s) {
+  return s.tokens.size() >= s.join.max_new ||
+         (st.config.model.checkpoint.empty() && s.tokens.back() == model::kEos);
 }
 
 void stream(LoopState& st, const Sequence& s) {
@@ -71,7 +75,7 @@ void step(caf::event_based_actor* self, LoopState& st) {
       }
       s.tokens.push_back(next[i]);
       stream(st, s);
-      if (finished(s)) {
+      if (finished(st, s)) {
         finish(self, st, s, true);
         continue;
       }
@@ -95,7 +99,7 @@ caf::behavior decode_loop(caf::stateful_actor<LoopState>* self, BridgePtr bridge
   st.bridge = std::move(bridge);
   st.config = std::move(config);
   st.role = std::move(role);
-  auto runner = model::make_reference_runner(st.config.model);
+  auto runner = model::make_runner(st.config.model);
   if (!runner) {
     spdlog::critical("decode-loop: cannot build the model: {}", runner.error().to_string());
     self->quit(caf::exit_reason::user_shutdown);
@@ -108,7 +112,7 @@ caf::behavior decode_loop(caf::stateful_actor<LoopState>* self, BridgePtr bridge
         Sequence seq{std::move(join), {}, std::chrono::steady_clock::now()};
         seq.tokens.push_back(seq.join.first_token);
         stream(s, seq);
-        if (finished(seq)) {
+        if (finished(s, seq)) {
           finish(self, s, seq, true);
           return;
         }

@@ -473,7 +473,7 @@ void on_kv_status(DecodeState& st, const Envelope& env, protocol::KvStatus& kv) 
                                                     env.sender + "'"));
     return;
   }
-  if (aux.first_token >= model::kVocab) {
+  if (aux.first_token >= st.ctx.model.vocab) {
     room.state.advance(KvState::transferring);
     fail_room(st, kv.room, make_error(ErrorCode::corrupt_kv, "first token out of vocabulary"));
     return;

@@ -17,6 +17,7 @@
 #include "epd/actors/kernel/transfer_workers.hpp"
 #include "epd/actors/process_metrics.hpp"
 #include "epd/model/image.hpp"
+#include "epd/model/llama.hpp"
 #include "epd/model/runner.hpp"
 #include "page_allocator.hpp"
 #include "roles/roles.hpp"
@@ -155,7 +156,7 @@ void arm_timeout(EncoderState& st) {
 caf::behavior encode_compute(caf::event_based_actor* self, model::ModelConfig cfg, caf::actor role,
                              uint64_t cache_bytes, std::shared_ptr<EmbeddingCacheStats> cache_stats) {
   harden(self, "encoder-compute");
-  auto runner = model::make_reference_runner(cfg);
+  auto runner = model::make_runner(cfg);
   if (!runner) {
     spdlog::critical("encoder-compute: cannot build the model: {}", runner.error().to_string());
     self->quit(caf::exit_reason::user_shutdown);

@@ -6,6 +6,7 @@
 
 #include "epd/actors/caf_types.hpp"
 #include "epd/actors/role_support.hpp"
+#include "epd/model/llama.hpp"
 
 namespace epd::actors {
 namespace {
@@ -82,7 +83,7 @@ caf::behavior prefill_compute(caf::stateful_actor<ComputeState>* self, model::Mo
   auto& st = self->state;
   st.pool = pool;
   st.role = std::move(role);
-  auto runner = model::make_reference_runner(model);
+  auto runner = model::make_runner(model);
   if (!runner) {
     spdlog::critical("prefill-compute: cannot build the model: {}", runner.error().to_string());
     self->quit(caf::exit_reason::user_shutdown);

@@ -357,7 +357,8 @@ void on_submit(PrefillState& st, const Envelope& env, protocol::Submit& msg) {
   r.router = env.sender;
   r.router_inc = env.incarnation;
   r.submit.request_id = msg.request_id;  // in the logs, also of a refusal below
-  const uint32_t image_tokens = model::count_image_tokens(msg.prompt);
+  // Only the reference vocabulary has an IMAGE token; in a checkpoint's vocabulary its id is ordinary text.
+  const uint32_t image_tokens = st.ctx.model.checkpoint.empty() ? model::count_image_tokens(msg.prompt) : 0;
   if (msg.prompt.empty() || msg.prompt.size() >= st.ctx.model.max_seq || image_tokens != msg.image_tokens ||
       (image_tokens > 0 && msg.encoder.empty()) || msg.decode.empty())
     return fail_room(st, msg.room,

@@ -404,8 +404,10 @@ void on_result(RouterState& st, const Envelope& env, protocol::RoomResult& res) 
                           ms_between(p.started, now) / 1000, res, uint32_t(p.prompt.size()));
     GenerateResponse r;
     r.tokens = std::move(res.tokens);
-    r.text = model::decode_text(r.tokens);
-    r.ended_at_eos = !r.tokens.empty() && r.tokens.back() == model::kEos;
+    if (st.ctx.model.checkpoint.empty()) {  // a checkpoint's detokenizer comes with its tokenizer
+      r.text = model::decode_text(r.tokens);
+      r.ended_at_eos = !r.tokens.empty() && r.tokens.back() == model::kEos;
+    }
     r.room = res.room;
     r.encoder = p.current.encoder;
     r.prefill = p.current.prefill;
@@ -502,6 +504,19 @@ void on_generate(RouterState& s, uint64_t ticket, GenerateRequest& req, SinkPtr&
     }
     dims = model::ImageDims{image->width, image->height};
   }
+  const bool checkpoint = !s.ctx.model.checkpoint.empty();
+  if (!req.prompt_tokens.empty()) {  // token ids as given: no template, no image
+    if (!req.messages.empty() || dims) {
+      count_failure(s, "invalid_request");
+      return reject(400, "invalid_request", "prompt_tokens take neither messages nor an image");
+    }
+  } else if (checkpoint) {
+    count_failure(s, "invalid_request");
+    return reject(400, "invalid_request",
+                  "model " + s.ctx.model.name +
+                      " takes \"prompt_tokens\" (token ids): no text tokenizer is wired "
+                      "for checkpoints yet");
+  }
   std::string text = req.prompt;
   if (!req.messages.empty()) {
     auto chat = model::render_chat(s.ctx.model, req.messages);
@@ -511,7 +526,8 @@ void on_generate(RouterState& s, uint64_t ticket, GenerateRequest& req, SinkPtr&
     }
     text = std::move(*chat);
   }
-  auto prompt = model::build_prompt(s.ctx.model, text, dims);
+  auto prompt = req.prompt_tokens.empty() ? model::build_prompt(s.ctx.model, text, dims)
+                                          : model::check_prompt_tokens(s.ctx.model, req.prompt_tokens);
   if (!prompt) {
     count_failure(s, "invalid_request");
     return reject(400, "invalid_request", prompt.error().detail);
@@ -520,7 +536,7 @@ void on_generate(RouterState& s, uint64_t ticket, GenerateRequest& req, SinkPtr&
   p.sink = std::move(sink);
   p.request = std::move(req);
   p.prompt = std::move(prompt.value());
-  p.image_tokens = model::count_image_tokens(p.prompt);
+  p.image_tokens = checkpoint ? 0 : model::count_image_tokens(p.prompt);
   p.started = kernel::DeadlineTimer::now(s.self);
   p.queued = s.active >= s.limits.max_in_flight;
   s.requests.emplace(ticket, std::move(p));

@@ -30,7 +30,10 @@ struct ClusterSection {
 
 struct ModelSection {
   std::string preset = "tiny";  // used when `path` is empty
-  std::filesystem::path path;   // a model TOML file, relative paths resolved against the cluster file
+  // A model TOML file, or a Llama-family checkpoint (a Hugging Face directory, a .gguf or .safetensors
+  // file); relative paths resolved against the cluster file.
+  std::filesystem::path path;
+  uint32_t threads = 1;  // compute threads of a checkpoint runner per model instance
 };
 
 struct InstanceConfig {

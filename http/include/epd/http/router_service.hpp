@@ -19,7 +19,10 @@
 namespace epd::http {
 
 struct GenerateRequest {
-  std::string prompt;                     // text; ignored when `messages` is set
+  std::string prompt;  // text; ignored when `messages` is set
+  // Token ids instead of text (native API only): how checkpoint models are driven until their tokenizer is
+  // wired. Non-empty: `prompt` and `messages` are unused.
+  std::vector<uint32_t> prompt_tokens;
   std::vector<model::ChatTurn> messages;  // chat: the router applies the model's chat template
   std::vector<uint8_t> image_ppm;         // binary PPM (P6); empty = no image
   uint32_t max_tokens = 16;

@@ -42,6 +42,12 @@ struct GenerateResult {
 protocol::Result<GenerateResult> generate(ModelRunner& runner, std::string_view text, const Image* image,
                                           const GenerateOptions& opts);
 
+// The same from prompt token ids (no image): how checkpoint models are driven until text is tokenized for
+// them. EOS stops generation only for the reference model (a checkpoint's EOS id comes with its tokenizer),
+// and `text` is filled only for the reference model's byte vocabulary.
+protocol::Result<GenerateResult> generate_tokens(ModelRunner& runner, std::vector<TokenId> prompt,
+                                                 const GenerateOptions& opts);
+
 // {"tokens":[...],"text":"...","prompt_tokens":N,"stopped_at_eos":B,"kv_digest":"hex","timings_ms":{...}};
 // the text is escaped so any byte sequence gives valid JSON (bytes >= 0x80 as \u00XX).
 std::string to_json(const GenerateResult& r);

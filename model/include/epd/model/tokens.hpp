@@ -42,4 +42,9 @@ std::string escape_text(std::string_view text);
 
 uint32_t count_image_tokens(std::span<const TokenId> tokens);
 
+// A prompt given as token ids: non-empty, every id below cfg.vocab, leaving room for one generated token in
+// max_seq (invalid_request naming the problem otherwise).
+protocol::Result<std::vector<TokenId>> check_prompt_tokens(const ModelConfig& cfg,
+                                                           std::span<const uint32_t> ids);
+
 }  // namespace epd::model
