@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "epd/model/rng.hpp"
+#include "gguf_writer.hpp"
 
 namespace epd::model::test {
 namespace fs = std::filesystem;
@@ -315,6 +316,56 @@ VocabMetadata bpe_vocab(const BpeModel& m, const std::string& pre) {
   v.eos = static_cast<uint32_t>(n_normal);
   v.add_bos = false;
   return v;
+}
+
+void write_tokenizer_gguf(const fs::path& path, const VocabMetadata& v) {
+  testing::GgufWriter w;
+  constexpr uint32_t kHidden = 32, kFfn = 64, kHeads = 2;
+  const uint64_t n_vocab = v.tokens.size();
+  w.set_string("general.architecture", "llama");
+  w.set_string("general.name", "epd tokenizer fixture");
+  w.set_u32("llama.context_length", 256);
+  w.set_u32("llama.embedding_length", kHidden);
+  w.set_u32("llama.block_count", 1);
+  w.set_u32("llama.feed_forward_length", kFfn);
+  w.set_u32("llama.attention.head_count", kHeads);
+  w.set_u32("llama.attention.head_count_kv", kHeads);
+  w.set_u32("llama.rope.dimension_count", kHidden / kHeads);
+  w.set_f32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
+  w.set_u32("llama.vocab_size", static_cast<uint32_t>(n_vocab));
+  w.set_string("tokenizer.ggml.model", v.model);
+  if (!v.pre.empty()) w.set_string("tokenizer.ggml.pre", v.pre);
+  w.set_strings("tokenizer.ggml.tokens", v.tokens);
+  if (!v.scores.empty()) w.set_f32s("tokenizer.ggml.scores", v.scores);
+  if (!v.token_types.empty()) w.set_i32s("tokenizer.ggml.token_type", v.token_types);
+  if (!v.merges.empty()) w.set_strings("tokenizer.ggml.merges", v.merges);
+  if (v.bos) w.set_u32("tokenizer.ggml.bos_token_id", *v.bos);
+  if (v.eos) w.set_u32("tokenizer.ggml.eos_token_id", *v.eos);
+  if (v.unk) w.set_u32("tokenizer.ggml.unknown_token_id", *v.unk);
+  if (v.add_bos) w.set_bool("tokenizer.ggml.add_bos_token", *v.add_bos);
+  if (v.add_space_prefix) w.set_bool("tokenizer.ggml.add_space_prefix", *v.add_space_prefix);
+  if (!v.chat_template.empty()) w.set_string("tokenizer.chat_template", v.chat_template);
+  SplitMix64 rng(11);
+  auto tensor = [&](const std::string& name, std::vector<uint64_t> ne, float scale, float offset = 0) {
+    uint64_t n = 1;
+    for (uint64_t d : ne) n *= d;
+    std::vector<float> data(n);
+    for (float& x : data) x = offset + scale * rng.uniform_pm1();
+    w.add_f32(name, std::move(ne), data);
+  };
+  tensor("token_embd.weight", {kHidden, n_vocab}, 0.1f);
+  tensor("output_norm.weight", {kHidden}, 0.1f, 1.0f);
+  tensor("output.weight", {kHidden, n_vocab}, 0.1f);
+  tensor("blk.0.attn_norm.weight", {kHidden}, 0.1f, 1.0f);
+  tensor("blk.0.attn_q.weight", {kHidden, kHidden}, 0.1f);
+  tensor("blk.0.attn_k.weight", {kHidden, kHidden}, 0.1f);
+  tensor("blk.0.attn_v.weight", {kHidden, kHidden}, 0.1f);
+  tensor("blk.0.attn_output.weight", {kHidden, kHidden}, 0.1f);
+  tensor("blk.0.ffn_norm.weight", {kHidden}, 0.1f, 1.0f);
+  tensor("blk.0.ffn_gate.weight", {kHidden, kFfn}, 0.1f);
+  tensor("blk.0.ffn_up.weight", {kHidden, kFfn}, 0.1f);
+  tensor("blk.0.ffn_down.weight", {kFfn, kHidden}, 0.1f);
+  REQUIRE(w.write(path.string()).ok());
 }
 
 }  // namespace epd::model::test

@@ -53,4 +53,8 @@ BpeModel train_bpe(const std::string& corpus, size_t merges);
 std::string bpe_tokenizer_json(const BpeModel& m, const std::string& pre);
 VocabMetadata bpe_vocab(const BpeModel& m, const std::string& pre);
 
+// A GGUF file llama.cpp loads: the vocabulary's tokenizer.ggml.* keys, the llama architecture's minimal
+// metadata and tiny random tensors (hidden 32, one layer, two heads).
+void write_tokenizer_gguf(const std::filesystem::path& path, const VocabMetadata& vocab);
+
 }  // namespace epd::model::test

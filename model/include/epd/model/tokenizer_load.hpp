@@ -36,7 +36,10 @@ struct VocabMetadata {
   std::string chat_template;  // tokenizer.chat_template ("" if absent)
 };
 
-// Reads only the metadata section of a GGUF file (v2 or v3); tensors are not touched.
+class GgufFile;
+// The vocabulary of an open GGUF file (a runner loading the checkpoint passes the file it has open).
+protocol::Result<VocabMetadata> vocab_from_gguf(const GgufFile& file);
+// Opens a GGUF file (v2 or v3) and reads its vocabulary.
 protocol::Result<VocabMetadata> read_gguf_vocab(const std::string& path);
 protocol::Result<std::unique_ptr<Tokenizer>> tokenizer_from_vocab(const VocabMetadata& vocab);
 
