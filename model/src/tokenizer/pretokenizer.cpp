@@ -90,7 +90,7 @@ protocol::Result<std::vector<std::string_view>> Pretokenizer::split(std::string_
 }
 
 protocol::Result<std::vector<std::string>> patterns_for_pre(std::string_view pre) {
-  if (pre == "gpt2" || pre == "gpt-2" || pre == "mpt" || pre == "olmo")
+  if (pre == "gpt-2" || pre == "mpt" || pre == "olmo" || pre == "jais")
     return std::vector<std::string>{std::string(kGpt2)};
   if (pre == "llama3" || pre == "llama-v3" || pre == "llama-bpe" || pre == "dbrx" || pre == "smaug-bpe")
     return std::vector<std::string>{std::string(kLlama3)};
@@ -101,7 +101,7 @@ protocol::Result<std::vector<std::string>> patterns_for_pre(std::string_view pre
     return std::vector<std::string>{R"([\p{P}\$\+<=>\^~\|]+)", std::string(kGpt2), R"(\p{N}+)",
                                     "[0-9][0-9][0-9]"};
   return bad("tokenizer.ggml.pre \"" + std::string(pre) +
-             "\" is not supported (gpt2, llama3/llama-bpe, smollm, qwen2, default)");
+             "\" is not supported (gpt-2, llama-bpe, smollm, qwen2, default)");
 }
 
 bool pre_ignores_merges(std::string_view pre) {

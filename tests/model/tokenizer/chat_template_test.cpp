@@ -33,7 +33,7 @@ std::vector<ChatTurn> conversation() {
 }
 
 std::unique_ptr<Tokenizer> chatml_bpe() {
-  auto t = load_tokenizer_json(bpe_tokenizer_json(train_bpe(tokenizer_corpus(), 100), "gpt2"), "");
+  auto t = load_tokenizer_json(bpe_tokenizer_json(train_bpe(tokenizer_corpus(), 100), "gpt-2"), "");
   REQUIRE(t.ok());
   return std::move(*t);
 }

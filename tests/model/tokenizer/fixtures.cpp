@@ -271,7 +271,7 @@ std::string bpe_tokenizer_json(const BpeModel& m, const std::string& pre) {
       {{"id", m.tokens.size() - 1}, {"content", m.user_token}, {"special", false}, {"normalized", false}});
   json root = {{"version", "1.0"},      {"truncation", nullptr}, {"padding", nullptr},
                {"added_tokens", added}, {"normalizer", nullptr}, {"decoder", {{"type", "ByteLevel"}}}};
-  if (pre == "llama3") {
+  if (pre == "llama-bpe") {
     root["pre_tokenizer"] = {
         {"type", "Sequence"},
         {"pretokenizers",
@@ -296,7 +296,7 @@ std::string bpe_tokenizer_json(const BpeModel& m, const std::string& pre) {
                    {"end_of_word_suffix", nullptr},
                    {"fuse_unk", false},
                    {"byte_fallback", false},
-                   {"ignore_merges", pre == "llama3"},
+                   {"ignore_merges", pre == "llama-bpe"},
                    {"vocab", vocab},
                    {"merges", merges}};
   return root.dump();

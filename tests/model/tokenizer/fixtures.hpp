@@ -49,7 +49,8 @@ struct BpeModel {
 // `merges` merges learned greedily from the corpus split into space-prefixed words.
 BpeModel train_bpe(const std::string& corpus, size_t merges);
 
-// Pre-tokenizer of the fixture: "gpt2" (ByteLevel regex) or "llama3" (Split + ByteLevel, ignore_merges).
+// Pre-tokenizer of the fixture, by its GGUF name: "gpt-2" (ByteLevel regex) or "llama-bpe" (Llama-3: Split +
+// ByteLevel, ignore_merges).
 std::string bpe_tokenizer_json(const BpeModel& m, const std::string& pre);
 VocabMetadata bpe_vocab(const BpeModel& m, const std::string& pre);
 

@@ -42,7 +42,7 @@ TEST_CASE("a GGUF file's vocabulary loads as the tokenizer it describes") {
   VocabMetadata spm = sentencepiece_vocab(train_sentencepiece(dir.path()));
   spm.chat_template = "{{ bos_token }}[INST] {{ messages[0]['content'] }} [/INST]";
   const BpeModel bpe = train_bpe(tokenizer_corpus(), 200);
-  for (const VocabMetadata& v : {spm, bpe_vocab(bpe, "gpt2"), bpe_vocab(bpe, "llama3")}) {
+  for (const VocabMetadata& v : {spm, bpe_vocab(bpe, "gpt-2"), bpe_vocab(bpe, "llama-bpe")}) {
     INFO(v.model + " " + v.pre);
     const fs::path file = dir.path() / "vocab.gguf";
     write_tokenizer_gguf(file, v);
@@ -70,7 +70,7 @@ TEST_CASE("a Hugging Face directory loads tokenizer.model or tokenizer.json with
   CHECK(spm->chat_template == "[INST]");
 
   const BpeModel m = train_bpe(tokenizer_corpus(), 100);
-  std::ofstream(bpe_dir / "tokenizer.json") << bpe_tokenizer_json(m, "llama3");
+  std::ofstream(bpe_dir / "tokenizer.json") << bpe_tokenizer_json(m, "llama-bpe");
   std::ofstream(bpe_dir / "tokenizer_config.json")
       << R"({"bos_token": "<|im_start|>", "eos_token": {"content": "<|im_end|>"}, "add_bos_token": true,)"
       << R"( "chat_template": [{"name": "tool_use", "template": "x"}, {"name": "default", "template": "<|im_start|>"}]})";
@@ -97,7 +97,7 @@ TEST_CASE("GGUF files without a usable vocabulary give clear errors") {
   const std::string file = (dir.path() / "bad.gguf").string();
   const BpeModel m = train_bpe(tokenizer_corpus(), 20);
   auto with = [&](auto edit) {
-    VocabMetadata v = bpe_vocab(m, "gpt2");
+    VocabMetadata v = bpe_vocab(m, "gpt-2");
     edit(v);
     write_tokenizer_gguf(file, v);
     return load_error(file);
@@ -129,12 +129,12 @@ TEST_CASE("GGUF files without a usable vocabulary give clear errors") {
   REQUIRE(wrong_type.write(file).ok());
   CHECK_THAT(load_error(file), Catch::Contains("tokenizer.ggml.tokens is not an array of string"));
 
-  write_tokenizer_gguf(file, bpe_vocab(m, "gpt2"));  // every truncation of the metadata is an error
+  write_tokenizer_gguf(file, bpe_vocab(m, "gpt-2"));  // every truncation of the metadata is an error
   const auto size = fs::file_size(file);
   for (uint64_t cut : {uint64_t{3}, uint64_t{24}, uint64_t{100}, uint64_t{2000}, size / 2}) {
     fs::resize_file(file, cut);
     CHECK_FALSE(load_tokenizer(file).ok());
-    write_tokenizer_gguf(file, bpe_vocab(m, "gpt2"));
+    write_tokenizer_gguf(file, bpe_vocab(m, "gpt-2"));
   }
 }
 

@@ -137,7 +137,7 @@ TEST_CASE("sentencepiece control tokens are parsed only when asked") {
 
 TEST_CASE("byte-level BPE from tokenizer.json round trips and matches its GGUF vocabulary") {
   const BpeModel m = train_bpe(tokenizer_corpus(), 300);
-  for (const std::string pre : {"gpt2", "llama3"}) {
+  for (const std::string pre : {"gpt-2", "llama-bpe"}) {
     INFO(pre);
     auto json = bpe_from_json(bpe_tokenizer_json(m, pre));
     auto gguf = tokenizer_from_vocab(bpe_vocab(m, pre));
@@ -168,7 +168,7 @@ TEST_CASE("BPE applies the lowest-ranked merge first") {
 
 TEST_CASE("BPE splits control tokens only when asked and user-defined ones always") {
   const BpeModel m = train_bpe(tokenizer_corpus(), 100);
-  auto t = bpe_from_json(bpe_tokenizer_json(m, "gpt2"));
+  auto t = bpe_from_json(bpe_tokenizer_json(m, "gpt-2"));
   const auto start = t->special_id("<|im_start|>");
   const auto tool = t->special_id("<tool>");
   REQUIRE(start.has_value());
@@ -200,7 +200,7 @@ TEST_CASE("ignore_merges takes a word that is a token whole") {
 
 TEST_CASE("invalid UTF-8 is tokenized as U+FFFD and a missing byte is an error") {
   const BpeModel m = train_bpe(tokenizer_corpus(), 50);
-  auto t = bpe_from_json(bpe_tokenizer_json(m, "gpt2"));
+  auto t = bpe_from_json(bpe_tokenizer_json(m, "gpt-2"));
   CHECK(ids(*t,
             "a\xFF"
             "b",

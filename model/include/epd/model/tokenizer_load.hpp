@@ -26,7 +26,7 @@ inline constexpr uint64_t kMaxEncodeBytes = 16u << 20;  // one text to encode
 // model "gpt2": byte-level BPE tokens with merges by rank and the pre-tokenizer named by `pre`.
 struct VocabMetadata {
   std::string model;
-  std::string pre;  // gpt2 only: "default"/"gpt2", "llama3"/"llama-bpe", "smollm", "qwen2", ... (see docs)
+  std::string pre;  // gpt2 only: "default", "gpt-2", "llama-bpe", "smollm", "qwen2", ... (see docs)
   std::vector<std::string> tokens;
   std::vector<float> scores;         // llama: one per token (empty: all 0)
   std::vector<int32_t> token_types;  // TokenType values (empty: all normal)
