@@ -13,6 +13,8 @@ constexpr std::string_view kLlama3 =
 constexpr std::string_view kQwen2 =
     R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
+constexpr uint32_t kMatchLimit = 1'000'000;  // backtracking steps for one match
+
 protocol::Error bad(std::string detail) {
   return protocol::make_error(protocol::ErrorCode::config_error, "pre-tokenizer: " + std::move(detail));
 }
@@ -50,6 +52,12 @@ protocol::Result<std::vector<std::string_view>> Pretokenizer::split(std::string_
   std::vector<std::string_view> pieces;
   if (!text.empty()) pieces.push_back(text);
   std::unique_ptr<pcre2_match_data, decltype(&pcre2_match_data_free)> md(nullptr, &pcre2_match_data_free);
+  // A hostile tokenizer.json may bring a backtracking-heavy regex: bounded work per match, then an error.
+  std::unique_ptr<pcre2_match_context, decltype(&pcre2_match_context_free)> ctx(
+      pcre2_match_context_create(nullptr), &pcre2_match_context_free);
+  if (!ctx) return protocol::make_error(protocol::ErrorCode::internal, "pre-tokenizer: out of memory");
+  pcre2_set_match_limit(ctx.get(), kMatchLimit);
+  pcre2_set_depth_limit(ctx.get(), kMatchLimit);
   for (const auto& code : codes_) {
     md.reset(pcre2_match_data_create_from_pattern(code->code, nullptr));
     if (!md) return protocol::make_error(protocol::ErrorCode::internal, "pre-tokenizer: out of memory");
@@ -59,10 +67,10 @@ protocol::Result<std::vector<std::string_view>> Pretokenizer::split(std::string_
       size_t pos = 0, gap = 0;
       while (pos < piece.size()) {
         // The text was validated (sanitize_utf8), so PCRE2 need not check it again on every call.
-        int rc = pcre2_match(code->code, subject, piece.size(), pos, PCRE2_NO_UTF_CHECK, md.get(), nullptr);
+        int rc = pcre2_match(code->code, subject, piece.size(), pos, PCRE2_NO_UTF_CHECK, md.get(), ctx.get());
         if (rc == PCRE2_ERROR_JIT_STACKLIMIT)
           rc = pcre2_match(code->code, subject, piece.size(), pos, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT,
-                           md.get(), nullptr);
+                           md.get(), ctx.get());
         if (rc == PCRE2_ERROR_NOMATCH) break;
         if (rc < 0) {
           PCRE2_UCHAR msg[256];

@@ -218,4 +218,61 @@ TEST_CASE("invalid UTF-8 is tokenized as U+FFFD and a missing byte is an error")
   CHECK_THAT(missing.error().detail, Catch::Contains("no token for byte 0x63"));
 }
 
+TEST_CASE("tokenizer.json features epd does not support are refused by name") {
+  const std::string ok_pre = R"("pre_tokenizer":{"type":"ByteLevel"},)";
+  const std::string ok_model = R"("model":{"type":"BPE","vocab":{"a":0,"b":1},"merges":["a b"]})";
+  auto refused = [](const std::string& json) {
+    auto t = load_tokenizer_json(json, "");
+    REQUIRE_FALSE(t.ok());
+    CHECK(t.error().code == protocol::ErrorCode::config_error);
+    return t.error().detail;
+  };
+  CHECK_THAT(refused("{" + ok_pre + R"("normalizer":{"type":"NFC"},)" + ok_model + "}"),
+             Catch::Contains("normalizer NFC"));
+  CHECK_THAT(refused(R"({"pre_tokenizer":{"type":"Metaspace"},)" + ok_model + "}"),
+             Catch::Contains("Metaspace"));
+  CHECK_THAT(refused(R"({"pre_tokenizer":{"type":"ByteLevel","add_prefix_space":true},)" + ok_model + "}"),
+             Catch::Contains("add_prefix_space"));
+  CHECK_THAT(refused("{" + ok_pre + R"("model":{"type":"WordPiece","vocab":{"a":0}}})"),
+             Catch::Contains("WordPiece"));
+  CHECK_THAT(
+      refused("{" + ok_pre + R"("model":{"type":"BPE","byte_fallback":true,"vocab":{"a":0},"merges":[]}})"),
+      Catch::Contains("byte_fallback"));
+  CHECK_THAT(refused("{" + ok_pre + R"("model":{"type":"BPE","vocab":{"a":0,"b":2},"merges":[]}})"),
+             Catch::Contains("missing"));
+  CHECK_THAT(refused("{" + ok_pre + R"("model":{"type":"BPE","vocab":{"a":0},"merges":["a b c"]}})"),
+             Catch::Contains("a b c"));
+  CHECK_THAT(
+      refused("{" + ok_pre + R"("added_tokens":[{"id":2,"content":"<x>","lstrip":true}],)" + ok_model + "}"),
+      Catch::Contains("lstrip"));
+  CHECK_THAT(refused("{" + ok_pre + R"("added_tokens":[{"id":0,"content":"<x>"}],)" + ok_model + "}"),
+             Catch::Contains("both"));
+  CHECK_THAT(refused("{" + ok_pre + R"("decoder":{"type":"WordPiece"},)" + ok_model + "}"),
+             Catch::Contains("decoder WordPiece"));
+  CHECK_THAT(refused("{" + ok_pre + R"("post_processor":{"type":"RobertaProcessing"},)" + ok_model + "}"),
+             Catch::Contains("RobertaProcessing"));
+  CHECK_THAT(
+      refused(R"({"pre_tokenizer":{"type":"Sequence","pretokenizers":[{"type":"Split","pattern":)"
+              R"({"Regex":"(unclosed"},"behavior":"Isolated"},{"type":"ByteLevel","use_regex":false}]},)" +
+              ok_model + "}"),
+      Catch::Contains("does not compile"));
+  CHECK_THAT(refused(R"({"pre_tokenizer":{"type":"Sequence","pretokenizers":[{"type":"Split","pattern":)"
+                     R"({"Regex":"a"},"behavior":"Removed"},{"type":"ByteLevel","use_regex":false}]},)" +
+                     ok_model + "}"),
+             Catch::Contains("Isolated"));
+  CHECK_THAT(refused("{not json"), Catch::Contains("malformed JSON"));
+  CHECK_THAT(refused("[1, 2]"), Catch::Contains("not a JSON object"));
+}
+
+TEST_CASE("a catastrophic pre-tokenizer regex ends in an error, not a hang") {
+  auto t = load_tokenizer_json(
+      R"({"pre_tokenizer":{"type":"Sequence","pretokenizers":[{"type":"Split","pattern":{"Regex":"(a+)+$"},)"
+      R"("behavior":"Isolated"},{"type":"ByteLevel","use_regex":false}]},"model":{"type":"BPE","vocab":{"a":0,"b":1},"merges":[]}})",
+      "");
+  REQUIRE(t.ok());
+  auto r = (*t)->encode(std::string(40, 'a') + "b", false);
+  REQUIRE_FALSE(r.ok());
+  CHECK_THAT(r.error().detail, Catch::Contains("limit"));
+}
+
 }  // namespace epd::model::test
