@@ -8,6 +8,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "epd/model/chat_template.hpp"
 #include "epd/model/tokenizer_load.hpp"
 #include "fixtures.hpp"
 
@@ -131,6 +132,74 @@ TEST_CASE("byte-level BPE tokenization equals llama.cpp's") {
                                          R"({"bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>"})");
     REQUIRE(from_json.ok());
     agree(**from_json, oracle, "tokenizer.json");
+  }
+}
+
+TEST_CASE("chat templates render as the checkpoints' Jinja templates do") {
+  // The three families' templates as checkpoints ship them (tests/model/tokenizer/templates/), rendered by
+  // Hugging Face's Jinja engine; epd never runs them but must produce the same text.
+  ScratchDir dir("tok_oracle_chat");
+  using Turns = std::vector<ChatTurn>;
+  const std::vector<Turns> conversations = {
+      {{"user", "Hello!", false}},
+      {{"system", "You are terse.", false}, {"user", "What is 2+2?", false}},
+      {{"system", "  padded system  ", false},
+       {"user", "  first\n", false},
+       {"assistant", " four ", false},
+       {"user", "caf\xC3\xA9 \xE6\x9D\xB1\xE4\xBA\xAC \xF0\x9F\x98\x80\n\nnext", false}},
+      {{"user", "a", false},
+       {"assistant", "b", false},
+       {"user", "c", false},
+       {"assistant", "d", false},
+       {"user", "e", false}},
+      {{"user", "two", false}, {"user", "users", false}},          // Llama-2 refuses
+      {{"user", "ends", false}, {"assistant", "with me", false}},  // Llama-2: no prompt for the assistant
+  };
+  const std::string node_dir = std::string(EPD_SOURCE_DIR) + "/tests/http/node";
+  for (auto [style, file, bos, eos] :
+       {std::tuple{ChatStyle::llama2, "llama2.jinja", "<s>", "</s>"},
+        std::tuple{ChatStyle::llama3, "llama3.jinja", "<|begin_of_text|>", "<|eot_id|>"},
+        std::tuple{ChatStyle::chatml, "chatml.jinja", "", "<|im_end|>"}}) {
+    INFO(file);
+    const std::string tmpl = read_all(fs::path(EPD_SOURCE_DIR) / "tests/model/tokenizer/templates" / file);
+    auto sniffed = pick_chat_style(tmpl, *make_byte_tokenizer());
+    REQUIRE(sniffed.ok());
+    CHECK(*sniffed == style);
+    json spec = {
+        {"template", tmpl}, {"bos_token", bos}, {"eos_token", eos}, {"conversations", json::array()}};
+    for (const Turns& c : conversations) {
+      json msgs = json::array();
+      for (const ChatTurn& t : c) msgs.push_back({{"role", t.role}, {"content", t.text}});
+      spec["conversations"].push_back(msgs);
+    }
+    std::ofstream(dir.path() / "spec.json") << spec.dump();
+    const fs::path out = dir.path() / "rendered.json", err = dir.path() / "node.err";
+    const std::string cmd = "timeout 60 node " + node_dir + "/render_chat.mjs --input " +
+                            (dir.path() / "spec.json").string() + " --output " + out.string() + " >" +
+                            err.string() + " 2>&1";
+    if (std::system(cmd.c_str()) != 0) FAIL("render_chat.mjs failed: " + read_all(err));
+    const json rendered = json::parse(read_all(out)).at("rendered");
+    REQUIRE(rendered.size() == conversations.size());
+    size_t compared = 0;
+    for (size_t i = 0; i < conversations.size(); ++i) {
+      INFO("conversation " << i);
+      auto epd = render_chat_text(style, conversations[i], bos, eos);
+      const json& jinja = rendered[i];
+      if (jinja.is_object()) {  // the template raised: epd refuses too
+        CHECK_FALSE(epd.ok());
+        continue;
+      }
+      // Llama-2's template renders a conversation that ends with the assistant; epd refuses it (nothing
+      // would prompt the answer), which the oracle cannot say.
+      if (style == ChatStyle::llama2 && conversations[i].back().role == "assistant") {
+        CHECK_FALSE(epd.ok());
+        continue;
+      }
+      REQUIRE(epd.ok());
+      CHECK(*epd == jinja.get<std::string>());
+      ++compared;
+    }
+    CHECK(compared >= 4);
   }
 }
 
