@@ -28,6 +28,8 @@ pkg_check_modules(LIBPNG REQUIRED IMPORTED_TARGET GLOBAL libpng)
 add_library(png::png ALIAS PkgConfig::LIBPNG)
 pkg_check_modules(TURBOJPEG REQUIRED IMPORTED_TARGET GLOBAL libturbojpeg)
 add_library(turbojpeg::turbojpeg ALIAS PkgConfig::TURBOJPEG)
+# libopenblas-dev: sgemm for the checkpoint runner's prefill (model/src/llama_model.cpp).
+pkg_check_modules(OPENBLAS REQUIRED IMPORTED_TARGET GLOBAL openblas)
 find_path(CLI11_INCLUDE_DIR CLI/CLI.hpp REQUIRED)   # libcli11-dev: command-line flags
 find_library(XXHASH_LIBRARY xxhash REQUIRED)        # libxxhash-dev: checksums in tests and benches
 find_path(XXHASH_INCLUDE_DIR xxhash.h REQUIRED)

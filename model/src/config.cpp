@@ -53,8 +53,11 @@ bool read_uint(const toml::node& n, T& out, uint64_t max) {
 
 protocol::Status validate(const ModelConfig& c) {
   auto bad = [](std::string what) -> protocol::Status { return config_error("model config: " + what); };
-  if (c.vocab != kVocab)
+  const bool ckpt = !c.checkpoint.empty();
+  if (!ckpt && c.vocab != kVocab)
     return bad("vocab must be " + std::to_string(kVocab) + " (256 bytes + BOS/EOS/IMAGE)");
+  if (ckpt && (c.vocab < 2 || c.vocab > (1u << 22))) return bad("vocab must be in 2..4194304");
+  if (c.threads == 0 || c.threads > 256) return bad("threads must be in 1..256");
   if (c.d_model == 0 || c.d_model > 8192) return bad("d_model must be in 1..8192");
   if (c.layers == 0 || c.layers > 128) return bad("layers must be in 1..128");
   if (c.heads == 0 || c.heads > 256) return bad("heads must be in 1..256");
@@ -74,8 +77,11 @@ protocol::Status validate(const ModelConfig& c) {
   // Weights are held as floats; refuse configs whose weights alone exceed 4 GiB.
   const uint64_t per_layer =
       uint64_t{c.d_model} * c.head_dim * (2 * c.heads + 2 * c.kv_heads) + 3ull * c.d_model * c.ffn;
-  if (per_layer * (c.layers + c.encoder_layers) > (uint64_t{1} << 30))
-    return bad("model too large (> 1G weights)");
+  // Checkpoints have no encoder; their weights are held as f32 too (4 G weights = 16 GiB).
+  const uint64_t limit = uint64_t{1} << (ckpt ? 32 : 30);
+  if (per_layer * (c.layers + (ckpt ? 0 : c.encoder_layers)) + (ckpt ? 2ull * c.vocab * c.d_model : 0) >
+      limit)
+    return bad(ckpt ? "model too large (> 4G weights)" : "model too large (> 1G weights)");
   return {};
 }
 

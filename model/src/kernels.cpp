@@ -5,10 +5,7 @@
 #include <cmath>
 
 namespace epd::model::kernels {
-namespace {
 
-// Four dot(w, x_k) at once, sharing the loads of w. Each result is computed with exactly the operations
-// of dot(), so it is bit-identical to it.
 void dot4(const float* w, const float* x0, const float* x1, const float* x2, const float* x3, size_t n,
           float* out) {
   float a0[kLanes] = {}, a1[kLanes] = {}, a2[kLanes] = {}, a3[kLanes] = {};
@@ -34,22 +31,25 @@ void dot4(const float* w, const float* x0, const float* x1, const float* x2, con
   out[3] = reduce_lanes(a3) + t3;
 }
 
-}  // namespace
-
 void matmul(const float* x, size_t rows, size_t in, const float* w, size_t out, float* y) {
+  matmul_cols(x, rows, in, w, 0, out, y, out);
+}
+
+void matmul_cols(const float* x, size_t rows, size_t in, const float* w, size_t o_begin, size_t o_end,
+                 float* y, size_t ldy) {
   // Row tiles keep x in cache while each weight row is streamed once per tile.
   constexpr size_t kTile = 16;
   for (size_t r0 = 0; r0 < rows; r0 += kTile) {
     const size_t r1 = std::min(rows, r0 + kTile);
-    for (size_t o = 0; o < out; ++o) {
+    for (size_t o = o_begin; o < o_end; ++o) {
       const float* wo = w + o * in;
       size_t r = r0;
       for (; r + 4 <= r1; r += 4) {
         float res[4];
         dot4(wo, x + r * in, x + (r + 1) * in, x + (r + 2) * in, x + (r + 3) * in, in, res);
-        for (size_t k = 0; k < 4; ++k) y[(r + k) * out + o] = res[k];
+        for (size_t k = 0; k < 4; ++k) y[(r + k) * ldy + o] = res[k];
       }
-      for (; r < r1; ++r) y[r * out + o] = dot(wo, x + r * in, in);
+      for (; r < r1; ++r) y[r * ldy + o] = dot(wo, x + r * in, in);
     }
   }
 }

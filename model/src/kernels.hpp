@@ -45,6 +45,16 @@ inline float sum(const float* a, size_t n) {
 // dot() call, so a row's result does not depend on how many rows are computed together.
 void matmul(const float* x, size_t rows, size_t in, const float* w, size_t out, float* y);
 
+// The output columns [o_begin, o_end) of matmul, y with row stride ldy: the same operations per element,
+// so splitting the columns over threads gives the same bits.
+void matmul_cols(const float* x, size_t rows, size_t in, const float* w, size_t o_begin, size_t o_end,
+                 float* y, size_t ldy);
+
+// Four dot(w, x_k) at once, sharing the loads of w. Each result is computed with exactly the operations
+// of dot(), so it is bit-identical to it.
+void dot4(const float* w, const float* x0, const float* x1, const float* x2, const float* x3, size_t n,
+          float* out);
+
 // y = x / sqrt(mean(x^2) + eps) * g
 void rmsnorm(const float* x, const float* g, size_t n, float eps, float* y);
 

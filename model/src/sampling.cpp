@@ -15,8 +15,8 @@ namespace {
 // The draws' own stream ("SAMPLE" in ASCII), apart from every weight tensor's (docs/model.md).
 constexpr uint64_t kSamplingTag = 0x53414D504C45ull;
 
-bool allowed(TokenId t) {
-  return t != kBos && t != kImage;
+bool allowed(TokenId t, TokenFilter f) {
+  return f == TokenFilter::none || (t != kBos && t != kImage);
 }
 
 std::string show(float v) {
@@ -26,10 +26,10 @@ std::string show(float v) {
 }
 
 // The rule the reference model always had: highest logit, ties to the lower id (a NaN never wins).
-TokenId argmax(std::span<const float> logits) {
+TokenId argmax(std::span<const float> logits, TokenFilter f) {
   TokenId best = 0;
   for (TokenId t = 1; t < logits.size(); ++t) {
-    if (!allowed(t)) continue;
+    if (!allowed(t, f)) continue;
     if (logits[t] > logits[best]) best = t;
   }
   return best;
@@ -62,14 +62,14 @@ double sampling_uniform(uint64_t seed, uint32_t index) {
   return static_cast<double>(bits >> 11) * 0x1.0p-53;
 }
 
-TokenId sample_token(std::span<const float> logits, const SamplingParams& p, uint32_t index) {
+TokenId sample_token(std::span<const float> logits, const SamplingParams& p, uint32_t index, TokenFilter f) {
   if (logits.empty()) return 0;
-  if (p.greedy()) return argmax(logits);
+  if (p.greedy()) return argmax(logits, f);
 
   std::vector<Candidate> c;
   c.reserve(logits.size());
   for (TokenId t = 0; t < logits.size(); ++t)
-    if (allowed(t)) c.push_back({std::isnan(logits[t]) ? -INFINITY : logits[t], t});
+    if (allowed(t, f)) c.push_back({std::isnan(logits[t]) ? -INFINITY : logits[t], t});
   if (c.empty()) return 0;
   // A total order (no NaN left), so the result does not depend on the sort algorithm.
   std::sort(c.begin(), c.end(), [](const Candidate& a, const Candidate& b) {

@@ -30,6 +30,11 @@ struct ModelConfig {
   float rope_theta = 10000.0f;
   float norm_eps = 1e-5f;
   uint64_t seed = 1;
+  // Set: a Llama-family checkpoint (a Hugging Face directory or a .gguf file, epd/model/llama.hpp) whose
+  // shape fills the fields above; vocab is then the checkpoint's and the encoder fields are unused (no
+  // vision tower). Empty: the seeded reference model.
+  std::string checkpoint;
+  uint32_t threads = 1;  // compute threads of a checkpoint runner (results do not depend on it)
 
   // KV bytes one token occupies in an f32 cache (all layers, K and V).
   uint64_t kv_bytes_per_token(uint32_t elem_size = 4) const {

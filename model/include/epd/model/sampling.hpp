@@ -30,7 +30,11 @@ protocol::Status validate(const SamplingParams& params);
 // tokens, ordered by logit (ties: lower id first), cut to top_k, then to the shortest prefix whose mass
 // reaches top_p, and one draw from that prefix keyed by (seed, index). Pure; `params` must validate and
 // `logits` must not be empty.
-TokenId sample_token(std::span<const float> logits, const SamplingParams& params, uint32_t index);
+// `filter`: the reference vocabulary never draws BOS and IMAGE; a checkpoint's vocabulary (TokenFilter::none)
+// may draw any id.
+enum class TokenFilter : uint8_t { reference, none };
+TokenId sample_token(std::span<const float> logits, const SamplingParams& params, uint32_t index,
+                     TokenFilter filter = TokenFilter::reference);
 
 // The uniform draw in [0, 1) used for token `index` (53 random bits): exposed for tests and docs.
 double sampling_uniform(uint64_t seed, uint32_t index);

@@ -1,0 +1,38 @@
+#pragma once
+// Llama-family checkpoints (TinyLlama, SmolLM2, Llama-2/3 without RoPE scaling, ...): RMSNorm, RoPE,
+// grouped-query attention, SwiGLU, optionally tied embeddings. Loaded from a Hugging Face directory
+// (config.json + model.safetensors or shards with model.safetensors.index.json; F32/F16/BF16) or from a GGUF
+// file (architecture "llama"; F32/F16/BF16/Q8_0). Weights are converted to f32 once at load; compute is f32.
+#include <memory>
+#include <span>
+#include <string>
+
+#include "epd/model/runner.hpp"
+
+namespace epd::model {
+
+// A directory, or a file ending in .gguf or .safetensors (which then needs a config.json beside it).
+bool is_checkpoint_path(const std::string& path);
+
+// The shape of the checkpoint at `path` (nothing but metadata is read): name, vocab, d_model, layers,
+// heads, kv_heads, head_dim, ffn, max_seq (the context length, at most 65536), rope_theta, norm_eps, and
+// `checkpoint = path`. config_error naming the problem for an unsupported architecture or feature.
+protocol::Result<ModelConfig> read_checkpoint_config(const std::string& path);
+
+class LlamaRunner : public ModelRunner {
+ public:
+  // Logits of the rows of the last call: the last position of a prefill chunk (every position when
+  // keep_all_logits(true)), or each sequence of a decode step; vocab floats per row.
+  virtual std::span<const float> last_logits() const = 0;
+  virtual void keep_all_logits(bool on) = 0;
+};
+
+// Loads the checkpoint cfg.checkpoint names (its own shape must equal cfg's, as read_checkpoint_config
+// gives it; page_size and threads are cfg's). Errors: config_error naming a missing tensor, a tensor of the
+// wrong shape, an unsupported dtype or architecture, a truncated file; io_error for unreadable files.
+protocol::Result<std::unique_ptr<LlamaRunner>> make_llama_runner(const ModelConfig& cfg);
+
+// The runner a config asks for: the checkpoint's, or the seeded reference model.
+protocol::Result<std::unique_ptr<ModelRunner>> make_runner(const ModelConfig& cfg);
+
+}  // namespace epd::model

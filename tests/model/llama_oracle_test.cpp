@@ -1,0 +1,121 @@
+// llama.cpp as the independent oracle of epd's Llama-family runner: a random checkpoint (hidden 64, 2 layers,
+// 4 heads, 2 KV heads) is written as a Hugging Face directory and as GGUF; llama.cpp (node-llama-cpp's
+// prebuilt CPU build, tests/http/node/llama_oracle.mjs; F32 KV cache, no flash attention) evaluates the GGUF.
+// Pass: epd's logits within 1e-4 of llama.cpp's, relative to the largest logit, at every position of a
+// 64-token prompt, and the same 32 greedy tokens, from both files.
+#include <unistd.h>
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "epd/model/generate.hpp"
+#include "epd/model/llama.hpp"
+#include "helpers.hpp"
+#include "llama_checkpoint.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using namespace epd::model;
+using nlohmann::json;
+
+const std::string kNodeDir = std::string(EPD_SOURCE_DIR) + "/tests/http/node";
+
+// Runs node on the oracle script; its stdout is the JSON answer (stderr passes through to the test log).
+json run_oracle(const json& spec, const fs::path& dir) {
+  const fs::path spec_file = dir / "oracle-spec.json";
+  std::ofstream(spec_file) << spec.dump();
+  REQUIRE(fs::exists(kNodeDir + "/node_modules/node-llama-cpp"));  // scripts/setup-deps installs it
+  const std::string cmd = "timeout 120 node " + kNodeDir + "/llama_oracle.mjs " + spec_file.string();
+  FILE* p = ::popen(cmd.c_str(), "r");
+  REQUIRE(p);
+  std::string out;
+  char buf[65536];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+  const int status = ::pclose(p);
+  INFO("node output: " << out.substr(0, 500));
+  REQUIRE(status == 0);
+  json j = json::parse(out, nullptr, false);
+  REQUIRE_FALSE(j.is_discarded());
+  return j;
+}
+
+struct EpdRun {
+  std::vector<std::vector<float>> prompt_logits;
+  std::vector<TokenId> greedy;
+};
+
+EpdRun run_epd(const std::string& path, const std::vector<TokenId>& prompt, uint32_t generate) {
+  auto cfg = read_checkpoint_config(path);
+  REQUIRE(cfg.ok());
+  auto r = make_llama_runner(*cfg);
+  if (!r) FAIL(r.error().detail);
+  LlamaRunner& runner = **r;
+  epd::model::test::TestPool pool(*cfg, 16);
+  std::vector<PageId> pages(16);
+  for (PageId i = 0; i < 16; ++i) pages[i] = i;
+  EpdRun out;
+  runner.keep_all_logits(true);
+  auto first = runner.prefill_chunk(pool.pool, pages, 0, PrefillChunk{prompt, {}});
+  REQUIRE(first.ok());
+  const auto all = runner.last_logits();
+  for (size_t i = 0; i < prompt.size(); ++i)
+    out.prompt_logits.emplace_back(all.begin() + i * cfg->vocab, all.begin() + (i + 1) * cfg->vocab);
+  runner.keep_all_logits(false);
+  DecodeSeq seq{pages, static_cast<uint32_t>(prompt.size()), *first};
+  out.greedy.push_back(*first);
+  while (out.greedy.size() < generate) {
+    TokenId t = 0;
+    REQUIRE(runner.decode_step(pool.pool, {&seq, 1}, {&t, 1}).ok());
+    out.greedy.push_back(t);
+    seq.length += 1;
+    seq.last_token = t;
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("Llama runner matches llama.cpp logits and greedy tokens from safetensors and GGUF") {
+  const fs::path dir = fs::temp_directory_path() / ("epd-oracle-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  testing::CheckpointSpec spec;  // hidden 64, 2 layers, 4 heads, 2 KV heads, vocab 384, mixed dtypes
+  auto paths = testing::write_llama_checkpoint(spec, dir);
+  REQUIRE(paths.ok());
+  std::vector<TokenId> prompt(64);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<TokenId>((i * 131 + 17) % spec.vocab);
+  constexpr uint32_t kGenerate = 32;
+
+  const json oracle = run_oracle({{"model", paths->gguf}, {"prompt", prompt}, {"generate", kGenerate}}, dir);
+  const auto ref_logits = oracle["prompt_logits"].get<std::vector<std::vector<float>>>();
+  const auto ref_greedy = oracle["greedy"].get<std::vector<TokenId>>();
+  REQUIRE(ref_logits.size() == prompt.size());
+  REQUIRE(ref_greedy.size() == kGenerate);
+
+  for (const std::string& path : {paths->hf_dir, paths->gguf}) {
+    INFO("checkpoint " << path);
+    const EpdRun got = run_epd(path, prompt, kGenerate);
+    double worst = 0;
+    for (size_t p = 0; p < prompt.size(); ++p) {
+      REQUIRE(got.prompt_logits[p].size() == ref_logits[p].size());
+      float top = 0;
+      for (float v : ref_logits[p]) top = std::max(top, std::fabs(v));
+      for (size_t t = 0; t < ref_logits[p].size(); ++t)
+        worst = std::max(worst, std::fabs(double{got.prompt_logits[p][t]} - ref_logits[p][t]) / top);
+    }
+    INFO("largest logit difference relative to the largest logit: " << worst);
+    CHECK(worst <= 1e-4);
+    CHECK(got.greedy == ref_greedy);
+    // The comparison means something: the greedy continuation is not one repeated token.
+    CHECK(std::set<TokenId>(ref_greedy.begin(), ref_greedy.end()).size() > 3);
+    std::printf(
+        "llama.cpp oracle, %s: max |logit diff| / max |logit| = %.3g over %zu positions, %zu greedy "
+        "tokens equal\n",
+        path.c_str(), worst, prompt.size(), got.greedy.size());
+  }
+  fs::remove_all(dir);
+}

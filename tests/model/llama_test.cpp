@@ -1,0 +1,289 @@
+// The Llama-family runner on generated checkpoints: the Hugging Face directory and the GGUF file load to the
+// same model (bit-identical logits), batched decode equals decoding alone, threads do not change results,
+// and malformed checkpoints give errors that name the problem.
+#include <unistd.h>
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "epd/model/generate.hpp"
+#include "epd/model/llama.hpp"
+#include "gguf_writer.hpp"
+#include "helpers.hpp"
+#include "llama_checkpoint.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using namespace epd::model;
+using epd::model::testing::CheckpointSpec;
+using epd::model::testing::write_llama_checkpoint;
+
+struct TempDir {
+  TempDir() {
+    static int n = 0;
+    path =
+        fs::temp_directory_path() / ("epd-llama-" + std::to_string(::getpid()) + "-" + std::to_string(n++));
+    fs::create_directories(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+  fs::path path;
+};
+
+std::unique_ptr<LlamaRunner> load(const std::string& path, uint32_t threads = 1) {
+  auto cfg = read_checkpoint_config(path);
+  REQUIRE(cfg.ok());
+  cfg->threads = threads;
+  auto r = make_llama_runner(*cfg);
+  if (!r) FAIL(r.error().detail);
+  return std::move(*r);
+}
+
+std::vector<TokenId> prompt_ids(size_t n, uint32_t vocab, uint32_t salt = 0) {
+  std::vector<TokenId> p(n);
+  for (size_t i = 0; i < n; ++i) p[i] = static_cast<TokenId>((i * 37 + salt * 11 + 5) % vocab);
+  return p;
+}
+
+// Logits at every prompt position (one prefill chunk) followed by `steps` greedy decode tokens.
+struct Run {
+  std::vector<float> logits;
+  std::vector<TokenId> tokens;
+  uint64_t digest = 0;
+};
+
+Run run(LlamaRunner& r, const std::vector<TokenId>& prompt, uint32_t steps, uint32_t chunk = 0) {
+  const ModelConfig& cfg = r.config();
+  epd::model::test::TestPool pool(cfg, 16);
+  std::vector<PageId> pages(16);
+  for (PageId i = 0; i < 16; ++i) pages[i] = i;
+  Run out;
+  r.keep_all_logits(true);
+  const uint32_t n = static_cast<uint32_t>(prompt.size()), c = chunk ? chunk : n;
+  TokenId next = 0;
+  for (uint32_t b = 0; b < n; b += c) {
+    const auto part = std::span(prompt).subspan(b, std::min(c, n - b));
+    auto t = r.prefill_chunk(pool.pool, pages, b, PrefillChunk{part, {}});
+    REQUIRE(t.ok());
+    next = *t;
+    out.logits.insert(out.logits.end(), r.last_logits().begin(), r.last_logits().end());
+  }
+  r.keep_all_logits(false);
+  DecodeSeq seq{pages, n, next};
+  out.tokens.push_back(next);
+  for (uint32_t s = 0; s < steps; ++s) {
+    TokenId t = 0;
+    REQUIRE(r.decode_step(pool.pool, {&seq, 1}, {&t, 1}).ok());
+    out.tokens.push_back(t);
+    seq.length += 1;
+    seq.last_token = t;
+  }
+  out.digest = kv_digest(pool.pool, std::span(pages).first(pages_for(pool.pool.layout, seq.length)));
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("Llama checkpoint config comes from config.json and from GGUF metadata alike") {
+  TempDir dir;
+  CheckpointSpec spec;
+  auto paths = write_llama_checkpoint(spec, dir.path);
+  REQUIRE(paths.ok());
+  for (const std::string& p : {paths->hf_dir, paths->gguf}) {
+    INFO(p);
+    CHECK(is_checkpoint_path(p));
+    auto c = read_checkpoint_config(p);
+    REQUIRE(c.ok());
+    CHECK(c->vocab == spec.vocab);
+    CHECK(c->d_model == 64);
+    CHECK(c->layers == 2);
+    CHECK(c->heads == 4);
+    CHECK(c->kv_heads == 2);
+    CHECK(c->head_dim == 16);
+    CHECK(c->ffn == 192);
+    CHECK(c->max_seq == 512);
+    CHECK(c->rope_theta == 10000.0f);
+    CHECK(c->norm_eps == 1e-5f);
+    CHECK(c->checkpoint == p);
+  }
+  CHECK_FALSE(is_checkpoint_path((dir.path / "model.toml").string()));
+}
+
+TEST_CASE("Llama safetensors directory and GGUF file compute bit-identical logits") {
+  TempDir dir;
+  for (bool tied : {false, true}) {
+    CheckpointSpec spec;
+    spec.tied = tied;
+    auto paths = write_llama_checkpoint(spec, dir.path / (tied ? "tied" : "untied"));
+    REQUIRE(paths.ok());
+    auto hf = load(paths->hf_dir), gg = load(paths->gguf);
+    const auto prompt = prompt_ids(40, spec.vocab);
+    const Run a = run(*hf, prompt, 12), b = run(*gg, prompt, 12);
+    CHECK(a.logits.size() == 40 * spec.vocab);
+    CHECK(a.logits == b.logits);
+    CHECK(a.tokens == b.tokens);
+    CHECK(a.digest == b.digest);
+    // Not a degenerate model: the logits spread and (untied: a random tied head favours repeating the input)
+    // the greedy tokens vary.
+    if (!tied) CHECK(std::set<TokenId>(a.tokens.begin(), a.tokens.end()).size() > 3);
+    const auto [lo, hi] = std::minmax_element(a.logits.begin(), a.logits.end());
+    CHECK(*hi - *lo > 5.0f);
+  }
+}
+
+TEST_CASE("Llama single-file and single-shard checkpoints load too") {
+  TempDir dir;
+  CheckpointSpec spec;
+  spec.shards = 1;
+  spec.mixed_dtypes = false;
+  auto paths = write_llama_checkpoint(spec, dir.path);
+  REQUIRE(paths.ok());
+  auto dir_runner = load(paths->hf_dir);
+  auto file_runner = load(paths->hf_dir + "/model.safetensors");
+  const auto prompt = prompt_ids(20, spec.vocab);
+  CHECK(run(*dir_runner, prompt, 4).logits == run(*file_runner, prompt, 4).logits);
+}
+
+TEST_CASE("Llama batched decode equals decoding each sequence alone and threads change nothing") {
+  TempDir dir;
+  CheckpointSpec spec;
+  auto paths = write_llama_checkpoint(spec, dir.path);
+  REQUIRE(paths.ok());
+  auto one = load(paths->gguf, 1), two = load(paths->gguf, 2);
+  const ModelConfig& cfg = one->config();
+  constexpr uint32_t kSeqs = 5, kPages = 8, kSteps = 10;
+  // Each sequence alone, in its own pool.
+  std::vector<std::vector<TokenId>> alone(kSeqs);
+  std::vector<uint64_t> alone_digest(kSeqs);
+  for (uint32_t s = 0; s < kSeqs; ++s) {
+    const Run r = run(*one, prompt_ids(10 + 7 * s, spec.vocab, s), kSteps);
+    alone[s] = r.tokens;
+    alone_digest[s] = r.digest;
+  }
+  for (LlamaRunner* r : {one.get(), two.get()}) {
+    epd::model::test::TestPool pool(cfg, kSeqs * kPages);
+    std::vector<std::vector<PageId>> pages(kSeqs);
+    std::vector<DecodeSeq> seqs;
+    std::vector<std::vector<TokenId>> got(kSeqs);
+    for (uint32_t s = 0; s < kSeqs; ++s) {
+      for (uint32_t p = 0; p < kPages; ++p) pages[s].push_back((kSeqs - 1 - s) * kPages + p);  // shuffled
+      const auto prompt = prompt_ids(10 + 7 * s, spec.vocab, s);
+      auto t = r->prefill_chunk(pool.pool, pages[s], 0, PrefillChunk{prompt, {}});
+      REQUIRE(t.ok());
+      got[s].push_back(*t);
+      seqs.push_back(DecodeSeq{pages[s], static_cast<uint32_t>(prompt.size()), *t});
+    }
+    for (uint32_t step = 0; step < kSteps; ++step) {
+      std::vector<TokenId> next(kSeqs);
+      REQUIRE(r->decode_step(pool.pool, seqs, next).ok());
+      for (uint32_t s = 0; s < kSeqs; ++s) {
+        got[s].push_back(next[s]);
+        seqs[s].length += 1;
+        seqs[s].last_token = next[s];
+      }
+    }
+    for (uint32_t s = 0; s < kSeqs; ++s) {
+      CHECK(got[s] == alone[s]);
+      CHECK(kv_digest(pool.pool, std::span(pages[s]).first(pages_for(pool.pool.layout, seqs[s].length))) ==
+            alone_digest[s]);
+    }
+  }
+}
+
+TEST_CASE("Llama chunked prefill repeats itself and stays close to one-shot prefill") {
+  TempDir dir;
+  auto paths = write_llama_checkpoint(CheckpointSpec{}, dir.path);
+  REQUIRE(paths.ok());
+  auto a = load(paths->hf_dir, 2), b = load(paths->hf_dir, 1);
+  const auto prompt = prompt_ids(50, 384);
+  const Run whole = run(*a, prompt, 8), chunked1 = run(*a, prompt, 8, 7), chunked2 = run(*b, prompt, 8, 7);
+  // Same chunking: the same bits, whatever the thread count.
+  CHECK(chunked1.logits == chunked2.logits);
+  CHECK(chunked1.digest == chunked2.digest);
+  CHECK(chunked1.tokens == chunked2.tokens);
+  // Another chunking runs sgemm on other shapes: equal up to rounding.
+  REQUIRE(whole.logits.size() == chunked1.logits.size());
+  for (size_t i = 0; i < whole.logits.size(); ++i)
+    REQUIRE(whole.logits[i] == Approx(chunked1.logits[i]).margin(1e-4));
+  CHECK(whole.tokens == chunked1.tokens);
+}
+
+TEST_CASE("Llama runner is text-only and validates its inputs") {
+  TempDir dir;
+  auto paths = write_llama_checkpoint(CheckpointSpec{}, dir.path);
+  REQUIRE(paths.ok());
+  auto r = load(paths->gguf);
+  auto e = r->encode(make_test_image(8, 8, 1));
+  REQUIRE_FALSE(e.ok());
+  CHECK_THAT(e.error().detail, Catch::Contains("text-only"));
+  epd::model::test::TestPool pool(r->config(), 4);
+  std::vector<PageId> pages{0, 1, 2, 3};
+  const std::vector<TokenId> bad{1, 384};
+  auto t = r->prefill_chunk(pool.pool, pages, 0, PrefillChunk{bad, {}});
+  REQUIRE_FALSE(t.ok());
+  CHECK_THAT(t.error().detail, Catch::Contains("outside vocab"));
+  const std::vector<TokenId> ok{1, 258, 256};  // the byte vocabulary's IMAGE/BOS ids are ordinary tokens here
+  CHECK(r->prefill_chunk(pool.pool, pages, 0, PrefillChunk{ok, {}}).ok());
+  const std::vector<float> emb(64, 0.0f);
+  CHECK_FALSE(r->prefill_chunk(pool.pool, pages, 0, PrefillChunk{ok, emb}).ok());
+}
+
+TEST_CASE("Llama checkpoints with missing or malformed parts give named errors") {
+  TempDir dir;
+  CheckpointSpec spec;
+  auto paths = write_llama_checkpoint(spec, dir.path);
+  REQUIRE(paths.ok());
+  auto err = [](const std::string& path) {
+    auto cfg = read_checkpoint_config(path);
+    if (!cfg) return cfg.error().detail;
+    auto r = make_llama_runner(*cfg);
+    REQUIRE_FALSE(r.ok());
+    return r.error().detail;
+  };
+  auto edit_config = [&](const fs::path& d, auto fn) {
+    fs::copy(paths->hf_dir, d, fs::copy_options::recursive);
+    nlohmann::json j = nlohmann::json::parse(std::ifstream(d / "config.json"));
+    fn(j);
+    std::ofstream(d / "config.json") << j.dump();
+  };
+  edit_config(dir.path / "qwen", [](auto& j) { j["model_type"] = "qwen2"; });
+  CHECK_THAT(err((dir.path / "qwen").string()), Catch::Contains("unsupported architecture 'qwen2'"));
+  edit_config(dir.path / "scaled", [](auto& j) { j["rope_scaling"] = {{"rope_type", "llama3"}}; });
+  CHECK_THAT(err((dir.path / "scaled").string()), Catch::Contains("rope_scaling"));
+  edit_config(dir.path / "wide", [](auto& j) { j["intermediate_size"] = 200; });
+  CHECK_THAT(err((dir.path / "wide").string()),
+             Catch::Contains("mlp.gate_proj.weight has shape [192, 64], expected [200, 64]"));
+  edit_config(dir.path / "deep", [](auto& j) { j["num_hidden_layers"] = 3; });
+  CHECK_THAT(err((dir.path / "deep").string()), Catch::Contains("missing tensor model.layers.2."));
+  edit_config(dir.path / "untied", [](auto&) {});
+  {
+    // The index names a tensor its shard does not hold.
+    nlohmann::json idx =
+        nlohmann::json::parse(std::ifstream(dir.path / "untied/model.safetensors.index.json"));
+    REQUIRE(idx["weight_map"]["model.norm.weight"] == "model-00002-of-00002.safetensors");
+    idx["weight_map"]["model.norm.weight"] = "model-00001-of-00002.safetensors";
+    std::ofstream(dir.path / "untied/model.safetensors.index.json") << idx.dump();
+  }
+  CHECK_THAT(err((dir.path / "untied").string()),
+             Catch::Contains("listed by the index is not in this shard"));
+  // A truncated shard.
+  fs::copy(paths->hf_dir, dir.path / "cut", fs::copy_options::recursive);
+  const fs::path shard = dir.path / "cut/model-00002-of-00002.safetensors";
+  fs::resize_file(shard, fs::file_size(shard) - 100);
+  CHECK_THAT(err((dir.path / "cut").string()), Catch::Contains("truncated"));
+  // A truncated GGUF.
+  fs::copy(paths->gguf, dir.path / "cut.gguf");
+  fs::resize_file(dir.path / "cut.gguf", fs::file_size(paths->gguf) / 2);
+  CHECK_THAT(err((dir.path / "cut.gguf").string()), Catch::Contains("truncated"));
+  // Another GGUF architecture.
+  {
+    epd::model::testing::GgufWriter w;
+    w.set_string("general.architecture", "qwen2");
+    REQUIRE(w.write((dir.path / "qwen.gguf").string()).ok());
+  }
+  CHECK_THAT(err((dir.path / "qwen.gguf").string()), Catch::Contains("unsupported architecture 'qwen2'"));
+  CHECK_THAT(err((dir.path / "nothing").string()), Catch::Contains("cannot open"));
+}
