@@ -1,6 +1,7 @@
 // SentencePiece tokenizers through Debian's libsentencepiece: a tokenizer.model as it is, or a GGUF "llama"
-// vocabulary turned into the same ModelProto (spm_proto.cpp). Control tokens are split out before the
-// processor sees the text, as llama.cpp does, so "<s>" in a prompt is BOS only when specials are parsed.
+// vocabulary turned into the same ModelProto (spm_proto.cpp). Control and user-defined tokens are split out
+// before the processor sees the text, as llama.cpp does (each text fragment then gets its own dummy-prefix
+// space), so "<s>" in a prompt is BOS only when specials are parsed.
 #include <sentencepiece_processor.h>
 
 #include "epd/model/tokenizer_load.hpp"
@@ -51,6 +52,11 @@ class SentencePieceTokenizer final : public Tokenizer {
       types_[id] = t;
       pieces_[id] = text_of(p, t);
       if (t == TokenType::control || t == TokenType::unknown) specials_.add(p, id, true);
+    }
+    for (uint32_t id : detail::spm_user_defined_ids(proto)) {
+      if (id >= pieces_.size()) continue;
+      types_[id] = TokenType::user_defined;
+      specials_.add(spm_.IdToPiece(static_cast<int>(id)), id, false);
     }
     if (spm_.bos_id() >= 0) bos_ = static_cast<TokenId>(spm_.bos_id());
     if (spm_.eos_id() >= 0) eos_ = static_cast<TokenId>(spm_.eos_id());

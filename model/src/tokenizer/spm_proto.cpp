@@ -89,4 +89,95 @@ protocol::Result<std::string> spm_proto_from_vocab(const VocabMetadata& v) {
   return model.take();
 }
 
+namespace {
+
+// A bounds-checked walk over protobuf wire format: just enough to read pieces' types.
+class ProtoReader {
+ public:
+  explicit ProtoReader(std::string_view b) : b_(b) {}
+  bool done() const { return pos_ >= b_.size() || bad_; }
+  bool next(uint32_t& field, uint32_t& wire) {
+    uint64_t tag;
+    if (!varint(tag)) return false;
+    field = static_cast<uint32_t>(tag >> 3);
+    wire = static_cast<uint32_t>(tag & 7);
+    return true;
+  }
+  bool varint(uint64_t& v) {
+    v = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+      if (pos_ >= b_.size()) return fail();
+      const auto c = static_cast<unsigned char>(b_[pos_++]);
+      v |= uint64_t{c & 0x7Fu} << shift;
+      if (!(c & 0x80)) return true;
+    }
+    return fail();
+  }
+  bool bytes(std::string_view& out) {
+    uint64_t n;
+    if (!varint(n) || n > b_.size() - pos_) return fail();
+    out = b_.substr(pos_, n);
+    pos_ += n;
+    return true;
+  }
+  bool skip(uint32_t wire) {
+    uint64_t v;
+    std::string_view s;
+    switch (wire) {
+      case 0:
+        return varint(v);
+      case 1:
+        return advance(8);
+      case 2:
+        return bytes(s);
+      case 5:
+        return advance(4);
+      default:
+        return fail();
+    }
+  }
+
+ private:
+  bool advance(size_t n) {
+    if (n > b_.size() - pos_) return fail();
+    pos_ += n;
+    return true;
+  }
+  bool fail() {
+    bad_ = true;
+    return false;
+  }
+  std::string_view b_;
+  size_t pos_ = 0;
+  bool bad_ = false;
+};
+
+}  // namespace
+
+std::vector<uint32_t> spm_user_defined_ids(std::string_view model_proto) {
+  std::vector<uint32_t> ids;
+  ProtoReader top(model_proto);
+  uint32_t index = 0, field, wire;
+  while (!top.done() && top.next(field, wire)) {
+    if (field != 1 || wire != 2) {
+      if (!top.skip(wire)) break;
+      continue;
+    }
+    std::string_view piece;
+    if (!top.bytes(piece)) break;
+    ProtoReader p(piece);
+    uint64_t type = 1;  // NORMAL by default
+    while (!p.done() && p.next(field, wire)) {
+      if (field == 3 && wire == 0) {
+        if (!p.varint(type)) break;
+      } else if (!p.skip(wire)) {
+        break;
+      }
+    }
+    if (type == 4) ids.push_back(index);
+    ++index;
+  }
+  return ids;
+}
+
 }  // namespace epd::model::detail

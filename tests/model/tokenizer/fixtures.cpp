@@ -104,6 +104,10 @@ std::vector<std::string> probe_strings() {
       "<|endoftext|>",
       "text <|endoftext|> more",
       "<|im_start",
+      "x<tool>y",
+      "<tool> starts",
+      "ends <tool>",
+      "<tool><|im_start|><tool>",
       "im_end|>",
       "ünïcödé wörds",
       "tab\tand  spaces \t mixed",
@@ -146,7 +150,8 @@ fs::path train_sentencepiece(const fs::path& dir) {
                           " --normalization_rule_name=identity --remove_extra_whitespaces=false"
                           " --add_dummy_prefix=true --allow_whitespace_only_pieces=true --split_digits=true"
                           " --hard_vocab_limit=false --character_coverage=1.0 --num_threads=1"
-                          " --control_symbols='<|im_start|>,<|im_end|>' --minloglevel=2 >/dev/null 2>&1";
+                          " --control_symbols='<|im_start|>,<|im_end|>' --user_defined_symbols='<tool>' "
+                          "--minloglevel=2 >/dev/null 2>&1";
   REQUIRE(std::system(cmd.c_str()) == 0);
   REQUIRE(fs::exists(dir / "spm.model"));
   return dir / "spm.model";
@@ -169,6 +174,8 @@ VocabMetadata sentencepiece_vocab(const fs::path& model_file) {
       t = 6;
     else if (spm.IsUnused(id))
       t = 5;
+    else if (spm.IdToPiece(id) == "<tool>")
+      t = 4;  // user-defined: the processor does not say so
     v.token_types.push_back(t);
   }
   v.bos = static_cast<uint32_t>(spm.bos_id());

@@ -33,7 +33,8 @@ std::string tokenizer_corpus();
 std::vector<std::string> probe_strings();
 
 // spm_train on the corpus: BPE, byte fallback, identity normalization, no whitespace folding, control
-// symbols <|im_start|> <|im_end|> (Llama's tokenizer.model settings). Returns the .model path.
+// symbols <|im_start|> <|im_end|>, user-defined symbol <tool> (Llama's tokenizer.model settings). Returns the
+// .model path.
 std::filesystem::path train_sentencepiece(const std::filesystem::path& dir);
 
 // The same vocabulary as GGUF would state it (model "llama"): pieces, scores, types, bos/eos/unk.
