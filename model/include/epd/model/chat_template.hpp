@@ -1,0 +1,48 @@
+#pragma once
+// Chat templates of real checkpoints: the Llama-2 ([INST]), Llama-3 (<|start_header_id|>) and ChatML
+// (<|im_start|>) families. The checkpoint's Jinja template is not executed: its family is recognised by
+// its markers and rendered by the fixed code here (docs/model.md lists what that simplifies). A prompt is
+// built as token ids, markers as the tokenizer's special tokens and message texts encoded without
+// special-token parsing, so no message text can forge a turn.
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "epd/model/chat.hpp"
+#include "epd/model/tokenizer.hpp"
+#include "epd/protocol/result.hpp"
+
+namespace epd::model {
+
+enum class ChatStyle { chatml, llama2, llama3 };
+
+std::string_view chat_style_name(ChatStyle style);
+
+// The family of a Jinja chat template, by its markers (Llama-3's header, ChatML's im_start, Llama-2's
+// [INST]). An empty template means the checkpoint has none: ChatML when the tokenizer has <|im_start|> and
+// <|im_end|> as special tokens. Anything else is an error naming the supported families.
+protocol::Result<ChatStyle> pick_chat_style(std::string_view jinja_template, const Tokenizer& tok);
+
+// One piece of a rendered conversation: a special token's spelling or plain text.
+struct ChatSegment {
+  bool special = false;
+  std::string text;
+};
+
+// The conversation in the style's layout, ending where the assistant's answer starts. invalid_request for
+// no turns, an unknown role, an image (these models take none), and, for Llama-2, turns that do not
+// alternate user/assistant after an optional first system turn or that end with the assistant.
+protocol::Result<std::vector<ChatSegment>> render_chat_segments(ChatStyle style,
+                                                                std::span<const ChatTurn> turns,
+                                                                std::string_view bos, std::string_view eos);
+
+// The same as one string (specials spelled out), as a Jinja rendering of the original template gives it.
+protocol::Result<std::string> render_chat_text(ChatStyle style, std::span<const ChatTurn> turns,
+                                               std::string_view bos, std::string_view eos);
+
+// Token ids of the conversation, ready for prefill. BOS/EOS spellings come from the tokenizer.
+protocol::Result<std::vector<TokenId>> encode_chat(const Tokenizer& tok, ChatStyle style,
+                                                   std::span<const ChatTurn> turns);
+
+}  // namespace epd::model

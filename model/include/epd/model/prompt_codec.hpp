@@ -1,0 +1,60 @@
+#pragma once
+// What the router and the HTTP API need from a model's vocabulary, whichever model runs: a prompt from text
+// or from a chat, the tokens that end a generation, and text from tokens (streamed). The reference model's
+// codec is exactly build_prompt / render_chat / decode_text and kEos (its behaviour does not change); a
+// checkpoint's uses its own tokenizer and chat template (epd/model/tokenizer_load.hpp, chat_template.hpp).
+// Immutable once made: one codec serves every request of a process.
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "epd/model/chat.hpp"
+#include "epd/model/chat_template.hpp"
+#include "epd/model/config.hpp"
+#include "epd/model/tokenizer.hpp"
+#include "epd/model/tokenizer_load.hpp"
+#include "epd/model/tokens.hpp"
+
+namespace epd::model {
+
+class PromptCodec {
+ public:
+  // The codec of cfg's model: the byte codec of the reference model, or the tokenizer cfg.checkpoint
+  // carries (config_error naming the problem if it has none epd can run, or one larger than cfg.vocab).
+  static protocol::Result<std::shared_ptr<const PromptCodec>> for_model(const ModelConfig& cfg);
+  // A checkpoint codec over a tokenizer already loaded (tests; a runner that has the file open).
+  static protocol::Result<std::shared_ptr<const PromptCodec>> for_tokenizer(const ModelConfig& cfg,
+                                                                            LoadedTokenizer loaded);
+
+  // [BOS if the tokenizer adds it] + the text's tokens (special tokens not parsed: a client cannot type
+  // one). invalid_request: an image for a model without a vision tower, an empty prompt, a prompt that
+  // leaves no room for one generated token in cfg.max_seq.
+  protocol::Result<std::vector<TokenId>> prompt(std::string_view text, std::optional<ImageDims> image) const;
+  // The conversation in the model's chat template, ending where the assistant answers; same errors, and
+  // config_error when the checkpoint's template is of no supported family.
+  protocol::Result<std::vector<TokenId>> chat(std::span<const ChatTurn> turns,
+                                              std::optional<ImageDims> image) const;
+
+  // Generation ends at EOS and at the chat template's end-of-turn token (<|eot_id|>, <|im_end|>, ...).
+  bool ends_generation(TokenId id) const;
+  // Text of generated tokens, up to (not including) the first that ends the generation.
+  std::string text(std::span<const TokenId> tokens) const;
+  const Tokenizer& tokenizer() const { return *tok_; }
+  std::optional<ChatStyle> chat_style() const { return style_; }
+
+ private:
+  PromptCodec() = default;
+  protocol::Result<std::vector<TokenId>> fits(std::vector<TokenId> ids) const;
+
+  ModelConfig cfg_;
+  bool reference_ = true;
+  std::shared_ptr<const Tokenizer> tok_;
+  std::optional<ChatStyle> style_;
+  protocol::Error style_error_;
+  std::vector<TokenId> stops_;
+};
+
+}  // namespace epd::model

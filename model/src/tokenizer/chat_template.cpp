@@ -1,0 +1,197 @@
+#include "epd/model/chat_template.hpp"
+
+namespace epd::model {
+namespace {
+
+protocol::Error invalid(std::string detail) {
+  return protocol::make_error(protocol::ErrorCode::invalid_request, std::move(detail));
+}
+
+// Jinja's `| trim` / Python's str.strip(): ASCII whitespace at both ends.
+std::string trim(std::string_view s) {
+  constexpr std::string_view ws = " \t\n\r\f\v";
+  const size_t b = s.find_first_not_of(ws);
+  if (b == std::string_view::npos) return {};
+  return std::string(s.substr(b, s.find_last_not_of(ws) - b + 1));
+}
+
+class Builder {
+ public:
+  void special(std::string_view s) { out_.push_back({true, std::string(s)}); }
+  void text(std::string_view s) {
+    if (s.empty()) return;
+    if (!out_.empty() && !out_.back().special)
+      out_.back().text += s;
+    else
+      out_.push_back({false, std::string(s)});
+  }
+  std::vector<ChatSegment> take() { return std::move(out_); }
+
+ private:
+  std::vector<ChatSegment> out_;
+};
+
+protocol::Status check_turns(std::span<const ChatTurn> turns) {
+  if (turns.empty()) return invalid("chat: no messages");
+  for (size_t i = 0; i < turns.size(); ++i) {
+    const ChatTurn& t = turns[i];
+    if (t.role != "system" && t.role != "user" && t.role != "assistant")
+      return invalid("chat message " + std::to_string(i) + ": role '" + t.role +
+                     "' is not supported (system, user or assistant)");
+    if (t.image) return invalid("chat message " + std::to_string(i) + ": this model takes no images");
+  }
+  return {};
+}
+
+void chatml(Builder& b, std::span<const ChatTurn> turns) {
+  for (const ChatTurn& t : turns) {
+    b.special("<|im_start|>");
+    b.text(t.role + "\n" + t.text);
+    b.special("<|im_end|>");
+    b.text("\n");
+  }
+  b.special("<|im_start|>");
+  b.text("assistant\n");
+}
+
+void llama3(Builder& b, std::span<const ChatTurn> turns, std::string_view bos) {
+  b.special(bos);
+  for (const ChatTurn& t : turns) {
+    b.special("<|start_header_id|>");
+    b.text(t.role);
+    b.special("<|end_header_id|>");
+    b.text("\n\n" + trim(t.text));
+    b.special("<|eot_id|>");
+  }
+  b.special("<|start_header_id|>");
+  b.text("assistant");
+  b.special("<|end_header_id|>");
+  b.text("\n\n");
+}
+
+protocol::Status llama2(Builder& b, std::span<const ChatTurn> turns, std::string_view bos,
+                        std::string_view eos) {
+  std::string system;
+  size_t first = 0;
+  if (turns[0].role == "system") {
+    system = turns[0].text;
+    first = 1;
+  }
+  if (first == turns.size()) return invalid("chat: a Llama-2 conversation needs a user message");
+  for (size_t i = first; i < turns.size(); ++i) {
+    const ChatTurn& t = turns[i];
+    const bool want_user = (i - first) % 2 == 0;
+    if (t.role != (want_user ? "user" : "assistant"))
+      return invalid(
+          "chat message " + std::to_string(i) +
+          ": Llama-2 conversations alternate user/assistant (after an optional first system message)");
+    if (want_user) {
+      std::string content = t.text;
+      if (i == first && first == 1) content = "<<SYS>>\n" + system + "\n<</SYS>>\n\n" + content;
+      b.special(bos);
+      b.text("[INST] " + trim(content) + " [/INST]");
+    } else {
+      b.text(" " + trim(t.text) + " ");
+      b.special(eos);
+    }
+  }
+  if (turns.back().role != "user")
+    return invalid("chat: a Llama-2 conversation must end with a user message");
+  return {};
+}
+
+}  // namespace
+
+std::string_view chat_style_name(ChatStyle style) {
+  switch (style) {
+    case ChatStyle::chatml:
+      return "chatml";
+    case ChatStyle::llama2:
+      return "llama2";
+    case ChatStyle::llama3:
+      return "llama3";
+  }
+  return "?";
+}
+
+protocol::Result<ChatStyle> pick_chat_style(std::string_view jinja, const Tokenizer& tok) {
+  if (jinja.find("<|start_header_id|>") != std::string_view::npos) return ChatStyle::llama3;
+  if (jinja.find("<|im_start|>") != std::string_view::npos) return ChatStyle::chatml;
+  if (jinja.find("[INST]") != std::string_view::npos) return ChatStyle::llama2;
+  if (jinja.empty() && tok.special_id("<|im_start|>") && tok.special_id("<|im_end|>"))
+    return ChatStyle::chatml;
+  return protocol::make_error(protocol::ErrorCode::config_error,
+                              jinja.empty()
+                                  ? "the checkpoint has no chat template and no ChatML tokens"
+                                  : "the checkpoint's chat template is of no supported family "
+                                    "(Llama-2 [INST], Llama-3 <|start_header_id|>, ChatML <|im_start|>)");
+}
+
+protocol::Result<std::vector<ChatSegment>> render_chat_segments(ChatStyle style,
+                                                                std::span<const ChatTurn> turns,
+                                                                std::string_view bos, std::string_view eos) {
+  if (auto st = check_turns(turns); !st) return st.error();
+  Builder b;
+  switch (style) {
+    case ChatStyle::chatml:
+      if (!bos.empty()) b.special(bos);
+      chatml(b, turns);
+      break;
+    case ChatStyle::llama3:
+      llama3(b, turns, bos);
+      break;
+    case ChatStyle::llama2:
+      if (auto st = llama2(b, turns, bos, eos); !st) return st.error();
+      break;
+  }
+  return b.take();
+}
+
+protocol::Result<std::string> render_chat_text(ChatStyle style, std::span<const ChatTurn> turns,
+                                               std::string_view bos, std::string_view eos) {
+  auto segs = render_chat_segments(style, turns, bos, eos);
+  if (!segs) return segs.error();
+  std::string out;
+  for (const ChatSegment& s : *segs) out += s.text;
+  return out;
+}
+
+protocol::Result<std::vector<TokenId>> encode_chat(const Tokenizer& tok, ChatStyle style,
+                                                   std::span<const ChatTurn> turns) {
+  // ChatML checkpoints (Qwen, SmolLM) start without BOS unless their tokenizer says otherwise; the Llama
+  // templates write it themselves.
+  const bool want_bos = style != ChatStyle::chatml || tok.add_bos();
+  std::string bos, eos;
+  if (want_bos) {
+    if (!tok.bos())
+      return protocol::make_error(protocol::ErrorCode::config_error, "chat: the tokenizer has no BOS");
+    bos = tok.piece(*tok.bos(), true);
+  }
+  if (style == ChatStyle::llama2) {
+    if (!tok.eos())
+      return protocol::make_error(protocol::ErrorCode::config_error, "chat: the tokenizer has no EOS");
+    eos = tok.piece(*tok.eos(), true);
+  }
+  auto segs = render_chat_segments(style, turns, bos, eos);
+  if (!segs) return segs.error();
+  std::vector<TokenId> out;
+  for (const ChatSegment& s : *segs) {
+    if (s.special) {
+      std::optional<TokenId> id = s.text == bos && tok.bos()   ? tok.bos()
+                                  : s.text == eos && tok.eos() ? tok.eos()
+                                                               : tok.special_id(s.text);
+      if (!id)
+        return protocol::make_error(protocol::ErrorCode::config_error,
+                                    "chat: the tokenizer has no special token " + s.text + " for the " +
+                                        std::string(chat_style_name(style)) + " template");
+      out.push_back(*id);
+      continue;
+    }
+    auto ids = tok.encode(s.text, false);
+    if (!ids) return ids.error();
+    out.insert(out.end(), ids->begin(), ids->end());
+  }
+  return out;
+}
+
+}  // namespace epd::model

@@ -1,0 +1,27 @@
+// Hugging Face's Jinja engine (@huggingface/jinja, what transformers.js runs chat templates with) as the
+// oracle of epd's chat templates (tests/model/tokenizer/tokenizer_oracle_test.cpp): renders a checkpoint's
+// chat_template for each conversation with add_generation_prompt.
+//   node render_chat.mjs --input spec.json --output rendered.json
+// spec: {"template", "bos_token", "eos_token", "conversations": [[{"role", "content"}]]}
+// output: {"rendered": [text or {"error": message}]} (a template may refuse a conversation: raise_exception)
+import {readFileSync, writeFileSync} from "node:fs";
+import {parseArgs} from "node:util";
+import {Template} from "@huggingface/jinja";
+
+const {values: args} = parseArgs({options: {input: {type: "string"}, output: {type: "string"}}});
+if (!args.input || !args.output) {
+    console.error("usage: render_chat.mjs --input spec.json --output rendered.json");
+    process.exit(2);
+}
+const spec = JSON.parse(readFileSync(args.input, "utf8"));
+const template = new Template(spec.template);
+const rendered = spec.conversations.map((messages) => {
+    try {
+        // raise_exception is the engine's own built-in: it throws.
+        return template.render({messages, bos_token: spec.bos_token, eos_token: spec.eos_token,
+            add_generation_prompt: true});
+    } catch (e) {
+        return {error: String(e.message ?? e)};
+    }
+});
+writeFileSync(args.output, JSON.stringify({rendered}));

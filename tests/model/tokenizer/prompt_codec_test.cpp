@@ -1,0 +1,138 @@
+// PromptCodec: the reference model's codec is exactly today's byte functions; a checkpoint's builds prompts
+// and chats with its tokenizer and template, stops at EOS and the turn end, and refuses what it cannot run.
+#include <catch2/catch.hpp>
+
+#include "epd/model/llama.hpp"
+#include "epd/model/prompt_codec.hpp"
+#include "fixtures.hpp"
+
+namespace epd::model::test {
+namespace {
+
+std::vector<ChatTurn> conversation() {
+  return {{"system", "Be brief.", false}, {"user", "What is 2+2?", false}};
+}
+
+ModelConfig checkpoint_cfg(uint32_t vocab, uint32_t max_seq = 256) {
+  ModelConfig cfg;
+  cfg.name = "fixture";
+  cfg.checkpoint = "fixture";
+  cfg.vocab = vocab;
+  cfg.max_seq = max_seq;
+  return cfg;
+}
+
+std::unique_ptr<Tokenizer> fresh(const VocabMetadata& v) {
+  auto t = tokenizer_from_vocab(v);
+  REQUIRE(t.ok());
+  return std::move(*t);
+}
+
+}  // namespace
+
+TEST_CASE("the reference model's codec is the byte tokenizer and template of before") {
+  const ModelConfig cfg = *preset("tiny");
+  auto codec = PromptCodec::for_model(cfg);
+  REQUIRE(codec.ok());
+  const PromptCodec& c = **codec;
+  CHECK(c.tokenizer().kind() == "byte");
+  for (auto image : {std::optional<ImageDims>{}, std::optional<ImageDims>{ImageDims{16, 8}}}) {
+    CHECK(*c.prompt("hello", image) == *build_prompt(cfg, "hello", image));
+    const auto turns = conversation();
+    CHECK(*c.chat(turns, image) == *build_prompt(cfg, *render_chat(cfg, turns), image));
+  }
+  CHECK_FALSE(c.prompt(std::string(cfg.max_seq, 'x'), std::nullopt).ok());
+  const std::vector<TokenId> out = {'h', 'i', kEos, 'x'};
+  CHECK(c.text(out) == decode_text(out));
+  CHECK(c.ends_generation(kEos));
+  CHECK_FALSE(c.ends_generation('a'));
+}
+
+TEST_CASE("a SentencePiece checkpoint's codec uses its tokenizer and Llama-2 template") {
+  ScratchDir dir("codec_spm");
+  VocabMetadata v = sentencepiece_vocab(train_sentencepiece(dir.path()));
+  v.chat_template = "{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}";
+  auto tok = tokenizer_from_vocab(v);
+  REQUIRE(tok.ok());
+  const Tokenizer& t = **tok;
+  const auto expect_prompt = [&](std::string_view s) {
+    std::vector<TokenId> ids{*t.bos()};
+    auto body = t.encode(s, false);
+    ids.insert(ids.end(), body->begin(), body->end());
+    return ids;
+  };
+  const auto chat_ids = *encode_chat(t, ChatStyle::llama2, conversation());
+  const auto prompt_ids = expect_prompt("caf\xC3\xA9 <s> \xE6\x9D\xB1\xE4\xBA\xAC");
+  auto again = tokenizer_from_vocab(v);
+  const ModelConfig cfg = checkpoint_cfg(t.vocab_size());
+  auto codec = PromptCodec::for_tokenizer(cfg, {std::move(*again), v.chat_template});
+  REQUIRE(codec.ok());
+  const PromptCodec& c = **codec;
+  CHECK(c.chat_style() == ChatStyle::llama2);
+  CHECK(*c.prompt("caf\xC3\xA9 <s> \xE6\x9D\xB1\xE4\xBA\xAC", std::nullopt) ==
+        prompt_ids);  // "<s>" stays text
+  CHECK(*c.chat(conversation(), std::nullopt) == chat_ids);
+  CHECK(c.ends_generation(*t.eos()));
+  auto hello = t.encode("hello world", false);
+  std::vector<TokenId> generated = *hello;
+  generated.push_back(*t.eos());
+  generated.push_back(*hello->begin());
+  CHECK(c.text(generated) == "hello world");
+  auto image = c.prompt("x", ImageDims{8, 8});
+  REQUIRE_FALSE(image.ok());
+  CHECK_THAT(image.error().detail, Catch::Contains("takes no images"));
+  auto small = PromptCodec::for_tokenizer(checkpoint_cfg(t.vocab_size(), 8), {fresh(v), ""});
+  REQUIRE(small.ok());
+  CHECK_FALSE((*small)->prompt("a long prompt that cannot fit eight tokens at all", std::nullopt).ok());
+  auto narrow = PromptCodec::for_tokenizer(checkpoint_cfg(t.vocab_size() - 1), {fresh(v), ""});
+  REQUIRE_FALSE(narrow.ok());
+  CHECK_THAT(narrow.error().detail, Catch::Contains("embedding"));
+}
+
+TEST_CASE("a BPE checkpoint without a template chats in ChatML and stops at the turn end") {
+  const BpeModel m = train_bpe(tokenizer_corpus(), 100);
+  auto tok = tokenizer_from_vocab(bpe_vocab(m, "gpt-2"));
+  REQUIRE(tok.ok());
+  const TokenId im_end = *(*tok)->special_id("<|im_end|>");
+  const auto expect = *encode_chat(**tok, ChatStyle::chatml, conversation());
+  const ModelConfig cfg = checkpoint_cfg((*tok)->vocab_size() + 64);  // a padded embedding
+  auto codec = PromptCodec::for_tokenizer(cfg, {std::move(*tok), ""});
+  REQUIRE(codec.ok());
+  const PromptCodec& c = **codec;
+  CHECK(c.chat_style() == ChatStyle::chatml);
+  CHECK(*c.chat(conversation(), std::nullopt) == expect);
+  CHECK(c.ends_generation(im_end));
+  CHECK(c.prompt("hi", std::nullopt)->size() == c.tokenizer().encode("hi", false)->size());  // no BOS
+  CHECK_FALSE(c.prompt("", std::nullopt).ok());
+
+  VocabMetadata bare = bpe_vocab(m, "gpt-2");  // no ChatML tokens, no template: completions only
+  bare.tokens.resize(bare.tokens.size() - 4);
+  bare.token_types.resize(bare.tokens.size());
+  bare.bos = bare.eos = std::nullopt;
+  auto plain = PromptCodec::for_tokenizer(checkpoint_cfg(4096), {fresh(bare), ""});
+  REQUIRE(plain.ok());
+  CHECK((*plain)->prompt("hello", std::nullopt).ok());
+  auto chat = (*plain)->chat(conversation(), std::nullopt);
+  REQUIRE_FALSE(chat.ok());
+  CHECK(chat.error().code == protocol::ErrorCode::config_error);
+}
+
+TEST_CASE("a GGUF checkpoint's codec comes from the checkpoint path") {
+  ScratchDir dir("codec_gguf");
+  VocabMetadata v = bpe_vocab(train_bpe(tokenizer_corpus(), 100), "llama-bpe");
+  v.chat_template = "{{ '<|im_start|>' + message['role'] }}";
+  const auto file = dir.path() / "model.gguf";
+  write_tokenizer_gguf(file, v);
+  auto cfg = read_checkpoint_config(file.string());
+  if (!cfg) FAIL(cfg.error().detail);
+  auto codec = PromptCodec::for_model(*cfg);
+  if (!codec) FAIL(codec.error().detail);
+  CHECK((*codec)->tokenizer().kind() == "bpe");
+  CHECK((*codec)->chat_style() == ChatStyle::chatml);
+  CHECK((*codec)->tokenizer().vocab_size() == v.tokens.size());
+  ModelConfig missing = *cfg;
+  missing.checkpoint = (dir.path() / "nowhere.gguf").string();
+  CHECK_FALSE(PromptCodec::for_model(missing).ok());
+}
+
+}  // namespace epd::model::test

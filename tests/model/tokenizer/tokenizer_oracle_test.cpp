@@ -1,0 +1,208 @@
+// epd's tokenizers against llama.cpp (node-llama-cpp's prebuilt CPU build, tests/http/node/tokenize.mjs):
+// a SentencePiece model trained by spm_train and a byte-level BPE learned here, each written into a GGUF
+// llama.cpp loads (pre-tokenizers "gpt-2" and "llama-bpe" for the BPE), and a few hundred probe strings —
+// ASCII, accents, CJK, emoji, whitespace runs, special-token spellings — tokenized with and without
+// special-token parsing. epd must give llama.cpp's ids for every string, both from the GGUF and from the
+// original tokenizer.model / tokenizer.json, and decode them to llama.cpp's text.
+#include <catch2/catch.hpp>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "epd/model/chat_template.hpp"
+#include "epd/model/tokenizer_load.hpp"
+#include "fixtures.hpp"
+
+namespace epd::model::test {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+std::string read_all(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), {}};
+}
+
+// llama.cpp's answer for every probe string.
+json llama_cpp_tokens(const fs::path& gguf, const fs::path& dir) {
+  const std::string node_dir = std::string(EPD_SOURCE_DIR) + "/tests/http/node";
+  if (!fs::exists(node_dir + "/node_modules/node-llama-cpp"))
+    FAIL("node-llama-cpp is not installed in " + node_dir + " (scripts/setup-deps runs npm ci there)");
+  std::ofstream(dir / "strings.json") << json{{"strings", probe_strings()}}.dump();
+  const fs::path out = dir / "tokens.json", err = dir / "node.err";
+  const std::string cmd = "timeout 120 node " + node_dir + "/tokenize.mjs --model " + gguf.string() +
+                          " --input " + (dir / "strings.json").string() + " --output " + out.string() + " >" +
+                          err.string() + " 2>&1";
+  const int rc = std::system(cmd.c_str());
+  if (rc != 0) FAIL("tokenize.mjs failed (" + std::to_string(rc) + "): " + read_all(err));
+  return json::parse(read_all(out));
+}
+
+std::vector<TokenId> ids(const Tokenizer& t, const std::string& s, bool special) {
+  auto r = t.encode(s, special);
+  REQUIRE(r.ok());
+  return *r;
+}
+
+// llama.cpp's detokenize of BPE vocabularies applies Hugging Face's clean_up_tokenization_spaces (" ." ->
+// ".", " ' " -> "'", " 's" " 'm" " 're" " 've" -> no space); epd decodes losslessly, token by token, as a
+// stream must. The rule, as llama.cpp applies it, turns epd's text into what llama.cpp prints.
+std::string clean_spaces(const std::string& in) {
+  std::string a;
+  for (size_t i = 0; i < in.size(); ++i) {
+    const char x = in[i];
+    if (i > 0 && in[i - 1] == ' ' && (x == '?' || x == '!' || x == '.' || x == ',')) a.pop_back();
+    a.push_back(x);
+  }
+  std::string b;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (i > 0 && a[i] == '\'' && i + 1 < a.size() && a[i - 1] == ' ' && a[i + 1] == ' ') {
+      b.pop_back();
+      b.push_back('\'');
+      ++i;  // the space after it goes too
+      continue;
+    }
+    b.push_back(a[i]);
+  }
+  std::string c;
+  for (size_t i = 0; i < b.size(); ++i) {
+    if (i > 0 && b[i - 1] == ' ' && b[i] == '\'' && i + 1 < b.size()) {
+      const char x1 = b[i + 1], x2 = i + 2 < b.size() ? b[i + 2] : '\0';
+      if (x1 == 's' || x1 == 'm' || (x1 == 'r' && x2 == 'e') || (x1 == 'v' && x2 == 'e')) c.pop_back();
+    }
+    c.push_back(b[i]);
+  }
+  return c;
+}
+
+// Every probe: the same ids with and without special-token parsing, and the same detokenized text.
+void agree(const Tokenizer& epd, const json& oracle, const char* source) {
+  const auto strings = probe_strings();
+  REQUIRE(oracle.at("results").size() == strings.size());
+  CHECK(epd.bos() == oracle.at("bos").get<TokenId>());
+  CHECK(epd.eos() == oracle.at("eos").get<TokenId>());
+  size_t equal = 0;
+  for (size_t i = 0; i < strings.size(); ++i) {
+    INFO(source << ": \"" << escape_text(strings[i]) << "\"");
+    const json& r = oracle["results"][i];
+    const auto plain = r.at("plain").get<std::vector<TokenId>>();
+    const auto special = r.at("special").get<std::vector<TokenId>>();
+    CHECK(ids(epd, strings[i], false) == plain);
+    CHECK(ids(epd, strings[i], true) == special);
+    const bool bpe = epd.kind() == "bpe";
+    const std::string text = decode(epd, plain), text_special = decode(epd, special, true);
+    // Lossless, except that SentencePiece gives the text after a split-out user-defined token its own
+    // dummy-prefix space (llama.cpp's rule too: "x<tool>y" comes back as "x<tool> y").
+    if (epd.kind() == "bpe" || strings[i].find("<tool>") == std::string::npos) CHECK(text == strings[i]);
+    CHECK((bpe ? clean_spaces(text) : text) == r.at("text").get<std::string>());
+    CHECK((bpe ? clean_spaces(text_special) : text_special) == r.at("text_special").get<std::string>());
+    equal += ids(epd, strings[i], false) == plain && ids(epd, strings[i], true) == special;
+  }
+  CHECK(equal == strings.size());
+  CHECK(strings.size() >= 250);
+}
+
+}  // namespace
+
+TEST_CASE("SentencePiece tokenization equals llama.cpp's") {
+  ScratchDir dir("tok_oracle_spm");
+  const fs::path model = train_sentencepiece(dir.path());
+  const fs::path gguf = dir.path() / "spm.gguf";
+  write_tokenizer_gguf(gguf, sentencepiece_vocab(model));
+  const json oracle = llama_cpp_tokens(gguf, dir.path());
+  auto from_gguf = load_tokenizer(gguf.string());
+  REQUIRE(from_gguf.ok());
+  agree(*from_gguf->tokenizer, oracle, "gguf");
+  auto from_model = load_sentencepiece(read_all(model));
+  REQUIRE(from_model.ok());
+  agree(**from_model, oracle, "tokenizer.model");
+}
+
+TEST_CASE("byte-level BPE tokenization equals llama.cpp's") {
+  ScratchDir dir("tok_oracle_bpe");
+  const BpeModel m = train_bpe(tokenizer_corpus(), 400);
+  for (const std::string pre : {"gpt-2", "llama-bpe"}) {
+    INFO("tokenizer.ggml.pre = " << pre);
+    const fs::path gguf = dir.path() / ("bpe-" + pre + ".gguf");
+    write_tokenizer_gguf(gguf, bpe_vocab(m, pre));
+    const json oracle = llama_cpp_tokens(gguf, dir.path());
+    auto from_gguf = load_tokenizer(gguf.string());
+    REQUIRE(from_gguf.ok());
+    agree(*from_gguf->tokenizer, oracle, "gguf");
+    // tokenizer.json names BOS/EOS in tokenizer_config.json, as Hugging Face directories do.
+    auto from_json = load_tokenizer_json(bpe_tokenizer_json(m, pre),
+                                         R"({"bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>"})");
+    REQUIRE(from_json.ok());
+    agree(**from_json, oracle, "tokenizer.json");
+  }
+}
+
+TEST_CASE("chat templates render as the checkpoints' Jinja templates do") {
+  // The three families' templates as checkpoints ship them (tests/model/tokenizer/templates/), rendered by
+  // Hugging Face's Jinja engine; epd never runs them but must produce the same text.
+  ScratchDir dir("tok_oracle_chat");
+  using Turns = std::vector<ChatTurn>;
+  const std::vector<Turns> conversations = {
+      {{"user", "Hello!", false}},
+      {{"system", "You are terse.", false}, {"user", "What is 2+2?", false}},
+      {{"system", "  padded system  ", false},
+       {"user", "  first\n", false},
+       {"assistant", " four ", false},
+       {"user", "caf\xC3\xA9 \xE6\x9D\xB1\xE4\xBA\xAC \xF0\x9F\x98\x80\n\nnext", false}},
+      {{"user", "a", false},
+       {"assistant", "b", false},
+       {"user", "c", false},
+       {"assistant", "d", false},
+       {"user", "e", false}},
+      {{"user", "two", false}, {"user", "users", false}},          // Llama-2 refuses
+      {{"user", "ends", false}, {"assistant", "with me", false}},  // Llama-2: no prompt for the assistant
+  };
+  const std::string node_dir = std::string(EPD_SOURCE_DIR) + "/tests/http/node";
+  for (auto [style, file, bos, eos] :
+       {std::tuple{ChatStyle::llama2, "llama2.jinja", "<s>", "</s>"},
+        std::tuple{ChatStyle::llama3, "llama3.jinja", "<|begin_of_text|>", "<|eot_id|>"},
+        std::tuple{ChatStyle::chatml, "chatml.jinja", "", "<|im_end|>"}}) {
+    INFO(file);
+    const std::string tmpl = read_all(fs::path(EPD_SOURCE_DIR) / "tests/model/tokenizer/templates" / file);
+    auto sniffed = pick_chat_style(tmpl, *make_byte_tokenizer());
+    REQUIRE(sniffed.ok());
+    CHECK(*sniffed == style);
+    json spec = {
+        {"template", tmpl}, {"bos_token", bos}, {"eos_token", eos}, {"conversations", json::array()}};
+    for (const Turns& c : conversations) {
+      json msgs = json::array();
+      for (const ChatTurn& t : c) msgs.push_back({{"role", t.role}, {"content", t.text}});
+      spec["conversations"].push_back(msgs);
+    }
+    std::ofstream(dir.path() / "spec.json") << spec.dump();
+    const fs::path out = dir.path() / "rendered.json", err = dir.path() / "node.err";
+    const std::string cmd = "timeout 60 node " + node_dir + "/render_chat.mjs --input " +
+                            (dir.path() / "spec.json").string() + " --output " + out.string() + " >" +
+                            err.string() + " 2>&1";
+    if (std::system(cmd.c_str()) != 0) FAIL("render_chat.mjs failed: " + read_all(err));
+    const json rendered = json::parse(read_all(out)).at("rendered");
+    REQUIRE(rendered.size() == conversations.size());
+    size_t compared = 0;
+    for (size_t i = 0; i < conversations.size(); ++i) {
+      INFO("conversation " << i);
+      auto epd = render_chat_text(style, conversations[i], bos, eos);
+      const json& jinja = rendered[i];
+      if (jinja.is_object()) {  // the template raised: epd refuses too
+        CHECK_FALSE(epd.ok());
+        continue;
+      }
+      // Llama-2's template renders a conversation that ends with the assistant; epd refuses it (nothing
+      // would prompt the answer), which the oracle cannot say.
+      if (style == ChatStyle::llama2 && conversations[i].back().role == "assistant") {
+        CHECK_FALSE(epd.ok());
+        continue;
+      }
+      REQUIRE(epd.ok());
+      CHECK(*epd == jinja.get<std::string>());
+      ++compared;
+    }
+    CHECK(compared >= 4);
+  }
+}
+
+}  // namespace epd::model::test
