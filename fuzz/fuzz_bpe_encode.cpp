@@ -32,10 +32,19 @@ std::string quoted(const std::string& s) {
 std::unique_ptr<Tokenizer> make(bool llama3) {
   using detail::byte_char;
   std::string vocab;
-  for (int b = 0; b < 256; ++b) vocab += quoted(byte_char(static_cast<unsigned char>(b))) + ":" + std::to_string(b) + ",";
-  const std::vector<std::pair<std::string, std::string>> merges = {
-      {byte_char(' '), "t"}, {"h", "e"}, {byte_char(' ') + "t", "he"}, {"i", "n"}, {"a", "n"}, {"e", "r"},
-      {byte_char(' '), "a"}, {"o", "n"}, {byte_char(0xE6), byte_char(0x9D)}, {"1", "2"}, {"12", "3"}};
+  for (int b = 0; b < 256; ++b)
+    vocab += quoted(byte_char(static_cast<unsigned char>(b))) + ":" + std::to_string(b) + ",";
+  const std::vector<std::pair<std::string, std::string>> merges = {{byte_char(' '), "t"},
+                                                                   {"h", "e"},
+                                                                   {byte_char(' ') + "t", "he"},
+                                                                   {"i", "n"},
+                                                                   {"a", "n"},
+                                                                   {"e", "r"},
+                                                                   {byte_char(' '), "a"},
+                                                                   {"o", "n"},
+                                                                   {byte_char(0xE6), byte_char(0x9D)},
+                                                                   {"1", "2"},
+                                                                   {"12", "3"}};
   std::string m;
   int id = 256;
   for (const auto& [a, b] : merges) {
@@ -48,8 +57,9 @@ std::unique_ptr<Tokenizer> make(bool llama3) {
                             R"(,"content":"<|im_start|>","special":true},{"id":)" + std::to_string(id + 1) +
                             R"(,"content":"<tool>","special":false}],)";
   const std::string pre =
-      llama3 ? R"({"type":"Sequence","pretokenizers":[{"type":"Split","pattern":{"Regex":"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"},"behavior":"Isolated"},{"type":"ByteLevel","use_regex":false}]})"
-             : R"({"type":"ByteLevel","use_regex":true})";
+      llama3
+          ? R"({"type":"Sequence","pretokenizers":[{"type":"Split","pattern":{"Regex":"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"},"behavior":"Isolated"},{"type":"ByteLevel","use_regex":false}]})"
+          : R"({"type":"ByteLevel","use_regex":true})";
   auto t = load_tokenizer_json(R"({"pre_tokenizer":)" + pre + "," + added +
                                    R"("model":{"type":"BPE","ignore_merges":)" + (llama3 ? "true" : "false") +
                                    R"(,"vocab":{)" + vocab + R"(},"merges":[)" + m + "]}}",

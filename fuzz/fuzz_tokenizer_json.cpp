@@ -30,7 +30,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FUZZ_CHECK(t.vocab_size() >= 1 && t.vocab_size() <= kMaxVocabSize);
   if (t.bos()) FUZZ_CHECK(*t.bos() < t.vocab_size());
   if (t.eos()) FUZZ_CHECK(*t.eos() < t.vocab_size());
-  for (std::string_view probe : {"hello world", "  caf\xC3\xA9 \xE6\x9D\xB1\xE4\xBA\xAC 42\n", "<|im_start|>x"}) {
+  for (std::string_view probe :
+       {"hello world", "  caf\xC3\xA9 \xE6\x9D\xB1\xE4\xBA\xAC 42\n", "<|im_start|>x"}) {
     for (bool special : {false, true}) {
       auto ids = t.encode(probe, special);
       if (!ids) {
