@@ -15,12 +15,15 @@
 #include "epd/model/llama.hpp"
 #include "kernels.hpp"
 #include "llama_weights.hpp"
+#include "paged_attention.hpp"
 #include "thread_pool.hpp"
 
 namespace epd::model {
 namespace {
 
 namespace k = kernels;
+using detail::check_pages;
+using detail::RowTarget;
 using protocol::ErrorCode;
 using protocol::make_error;
 
@@ -28,35 +31,12 @@ protocol::Error invalid(std::string detail) {
   return make_error(ErrorCode::invalid_request, std::move(detail));
 }
 
-protocol::Status check_pages(const KvLayout& l, std::span<const PageId> pages, uint64_t end) {
-  const uint64_t need = pages_for(l, end);
-  if (need > pages.size())
-    return invalid("sequence needs " + std::to_string(need) + " KV pages, page table has " +
-                   std::to_string(pages.size()));
-  for (uint64_t i = 0; i < need; ++i)
-    if (pages[i] >= l.num_pages)
-      return invalid("KV page index " + std::to_string(pages[i]) + " outside pool of " +
-                     std::to_string(l.num_pages) + " pages");
-  return {};
-}
-
-struct RowTarget {
-  std::span<const PageId> pages;
-  uint32_t pos;
-};
-
-// Per-thread attention scratch.
-struct Scratch {
-  std::vector<float> scores, conv;
-};
-
 class LlamaModel final : public LlamaRunner {
  public:
   LlamaModel(const ModelConfig& cfg, LlamaWeights w)
-      : cfg_(cfg), w_(std::move(w)), threads_(cfg.threads), scratch_(cfg.threads) {
+      : cfg_(cfg), w_(std::move(w)), threads_(cfg.threads), scratch_(cfg.threads), rope_(cfg) {
     // Our threads split the work; each sgemm call is single-threaded.
     openblas_set_num_threads(1);
-    build_rope_table();
   }
 
   const ModelConfig& config() const override { return cfg_; }
@@ -124,19 +104,6 @@ class LlamaModel final : public LlamaRunner {
   }
 
  private:
-  void build_rope_table() {
-    const size_t half = cfg_.head_dim / 2;
-    rope_cos_.resize(size_t{cfg_.max_seq} * half);
-    rope_sin_.resize(size_t{cfg_.max_seq} * half);
-    for (size_t pos = 0; pos < cfg_.max_seq; ++pos)
-      for (size_t i = 0; i < half; ++i) {
-        const double freq = std::pow(double{cfg_.rope_theta}, -2.0 * double(i) / double(cfg_.head_dim));
-        const double a = double(pos) * freq;
-        rope_cos_[pos * half + i] = static_cast<float>(std::cos(a));
-        rope_sin_[pos * half + i] = static_cast<float>(std::sin(a));
-      }
-  }
-
   // y (rows x out) = x (rows x in) * w^T, w out x in. Prefill: sgemm per thread's column block; decode: the
   // fixed-order kernel.
   void matmul(const float* x, size_t rows, size_t in, const std::vector<float>& w, size_t out, float* y,
@@ -154,7 +121,7 @@ class LlamaModel final : public LlamaRunner {
 
   void forward(const KvPool& pool, size_t n, bool prefill) {
     const size_t d = cfg_.d_model, hd = cfg_.head_dim, q_dim = size_t{cfg_.heads} * hd,
-                 kv_dim = size_t{cfg_.kv_heads} * hd, half = hd / 2, f = cfg_.ffn;
+                 kv_dim = size_t{cfg_.kv_heads} * hd, f = cfg_.ffn;
     const KvView kv(pool);
     h_.resize(n * d);
     q_.resize(n * q_dim);
@@ -163,8 +130,6 @@ class LlamaModel final : public LlamaRunner {
     attn_.resize(n * q_dim);
     gate_.resize(n * f);
     proj_.resize(n * d);
-    const float q_scale = 1.0f / std::sqrt(static_cast<float>(hd));
-    const uint32_t ps = pool.layout.page_size;
 
     for (uint32_t layer = 0; layer < cfg_.layers; ++layer) {
       const LlamaLayer& b = w_.layers[layer];
@@ -178,25 +143,14 @@ class LlamaModel final : public LlamaRunner {
         std::memcpy(&k_[r * kv_dim], row + q_dim, kv_dim * sizeof(float));
         std::memcpy(&v_[r * kv_dim], row + q_dim + kv_dim, kv_dim * sizeof(float));
       }
-      for (size_t r = 0; r < n; ++r) {
-        const uint32_t pos = targets_[r].pos;
-        const float* c = &rope_cos_[pos * half];
-        const float* s = &rope_sin_[pos * half];
-        for (uint32_t hq = 0; hq < cfg_.heads; ++hq) {
-          float* qh = &q_[r * q_dim + hq * hd];
-          k::rope(qh, c, s, hd);
-          for (size_t i = 0; i < hd; ++i) qh[i] *= q_scale;
-        }
-        for (uint32_t hk = 0; hk < cfg_.kv_heads; ++hk) k::rope(&k_[r * kv_dim + hk * hd], c, s, hd);
-        const PageId page = targets_[r].pages[pos / ps];
-        kv.store(layer, 0, page, pos % ps, &k_[r * kv_dim]);
-        kv.store(layer, 1, page, pos % ps, &v_[r * kv_dim]);
-      }
+      for (size_t r = 0; r < n; ++r)
+        detail::rope_and_store(cfg_, rope_, kv, layer, targets_[r], &q_[r * q_dim], &k_[r * kv_dim],
+                               &v_[r * kv_dim]);
       threads_.run(n * cfg_.kv_heads, [&](size_t b0, size_t e0, unsigned t) {
         for (size_t i = b0; i < e0; ++i) {
           const size_t r = i / cfg_.kv_heads;
-          attend(kv, layer, targets_[r], static_cast<uint32_t>(i % cfg_.kv_heads), &q_[r * q_dim],
-                 &attn_[r * q_dim], scratch_[t]);
+          detail::attend_group(cfg_, kv, layer, targets_[r], static_cast<uint32_t>(i % cfg_.kv_heads),
+                               &q_[r * q_dim], &attn_[r * q_dim], scratch_[t]);
         }
       });
       matmul(attn_.data(), n, q_dim, b.wo, d, proj_.data(), prefill);
@@ -217,37 +171,6 @@ class LlamaModel final : public LlamaRunner {
     }
   }
 
-  // Causal attention of one row's query heads of kv head g over positions [0, pos], read from the pool.
-  void attend(const KvView& kv, uint32_t layer, const RowTarget& t, uint32_t g, const float* q, float* out,
-              Scratch& sc) {
-    const size_t hd = cfg_.head_dim, len = size_t{t.pos} + 1, group = cfg_.heads / cfg_.kv_heads;
-    const uint32_t ps = kv.layout().page_size;
-    sc.scores.resize(group * len);
-    sc.conv.resize(hd);
-    float* scores = sc.scores.data();
-    const float* qg = q + size_t{g} * group * hd;
-    for (size_t p = 0; p < len; ++p) {
-      const float* kp = kv.load(layer, 0, t.pages[p / ps], p % ps, g, sc.conv.data());
-      for (size_t j = 0; j < group; ++j) scores[j * len + p] = k::dot(qg + j * hd, kp, hd);
-    }
-    float* og = out + size_t{g} * group * hd;
-    std::fill(og, og + group * hd, 0.0f);
-    for (size_t j = 0; j < group; ++j) {
-      float* s = &scores[j * len];
-      float m = s[0];
-      for (size_t p = 1; p < len; ++p) m = std::max(m, s[p]);
-      for (size_t p = 0; p < len; ++p) s[p] = k::exp_det(s[p] - m);
-    }
-    for (size_t p = 0; p < len; ++p) {
-      const float* vp = kv.load(layer, 1, t.pages[p / ps], p % ps, g, sc.conv.data());
-      for (size_t j = 0; j < group; ++j) k::axpy(scores[j * len + p], vp, og + j * hd, hd);
-    }
-    for (size_t j = 0; j < group; ++j) {
-      const float inv = 1.0f / k::sum(&scores[j * len], len);
-      for (size_t i = 0; i < hd; ++i) og[j * hd + i] *= inv;
-    }
-  }
-
   // LM head over `rows` final hidden states (the fixed-order kernel, so logits never depend on the batch).
   void compute_logits(const float* h, size_t rows) {
     const std::vector<float>& head = w_.lm_head.empty() ? w_.tok_emb : w_.lm_head;
@@ -258,9 +181,9 @@ class LlamaModel final : public LlamaRunner {
   ModelConfig cfg_;
   LlamaWeights w_;
   ThreadPool threads_;
-  std::vector<Scratch> scratch_;
+  std::vector<detail::AttentionScratch> scratch_;
   bool keep_all_ = false;
-  std::vector<float> rope_cos_, rope_sin_;
+  detail::RopeTable rope_;
   std::vector<RowTarget> targets_;
   std::vector<float> x_, h_, q_, k_, v_, attn_, gate_, fused_, proj_, logits_;
 };

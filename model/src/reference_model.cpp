@@ -5,12 +5,15 @@
 
 #include "epd/model/runner.hpp"
 #include "kernels.hpp"
+#include "paged_attention.hpp"
 #include "weights.hpp"
 
 namespace epd::model {
 namespace {
 
 namespace k = kernels;
+using detail::check_pages;
+using detail::RowTarget;
 using protocol::ErrorCode;
 using protocol::make_error;
 
@@ -18,28 +21,9 @@ protocol::Error invalid(std::string detail) {
   return make_error(ErrorCode::invalid_request, std::move(detail));
 }
 
-// Where one LM input row goes: its sequence's page table and its position.
-struct RowTarget {
-  std::span<const PageId> pages;
-  uint32_t pos;
-};
-
-// Pages cover [0, end) and every page index is inside the pool.
-protocol::Status check_pages(const KvLayout& l, std::span<const PageId> pages, uint64_t end) {
-  const uint64_t need = pages_for(l, end);
-  if (need > pages.size())
-    return invalid("sequence needs " + std::to_string(need) + " KV pages, page table has " +
-                   std::to_string(pages.size()));
-  for (uint64_t i = 0; i < need; ++i)
-    if (pages[i] >= l.num_pages)
-      return invalid("KV page index " + std::to_string(pages[i]) + " outside pool of " +
-                     std::to_string(l.num_pages) + " pages");
-  return {};
-}
-
 class ReferenceModel final : public ModelRunner {
  public:
-  explicit ReferenceModel(const ModelConfig& cfg) : cfg_(cfg), w_(make_weights(cfg)) { build_rope_table(); }
+  explicit ReferenceModel(const ModelConfig& cfg) : cfg_(cfg), w_(make_weights(cfg)), rope_(cfg) {}
 
   const ModelConfig& config() const override { return cfg_; }
 
@@ -144,26 +128,12 @@ class ReferenceModel final : public ModelRunner {
   }
 
  private:
-  void build_rope_table() {
-    const size_t half = cfg_.head_dim / 2;
-    rope_cos_.resize(size_t{cfg_.max_seq} * half);
-    rope_sin_.resize(size_t{cfg_.max_seq} * half);
-    // Computed once in double and rounded to float; only these tables touch libm trigonometry.
-    for (size_t pos = 0; pos < cfg_.max_seq; ++pos)
-      for (size_t i = 0; i < half; ++i) {
-        const double freq = std::pow(double{cfg_.rope_theta}, -2.0 * double(i) / double(cfg_.head_dim));
-        const double a = double(pos) * freq;
-        rope_cos_[pos * half + i] = static_cast<float>(std::cos(a));
-        rope_sin_[pos * half + i] = static_cast<float>(std::sin(a));
-      }
-  }
-
   // Runs the LM over the n rows in x_ (inputs at targets_), writing each row's K/V into its pages before
   // attention. Leaves the final hidden states in x_. Every row is computed with the same sequence of
   // operations whatever n is: that is what makes chunked prefill and batched decode bit-exact.
   void forward(const KvPool& pool, size_t n) {
     const size_t d = cfg_.d_model, hd = cfg_.head_dim, q_dim = size_t{cfg_.heads} * hd,
-                 kv_dim = size_t{cfg_.kv_heads} * hd, half = hd / 2;
+                 kv_dim = size_t{cfg_.kv_heads} * hd;
     const KvView kv(pool);
     h_.resize(n * d);
     q_.resize(n * q_dim);
@@ -173,8 +143,6 @@ class ReferenceModel final : public ModelRunner {
     gate_.resize(n * cfg_.ffn);
     up_.resize(n * cfg_.ffn);
     proj_.resize(n * d);
-    const float q_scale = 1.0f / std::sqrt(static_cast<float>(hd));
-    const uint32_t ps = pool.layout.page_size;  // the pool's, which may differ from cfg_.page_size
 
     for (uint32_t layer = 0; layer < cfg_.layers; ++layer) {
       const BlockWeights& b = w_.blocks[layer];
@@ -182,20 +150,9 @@ class ReferenceModel final : public ModelRunner {
       k::matmul(h_.data(), n, d, b.wq.data(), q_dim, q_.data());
       k::matmul(h_.data(), n, d, b.wk.data(), kv_dim, k_.data());
       k::matmul(h_.data(), n, d, b.wv.data(), kv_dim, v_.data());
-      for (size_t r = 0; r < n; ++r) {
-        const uint32_t pos = targets_[r].pos;
-        const float* c = &rope_cos_[pos * half];
-        const float* s = &rope_sin_[pos * half];
-        for (uint32_t hq = 0; hq < cfg_.heads; ++hq) {
-          float* qh = &q_[r * q_dim + hq * hd];
-          k::rope(qh, c, s, hd);
-          for (size_t i = 0; i < hd; ++i) qh[i] *= q_scale;
-        }
-        for (uint32_t hk = 0; hk < cfg_.kv_heads; ++hk) k::rope(&k_[r * kv_dim + hk * hd], c, s, hd);
-        const PageId page = targets_[r].pages[pos / ps];
-        kv.store(layer, 0, page, pos % ps, &k_[r * kv_dim]);
-        kv.store(layer, 1, page, pos % ps, &v_[r * kv_dim]);
-      }
+      for (size_t r = 0; r < n; ++r)
+        detail::rope_and_store(cfg_, rope_, kv, layer, targets_[r], &q_[r * q_dim], &k_[r * kv_dim],
+                               &v_[r * kv_dim]);
       for (size_t r = 0; r < n; ++r) attend(kv, layer, targets_[r], &q_[r * q_dim], &attn_[r * q_dim]);
       k::matmul(attn_.data(), n, q_dim, b.wo.data(), d, proj_.data());
       for (size_t i = 0; i < n * d; ++i) x_[i] += proj_[i];
@@ -211,33 +168,8 @@ class ReferenceModel final : public ModelRunner {
   // Each K/V vector is loaded once per kv head and used by all query heads of its group; per query head
   // the operations (dot per position, max, exp, fixed-order sum, axpy in position order) never change.
   void attend(const KvView& kv, uint32_t layer, const RowTarget& t, const float* q, float* out) {
-    const size_t hd = cfg_.head_dim, len = size_t{t.pos} + 1, group = cfg_.heads / cfg_.kv_heads;
-    const uint32_t ps = kv.layout().page_size;
-    scores_.resize(group * len);
-    conv_.resize(hd);
-    for (uint32_t g = 0; g < cfg_.kv_heads; ++g) {
-      const float* qg = q + size_t{g} * group * hd;
-      for (size_t p = 0; p < len; ++p) {
-        const float* kp = kv.load(layer, 0, t.pages[p / ps], p % ps, g, conv_.data());
-        for (size_t j = 0; j < group; ++j) scores_[j * len + p] = k::dot(qg + j * hd, kp, hd);
-      }
-      float* og = out + size_t{g} * group * hd;
-      std::fill(og, og + group * hd, 0.0f);
-      for (size_t j = 0; j < group; ++j) {
-        float* s = &scores_[j * len];
-        float m = s[0];
-        for (size_t p = 1; p < len; ++p) m = std::max(m, s[p]);
-        for (size_t p = 0; p < len; ++p) s[p] = k::exp_det(s[p] - m);
-      }
-      for (size_t p = 0; p < len; ++p) {
-        const float* vp = kv.load(layer, 1, t.pages[p / ps], p % ps, g, conv_.data());
-        for (size_t j = 0; j < group; ++j) k::axpy(scores_[j * len + p], vp, og + j * hd, hd);
-      }
-      for (size_t j = 0; j < group; ++j) {
-        const float inv = 1.0f / k::sum(&scores_[j * len], len);
-        for (size_t i = 0; i < hd; ++i) og[j * hd + i] *= inv;
-      }
-    }
+    for (uint32_t g = 0; g < cfg_.kv_heads; ++g)
+      detail::attend_group(cfg_, kv, layer, t, g, q, out, scratch_);
   }
 
   // x += W_down(silu(W_gate h) * W_up h), h = rmsnorm(x)
@@ -299,10 +231,11 @@ class ReferenceModel final : public ModelRunner {
 
   ModelConfig cfg_;
   Weights w_;
-  std::vector<float> rope_cos_, rope_sin_;
+  detail::RopeTable rope_;
+  detail::AttentionScratch scratch_;
   // Scratch only: nothing here survives a call or describes a sequence.
   std::vector<RowTarget> targets_;
-  std::vector<float> x_, h_, q_, k_, v_, attn_, gate_, up_, proj_, scores_, conv_, logits_;
+  std::vector<float> x_, h_, q_, k_, v_, attn_, gate_, up_, proj_, scores_, logits_;
 };
 
 }  // namespace

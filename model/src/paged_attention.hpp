@@ -1,0 +1,52 @@
+#pragma once
+// The pieces of a decoder layer that both runners (the seeded reference model and the Llama-family runner)
+// compute the same way: the RoPE table, rotating one row's Q/K and storing its K/V into its page, and causal
+// attention of one KV head's query group over the paged cache. One implementation keeps their arithmetic
+// (and so their bits, kernels.hpp) identical.
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "epd/model/config.hpp"
+#include "epd/model/kv_cache.hpp"
+#include "epd/protocol/result.hpp"
+
+namespace epd::model::detail {
+
+// Where one LM input row goes: its sequence's page table and its position.
+struct RowTarget {
+  std::span<const PageId> pages;
+  uint32_t pos;
+};
+
+// invalid_request unless the pages cover positions [0, end) and every page index is inside the pool.
+protocol::Status check_pages(const KvLayout& layout, std::span<const PageId> pages, uint64_t end);
+
+// cos/sin of every (position, pair) for cfg.max_seq positions; computed once in double and rounded to float,
+// so only this table touches libm trigonometry.
+class RopeTable {
+ public:
+  explicit RopeTable(const ModelConfig& cfg);
+  const float* cos(uint32_t pos) const { return &cos_[size_t{pos} * half_]; }
+  const float* sin(uint32_t pos) const { return &sin_[size_t{pos} * half_]; }
+
+ private:
+  size_t half_;
+  std::vector<float> cos_, sin_;
+};
+
+// Rotates the row's query heads (and scales them by 1/sqrt(head_dim)) and its KV heads at the row's
+// position, then stores K and V into the row's page of `layer`.
+void rope_and_store(const ModelConfig& cfg, const RopeTable& rope, const KvView& kv, uint32_t layer,
+                    const RowTarget& row, float* q, float* k, const float* v);
+
+struct AttentionScratch {
+  std::vector<float> scores, conv;
+};
+
+// Causal attention of KV head g's query group (heads / kv_heads query heads of `q`) over positions
+// [0, row.pos], read from the pool; writes that group's heads of `out`.
+void attend_group(const ModelConfig& cfg, const KvView& kv, uint32_t layer, const RowTarget& row, uint32_t g,
+                  const float* q, float* out, AttentionScratch& scratch);
+
+}  // namespace epd::model::detail
