@@ -17,6 +17,7 @@
 #include <sstream>
 
 #include "cluster.hpp"
+#include "epd/actors/role_support.hpp"
 #include "epd/config/cluster_config.hpp"
 #include "epd/http/base64.hpp"
 #include "epd/model/config.hpp"
@@ -204,8 +205,7 @@ int run_cache(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", cfg.error().detail.c_str());
     return 2;
   }
-  auto model_cfg = cfg->model.path.empty() ? model::preset(cfg->model.preset)
-                                           : model::load_model_config(cfg->model.path.string());
+  auto model_cfg = actors::model_for(*cfg);
   if (!model_cfg) {
     std::fprintf(stderr, "model: %s\n", model_cfg.error().detail.c_str());
     return 2;

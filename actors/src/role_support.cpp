@@ -3,8 +3,16 @@
 #include <spdlog/spdlog.h>
 
 #include "epd/model/kv_cache.hpp"
+#include "epd/model/llama.hpp"
 
 namespace epd::actors {
+
+protocol::Result<model::ModelConfig> model_for(const config::ClusterConfig& cfg) {
+  if (cfg.model.path.empty()) return model::preset(cfg.model.preset);
+  auto m = model::load_model_path(cfg.model.path.string());
+  if (m) m->threads = cfg.model.threads;
+  return m;
+}
 
 protocol::Result<protocol::KvLayout> kv_layout_setting(const config::Settings& s, const model::ModelConfig& m,
                                                        uint32_t num_pages) {

@@ -9,9 +9,8 @@
 #include "epd/actors/membership.hpp"
 #include "epd/actors/process_metrics.hpp"
 #include "epd/actors/role_registry.hpp"
+#include "epd/actors/role_support.hpp"
 #include "epd/http/metrics_endpoint.hpp"
-#include "epd/model/config.hpp"
-#include "epd/model/llama.hpp"
 #include "registry.hpp"
 
 namespace epd::actors {
@@ -29,13 +28,6 @@ void raise_open_file_limit() {
 int fail(const std::string& what) {
   spdlog::critical("{}", what);
   return 2;
-}
-
-protocol::Result<model::ModelConfig> load_model(const config::ClusterConfig& cfg) {
-  if (cfg.model.path.empty()) return model::preset(cfg.model.preset);
-  auto m = model::load_model_path(cfg.model.path.string());
-  if (m) m->threads = cfg.model.threads;
-  return m;
 }
 
 // [security] metrics_*: the scrape keys are read now (a missing or open file stops the start, naming it);
@@ -79,7 +71,7 @@ int run_role(int argc, char** argv, const char* fixed_role) {
     std::vector<std::string_view> keys = spec->settings;
     if (auto st = inst->settings.only_keys(keys); !st) return fail(st.error().detail);
   }
-  auto model = load_model(*cfg);
+  auto model = model_for(*cfg);
   if (!model) return fail("model: " + model.error().detail);
 
   // Signals are taken by sigwait below; block them before any thread starts so none of them gets one.

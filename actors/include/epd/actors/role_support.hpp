@@ -8,6 +8,7 @@
 #include <string>
 
 #include "epd/actors/bridge.hpp"
+#include "epd/config/cluster_config.hpp"
 #include "epd/config/settings.hpp"
 #include "epd/model/config.hpp"
 #include "epd/model/sampling.hpp"
@@ -16,6 +17,10 @@
 #include "epd/transport/engine.hpp"
 
 namespace epd::actors {
+
+// The model a cluster config names: `[model] path` (a checkpoint directory, a .gguf or a model TOML) with
+// its thread count, or else the preset. Every process of the cluster and epd-bench read it the same way.
+protocol::Result<model::ModelConfig> model_for(const config::ClusterConfig& cfg);
 
 // The KV pool layout keys prefill and decode share (docs/staging.md): kv_page_size (default: the model's),
 // kv_dtype (f32 | f16 | bf16), kv_order (token_head_dim | head_token_dim).
