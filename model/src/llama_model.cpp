@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "blas_core.hpp"
 #include "epd/model/llama.hpp"
 #include "kernels.hpp"
 #include "llama_weights.hpp"
@@ -35,7 +36,8 @@ class LlamaModel final : public LlamaRunner {
  public:
   LlamaModel(const ModelConfig& cfg, LlamaWeights w)
       : cfg_(cfg), w_(std::move(w)), threads_(cfg.threads), scratch_(cfg.threads), rope_(cfg) {
-    // Our threads split the work; each sgemm call is single-threaded.
+    // Our threads split the work; each sgemm call is single-threaded, with this CPU's kernels.
+    detail::select_blas_core();
     openblas_set_num_threads(1);
   }
 
@@ -196,6 +198,10 @@ protocol::Result<std::unique_ptr<LlamaRunner>> make_llama_runner(const ModelConf
   auto w = load_llama_weights(cfg);
   if (!w) return w.error();
   return std::unique_ptr<LlamaRunner>(std::make_unique<LlamaModel>(cfg, std::move(*w)));
+}
+
+std::string prefill_blas_core() {
+  return detail::select_blas_core();
 }
 
 protocol::Result<std::unique_ptr<ModelRunner>> make_runner(const ModelConfig& cfg) {
