@@ -351,3 +351,17 @@ TEST_CASE("epd-run serves a checkpoint by token ids and by text as the in-proces
   CHECK(no_tokenizer.first == 2);
   CHECK_THAT(no_tokenizer.second, Catch::Contains("no tokenizer.model or tokenizer.json"));
 }
+
+TEST_CASE("a checkpoint runner's prefill uses the CPU's vector kernels of OpenBLAS") {
+  TempDir dir;
+  auto paths = write_llama_checkpoint(CheckpointSpec{}, dir.path);
+  REQUIRE(paths.ok());
+  auto r = load(paths->gguf);  // the runner selects the core before its first sgemm
+  const std::string core = prefill_blas_core();
+  INFO("OpenBLAS core " << core);
+  __builtin_cpu_init();
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  // Never the generic SSE3 kernels on a CPU with AVX2 (unless the user forced them).
+  if (std::getenv("OPENBLAS_CORETYPE") == nullptr && avx2) CHECK(core != "Prescott");
+  CHECK_FALSE(core.empty());
+}
