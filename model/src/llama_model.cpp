@@ -28,6 +28,10 @@ using detail::RowTarget;
 using protocol::ErrorCode;
 using protocol::make_error;
 
+// Output columns per prefill sgemm call: a multiple of the AVX-512 width that divides SmolLM2-135M's
+// projection widths (576, 960, 3072); other widths end with one narrower block.
+constexpr size_t kSgemmCols = 96;
+
 protocol::Error invalid(std::string detail) {
   return make_error(ErrorCode::invalid_request, std::move(detail));
 }
@@ -110,14 +114,22 @@ class LlamaModel final : public LlamaRunner {
   // fixed-order kernel.
   void matmul(const float* x, size_t rows, size_t in, const std::vector<float>& w, size_t out, float* y,
               bool prefill) {
-    threads_.run(out, [&](size_t b, size_t e, unsigned) {
-      if (b == e) return;
-      if (prefill)
+    if (!prefill) {
+      threads_.run(out, [&](size_t b, size_t e, unsigned) {
+        if (b != e) k::matmul_cols(x, rows, in, w.data(), b, e, y, out);
+      });
+      return;
+    }
+    // sgemm over fixed blocks of columns, whatever the thread count: OpenBLAS's vector kernels sum in an
+    // order that depends on the call's shape, so the same blocks keep prefill bit-exact across thread counts.
+    const size_t blocks = (out + kSgemmCols - 1) / kSgemmCols;
+    threads_.run(blocks, [&](size_t b0, size_t e0, unsigned) {
+      for (size_t blk = b0; blk < e0; ++blk) {
+        const size_t b = blk * kSgemmCols, e = std::min(out, b + kSgemmCols);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(rows), static_cast<int>(e - b),
                     static_cast<int>(in), 1.0f, x, static_cast<int>(in), w.data() + b * in,
                     static_cast<int>(in), 0.0f, y + b, static_cast<int>(out));
-      else
-        k::matmul_cols(x, rows, in, w.data(), b, e, y, out);
+      }
     });
   }
 
