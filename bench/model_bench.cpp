@@ -144,10 +144,10 @@ bool bench_model(const std::string& name, const std::string& checkpoint, uint32_
   const double flops = matmul_flops_per_token(*cfg);
   if (!checkpoint.empty()) {
     std::printf(
-        "epd       %s (%u threads) | prefill %7.1f tok/s (%5.1f GFLOP/s, %u-token prompt) | decode b1 %6.1f "
-        "tok/s  b8 %6.1f tok/s (%.2fx b1)\n",
-        cfg->name.c_str(), threads, f.prefill_tps, f.prefill_tps * flops / 1e9, prompt_len, f.decode1_tps,
-        f.decode8_tps, f.decode8_tps / f.decode1_tps);
+        "epd       %s (%u threads, OpenBLAS %s) | prefill %7.1f tok/s (%5.1f GFLOP/s, %u-token prompt) | "
+        "decode b1 %6.1f tok/s  b8 %6.1f tok/s (%.2fx b1)\n",
+        cfg->name.c_str(), threads, m::prefill_blas_core().c_str(), f.prefill_tps,
+        f.prefill_tps * flops / 1e9, prompt_len, f.decode1_tps, f.decode8_tps, f.decode8_tps / f.decode1_tps);
     return true;
   }
   std::printf(

@@ -8,14 +8,15 @@
 #include "epd/model/generate.hpp"
 #include "epd/model/image_codec.hpp"
 #include "epd/model/llama.hpp"
+#include "epd/model/prompt_codec.hpp"
 
 namespace m = epd::model;
 
 int main(int argc, char** argv) {
   CLI::App app{"epd-run: colocated encode + prefill + decode with the reference model or a checkpoint"};
-  std::string model_file, preset_name = "tiny", prompt, image_file, prompt_tokens;
+  std::string model_file, preset_name = "tiny", prompt, image_file, prompt_tokens, system;
   uint32_t max_tokens = 16, chunk = 0, threads = 1;
-  bool json = false;
+  bool json = false, chat = false;
   uint32_t decode_page_size = 0;
   std::string decode_dtype, decode_order;
   m::SamplingParams sampling;
@@ -23,9 +24,12 @@ int main(int argc, char** argv) {
       "--model", model_file,
       "model config TOML file, or a Llama-family checkpoint: Hugging Face directory, .gguf or .safetensors");
   app.add_option("--preset", preset_name, "built-in model: tiny | bench")->excludes(model_opt);
-  auto* text_opt = app.add_option("--prompt", prompt, "prompt text (the reference model's byte tokenizer)");
+  auto* text_opt = app.add_option("--prompt", prompt, "prompt text (tokenized by the model's tokenizer)");
   app.add_option("--prompt-tokens", prompt_tokens, "prompt as token ids, comma-separated (checkpoints)")
       ->excludes(text_opt);
+  auto* chat_opt = app.add_flag("--chat", chat, "the prompt is a user message, in the model's chat template")
+                       ->needs(text_opt);
+  app.add_option("--system", system, "a system message before the user's (with --chat)")->needs(chat_opt);
   app.add_option("--threads", threads, "compute threads of a checkpoint runner")->check(CLI::Range(1u, 256u));
   app.add_option("--image", image_file, "image file: PNG, JPEG or binary PPM (P6)");
   app.add_option("--max-tokens", max_tokens, "tokens to generate (including the first)");
@@ -97,11 +101,6 @@ int main(int argc, char** argv) {
     std::cerr << "epd-run: give --prompt or --prompt-tokens\n";
     return 2;
   }
-  if (!cfg->checkpoint.empty() && text_opt->count() > 0) {
-    std::cerr
-        << "epd-run: checkpoint models take --prompt-tokens (no text tokenizer is wired for them yet)\n";
-    return 2;
-  }
   std::optional<m::Image> image;
   if (!image_file.empty()) {
     auto img = m::read_image_file(image_file, m::max_rgb_bytes_for(*cfg));
@@ -121,12 +120,48 @@ int main(int argc, char** argv) {
   opts.chunk = chunk;
   opts.decode_kv = decode_kv;
   opts.sampling = sampling;
+  std::vector<m::ChatTurn> turns;
+  if (!system.empty()) turns.push_back({"system", system, false});
+  turns.push_back({"user", prompt, image.has_value()});
+
+  // A checkpoint's text goes through its tokenizer and generation ends at its end tokens, as the router
+  // does it. Token ids need no tokenizer: without one the answer runs to max_tokens and has no text.
+  std::shared_ptr<const m::PromptCodec> codec;
+  if (!cfg->checkpoint.empty()) {
+    auto c = m::PromptCodec::for_model(*cfg);
+    if (!c && text_opt->count() > 0) {
+      std::cerr << "epd-run: " << c.error().to_string() << "\n";
+      return 2;
+    }
+    if (c) {
+      codec = std::move(*c);
+      opts.stop_tokens.assign(codec->stop_tokens().begin(), codec->stop_tokens().end());
+    }
+    if (text_opt->count() > 0) {
+      const std::optional<m::ImageDims> dims =
+          image ? std::optional<m::ImageDims>({image->width, image->height}) : std::nullopt;
+      auto p = chat ? codec->chat(turns, dims) : codec->prompt(prompt, dims);
+      if (!p) {
+        std::cerr << "epd-run: " << p.error().to_string() << "\n";
+        return 1;
+      }
+      ids = std::move(*p);
+    }
+  } else if (chat) {
+    auto text = m::render_chat(*cfg, turns);
+    if (!text) {
+      std::cerr << "epd-run: " << text.error().to_string() << "\n";
+      return 1;
+    }
+    prompt = std::move(*text);
+  }
   auto res = ids.empty() ? m::generate(**runner, prompt, image ? &*image : nullptr, opts)
                          : m::generate_tokens(**runner, std::move(ids), opts);
   if (!res) {
     std::cerr << "epd-run: " << res.error().to_string() << "\n";
     return 1;
   }
+  if (codec) res->text = codec->text(res->tokens);
   if (json) {
     std::cout << m::to_json(*res) << "\n";
   } else {

@@ -11,7 +11,7 @@
 #include "epd/http/openai_request.hpp"
 #include "epd/http/text_stream.hpp"
 #include "epd/model/image_codec.hpp"
-#include "epd/model/tokens.hpp"
+#include "epd/model/prompt_codec.hpp"
 
 namespace epd::http {
 namespace {
@@ -33,6 +33,7 @@ class OpenAiSink final : public GenerationSink {
         stream_(stream),
         renderer_(std::move(head), include_usage),
         text_(std::move(stop)),
+        tokens_text_(ctx_->service.codec()),
         request_id_(std::move(request_id)) {}
 
   void set_ticket(uint64_t ticket) {
@@ -47,7 +48,7 @@ class OpenAiSink final : public GenerationSink {
     for (uint32_t t : tokens) {
       ++completion_tokens_;
       const model::TokenId id = t;
-      auto delta = text_.push(model::decode_text(std::span(&id, 1)));
+      auto delta = text_.push(tokens_text_.push(id));
       emit(delta.text);
       if (delta.stopped) {
         stop_early();
@@ -84,7 +85,8 @@ class OpenAiSink final : public GenerationSink {
       return;
     }
     note(r, nullptr);
-    auto tail = text_.finish();
+    emit(text_.push(tokens_text_.finish()).text);  // a character the last token left unfinished
+    auto tail = text_.finish();                    // stopped already: no text, stopped
     emit(tail.text);
     const FinishReason reason = tail.stopped || r.ended_at_eos ? FinishReason::stop : FinishReason::length;
     complete(reason, {r.prompt_tokens, completion_tokens_}, extras);
@@ -136,7 +138,8 @@ class OpenAiSink final : public GenerationSink {
   const openai::ResponseHead head_;
   const bool stream_;
   openai::StreamRenderer renderer_;
-  TextStream text_;
+  TextStream text_;                    // stop strings, on the text
+  model::GenerationText tokens_text_;  // tokens to text, with the model's detokenizer
   const std::string request_id_;
   std::string body_;  // the answer so far, when not streaming
   uint64_t ticket_ = 0;

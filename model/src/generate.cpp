@@ -136,7 +136,10 @@ static protocol::Status run_prompt(ModelRunner& runner, GenerateResult& res, con
   DecodeSeq seq{dpages, n, next, opts.sampling, 1};
   while (max_new > 0) {
     res.tokens.push_back(seq.last_token);
-    if (opts.stop_at_eos && reference && seq.last_token == kEos) {
+    const bool ends = reference ? seq.last_token == kEos
+                                : std::find(opts.stop_tokens.begin(), opts.stop_tokens.end(),
+                                            seq.last_token) != opts.stop_tokens.end();
+    if (opts.stop_at_eos && ends) {
       res.stopped_at_eos = true;
       break;
     }

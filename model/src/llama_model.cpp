@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "blas_core.hpp"
 #include "epd/model/llama.hpp"
 #include "kernels.hpp"
 #include "llama_weights.hpp"
@@ -27,6 +28,10 @@ using detail::RowTarget;
 using protocol::ErrorCode;
 using protocol::make_error;
 
+// Output columns per prefill sgemm call: a multiple of the AVX-512 width that divides SmolLM2-135M's
+// projection widths (576, 960, 3072); other widths end with one narrower block.
+constexpr size_t kSgemmCols = 96;
+
 protocol::Error invalid(std::string detail) {
   return make_error(ErrorCode::invalid_request, std::move(detail));
 }
@@ -35,7 +40,8 @@ class LlamaModel final : public LlamaRunner {
  public:
   LlamaModel(const ModelConfig& cfg, LlamaWeights w)
       : cfg_(cfg), w_(std::move(w)), threads_(cfg.threads), scratch_(cfg.threads), rope_(cfg) {
-    // Our threads split the work; each sgemm call is single-threaded.
+    // Our threads split the work; each sgemm call is single-threaded, with this CPU's kernels.
+    detail::select_blas_core();
     openblas_set_num_threads(1);
   }
 
@@ -108,14 +114,22 @@ class LlamaModel final : public LlamaRunner {
   // fixed-order kernel.
   void matmul(const float* x, size_t rows, size_t in, const std::vector<float>& w, size_t out, float* y,
               bool prefill) {
-    threads_.run(out, [&](size_t b, size_t e, unsigned) {
-      if (b == e) return;
-      if (prefill)
+    if (!prefill) {
+      threads_.run(out, [&](size_t b, size_t e, unsigned) {
+        if (b != e) k::matmul_cols(x, rows, in, w.data(), b, e, y, out);
+      });
+      return;
+    }
+    // sgemm over fixed blocks of columns, whatever the thread count: OpenBLAS's vector kernels sum in an
+    // order that depends on the call's shape, so the same blocks keep prefill bit-exact across thread counts.
+    const size_t blocks = (out + kSgemmCols - 1) / kSgemmCols;
+    threads_.run(blocks, [&](size_t b0, size_t e0, unsigned) {
+      for (size_t blk = b0; blk < e0; ++blk) {
+        const size_t b = blk * kSgemmCols, e = std::min(out, b + kSgemmCols);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(rows), static_cast<int>(e - b),
                     static_cast<int>(in), 1.0f, x, static_cast<int>(in), w.data() + b * in,
                     static_cast<int>(in), 0.0f, y + b, static_cast<int>(out));
-      else
-        k::matmul_cols(x, rows, in, w.data(), b, e, y, out);
+      }
     });
   }
 
@@ -196,6 +210,10 @@ protocol::Result<std::unique_ptr<LlamaRunner>> make_llama_runner(const ModelConf
   auto w = load_llama_weights(cfg);
   if (!w) return w.error();
   return std::unique_ptr<LlamaRunner>(std::make_unique<LlamaModel>(cfg, std::move(*w)));
+}
+
+std::string prefill_blas_core() {
+  return detail::select_blas_core();
 }
 
 protocol::Result<std::unique_ptr<ModelRunner>> make_runner(const ModelConfig& cfg) {

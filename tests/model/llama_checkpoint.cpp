@@ -191,6 +191,19 @@ protocol::Status write_gguf(const CheckpointSpec& s, const std::vector<Tensor>& 
     scores.push_back(-static_cast<float>(i));
     types.push_back(1);  // normal
   }
+  if (s.chat) {
+    for (const char* marker : {"<|im_start|>", "<|im_end|>"}) {
+      const size_t id = 259 + (std::string_view(marker) == "<|im_end|>");
+      tokens[id] = marker;
+      scores[id] = 0;
+      types[id] = 3;  // control
+    }
+    w.set_string(
+        "tokenizer.chat_template",
+        "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] "
+        "+ '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' "
+        "}}{% endif %}");
+  }
   w.set_string("tokenizer.ggml.model", "llama");
   w.set_strings("tokenizer.ggml.tokens", tokens);
   w.set_f32s("tokenizer.ggml.scores", scores);
@@ -211,7 +224,7 @@ protocol::Status write_gguf(const CheckpointSpec& s, const std::vector<Tensor>& 
 }  // namespace
 
 protocol::Result<CheckpointPaths> write_llama_checkpoint(const CheckpointSpec& spec, const fs::path& dir) {
-  if (spec.vocab < 259 || spec.heads == 0 || spec.d_model % spec.heads != 0)
+  if (spec.vocab < 259 + (spec.chat ? 2 : 0) || spec.heads == 0 || spec.d_model % spec.heads != 0)
     return protocol::make_error(protocol::ErrorCode::invalid_request, "bad checkpoint spec");
   const auto tensors = make_tensors(spec);
   CheckpointPaths p{(dir / "hf").string(), (dir / "model.gguf").string()};

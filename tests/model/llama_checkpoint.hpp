@@ -25,6 +25,9 @@ struct CheckpointSpec {
   bool mixed_dtypes = true;  // HF tensors in f32, bf16 and f16 (else all f32)
   uint32_t shards = 2;       // safetensors files (1: a single model.safetensors, no index)
   uint64_t seed = 7;
+  // The GGUF vocabulary's first word pieces become the control tokens <|im_start|> and <|im_end|>, with a
+  // ChatML chat template: a chat model's tokenizer.
+  bool chat = false;
 };
 
 struct CheckpointPaths {

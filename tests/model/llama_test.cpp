@@ -12,6 +12,7 @@
 
 #include "epd/model/generate.hpp"
 #include "epd/model/llama.hpp"
+#include "epd/model/prompt_codec.hpp"
 #include "gguf_writer.hpp"
 #include "helpers.hpp"
 #include "llama_checkpoint.hpp"
@@ -293,7 +294,7 @@ TEST_CASE("Llama checkpoints with missing or malformed parts give named errors")
   CHECK_THAT(err((dir.path / "nothing").string()), Catch::Contains("cannot open"));
 }
 
-TEST_CASE("epd-run serves a checkpoint by token ids as the in-process runner does") {
+TEST_CASE("epd-run serves a checkpoint by token ids and by text as the in-process runner does") {
   TempDir dir;
   auto paths = write_llama_checkpoint(CheckpointSpec{}, dir.path);
   REQUIRE(paths.ok());
@@ -309,11 +310,16 @@ TEST_CASE("epd-run serves a checkpoint by token ids as the in-process runner doe
     const int st = ::pclose(f);
     return std::make_pair(WIFEXITED(st) ? WEXITSTATUS(st) : -1, out);
   };
+  // The GGUF carries a tokenizer: its end tokens stop epd-run as they stop the cluster.
+  auto codec = PromptCodec::for_model(*load_model_path(paths->gguf));
+  REQUIRE(codec.ok());
+  const std::vector<TokenId> stops((*codec)->stop_tokens().begin(), (*codec)->stop_tokens().end());
   for (const std::string& path : {paths->hf_dir, paths->gguf}) {
     auto r = load(path);
     GenerateOptions opts;
     opts.max_tokens = 12;
     opts.chunk = 8;
+    if (path == paths->gguf) opts.stop_tokens = stops;
     auto want = generate_tokens(*r, prompt, opts);
     REQUIRE(want.ok());
     const auto [status, out] = child("--model " + path + " --prompt-tokens " + ids +
@@ -330,7 +336,32 @@ TEST_CASE("epd-run serves a checkpoint by token ids as the in-process runner doe
   const auto bad_id = child("--model " + paths->gguf + " --prompt-tokens 1,384");
   CHECK(bad_id.first == 2);
   CHECK_THAT(bad_id.second, Catch::Contains("not a token id below 384"));
-  const auto text = child("--model " + paths->gguf + " --prompt hello");
-  CHECK(text.first == 2);
-  CHECK_THAT(text.second, Catch::Contains("--prompt-tokens"));
+  // Text goes through the checkpoint's tokenizer; the HF directory has none, so it takes only ids.
+  const auto text = child("--model " + paths->gguf + " --prompt 'w300 w301 hello' --max-tokens 12 --json");
+  INFO(text.second);
+  REQUIRE(text.first == 0);
+  GenerateOptions opts;
+  opts.max_tokens = 12;
+  opts.stop_tokens = stops;
+  auto r = load(paths->gguf);
+  auto want = generate_tokens(*r, *(*codec)->prompt("w300 w301 hello", std::nullopt), opts);
+  REQUIRE(want.ok());
+  CHECK(nlohmann::json::parse(text.second)["tokens"].get<std::vector<TokenId>>() == want->tokens);
+  const auto no_tokenizer = child("--model " + paths->hf_dir + " --prompt hello");
+  CHECK(no_tokenizer.first == 2);
+  CHECK_THAT(no_tokenizer.second, Catch::Contains("no tokenizer.model or tokenizer.json"));
+}
+
+TEST_CASE("a checkpoint runner's prefill uses the CPU's vector kernels of OpenBLAS") {
+  TempDir dir;
+  auto paths = write_llama_checkpoint(CheckpointSpec{}, dir.path);
+  REQUIRE(paths.ok());
+  auto r = load(paths->gguf);  // the runner selects the core before its first sgemm
+  const std::string core = prefill_blas_core();
+  INFO("OpenBLAS core " << core);
+  __builtin_cpu_init();
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  // Never the generic SSE3 kernels on a CPU with AVX2 (unless the user forced them).
+  if (std::getenv("OPENBLAS_CORETYPE") == nullptr && avx2) CHECK(core != "Prescott");
+  CHECK_FALSE(core.empty());
 }

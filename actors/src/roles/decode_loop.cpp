@@ -8,6 +8,7 @@
 
 #include "epd/actors/role_support.hpp"
 #include "epd/model/llama.hpp"
+#include "epd/model/prompt_codec.hpp"
 
 namespace epd::actors {
 namespace {
@@ -23,16 +24,16 @@ struct LoopState {
   DecodeLoopConfig config;
   caf::actor role;
   std::unique_ptr<model::ModelRunner> runner;
-  std::deque<Sequence> active;  // rotated each step so a full batch is fair
+  std::shared_ptr<const model::PromptCodec> codec;  // what ends a generation; none: only max_new does
+  std::deque<Sequence> active;                      // rotated each step so a full batch is fair
   bool stepping = false;
   static inline const char* name = "decode-loop";
 };
 
-// EOS ends the reference model's answers; a checkpoint's EOS id comes with its tokenizer (not wired yet),
-// so its answers end at max_new.
+// The model's end-of-generation tokens end an answer (the reference model's kEos; a checkpoint's EOS and
+// end-of-turn tokens), else max_new does. The colocated run stops at the same tokens.
 bool finished(const LoopState& st, const Sequence& s) {
-  return s.tokens.size() >= s.join.max_new ||
-         (st.config.model.checkpoint.empty() && s.tokens.back() == model::kEos);
+  return s.tokens.size() >= s.join.max_new || (st.codec && st.codec->ends_generation(s.tokens.back()));
 }
 
 void stream(LoopState& st, const Sequence& s) {
@@ -106,6 +107,11 @@ caf::behavior decode_loop(caf::stateful_actor<LoopState>* self, BridgePtr bridge
     return {};
   }
   st.runner = std::move(runner.value());
+  auto codec = model::PromptCodec::for_model(st.config.model);
+  if (codec)
+    st.codec = std::move(*codec);
+  else  // the router refuses text for it too; prompts by token ids still run, to max_new
+    spdlog::warn("decode-loop: no end-of-generation tokens: {}", codec.error().to_string());
   return {
       [=](DecodeJoin& join) {
         auto& s = self->state;

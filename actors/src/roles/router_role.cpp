@@ -17,6 +17,7 @@
 #include "epd/http/router_service.hpp"
 #include "epd/model/chat.hpp"
 #include "epd/model/image.hpp"
+#include "epd/model/prompt_codec.hpp"
 #include "epd/model/tokens.hpp"
 #include "roles/roles.hpp"
 #include "router_metrics.hpp"
@@ -105,6 +106,13 @@ struct RouterLimits {
   std::chrono::milliseconds unavailable_wait{5000};
 };
 
+// The served model's text codec, built once at start. A checkpoint without a tokenizer epd can run has
+// none: it is served by token ids only, and `missing` says why text is refused.
+struct RouterCodec {
+  std::shared_ptr<const model::PromptCodec> codec;
+  std::string missing;
+};
+
 struct RouterState : kernel::RoleBase {
   std::map<uint64_t, uint64_t> room_to_request;
   // By ticket. Tickets are handed out in arrival order (nearly: by several HTTP threads), so the first
@@ -118,6 +126,7 @@ struct RouterState : kernel::RoleBase {
   RouterStats stats;
   std::unique_ptr<RouterMetrics> metrics;  // counted at the same points as `stats`
   RouterLimits limits;
+  RouterCodec codec;
   static inline const char* name = "router";
 };
 
@@ -404,9 +413,9 @@ void on_result(RouterState& st, const Envelope& env, protocol::RoomResult& res) 
                           ms_between(p.started, now) / 1000, res, uint32_t(p.prompt.size()));
     GenerateResponse r;
     r.tokens = std::move(res.tokens);
-    if (st.ctx.model.checkpoint.empty()) {  // a checkpoint's detokenizer comes with its tokenizer
-      r.text = model::decode_text(r.tokens);
-      r.ended_at_eos = !r.tokens.empty() && r.tokens.back() == model::kEos;
+    if (const auto& codec = st.codec.codec) {
+      r.text = codec->text(r.tokens);
+      r.ended_at_eos = !r.tokens.empty() && codec->ends_generation(r.tokens.back());
     }
     r.room = res.room;
     r.encoder = p.current.encoder;
@@ -505,32 +514,29 @@ void on_generate(RouterState& s, uint64_t ticket, GenerateRequest& req, SinkPtr&
     dims = model::ImageDims{image->width, image->height};
   }
   const bool checkpoint = !s.ctx.model.checkpoint.empty();
+  protocol::Result<std::vector<uint32_t>> prompt = std::vector<uint32_t>{};
   if (!req.prompt_tokens.empty()) {  // token ids as given: no template, no image
     if (!req.messages.empty() || dims) {
       count_failure(s, "invalid_request");
       return reject(400, "invalid_request", "prompt_tokens take neither messages nor an image");
     }
-  } else if (checkpoint) {
+    prompt = model::check_prompt_tokens(s.ctx.model, req.prompt_tokens);
+  } else if (!s.codec.codec) {
     count_failure(s, "invalid_request");
-    return reject(400, "invalid_request",
-                  "model " + s.ctx.model.name +
-                      " takes \"prompt_tokens\" (token ids): no text tokenizer is wired "
-                      "for checkpoints yet");
+    return reject(
+        400, "invalid_request",
+        "model " + s.ctx.model.name + " takes only \"prompt_tokens\" (token ids): " + s.codec.missing);
+  } else if (!req.messages.empty()) {
+    prompt = s.codec.codec->chat(req.messages, dims);
+  } else {
+    prompt = s.codec.codec->prompt(req.prompt, dims);
   }
-  std::string text = req.prompt;
-  if (!req.messages.empty()) {
-    auto chat = model::render_chat(s.ctx.model, req.messages);
-    if (!chat) {
-      count_failure(s, "invalid_request");
-      return reject(400, "invalid_request", chat.error().detail);
-    }
-    text = std::move(*chat);
-  }
-  auto prompt = req.prompt_tokens.empty() ? model::build_prompt(s.ctx.model, text, dims)
-                                          : model::check_prompt_tokens(s.ctx.model, req.prompt_tokens);
   if (!prompt) {
-    count_failure(s, "invalid_request");
-    return reject(400, "invalid_request", prompt.error().detail);
+    // config_error: the checkpoint's chat template is of no supported family (the request is fine).
+    const auto code = prompt.error().code;
+    const std::string name(protocol::error_name(code));
+    count_failure(s, name);
+    return reject(code == ErrorCode::config_error ? 422 : 400, name, prompt.error().detail);
   }
   Pending p;
   p.sink = std::move(sink);
@@ -553,9 +559,10 @@ void on_generate(RouterState& s, uint64_t ticket, GenerateRequest& req, SinkPtr&
 using Table = kernel::MessageTable<RouterState>;
 
 caf::behavior router(caf::stateful_actor<RouterState>* self, RoleContext ctx,
-                     kernel::TablePtr<RouterState> table, RouterLimits limits) {
+                     kernel::TablePtr<RouterState> table, RouterLimits limits, RouterCodec codec) {
   auto& st = kernel::start(self, std::move(ctx));
   st.limits = limits;
+  st.codec = std::move(codec);
   st.metrics = std::make_unique<RouterMetrics>(*st.ctx.metrics);
   return kernel::role_behavior(
       self, table,
@@ -603,8 +610,12 @@ caf::behavior router(caf::stateful_actor<RouterState>* self, RoleContext ctx,
 // RouterService on top of the router actor, for the HTTP threads.
 class ActorRouterService final : public RouterService {
  public:
-  ActorRouterService(caf::actor router, std::shared_ptr<RegistryView> registry, std::string model_id)
-      : router_(std::move(router)), registry_(std::move(registry)), model_id_(std::move(model_id)) {}
+  ActorRouterService(caf::actor router, std::shared_ptr<RegistryView> registry, std::string model_id,
+                     std::shared_ptr<const model::PromptCodec> codec)
+      : router_(std::move(router)),
+        registry_(std::move(registry)),
+        model_id_(std::move(model_id)),
+        codec_(std::move(codec)) {}
 
   uint64_t generate(GenerateRequest request, std::shared_ptr<GenerationSink> sink) override {
     const uint64_t ticket = next_ticket_.fetch_add(1);
@@ -649,11 +660,13 @@ class ActorRouterService final : public RouterService {
   }
 
   std::string model_id() override { return model_id_; }
+  std::shared_ptr<const model::PromptCodec> codec() override { return codec_; }
 
  private:
   caf::actor router_;
   std::shared_ptr<RegistryView> registry_;
   const std::string model_id_;
+  const std::shared_ptr<const model::PromptCodec> codec_;
   std::atomic<uint64_t> next_ticket_{1};
 };
 
@@ -681,7 +694,15 @@ protocol::Result<RoleHandle> spawn_router(RoleContext& ctx, RouterSettings setti
   auto table = std::make_shared<Table>();
   table->on<protocol::Tokens>(on_tokens).on<protocol::RoomResult>(on_result);
   RouterLimits limits{settings.max_in_flight, settings.max_queued, settings.unavailable_wait};
-  auto main = kernel::spawn_main(ctx, router, kernel::TablePtr<RouterState>(table), limits);
+  RouterCodec codec;
+  if (auto c = model::PromptCodec::for_model(ctx.model)) {
+    codec.codec = std::move(*c);
+  } else {
+    if (ctx.model.checkpoint.empty()) return c.error();  // the reference model's codec cannot fail
+    codec.missing = c.error().detail;
+    spdlog::warn("router: model {} is served by token ids only: {}", ctx.model.name, codec.missing);
+  }
+  auto main = kernel::spawn_main(ctx, router, kernel::TablePtr<RouterState>(table), limits, codec);
   ctx.metrics->on_scrape([registry = ctx.registry](metrics::Snapshot& s) {
     std::map<std::pair<std::string, bool>, int> count;
     for (const auto& e : registry->entries()) ++count[{e.info.role, e.info.load.healthy}];
@@ -692,7 +713,8 @@ protocol::Result<RoleHandle> spawn_router(RoleContext& ctx, RouterSettings setti
   if (!main) return main.error();
   RoleHandle h{*main, std::nullopt, 0, {}, {}};
   auto front = std::make_shared<HttpFront>();
-  front->service = std::make_unique<ActorRouterService>(h.main, ctx.registry, model_id_of(*ctx.cluster));
+  front->service =
+      std::make_unique<ActorRouterService>(h.main, ctx.registry, model_id_of(*ctx.cluster), codec.codec);
   front->api = std::make_unique<HttpApi>(*front->service, http_config);
   auto bound = front->api->start(settings.http_host, settings.http_port);
   if (!bound) {

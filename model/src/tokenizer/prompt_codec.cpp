@@ -96,4 +96,24 @@ std::string PromptCodec::text(std::span<const TokenId> tokens) const {
   return decode(*tok_, std::span(tokens.begin(), end));
 }
 
+GenerationText::GenerationText(std::shared_ptr<const PromptCodec> codec) : codec_(std::move(codec)) {
+  if (codec_ && !codec_->reference_) decoder_.emplace(*codec_->tok_);
+}
+
+std::string GenerationText::push(TokenId id) {
+  if (!decoder_) return decode_text(std::span(&id, 1));
+  if (ended_) return {};
+  if (codec_->ends_generation(id)) {
+    ended_ = true;
+    return decoder_->finish();
+  }
+  return decoder_->push(id);
+}
+
+std::string GenerationText::finish() {
+  if (!decoder_ || ended_) return {};
+  ended_ = true;
+  return decoder_->finish();
+}
+
 }  // namespace epd::model

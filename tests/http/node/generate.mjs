@@ -3,7 +3,9 @@
 //   node generate.mjs --base-url http://127.0.0.1:PORT/v1 --spec cases.json
 //
 // cases.json: {"model"?: id, "cases": [{"name", "endpoint": "completions"|"chat", "params": {request body
-// without model/stream}, "expect_tokens": [token ids of the reference run], "prompt_tokens"?: n}]}.
+// without model/stream}, "expect_tokens": [token ids of the reference run], "prompt_tokens"?: n,
+// "expect_text"?: the answer's text (else the reference model's bytes of expect_tokens), "expect_finish"?:
+// "stop" | "length"}]}.
 // An image_url whose url is "@file:PATH" is replaced by PATH's data URI.
 import assert from 'node:assert/strict';
 import { Checks, imageDataUri, makeClient, parseArgs, readSpec, textOfTokens } from './lib.mjs';
@@ -44,16 +46,23 @@ function checkUsage(usage, c) {
   assert.equal(usage.total_tokens, usage.prompt_tokens + usage.completion_tokens, 'usage.total_tokens');
 }
 
+const expectedText = (c) => c.expect_text ?? textOfTokens(c.expect_tokens);
+
+function checkFinish(finish, c) {
+  assert.ok(['stop', 'length'].includes(finish), `finish_reason ${finish}`);
+  if (c.expect_finish !== undefined) assert.equal(finish, c.expect_finish, 'finish_reason');
+}
+
 async function plain(c, model) {
   const params = { model, ...withImages(c.params) };
-  const expected = textOfTokens(c.expect_tokens);
+  const expected = expectedText(c);
   if (c.endpoint === 'chat') {
     const res = await client.chat.completions.create(params);
     assert.equal(res.object, 'chat.completion');
     assert.equal(res.choices.length, 1);
     assert.equal(res.choices[0].message.role, 'assistant');
     assert.equal(res.choices[0].message.content, expected);
-    assert.ok(['stop', 'length'].includes(res.choices[0].finish_reason), `finish_reason ${res.choices[0].finish_reason}`);
+    checkFinish(res.choices[0].finish_reason, c);
     checkUsage(res.usage, c);
     checkEpd(res.epd);
   } else {
@@ -61,7 +70,7 @@ async function plain(c, model) {
     assert.equal(res.object, 'text_completion');
     assert.equal(res.choices.length, 1);
     assert.equal(res.choices[0].text, expected);
-    assert.ok(['stop', 'length'].includes(res.choices[0].finish_reason), `finish_reason ${res.choices[0].finish_reason}`);
+    checkFinish(res.choices[0].finish_reason, c);
     checkUsage(res.usage, c);
     checkEpd(res.epd);
   }
@@ -91,8 +100,8 @@ async function streamed(c, model) {
     text += (chat ? choice.delta?.content : choice.text) ?? '';
     if (choice.finish_reason) finish = choice.finish_reason;
   }
-  assert.equal(text, textOfTokens(c.expect_tokens));
-  assert.ok(['stop', 'length'].includes(finish), `finish_reason ${finish}`);
+  assert.equal(text, expectedText(c));
+  checkFinish(finish, c);
   checkUsage(usage, c);
   checkEpd(epd);
 }

@@ -135,4 +135,46 @@ TEST_CASE("a GGUF checkpoint's codec comes from the checkpoint path") {
   CHECK_FALSE(PromptCodec::for_model(missing).ok());
 }
 
+TEST_CASE("a checkpoint's generation text streams whole characters and ends at the end token") {
+  ScratchDir dir("codec_stream");
+  const VocabMetadata v = sentencepiece_vocab(train_sentencepiece(dir.path()));
+  auto codec = PromptCodec::for_tokenizer(checkpoint_cfg(uint32_t(v.tokens.size())), {fresh(v), ""});
+  REQUIRE(codec.ok());
+  const PromptCodec& c = **codec;
+  // Accents, CJK and an emoji the corpus may lack: some come out as byte tokens, one byte per token.
+  const std::string text = "caf\xC3\xA9 \xE6\x9D\xB1\xE4\xBA\xAC \xF0\x9F\x98\x80 words  and\tspaces";
+  auto ids = c.tokenizer().encode(text, false);
+  REQUIRE(ids.ok());
+  std::vector<TokenId> generated = *ids;
+  const size_t text_tokens = generated.size();
+  generated.push_back(*c.tokenizer().eos());
+  generated.push_back(ids->front());  // after the end: not part of the answer
+  GenerationText stream(*codec);
+  std::string joined;
+  size_t bytes_at_first = 0;
+  for (size_t i = 0; i < generated.size(); ++i) {
+    const std::string piece = stream.push(generated[i]);
+    // Every push is whole characters: it never ends inside a UTF-8 sequence.
+    size_t k = piece.size();
+    while (k > 0 && (static_cast<unsigned char>(piece[k - 1]) & 0xC0) == 0x80) --k;
+    if (k > 0) {
+      const auto lead = static_cast<unsigned char>(piece[k - 1]);
+      const size_t len = lead < 0x80 ? 1 : lead < 0xE0 ? 2 : lead < 0xF0 ? 3 : 4;
+      CHECK(piece.size() - (k - 1) == len);
+    }
+    if (i == 0) bytes_at_first = piece.size();
+    if (i > text_tokens) CHECK(piece.empty());
+    joined += piece;
+  }
+  joined += stream.finish();
+  CHECK(joined == text);  // the dummy-prefix space is dropped once, at the start
+  CHECK(joined == c.text(generated));
+  CHECK(bytes_at_first > 0);
+  CHECK(text_tokens > 10);
+
+  // The reference model's text is its byte decoding, token by token, as before.
+  GenerationText bytes(nullptr);
+  CHECK(bytes.push('h') + bytes.push('i') + bytes.finish() == "hi");
+}
+
 }  // namespace epd::model::test

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "epd/model/chat.hpp"
+#include "epd/model/prompt_codec.hpp"
 #include "epd/model/sampling.hpp"
 #include "epd/protocol/messages.hpp"
 
@@ -20,8 +21,8 @@ namespace epd::http {
 
 struct GenerateRequest {
   std::string prompt;  // text; ignored when `messages` is set
-  // Token ids instead of text (native API only): how checkpoint models are driven until their tokenizer is
-  // wired. Non-empty: `prompt` and `messages` are unused.
+  // Token ids instead of text (native API only), as given: no BOS added, no template. Non-empty: `prompt`
+  // and `messages` are unused.
   std::vector<uint32_t> prompt_tokens;
   std::vector<model::ChatTurn> messages;  // chat: the router applies the model's chat template
   std::vector<uint8_t> image_ppm;         // binary PPM (P6); empty = no image
@@ -45,9 +46,9 @@ struct GenerateResponse {
   std::string error_code;        // protocol error name, e.g. "invalid_request", "timeout"
   std::string error;             // human-readable cause
   uint32_t retry_after_s = 0;    // with 429/503: when to try again
-  std::string text;              // the tokens as text (the model's detokenizer)
+  std::string text;              // the tokens as text (the model's detokenizer), up to the end token
   std::vector<uint32_t> tokens;  // every generated token (also those already streamed)
-  bool ended_at_eos = false;     // else it stopped at max_tokens (or was cut short by the client)
+  bool ended_at_eos = false;  // at an end-of-generation token; else max_tokens (or cut short by the client)
   uint32_t prompt_tokens = 0;
   StageTimings timings;
   uint64_t room = 0;
@@ -112,6 +113,9 @@ class RouterService {
   // Whether a request could be placed now: a complete set of healthy instances is registered.
   virtual Readiness readiness() = 0;
   virtual std::string model_id() = 0;  // the name /v1/models lists
+  // The served model's prompt codec: the OpenAI routes stream text with it (model::GenerationText).
+  // nullptr: the reference model's byte text.
+  virtual std::shared_ptr<const model::PromptCodec> codec() { return nullptr; }
 };
 
 }  // namespace epd::http

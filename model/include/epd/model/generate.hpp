@@ -22,6 +22,9 @@ struct GenerateOptions {
   uint32_t max_tokens = 16;  // generated tokens, including the one prefill returns
   uint32_t chunk = 0;        // prefill chunk size; 0 = whole prompt in one chunk
   bool stop_at_eos = true;
+  // What ends a checkpoint's generation (PromptCodec::stop_tokens; empty: only max_tokens). The reference
+  // model ends at kEos.
+  std::vector<TokenId> stop_tokens;
   SamplingParams sampling;  // greedy by default; token i is drawn with index i, as the roles do
   DType dtype = DType::f32;
   KvDimOrder order = KvDimOrder::token_head_dim;
@@ -33,8 +36,8 @@ struct GenerateOptions {
 struct GenerateResult {
   std::vector<TokenId> prompt;
   std::vector<TokenId> tokens;  // generated
-  std::string text;             // decode_text(tokens)
-  bool stopped_at_eos = false;  // the last token is EOS and ended generation (else max_tokens or max_seq)
+  std::string text;             // decode_text(tokens) for the reference model; a checkpoint's caller decodes
+  bool stopped_at_eos = false;  // the last token ended generation (else max_tokens or max_seq)
   uint64_t kv_digest = 0;       // kv_digest() of the sequence's pages in the decode pool after generation
   double encode_ms = 0, prefill_ms = 0, stage_ms = 0, decode_ms = 0;  // stage: gather+scatter (decode_kv)
 };
@@ -42,9 +45,9 @@ struct GenerateResult {
 protocol::Result<GenerateResult> generate(ModelRunner& runner, std::string_view text, const Image* image,
                                           const GenerateOptions& opts);
 
-// The same from prompt token ids (no image): how checkpoint models are driven until text is tokenized for
-// them. EOS stops generation only for the reference model (a checkpoint's EOS id comes with its tokenizer),
-// and `text` is filled only for the reference model's byte vocabulary.
+// The same from prompt token ids (no image): how checkpoint models run (their PromptCodec tokenizes). A
+// checkpoint's generation stops at opts.stop_tokens; `text` is filled only for the reference model's byte
+// vocabulary.
 protocol::Result<GenerateResult> generate_tokens(ModelRunner& runner, std::vector<TokenId> prompt,
                                                  const GenerateOptions& opts);
 

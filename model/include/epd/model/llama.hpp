@@ -36,6 +36,9 @@ class LlamaRunner : public ModelRunner {
 // wrong shape, an unsupported dtype or architecture, a truncated file; io_error for unreadable files.
 protocol::Result<std::unique_ptr<LlamaRunner>> make_llama_runner(const ModelConfig& cfg);
 
+// The OpenBLAS kernels prefill's sgemm runs (e.g. "SkylakeX"), as a runner selects them (docs/model.md).
+std::string prefill_blas_core();
+
 // The runner a config asks for: the checkpoint's, or the seeded reference model.
 protocol::Result<std::unique_ptr<ModelRunner>> make_runner(const ModelConfig& cfg);
 

@@ -40,6 +40,8 @@ class PromptCodec {
 
   // Generation ends at EOS and at the chat template's end-of-turn token (<|eot_id|>, <|im_end|>, ...).
   bool ends_generation(TokenId id) const;
+  // The tokens that end a generation (colocated runs pass them to generate(); decode stops at them).
+  std::span<const TokenId> stop_tokens() const { return stops_; }
   // Text of generated tokens, up to (not including) the first that ends the generation.
   std::string text(std::span<const TokenId> tokens) const;
   const Tokenizer& tokenizer() const { return *tok_; }
@@ -55,6 +57,24 @@ class PromptCodec {
   std::optional<ChatStyle> style_;
   protocol::Error style_error_;
   std::vector<TokenId> stops_;
+  friend class GenerationText;
+};
+
+// A generation's text as its tokens arrive (one per streamed chunk): concatenating every push() and
+// finish() equals codec.text(all tokens). A checkpoint's text never splits a UTF-8 character across two
+// pushes and drops SentencePiece's dummy-prefix space once, at the start; nothing comes out from the token
+// that ends the generation on. The reference model's text is decode_text of each token, as before.
+class GenerationText {
+ public:
+  // codec nullptr: the reference model's byte text.
+  explicit GenerationText(std::shared_ptr<const PromptCodec> codec);
+  std::string push(TokenId id);
+  std::string finish();
+
+ private:
+  std::shared_ptr<const PromptCodec> codec_;
+  std::optional<StreamDecoder> decoder_;  // checkpoints only
+  bool ended_ = false;
 };
 
 }  // namespace epd::model

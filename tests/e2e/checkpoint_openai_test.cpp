@@ -1,0 +1,247 @@
+// A Llama-family checkpoint with its own SentencePiece vocabulary and ChatML template, served by the cluster
+// (router, encoder, prefill, decode as processes) through the official OpenAI Node SDK: completions and
+// chat, plain and streamed, give exactly the colocated run's text and token count, over shm and over tcp.
+// The colocated run is checked twice over: epd-run (text in, tokens out) and llama.cpp's greedy continuation
+// of the same prompt ids (node-llama-cpp), so the text path, the template and the stop at an end token are
+// not only self-consistent.
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "cluster.hpp"
+#include "epd/http/base64.hpp"
+#include "epd/http/utf8.hpp"
+#include "epd/model/generate.hpp"
+#include "epd/model/llama.hpp"
+#include "epd/model/prompt_codec.hpp"
+#include "llama_checkpoint.hpp"
+#include "openai_support.hpp"
+
+using namespace epd;
+using namespace epd::testing;
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr uint32_t kChunk = 64;  // the prefill role's default chunk_tokens
+constexpr int kMaxTokens = 12;
+
+struct ChatCheckpoint {
+  ChatCheckpoint() {
+    dir = fs::temp_directory_path() / ("epd-e2e-chatckpt-" + std::to_string(::getpid()));
+    model::testing::CheckpointSpec spec;
+    spec.chat = true;
+    auto p = model::testing::write_llama_checkpoint(spec, dir);
+    REQUIRE(p.ok());
+    gguf = p->gguf;
+    auto c = model::load_model_path(gguf);
+    REQUIRE(c.ok());
+    cfg = *c;
+    auto r = model::make_runner(cfg);
+    REQUIRE(r.ok());
+    runner = std::move(*r);
+    auto k = model::PromptCodec::for_model(cfg);
+    if (!k) FAIL(k.error().to_string());
+    codec = *k;
+  }
+  ~ChatCheckpoint() { fs::remove_all(dir); }
+  fs::path dir;
+  std::string gguf;
+  model::ModelConfig cfg;
+  std::unique_ptr<model::ModelRunner> runner;
+  std::shared_ptr<const model::PromptCodec> codec;
+};
+
+struct Case {
+  std::string name;
+  bool chat = false;
+  std::string prompt;  // completions: the prompt; chat: the user's message
+  std::string system;  // chat: a system message first, if not empty
+};
+
+std::vector<model::ChatTurn> turns_of(const Case& c) {
+  std::vector<model::ChatTurn> turns;
+  if (!c.system.empty()) turns.push_back({"system", c.system, false});
+  turns.push_back({"user", c.prompt, false});
+  return turns;
+}
+
+std::vector<uint32_t> prompt_ids(const ChatCheckpoint& ck, const Case& c) {
+  auto ids = c.chat ? ck.codec->chat(turns_of(c), std::nullopt) : ck.codec->prompt(c.prompt, std::nullopt);
+  if (!ids) FAIL(ids.error().to_string());
+  return *ids;
+}
+
+// The colocated run (generate_tokens, the code epd-run uses), stopping where the codec says.
+model::GenerateResult colocated(const ChatCheckpoint& ck, const std::vector<uint32_t>& prompt,
+                                bool stop = true) {
+  model::GenerateOptions opts;
+  opts.max_tokens = kMaxTokens;
+  opts.chunk = kChunk;
+  if (stop) opts.stop_tokens.assign(ck.codec->stop_tokens().begin(), ck.codec->stop_tokens().end());
+  auto r = model::generate_tokens(*ck.runner, prompt, opts);
+  REQUIRE(r.ok());
+  return *r;
+}
+
+// epd-run on the same text: its tokens.
+std::vector<uint32_t> epd_run(const ChatCheckpoint& ck, const Case& c) {
+  std::vector<std::string> argv = {std::string(EPD_BIN_DIR) + "/epd-run",
+                                   "--model",
+                                   ck.gguf,
+                                   "--json",
+                                   "--chunk",
+                                   std::to_string(kChunk),
+                                   "--max-tokens",
+                                   std::to_string(kMaxTokens),
+                                   "--prompt",
+                                   c.prompt};
+  if (c.chat) argv.push_back("--chat");
+  if (!c.system.empty()) argv.insert(argv.end(), {"--system", c.system});
+  const auto r = run_command(argv);
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  for (size_t pos = 0; pos < r.output.size();) {
+    const size_t end = r.output.find('\n', pos);
+    const auto j = json::parse(r.output.substr(pos, end - pos), nullptr, false);
+    pos = end == std::string::npos ? r.output.size() : end + 1;
+    if (j.is_object() && j.contains("tokens")) return j["tokens"].get<std::vector<uint32_t>>();
+  }
+  FAIL("epd-run printed no tokens");
+  return {};
+}
+
+// llama.cpp's greedy continuation of the prompt ids (tests/http/node/llama_oracle.mjs).
+std::vector<uint32_t> llama_cpp_greedy(const ChatCheckpoint& ck, const std::vector<uint32_t>& prompt) {
+  const fs::path spec_file = ck.dir / "oracle.json";
+  std::ofstream(spec_file) << json{{"model", ck.gguf}, {"prompt", prompt}, {"generate", kMaxTokens}}.dump();
+  const auto r =
+      run_command({"timeout", "120", "node", node_sdk_dir() + "/llama_oracle.mjs", spec_file.string()});
+  INFO(r.output.substr(0, 2000));
+  REQUIRE(r.exit_code == 0);
+  const auto start = r.output.find("{\"prompt_logits\"");
+  REQUIRE(start != std::string::npos);
+  return json::parse(r.output.substr(start))["greedy"].get<std::vector<uint32_t>>();
+}
+
+// What the SDK must read for a case (generate.mjs's spec), after checking the colocated run against
+// epd-run and llama.cpp.
+json expectation(const ChatCheckpoint& ck, const Case& c) {
+  const auto prompt = prompt_ids(ck, c);
+  const auto ref = colocated(ck, prompt);
+  INFO(c.name);
+  CHECK(epd_run(ck, c) == ref.tokens);
+  const auto greedy = llama_cpp_greedy(ck, prompt);
+  REQUIRE(greedy.size() >= ref.tokens.size());
+  CHECK(std::vector<uint32_t>(greedy.begin(), greedy.begin() + ref.tokens.size()) == ref.tokens);
+  json params = {{"max_tokens", kMaxTokens}, {"temperature", 0}};
+  if (c.chat) {
+    params["messages"] = json::array();
+    if (!c.system.empty()) params["messages"].push_back({{"role", "system"}, {"content", c.system}});
+    params["messages"].push_back({{"role", "user"}, {"content", c.prompt}});
+  } else {
+    params["prompt"] = c.prompt;
+  }
+  return {{"name", c.name},
+          {"endpoint", c.chat ? "chat" : "completions"},
+          {"params", params},
+          {"expect_tokens", ref.tokens},
+          {"expect_text", http::to_valid_utf8(ck.codec->text(ref.tokens))},
+          {"expect_finish", ref.stopped_at_eos ? "stop" : "length"},
+          {"prompt_tokens", prompt.size()}};
+}
+
+// A completions prompt whose greedy answer ends at one of the checkpoint's end tokens before max_tokens:
+// searched among word-piece prompts, not hard-coded, so it survives a change of the generator's weights.
+std::string ending_prompt(const ChatCheckpoint& ck) {
+  for (int i = 0; i < 400; ++i) {
+    const std::string prompt = "w" + std::to_string(261 + i % 123) + " w" +
+                               std::to_string(261 + (i * 7) % 123) + " w" +
+                               std::to_string(261 + (i / 123) * 31 % 123);
+    if (colocated(ck, *ck.codec->prompt(prompt, std::nullopt)).stopped_at_eos) return prompt;
+  }
+  FAIL("no prompt among 400 makes the checkpoint generate an end token within " << kMaxTokens << " tokens");
+  return "";
+}
+
+void serve_through_sdk(const std::string& backend) {
+  const std::string missing = node_sdk_missing();
+  INFO(missing);
+  REQUIRE(missing.empty());  // fails, never skips, when the SDK cannot run
+  ChatCheckpoint ck;
+  REQUIRE(ck.codec->chat_style() == model::ChatStyle::chatml);
+  const std::vector<Case> cases = {
+      {"completion of word pieces", false, "w300 w271 w350", ""},
+      {"completion with accents CJK and an emoji (byte pieces)", false,
+       "caf\xC3\xA9 \xE6\x9D\xB1\xE4\xBA\xAC \xF0\x9F\x98\x80 w333", ""},
+      {"completion that ends at an end token", false, ending_prompt(ck), ""},
+      {"chat with a system message", true, "w290 w291 w292?", "w280 w281"},
+      {"chat of one user message", true, "w310 \xC3\xA9t\xC3\xA9", ""},
+  };
+  json spec = {{"cases", json::array()}};
+  for (const auto& c : cases) spec["cases"].push_back(expectation(ck, c));
+  for (size_t i : {0, 1, 3, 4}) {  // these answers run to max_tokens: text all the way
+    INFO(spec["cases"][i].dump());
+    CHECK(spec["cases"][i]["expect_finish"] == "length");
+  }
+
+  ClusterSpec cs;
+  cs.model_path = ck.gguf;
+  cs.backend = backend;
+  Cluster cluster(cs);
+  cluster.start();
+  const fs::path spec_file = ck.dir / "cases.json";
+  std::ofstream(spec_file) << spec.dump(2);
+  const auto r = run_command({"node", node_sdk_dir() + "/generate.mjs", "--base-url",
+                              cluster.base_url() + "/v1", "--spec", spec_file.string()});
+  INFO(spec.dump(2));
+  INFO(r.output);
+  CHECK(r.exit_code == 0);
+  CHECK(r.output.find(" 0 failed") != std::string::npos);
+
+  // /v1/generate takes the same text, and says the text back.
+  const auto [status, body] = cluster.generate({{"prompt", cases[0].prompt}, {"max_tokens", kMaxTokens}});
+  REQUIRE(status == 200);
+  CHECK(body["tokens"] == spec["cases"][0]["expect_tokens"]);
+  CHECK(body["text"] == spec["cases"][0]["expect_text"]);
+
+  // Clear errors: a prompt longer than the context, a chat without messages, an image for a text model.
+  std::string long_prompt;
+  for (uint32_t i = 0; i < ck.cfg.max_seq; ++i) long_prompt += "w300 ";
+  const auto [long_status, long_body] =
+      cluster.post_raw("/v1/completions", json{{"prompt", long_prompt}, {"max_tokens", 4}}.dump());
+  CHECK(long_status == 400);
+  CHECK_THAT(long_body, Catch::Contains("does not fit max_seq"));
+  const auto [empty_status, empty_body] =
+      cluster.post_raw("/v1/chat/completions", json{{"messages", json::array()}}.dump());
+  CHECK(empty_status == 400);
+  CHECK_THAT(empty_body, Catch::Contains("must not be empty"));
+  std::ifstream png_file(node_sdk_dir() + "/fixtures/checker.png", std::ios::binary);
+  const std::vector<uint8_t> png((std::istreambuf_iterator<char>(png_file)),
+                                 std::istreambuf_iterator<char>());
+  const json image_part = {{"type", "image_url"},
+                           {"image_url", {{"url", "data:image/png;base64," + http::base64_encode(png)}}}};
+  const json image_chat = {{"messages", {{{"role", "user"}, {"content", {image_part}}}}}};
+  const auto [image_status, image_body] = cluster.post_raw("/v1/chat/completions", image_chat.dump());
+  CHECK(image_status == 400);
+  CHECK_THAT(image_body, Catch::Contains("takes no images"));
+  INFO(cluster.logs());
+  cluster.wait_all_free();
+  const std::string reports = cluster.stop_and_collect_sanitizer_reports();
+  INFO(reports);
+  CHECK(reports.empty());
+}
+
+}  // namespace
+
+TEST_CASE("checkpoint through the OpenAI SDK over shm equals epd-run and llama.cpp") {
+  serve_through_sdk("shm");
+}
+
+TEST_CASE("checkpoint through the OpenAI SDK over tcp equals epd-run and llama.cpp") {
+  serve_through_sdk("tcp");
+}
