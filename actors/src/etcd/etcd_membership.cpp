@@ -107,13 +107,18 @@ void publish(caf::stateful_actor<EtcdMembershipState>* self) {
   refresh_view(st);
 }
 
-// etcd deleted `id`'s record. An instance that is already dead to us goes now; one that still looks alive
-// gets a grace period to put its record back (its lease may have expired only because etcd was away).
+// etcd deleted `id`'s record. An instance that is already dead to us (or, in a router, whose heartbeats
+// stopped) goes now; one that still looks alive gets a grace period to put its record back (its lease may
+// have expired only because etcd was away).
 bool on_deleted(caf::stateful_actor<EtcdMembershipState>* self, const std::string& id) {
   auto& st = self->state;
   auto it = st.records.find(id);
   if (it == st.records.end() || id == st.bridge->instance_id()) return false;  // ours: the session re-puts
-  if (!st.bridge->peers().alive(id)) {
+  // A router also knows from heartbeats: an instance silent for the heartbeat limit is not waiting to
+  // register again, it is gone (a router may never have opened a connection to it).
+  auto seen = st.loads.find(id);
+  const bool silent = st.view && (seen == st.loads.end() || st.now() - seen->second.at > load_limit(st));
+  if (!st.bridge->peers().alive(id) || silent) {
     st.records.erase(it);
     st.pending_delete.erase(id);
     return true;
