@@ -21,7 +21,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   FUZZ_CHECK(!cfg->instances.empty());
-  FUZZ_CHECK(cfg->registry() != nullptr);
+  FUZZ_CHECK(cfg->uses_etcd() ? !cfg->cluster.etcd_endpoints.empty() : cfg->registry() != nullptr);
   const auto& c = cfg->cluster;
   FUZZ_CHECK(c.heartbeat_interval.count() > 0);
   FUZZ_CHECK(c.heartbeat_misses >= 1 && c.heartbeat_misses <= 1000);

@@ -6,6 +6,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "epd/actors/etcd_membership.hpp"
 #include "epd/actors/membership.hpp"
 #include "epd/actors/process_metrics.hpp"
 #include "epd/actors/role_registry.hpp"
@@ -152,7 +153,10 @@ int run_role(int argc, char** argv, const char* fixed_role) {
   ctx.metrics = process_metrics;
   export_load(*ctx.metrics, ctx.load, incarnation, engine.get());
   std::vector<caf::actor> actors;
-  if (cfg->cluster.registry == id) {
+  if (cfg->uses_etcd()) {
+    // Membership in etcd: every router keeps its own view, filled by its etcd membership actor.
+    if (role == "router") ctx.registry = std::make_shared<RegistryView>();
+  } else if (cfg->cluster.registry == id) {
     ctx.registry = std::make_shared<RegistryView>();
     actors.push_back(spawn_registry(
         system, ctx.bridge, RegistryConfig{cfg->cluster.heartbeat_interval, cfg->cluster.heartbeat_misses},
@@ -165,15 +169,46 @@ int run_role(int argc, char** argv, const char* fixed_role) {
     return fail(handle.error().detail);
   }
   MembershipConfig mc;
-  mc.registry_endpoint = cfg->registry()->control;
-  mc.role = role;
-  mc.heartbeat_interval = cfg->cluster.heartbeat_interval;
-  mc.heartbeat_misses = cfg->cluster.heartbeat_misses;
-  mc.engine = engine.get();
-  mc.kv_layout = handle->kv_layout;
-  mc.kv_pages_total = handle->kv_pages_total;
-  mc.metrics = std::make_shared<MembershipMetrics>(*ctx.metrics);
-  actors.push_back(spawn_membership(system, ctx.bridge, mc, ctx.load, handle->main));
+  std::unique_ptr<EtcdMembership> etcd_membership;
+  if (cfg->uses_etcd()) {
+    EtcdMembershipConfig ec;
+    ec.endpoints = cfg->cluster.etcd_endpoints;
+    ec.prefix = cfg->cluster.etcd_prefix;
+    ec.lease_ttl = cfg->cluster.etcd_lease_ttl;
+    ec.heartbeat_interval = cfg->cluster.heartbeat_interval;
+    ec.heartbeat_misses = cfg->cluster.heartbeat_misses;
+    ec.self.instance_id = id;
+    ec.self.role = role;
+    ec.self.control_endpoint = ctx.bridge->endpoint();
+    ec.self.incarnation = incarnation;
+    if (engine) ec.self.segment = engine->descriptor();
+    ec.self.kv_layout = handle->kv_layout;
+    ec.self.load.total_kv_pages = handle->kv_pages_total;
+    ec.engine = engine.get();
+    ec.metrics = std::make_shared<MembershipMetrics>(*ctx.metrics);
+    auto m = start_etcd_membership(system, ctx.bridge, std::move(ec), ctx.load, handle->main, ctx.registry);
+    if (!m) {
+      for (auto& a : actors) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+      caf::anon_send_exit(handle->main, caf::exit_reason::user_shutdown);
+      ctx.bridge->stop();
+      return fail("etcd membership: " + m.error().detail);
+    }
+    etcd_membership = std::move(*m);
+    std::string endpoints;
+    for (const auto& e : cfg->cluster.etcd_endpoints) endpoints += (endpoints.empty() ? "" : ", ") + e;
+    spdlog::info("{} '{}': membership in etcd ({}), prefix {}, lease TTL {} ms", role, id, endpoints,
+                 cfg->cluster.etcd_prefix, cfg->cluster.etcd_lease_ttl.count());
+  } else {
+    mc.registry_endpoint = cfg->registry()->control;
+    mc.role = role;
+    mc.heartbeat_interval = cfg->cluster.heartbeat_interval;
+    mc.heartbeat_misses = cfg->cluster.heartbeat_misses;
+    mc.engine = engine.get();
+    mc.kv_layout = handle->kv_layout;
+    mc.kv_pages_total = handle->kv_pages_total;
+    mc.metrics = std::make_shared<MembershipMetrics>(*ctx.metrics);
+    actors.push_back(spawn_membership(system, ctx.bridge, mc, ctx.load, handle->main));
+  }
   ctx.bridge->wired();
   actors.push_back(handle->main);
   for (auto& a : handle->others) actors.push_back(a);
@@ -183,7 +218,11 @@ int run_role(int argc, char** argv, const char* fixed_role) {
   spdlog::info("{} '{}' stopping on signal {}", role, id, sig);
   if (handle->drain) handle->drain();
   metrics_endpoint.stop();
-  ctx.bridge->send_to_endpoint(mc.registry_endpoint, protocol::Goodbye{"shutdown"});
+  // Leaving: etcd drops our record with the revoked lease; the embedded registry hears GOODBYE.
+  if (etcd_membership)
+    etcd_membership->stop();
+  else
+    ctx.bridge->send_to_endpoint(mc.registry_endpoint, protocol::Goodbye{"shutdown"});
   for (auto& a : actors) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
   ctx.bridge->stop();  // flushes the GOODBYE within linger
   system.await_all_actors_done();

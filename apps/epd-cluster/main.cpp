@@ -1,6 +1,8 @@
 // epd-cluster: starts every instance of a cluster config as a child process, prefixes their output with
-// the instance id, waits until the router lists them all as healthy, restarts the ones that die, and
-// stops them all on SIGINT/SIGTERM. The work is done by epd::launcher; this file wires config to it.
+// the instance id, waits until the router (every router, with membership in etcd) lists them all as
+// healthy, restarts the ones that die, and stops them all on SIGINT/SIGTERM. With `[etcd] local = true`
+// it first starts a single-member etcd and stops it last. The work is done by epd::launcher; this file
+// wires config to it.
 #include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
@@ -16,6 +18,7 @@
 #include <vector>
 
 #include "epd/config/cluster_config.hpp"
+#include "epd/etcd/local_etcd.hpp"
 #include "epd/launcher/exit_status.hpp"
 #include "epd/launcher/process_group.hpp"
 #include "epd/launcher/readiness.hpp"
@@ -101,9 +104,10 @@ int main(int argc, char** argv) {
   // Resolve every command before starting anything: a missing executable fails fast and clean.
   std::vector<lc::ChildSpec> specs;
   std::vector<std::string> ids;
-  const auto* registry = cfg->registry();
+  const auto* registry = cfg->registry();  // null with membership in etcd
   // The registry first: the others say HELLO to it.
-  std::vector<const epd::config::InstanceConfig*> order{registry};
+  std::vector<const epd::config::InstanceConfig*> order;
+  if (registry) order.push_back(registry);
   for (const auto& inst : cfg->instances)
     if (&inst != registry) order.push_back(&inst);
   for (const auto* inst : order) {
@@ -116,10 +120,13 @@ int main(int argc, char** argv) {
     ids.push_back(inst->id);
   }
 
-  // Readiness asks the router's HTTP API: the registry's own `http` key, else the first router's.
+  // Readiness asks the router's HTTP API: the registry's own `http` key, else the first router's. With
+  // membership in etcd every router keeps its own view, so every router with an `http` key is asked.
   std::optional<lc::HostPort> router_http;
+  std::vector<lc::HostPort> more_routers;
   if (ready_timeout_s > 0) {
-    std::vector<const epd::config::InstanceConfig*> candidates{registry};
+    std::vector<const epd::config::InstanceConfig*> candidates;
+    if (registry) candidates.push_back(registry);
     for (const auto* r : cfg->with_role("router")) candidates.push_back(r);
     for (const auto* c : candidates) {
       auto http = c->settings.get_string("http", "");
@@ -134,8 +141,12 @@ int main(int argc, char** argv) {
                      c->id.c_str(), hp.error().detail.c_str());
         return 2;
       }
-      router_http = *hp;
-      break;
+      if (!router_http) {
+        router_http = *hp;
+        if (!cfg->uses_etcd()) break;
+      } else {
+        more_routers.push_back(*hp);
+      }
     }
     if (!router_http) {
       std::fprintf(stderr,
@@ -147,6 +158,56 @@ int main(int argc, char** argv) {
   }
 
   auto sink = std::make_shared<lc::FdSink>(1);
+  // [etcd] local = true: a single-member etcd, up and serving before any instance starts, stopped after
+  // them all (its own group is destroyed last). Its data lives in a temporary directory unless data_dir.
+  struct TempDir {
+    fs::path path;
+    ~TempDir() {
+      std::error_code ec;
+      if (!path.empty()) fs::remove_all(path, ec);
+    }
+  } etcd_temp;  // removed after etcd_group (declared after it) stopped etcd
+  std::unique_ptr<lc::ProcessGroup> etcd_group;
+  if (cfg->etcd.local) {
+    epd::etcd::LocalEtcd local;
+    auto client = epd::etcd::parse_endpoint(cfg->cluster.etcd_endpoints.front());
+    if (!client) {
+      std::fprintf(stderr, "epd-cluster: %s\n", client.error().detail.c_str());
+      return 2;
+    }
+    local.client = *client;
+    local.peer = {cfg->etcd.peer.host, cfg->etcd.peer.port};
+    local.name = cfg->cluster.name;
+    if (cfg->etcd.data_dir.empty()) {
+      std::string tmpl = (fs::temp_directory_path() / "epd-etcd-XXXXXX").string();
+      if (!::mkdtemp(tmpl.data())) {
+        std::fprintf(stderr, "epd-cluster: cannot create a temporary directory for etcd\n");
+        return 1;
+      }
+      etcd_temp.path = tmpl;
+      local.data_dir = etcd_temp.path / "data";
+    } else {
+      local.data_dir = cfg->etcd.data_dir;
+    }
+    auto child = epd::etcd::local_etcd_child(local);
+    if (!child) {
+      std::fprintf(stderr, "epd-cluster: %s\n", child.error().detail.c_str());
+      return 2;
+    }
+    lc::GroupOptions eopts;
+    eopts.stop_grace = milliseconds(3000);
+    etcd_group = std::make_unique<lc::ProcessGroup>(eopts, sink);
+    if (auto st = etcd_group->start({*child}); !st) {
+      sink->write_line("epd-cluster: " + st.error().detail);
+      return 1;
+    }
+    if (auto st = epd::etcd::wait_healthy(local.client, milliseconds(20000)); !st) {
+      sink->write_line("epd-cluster: " + st.error().detail + "; stopping");
+      return 1;
+    }
+    sink->write_line("epd-cluster: local etcd serving on " + local.client.text() + " (data in " +
+                     local.data_dir.string() + ")");
+  }
   lc::GroupOptions opts;
   opts.stop_grace = seconds_flag(stop_grace_s);
   opts.restart.enabled = !no_restart;
@@ -180,8 +241,12 @@ int main(int argc, char** argv) {
             return 1;
           }
         auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
-        last =
-            lc::probe_instances(*router_http, ids, std::clamp(left, milliseconds(100), milliseconds(1000)));
+        const auto probe_timeout = std::clamp(left, milliseconds(100), milliseconds(1000));
+        last = lc::probe_instances(*router_http, ids, probe_timeout);
+        for (const auto& r : more_routers) {
+          if (!last.ready()) break;
+          last = lc::probe_instances(r, ids, probe_timeout);  // every router must see every instance
+        }
         if (last.ready()) break;
         if (Clock::now() >= deadline) {
           std::string why = "epd-cluster: not ready after " +

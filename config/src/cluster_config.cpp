@@ -43,6 +43,83 @@ bool valid_endpoint(const std::string& ep) {
   return (ep.rfind("tcp://", 0) == 0 && ep.find(':', 6) != std::string::npos) || ep.rfind("ipc://", 0) == 0;
 }
 
+// http://HOST:PORT: etcd's client URL (its JSON gateway speaks plain HTTP here).
+protocol::Status check_etcd_url(const std::string& url, const std::filesystem::path& file) {
+  constexpr std::string_view scheme = "http://";
+  std::string_view rest(url);
+  if (rest.substr(0, scheme.size()) != scheme)
+    return bad(file, "[cluster] etcd_endpoints: '" + url + "' is not http://HOST:PORT");
+  rest.remove_prefix(scheme.size());
+  if (!rest.empty() && rest.back() == '/') rest.remove_suffix(1);
+  auto hp = parse_host_port(rest, "etcd_endpoints", file.string() + " [cluster]");
+  if (!hp) return hp.error();
+  if (hp->port == 0) return bad(file, "[cluster] etcd_endpoints: '" + url + "' needs a port");
+  return {};
+}
+
+// [cluster] etcd_endpoints / etcd_prefix / etcd_lease_ttl_ms: required and checked with registry = "etcd",
+// refused without it (they would be silently ignored).
+protocol::Status parse_etcd_keys(toml::table& root, const Settings& s, ClusterSection& c,
+                                 const std::filesystem::path& file) {
+  const bool etcd = c.registry == "etcd";
+  for (auto key : {"etcd_endpoints", "etcd_prefix", "etcd_lease_ttl_ms"})
+    if (!etcd && s.has(key)) return bad(file, std::string("[cluster] ") + key + " needs registry = \"etcd\"");
+  if (!etcd) return {};
+  const toml::node* list = root["cluster"]["etcd_endpoints"].node();
+  if (!list || !list->is_array() || list->as_array()->empty())
+    return bad(file, "[cluster] registry = \"etcd\" needs etcd_endpoints = [\"http://HOST:PORT\", ...]");
+  for (const auto& item : *list->as_array()) {
+    if (!item.is_string()) return bad(file, "[cluster] etcd_endpoints must be a list of strings");
+    std::string url = item.as_string()->get();
+    if (auto st = check_etcd_url(url, file); !st) return st.error();
+    c.etcd_endpoints.push_back(std::move(url));
+  }
+  protocol::FirstError e;
+  e.take(c.etcd_prefix, s.get_string("etcd_prefix", "/epd/" + c.name + "/"))
+      .take(c.etcd_lease_ttl, s.get_ms("etcd_lease_ttl_ms", c.etcd_lease_ttl));
+  if (!e.status()) return e.status().error();
+  if (c.etcd_prefix.empty() || c.etcd_prefix.front() != '/' || c.etcd_prefix.back() != '/')
+    return bad(file, "[cluster] etcd_prefix must start and end with '/', got '" + c.etcd_prefix + "'");
+  // etcd grants whole seconds and raises anything below its minimum (1.5 election timeouts) to it.
+  if (c.etcd_lease_ttl.count() % 1000 != 0 || c.etcd_lease_ttl < std::chrono::milliseconds(2000))
+    return bad(file, "[cluster] etcd_lease_ttl_ms must be whole seconds and at least 2000, got " +
+                         std::to_string(c.etcd_lease_ttl.count()));
+  return {};
+}
+
+// [etcd] local = true: epd-cluster starts a single-member etcd on the first endpoint's (loopback) port.
+protocol::Status parse_etcd_section(toml::table& root, ClusterConfig& cfg,
+                                    const std::filesystem::path& file) {
+  auto s = settings_of(root["etcd"].as_table(), file.string() + " [etcd]");
+  if (!root["etcd"]) return {};
+  if (auto st = s.only_keys({"local", "peer", "data_dir"}); !st) return st.error();
+  std::string peer, data_dir;
+  protocol::FirstError e;
+  e.take(cfg.etcd.local, s.get_bool("local", false))
+      .take(peer, s.get_string("peer", ""))
+      .take(data_dir, s.get_string("data_dir", ""));
+  if (!e.status()) return e.status().error();
+  if (!cfg.etcd.local) return {};
+  if (!cfg.uses_etcd()) return bad(file, "[etcd] local = true needs [cluster] registry = \"etcd\"");
+  const std::string first = cfg.cluster.etcd_endpoints.front();
+  auto client = parse_host_port(std::string_view(first).substr(7), "etcd_endpoints", file.string());
+  if (!client || !is_loopback_host(client->host))
+    return bad(
+        file, "[etcd] local = true: the first etcd endpoint must be a loopback address, got '" + first + "'");
+  if (peer.empty()) return bad(file, "[etcd] local = true needs peer = \"127.0.0.1:PORT\" (its raft port)");
+  auto hp = parse_host_port(peer, "peer", file.string() + " [etcd]");
+  if (!hp) return hp.error();
+  if (!is_loopback_host(hp->host) || hp->port == 0 || hp->port == client->port)
+    return bad(file,
+               "[etcd] peer must be a loopback HOST:PORT other than the client port, got '" + peer + "'");
+  cfg.etcd.peer = *hp;
+  if (!data_dir.empty()) {
+    cfg.etcd.data_dir = data_dir;
+    if (cfg.etcd.data_dir.is_relative()) cfg.etcd.data_dir = file.parent_path() / cfg.etcd.data_dir;
+  }
+  return {};
+}
+
 }  // namespace
 
 const InstanceConfig* ClusterConfig::find(std::string_view id) const {
@@ -78,8 +155,8 @@ Result<ClusterConfig> parse_cluster_config(std::string_view text, const std::fil
   ClusterConfig cfg;
   cfg.file = file;
   for (const auto& [k, _] : root) {
-    static const std::set<std::string> known = {"cluster",  "model",    "transport",
-                                                "defaults", "instance", "security"};
+    static const std::set<std::string> known = {"cluster",  "model",    "transport", "defaults",
+                                                "instance", "security", "etcd"};
     if (!known.count(std::string(k.str())))
       return bad(file, "unknown section '" + std::string(k.str()) + "'");
   }
@@ -87,7 +164,8 @@ Result<ClusterConfig> parse_cluster_config(std::string_view text, const std::fil
   {
     auto s = settings_of(root["cluster"].as_table(), file.string() + " [cluster]");
     if (auto st = s.only_keys({"name", "registry", "heartbeat_interval_ms", "heartbeat_misses",
-                               "request_timeout_ms", "max_attempts"});
+                               "request_timeout_ms", "max_attempts", "etcd_endpoints", "etcd_prefix",
+                               "etcd_lease_ttl_ms"});
         !st)
       return st.error();
     auto& c = cfg.cluster;
@@ -100,7 +178,9 @@ Result<ClusterConfig> parse_cluster_config(std::string_view text, const std::fil
         .take(c.max_attempts, s.get_uint("max_attempts", c.max_attempts, 1, 100));
     if (!e.status()) return e.status().error();
     if (c.heartbeat_interval.count() == 0) return bad(file, "[cluster] heartbeat_interval_ms must be > 0");
+    if (auto st = parse_etcd_keys(root, s, c, file); !st) return st.error();
   }
+  if (auto st = parse_etcd_section(root, cfg, file); !st) return st.error();
   {
     auto s = settings_of(root["model"].as_table(), file.string() + " [model]");
     if (auto st = s.only_keys({"preset", "path", "threads"}); !st) return st.error();
@@ -201,8 +281,9 @@ Result<ClusterConfig> parse_cluster_config(std::string_view text, const std::fil
     inst.transport = merged(transport, (*t)["transport"].as_table(), where + " transport");
     cfg.instances.push_back(std::move(inst));
   }
-  if (!cfg.registry())
-    return bad(file, "[cluster] registry = '" + cfg.cluster.registry + "' names no instance");
+  if (!cfg.uses_etcd() && !cfg.registry())
+    return bad(file, "[cluster] registry = '" + cfg.cluster.registry +
+                         "' names no instance (an instance id, or \"etcd\" with etcd_endpoints)");
   for (const auto& inst : cfg.instances)
     if (auto e = engine_config_for(inst); !e) return e.error();
   if (!cfg.security.enabled())

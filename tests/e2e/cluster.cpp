@@ -100,8 +100,16 @@ Cluster::Cluster(ClusterSpec spec) : spec_(std::move(spec)) {
   for (int i = 0; i < spec_.prefills; ++i) instances_.emplace_back("prefill-" + std::to_string(i), "prefill");
   for (int i = 0; i < spec_.decodes; ++i) instances_.emplace_back("decode-" + std::to_string(i), "decode");
   std::ostringstream cfg;
-  cfg << "[cluster]\nname = \"e2e\"\nregistry = \"router\"\nheartbeat_interval_ms = " << spec_.heartbeat_ms
-      << "\nheartbeat_misses = " << spec_.heartbeat_misses
+  cfg << "[cluster]\nname = \"e2e\"\n";
+  if (spec_.etcd_endpoints.empty()) {
+    cfg << "registry = \"router\"\n";
+  } else {
+    cfg << "registry = \"etcd\"\netcd_endpoints = [";
+    for (size_t i = 0; i < spec_.etcd_endpoints.size(); ++i)
+      cfg << (i ? ", " : "") << "\"" << spec_.etcd_endpoints[i] << "\"";
+    cfg << "]\netcd_lease_ttl_ms = " << spec_.etcd_lease_ttl_ms << "\n";
+  }
+  cfg << "heartbeat_interval_ms = " << spec_.heartbeat_ms << "\nheartbeat_misses = " << spec_.heartbeat_misses
       << "\nrequest_timeout_ms = " << spec_.request_timeout_ms << "\nmax_attempts = " << spec_.max_attempts
       << "\n\n[model]\npreset = \"" << spec_.model_preset << "\"\n"
       << (spec_.model_path.empty() ? "" : "path = \"" + spec_.model_path + "\"\n") << "\n"

@@ -52,6 +52,9 @@ struct ClusterSpec {
   // Every /metrics speaks TLS with the cluster's certificate ([security] metrics_tls_*); scrape() verifies
   // it.
   bool metrics_tls = false;
+  // Membership in etcd ([cluster] registry = "etcd" with these endpoints) instead of the router's registry.
+  std::vector<std::string> etcd_endpoints;
+  int etcd_lease_ttl_ms = 2000;
 };
 
 // Collects the children's prefixed log lines (dumped when a test fails).

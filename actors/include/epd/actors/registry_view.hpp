@@ -21,6 +21,11 @@ class RegistryView {
     std::lock_guard lock(mu_);
     entries_ = std::move(entries);
   }
+  // One entry (a router's view under etcd membership changes one instance per heartbeat).
+  void put(const std::string& id, RegistryEntry entry) {
+    std::lock_guard lock(mu_);
+    entries_[id] = std::move(entry);
+  }
   std::vector<RegistryEntry> entries() const {
     std::lock_guard lock(mu_);
     std::vector<RegistryEntry> out;

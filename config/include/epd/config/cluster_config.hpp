@@ -21,11 +21,22 @@ using protocol::Result;
 
 struct ClusterSection {
   std::string name = "epd";
-  std::string registry = "router";  // instance id hosting the embedded registry
+  // The instance id hosting the embedded registry, or "etcd": membership in etcd (docs/architecture.md).
+  std::string registry = "router";
+  std::vector<std::string> etcd_endpoints;         // http://HOST:PORT of etcd members (registry = "etcd")
+  std::string etcd_prefix;                         // keys live under it; default "/epd/<name>/"
+  std::chrono::milliseconds etcd_lease_ttl{5000};  // whole seconds, >= 2 s
   std::chrono::milliseconds heartbeat_interval{500};
   uint32_t heartbeat_misses = 3;  // a peer silent for this many intervals is dead
   std::chrono::milliseconds request_timeout{60000};
   uint32_t max_attempts = 3;  // router retries of a failed request (retryable causes only)
+};
+
+// [etcd]: a single-member etcd that epd-cluster starts itself (registry = "etcd" on one machine).
+struct EtcdSection {
+  bool local = false;
+  HostPort peer;                   // its raft peer port (the client port is etcd_endpoints[0])
+  std::filesystem::path data_dir;  // empty: a temporary directory removed when epd-cluster stops
 };
 
 struct ModelSection {
@@ -52,16 +63,20 @@ struct ClusterConfig {
   ClusterSection cluster;
   ModelSection model;
   SecuritySection security;
+  EtcdSection etcd;
   std::vector<InstanceConfig> instances;
 
   const InstanceConfig* find(std::string_view id) const;
-  const InstanceConfig* registry() const { return find(cluster.registry); }
+  bool uses_etcd() const { return cluster.registry == "etcd"; }
+  // The instance hosting the embedded registry; null with registry = "etcd".
+  const InstanceConfig* registry() const { return uses_etcd() ? nullptr : find(cluster.registry); }
   std::vector<const InstanceConfig*> with_role(std::string_view role) const;
 };
 
 // Parses and validates the file: unknown top-level sections, duplicate ids, bad endpoints, wrong types and
-// a registry id that names no instance are config_error with the file and key in the message. With
-// [security] curve_keys, the keys file must list every instance; without it, every address must be loopback.
+// a registry id that names no instance (other than "etcd", which needs etcd_endpoints) are config_error with
+// the file and key in the message. With [security] curve_keys, the keys file must list every instance;
+// without it, every address must be loopback.
 Result<ClusterConfig> load_cluster_config(const std::filesystem::path& file);
 Result<ClusterConfig> parse_cluster_config(std::string_view toml_text, const std::filesystem::path& file);
 

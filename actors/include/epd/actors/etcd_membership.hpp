@@ -1,0 +1,48 @@
+#pragma once
+// Membership kept in etcd (registry = "etcd"), in place of the embedded registry and its client: every
+// instance registers its record under a lease and watches every other record (docs/architecture.md,
+// "Membership in etcd"). The actor turns what the watch sees into the same PeerDirectory updates and
+// PeerChanges the embedded registry's PEERS produce, so roles do not know which backend runs. Load stays
+// off etcd: each instance sends HEARTBEATs with its LoadReport to every router it sees, and a router keeps
+// its RegistryView (placement, /v1/instances) from the records plus those heartbeats.
+#include <caf/all.hpp>
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "epd/actors/bridge.hpp"
+#include "epd/actors/load_gauge.hpp"
+#include "epd/actors/process_metrics.hpp"
+#include "epd/actors/registry_view.hpp"
+#include "epd/transport/engine.hpp"
+
+namespace epd::actors {
+
+struct EtcdMembershipConfig {
+  std::vector<std::string> endpoints;  // http://HOST:PORT
+  std::string prefix;                  // "/epd/<name>/"
+  std::chrono::milliseconds lease_ttl{5000};
+  std::chrono::milliseconds request_timeout{2000};  // one etcd call
+  std::chrono::milliseconds heartbeat_interval{500};
+  uint32_t heartbeat_misses = 3;               // a router stops placing on an instance silent this long
+  protocol::PeerInfo self;                     // this instance's record (load: only total_kv_pages is kept)
+  transport::Engine* engine = nullptr;         // write-fence figures go into heartbeats (may be null)
+  std::shared_ptr<MembershipMetrics> metrics;  // may be null
+};
+
+// Stops the etcd threads (revoking our lease, so our record goes at once) and the actor.
+class EtcdMembership {
+ public:
+  virtual ~EtcdMembership() = default;
+  virtual caf::actor actor() const = 0;
+  virtual void stop() = 0;
+};
+
+// `view`: set in a router (filled from records + heartbeats), null elsewhere.
+protocol::Result<std::unique_ptr<EtcdMembership>> start_etcd_membership(
+    caf::actor_system& system, BridgePtr bridge, EtcdMembershipConfig config, std::shared_ptr<LoadGauge> load,
+    caf::actor role, std::shared_ptr<RegistryView> view);
+
+}  // namespace epd::actors

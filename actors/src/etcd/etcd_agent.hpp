@@ -1,0 +1,78 @@
+#pragma once
+// The two threads that talk to etcd for one instance, so that no actor ever blocks on it:
+//  - the session keeps this instance's record alive: grants a lease, puts the record under it, renews the
+//    lease every TTL/3, and when etcd says the lease is gone (it expired while etcd was unreachable, or
+//    etcd lost it) grants a new one and puts the record again;
+//  - the watcher lists `<prefix>instances/` and watches it from the listing's revision; after a broken
+//    stream it watches again from the last revision it saw (nothing is missed), after a compaction it lists
+//    again. Both post what they learn to the membership actor and retry forever: etcd trouble never stops
+//    the instance.
+#include <atomic>
+#include <caf/all.hpp>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "epd/etcd/etcd_client.hpp"
+#include "epd/protocol/messages.hpp"
+
+namespace epd::actors::etcd_backend {
+
+// The whole membership as listed at `revision` (at start and after a compaction).
+struct Listing {
+  std::vector<protocol::PeerInfo> peers;
+  int64_t revision = 0;
+};
+
+// Changes seen by the watch, in order: a record put (info set) or deleted (info empty).
+struct Change {
+  std::string id;
+  std::optional<protocol::PeerInfo> info;
+};
+struct Changes {
+  std::vector<Change> changes;
+  int64_t revision = 0;
+};
+
+// The session's state changed: our record is (again) in etcd, or etcd cannot be reached.
+struct SessionNews {
+  bool registered = false;
+  std::string detail;
+};
+
+struct AgentConfig {
+  std::string prefix;  // the cluster's prefix, "/epd/<name>/"
+  std::chrono::milliseconds lease_ttl{5000};
+  std::chrono::milliseconds retry{500};  // between attempts while etcd is unreachable
+  std::chrono::milliseconds watch_idle{60000};
+};
+
+class Agent {
+ public:
+  Agent(etcd::EtcdClient client, AgentConfig config, protocol::PeerInfo self, caf::actor membership);
+  ~Agent();  // stop()
+  void start();
+  // Ends both threads; revokes the lease (bounded by the client timeout) so our key goes at once.
+  void stop();
+
+ private:
+  void run_session();
+  void run_watcher();
+  bool sleep_for(std::chrono::milliseconds d);  // false when stopping
+
+  etcd::EtcdClient client_;
+  const AgentConfig config_;
+  const protocol::PeerInfo self_;
+  caf::actor membership_;
+  std::atomic<bool> stop_{false};
+  std::atomic<int64_t> lease_{0};
+  std::thread session_, watcher_;
+};
+
+}  // namespace epd::actors::etcd_backend
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(epd::actors::etcd_backend::Listing)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(epd::actors::etcd_backend::Changes)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(epd::actors::etcd_backend::SessionNews)

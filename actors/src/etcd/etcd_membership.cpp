@@ -1,0 +1,310 @@
+#include "epd/actors/etcd_membership.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include "epd/actors/membership.hpp"
+#include "epd/actors/role_support.hpp"
+#include "etcd_agent.hpp"
+
+namespace epd::actors {
+namespace {
+
+using etcd_backend::Changes;
+using etcd_backend::Listing;
+using etcd_backend::SessionNews;
+using protocol::Envelope;
+using protocol::MessageType;
+using clock = std::chrono::steady_clock;
+using revive_atom = caf::atom_constant<caf::atom("revive")>;
+using gone_atom = caf::atom_constant<caf::atom("gone")>;
+
+struct LoadSeen {
+  protocol::LoadReport load;
+  uint64_t incarnation = 0;
+  clock::time_point at;
+};
+
+struct EtcdMembershipState {
+  BridgePtr bridge;
+  EtcdMembershipConfig config;
+  std::shared_ptr<LoadGauge> load;
+  caf::actor role;
+  std::shared_ptr<RegistryView> view;                 // routers only
+  std::map<std::string, protocol::PeerInfo> records;  // as etcd holds them (ours included)
+  // Records etcd deleted while their instance still looked alive to us: removed after a grace period
+  // unless put again (a lease that expired during an etcd outage) or the connection to it breaks first.
+  std::map<std::string, uint64_t> pending_delete;
+  std::map<std::string, LoadSeen> loads;  // routers: the last HEARTBEAT of each instance
+  std::map<std::string, std::string> roles;
+  bool listed = false;
+  uint64_t version = 0;
+  uint64_t seq = 0;
+  caf::local_actor* self = nullptr;
+  clock::time_point now() const { return self->clock().now(); }
+  static inline const char* name = "etcd-membership";
+};
+
+std::string role_of(const EtcdMembershipState& st, const std::string& id) {
+  auto it = st.roles.find(id);
+  return it == st.roles.end() ? "unknown" : it->second;
+}
+
+std::chrono::milliseconds load_limit(const EtcdMembershipState& st) {
+  return st.config.heartbeat_interval * st.config.heartbeat_misses;
+}
+
+RegistryEntry entry_of(const EtcdMembershipState& st, const protocol::PeerInfo& info, clock::time_point now) {
+  RegistryEntry e;
+  e.info = info;
+  e.last_seen = now;
+  auto l = st.loads.find(info.instance_id);
+  if (l != st.loads.end() && l->second.incarnation == info.incarnation) {
+    e.info.load = l->second.load;
+    e.last_seen = l->second.at;
+    if (now - l->second.at > load_limit(st)) e.info.load.healthy = false;  // its heartbeats stopped
+  } else {
+    e.info.load.healthy = false;  // not placed before its first heartbeat
+  }
+  return e;
+}
+
+void refresh_view(EtcdMembershipState& st) {
+  if (!st.view) return;
+  const auto now = st.now();
+  std::map<std::string, RegistryEntry> entries;
+  for (const auto& [id, info] : st.records) entries[id] = entry_of(st, info, now);
+  st.view->set(std::move(entries));
+}
+
+// The records as a full list into the peer directory (a local O(N) step; etcd sent only the delta), and
+// what changed to the role: the same PeerChanges a PEERS of the embedded registry produces.
+void publish(caf::stateful_actor<EtcdMembershipState>* self) {
+  auto& st = self->state;
+  std::vector<protocol::PeerInfo> peers;
+  peers.reserve(st.records.size());
+  for (const auto& [id, info] : st.records) {
+    peers.push_back(info);
+    st.roles[id] = info.role;
+  }
+  auto changes = st.bridge->peers().replace(++st.version, peers);
+  for (const auto& c : changes) {
+    if (c.id == st.bridge->instance_id()) continue;
+    if (st.config.metrics) {
+      if (c.new_incarnation != 0)
+        st.config.metrics->incarnation_seen(role_of(st, c.id));
+      else
+        st.config.metrics->peer_lost(role_of(st, c.id), "left");
+    }
+    if (c.new_incarnation == 0)
+      spdlog::info("membership: peer '{}' left (its etcd record is gone)", c.id);
+    else if (c.old_incarnation == 0)
+      spdlog::info("membership: peer '{}' joined", c.id);
+    else
+      spdlog::info("membership: peer '{}' restarted (incarnation {} -> {})", c.id, c.old_incarnation,
+                   c.new_incarnation);
+  }
+  if (!changes.empty() && st.role) self->send(st.role, PeerChanges{std::move(changes)});
+  refresh_view(st);
+}
+
+// etcd deleted `id`'s record. An instance that is already dead to us (or, in a router, whose heartbeats
+// stopped) goes now; one that still looks alive gets a grace period to put its record back (its lease may
+// have expired only because etcd was away).
+bool on_deleted(caf::stateful_actor<EtcdMembershipState>* self, const std::string& id) {
+  auto& st = self->state;
+  auto it = st.records.find(id);
+  if (it == st.records.end() || id == st.bridge->instance_id()) return false;  // ours: the session re-puts
+  // A router also knows from heartbeats: an instance silent for the heartbeat limit is not waiting to
+  // register again, it is gone (a router may never have opened a connection to it).
+  auto seen = st.loads.find(id);
+  const bool silent = st.view && (seen == st.loads.end() || st.now() - seen->second.at > load_limit(st));
+  if (!st.bridge->peers().alive(id) || silent) {
+    st.records.erase(it);
+    st.pending_delete.erase(id);
+    return true;
+  }
+  const uint64_t inc = it->second.incarnation;
+  if (st.pending_delete.emplace(id, inc).second) {
+    spdlog::info(
+        "membership: etcd deleted the record of '{}' (incarnation {}), which still answers us; "
+        "dropping it in {} ms unless it registers again",
+        id, inc, st.config.lease_ttl.count());
+    self->delayed_send(self, st.config.lease_ttl, gone_atom::value, id, inc);
+  }
+  return false;
+}
+
+bool on_put(EtcdMembershipState& st, protocol::PeerInfo info) {
+  const std::string id = info.instance_id;
+  if (auto p = st.pending_delete.find(id); p != st.pending_delete.end()) {
+    if (p->second == info.incarnation)
+      spdlog::info("membership: '{}' registered again with the same incarnation; nothing changed", id);
+    st.pending_delete.erase(p);
+  }
+  auto it = st.records.find(id);
+  if (it != st.records.end() && it->second == info) return false;
+  st.records[id] = std::move(info);
+  return true;
+}
+
+void send_heartbeats(EtcdMembershipState& st) {
+  protocol::Heartbeat hb;
+  hb.seq = ++st.seq;
+  hb.load = st.load->snapshot();
+  hb.load.healthy = hb.load.healthy && st.listed;  // cannot serve before it knows its peers
+  if (st.config.engine) hb.load.fenced_writes = st.config.engine->fence_stats().refused;
+  for (const auto& [id, info] : st.records)
+    if (info.role == "router" && st.bridge->peers().alive(id))
+      st.bridge->send_to_endpoint(info.control_endpoint, hb);
+}
+
+caf::behavior etcd_membership(caf::stateful_actor<EtcdMembershipState>* self, BridgePtr bridge,
+                              EtcdMembershipConfig config, std::shared_ptr<LoadGauge> load, caf::actor role,
+                              std::shared_ptr<RegistryView> view) {
+  harden(self, "etcd-membership");
+  auto& st = self->state;
+  st.self = self;
+  st.bridge = std::move(bridge);
+  st.config = std::move(config);
+  st.load = std::move(load);
+  st.role = std::move(role);
+  st.view = std::move(view);
+  self->delayed_send(self, st.config.heartbeat_interval, tick_atom::value);
+  return {
+      [=](tick_atom) {
+        auto& s = self->state;
+        send_heartbeats(s);
+        refresh_view(s);  // instances whose heartbeats stopped turn unhealthy
+        self->delayed_send(self, s.config.heartbeat_interval, tick_atom::value);
+      },
+      [=](Listing& listing) {
+        auto& s = self->state;
+        std::set<std::string> listed;
+        bool changed = false;
+        for (auto& info : listing.peers) {
+          listed.insert(info.instance_id);
+          changed = on_put(s, std::move(info)) || changed;
+        }
+        std::vector<std::string> missing;
+        for (const auto& [id, _] : s.records)
+          if (!listed.count(id)) missing.push_back(id);
+        for (const auto& id : missing) changed = on_deleted(self, id) || changed;
+        if (!s.listed)
+          spdlog::info("membership: {} instance(s) in etcd at revision {}", listed.size(), listing.revision);
+        s.listed = true;
+        if (changed || s.version == 0) publish(self);
+      },
+      [=](Changes& changes) {
+        auto& s = self->state;
+        bool changed = false;
+        for (auto& c : changes.changes)
+          changed = (c.info ? on_put(s, std::move(*c.info)) : on_deleted(self, c.id)) || changed;
+        if (changed) publish(self);
+      },
+      [=](gone_atom, const std::string& id, uint64_t incarnation) {
+        auto& s = self->state;
+        auto p = s.pending_delete.find(id);
+        if (p == s.pending_delete.end() || p->second != incarnation) return;
+        s.pending_delete.erase(p);
+        auto it = s.records.find(id);
+        if (it == s.records.end() || it->second.incarnation != incarnation) return;
+        spdlog::warn("membership: '{}' did not register again within {} ms; dropped", id,
+                     s.config.lease_ttl.count());
+        s.records.erase(it);
+        publish(self);
+      },
+      [=](SessionNews& news) {
+        if (!news.registered) spdlog::warn("membership: etcd session in trouble: {}", news.detail);
+      },
+      [=](revive_atom, const std::string& id, uint64_t incarnation) {
+        auto& s = self->state;
+        auto it = s.records.find(id);
+        if (it == s.records.end() || it->second.incarnation != incarnation || s.pending_delete.count(id))
+          return;
+        if (s.bridge->peers().revive(id, incarnation))
+          spdlog::info(
+              "membership: peer '{}' (incarnation {}) still holds its etcd lease after our connection to it "
+              "broke; using it again",
+              id, incarnation);
+      },
+      [=](PeerEvent& ev) {
+        auto& s = self->state;
+        if (ev.id.empty() || ev.id == s.bridge->instance_id()) return;
+        if (!s.bridge->peers().mark_dead(ev.id, ev.old_incarnation)) return;  // already known
+        if (s.config.metrics) s.config.metrics->peer_lost(role_of(s, ev.id), "connection");
+        spdlog::warn("membership: peer '{}' (incarnation {}) is dead to us: {}", ev.id, ev.old_incarnation,
+                     ev.reason);
+        if (s.role) self->send(s.role, PeerChanges{{{ev.id, ev.old_incarnation, ev.new_incarnation}}});
+        if (auto p = s.pending_delete.find(ev.id);
+            p != s.pending_delete.end() && p->second == ev.old_incarnation) {
+          // etcd already dropped it and now its connection broke too: gone, no grace needed.
+          s.pending_delete.erase(p);
+          s.records.erase(ev.id);
+          publish(self);
+          return;
+        }
+        // Only our connection broke: if it still holds its lease once that would have expired, it lives
+        // (a stall of ours or a one-sided break): use it again then.
+        if (ev.new_incarnation == 0)
+          self->delayed_send(self, s.config.lease_ttl + load_limit(s), revive_atom::value, ev.id,
+                             ev.old_incarnation);
+      },
+      [=](Envelope& env) {
+        auto& s = self->state;
+        auto* hb = std::get_if<protocol::Heartbeat>(&env.body);
+        if (!hb || !s.view) return;
+        auto it = s.records.find(env.sender);
+        // Not (yet) in our watch, or an older incarnation: its next heartbeat counts.
+        if (it == s.records.end() || it->second.incarnation != env.incarnation) return;
+        const auto now = s.now();
+        auto& seen = s.loads[env.sender];
+        seen = {hb->load, env.incarnation, now};
+        s.view->put(env.sender, entry_of(s, it->second, now));
+      },
+  };
+}
+
+class EtcdMembershipImpl final : public EtcdMembership {
+ public:
+  EtcdMembershipImpl(caf::actor actor, std::unique_ptr<etcd_backend::Agent> agent)
+      : actor_(std::move(actor)), agent_(std::move(agent)) {}
+  ~EtcdMembershipImpl() override { stop(); }
+  caf::actor actor() const override { return actor_; }
+  void stop() override {
+    if (agent_) agent_->stop();
+    agent_.reset();
+    if (actor_) caf::anon_send_exit(actor_, caf::exit_reason::user_shutdown);
+  }
+
+ private:
+  caf::actor actor_;
+  std::unique_ptr<etcd_backend::Agent> agent_;
+};
+
+}  // namespace
+
+protocol::Result<std::unique_ptr<EtcdMembership>> start_etcd_membership(
+    caf::actor_system& system, BridgePtr bridge, EtcdMembershipConfig config, std::shared_ptr<LoadGauge> load,
+    caf::actor role, std::shared_ptr<RegistryView> view) {
+  auto client = etcd::EtcdClient::create({config.endpoints, config.request_timeout});
+  if (!client) return client.error();
+  etcd_backend::AgentConfig ac;
+  ac.prefix = config.prefix;
+  ac.lease_ttl = config.lease_ttl;
+  ac.watch_idle = std::max(std::chrono::milliseconds(30000), config.lease_ttl * 10);
+  protocol::PeerInfo self_record = config.self;
+  const bool router = view != nullptr;
+  auto a = system.spawn(etcd_membership, bridge, std::move(config), std::move(load), std::move(role),
+                        std::move(view));
+  if (router)
+    if (auto st = bridge->subscribe(MessageType::heartbeat, a); !st) {
+      caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+      return st.error();
+    }
+  bridge->subscribe_liveness(a);
+  auto agent = std::make_unique<etcd_backend::Agent>(std::move(*client), ac, std::move(self_record), a);
+  agent->start();
+  return std::unique_ptr<EtcdMembership>(new EtcdMembershipImpl(a, std::move(agent)));
+}
+
+}  // namespace epd::actors

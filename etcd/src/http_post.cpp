@@ -1,0 +1,183 @@
+#include "http_post.hpp"
+
+#include <boost/asio/connect.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+
+namespace epd::etcd::detail {
+namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+using protocol::ErrorCode;
+using protocol::make_error;
+
+http::request<http::string_body> make_request(const Endpoint& ep, const std::string& target,
+                                              const std::string& body) {
+  http::request<http::string_body> req{http::verb::post, target, 11};
+  req.set(http::field::host, ep.host + ":" + std::to_string(ep.port));
+  req.set(http::field::content_type, "application/json");
+  req.body() = body;
+  req.prepare_payload();
+  return req;
+}
+
+// Runs the io_context until `done` or the stream's deadline fired (Beast cancels the pending operation).
+void run_until(asio::io_context& ioc, const bool& done) {
+  while (!done && !ioc.stopped()) ioc.run_one();
+}
+
+}  // namespace
+
+protocol::Result<HttpReply> http_post(const Endpoint& ep, const std::string& target, const std::string& body,
+                                      std::chrono::milliseconds timeout) {
+  asio::io_context ioc;
+  beast::tcp_stream stream(ioc);
+  beast::error_code ec;
+  tcp::resolver resolver(ioc);
+  auto addrs = resolver.resolve(ep.host, std::to_string(ep.port), ec);
+  if (ec) return make_error(ErrorCode::peer_unreachable, ep.text() + ": " + ec.message());
+  auto req = make_request(ep, target, body);
+  http::response<http::string_body> res;
+  beast::flat_buffer buf;
+  bool done = false;
+  std::string failed_at;
+  stream.expires_after(timeout);
+  stream.async_connect(addrs, [&](beast::error_code e, const tcp::endpoint&) {
+    if (e) {
+      ec = e, failed_at = "connect", done = true;
+      return;
+    }
+    http::async_write(stream, req, [&](beast::error_code e2, size_t) {
+      if (e2) {
+        ec = e2, failed_at = "send", done = true;
+        return;
+      }
+      http::async_read(stream, buf, res,
+                       [&](beast::error_code e3, size_t) { ec = e3, failed_at = "read", done = true; });
+    });
+  });
+  run_until(ioc, done);
+  beast::error_code ignored;
+  stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
+  if (ec) {
+    const bool timed_out = ec == beast::error::timeout;
+    return make_error(
+        timed_out ? ErrorCode::timeout : ErrorCode::peer_unreachable,
+        ep.text() + target + ": " + failed_at + ": " +
+            (timed_out ? "no answer within " + std::to_string(timeout.count()) + " ms" : ec.message()));
+  }
+  return HttpReply{res.result_int(), std::move(res.body())};
+}
+
+StreamEnd http_post_stream(const Endpoint& ep, const std::string& target, const std::string& body,
+                           std::chrono::milliseconds timeout, std::chrono::milliseconds idle_timeout,
+                           const std::atomic<bool>& stop,
+                           const std::function<bool(std::string_view)>& on_line) {
+  asio::io_context ioc;
+  beast::tcp_stream stream(ioc);
+  beast::error_code ec;
+  tcp::resolver resolver(ioc);
+  auto addrs = resolver.resolve(ep.host, std::to_string(ep.port), ec);
+  if (ec) return {StreamEnd::Why::failed, 0, ep.text() + ": " + ec.message()};
+  auto req = make_request(ep, target, body);
+  beast::flat_buffer buf;
+  http::response_parser<http::string_body> parser;
+  parser.body_limit(boost::none);
+  std::string pending;  // bytes of a line not yet complete
+  bool want_stop = false;
+  auto on_chunk = [&](uint64_t, beast::string_view data, beast::error_code&) -> size_t {
+    pending.append(data.data(), data.size());
+    size_t start = 0;
+    for (size_t nl; !want_stop && (nl = pending.find('\n', start)) != std::string::npos; start = nl + 1) {
+      std::string_view line(pending.data() + start, nl - start);
+      if (!line.empty() && !on_line(line)) want_stop = true;
+    }
+    pending.erase(0, start);
+    return data.size();  // consumed: nothing accumulates in the parser's body
+  };
+  parser.on_chunk_body(on_chunk);
+
+  bool done = false;
+  std::string failed_at;
+  stream.expires_after(timeout);
+  stream.async_connect(addrs, [&](beast::error_code e, const tcp::endpoint&) {
+    if (e) {
+      ec = e, failed_at = "connect", done = true;
+      return;
+    }
+    http::async_write(stream, req, [&](beast::error_code e2, size_t) {
+      if (e2) {
+        ec = e2, failed_at = "send", done = true;
+        return;
+      }
+      http::async_read_header(stream, buf, parser, [&](beast::error_code e3, size_t) {
+        ec = e3, failed_at = "read header", done = true;
+      });
+    });
+  });
+  run_until(ioc, done);
+  auto close = [&] {
+    beast::error_code ignored;
+    stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
+    stream.close();
+  };
+  if (ec) {
+    close();
+    return {StreamEnd::Why::failed, 0, ep.text() + target + ": " + failed_at + ": " + ec.message()};
+  }
+  const unsigned status = parser.get().result_int();
+  if (status != 200) {
+    stream.expires_after(timeout);
+    done = false;
+    http::async_read(stream, buf, parser, [&](beast::error_code e, size_t) { ec = e, done = true; });
+    run_until(ioc, done);
+    close();
+    return {StreamEnd::Why::failed, status,
+            ep.text() + target + ": HTTP " + std::to_string(status) + " " + parser.get().body()};
+  }
+  // Body: one read at a time, each with the idle deadline; between slices of 100 ms we look at `stop`.
+  for (;;) {
+    if (parser.is_done()) {
+      close();
+      return {StreamEnd::Why::closed, status, "the server ended the stream"};
+    }
+    done = false;
+    stream.expires_after(idle_timeout);
+    http::async_read_some(stream, buf, parser, [&](beast::error_code e, size_t) { ec = e, done = true; });
+    while (!done) {
+      ioc.restart();
+      ioc.run_for(std::chrono::milliseconds(100));
+      if (!done && stop.load()) {
+        stream.cancel();
+        ioc.restart();
+        ioc.run();  // the cancelled read completes
+        close();
+        return {StreamEnd::Why::stopped, status, ""};
+      }
+    }
+    if (want_stop) {
+      close();
+      return {StreamEnd::Why::stopped, status, ""};
+    }
+    if (ec == beast::error::timeout) {
+      close();
+      return {StreamEnd::Why::idle, status,
+              "nothing for " + std::to_string(idle_timeout.count()) + " ms from " + ep.text()};
+    }
+    if (ec == http::error::end_of_stream || ec == asio::error::eof) {
+      close();
+      return {StreamEnd::Why::closed, status, "the server closed the stream"};
+    }
+    if (ec) {
+      close();
+      return {StreamEnd::Why::failed, status, ep.text() + target + ": " + ec.message()};
+    }
+  }
+}
+
+}  // namespace epd::etcd::detail
