@@ -181,16 +181,17 @@ TEST_CASE("rdma e2e: kill -9 one of two prefills under load, nothing is lost, th
 
 TEST_CASE("rdma e2e: pages a frozen rdma writer could still write are held until it answers, no wrong token",
           "[vm]") {
-  // As the shm stale-writer fault test: prefill-1 holds every batch 4 s before its NIC writes, decode gives
-  // the room up after 1.5 s. Its writes cannot be refused at decode (the writer's NIC places the bytes), so
-  // decode must hold the room's pages until prefill-1 acknowledges the abort.
+  // As the shm stale-writer fault test: prefill-1 holds every batch 8 s before its NIC writes, decode gives
+  // the room up after 4 s (under TCG a healthy room's KV can take over 1.5 s). Its writes cannot be refused
+  // at decode (the writer's NIC places the bytes), so decode must hold the room's pages until prefill-1
+  // acknowledges the abort.
   ClusterSpec spec;
   for_the_vm(spec);
   spec.prefills = 2;
   spec.max_attempts = 6;
-  spec.defaults["decode"] = "waiting_timeout_ms = 1500\nabort_timeout_ms = 300\n";
+  spec.defaults["decode"] = "waiting_timeout_ms = 4000\nabort_timeout_ms = 300\n";
   spec.instance_extra["decode-0"] = "kv_pages = 64\n";
-  spec.instance_extra["prefill-1"] = "[instance.transport]\nfault_stall_us = 4000000\n";
+  spec.instance_extra["prefill-1"] = "[instance.transport]\nfault_stall_us = 8000000\n";
   Cluster cluster(spec);
   cluster.start();
   LogDump dump{cluster, "rdma-e2e-stale-writer"};
