@@ -196,7 +196,7 @@ void Cluster::start() {
     children.push_back(
         {id, {std::string(EPD_BIN_DIR) + "/epd-role", "--config", config_.string(), "--id", id}});
   if (auto st = group_->start(std::move(children)); !st) throw std::runtime_error(st.error().to_string());
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(spec_.start_timeout_ms);
   const size_t expected = ids().size();
   while (std::chrono::steady_clock::now() < deadline) {
     size_t healthy = 0;

@@ -38,6 +38,8 @@ struct ClusterSpec {
   // Text appended inside one instance's table (id -> text), e.g. "[instance.transport]\nfault_seed = 3\n".
   std::map<std::string, std::string> instance_extra;
   bool restart = false;  // the ProcessGroup restarts dead children (as epd-cluster does)
+  // start() gives up after this long. Roles under qemu's TCG (the Soft-RoCE VM) start many times slower.
+  int start_timeout_ms = 30000;
   bool metrics = false;  // every instance serves /metrics on a free port (metrics_port)
   // The router requires this API key (api_keys_file); the cluster's own requests send it.
   std::string api_key;

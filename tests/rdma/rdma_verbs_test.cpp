@@ -2,6 +2,8 @@
 // need an RDMA device, so they run inside the Soft-RoCE VM (scripts/rdma-vm, ctest label rdma-vm). Tagged
 // [verbs]; on a host without devices every case fails at once with a clear message rather than passing.
 #include <infiniband/verbs.h>
+#include <poll.h>
+#include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <chrono>
@@ -9,6 +11,7 @@
 #include <thread>
 
 #include "epd/transport/backend_info.hpp"
+#include "handshake.hpp"
 #include "rdma_info.hpp"
 #include "test_util.hpp"
 
@@ -169,4 +172,86 @@ TEST_CASE("rdma: chosen when both ends offer it on different hosts; shm wins on 
   auto same = (*a)->choose_backend((*c)->descriptor());
   REQUIRE(same.ok());
   CHECK(*same == "shm");
+}
+
+TEST_CASE("rdma: a silent handshake client does not hold up another peer's handshake", "[verbs]") {
+  require_device();
+  // The target waits up to 30 s for a request to arrive whole; a listener that served one connection at a
+  // time would be stuck on the silent one (the old code gave up on it after 2 s with a reject and EOF).
+  EngineConfig tc;
+  tc.instance_id = "target";
+  tc.offer = {"rdma"};
+  tc.options.set("rdma_op_timeout_ms", int64_t{30000});
+  auto target = Engine::create(tc);
+  REQUIRE(target.ok());
+  auto region = (*target)->allocate("dst", kMiB);
+  REQUIRE(region.ok());
+  const auto desc = (*target)->descriptor();
+  const auto info = decode_info<rdma::RdmaInfo>(desc, rdma::kName);
+  REQUIRE(info);
+  const auto far = rdma::Clock::now() + 5s;
+  // Two silent peers: one sends nothing, one half a header.
+  auto silent = rdma::connect_tcp(info->handshake_endpoint, far);
+  auto half = rdma::connect_tcp(info->handshake_endpoint, far);
+  REQUIRE((silent.ok() && half.ok()));
+  const uint8_t partial[10] = {'E', 'P', 'D', 'R', rdma::kHandshakeVersion, 1, 0, 2, 5, 0};
+  REQUIRE(rdma::write_all(*half, partial, far).ok());
+  auto init = rdma_initiator(kMiB);
+  auto session = init.engine->open_session(desc);
+  REQUIRE(session.ok());
+  auto b = (*session)->submit({WriteOp{init.src.addr(), desc.regions[0].base, 65536}});
+  REQUIRE(b.ok());
+  REQUIRE(wait_batch(*b).ok());
+  CHECK(xxh(region->base, 65536) == xxh(init.src.base, 65536));
+  // Both silent connections are still waiting: nothing was sent to them and they were not closed.
+  for (int fd : {*silent, *half}) {
+    pollfd p{fd, POLLIN | POLLRDHUP, 0};
+    CHECK(poll(&p, 1, 0) == 0);
+  }
+  // A request that then completes is served as usual: here a malformed one, refused with a reject.
+  const uint8_t rest[34 + 16] = {};  // the rest of the header and two zero QPs
+  REQUIRE(rdma::write_all(*half, rest, far).ok());
+  auto reply = rdma::read_hello(*half, far);
+  REQUIRE(reply.ok());
+  CHECK(reply->kind == rdma::HelloKind::reject);
+  ::close(*silent);
+  ::close(*half);
+}
+
+TEST_CASE("rdma: a completion error on one peer's QPs leaves another peer's link and batches untouched",
+          "[verbs][multiproc]") {
+  require_device();
+  ChildTarget bad_target("rdma", 1, 4 * kMiB);
+  ChildTarget good_target("rdma", 1, 4 * kMiB);
+  REQUIRE((bad_target.ok() && good_target.ok()));
+  auto init = rdma_initiator(4 * kMiB);
+  // The bad peer's descriptor lies about its rkey: its device refuses the write and the QP goes to error.
+  auto bad_desc = bad_target.descriptor();
+  auto info = decode_info<rdma::RdmaInfo>(bad_desc, rdma::kName);
+  REQUIRE(info);
+  info->regions[0].rkey ^= 0x5a5a00;
+  bad_desc.backends[rdma::kName] = encode_info(*info);
+  auto bad = init.engine->open_session(bad_desc);
+  auto good = init.engine->open_session(good_target.descriptor());
+  REQUIRE((bad.ok() && good.ok()));
+  const auto& dst = good_target.region(0);
+  // The good peer's writes are in flight on the same CQ and completion thread while the bad one fails.
+  std::vector<BatchPtr> in_flight;
+  for (uint64_t i = 0; i < 16; ++i) {
+    auto b =
+        (*good)->submit({WriteOp{init.src.addr() + i * 256 * 1024, dst.base + i * 256 * 1024, 256 * 1024}});
+    REQUIRE(b.ok());
+    in_flight.push_back(*b);
+    if (i == 4) {
+      auto refused = (*bad)->submit({WriteOp{init.src.addr(), bad_target.region(0).base, 4096}});
+      REQUIRE(refused.ok());
+      auto st = wait_batch(*refused);
+      REQUIRE_FALSE(st.ok());
+      CHECK(st.error().code == ErrorCode::remote_access);
+    }
+  }
+  for (auto& b : in_flight) CHECK(wait_batch(b).ok());
+  CHECK(good_target.checksum(dst.base, 4 * kMiB) == xxh(init.src.base, 4 * kMiB));
+  CHECK((*good)->healthy());
+  CHECK((*good)->stats().batches_failed == 0);
 }

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <thread>
 
 #include "epd/transport/backend_info.hpp"
@@ -46,6 +47,7 @@ class RdmaBackend final : public Backend {
     handshake_.join();
     for (auto& link : live_links()) link->close();
     for (auto& p : passive_) drop(p);
+    for (auto& h : pending_) ::close(h.fd);
     ::close(listen_fd_);
   }
 
@@ -143,6 +145,9 @@ class RdmaBackend final : public Backend {
     }
   }
 
+  // One thread serves every peer's side channel without blocking on any of them: accepted connections
+  // wait in pending_ until their whole request has arrived (or op_timeout passes), so a slow or silent
+  // peer never holds up another peer's handshake.
   void handshake_loop() {
     std::vector<pollfd> fds;
     while (!stop_) {
@@ -152,25 +157,77 @@ class RdmaBackend final : public Backend {
       }
       fds.assign(1, pollfd{listen_fd_, POLLIN, 0});
       for (auto& p : passive_) fds.push_back({p.fd, POLLIN | POLLRDHUP, 0});
-      if (poll(fds.data(), fds.size(), int(kTick.count())) <= 0) continue;
+      for (auto& h : pending_) fds.push_back({h.fd, POLLIN | POLLRDHUP, 0});
+      const size_t first_pending = 1 + passive_.size();
+      const int ready = poll(fds.data(), fds.size(), int(kTick.count()));
+      const auto now = Clock::now();
+      // Requests that arrived whole (or broke), and requests out of time (answered as malformed).
+      for (size_t i = pending_.size(); i-- > 0;) {
+        Pending& h = pending_[i];
+        if (ready > 0 && fds[first_pending + i].revents) read_pending(h);
+        if (h.done || h.failed || now >= h.deadline) {
+          Result<Hello> req = make_error(ErrorCode::transfer_failed, "rdma handshake: incomplete request");
+          if (h.done) req = decode_hello(h.buf);
+          serve(h.fd, req);
+          pending_.erase(pending_.begin() + long(i));
+        }
+      }
+      if (ready <= 0) continue;
       // Peers whose side channel closed are gone (or closed their link): drop their QPs.
-      for (size_t i = fds.size(); i-- > 1;) {
-        if (fds[i].revents && peer_gone(passive_[i - 1].fd)) {
-          drop(passive_[i - 1]);
-          passive_.erase(passive_.begin() + long(i - 1));
+      for (size_t i = passive_.size(); i-- > 0;) {
+        if (fds[1 + i].revents && peer_gone(passive_[i].fd)) {
+          drop(passive_[i]);
+          passive_.erase(passive_.begin() + long(i));
         }
       }
       if (fds[0].revents & POLLIN) {
-        int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-        if (fd >= 0) serve(fd);
+        int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        // The requester waits as long (link.cpp): at least 500 ms, even with op_timeout 0.
+        const auto wait = std::max(core_->cfg.op_timeout, std::chrono::milliseconds(500));
+        if (fd >= 0) pending_.push_back(Pending{fd, {}, kHelloFixedBytes, now + wait});
       }
     }
   }
 
-  // Answers one handshake request; bounded by op_timeout so a silent client cannot stall the loop long.
-  void serve(int fd) {
+  // A handshake request still arriving on its own (non-blocking) connection.
+  struct Pending {
+    int fd = -1;
+    std::vector<uint8_t> buf;
+    size_t need = 0;  // bytes of the whole request (the fixed part until its header is in)
+    Clock::time_point deadline;
+    bool done = false;    // the whole request is in buf
+    bool failed = false;  // closed, unreadable or a bad header before that
+  };
+
+  // Takes what the connection has, without blocking.
+  static void read_pending(Pending& h) {
+    while (!h.done && !h.failed) {
+      const size_t at = h.buf.size();
+      h.buf.resize(h.need);
+      const ssize_t n = recv(h.fd, h.buf.data() + at, h.need - at, MSG_DONTWAIT);
+      h.buf.resize(at + size_t(n > 0 ? n : 0));
+      if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
+      if (n <= 0) {
+        h.failed = true;
+        return;
+      }
+      if (h.buf.size() < h.need) continue;
+      if (h.need == kHelloFixedBytes) {
+        auto tail = hello_tail_bytes(h.buf);
+        if (!tail) {
+          h.failed = true;
+          return;
+        }
+        h.need += *tail;
+      }
+      h.done = h.buf.size() == h.need;
+    }
+  }
+
+  // Answers one handshake request, whole or failed (a reject); the reply is small enough for the socket's
+  // send buffer, so the write does not wait on the peer.
+  void serve(int fd, const Result<Hello>& req) {
     const auto deadline = Clock::now() + std::min(core_->cfg.op_timeout, std::chrono::milliseconds(2000));
-    auto req = read_hello(fd, deadline);
     Hello rep;
     rep.kind = HelloKind::reject;
     Device& d = *core_->dev;
@@ -230,6 +287,7 @@ class RdmaBackend final : public Backend {
   const uint64_t incarnation_;
   std::atomic<bool> stop_{false};
   std::vector<Passive> passive_;  // handshake thread only (and the destructor after the join)
+  std::vector<Pending> pending_;  // handshake thread only (and the destructor after the join)
   std::thread completion_;
   std::thread handshake_;
 };
