@@ -66,6 +66,7 @@ void Bridge::receive_frame(const std::string& from, bool via_router, std::vector
 }
 
 void Bridge::transmit(bool reply, const std::string& to, std::vector<uint8_t> frame) {
+  bytes_sent_ += frame.size();
   if (outbox_)
     outbox_->push(SentFrame{reply, to, std::move(frame)});
   else if (reply)
@@ -188,6 +189,7 @@ void Bridge::unhandled(const protocol::Envelope& env) {
 }
 
 void Bridge::on_frame(const std::string& from, bool via_router, std::vector<uint8_t> frame) {
+  bytes_received_ += frame.size();
   // A frame can arrive while start() is still storing the channel it would be answered through.
   if (!started_.load(std::memory_order_acquire)) {
     ++undeliverable_;
@@ -227,8 +229,13 @@ void Bridge::on_frame(const std::string& from, bool via_router, std::vector<uint
 }
 
 BridgeStats Bridge::stats() const {
-  return {delivered_.load(), rejected_.load(), undeliverable_.load(), sent_.load(),
-          channel_ ? channel_->stats().refused_peers : 0};
+  return {delivered_.load(),
+          rejected_.load(),
+          undeliverable_.load(),
+          sent_.load(),
+          channel_ ? channel_->stats().refused_peers : 0,
+          bytes_sent_.load(),
+          bytes_received_.load()};
 }
 
 void Bridge::stop() {

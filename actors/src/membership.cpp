@@ -25,7 +25,8 @@ struct MembershipState {
   std::shared_ptr<LoadGauge> load;
   caf::actor role;
   Phase phase = Phase::registering;
-  bool have_peers = false;  // a PEERS arrived since the last HELLO
+  bool have_peers = false;  // a full PEERS list arrived since the last HELLO
+  bool want_full = false;   // a PEERS delta skipped a version: ask for the full list until it comes
   uint64_t seq = 0;
   clock::time_point rejoin_started;
   std::map<std::string, std::string> roles;  // peer id -> role, as last listed (labels of lost peers)
@@ -53,6 +54,8 @@ void send_heartbeat(MembershipState& st) {
   hb.seq = ++st.seq;
   hb.load = st.load->snapshot();
   hb.load.healthy = hb.load.healthy && st.have_peers;  // cannot serve before it knows its peers
+  // A gap, or registered without the full list that answers HELLO (lost, or not here a tick later): ask.
+  hb.resync = st.want_full || !st.have_peers;
   if (st.config.engine) hb.load.fenced_writes = st.config.engine->fence_stats().refused;
   st.bridge->send_to_endpoint(st.config.registry_endpoint, hb);
 }
@@ -68,6 +71,7 @@ void start_rejoin(caf::stateful_actor<MembershipState>* self, const std::string&
   auto& st = self->state;
   st.phase = Phase::rejoining;
   st.have_peers = false;
+  st.want_full = false;
   st.rejoin_started = clock::now();
   auto gone = st.bridge->peers().forget_all();
   spdlog::warn(
@@ -96,6 +100,51 @@ void continue_rejoin(caf::stateful_actor<MembershipState>* self) {
   spdlog::info("membership: rejoining as incarnation {} (was {}) after {} ms of draining",
                st.bridge->incarnation(), old, micros_since(st.rejoin_started) / 1000);
   send_hello(st);
+}
+
+void log_change(MembershipState& st, const PeerDirectory::Change& c) {
+  if (st.config.metrics && c.id != st.bridge->instance_id()) {  // not our own entry
+    if (c.new_incarnation != 0)
+      st.config.metrics->incarnation_seen(role_of(st, c.id));
+    else
+      st.config.metrics->peer_lost(role_of(st, c.id), "left");
+  }
+  if (c.new_incarnation == 0)
+    spdlog::info("membership: peer '{}' left", c.id);
+  else if (c.old_incarnation == 0)
+    spdlog::info("membership: peer '{}' joined", c.id);
+  else
+    spdlog::info("membership: peer '{}' restarted (incarnation {} -> {})", c.id, c.old_incarnation,
+                 c.new_incarnation);
+}
+
+// A full list replaces the directory; a delta applies on top of the previous version, or, after a gap, waits
+// for the full list the next HEARTBEAT asks for.
+void on_peers(caf::stateful_actor<MembershipState>* self, const protocol::Peers& peers) {
+  auto& st = self->state;
+  if (st.phase == Phase::rejoining) return;  // addressed to the incarnation we are leaving
+  std::vector<PeerDirectory::Change> changes;
+  if (peers.full) {
+    st.have_peers = true;
+    st.want_full = false;
+    changes = st.bridge->peers().replace(peers.version, peers.peers);
+  } else {
+    if (!st.have_peers) return;  // the full list answering our HELLO is on its way
+    auto applied = st.bridge->peers().apply_delta(peers.version, peers.peers, peers.left);
+    if (applied.gap) {
+      if (!st.want_full) {
+        spdlog::warn("membership: PEERS version {} after {}: a delta was lost; asking for the full list",
+                     peers.version, st.bridge->peers().version());
+        st.want_full = true;
+        if (st.phase == Phase::registered) send_heartbeat(st);  // ask now, not a heartbeat interval later
+      }
+      return;
+    }
+    changes = std::move(applied.changes);
+  }
+  for (const auto& p : peers.peers) st.roles[p.instance_id] = p.role;
+  for (const auto& c : changes) log_change(st, c);
+  if (!changes.empty() && st.role) self->send(st.role, PeerChanges{std::move(changes)});
 }
 
 caf::behavior membership(caf::stateful_actor<MembershipState>* self, BridgePtr bridge,
@@ -158,26 +207,7 @@ caf::behavior membership(caf::stateful_actor<MembershipState>* self, BridgePtr b
                          s.bridge->incarnation());
           s.phase = Phase::registered;
         } else if (auto* peers = std::get_if<protocol::Peers>(&env.body)) {
-          if (s.phase == Phase::rejoining) return;  // addressed to the incarnation we are leaving
-          s.have_peers = true;
-          auto changes = s.bridge->peers().replace(peers->version, peers->peers);
-          for (const auto& p : peers->peers) s.roles[p.instance_id] = p.role;
-          for (const auto& c : changes) {
-            if (s.config.metrics && c.id != s.bridge->instance_id()) {  // not our own entry
-              if (c.new_incarnation != 0)
-                s.config.metrics->incarnation_seen(role_of(s, c.id));
-              else
-                s.config.metrics->peer_lost(role_of(s, c.id), "left");
-            }
-            if (c.new_incarnation == 0)
-              spdlog::info("membership: peer '{}' left", c.id);
-            else if (c.old_incarnation == 0)
-              spdlog::info("membership: peer '{}' joined", c.id);
-            else
-              spdlog::info("membership: peer '{}' restarted (incarnation {} -> {})", c.id, c.old_incarnation,
-                           c.new_incarnation);
-          }
-          if (!changes.empty() && s.role) self->send(s.role, PeerChanges{std::move(changes)});
+          on_peers(self, *peers);
         } else if (auto* err = std::get_if<protocol::ErrorReply>(&env.body)) {
           if (err->code == protocol::ErrorCode::unknown_peer) {
             // The registry lost us (it expired us after a stall, or it restarted). Its answer to a HEARTBEAT

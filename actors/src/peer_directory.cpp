@@ -20,11 +20,47 @@ std::vector<PeerDirectory::Change> PeerDirectory::replace(uint64_t version,
   for (const auto& [id, p] : next)
     if (!peers_.count(id)) changes.push_back({id, 0, p.incarnation});
   peers_ = std::move(next);
+  drop_stale_dead_marks();
+  return changes;
+}
+
+PeerDirectory::DeltaResult PeerDirectory::apply_delta(uint64_t version,
+                                                      const std::vector<protocol::PeerInfo>& upserts,
+                                                      const std::vector<std::string>& left) {
+  std::lock_guard lock(mu_);
+  DeltaResult out;
+  if (version <= version_) return out;
+  if (version != version_ + 1) {
+    out.gap = true;
+    return out;
+  }
+  version_ = version;
+  for (const auto& id : left) {
+    auto it = peers_.find(id);
+    if (it == peers_.end()) continue;
+    out.changes.push_back({id, it->second.incarnation, 0});
+    peers_.erase(it);
+  }
+  for (const auto& p : upserts) {
+    auto it = peers_.find(p.instance_id);
+    if (it == peers_.end()) {
+      out.changes.push_back({p.instance_id, 0, p.incarnation});
+      peers_.emplace(p.instance_id, p);
+    } else {
+      if (it->second.incarnation != p.incarnation)
+        out.changes.push_back({p.instance_id, it->second.incarnation, p.incarnation});
+      it->second = p;
+    }
+  }
+  drop_stale_dead_marks();
+  return out;
+}
+
+void PeerDirectory::drop_stale_dead_marks() {
   std::erase_if(dead_, [&](const auto& d) {
     auto it = peers_.find(d.first);
     return it == peers_.end() || it->second.incarnation != d.second;
   });
-  return changes;
 }
 
 std::vector<PeerDirectory::Change> PeerDirectory::forget_all() {
@@ -105,6 +141,13 @@ std::vector<protocol::PeerInfo> PeerDirectory::with_role(const std::string& role
   std::vector<protocol::PeerInfo> out;
   for (const auto& [id, p] : peers_)
     if (p.role == role) out.push_back(p);
+  return out;
+}
+
+std::map<std::string, uint64_t> PeerDirectory::incarnations() const {
+  std::lock_guard lock(mu_);
+  std::map<std::string, uint64_t> out;
+  for (const auto& [id, p] : peers_) out.emplace(id, p.incarnation);
   return out;
 }
 

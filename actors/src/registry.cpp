@@ -25,13 +25,40 @@ struct RegistryState {
   static inline const char* name = "registry";
 };
 
-void publish(RegistryState& st) {
-  ++st.version;
-  st.view->set(st.entries);
+protocol::Peers full_list(const RegistryState& st) {
   protocol::Peers peers;
   peers.version = st.version;
+  peers.peers.reserve(st.entries.size());
   for (const auto& [_, e] : st.entries) peers.peers.push_back(e.info);
-  for (const auto& [_, e] : st.entries) st.bridge->send_to_endpoint(e.info.control_endpoint, peers);
+  return peers;
+}
+
+// One membership change: `joined` (a new or restarted member, which gets the full list) or `left`. Every
+// other member gets a delta of one entry.
+void publish(RegistryState& st, const std::optional<std::string>& joined,
+             const std::optional<std::string>& left) {
+  ++st.version;
+  if (st.config.full_lists) {
+    st.view->set(st.entries);
+    const auto peers = full_list(st);
+    for (const auto& [_, e] : st.entries) st.bridge->send_to_endpoint(e.info.control_endpoint, peers);
+    return;
+  }
+  protocol::Peers delta;
+  delta.version = st.version;
+  delta.full = false;
+  if (joined) {
+    const auto& e = st.entries.at(*joined);
+    st.view->upsert(e);
+    delta.peers.push_back(e.info);
+    st.bridge->send_to_endpoint(e.info.control_endpoint, full_list(st));
+  }
+  if (left) {
+    st.view->erase(*left);
+    delta.left.push_back(*left);
+  }
+  for (const auto& [id, e] : st.entries)
+    if (!joined || id != *joined) st.bridge->send_to_endpoint(e.info.control_endpoint, delta);
 }
 
 void on_hello(RegistryState& st, const Envelope& env, const protocol::Hello& hello) {
@@ -55,15 +82,21 @@ void on_hello(RegistryState& st, const Envelope& env, const protocol::Hello& hel
   e.info.incarnation = env.incarnation;
   e.info.segment = hello.segment;
   e.info.kv_layout = hello.kv_layout;
-  e.info.load.total_kv_pages = hello.kv_pages_total;
-  e.info.load.free_kv_pages = hello.kv_pages_total;
+  e.load.total_kv_pages = hello.kv_pages_total;
+  e.load.free_kv_pages = hello.kv_pages_total;
   // Not placed until its first HEARTBEAT says healthy: by then it has our PEERS and can reach its peers.
-  e.info.load.healthy = false;
+  e.load.healthy = false;
   e.last_seen = st.now();
   st.entries[env.sender] = std::move(e);
   st.bridge->send_to_endpoint(hello.control_endpoint,
                               protocol::HelloAck{true, "", uint32_t(st.config.heartbeat_interval.count())});
-  publish(st);
+  publish(st, env.sender, std::nullopt);
+}
+
+void remove(RegistryState& st, std::map<std::string, RegistryEntry>::iterator it) {
+  const std::string id = it->first;
+  st.entries.erase(it);
+  publish(st, std::nullopt, id);
 }
 
 void on_heartbeat(RegistryState& st, const Envelope& env, const protocol::Heartbeat& hb) {
@@ -74,16 +107,23 @@ void on_heartbeat(RegistryState& st, const Envelope& env, const protocol::Heartb
                                                       uint16_t(MessageType::heartbeat), 0});
     return;
   }
-  auto& info = it->second.info;
-  const bool health_changed = info.load.healthy != hb.load.healthy;
-  info.load = hb.load;
-  it->second.last_seen = st.now();
-  if (health_changed) {
+  auto& e = it->second;
+  const bool health_changed = e.load.healthy != hb.load.healthy;
+  if (health_changed)
     spdlog::info("registry: '{}' is now {}", env.sender, hb.load.healthy ? "healthy" : "unhealthy");
-    publish(st);
-  } else {
-    st.view->set(st.entries);
+  e.load = hb.load;
+  e.last_seen = st.now();
+  if (hb.resync) {
+    // It lost a delta: the whole list, at the current version, on top of which the next delta applies.
+    spdlog::info("registry: '{}' reports a gap in PEERS versions; sending the full list", env.sender);
+    st.bridge->send_to_endpoint(e.info.control_endpoint, full_list(st));
   }
+  if (!st.config.full_lists)
+    st.view->update_load(env.sender, e.load, e.last_seen);  // health is read by the router only
+  else if (health_changed)
+    publish(st, std::nullopt, std::nullopt);
+  else
+    st.view->set(st.entries);
 }
 
 caf::behavior registry(caf::stateful_actor<RegistryState>* self, BridgePtr bridge, RegistryConfig config,
@@ -109,17 +149,13 @@ caf::behavior registry(caf::stateful_actor<RegistryState>* self, BridgePtr bridg
           for (auto& [_, e] : s.entries) e.last_seen = std::max(e.last_seen, now);
         }
         s.last_tick = now;
-        bool changed = false;
-        for (auto it = s.entries.begin(); it != s.entries.end();) {
-          if (now - it->second.last_seen > limit) {
-            spdlog::warn("registry: '{}' missed {} heartbeats; removed", it->first, s.config.misses);
-            it = s.entries.erase(it);
-            changed = true;
-          } else {
-            ++it;
-          }
+        std::vector<std::string> expired;
+        for (const auto& [id, e] : s.entries)
+          if (now - e.last_seen > limit) expired.push_back(id);
+        for (const auto& id : expired) {
+          spdlog::warn("registry: '{}' missed {} heartbeats; removed", id, s.config.misses);
+          remove(s, s.entries.find(id));
         }
-        if (changed) publish(s);
         self->delayed_send(self, s.config.heartbeat_interval, tick_atom::value);
       },
       [=](PeerEvent& ev) {
@@ -133,8 +169,7 @@ caf::behavior registry(caf::stateful_actor<RegistryState>* self, BridgePtr bridg
             continue;
           spdlog::warn("registry: '{}' (incarnation {}) lost: {}; removed", it->first,
                        it->second.info.incarnation, ev.reason);
-          s.entries.erase(it);
-          publish(s);
+          remove(s, it);
           return;
         }
       },
@@ -148,8 +183,7 @@ caf::behavior registry(caf::stateful_actor<RegistryState>* self, BridgePtr bridg
           auto it = s.entries.find(env.sender);
           if (it != s.entries.end() && it->second.info.incarnation == env.incarnation) {
             spdlog::info("registry: '{}' said goodbye", env.sender);
-            s.entries.erase(it);
-            publish(s);
+            remove(s, it);
           }
         }
       },

@@ -1,7 +1,8 @@
 #pragma once
 // The embedded registry (hosted by the router by default): accepts HELLOs, tracks HEARTBEATs, expires
-// instances that miss `misses` intervals, and pushes the full membership (PEERS) to every member after
-// each change. Its table is mirrored into a RegistryView for HTTP readers.
+// instances that miss `misses` intervals, and after each change sends every member a PEERS delta (the full
+// list only to an instance that said HELLO or asked for it after a gap). Loads stay here: its table, load
+// included, is mirrored entry by entry into a RegistryView for the router and its HTTP readers.
 #include <caf/all.hpp>
 #include <chrono>
 #include <memory>
@@ -14,6 +15,9 @@ namespace epd::actors {
 struct RegistryConfig {
   std::chrono::milliseconds heartbeat_interval{500};
   uint32_t misses = 3;
+  // The behaviour before deltas, kept as epd-bench membership's baseline: the full list to every member after
+  // each change (health changes included) and the whole table copied into the view on every HEARTBEAT.
+  bool full_lists = false;
 };
 
 caf::actor spawn_registry(caf::actor_system& system, BridgePtr bridge, RegistryConfig config,

@@ -53,7 +53,7 @@ std::vector<std::string> ids(const protocol::Peers& p) {
   return out;
 }
 
-TEST_CASE("registry: HELLO is acknowledged and every member gets the new PEERS") {
+TEST_CASE("registry: HELLO is acknowledged with the full list and every other member gets a delta") {
   RegistryFixture f;
   f.hello("a", 10);
   auto out = test::sent(*f.bridge);
@@ -67,12 +67,18 @@ TEST_CASE("registry: HELLO is acknowledged and every member gets the new PEERS")
   out = test::sent(*f.bridge);
   auto peers = peers_by_endpoint(out);
   REQUIRE(peers.size() == 2);  // both members, each at its own endpoint
-  for (const auto& [_, p] : peers) {
-    CHECK(ids(p) == std::vector<std::string>{"a", "b"});
-    CHECK(p.version == 2);
-    CHECK_FALSE(p.peers.at(1).load.healthy);  // not placed before its first healthy HEARTBEAT
-  }
-  CHECK(f.view->entries().size() == 2);
+  const auto& full = peers["offline://b"];
+  CHECK(full.full);
+  CHECK(full.version == 2);
+  CHECK(ids(full) == std::vector<std::string>{"a", "b"});
+  const auto& delta = peers["offline://a"];
+  CHECK_FALSE(delta.full);
+  CHECK(delta.version == 2);
+  CHECK(ids(delta) == std::vector<std::string>{"b"});  // only the member that joined
+  CHECK(delta.left.empty());
+  REQUIRE(f.view->entries().size() == 2);
+  CHECK_FALSE(f.view->entries().at(1).load.healthy);  // not placed before its first healthy HEARTBEAT
+  CHECK(f.view->entries().at(1).load.total_kv_pages == 8);
 
   // A repeated HELLO of the same incarnation (the ACK was lost) is acknowledged again and changes nothing.
   f.hello("b", 20);
@@ -81,7 +87,64 @@ TEST_CASE("registry: HELLO is acknowledged and every member gets the new PEERS")
   CHECK(test::of_type<protocol::Peers>(out).empty());
 }
 
-TEST_CASE("registry: a member that misses its heartbeat deadline is expired and PEERS drops it") {
+TEST_CASE("registry: HEARTBEATs update the view in place and send no PEERS") {
+  RegistryFixture f;
+  f.hello("a", 10);
+  f.hello("b", 20);
+  test::sent(*f.bridge);
+  f.heartbeat("b", 20, true);  // healthy now: the router's view changes, the members hear nothing
+  CHECK(test::of_type<protocol::Peers>(test::sent(*f.bridge)).empty());
+  auto entries = f.view->entries();
+  REQUIRE(entries.size() == 2);
+  CHECK(entries.at(1).info.instance_id == "b");
+  CHECK(entries.at(1).load.healthy);
+  CHECK(entries.at(1).load.free_kv_pages == 5);
+  CHECK_FALSE(entries.at(0).load.healthy);  // 'a' has not beaten yet
+}
+
+TEST_CASE("registry: a HEARTBEAT asking for a resync gets the full list at the current version") {
+  RegistryFixture f;
+  f.hello("a", 10);
+  f.hello("b", 20);
+  f.hello("c", 30);
+  test::sent(*f.bridge);
+  protocol::Heartbeat hb;
+  hb.resync = true;
+  test::deliver(*f.bridge, "a", 10, hb);
+  f.h.run();
+  auto peers = peers_by_endpoint(test::sent(*f.bridge));
+  REQUIRE(peers.size() == 1);
+  const auto& p = peers["offline://a"];
+  CHECK(p.full);
+  CHECK(p.version == 3);
+  CHECK(ids(p) == std::vector<std::string>{"a", "b", "c"});
+}
+
+TEST_CASE("registry: with full_lists every member gets the whole list after each change (the baseline)") {
+  test::Harness h;
+  BridgePtr bridge = h.offline_bridge("router", 1);
+  auto view = std::make_shared<RegistryView>();
+  RegistryConfig config{100ms, 3};
+  config.full_lists = true;
+  h.keep(spawn_registry(h.system(), bridge, config, view));
+  h.run();
+  for (const auto& [id, inc] : std::vector<std::pair<std::string, uint64_t>>{{"a", 10}, {"b", 20}}) {
+    protocol::Hello m;
+    m.role = "decode";
+    m.control_endpoint = "offline://" + id;
+    test::deliver(*bridge, id, inc, m);
+    h.run();
+  }
+  auto peers = peers_by_endpoint(test::sent(*bridge));
+  REQUIRE(peers.size() == 2);
+  for (const auto& [_, p] : peers) {
+    CHECK(p.full);
+    CHECK(ids(p) == std::vector<std::string>{"a", "b"});
+  }
+  CHECK(view->entries().size() == 2);
+}
+
+TEST_CASE("registry: a member that misses its heartbeat deadline is expired and a delta drops it") {
   RegistryFixture f;
   f.hello("a", 10);
   f.hello("b", 20);
@@ -98,7 +161,10 @@ TEST_CASE("registry: a member that misses its heartbeat deadline is expired and 
   auto peers = peers_by_endpoint(test::sent(*f.bridge));
   REQUIRE(peers.size() == 1);  // only the remaining member is told
   REQUIRE(peers.count("offline://a") == 1);
-  CHECK(ids(peers["offline://a"]) == std::vector<std::string>{"a"});
+  CHECK_FALSE(peers["offline://a"].full);
+  CHECK(peers["offline://a"].peers.empty());
+  CHECK(peers["offline://a"].left == std::vector<std::string>{"b"});
+  CHECK(f.view->entries().size() == 1);
   // The expired member's next HEARTBEAT is answered with unknown_peer, on the socket it came from.
   f.heartbeat("b", 20);
   auto out = test::sent(*f.bridge);
@@ -119,7 +185,10 @@ TEST_CASE(
   f.hello("b", 21);
   auto peers = peers_by_endpoint(test::sent(*f.bridge));
   REQUIRE(peers.size() == 2);
-  CHECK(peers["offline://a"].peers.at(1).incarnation == 21);
+  CHECK_FALSE(peers["offline://a"].full);
+  REQUIRE(peers["offline://a"].peers.size() == 1);
+  CHECK(peers["offline://a"].peers.at(0).incarnation == 21);
+  CHECK(peers["offline://b"].full);  // the restarted member starts from the whole list
   // The old incarnation's GOODBYE does not remove the new one; its HEARTBEAT is unknown.
   test::deliver(*f.bridge, "b", 20, protocol::Goodbye{"late"});
   f.h.run();
@@ -133,7 +202,15 @@ TEST_CASE(
   f.h.run();
   auto after = peers_by_endpoint(test::sent(*f.bridge));
   REQUIRE(after.size() == 1);
-  CHECK(ids(after["offline://a"]) == std::vector<std::string>{"a"});
+  CHECK(after["offline://a"].left == std::vector<std::string>{"b"});
+}
+
+// A full PEERS list of `version` from the registry.
+protocol::Peers full_list(uint64_t version, std::vector<protocol::PeerInfo> peers) {
+  protocol::Peers p;
+  p.version = version;
+  p.peers = std::move(peers);
+  return p;
 }
 
 // A stand-in for the role: records the PeerChanges membership sends it.
@@ -183,7 +260,7 @@ struct MembershipFixture {
   void register_with(std::vector<protocol::PeerInfo> peers) {
     test::deliver(*bridge, "router", 1, protocol::HelloAck{true, "", 100});
     peers.push_back(test::peer("decode-0", "decode", bridge->incarnation()));
-    test::deliver(*bridge, "router", 1, protocol::Peers{1, peers});
+    test::deliver(*bridge, "router", 1, full_list(1, peers));
     h.run();
   }
 };
@@ -252,7 +329,7 @@ TEST_CASE("membership: unknown_peer about a HEARTBEAT forgets peers, tells the r
   CHECK(test::of_type<protocol::Heartbeat>(out).empty());
   CHECK(f.bridge->incarnation() == 1000);
   // A PEERS addressed to the incarnation we are leaving is ignored.
-  test::deliver(*f.bridge, "router", 1, protocol::Peers{9, {test::peer("prefill-0", "prefill", 7)}});
+  test::deliver(*f.bridge, "router", 1, full_list(9, {test::peer("prefill-0", "prefill", 7)}));
   f.h.run();
   CHECK_FALSE(f.bridge->peers().find("prefill-0").has_value());
 
@@ -299,6 +376,100 @@ TEST_CASE("membership: a PeerEvent (connection lost) marks the peer dead and tel
   CHECK(f.probe.got->at(0).changes[0].old_incarnation == 7);
   // Still listed by the registry after (misses + 2) intervals: the peer is used again.
   f.h.advance(500ms, 100ms);
+  CHECK(f.bridge->peers().alive("prefill-0"));
+}
+
+// A PEERS delta of `version` from the registry.
+protocol::Peers delta(uint64_t version, std::vector<protocol::PeerInfo> upserts,
+                      std::vector<std::string> left = {}) {
+  protocol::Peers p;
+  p.version = version;
+  p.full = false;
+  p.peers = std::move(upserts);
+  p.left = std::move(left);
+  return p;
+}
+
+TEST_CASE("membership: deltas apply in order - join then restart then leave") {
+  MembershipFixture f;
+  f.register_with({test::peer("router", "router", 1)});
+  f.probe.got->clear();
+
+  test::deliver(*f.bridge, "router", 1, delta(2, {test::peer("prefill-0", "prefill", 7)}));
+  test::deliver(*f.bridge, "router", 1, delta(3, {test::peer("prefill-0", "prefill", 8)}));
+  test::deliver(*f.bridge, "router", 1, delta(4, {}, {"prefill-0"}));
+  test::deliver(*f.bridge, "router", 1, delta(5, {test::peer("encoder-0", "encoder", 9)}));
+  f.h.run();
+  CHECK(f.bridge->peers().version() == 5);
+  CHECK_FALSE(f.bridge->peers().find("prefill-0").has_value());
+  CHECK(f.bridge->peers().alive("encoder-0"));
+  CHECK(f.bridge->peers().alive("router"));
+  REQUIRE(f.probe.got->size() == 4);  // one PeerChanges per delta, as with full lists
+  const auto& joined = f.probe.got->at(0).changes.at(0);
+  CHECK((joined.id == "prefill-0" && joined.old_incarnation == 0 && joined.new_incarnation == 7));
+  const auto& restarted = f.probe.got->at(1).changes.at(0);
+  CHECK((restarted.old_incarnation == 7 && restarted.new_incarnation == 8));
+  const auto& left = f.probe.got->at(2).changes.at(0);
+  CHECK((left.id == "prefill-0" && left.old_incarnation == 8 && left.new_incarnation == 0));
+  // A stale delta (its version already applied) changes nothing.
+  test::deliver(*f.bridge, "router", 1, delta(4, {}, {"encoder-0"}));
+  f.h.run();
+  CHECK(f.bridge->peers().alive("encoder-0"));
+  CHECK(f.probe.got->size() == 4);
+}
+
+TEST_CASE("membership: a lost delta makes it ask for the full list at once and resync from it") {
+  MembershipFixture f;
+  f.register_with({test::peer("router", "router", 1), test::peer("prefill-0", "prefill", 7)});
+  f.h.advance(100ms, 100ms);
+  CHECK_FALSE(test::only<protocol::Heartbeat>(test::sent(*f.bridge)).resync);
+  f.probe.got->clear();
+
+  // Version 2 never arrives; 3 says encoder-0 joined. It is not applied, and a HEARTBEAT asks for the list.
+  test::deliver(*f.bridge, "router", 1, delta(3, {test::peer("encoder-0", "encoder", 9)}));
+  f.h.run();
+  CHECK_FALSE(f.bridge->peers().find("encoder-0").has_value());
+  CHECK(f.bridge->peers().version() == 1);
+  CHECK(f.probe.got->empty());
+  CHECK(test::only<protocol::Heartbeat>(test::sent(*f.bridge)).resync);
+  // Until the full list comes, later deltas are not applied either and every HEARTBEAT keeps asking.
+  test::deliver(*f.bridge, "router", 1, delta(4, {}, {"prefill-0"}));
+  f.h.advance(100ms, 100ms);
+  CHECK(test::only<protocol::Heartbeat>(test::sent(*f.bridge)).resync);
+  CHECK(f.bridge->peers().find("prefill-0").has_value());
+
+  // The full list (version 4: the lost delta 2 restarted prefill-0, 3 and 4 as above) replaces the view.
+  test::deliver(*f.bridge, "router", 1,
+                full_list(4, {test::peer("router", "router", 1), test::peer("encoder-0", "encoder", 9),
+                              test::peer("decode-0", "decode", f.bridge->incarnation())}));
+  f.h.run();
+  CHECK(f.bridge->peers().version() == 4);
+  CHECK(f.bridge->peers().alive("encoder-0"));
+  CHECK_FALSE(f.bridge->peers().find("prefill-0").has_value());
+  REQUIRE(f.probe.got->size() == 1);  // the role hears the net changes: prefill-0 gone, encoder-0 joined
+  CHECK(f.probe.got->at(0).changes.size() == 2);
+  f.h.advance(100ms, 100ms);
+  CHECK_FALSE(test::only<protocol::Heartbeat>(test::sent(*f.bridge)).resync);
+  // And the next delta applies on top of it.
+  test::deliver(*f.bridge, "router", 1, delta(5, {}, {"encoder-0"}));
+  f.h.run();
+  CHECK_FALSE(f.bridge->peers().find("encoder-0").has_value());
+}
+
+TEST_CASE(
+    "membership: a delta before the full list is ignored and HEARTBEATs ask for the list until it comes") {
+  MembershipFixture f;
+  test::deliver(*f.bridge, "router", 1, protocol::HelloAck{true, "", 100});
+  test::deliver(*f.bridge, "router", 1, delta(1, {test::peer("prefill-0", "prefill", 7)}));
+  f.h.run();
+  CHECK_FALSE(f.bridge->peers().find("prefill-0").has_value());
+  f.h.advance(100ms, 100ms);
+  const auto hb = test::only<protocol::Heartbeat>(test::sent(*f.bridge));
+  CHECK_FALSE(hb.load.healthy);  // no full list yet: not placeable
+  CHECK(hb.resync);              // a tick later it is overdue (lost): ask for it
+  test::deliver(*f.bridge, "router", 1, full_list(2, {test::peer("prefill-0", "prefill", 7)}));
+  f.h.advance(100ms, 100ms);
+  CHECK_FALSE(test::only<protocol::Heartbeat>(test::sent(*f.bridge)).resync);
   CHECK(f.bridge->peers().alive("prefill-0"));
 }
 

@@ -59,11 +59,11 @@ RegistryEntry entry_of(const EtcdMembershipState& st, const protocol::PeerInfo& 
   e.last_seen = now;
   auto l = st.loads.find(info.instance_id);
   if (l != st.loads.end() && l->second.incarnation == info.incarnation) {
-    e.info.load = l->second.load;
+    e.load = l->second.load;
     e.last_seen = l->second.at;
-    if (now - l->second.at > load_limit(st)) e.info.load.healthy = false;  // its heartbeats stopped
+    if (now - l->second.at > load_limit(st)) e.load.healthy = false;  // its heartbeats stopped
   } else {
-    e.info.load.healthy = false;  // not placed before its first heartbeat
+    e.load.healthy = false;  // not placed before its first heartbeat
   }
   return e;
 }

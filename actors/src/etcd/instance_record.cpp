@@ -22,11 +22,7 @@ std::optional<std::string> id_of_key(const std::string& cluster_prefix, const st
 }
 
 std::string encode_record(const protocol::PeerInfo& info) {
-  protocol::PeerInfo stored = info;
-  stored.load = {};
-  stored.load.total_kv_pages = info.load.total_kv_pages;
-  stored.load.free_kv_pages = info.load.total_kv_pages;
-  auto bytes = protocol::encode_value(stored);
+  auto bytes = protocol::encode_value(info);
   return std::string(bytes.begin(), bytes.end());
 }
 
@@ -40,7 +36,6 @@ protocol::Result<protocol::PeerInfo> decode_record(const std::string& id, const 
   if (info->control_endpoint.empty() || info->role.empty() || info->incarnation == 0)
     return make_error(ErrorCode::missing_field,
                       "record of '" + id + "' has no endpoint, role or incarnation");
-  info->load.healthy = false;  // until a heartbeat says otherwise
   return info;
 }
 

@@ -93,7 +93,9 @@ PrefillRoom& room_for(PrefillState& st, uint64_t id) {
   PrefillRoom& r = st.rooms.find_or_create(id, created);
   if (created) {
     r.created = kernel::DeadlineTimer::now(st.self);
-    r.router = st.ctx.cluster->cluster.registry;
+    // Until its SUBMIT names the router: the embedded registry's router; with etcd there are several and
+    // none is known yet (decode hears of a failure through KV_STATUS and tells its router).
+    if (!st.ctx.cluster->uses_etcd()) r.router = st.ctx.cluster->cluster.registry;
     r.worker = uint32_t(id % st.workers.size());
     arm_timeout(st);
     publish_load(st);
@@ -156,7 +158,7 @@ void fail_room(PrefillState& st, uint64_t id, protocol::Error error, Notify noti
   kernel::announce_failure(st.bridge(), "prefill", id, r.request_id(), r.router, error, false);
   // Chunks not computed yet never will be; compute answers with the room's last ChunkComputed.
   if (r.computing()) st.self->send(st.compute, PrefillDrop{id});
-  if (notify.router) send_failure_news(st, r.router, failure_result(id, error));
+  if (notify.router && !r.router.empty()) send_failure_news(st, r.router, failure_result(id, error));
   if (r.embed == Embed::writing && !r.encoder.empty() && !st.bridge().peers().alive(r.encoder))
     stop_waiting_for_embeddings(st, r);  // the encoder is dead to us: free the slot if it cannot write it
   // An encoder that lost the room never sends EMBED_DONE: stop waiting for it after a bound (its write,

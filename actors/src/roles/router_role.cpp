@@ -160,7 +160,7 @@ std::optional<Placement> pick(RouterState& st, const std::string& role,
   std::optional<Placement> best;
   std::tuple<uint32_t, uint32_t, int64_t> best_score{UINT32_MAX, UINT32_MAX, 0};
   for (const auto& e : st.ctx.registry->entries()) {
-    if (e.info.role != role || !e.info.load.healthy) continue;
+    if (e.info.role != role || !e.load.healthy) continue;
     // Only what this process can address at that incarnation (the registry view may be a PEERS ahead).
     auto p = st.ctx.bridge->peers().find(e.info.instance_id);
     if (!p || p->incarnation != e.info.incarnation || !st.ctx.bridge->peers().alive(e.info.instance_id))
@@ -169,7 +169,7 @@ std::optional<Placement> pick(RouterState& st, const std::string& role,
     auto f = failures.find(e.info.instance_id);
     const std::tuple<uint32_t, uint32_t, int64_t> score{f == failures.end() ? 0 : f->second,
                                                         n == st.inflight.end() ? 0 : n->second,
-                                                        -int64_t(e.info.load.free_kv_pages)};
+                                                        -int64_t(e.load.free_kv_pages)};
     if (!best || score < best_score) {
       best = Placement{e.info.instance_id, e.info.incarnation};
       best_score = score;
@@ -636,7 +636,7 @@ class ActorRouterService final : public RouterService {
       v.role = e.info.role;
       v.control_endpoint = e.info.control_endpoint;
       v.incarnation = e.info.incarnation;
-      v.load = e.info.load;
+      v.load = e.load;
       v.last_seen_ms =
           uint64_t(std::chrono::duration_cast<std::chrono::milliseconds>(now - e.last_seen).count());
       out.push_back(std::move(v));
@@ -653,7 +653,7 @@ class ActorRouterService final : public RouterService {
   http::Readiness readiness() override {
     std::set<std::string> healthy;
     for (const auto& e : registry_->entries())
-      if (e.info.load.healthy) healthy.insert(e.info.role);
+      if (e.load.healthy) healthy.insert(e.info.role);
     for (const char* role : {"encoder", "prefill", "decode"})
       if (!healthy.count(role)) return {false, std::string("no healthy ") + role + " instance is registered"};
     return {true, {}};
@@ -705,7 +705,7 @@ protocol::Result<RoleHandle> spawn_router(RoleContext& ctx, RouterSettings setti
   auto main = kernel::spawn_main(ctx, router, kernel::TablePtr<RouterState>(table), limits, codec);
   ctx.metrics->on_scrape([registry = ctx.registry](metrics::Snapshot& s) {
     std::map<std::pair<std::string, bool>, int> count;
-    for (const auto& e : registry->entries()) ++count[{e.info.role, e.info.load.healthy}];
+    for (const auto& e : registry->entries()) ++count[{e.info.role, e.load.healthy}];
     for (const auto& [key, n] : count)
       s.gauge("epd_instances", "Instances the registry lists, by role and health", n,
               {{"peer_role", key.first}, {"healthy", key.second ? "true" : "false"}});

@@ -47,7 +47,9 @@ struct ControlChannel::Impl {
   ChannelConfig config;
   Handler handler;
   DisconnectHandler on_disconnect;
-  zmq::context_t ctx{1};
+  // One I/O thread. Sockets: the registry's process holds a DEALER and its monitor per member, which passes
+  // ZeroMQ's default of 1,023 per context at about 500 members (epd-bench membership runs 1,000).
+  zmq::context_t ctx{1, 8192};
   zmq::socket_t router{ctx, zmq::socket_type::router};
   zmq::socket_t zap;                      // REP at zap_endpoint (CURVE only)
   zmq::socket_t router_monitor;           // handshake failures on the ROUTER (CURVE only)

@@ -45,7 +45,9 @@ struct BridgeStats {
   uint64_t rejected = 0;       // frames that failed to decode or were spoofed
   uint64_t undeliverable = 0;  // decoded, but no actor subscribed / peer unknown
   uint64_t sent = 0;
-  uint64_t refused_peers = 0;  // CURVE: connections / frames refused before decoding (ChannelStats)
+  uint64_t refused_peers = 0;   // CURVE: connections / frames refused before decoding (ChannelStats)
+  uint64_t bytes_sent = 0;      // encoded frames handed to the channel (epd-bench membership's traffic)
+  uint64_t bytes_received = 0;  // frames that arrived, before decoding
 };
 
 // What an offline bridge sent, in order: each frame as encoded for the wire, with its destination.
@@ -151,6 +153,7 @@ class Bridge {
   std::vector<caf::actor> liveness_;
   std::atomic<bool> started_{false}, wired_{false};
   std::atomic<uint64_t> delivered_{0}, rejected_{0}, undeliverable_{0}, sent_{0};
+  std::atomic<uint64_t> bytes_sent_{0}, bytes_received_{0};
 };
 
 using BridgePtr = std::shared_ptr<Bridge>;

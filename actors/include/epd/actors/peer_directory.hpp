@@ -1,5 +1,6 @@
 #pragma once
-// What this process knows about the other instances: the registry's last PEERS list. Thread-safe, because
+// What this process knows about the other instances: the registry's last full PEERS list with the deltas
+// since applied in order. Thread-safe, because
 // the bridge's I/O thread resolves endpoints while actors update and read it.
 #include <cstdint>
 #include <map>
@@ -20,9 +21,17 @@ class PeerDirectory {
     uint64_t new_incarnation = 0;  // 0: the peer is gone
   };
 
-  // Replaces the whole view (PEERS carries full lists); returns what changed (joined, left, restarted).
+  // Replaces the whole view with a full PEERS list; returns what changed (joined, left, restarted).
   // Older versions than the current one are ignored.
   std::vector<Change> replace(uint64_t version, const std::vector<protocol::PeerInfo>& peers);
+  struct DeltaResult {
+    bool gap = false;  // `version` is not the next one: nothing applied, the full list is needed
+    std::vector<Change> changes;
+  };
+  // Applies a PEERS delta (members that joined or restarted, ids that left) on top of version - 1. A delta
+  // at or below the current version is stale and ignored; one beyond the next is a gap.
+  DeltaResult apply_delta(uint64_t version, const std::vector<protocol::PeerInfo>& upserts,
+                          const std::vector<std::string>& left);
   // Forgets every peer (and every dead mark and PEERS version): this instance rejoins as a new incarnation
   // and takes the registry's next PEERS, whatever its version, as the whole truth. Returns one "gone" change
   // per peer that was listed.
@@ -46,6 +55,8 @@ class PeerDirectory {
   std::optional<std::string> endpoint_of(const std::string& id) const;
   std::vector<protocol::PeerInfo> with_role(const std::string& role) const;
   uint64_t version() const;
+  // Every listed peer's incarnation (epd-bench membership compares directories with it).
+  std::map<std::string, uint64_t> incarnations() const;
 
  private:
   mutable std::mutex mu_;
@@ -53,6 +64,8 @@ class PeerDirectory {
   std::map<std::string, protocol::PeerInfo> peers_;
   std::map<std::string, uint64_t> dead_;      // id -> incarnation known dead (until PEERS moves on)
   std::map<std::string, uint64_t> observed_;  // id -> newest incarnation seen on a frame
+
+  void drop_stale_dead_marks();
 };
 
 }  // namespace epd::actors

@@ -1,5 +1,6 @@
 #pragma once
-// The registry's current table, readable from any thread (the router's HTTP threads and actors).
+// The registry's current table, readable from any thread (the router's HTTP threads and actors). The
+// registry updates it in place, one entry per change or heartbeat: it never copies the whole table.
 #include <chrono>
 #include <map>
 #include <mutex>
@@ -12,11 +13,30 @@ namespace epd::actors {
 
 struct RegistryEntry {
   protocol::PeerInfo info;
+  protocol::LoadReport load;  // from its last HEARTBEAT (unhealthy until the first)
   std::chrono::steady_clock::time_point last_seen;
 };
 
 class RegistryView {
  public:
+  void upsert(const RegistryEntry& entry) {
+    std::lock_guard lock(mu_);
+    entries_[entry.info.instance_id] = entry;
+  }
+  void erase(const std::string& id) {
+    std::lock_guard lock(mu_);
+    entries_.erase(id);
+  }
+  // A HEARTBEAT of a listed member: its figures and when it was heard.
+  void update_load(const std::string& id, const protocol::LoadReport& load,
+                   std::chrono::steady_clock::time_point seen) {
+    std::lock_guard lock(mu_);
+    auto it = entries_.find(id);
+    if (it == entries_.end()) return;
+    it->second.load = load;
+    it->second.last_seen = seen;
+  }
+  // The whole table at once (the full-list baseline of epd-bench membership copies it on every heartbeat).
   void set(std::map<std::string, RegistryEntry> entries) {
     std::lock_guard lock(mu_);
     entries_ = std::move(entries);
@@ -29,6 +49,7 @@ class RegistryView {
   std::vector<RegistryEntry> entries() const {
     std::lock_guard lock(mu_);
     std::vector<RegistryEntry> out;
+    out.reserve(entries_.size());
     for (const auto& [_, e] : entries_) out.push_back(e);
     return out;
   }

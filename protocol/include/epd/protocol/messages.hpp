@@ -96,7 +96,7 @@ struct StagingStats {
   }
 };
 
-// Nested in HEARTBEAT and PeerInfo: an instance's load and failure counters (`/v1/instances` shows the same
+// Nested in HEARTBEAT: an instance's load and failure counters (`/v1/instances` shows the same
 // keys, docs/http-api.md).
 //
 // The figures are declared once over a `Slot` wrapper: LoadReport holds plain values (the wire form),
@@ -145,13 +145,13 @@ template <class T>
 using PlainSlot = T;
 using LoadReport = BasicLoadReport<PlainSlot, std::optional<StagingStats>>;
 
-// Nested in PEERS: one member, with the `LoadReport` of its last HEARTBEAT.
+// Nested in PEERS: one member's descriptor. No load: figures that change every heartbeat stay between the
+// instance and the registry (the router that places requests), so membership traffic grows with changes only.
 struct PeerInfo {
   std::string instance_id;
   std::string role;
   std::string control_endpoint;
   uint64_t incarnation = 0;
-  LoadReport load{};  // from its last HEARTBEAT (the registry lists it unhealthy until the first)
   std::optional<SegmentDescriptor> segment;
   std::optional<KvLayout> kv_layout;
 
@@ -162,7 +162,6 @@ struct PeerInfo {
     v.req("role", s.role);
     v.req("control_endpoint", s.control_endpoint);
     v.req("incarnation", s.incarnation);
-    v.opt("load", s.load);
     v.opt("segment", s.segment);
     v.opt("kv_layout", s.kv_layout);
   }
@@ -208,19 +207,25 @@ struct HelloAck {
   }
 };
 
-// Registry → every member after each membership change: the full list (so a member never applies a delta to a
-// stale view).
+// Registry → members. A full list (`full`) to an instance that said HELLO or reported a gap; to everyone
+// else, after each change, a delta: the members that joined or restarted and the ids that left. A delta of
+// `version` applies only on top of `version - 1`; a member that finds a gap asks for the full list in its
+// next HEARTBEAT (`resync`). So a change costs O(members) small messages, not O(members²) bytes.
 struct Peers {
   static constexpr MessageType kType = MessageType::peers;
   static constexpr std::string_view kName = "PEERS";
   uint64_t version = 0;
-  std::vector<PeerInfo> peers;
+  std::vector<PeerInfo> peers;    // full: every member; delta: members that joined or restarted
+  bool full = true;               // false: a delta on top of version - 1
+  std::vector<std::string> left;  // delta: ids of members that left
 
   bool operator==(const Peers&) const = default;
   template <class S, class V>
   static void fields(S& s, V& v) {
     v.req("version", s.version);
     v.req("peers", s.peers);
+    v.opt("full", s.full);
+    v.opt("left", s.left);
   }
 };
 
@@ -230,13 +235,15 @@ struct Heartbeat {
   static constexpr MessageType kType = MessageType::heartbeat;
   static constexpr std::string_view kName = "HEARTBEAT";
   uint64_t seq = 0;
-  LoadReport load{};  // the sender's figures now
+  LoadReport load{};    // the sender's figures now
+  bool resync = false;  // its PEERS version has a gap (a delta was lost): send the full list
 
   bool operator==(const Heartbeat&) const = default;
   template <class S, class V>
   static void fields(S& s, V& v) {
     v.req("seq", s.seq);
     v.opt("load", s.load);
+    v.opt("resync", s.resync);
   }
 };
 
