@@ -5,6 +5,7 @@
 #include "cache_bench.hpp"
 #include "control_plane_bench.hpp"
 #include "e2e_bench.hpp"
+#include "membership_bench.hpp"
 #include "model_bench.hpp"
 #include "serve_bench.hpp"
 #include "soak_bench.hpp"
@@ -25,6 +26,8 @@ constexpr Subcommand kSubcommands[] = {
     {"e2e", run_e2e_bench, "cluster TTFT/TPOT/throughput vs colocated; control-plane rooms/s and latency"},
     {"control-plane", run_control_plane_cli,
      "BOOTSTRAP -> KV_STATUS latency and rooms/s vs a bare ZeroMQ round trip (plain and CURVE)"},
+    {"membership", epd::bench::run_membership_cli,
+     "membership of 200-1,000 simulated instances: convergence, bytes and registry CPU per change"},
     {"cache", run_cache_bench, "embedding cache: TTFT with 50% repeated images, cache off vs on"},
     {"soak", run_soak_bench, "many small requests in blocks: RSS of every role per block and its growth"},
     {"serve", run_serve_bench,
