@@ -153,18 +153,24 @@ struct Placement {
   uint64_t incarnation = 0;
 };
 
-// Least loaded healthy instance of `role`: fewest rooms in flight from this router, then most free KV pages.
-// Instances that are dead to this process (connection lost, registry not caught up yet) are skipped.
+// Placeable by this router now: its last heartbeat said healthy, and this process reaches it at that
+// incarnation (the registry view may be a PEERS ahead). A broken control connection is noticed in
+// milliseconds; silent heartbeats only after interval x misses. Placement, /v1/instances, readiness and the
+// epd_instances gauge all use this, so they agree.
+bool placeable(const PeerDirectory& peers, const RegistryEntry& e) {
+  if (!e.load.healthy) return false;
+  auto p = peers.find(e.info.instance_id);
+  return p && p->incarnation == e.info.incarnation && peers.alive(e.info.instance_id);
+}
+
+// Least loaded placeable instance of `role`: fewest rooms in flight from this router, then most free KV
+// pages.
 std::optional<Placement> pick(RouterState& st, const std::string& role,
                               const std::map<std::string, uint32_t>& failures) {
   std::optional<Placement> best;
   std::tuple<uint32_t, uint32_t, int64_t> best_score{UINT32_MAX, UINT32_MAX, 0};
   for (const auto& e : st.ctx.registry->entries()) {
-    if (e.info.role != role || !e.load.healthy) continue;
-    // Only what this process can address at that incarnation (the registry view may be a PEERS ahead).
-    auto p = st.ctx.bridge->peers().find(e.info.instance_id);
-    if (!p || p->incarnation != e.info.incarnation || !st.ctx.bridge->peers().alive(e.info.instance_id))
-      continue;
+    if (e.info.role != role || !placeable(st.ctx.bridge->peers(), e)) continue;
     auto n = st.inflight.find(e.info.instance_id);
     auto f = failures.find(e.info.instance_id);
     const std::tuple<uint32_t, uint32_t, int64_t> score{f == failures.end() ? 0 : f->second,
@@ -610,10 +616,11 @@ caf::behavior router(caf::stateful_actor<RouterState>* self, RoleContext ctx,
 // RouterService on top of the router actor, for the HTTP threads.
 class ActorRouterService final : public RouterService {
  public:
-  ActorRouterService(caf::actor router, std::shared_ptr<RegistryView> registry, std::string model_id,
-                     std::shared_ptr<const model::PromptCodec> codec)
+  ActorRouterService(caf::actor router, std::shared_ptr<RegistryView> registry, BridgePtr bridge,
+                     std::string model_id, std::shared_ptr<const model::PromptCodec> codec)
       : router_(std::move(router)),
         registry_(std::move(registry)),
+        bridge_(std::move(bridge)),
         model_id_(std::move(model_id)),
         codec_(std::move(codec)) {}
 
@@ -637,6 +644,7 @@ class ActorRouterService final : public RouterService {
       v.control_endpoint = e.info.control_endpoint;
       v.incarnation = e.info.incarnation;
       v.load = e.load;
+      v.load.healthy = placeable(bridge_->peers(), e);
       v.last_seen_ms =
           uint64_t(std::chrono::duration_cast<std::chrono::milliseconds>(now - e.last_seen).count());
       out.push_back(std::move(v));
@@ -653,7 +661,7 @@ class ActorRouterService final : public RouterService {
   http::Readiness readiness() override {
     std::set<std::string> healthy;
     for (const auto& e : registry_->entries())
-      if (e.load.healthy) healthy.insert(e.info.role);
+      if (placeable(bridge_->peers(), e)) healthy.insert(e.info.role);
     for (const char* role : {"encoder", "prefill", "decode"})
       if (!healthy.count(role)) return {false, std::string("no healthy ") + role + " instance is registered"};
     return {true, {}};
@@ -665,6 +673,7 @@ class ActorRouterService final : public RouterService {
  private:
   caf::actor router_;
   std::shared_ptr<RegistryView> registry_;
+  BridgePtr bridge_;
   const std::string model_id_;
   const std::shared_ptr<const model::PromptCodec> codec_;
   std::atomic<uint64_t> next_ticket_{1};
@@ -703,9 +712,9 @@ protocol::Result<RoleHandle> spawn_router(RoleContext& ctx, RouterSettings setti
     spdlog::warn("router: model {} is served by token ids only: {}", ctx.model.name, codec.missing);
   }
   auto main = kernel::spawn_main(ctx, router, kernel::TablePtr<RouterState>(table), limits, codec);
-  ctx.metrics->on_scrape([registry = ctx.registry](metrics::Snapshot& s) {
+  ctx.metrics->on_scrape([registry = ctx.registry, bridge = ctx.bridge](metrics::Snapshot& s) {
     std::map<std::pair<std::string, bool>, int> count;
-    for (const auto& e : registry->entries()) ++count[{e.info.role, e.load.healthy}];
+    for (const auto& e : registry->entries()) ++count[{e.info.role, placeable(bridge->peers(), e)}];
     for (const auto& [key, n] : count)
       s.gauge("epd_instances", "Instances the registry lists, by role and health", n,
               {{"peer_role", key.first}, {"healthy", key.second ? "true" : "false"}});
@@ -713,8 +722,8 @@ protocol::Result<RoleHandle> spawn_router(RoleContext& ctx, RouterSettings setti
   if (!main) return main.error();
   RoleHandle h{*main, std::nullopt, 0, {}, {}};
   auto front = std::make_shared<HttpFront>();
-  front->service =
-      std::make_unique<ActorRouterService>(h.main, ctx.registry, model_id_of(*ctx.cluster), codec.codec);
+  front->service = std::make_unique<ActorRouterService>(h.main, ctx.registry, ctx.bridge,
+                                                        model_id_of(*ctx.cluster), codec.codec);
   front->api = std::make_unique<HttpApi>(*front->service, http_config);
   auto bound = front->api->start(settings.http_host, settings.http_port);
   if (!bound) {
