@@ -1,9 +1,10 @@
 // A Llama-family checkpoint with its own SentencePiece vocabulary and ChatML template, served by the cluster
 // (router, encoder, prefill, decode as processes) through the official OpenAI Node SDK: completions and
-// chat, plain and streamed, give exactly the colocated run's text and token count, over shm and over tcp.
-// The colocated run is checked twice over: epd-run (text in, tokens out) and llama.cpp's greedy continuation
-// of the same prompt ids (node-llama-cpp), so the text path, the template and the stop at an end token are
-// not only self-consistent.
+// chat, plain and streamed, give exactly the colocated run's text and token count, over shm, over tcp, and
+// staged into a decode that holds its KV in fp16 pages of another size (the reference then decodes from an
+// fp16 copy of the prompt's KV, as the cluster does). The unstaged colocated run is checked twice over:
+// epd-run (text in, tokens out) and llama.cpp's greedy continuation of the same prompt ids (node-llama-cpp),
+// so the text path, the template and the stop at an end token are not only self-consistent.
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -77,12 +78,14 @@ std::vector<uint32_t> prompt_ids(const ChatCheckpoint& ck, const Case& c) {
 }
 
 // The colocated run (generate_tokens, the code epd-run uses), stopping where the codec says.
+// `decode_kv`: decode's KV layout when it differs from prefill's (the staged path).
 model::GenerateResult colocated(const ChatCheckpoint& ck, const std::vector<uint32_t>& prompt,
-                                bool stop = true) {
+                                const std::optional<model::KvLayoutChoice>& decode_kv = std::nullopt) {
   model::GenerateOptions opts;
   opts.max_tokens = kMaxTokens;
   opts.chunk = kChunk;
-  if (stop) opts.stop_tokens.assign(ck.codec->stop_tokens().begin(), ck.codec->stop_tokens().end());
+  opts.decode_kv = decode_kv;
+  opts.stop_tokens.assign(ck.codec->stop_tokens().begin(), ck.codec->stop_tokens().end());
   auto r = model::generate_tokens(*ck.runner, prompt, opts);
   REQUIRE(r.ok());
   return *r;
@@ -128,16 +131,19 @@ std::vector<uint32_t> llama_cpp_greedy(const ChatCheckpoint& ck, const std::vect
   return json::parse(r.output.substr(start))["greedy"].get<std::vector<uint32_t>>();
 }
 
-// What the SDK must read for a case (generate.mjs's spec), after checking the colocated run against
-// epd-run and llama.cpp.
-json expectation(const ChatCheckpoint& ck, const Case& c) {
+// What the SDK must read for a case (generate.mjs's spec). The unstaged colocated run is first checked
+// against epd-run and llama.cpp (which hold f32 KV throughout); a staged one follows from it by construction.
+json expectation(const ChatCheckpoint& ck, const Case& c,
+                 const std::optional<model::KvLayoutChoice>& decode_kv) {
   const auto prompt = prompt_ids(ck, c);
-  const auto ref = colocated(ck, prompt);
+  const auto ref = colocated(ck, prompt, decode_kv);
   INFO(c.name);
-  CHECK(epd_run(ck, c) == ref.tokens);
-  const auto greedy = llama_cpp_greedy(ck, prompt);
-  REQUIRE(greedy.size() >= ref.tokens.size());
-  CHECK(std::vector<uint32_t>(greedy.begin(), greedy.begin() + ref.tokens.size()) == ref.tokens);
+  if (!decode_kv) {
+    CHECK(epd_run(ck, c) == ref.tokens);
+    const auto greedy = llama_cpp_greedy(ck, prompt);
+    REQUIRE(greedy.size() >= ref.tokens.size());
+    CHECK(std::vector<uint32_t>(greedy.begin(), greedy.begin() + ref.tokens.size()) == ref.tokens);
+  }
   json params = {{"max_tokens", kMaxTokens}, {"temperature", 0}};
   if (c.chat) {
     params["messages"] = json::array();
@@ -168,7 +174,8 @@ std::string ending_prompt(const ChatCheckpoint& ck) {
   return "";
 }
 
-void serve_through_sdk(const std::string& backend) {
+void serve_through_sdk(const std::string& backend, const std::string& decode_lines = "",
+                       const std::optional<model::KvLayoutChoice>& decode_kv = std::nullopt) {
   const std::string missing = node_sdk_missing();
   INFO(missing);
   REQUIRE(missing.empty());  // fails, never skips, when the SDK cannot run
@@ -183,7 +190,7 @@ void serve_through_sdk(const std::string& backend) {
       {"chat of one user message", true, "w310 \xC3\xA9t\xC3\xA9", ""},
   };
   json spec = {{"cases", json::array()}};
-  for (const auto& c : cases) spec["cases"].push_back(expectation(ck, c));
+  for (const auto& c : cases) spec["cases"].push_back(expectation(ck, c, decode_kv));
   for (size_t i : {0, 1, 3, 4}) {  // these answers run to max_tokens: text all the way
     INFO(spec["cases"][i].dump());
     CHECK(spec["cases"][i]["expect_finish"] == "length");
@@ -192,6 +199,7 @@ void serve_through_sdk(const std::string& backend) {
   ClusterSpec cs;
   cs.model_path = ck.gguf;
   cs.backend = backend;
+  if (!decode_lines.empty()) cs.defaults["decode"] = decode_lines;
   Cluster cluster(cs);
   cluster.start();
   const fs::path spec_file = ck.dir / "cases.json";
@@ -244,4 +252,9 @@ TEST_CASE("checkpoint through the OpenAI SDK over shm equals epd-run and llama.c
 
 TEST_CASE("checkpoint through the OpenAI SDK over tcp equals epd-run and llama.cpp") {
   serve_through_sdk("tcp");
+}
+
+TEST_CASE("checkpoint through the OpenAI SDK staged into an fp16 decode equals the staged colocated run") {
+  serve_through_sdk("shm", "kv_dtype = \"f16\"\nkv_page_size = 32\n",
+                    model::KvLayoutChoice{32, model::DType::f16, model::KvDimOrder::token_head_dim});
 }
