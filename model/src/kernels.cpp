@@ -31,6 +31,31 @@ void dot4(const float* w, const float* x0, const float* x1, const float* x2, con
   out[3] = reduce_lanes(a3) + t3;
 }
 
+void dot4_rows(const float* w0, const float* w1, const float* w2, const float* w3, const float* x, size_t n,
+               float* out) {
+  float a0[kLanes] = {}, a1[kLanes] = {}, a2[kLanes] = {}, a3[kLanes] = {};
+  size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (size_t j = 0; j < kLanes; ++j) {
+      const float xj = x[i + j];
+      a0[j] += w0[i + j] * xj;
+      a1[j] += w1[i + j] * xj;
+      a2[j] += w2[i + j] * xj;
+      a3[j] += w3[i + j] * xj;
+    }
+  float t0 = 0.0f, t1 = 0.0f, t2 = 0.0f, t3 = 0.0f;
+  for (; i < n; ++i) {
+    t0 += w0[i] * x[i];
+    t1 += w1[i] * x[i];
+    t2 += w2[i] * x[i];
+    t3 += w3[i] * x[i];
+  }
+  out[0] = reduce_lanes(a0) + t0;
+  out[1] = reduce_lanes(a1) + t1;
+  out[2] = reduce_lanes(a2) + t2;
+  out[3] = reduce_lanes(a3) + t3;
+}
+
 void matmul(const float* x, size_t rows, size_t in, const float* w, size_t out, float* y) {
   matmul_cols(x, rows, in, w, 0, out, y, out);
 }
@@ -41,15 +66,27 @@ void matmul_cols(const float* x, size_t rows, size_t in, const float* w, size_t 
   constexpr size_t kTile = 16;
   for (size_t r0 = 0; r0 < rows; r0 += kTile) {
     const size_t r1 = std::min(rows, r0 + kTile);
-    for (size_t o = o_begin; o < o_end; ++o) {
+    const size_t r4 = r0 + (r1 - r0) / 4 * 4;
+    for (size_t o = o_begin; r4 > r0 && o < o_end; ++o) {
       const float* wo = w + o * in;
-      size_t r = r0;
-      for (; r + 4 <= r1; r += 4) {
+      for (size_t r = r0; r < r4; r += 4) {
         float res[4];
         dot4(wo, x + r * in, x + (r + 1) * in, x + (r + 2) * in, x + (r + 3) * in, in, res);
         for (size_t k = 0; k < 4; ++k) y[(r + k) * ldy + o] = res[k];
       }
-      for (; r < r1; ++r) y[r * ldy + o] = dot(wo, x + r * in, in);
+    }
+    // Rows left over (all of them in decode at batch 1): four weight rows at a time against one input row,
+    // so four independent sums are in flight instead of one dependent chain.
+    for (size_t r = r4; r < r1; ++r) {
+      const float* xr = x + r * in;
+      size_t o = o_begin;
+      for (; o + 4 <= o_end; o += 4) {
+        float res[4];
+        const float* wo = w + o * in;
+        dot4_rows(wo, wo + in, wo + 2 * in, wo + 3 * in, xr, in, res);
+        for (size_t k = 0; k < 4; ++k) y[r * ldy + o + k] = res[k];
+      }
+      for (; o < o_end; ++o) y[r * ldy + o] = dot(w + o * in, xr, in);
     }
   }
 }

@@ -55,6 +55,11 @@ void matmul_cols(const float* x, size_t rows, size_t in, const float* w, size_t 
 void dot4(const float* w, const float* x0, const float* x1, const float* x2, const float* x3, size_t n,
           float* out);
 
+// Four dot(w_k, x) at once, sharing the loads of x (one input row against many weight rows, as in decode at
+// batch 1). Each result is computed with exactly the operations of dot(), so it is bit-identical to it.
+void dot4_rows(const float* w0, const float* w1, const float* w2, const float* w3, const float* x, size_t n,
+               float* out);
+
 // y = x / sqrt(mean(x^2) + eps) * g
 void rmsnorm(const float* x, const float* g, size_t n, float eps, float* y);
 
