@@ -5,6 +5,7 @@
 #include <random>
 
 #include "epd/actors/role_support.hpp"
+#include "peer_change_log.hpp"
 
 namespace epd::actors {
 namespace {
@@ -102,22 +103,6 @@ void continue_rejoin(caf::stateful_actor<MembershipState>* self) {
   send_hello(st);
 }
 
-void log_change(MembershipState& st, const PeerDirectory::Change& c) {
-  if (st.config.metrics && c.id != st.bridge->instance_id()) {  // not our own entry
-    if (c.new_incarnation != 0)
-      st.config.metrics->incarnation_seen(role_of(st, c.id));
-    else
-      st.config.metrics->peer_lost(role_of(st, c.id), "left");
-  }
-  if (c.new_incarnation == 0)
-    spdlog::info("membership: peer '{}' left", c.id);
-  else if (c.old_incarnation == 0)
-    spdlog::info("membership: peer '{}' joined", c.id);
-  else
-    spdlog::info("membership: peer '{}' restarted (incarnation {} -> {})", c.id, c.old_incarnation,
-                 c.new_incarnation);
-}
-
 // A full list replaces the directory; a delta applies on top of the previous version, or, after a gap, waits
 // for the full list the next HEARTBEAT asks for.
 void on_peers(caf::stateful_actor<MembershipState>* self, const protocol::Peers& peers) {
@@ -143,7 +128,8 @@ void on_peers(caf::stateful_actor<MembershipState>* self, const protocol::Peers&
     changes = std::move(applied.changes);
   }
   for (const auto& p : peers.peers) st.roles[p.instance_id] = p.role;
-  for (const auto& c : changes) log_change(st, c);
+  for (const auto& c : changes)
+    report_peer_change(c, st.bridge->instance_id(), role_of(st, c.id), st.config.metrics.get(), "");
   if (!changes.empty() && st.role) self->send(st.role, PeerChanges{std::move(changes)});
 }
 

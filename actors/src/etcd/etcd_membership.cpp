@@ -5,6 +5,7 @@
 #include "epd/actors/membership.hpp"
 #include "epd/actors/role_support.hpp"
 #include "etcd_agent.hpp"
+#include "peer_change_log.hpp"
 
 namespace epd::actors {
 namespace {
@@ -87,22 +88,9 @@ void publish(caf::stateful_actor<EtcdMembershipState>* self) {
     st.roles[id] = info.role;
   }
   auto changes = st.bridge->peers().replace(++st.version, peers);
-  for (const auto& c : changes) {
-    if (c.id == st.bridge->instance_id()) continue;
-    if (st.config.metrics) {
-      if (c.new_incarnation != 0)
-        st.config.metrics->incarnation_seen(role_of(st, c.id));
-      else
-        st.config.metrics->peer_lost(role_of(st, c.id), "left");
-    }
-    if (c.new_incarnation == 0)
-      spdlog::info("membership: peer '{}' left (its etcd record is gone)", c.id);
-    else if (c.old_incarnation == 0)
-      spdlog::info("membership: peer '{}' joined", c.id);
-    else
-      spdlog::info("membership: peer '{}' restarted (incarnation {} -> {})", c.id, c.old_incarnation,
-                   c.new_incarnation);
-  }
+  for (const auto& c : changes)
+    report_peer_change(c, st.bridge->instance_id(), role_of(st, c.id), st.config.metrics.get(),
+                       "(its etcd record is gone)");
   if (!changes.empty() && st.role) self->send(st.role, PeerChanges{std::move(changes)});
   refresh_view(st);
 }

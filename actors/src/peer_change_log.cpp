@@ -1,0 +1,26 @@
+#include "peer_change_log.hpp"
+
+#include <spdlog/spdlog.h>
+
+namespace epd::actors {
+
+void report_peer_change(const PeerDirectory::Change& c, const std::string& self_id,
+                        const std::string& peer_role, MembershipMetrics* metrics,
+                        std::string_view left_note) {
+  if (c.id == self_id) return;
+  if (metrics) {
+    if (c.new_incarnation != 0)
+      metrics->incarnation_seen(peer_role);
+    else
+      metrics->peer_lost(peer_role, "left");
+  }
+  if (c.new_incarnation == 0)
+    spdlog::info("membership: peer '{}' left{}{}", c.id, left_note.empty() ? "" : " ", left_note);
+  else if (c.old_incarnation == 0)
+    spdlog::info("membership: peer '{}' joined", c.id);
+  else
+    spdlog::info("membership: peer '{}' restarted (incarnation {} -> {})", c.id, c.old_incarnation,
+                 c.new_incarnation);
+}
+
+}  // namespace epd::actors
