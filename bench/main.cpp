@@ -27,7 +27,7 @@ constexpr Subcommand kSubcommands[] = {
     {"control-plane", run_control_plane_cli,
      "BOOTSTRAP -> KV_STATUS latency and rooms/s vs a bare ZeroMQ round trip (plain and CURVE)"},
     {"membership", epd::bench::run_membership_cli,
-     "membership of 200-1,000 simulated instances: convergence, bytes and registry CPU per change"},
+     "membership of 200-1,000 simulated instances (embedded registry, etcd): convergence, bytes, CPU"},
     {"cache", run_cache_bench, "embedding cache: TTFT with 50% repeated images, cache off vs on"},
     {"soak", run_soak_bench, "many small requests in blocks: RSS of every role per block and its growth"},
     {"serve", run_serve_bench,
