@@ -22,6 +22,7 @@
 #include "epd/etcd/etcd_client.hpp"
 #include "epd/launcher/process_group.hpp"
 #include "epd/launcher/role_command.hpp"
+#include "host_load.hpp"
 #include "local_etcd_run.hpp"
 #include "stats.hpp"
 
@@ -35,7 +36,8 @@ using std::chrono::milliseconds;
 
 struct Options {
   int reps = 5;
-  int seconds = 10;  // per throughput run
+  int seconds = 8;  // per throughput run
+  int rounds = 2;   // of one router then two, alternating: the host's load drifts between runs
   int clients = 4;
   int max_tokens = 16;
   milliseconds interval{500};  // heartbeat_interval_ms (the clusters' default), x 3 misses
@@ -249,7 +251,9 @@ Churn churn(RouterCluster& c, const Options& opt) {
       continue;
     }
     out.start_ms.push_back(*placed);
-    std::this_thread::sleep_for(milliseconds(500));  // a few heartbeats: a running instance, not a new one
+    // A running instance, not a new one; the kill falls at another point of its lease renewal period
+    // (TTL/3) on every rep, so the lease expiry is sampled over that period, not at one phase of it.
+    std::this_thread::sleep_for(milliseconds(500) + opt.lease_ttl / 3 * rep / opt.reps);
     const auto t1 = clock::now();
     c.kill_extra();
     std::optional<double> routed, unlisted, gone;
@@ -336,29 +340,34 @@ int run_routers_cli(int argc, char** argv) {
     if (a == "--quick") {
       opt.reps = 2;
       opt.seconds = 3;
+      opt.rounds = 1;
     } else if (a == "--reps" && number(v) && v >= 1) {
       opt.reps = v;
     } else if (a == "--seconds" && number(v) && v >= 1) {
       opt.seconds = v;
+    } else if (a == "--rounds" && number(v) && v >= 1) {
+      opt.rounds = v;
     } else if (a == "--clients" && number(v) && v >= 2) {
       opt.clients = v;
     } else if (a == "--interval-ms" && number(v) && v >= 50) {
       opt.interval = milliseconds(v);
     } else {
       std::fprintf(stderr,
-                   "usage: epd-bench routers [--reps 5] [--seconds 10] [--clients 4 (>= 2)] "
-                   "[--interval-ms 500] [--quick (2 reps, 3 s)]\n");
+                   "usage: epd-bench routers [--reps 5] [--seconds 8] [--rounds 2] [--clients 4 (>= 2)] "
+                   "[--interval-ms 500] [--quick (2 reps, 3 s, 1 round)]\n");
       return 2;
     }
   }
   std::printf(
       "routers: real role processes (tiny model); heartbeat %lld ms x 3, etcd lease TTL %lld ms; %d reps of "
-      "start + kill -9 of a decode; %d clients for %d s through one router, then two\n",
-      (long long)opt.interval.count(), (long long)opt.lease_ttl.count(), opt.reps, opt.clients, opt.seconds);
+      "start + kill -9 of a decode; %d rounds of %d clients for %d s through one router, then two; load "
+      "average %s\n",
+      (long long)opt.interval.count(), (long long)opt.lease_ttl.count(), opt.reps, opt.rounds, opt.clients,
+      opt.seconds, load_average().c_str());
   std::fflush(stdout);
 
   Churn embedded_churn, etcd_churn;
-  Throughput one, two;
+  std::vector<Throughput> one, two;
   {
     RouterCluster c(opt, false);
     if (!c.start()) return 1;
@@ -369,8 +378,10 @@ int run_routers_cli(int argc, char** argv) {
     if (!c.start()) return 1;
     etcd_churn = churn(c, opt);
     const auto& ports = c.http_ports();
-    one = load({ports[0]}, opt);
-    two = load(ports, opt);
+    for (int r = 0; r < opt.rounds; ++r) {
+      one.push_back(load({ports[0]}, opt));
+      two.push_back(load(ports, opt));
+    }
   }
 
   std::printf("\n%-22s %10s %10s %10s %10s %10s %10s %10s %10s %6s\n", "membership", "start p50", "start max",
@@ -387,16 +398,26 @@ int run_routers_cli(int argc, char** argv) {
               ratio(p50(etcd_churn.routed_ms), p50(embedded_churn.routed_ms)),
               ratio(p50(etcd_churn.unlisted_ms), p50(embedded_churn.unlisted_ms)));
 
-  std::printf("\n%-22s %10s %10s %10s\n", "etcd cluster", "completed", "failed", "req/s");
-  std::printf("%-22s %10d %10d %10.2f\n", "through 1 router", one.completed, one.failed, one.rps());
-  std::printf("%-22s %10d %10d %10.2f\n", "through 2 routers", two.completed, two.failed, two.rps());
+  std::printf("\n%-22s %6s %10s %10s %10s\n", "etcd cluster", "round", "completed", "failed", "req/s");
+  int failed = embedded_churn.failed + etcd_churn.failed, completed_one = 0, completed_two = 0;
+  double secs_one = 0, secs_two = 0;
+  for (int r = 0; r < opt.rounds; ++r) {
+    std::printf("%-22s %6d %10d %10d %10.2f\n", "through 1 router", r + 1, one[size_t(r)].completed,
+                one[size_t(r)].failed, one[size_t(r)].rps());
+    std::printf("%-22s %6d %10d %10d %10.2f\n", "through 2 routers", r + 1, two[size_t(r)].completed,
+                two[size_t(r)].failed, two[size_t(r)].rps());
+    failed += one[size_t(r)].failed + two[size_t(r)].failed;
+    completed_one += one[size_t(r)].completed;
+    completed_two += two[size_t(r)].completed;
+    secs_one += one[size_t(r)].seconds;
+    secs_two += two[size_t(r)].seconds;
+  }
   std::printf(
-      "two routers vs one: %.2fx requests/s (%d clients in both, max_tokens %d; one encoder, prefill and "
-      "decode "
-      "serve both)\n",
-      ratio(two.rps(), one.rps()), opt.clients, opt.max_tokens);
-  const int failed = embedded_churn.failed + etcd_churn.failed + one.failed + two.failed;
-  return failed == 0 && one.completed > 0 && two.completed > 0 ? 0 : 1;
+      "two routers vs one: %.2fx requests/s over all rounds (%d clients in both, max_tokens %d; one encoder, "
+      "prefill and decode serve both); load average %s\n",
+      ratio(completed_two / secs_two, completed_one / secs_one), opt.clients, opt.max_tokens,
+      load_average().c_str());
+  return failed == 0 && completed_one > 0 && completed_two > 0 ? 0 : 1;
 }
 
 }  // namespace epd::bench
