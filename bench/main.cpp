@@ -7,6 +7,7 @@
 #include "e2e_bench.hpp"
 #include "membership_bench.hpp"
 #include "model_bench.hpp"
+#include "routers_bench.hpp"
 #include "serve_bench.hpp"
 #include "soak_bench.hpp"
 #include "transfer_bench.hpp"
@@ -27,7 +28,9 @@ constexpr Subcommand kSubcommands[] = {
     {"control-plane", run_control_plane_cli,
      "BOOTSTRAP -> KV_STATUS latency and rooms/s vs a bare ZeroMQ round trip (plain and CURVE)"},
     {"membership", epd::bench::run_membership_cli,
-     "membership of 200-1,000 simulated instances: convergence, bytes and registry CPU per change"},
+     "membership of 200-1,000 simulated instances (embedded registry, etcd): convergence, bytes, CPU"},
+    {"routers", epd::bench::run_routers_cli,
+     "etcd, 2 routers vs embedded, 1: start to placeable, kill -9 to routed around / gone, req/s 1 vs 2"},
     {"cache", run_cache_bench, "embedding cache: TTFT with 50% repeated images, cache off vs on"},
     {"soak", run_soak_bench, "many small requests in blocks: RSS of every role per block and its growth"},
     {"serve", run_serve_bench,

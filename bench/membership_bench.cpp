@@ -1,30 +1,22 @@
 #include "membership_bench.hpp"
 
 #include <sys/resource.h>
-#include <sys/wait.h>
-#include <unistd.h>
-#include <caf/all.hpp>
 
-#include <signal.h>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include <spdlog/spdlog.h>
 
-#include "epd/actors/bridge.hpp"
-#include "epd/actors/load_gauge.hpp"
-#include "epd/actors/membership.hpp"
-#include "registry.hpp"
-#include "stats.hpp"
+#include "host_load.hpp"
+#include "membership_backend.hpp"
+#include "membership_sim.hpp"
 
 namespace epd::bench {
 namespace {
@@ -32,220 +24,16 @@ namespace {
 using clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
-struct Options {
-  int instances = 300;
-  int changes = 10;            // kills, then as many adds
-  milliseconds interval{500};  // the clusters' default heartbeat_interval_ms
-  uint32_t misses = 3;
-  std::vector<std::string> backends{"router-full", "router"};
-};
-
-// Where membership lives, as the instances see it: started before any instance, reached at an endpoint,
-// costing CPU. Each backend is one implementation; an etcd backend (instances keep their descriptors under
-// a lease and watch a prefix) adds one more, with its own member side, behind make_backend().
-class RegistryBackend {
- public:
-  virtual ~RegistryBackend() = default;
-  virtual std::string describe() const = 0;
-  virtual bool start(const Options& opt) = 0;
-  virtual std::string endpoint() const = 0;  // what members say HELLO to
-  virtual double cpu_seconds() const = 0;    // the registry's CPU so far (user + system)
-  virtual void stop() = 0;
-};
-
-// The embedded registry (the router's) in a child process: a bridge and the registry actor, nothing else.
-// `full_lists` selects the behaviour before PEERS deltas, as the baseline.
-class EmbeddedRegistry final : public RegistryBackend {
- public:
-  explicit EmbeddedRegistry(bool full_lists) : full_lists_(full_lists) {}
-  ~EmbeddedRegistry() override { stop(); }
-
-  std::string describe() const override {
-    return full_lists_ ? "embedded registry, full PEERS lists (before)" : "embedded registry, PEERS deltas";
-  }
-
-  bool start(const Options& opt) override {
-    std::fflush(stdout);  // the child must not print the parent's buffered lines again
-    int to_parent[2], from_parent[2];
-    if (pipe(to_parent) != 0 || pipe(from_parent) != 0) return false;
-    pid_ = fork();
-    if (pid_ < 0) return false;
-    if (pid_ == 0) {
-      close(to_parent[0]);
-      close(from_parent[1]);
-      _exit(child_main(opt, to_parent[1], from_parent[0]));
-    }
-    close(to_parent[1]);
-    close(from_parent[0]);
-    control_ = from_parent[1];
-    char buf[256];
-    const ssize_t n = read(to_parent[0], buf, sizeof buf);
-    close(to_parent[0]);
-    if (n <= 0) return false;
-    endpoint_.assign(buf, size_t(n));
-    return true;
-  }
-
-  std::string endpoint() const override { return endpoint_; }
-
-  double cpu_seconds() const override {
-    std::ifstream f("/proc/" + std::to_string(pid_) + "/stat");
-    std::string line;
-    std::getline(f, line);
-    auto close_paren = line.rfind(')');
-    if (close_paren == std::string::npos) return 0;
-    std::istringstream rest(line.substr(close_paren + 2));
-    std::string field;
-    double ticks = 0;
-    // Fields 3.. after the name; utime and stime are fields 14 and 15.
-    for (int i = 3; i <= 15 && rest >> field; ++i)
-      if (i >= 14) ticks += std::stod(field);
-    return ticks / double(sysconf(_SC_CLK_TCK));
-  }
-
-  void stop() override {
-    if (pid_ <= 0) return;
-    close(control_);  // the child exits when its end of the pipe reads EOF
-    int status = 0;
-    waitpid(pid_, &status, 0);
-    pid_ = -1;
-  }
-
- private:
-  int child_main(const Options& opt, int report_fd, int control_fd) {
-    auto bridge = actors::Bridge::start("registry", actors::fresh_incarnation(), "tcp://127.0.0.1:*", {},
-                                        actors::LivenessConfig{opt.interval, opt.misses});
-    if (!bridge) {
-      std::fprintf(stderr, "registry: %s\n", bridge.error().to_string().c_str());
-      return 1;
-    }
-    caf::actor_system_config cfg;
-    cfg.set("scheduler.max-threads", 1);
-    caf::actor_system system{cfg};
-    actors::RegistryConfig rc{opt.interval, opt.misses, full_lists_};
-    auto registry =
-        actors::spawn_registry(system, bridge.value(), rc, std::make_shared<actors::RegistryView>());
-    bridge.value()->wired();
-    const std::string ep = bridge.value()->endpoint();
-    if (write(report_fd, ep.data(), ep.size()) != ssize_t(ep.size())) return 1;
-    close(report_fd);
-    char c;
-    while (read(control_fd, &c, 1) > 0) {
-    }
-    caf::anon_send_exit(registry, caf::exit_reason::user_shutdown);
-    bridge.value()->stop();
-    return 0;
-  }
-
-  bool full_lists_;
-  pid_t pid_ = -1;
-  int control_ = -1;
-  std::string endpoint_;
-};
-
 std::unique_ptr<RegistryBackend> make_backend(const std::string& name) {
-  if (name == "router") return std::make_unique<EmbeddedRegistry>(false);
-  if (name == "router-full") return std::make_unique<EmbeddedRegistry>(true);
+  if (name == "router") return make_embedded_backend(false);
+  if (name == "router-full") return make_embedded_backend(true);
+  if (name == "etcd") return make_etcd_backend();
   return nullptr;
 }
 
-// One simulated instance: what membership needs and nothing more.
-struct Member {
-  std::string id;
-  actors::BridgePtr bridge;
-  caf::actor membership;
-};
-
-class Simulation {
- public:
-  Simulation(const Options& opt, std::string registry_endpoint)
-      : opt_(opt), registry_(std::move(registry_endpoint)), system_(make_config()) {}
-  ~Simulation() {
-    for (auto& [_, m] : live_) stop(m);
-  }
-
-  bool add(const std::string& id) {
-    auto bridge = actors::Bridge::start(id, actors::fresh_incarnation(), "tcp://127.0.0.1:*", {},
-                                        actors::LivenessConfig{opt_.interval, opt_.misses});
-    if (!bridge) {
-      std::fprintf(stderr, "membership bench: %s: %s\n", id.c_str(), bridge.error().to_string().c_str());
-      return false;
-    }
-    actors::MembershipConfig mc;
-    mc.registry_endpoint = registry_;
-    mc.role = roles_[live_.size() % 3];
-    mc.heartbeat_interval = opt_.interval;
-    mc.heartbeat_misses = opt_.misses;
-    Member m{id, bridge.value(), {}};
-    m.membership = actors::spawn_membership(system_, m.bridge, mc, std::make_shared<actors::LoadGauge>(), {});
-    m.bridge->wired();
-    live_[id] = std::move(m);
-    return true;
-  }
-
-  // As a kill -9 does: its sockets close, it says nothing.
-  void kill(const std::string& id) {
-    auto it = live_.find(id);
-    if (it == live_.end()) return;
-    stop(it->second);
-    live_.erase(it);
-  }
-
-  // Waits until every live instance lists exactly the live instances at their incarnations.
-  std::optional<double> converge_ms(clock::time_point since, milliseconds limit) {
-    std::map<std::string, uint64_t> expected;
-    for (const auto& [id, m] : live_) expected[id] = m.bridge->incarnation();
-    auto it = live_.begin();
-    while (it != live_.end()) {
-      if (it->second.bridge->peers().incarnations() == expected) {
-        ++it;
-        continue;
-      }
-      if (clock::now() - since > limit) {
-        std::fprintf(stderr, "membership bench: '%s' lists %zu instances (version %llu), %zu are live\n",
-                     it->first.c_str(), it->second.bridge->peers().incarnations().size(),
-                     (unsigned long long)it->second.bridge->peers().version(), expected.size());
-        return std::nullopt;
-      }
-      std::this_thread::sleep_for(std::chrono::microseconds(500));
-    }
-    return std::chrono::duration<double, std::milli>(clock::now() - since).count();
-  }
-
-  // Control-plane bytes the instances received (registry → instances) and sent (HELLO, HEARTBEAT).
-  std::pair<uint64_t, uint64_t> bytes() const {
-    uint64_t in = retired_in_, out = retired_out_;
-    for (const auto& [_, m] : live_) {
-      auto s = m.bridge->stats();
-      in += s.bytes_received;
-      out += s.bytes_sent;
-    }
-    return {in, out};
-  }
-
-  const std::map<std::string, Member>& live() const { return live_; }
-
- private:
-  static caf::actor_system_config& make_config() {
-    static caf::actor_system_config cfg;
-    cfg.set("scheduler.max-threads", 2);
-    return cfg;
-  }
-  void stop(Member& m) {
-    auto s = m.bridge->stats();
-    retired_in_ += s.bytes_received;
-    retired_out_ += s.bytes_sent;
-    caf::anon_send_exit(m.membership, caf::exit_reason::kill);
-    m.bridge->stop();
-  }
-
-  Options opt_;
-  std::string registry_;
-  caf::actor_system system_;
-  std::map<std::string, Member> live_;
-  uint64_t retired_in_ = 0, retired_out_ = 0;
-  const char* roles_[3] = {"encoder", "prefill", "decode"};
-};
+double ms_since(clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(clock::now() - t).count();
+}
 
 struct Row {
   std::string backend;
@@ -255,80 +43,146 @@ struct Row {
   double registry_cpu_ms_per_change = 0;
   double registry_cpu_pct_steady = 0;  // heartbeats only, no change
   double heartbeat_bytes_per_s = 0;
+  double heartbeats_per_s = 0;
   int failed = 0;
+  std::string error;  // set when the start did not converge: no figures
+  // With routers among the instances (etcd): after a kill, until no router would place on it and until no
+  // router lists it; after an add, until every router would place on it.
+  std::vector<double> routed_ms, unlisted_ms, placeable_ms;
+  std::vector<std::pair<std::string, double>> steady_rates;  // the backend's counters per second
 };
 
-std::optional<Row> run_backend(const Options& opt, const std::string& name) {
+std::vector<std::pair<std::string, double>> rates(const std::vector<std::pair<std::string, double>>& before,
+                                                  const std::vector<std::pair<std::string, double>>& after,
+                                                  double secs) {
+  std::vector<std::pair<std::string, double>> out;
+  for (size_t i = 0; i < before.size() && i < after.size(); ++i)
+    out.emplace_back(before[i].first, (after[i].second - before[i].second) / secs);
+  return out;
+}
+
+std::optional<Row> run_backend(const MembershipOptions& opt, const std::string& name) {
   auto backend = make_backend(name);
   if (!backend) {
-    std::fprintf(stderr, "membership bench: unknown backend '%s' (router, router-full)\n", name.c_str());
+    std::fprintf(stderr, "membership bench: unknown backend '%s' (router, router-full, etcd)\n",
+                 name.c_str());
     return std::nullopt;
   }
   if (!backend->start(opt)) {
     std::fprintf(stderr, "membership bench: %s did not start\n", name.c_str());
     return std::nullopt;
   }
+  std::printf("%s: %s\n", name.c_str(), backend->describe().c_str());
+  std::fflush(stdout);
   Row row;
   row.backend = name;
+  const int routers = backend->routers();
+  // With etcd, every instance that never spoke to a killed one warns when it drops its record after the
+  // grace period: one line per instance per kill.
+  spdlog::set_level(routers > 0 ? spdlog::level::err : spdlog::level::warn);
+  auto bytes_in = [&](const Simulation& sim) -> uint64_t {
+    auto own = backend->bytes_to_instances();
+    return own ? *own : sim.traffic().bytes_in;
+  };
   {
-    Simulation sim(opt, backend->endpoint());
+    Simulation sim(opt, *backend);
     // Start in batches of 25, each converged before the next: with full lists a start of everyone at once
     // costs O(N^3) bytes and, on a small host, stalls the registry into expiring members it is still
     // telling about the others.
     const auto t0 = clock::now();
     for (int i = 0; i < opt.instances; ++i) {
-      if (!sim.add("sim-" + std::to_string(i))) return std::nullopt;
+      if (!sim.add("sim-" + std::to_string(i))) {
+        row.error = "sim-" + std::to_string(i) + " did not start";
+        return row;
+      }
       if ((i + 1) % 25 != 0 && i + 1 != opt.instances) continue;
       if (!sim.converge_ms(clock::now(), std::chrono::seconds(60))) {
-        std::fprintf(stderr, "membership bench: %s: %d instances did not converge in 60 s\n", name.c_str(),
-                     i + 1);
-        return std::nullopt;
+        row.error = std::to_string(i + 1) + " instances did not converge in 60 s";
+        std::fprintf(stderr, "membership bench: %s: %s\n", name.c_str(), row.error.c_str());
+        return row;
       }
     }
-    row.start_converge_ms = std::chrono::duration<double, std::milli>(clock::now() - t0).count();
+    row.start_converge_ms = ms_since(t0);
 
-    // Steady state: heartbeats only.
+    // Steady state: heartbeats (and, with etcd, lease renewals) only.
     const double cpu0 = backend->cpu_seconds();
-    const auto [in0, out0] = sim.bytes();
+    const auto traffic0 = sim.traffic();
+    const auto counters0 = backend->counters();
     const auto s0 = clock::now();
     std::this_thread::sleep_for(std::chrono::seconds(2));
     const double secs = std::chrono::duration<double>(clock::now() - s0).count();
     row.registry_cpu_pct_steady = 100.0 * (backend->cpu_seconds() - cpu0) / secs;
-    row.heartbeat_bytes_per_s = double(sim.bytes().second - out0) / secs;
-    (void)in0;
+    const auto traffic1 = sim.traffic();
+    row.heartbeat_bytes_per_s = double(traffic1.bytes_out - traffic0.bytes_out) / secs;
+    row.heartbeats_per_s = double(traffic1.frames_out - traffic0.frames_out) / secs;
+    row.steady_rates = rates(counters0, backend->counters(), secs);
 
-    // Changes, one at a time: kill one, wait until everyone agrees; then add one, likewise.
+    // Changes, one at a time: kill one, wait until everyone agrees; then add one, likewise. Routers are
+    // never killed (sim-0, sim-1 with etcd).
     const double cpu1 = backend->cpu_seconds();
-    const auto [in1, out1] = sim.bytes();
-    (void)out1;
+    const uint64_t in1 = bytes_in(sim);
     const auto c0 = clock::now();
-    const milliseconds limit = opt.interval * (opt.misses + 4);
+    const milliseconds limit = backend->kill_limit(opt);
     for (int k = 0; k < opt.changes; ++k) {
-      sim.kill("sim-" + std::to_string(k * 7 % opt.instances));
-      auto ms = sim.converge_ms(clock::now(), limit);
+      const std::string victim = "sim-" + std::to_string(routers + k * 7 % (opt.instances - routers));
+      std::optional<double> routed, unlisted;
+      const auto t = clock::now();
+      sim.kill(victim);
+      auto ms = sim.converge_ms(t, limit, [&] {
+        if (!sim.has_routers()) return;
+        if (!routed && sim.routed_around(victim)) routed = ms_since(t);
+        if (!unlisted && sim.unlisted_by_routers(victim)) unlisted = ms_since(t);
+      });
       if (ms)
         row.kill_ms.push_back(*ms);
       else
         ++row.failed;
+      if (routed) row.routed_ms.push_back(*routed);
+      if (unlisted) row.unlisted_ms.push_back(*unlisted);
     }
     for (int k = 0; k < opt.changes; ++k) {
-      sim.add("new-" + std::to_string(k));
-      auto ms = sim.converge_ms(clock::now(), limit);
+      const std::string id = "new-" + std::to_string(k);
+      const auto t = clock::now();
+      if (!sim.add(id)) {
+        ++row.failed;
+        continue;
+      }
+      std::optional<double> placeable;
+      auto check = [&] {
+        if (sim.has_routers() && !placeable && sim.placeable_everywhere(id)) placeable = ms_since(t);
+      };
+      auto ms = sim.converge_ms(t, limit, check);
       if (ms)
         row.add_ms.push_back(*ms);
       else
         ++row.failed;
+      // Placeable needs the new instance's first heartbeat, which may come after everyone listed it.
+      while (sim.has_routers() && !placeable && clock::now() - t < limit) {
+        std::this_thread::sleep_for(std::chrono::microseconds(500));
+        check();
+      }
+      if (placeable)
+        row.placeable_ms.push_back(*placeable);
+      else if (sim.has_routers())
+        ++row.failed;
     }
     const double change_secs = std::chrono::duration<double>(clock::now() - c0).count();
     const double cpu_changes = backend->cpu_seconds() - cpu1;
-    const auto [in2, out2] = sim.bytes();
-    (void)out2;
     const int n_changes = 2 * opt.changes;
     // Heartbeat-only traffic runs during the changes too: ERROR / HELLO_ACK are the only other frames in,
     // so the bytes in are the changes' own; the steady CPU rate is taken out of the changes' CPU.
-    row.bytes_per_change = double(in2 - in1) / n_changes;
+    row.bytes_per_change = double(bytes_in(sim) - in1) / n_changes;
+    // The steady rate once more, after the changes: the mean of both windows is taken out. With etcd the
+    // steady cost (lease renewals) is large beside a change's, and a kill waits seconds for the lease, so
+    // a drift of the steady rate moves this figure a lot.
+    const double cpu2 = backend->cpu_seconds();
+    const auto s1 = clock::now();
+    std::this_thread::sleep_for(std::chrono::seconds(2));
+    const double steady_after =
+        100.0 * (backend->cpu_seconds() - cpu2) / std::chrono::duration<double>(clock::now() - s1).count();
+    const double steady = (row.registry_cpu_pct_steady + steady_after) / 2;
     row.registry_cpu_ms_per_change =
-        1000.0 * std::max(0.0, cpu_changes - row.registry_cpu_pct_steady / 100.0 * change_secs) / n_changes;
+        1000.0 * std::max(0.0, cpu_changes - steady / 100.0 * change_secs) / n_changes;
   }
   backend->stop();
   return row;
@@ -356,10 +210,55 @@ void raise_fd_limit() {
         (unsigned long long)before, (unsigned long long)r.rlim_cur);
 }
 
+void print_rows(const std::vector<Row>& rows) {
+  std::printf("\n%-12s %10s %10s %10s %10s %10s %14s %12s %12s %12s %6s\n", "backend", "start ms", "kill p50",
+              "kill max", "add p50", "add max", "bytes/change", "reg cpu ms", "reg cpu %", "hb bytes/s",
+              "fail");
+  for (const auto& r : rows)
+    if (!r.error.empty())
+      std::printf("%-12s (%s)\n", r.backend.c_str(), r.error.c_str());
+    else
+      std::printf("%-12s %10.1f %10.1f %10.1f %10.1f %10.1f %14.0f %12.2f %12.1f %12.0f %6d\n",
+                  r.backend.c_str(), r.start_converge_ms, median(r.kill_ms), max_of(r.kill_ms),
+                  median(r.add_ms), max_of(r.add_ms), r.bytes_per_change, r.registry_cpu_ms_per_change,
+                  r.registry_cpu_pct_steady, r.heartbeat_bytes_per_s, r.failed);
+  std::printf(
+      "(kill/add: ms from the change until every live instance lists exactly the live instances; "
+      "bytes/change: registry -> instances (etcd: the HTTP bodies of watch events and listings the instances "
+      "read, headers and chunk framing left out); reg cpu ms: registry (etcd) process CPU per change, steady "
+      "rate taken out; reg cpu %%: heartbeats (and lease renewals) only)\n");
+}
+
+// The routers' side and the backend's own counters, for backends with routers among the instances.
+void print_router_rows(const std::vector<Row>& rows) {
+  bool any = false;
+  for (const auto& r : rows) any = any || !r.routed_ms.empty() || !r.steady_rates.empty();
+  if (!any) return;
+  std::printf("\n%-12s %10s %10s %10s %10s %10s %10s %10s\n", "backend", "routed p50", "routed max",
+              "unlist p50", "unlist max", "place p50", "place max", "hb/s");
+  for (const auto& r : rows) {
+    if (r.routed_ms.empty() && r.steady_rates.empty()) continue;
+    std::printf("%-12s %10.1f %10.1f %10.1f %10.1f %10.1f %10.1f %10.0f\n", r.backend.c_str(),
+                median(r.routed_ms), max_of(r.routed_ms), median(r.unlisted_ms), max_of(r.unlisted_ms),
+                median(r.placeable_ms), max_of(r.placeable_ms), r.heartbeats_per_s);
+    if (r.steady_rates.empty()) continue;
+    std::printf("%-12s steady state, per second:", r.backend.c_str());
+    for (const auto& [name, v] : r.steady_rates) std::printf(" %s %.1f", name.c_str(), v);
+    std::printf("\n");
+  }
+  std::printf(
+      "(routed: ms from a kill -9 until no router would place on it (its in-band heartbeats went silent); "
+      "unlist: until no router lists it (its lease expired and the watch said so); place: ms from an add "
+      "until every router would place on it; hb/s: in-band heartbeats sent by all instances; steady state: "
+      "etcd's own counters while nothing changes - puts, deletes and raft proposals are writes, renewals are "
+      "lease keep-alives (the leader answers them without a raft write), calls are the instances' HTTP "
+      "calls)\n");
+}
+
 }  // namespace
 
 int run_membership_cli(int argc, char** argv) {
-  Options opt;
+  MembershipOptions opt;
   bool backends_given = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -368,7 +267,8 @@ int run_membership_cli(int argc, char** argv) {
       return std::string(argv[++i]);
     };
     std::optional<std::string> v;
-    if ((a == "--instances" || a == "--changes" || a == "--interval-ms" || a == "--backend") &&
+    if ((a == "--instances" || a == "--changes" || a == "--interval-ms" || a == "--backend" ||
+         a == "--lease-ttl-ms") &&
         !(v = value())) {
       std::fprintf(stderr, "epd-bench membership: %s needs a value\n", a.c_str());
       return 2;
@@ -380,6 +280,8 @@ int run_membership_cli(int argc, char** argv) {
         opt.changes = std::stoi(*v);
       else if (a == "--interval-ms")
         opt.interval = milliseconds(std::stoi(*v));
+      else if (a == "--lease-ttl-ms")
+        opt.lease_ttl = milliseconds(std::stoi(*v));
       else if (a == "--backend") {
         if (!backends_given) opt.backends.clear();
         backends_given = true;
@@ -387,7 +289,8 @@ int run_membership_cli(int argc, char** argv) {
       } else {
         std::fprintf(stderr,
                      "usage: epd-bench membership [--instances 300] [--changes 10] [--interval-ms 500]\n"
-                     "                            [--backend router-full --backend router]\n");
+                     "                            [--lease-ttl-ms 2000]\n"
+                     "                            [--backend router-full --backend router --backend etcd]\n");
         return 2;
       }
     } catch (const std::exception&) {
@@ -395,49 +298,60 @@ int run_membership_cli(int argc, char** argv) {
       return 2;
     }
   }
-  if (opt.instances < 2 || opt.instances > 1000 || opt.changes < 1 || opt.changes > opt.instances / 2 ||
-      opt.interval.count() < 10) {
+  if (opt.instances < 4 || opt.instances > 1000 || opt.changes < 1 || opt.changes > opt.instances / 2 ||
+      opt.interval.count() < 10 || opt.lease_ttl.count() < 2000) {
     std::fprintf(stderr,
-                 "epd-bench membership: --instances 2..1000 (one ZeroMQ context holds at most 1,023 sockets: "
-                 "the registry's), --changes 1..instances/2, --interval-ms >= 10\n");
+                 "epd-bench membership: --instances 4..1000 (one ZeroMQ context holds at most 1,023 sockets: "
+                 "the registry's), --changes 1..instances/2, --interval-ms >= 10, --lease-ttl-ms >= 2000 "
+                 "(etcd raises shorter TTLs to 1.5 election timeouts)\n");
     return 2;
   }
   raise_fd_limit();
   spdlog::set_level(spdlog::level::warn);  // joins and leaves by the thousand; warnings still show
   std::printf(
-      "membership: %d simulated instances, %d kills then %d adds one at a time, heartbeat %lld ms x %u\n",
-      opt.instances, opt.changes, opt.changes, (long long)opt.interval.count(), opt.misses);
+      "membership: %d simulated instances, %d kills then %d adds one at a time, heartbeat %lld ms x %u, "
+      "etcd lease TTL %lld ms; load average %s\n",
+      opt.instances, opt.changes, opt.changes, (long long)opt.interval.count(), opt.misses,
+      (long long)opt.lease_ttl.count(), load_average().c_str());
   std::vector<Row> rows;
   for (const auto& name : opt.backends) {
     auto row = run_backend(opt, name);
     if (!row) return 1;
     rows.push_back(*row);
   }
-  std::printf("\n%-12s %10s %10s %10s %10s %10s %14s %12s %12s %12s %6s\n", "backend", "start ms", "kill p50",
-              "kill max", "add p50", "add max", "bytes/change", "reg cpu ms", "reg cpu %", "hb bytes/s",
-              "fail");
-  for (const auto& r : rows)
-    std::printf("%-12s %10.1f %10.1f %10.1f %10.1f %10.1f %14.0f %12.2f %12.1f %12.0f %6d\n",
-                r.backend.c_str(), r.start_converge_ms, median(r.kill_ms), max_of(r.kill_ms),
-                median(r.add_ms), max_of(r.add_ms), r.bytes_per_change, r.registry_cpu_ms_per_change,
-                r.registry_cpu_pct_steady, r.heartbeat_bytes_per_s, r.failed);
-  std::printf(
-      "(kill/add: ms from the change until every live instance lists exactly the live instances; "
-      "bytes/change: registry -> instances; reg cpu ms: registry process CPU per change, steady rate "
-      "taken out; reg cpu %%: heartbeats only)\n");
-  if (rows.size() == 2 && rows[0].backend == "router-full" && rows[1].backend == "router") {
-    auto ratio = [](double a, double b) { return b > 0 ? a / b : 0.0; };
+  print_rows(rows);
+  std::printf("load average at the end: %s\n", load_average().c_str());
+  print_router_rows(rows);
+  auto find = [&](const char* name) -> const Row* {
+    for (const auto& r : rows)
+      if (r.backend == name) return &r;
+    return nullptr;
+  };
+  auto ratio = [](double a, double b) { return b > 0 ? a / b : 0.0; };
+  auto usable = [&](const char* name) -> const Row* {
+    const Row* r = find(name);
+    return r && r->error.empty() ? r : nullptr;
+  };
+  if (const Row* full = usable("router-full"), *deltas = usable("router"); full && deltas)
     std::printf(
         "deltas vs full lists: bytes/change %.1fx fewer, registry cpu/change %.1fx less, steady %.1fx less, "
         "kill p50 %.2fx, add p50 %.2fx\n",
-        ratio(rows[0].bytes_per_change, rows[1].bytes_per_change),
-        ratio(rows[0].registry_cpu_ms_per_change, rows[1].registry_cpu_ms_per_change),
-        ratio(rows[0].registry_cpu_pct_steady, rows[1].registry_cpu_pct_steady),
-        ratio(median(rows[1].kill_ms), median(rows[0].kill_ms)),
-        ratio(median(rows[1].add_ms), median(rows[0].add_ms)));
-  }
+        ratio(full->bytes_per_change, deltas->bytes_per_change),
+        ratio(full->registry_cpu_ms_per_change, deltas->registry_cpu_ms_per_change),
+        ratio(full->registry_cpu_pct_steady, deltas->registry_cpu_pct_steady),
+        ratio(median(deltas->kill_ms), median(full->kill_ms)),
+        ratio(median(deltas->add_ms), median(full->add_ms)));
+  if (const Row* deltas = usable("router"), *etcd = usable("etcd"); deltas && etcd)
+    std::printf(
+        "etcd vs embedded deltas: bytes/change %.2fx, cpu/change %.2fx, steady cpu %.2fx, kill p50 %.2fx "
+        "(the lease and the grace period), add p50 %.2fx\n",
+        ratio(etcd->bytes_per_change, deltas->bytes_per_change),
+        ratio(etcd->registry_cpu_ms_per_change, deltas->registry_cpu_ms_per_change),
+        ratio(etcd->registry_cpu_pct_steady, deltas->registry_cpu_pct_steady),
+        ratio(median(etcd->kill_ms), median(deltas->kill_ms)),
+        ratio(median(etcd->add_ms), median(deltas->add_ms)));
   int failed = 0;
-  for (const auto& r : rows) failed += r.failed;
+  for (const auto& r : rows) failed += r.failed + !r.error.empty();
   return failed == 0 ? 0 : 1;
 }
 

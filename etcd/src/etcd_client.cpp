@@ -67,10 +67,12 @@ std::string prefix_end(const std::string& prefix) {
   return std::string(1, '\0');  // every key
 }
 
-EtcdClient::EtcdClient(std::vector<Endpoint> endpoints, std::chrono::milliseconds timeout)
+EtcdClient::EtcdClient(std::vector<Endpoint> endpoints, std::chrono::milliseconds timeout,
+                       std::shared_ptr<Traffic> traffic)
     : endpoints_(std::move(endpoints)),
       timeout_(timeout),
-      current_(std::make_shared<std::atomic<size_t>>(0)) {}
+      current_(std::make_shared<std::atomic<size_t>>(0)),
+      traffic_(std::move(traffic)) {}
 
 Result<EtcdClient> EtcdClient::create(ClientOptions options) {
   if (options.endpoints.empty()) return make_error(ErrorCode::config_error, "no etcd endpoints");
@@ -80,7 +82,7 @@ Result<EtcdClient> EtcdClient::create(ClientOptions options) {
     if (!ep) return ep.error();
     eps.push_back(*ep);
   }
-  return EtcdClient(std::move(eps), options.timeout);
+  return EtcdClient(std::move(eps), options.timeout, std::move(options.traffic));
 }
 
 std::string EtcdClient::current_endpoint() const {
@@ -103,6 +105,10 @@ Result<std::string> EtcdClient::call(const std::string& path, const std::string&
       continue;
     }
     current_->store(idx);
+    if (traffic_) {
+      ++traffic_->calls;
+      traffic_->call_bytes += reply->body.size();
+    }
     return std::move(reply->body);
   }
   return make_error(ErrorCode::peer_unreachable, "no etcd endpoint answered " + path + ": " + errors);
@@ -169,6 +175,7 @@ Status EtcdClient::compact(int64_t revision) const {
 Result<RangeResult> EtcdClient::range_prefix(const std::string& prefix) const {
   auto body = call("/v3/kv/range", json{{"key", b64(prefix)}, {"range_end", b64(prefix_end(prefix))}}.dump());
   if (!body) return body.error();
+  if (traffic_) traffic_->range_bytes += body->size();
   auto j = parse_answer(*body);
   if (!j) return j.error();
   RangeResult out;

@@ -19,6 +19,7 @@ WatchEnd EtcdClient::watch_prefix(
 
   WatchEnd end;
   auto on_line = [&](std::string_view line) -> bool {
+    if (traffic_) traffic_->watch_bytes += line.size() + 1;
     auto j = json::parse(line, nullptr, false);
     if (j.is_discarded() || !j.is_object()) {
       end = {WatchEnd::Why::failed, 0, "watch: not JSON: " + std::string(line.substr(0, 200)),
@@ -59,6 +60,7 @@ WatchEnd EtcdClient::watch_prefix(
       we.kv = std::move(*kv);
       out.push_back(std::move(we));
     }
+    if (traffic_) traffic_->watch_events += out.size();
     on_events(std::move(out), end.last_revision);
     return true;
   };

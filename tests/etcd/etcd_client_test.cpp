@@ -203,3 +203,32 @@ TEST_CASE("etcd client fails over to the next endpoint and reports when none ans
   server.thaw();
   CHECK(frozen.put("/f/k", "back"));
 }
+
+TEST_CASE("etcd client traffic counts answered calls, listings and watch events") {
+  testing::EtcdServer server;
+  server.start();
+  auto traffic = std::make_shared<etcd::Traffic>();
+  auto made = EtcdClient::create({{server.url()}, 2000ms, traffic});
+  REQUIRE(made);
+  auto& c = *made;
+  REQUIRE(c.put("/t/a", std::string(100, 'x')));
+  CHECK(traffic->calls == 1);
+  CHECK(traffic->range_bytes == 0);
+  const uint64_t before_range = traffic->call_bytes;
+  auto listed = c.range_prefix("/t/");
+  REQUIRE(listed);
+  CHECK(traffic->calls == 2);
+  // The listing's answer holds the value in base64 (100 bytes -> 136): its body is all counted.
+  CHECK(traffic->range_bytes > 136);
+  CHECK(traffic->call_bytes - before_range == traffic->range_bytes);
+
+  std::atomic<bool> stop{false};
+  auto end = c.watch_prefix(
+      "/t/", listed->revision,  // replays the put: one event
+      [&](std::vector<WatchEvent>, int64_t) { stop = true; }, stop, 5s);
+  CHECK(end.why == WatchEnd::Why::stopped);
+  CHECK(traffic->watch_events == 1);
+  CHECK(traffic->watch_bytes > 136);  // the event carries the record too
+  CHECK_FALSE(EtcdClient::create({{dead_url()}, 300ms, traffic})->put("/t/b", "y"));
+  CHECK(traffic->calls == 2);  // a call nobody answered costs nothing here
+}

@@ -36,11 +36,11 @@ void Agent::start() {
   watcher_ = std::thread([this] { run_watcher(); });
 }
 
-void Agent::stop() {
+void Agent::stop(bool revoke) {
   if (stop_.exchange(true)) return;
   if (session_.joinable()) session_.join();
   if (watcher_.joinable()) watcher_.join();
-  if (int64_t lease = lease_.load(); lease != 0) {
+  if (int64_t lease = lease_.load(); revoke && lease != 0) {
     if (auto st = client_.revoke(lease); !st)
       spdlog::warn("etcd: could not revoke lease {} on shutdown ({}); our key goes when it expires", lease,
                    st.error().detail);

@@ -54,8 +54,9 @@ class Agent {
   Agent(etcd::EtcdClient client, AgentConfig config, protocol::PeerInfo self, caf::actor membership);
   ~Agent();  // stop()
   void start();
-  // Ends both threads; revokes the lease (bounded by the client timeout) so our key goes at once.
-  void stop();
+  // Ends both threads; revokes the lease (bounded by the client timeout) so our key goes at once, unless
+  // `revoke` is false (a simulated crash: the key goes when the lease expires).
+  void stop(bool revoke = true);
 
  private:
   void run_session();

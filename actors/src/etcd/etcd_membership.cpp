@@ -258,13 +258,16 @@ class EtcdMembershipImpl final : public EtcdMembership {
       : actor_(std::move(actor)), agent_(std::move(agent)) {}
   ~EtcdMembershipImpl() override { stop(); }
   caf::actor actor() const override { return actor_; }
-  void stop() override {
-    if (agent_) agent_->stop();
+  void stop() override { end(true); }
+  void abandon() override { end(false); }
+
+ private:
+  void end(bool revoke) {
+    if (agent_) agent_->stop(revoke);
     agent_.reset();
     if (actor_) caf::anon_send_exit(actor_, caf::exit_reason::user_shutdown);
   }
 
- private:
   caf::actor actor_;
   std::unique_ptr<etcd_backend::Agent> agent_;
 };
@@ -274,7 +277,7 @@ class EtcdMembershipImpl final : public EtcdMembership {
 protocol::Result<std::unique_ptr<EtcdMembership>> start_etcd_membership(
     caf::actor_system& system, BridgePtr bridge, EtcdMembershipConfig config, std::shared_ptr<LoadGauge> load,
     caf::actor role, std::shared_ptr<RegistryView> view) {
-  auto client = etcd::EtcdClient::create({config.endpoints, config.request_timeout});
+  auto client = etcd::EtcdClient::create({config.endpoints, config.request_timeout, config.traffic});
   if (!client) return client.error();
   etcd_backend::AgentConfig ac;
   ac.prefix = config.prefix;

@@ -16,6 +16,7 @@
 #include "epd/actors/load_gauge.hpp"
 #include "epd/actors/process_metrics.hpp"
 #include "epd/actors/registry_view.hpp"
+#include "epd/etcd/etcd_client.hpp"
 #include "epd/transport/engine.hpp"
 
 namespace epd::actors {
@@ -27,9 +28,10 @@ struct EtcdMembershipConfig {
   std::chrono::milliseconds request_timeout{2000};  // one etcd call
   std::chrono::milliseconds heartbeat_interval{500};
   uint32_t heartbeat_misses = 3;               // a router stops placing on an instance silent this long
-  protocol::PeerInfo self;                     // this instance's record (load: only total_kv_pages is kept)
+  protocol::PeerInfo self;                     // this instance's record (its load goes in heartbeats)
   transport::Engine* engine = nullptr;         // write-fence figures go into heartbeats (may be null)
   std::shared_ptr<MembershipMetrics> metrics;  // may be null
+  std::shared_ptr<etcd::Traffic> traffic{};    // what etcd's answers cost (may be null; epd-bench membership)
 };
 
 // Stops the etcd threads (revoking our lease, so our record goes at once) and the actor.
@@ -38,6 +40,9 @@ class EtcdMembership {
   virtual ~EtcdMembership() = default;
   virtual caf::actor actor() const = 0;
   virtual void stop() = 0;
+  // Stops them without revoking the lease, as a kill -9 leaves it: our record stays in etcd until the lease
+  // expires (epd-bench membership simulates crashes with it).
+  virtual void abandon() = 0;
 };
 
 // `view`: set in a router (filled from records + heartbeats), null elsewhere.

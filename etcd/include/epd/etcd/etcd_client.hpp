@@ -53,9 +53,20 @@ struct WatchEnd {
   int64_t last_revision = 0;     // the newest store revision a response of this watch carried
 };
 
+// What etcd's answers cost the client (epd-bench membership counts it): response bodies as received, HTTP
+// headers and chunk framing left out. Shared by every copy of a client; may be shared by many clients.
+struct Traffic {
+  std::atomic<uint64_t> calls{0};         // unary calls answered (grant, renewals, puts, listings...)
+  std::atomic<uint64_t> call_bytes{0};    // their bodies
+  std::atomic<uint64_t> range_bytes{0};   // of which listings (range_prefix)
+  std::atomic<uint64_t> watch_bytes{0};   // watch stream lines (one JSON response each, newline included)
+  std::atomic<uint64_t> watch_events{0};  // events in them
+};
+
 struct ClientOptions {
   std::vector<std::string> endpoints;  // http://HOST:PORT
   std::chrono::milliseconds timeout{2000};
+  std::shared_ptr<Traffic> traffic{};  // may be null
 };
 
 class EtcdClient {
@@ -87,7 +98,8 @@ class EtcdClient {
   const std::vector<Endpoint>& endpoints() const { return endpoints_; }
 
  private:
-  EtcdClient(std::vector<Endpoint> endpoints, std::chrono::milliseconds timeout);
+  EtcdClient(std::vector<Endpoint> endpoints, std::chrono::milliseconds timeout,
+             std::shared_ptr<Traffic> traffic);
   // POSTs `body` to `path` on each endpoint in turn; the parsed JSON answer of the first that answers
   // (an etcd error object becomes an error naming etcd's message).
   Result<std::string> call(const std::string& path, const std::string& body) const;
@@ -96,6 +108,7 @@ class EtcdClient {
   std::chrono::milliseconds timeout_;
   // Shared by copies (moves of the client keep it); the index of the endpoint that answered last.
   std::shared_ptr<std::atomic<size_t>> current_;
+  std::shared_ptr<Traffic> traffic_;  // may be null
 };
 
 // The first key after every key that starts with `prefix` (etcd's range_end for a prefix).

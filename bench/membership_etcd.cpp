@@ -1,0 +1,94 @@
+// etcd as a membership backend: a real etcd-server child, and every simulated instance runs the etcd
+// membership actor (a leased record, a watch of the prefix, in-band heartbeats to the routers). The first
+// two instances are routers, since only routers keep a load view.
+#include <cstdio>
+
+#include "epd/actors/etcd_membership.hpp"
+#include "local_etcd_run.hpp"
+#include "membership_backend.hpp"
+
+namespace epd::bench {
+namespace {
+
+class EtcdMember final : public MemberLink {
+ public:
+  explicit EtcdMember(std::unique_ptr<actors::EtcdMembership> m) : m_(std::move(m)) {}
+  void crash() override {
+    caf::anon_send_exit(m_->actor(), caf::exit_reason::kill);  // heartbeats end now, not after the threads
+    m_->abandon();
+  }
+
+ private:
+  std::unique_ptr<actors::EtcdMembership> m_;
+};
+
+class EtcdBackend final : public RegistryBackend {
+ public:
+  std::string describe() const override { return "etcd (leases + watch, heartbeats in-band to 2 routers)"; }
+
+  bool start(const MembershipOptions& opt) override {
+    opt_ = opt;
+    return etcd_.start();
+  }
+  double cpu_seconds() const override { return process_cpu_seconds(etcd_.pid()); }
+  void stop() override { etcd_.stop(); }
+  int routers() const override { return 2; }
+
+  std::unique_ptr<MemberLink> join(caf::actor_system& system, actors::BridgePtr bridge,
+                                   const std::string& role,
+                                   std::shared_ptr<actors::RegistryView> view) override {
+    actors::EtcdMembershipConfig ec;
+    ec.endpoints = {etcd_.client().text()};
+    ec.prefix = "/epd/bench/";
+    ec.lease_ttl = opt_.lease_ttl;
+    ec.heartbeat_interval = opt_.interval;
+    ec.heartbeat_misses = opt_.misses;
+    ec.self.instance_id = bridge->instance_id();
+    ec.self.role = role;
+    ec.self.control_endpoint = bridge->endpoint();
+    ec.self.incarnation = bridge->incarnation();
+    ec.traffic = traffic_;
+    auto m = actors::start_etcd_membership(system, bridge, std::move(ec),
+                                           std::make_shared<actors::LoadGauge>(), {}, std::move(view));
+    if (!m) {
+      std::fprintf(stderr, "membership bench: %s: %s\n", bridge->instance_id().c_str(),
+                   m.error().to_string().c_str());
+      return nullptr;
+    }
+    return std::make_unique<EtcdMember>(std::move(*m));
+  }
+
+  // Watch events and listings: the HTTP bodies the instances read (headers and chunk framing left out).
+  std::optional<uint64_t> bytes_to_instances() const override {
+    return traffic_->watch_bytes.load() + traffic_->range_bytes.load();
+  }
+
+  // A killed instance's record outlives it by up to one TTL (its lease), and an instance that still sees
+  // it alive (it never spoke to it: no connection broke) drops it one more TTL later (the grace period).
+  std::chrono::milliseconds kill_limit(const MembershipOptions& o) const override {
+    return o.interval * (o.misses + 4) + 2 * o.lease_ttl + std::chrono::milliseconds(1000);
+  }
+
+  std::vector<std::pair<std::string, double>> counters() const override {
+    const std::string m = etcd_.scrape();
+    auto v = [&](const char* name) { return etcd_.metric(m, name); };
+    return {{"puts", v("etcd_mvcc_put_total")},
+            {"deletes", v("etcd_mvcc_delete_total")},
+            {"proposals", v("etcd_server_proposals_committed_total")},
+            {"renewals", v("etcd_debugging_lease_renewed_total")},
+            {"calls", double(traffic_->calls.load())}};
+  }
+
+ private:
+  MembershipOptions opt_;
+  LocalEtcdRun etcd_;
+  std::shared_ptr<etcd::Traffic> traffic_ = std::make_shared<etcd::Traffic>();
+};
+
+}  // namespace
+
+std::unique_ptr<RegistryBackend> make_etcd_backend() {
+  return std::make_unique<EtcdBackend>();
+}
+
+}  // namespace epd::bench
