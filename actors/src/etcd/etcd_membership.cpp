@@ -141,8 +141,13 @@ void send_heartbeats(EtcdMembershipState& st) {
   hb.load = st.load->snapshot();
   hb.load.healthy = hb.load.healthy && st.listed;  // cannot serve before it knows its peers
   if (st.config.engine) hb.load.fenced_writes = st.config.engine->fence_stats().refused;
+  // Instances tell the routers their load. A router sends its heartbeat to every instance in turn: nobody
+  // needs a router's load, but the control connection it keeps open that way is what notices a killed or
+  // frozen instance in milliseconds (a broken connection, ZMTP heartbeats). Without it, a router that never
+  // sent an instance anything would learn of its death only when its heartbeats went silent.
+  const bool router = st.view != nullptr;
   for (const auto& [id, info] : st.records)
-    if (info.role == "router" && st.bridge->peers().alive(id))
+    if ((router || info.role == "router") && st.bridge->peers().alive(id))
       st.bridge->send_to_endpoint(info.control_endpoint, hb);
 }
 
@@ -284,14 +289,13 @@ protocol::Result<std::unique_ptr<EtcdMembership>> start_etcd_membership(
   ac.lease_ttl = config.lease_ttl;
   ac.watch_idle = std::max(std::chrono::milliseconds(30000), config.lease_ttl * 10);
   protocol::PeerInfo self_record = config.self;
-  const bool router = view != nullptr;
   auto a = system.spawn(etcd_membership, bridge, std::move(config), std::move(load), std::move(role),
                         std::move(view));
-  if (router)
-    if (auto st = bridge->subscribe(MessageType::heartbeat, a); !st) {
-      caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
-      return st.error();
-    }
+  // Every instance takes HEARTBEATs: routers keep the loads in them, the others drop the routers' ones.
+  if (auto st = bridge->subscribe(MessageType::heartbeat, a); !st) {
+    caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+    return st.error();
+  }
   bridge->subscribe_liveness(a);
   auto agent = std::make_unique<etcd_backend::Agent>(std::move(*client), ac, std::move(self_record), a);
   agent->start();
