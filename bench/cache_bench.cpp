@@ -20,6 +20,7 @@
 #include "epd/actors/role_support.hpp"
 #include "epd/config/cluster_config.hpp"
 #include "epd/http/base64.hpp"
+#include "epd/launcher/free_port.hpp"
 #include "epd/model/config.hpp"
 #include "epd/model/image.hpp"
 #include "stats.hpp"
@@ -59,17 +60,7 @@ std::vector<Request> make_requests(int n, int prompt_bytes, uint32_t side) {
 }
 
 uint16_t free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  uint16_t port = 0;
-  if (fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0)
-    port = ntohs(a.sin_port);
-  if (fd >= 0) ::close(fd);
-  return port;
+  return uint16_t(launcher::free_port());
 }
 
 // The config with the embedding caches of every encoder and prefill set to `cache_bytes`, and a metrics

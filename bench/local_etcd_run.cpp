@@ -13,34 +13,12 @@
 #include <sstream>
 
 #include "epd/etcd/local_etcd.hpp"
+#include "epd/launcher/free_port.hpp"
 
 namespace epd::bench {
 
 int free_port() {
-  static std::mutex mu;
-  static std::set<int> given;
-  static std::mt19937 rng(uint32_t(::getpid()) * 2654435761u);
-  std::lock_guard lock(mu);
-  int low = 32768;
-  if (std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range"); range) range >> low;
-  const int first = 10000, last = std::max(first + 1000, low - 1);
-  for (;;) {
-    const int port = first + int(rng() % uint32_t(last - first));
-    if (given.count(port)) continue;
-    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    const int one = 1;
-    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = htons(uint16_t(port));
-    const bool free = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
-    ::close(fd);
-    if (free) {
-      given.insert(port);
-      return port;
-    }
-  }
+  return launcher::free_port();
 }
 
 void TailSink::write_line(std::string_view line) {

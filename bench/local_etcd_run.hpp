@@ -15,8 +15,7 @@
 
 namespace epd::bench {
 
-// A free TCP port on 127.0.0.1 below the kernel's ephemeral range (a bridge binding port 0 cannot take it
-// between our check and etcd's bind); never the same one twice in this process.
+// launcher::free_port() (below the kernel's ephemeral range, never twice in this process).
 int free_port();
 
 // Keeps the last lines a child printed.

@@ -16,46 +16,13 @@
 #include <stdexcept>
 #include <thread>
 
+#include "epd/launcher/free_port.hpp"
 #include "epd/transport/curve_keys.hpp"
 
 namespace epd::testing {
 
-namespace {
-
-// Ports outside the kernel's ephemeral range: a port we hand out and close cannot be taken meanwhile by a
-// process binding port 0 (every role's tcp data-plane listener does), which happened on CI (`cannot bind
-// control endpoint`). Random from the pid, tried with a bind, so concurrent test processes rarely meet.
-int unused_port_below_ephemeral_range() {
-  int low = 32768;
-  if (std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range"); range) range >> low;
-  const int first = 10000, last = std::max(first + 1000, low - 1);
-  static std::mt19937 rng(uint32_t(::getpid()) * 2654435761u);
-  for (;;) {
-    const int port = first + int(rng() % uint32_t(last - first));
-    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    const int one = 1;
-    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = htons(uint16_t(port));
-    const bool free = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
-    ::close(fd);
-    if (free) return port;
-  }
-}
-
-}  // namespace
-
-// The kernel may hand a just-closed ephemeral port out again (CI once got one port for two instances of
-// one config): never return the same port twice in this process.
 int free_port() {
-  static std::mutex mu;
-  static std::set<int> given;
-  std::lock_guard lock(mu);
-  int p = unused_port_below_ephemeral_range();
-  while (!given.insert(p).second) p = unused_port_below_ephemeral_range();
-  return p;
+  return launcher::free_port();
 }
 
 void MemorySink::write_line(std::string_view line) {
