@@ -183,7 +183,6 @@ int run_role(int argc, char** argv, const char* fixed_role) {
     ec.self.incarnation = incarnation;
     if (engine) ec.self.segment = engine->descriptor();
     ec.self.kv_layout = handle->kv_layout;
-    ec.self.load.total_kv_pages = handle->kv_pages_total;
     ec.engine = engine.get();
     ec.metrics = std::make_shared<MembershipMetrics>(*ctx.metrics);
     auto m = start_etcd_membership(system, ctx.bridge, std::move(ec), ctx.load, handle->main, ctx.registry);
