@@ -324,16 +324,16 @@ TEST_CASE(
   const uint64_t b_bytes = xxh(b.src.base, 2 * kUnit);
   REQUIRE(xxh(pool->base + 2 * kUnit, 2 * kUnit) == b_bytes);
 
-  // A wakes up and writes room 1 with the rkey it kept, while room 2's writes are in flight on the same
-  // link: the device refuses the stale one; room 2's are re-posted on fresh QPs and land.
+  // A wakes up and writes room 1 with the rkey it kept, and room 2's writes follow on the same link: the
+  // device refuses the stale one; room 2's that were posted behind it are re-posted on fresh QPs and land.
+  auto stale = (*sa)->submit({WriteOp{a.src.addr() + 4 * kUnit, page(2), 2 * kUnit, key1}});
+  REQUIRE(stale.ok());
   std::vector<BatchPtr> room2_writes;
-  for (int i = 0; i < 4; ++i) {
+  for (int i = 0; i < 16; ++i) {
     auto r2 = (*sa)->submit({WriteOp{a.src.addr() + 8 * kUnit, page(8), kUnit, key2}});
     REQUIRE(r2.ok());
     room2_writes.push_back(*r2);
   }
-  auto stale = (*sa)->submit({WriteOp{a.src.addr() + 4 * kUnit, page(2), 2 * kUnit, key1}});
-  REQUIRE(stale.ok());
   st = wait_batch(*stale);
   REQUIRE_FALSE(st.ok());
   CHECK(st.error().code == ErrorCode::fenced);

@@ -248,7 +248,7 @@ void LinkState::refused_locked(uint64_t fence, const Error& err, Outcomes& out) 
   for (auto& [id, p] : posted_) posted.emplace_back(id, std::move(p.slice));
   std::sort(posted.begin(), posted.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   std::deque<Slice> again;
-  size_t failed = 0;
+  size_t failed = 1;  // the refused slice
   auto sort_out = [&](Slice&& s) {
     if (s.fence == fence) {
       out.failed.emplace_back(s.batch, err);
