@@ -77,8 +77,8 @@ struct BackendCaps {
   bool same_host_only = false;  // reaches only peers with the same host id (shm)
   bool needs_device = false;    // starts only where a device exists (rdma); not offered by default
   // The receiver's CPU places every write (tcp): it checks the token and the write fences (fence.hpp) on
-  // each one. Otherwise the writer places the bytes (shm, rdma): the token is checked when a link opens and
-  // a revoked fence cannot stop a writer.
+  // each one. Otherwise the writer places the bytes (shm, rdma): the token is checked when a link opens, and
+  // a revoked fence stops a writer only where the backend fences_grants.
   bool fences_writes = false;
   // The writer places the bytes, but only through access the receiver grants per key and takes back on
   // revocation (rdma: a memory registration per grant): a revoked key's writes fail at the writer's NIC.
