@@ -218,7 +218,7 @@ TEST_CASE(
               (unsigned long)d.value("fenced_writes", 0));
   CHECK(d.value("fenced_writes", 0) > 0);
   CHECK(count_lines(cluster.logs(), "decode: holding") == 0);  // nothing was held
-  CHECK(count_lines(cluster.logs(), "fenced") > 0);  // prefill-1 heard why its writes failed
+  CHECK(count_lines(cluster.logs(), "fenced") > 0);            // prefill-1 heard why its writes failed
   check_all_free(cluster);
   stop_cleanly(cluster);
 }
