@@ -1,8 +1,13 @@
 // Host-side tests of the rdma backend's pure parts (no device needed): the handshake wire format, GID
 // ranking, the work-completion error table, and "no devices => rdma not offered, the rest still works".
 #include <infiniband/verbs.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <chrono>
+#include <string>
+#include <vector>
 
 #include "device.hpp"
 #include "epd/transport/engine.hpp"
@@ -83,6 +88,38 @@ TEST_CASE("rdma handshake: malformed input is refused", "[rdma][unit]") {
   auto r = decode_hello(encode_hello(reject));
   REQUIRE(r.ok());
   CHECK(r->reason == HandshakeReject::bad_token);
+}
+
+TEST_CASE("rdma grant query: byte layout, round trip over a socket, malformed input", "[rdma][unit]") {
+  const auto q = encode_grant_query(0x0102030405060708ull);
+  REQUIRE(q.size() == kGrantQueryBytes);
+  CHECK(std::string(q.begin(), q.begin() + 4) == "EPDG");
+  CHECK(q[4] == 0x01);
+  CHECK(q[11] == 0x08);
+  auto key = decode_grant_query(q);
+  REQUIRE(key.ok());
+  CHECK(*key == 0x0102030405060708ull);
+  auto bad = q;
+  bad[0] = 'X';
+  CHECK_FALSE(decode_grant_query(bad).ok());
+  CHECK_FALSE(decode_grant_query(std::span(q).first(11)).ok());
+
+  const std::vector<GrantRun> runs{{0x7f0000001000, 65536, 0x1234}, {0x7f0000100000, 4096, 0xabcdef}};
+  const auto reply = encode_grant_reply(runs);
+  CHECK(reply.size() == 8 + 20 * runs.size());
+  int sv[2];
+  REQUIRE(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
+  const auto deadline = Clock::now() + std::chrono::seconds(5);
+  REQUIRE(write_all(sv[0], reply, deadline).ok());
+  REQUIRE(write_all(sv[0], encode_grant_reply({}), deadline).ok());  // "no such grant"
+  auto got = read_grant_reply(sv[1], deadline);
+  REQUIRE(got.ok());
+  CHECK(*got == runs);
+  auto none = read_grant_reply(sv[1], deadline);
+  REQUIRE(none.ok());
+  CHECK(none->empty());
+  ::close(sv[0]);
+  ::close(sv[1]);
 }
 
 TEST_CASE("rdma GID choice: RoCE v2 IPv4-mapped of the configured address first", "[rdma][unit]") {

@@ -5,10 +5,13 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <array>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <thread>
+#include <vector>
 
 #include "epd/transport/backend_info.hpp"
 #include "handshake.hpp"
@@ -254,4 +257,150 @@ TEST_CASE("rdma: a completion error on one peer's QPs leaves another peer's link
   CHECK(good_target.checksum(dst.base, 4 * kMiB) == xxh(init.src.base, 4 * kMiB));
   CHECK((*good)->healthy());
   CHECK((*good)->stats().batches_failed == 0);
+}
+
+namespace {
+
+// Waits (bounded) until the target has counted `n` refused writes; the count comes from its handshake
+// thread, which finds the responder QP the device moved to error within a tick.
+uint64_t wait_refused(Engine& target, uint64_t n) {
+  for (int i = 0; i < 200 && target.fence_stats().refused < n; ++i) std::this_thread::sleep_for(50ms);
+  return target.fence_stats().refused;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "rdma: a revoked grant's rkey is refused by the target's device, the new owner's bytes stay, "
+    "other grants and writers go on",
+    "[verbs]") {
+  require_device();
+  constexpr uint64_t kUnit = 64 * 1024;
+  EngineConfig ct;
+  ct.instance_id = "decode";
+  ct.offer = {"rdma"};
+  ct.force = "rdma";
+  auto target = Engine::create(ct);
+  REQUIRE(target.ok());
+  auto pool = (*target)->allocate("kv", 16 * kUnit, kUnit);  // fenced, one unit per page
+  REQUIRE(pool.ok());
+  const auto desc = (*target)->descriptor();
+  auto info = decode_info<rdma::RdmaInfo>(desc, rdma::kName);
+  REQUIRE(info);
+  CHECK(info->regions.at(0).rkey == 0);  // the pool's own registration is never handed out
+  auto a = rdma_initiator(16 * kUnit);
+  auto b = rdma_initiator(16 * kUnit);
+  fill_random(b.src.base, b.src.length, 7);
+  auto sa = a.engine->open_session(desc);
+  auto sb = b.engine->open_session(desc);
+  REQUIRE((sa.ok() && sb.ok()));
+  const uint64_t base = pool->addr();
+  auto page = [&](uint64_t i) { return base + i * kUnit; };
+
+  // Room 1 (pages 2, 3) and room 2 (page 8) are A's; a write under room 1's key fetches its rkeys once.
+  const std::array<uint64_t, 2> room1{2, 3};
+  const std::array<uint64_t, 1> room2{8};
+  const uint64_t key1 = (*target)->grant_writes(base, room1);
+  const uint64_t key2 = (*target)->grant_writes(base, room2);
+  REQUIRE((key1 != 0 && key2 != 0));
+  auto w = (*sa)->submit({WriteOp{a.src.addr(), page(2), 2 * kUnit, key1}});
+  REQUIRE(w.ok());
+  REQUIRE(wait_batch(*w).ok());
+  CHECK(xxh(pool->base + 2 * kUnit, 2 * kUnit) == xxh(a.src.base, 2 * kUnit));
+  // Outside its grant there is no rkey to use: refused before anything is posted.
+  auto outside = (*sa)->submit({WriteOp{a.src.addr(), page(4), kUnit, key1}});
+  REQUIRE(outside.ok());
+  auto st = wait_batch(*outside);
+  REQUIRE_FALSE(st.ok());
+  CHECK(st.error().code == ErrorCode::fenced);
+  CHECK(xxh(pool->base + 4 * kUnit, kUnit) == xxh(pool->base + 5 * kUnit, kUnit));  // both still zero
+
+  // Decode gives room 1 up: revoked (deregistered), and its pages go to B's room 3 at once.
+  REQUIRE((*target)->revoke_writes(key1));
+  const uint64_t key3 = (*target)->grant_writes(base, room1);
+  auto wb = (*sb)->submit({WriteOp{b.src.addr(), page(2), 2 * kUnit, key3}});
+  REQUIRE(wb.ok());
+  REQUIRE(wait_batch(*wb).ok());
+  const uint64_t b_bytes = xxh(b.src.base, 2 * kUnit);
+  REQUIRE(xxh(pool->base + 2 * kUnit, 2 * kUnit) == b_bytes);
+
+  // A wakes up and writes room 1 with the rkey it kept, and room 2's writes follow on the same link: the
+  // device refuses the stale one; room 2's that were posted behind it are re-posted on fresh QPs and land.
+  auto stale = (*sa)->submit({WriteOp{a.src.addr() + 4 * kUnit, page(2), 2 * kUnit, key1}});
+  REQUIRE(stale.ok());
+  std::vector<BatchPtr> room2_writes;
+  for (int i = 0; i < 16; ++i) {
+    auto r2 = (*sa)->submit({WriteOp{a.src.addr() + 8 * kUnit, page(8), kUnit, key2}});
+    REQUIRE(r2.ok());
+    room2_writes.push_back(*r2);
+  }
+  st = wait_batch(*stale);
+  REQUIRE_FALSE(st.ok());
+  CHECK(st.error().code == ErrorCode::fenced);
+  for (auto& r2 : room2_writes) CHECK(wait_batch(r2).ok());
+  CHECK(xxh(pool->base + 2 * kUnit, 2 * kUnit) == b_bytes);  // B's room is untouched
+  CHECK(xxh(pool->base + 8 * kUnit, kUnit) == xxh(a.src.base + 8 * kUnit, kUnit));
+  CHECK(wait_refused(**target, 1) >= 1);  // counted at decode (fenced_writes)
+
+  // B's link never noticed; A's link serves room 2 again.
+  auto wb2 = (*sb)->submit({WriteOp{b.src.addr() + 2 * kUnit, page(2), kUnit, key3}});
+  REQUIRE(wb2.ok());
+  CHECK(wait_batch(*wb2).ok());
+  CHECK((*sb)->stats().batches_failed == 0);
+  auto again = (*sa)->submit({WriteOp{a.src.addr(), page(8), kUnit, key2}});
+  REQUIRE(again.ok());
+  CHECK(wait_batch(*again).ok());
+  CHECK((*sa)->healthy());
+
+  // A writer that never held room 1's keys asks for them after the revocation: refused and counted too.
+  const uint64_t before = (*target)->fence_stats().refused;
+  auto late = (*sb)->submit({WriteOp{b.src.addr(), page(2), kUnit, key1}});
+  REQUIRE(late.ok());
+  st = wait_batch(*late);
+  REQUIRE_FALSE(st.ok());
+  CHECK(st.error().code == ErrorCode::fenced);
+  CHECK((*target)->fence_stats().refused == before + 1);
+  CHECK(xxh(pool->base + 2 * kUnit, kUnit) == xxh(b.src.base + 2 * kUnit, kUnit));
+  CHECK((*target)->revoke_writes(key2));
+  CHECK((*target)->revoke_writes(key3));
+  CHECK((*target)->fence_stats().grants == 0);
+}
+
+// What a grant costs in registrations (printed; under qemu TCG, so only the order of magnitude means
+// anything, and real NICs differ again).
+TEST_CASE("rdma: ibv_reg_mr per grant, over memory already registered", "[verbs]") {
+  require_device();
+  int n = 0;
+  ibv_device** list = ibv_get_device_list(&n);
+  REQUIRE(n > 0);
+  ibv_context* ctx = ibv_open_device(list[0]);
+  ibv_free_device_list(list);
+  REQUIRE(ctx);
+  ibv_pd* pd = ibv_alloc_pd(ctx);
+  REQUIRE(pd);
+  const uint64_t pool_bytes = 64 * kMiB;
+  std::vector<uint8_t> pool(pool_bytes, 1);
+  ibv_mr* whole = ibv_reg_mr(pd, pool.data(), pool_bytes, IBV_ACCESS_LOCAL_WRITE);
+  REQUIRE(whole);
+  for (uint64_t bytes : {uint64_t{64 * 1024}, uint64_t{kMiB}, uint64_t{8 * kMiB}}) {
+    constexpr int kRounds = 50;
+    std::chrono::nanoseconds reg{0}, dereg{0};
+    for (int i = 0; i < kRounds; ++i) {
+      uint8_t* at = pool.data() + (uint64_t(i) * bytes) % (pool_bytes - bytes);
+      const auto t0 = std::chrono::steady_clock::now();
+      ibv_mr* mr = ibv_reg_mr(pd, at, bytes, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+      const auto t1 = std::chrono::steady_clock::now();
+      REQUIRE(mr);
+      REQUIRE(ibv_dereg_mr(mr) == 0);
+      reg += t1 - t0;
+      dereg += std::chrono::steady_clock::now() - t1;
+    }
+    std::printf("[rdma-reg] %s: grant of %lu KiB: ibv_reg_mr %.1f us, ibv_dereg_mr %.1f us (mean of %d)\n",
+                ibv_get_device_name(ctx->device), (unsigned long)(bytes / 1024),
+                double(reg.count()) / kRounds / 1000, double(dereg.count()) / kRounds / 1000, kRounds);
+  }
+  std::fflush(stdout);
+  ibv_dereg_mr(whole);
+  ibv_dealloc_pd(pd);
+  ibv_close_device(ctx);
 }

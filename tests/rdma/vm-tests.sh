@@ -1,5 +1,7 @@
 # Runs inside the Soft-RoCE VM (scripts/rdma-vm --script), after rxe0 is up, with `sh -e`.
 # Every binary given to rdma-vm is on PATH (/epd/bin).
+echo "== device: kernel $(uname -r); what rxe0 reports about memory windows and registrations"
+ibv_devinfo -v -d rxe0 | grep -iE 'max_mw|max_mr|MEM_WINDOW|MEM_MGT' || true
 t0=$(date +%s)
 echo "== transport conformance cases on rdma (real verbs over rxe0, target in a child process)"
 transport_tests '[verbs]' --warn NoTests --durations yes

@@ -46,6 +46,30 @@ TEST_CASE("fence table: a write is admitted only under the key owning every unit
   CHECK(t.grant(kBase + 1, again) == 0);  // no region fenced there
 }
 
+TEST_CASE("fence table: a key's byte ranges, adjacent units merged, keys that lose units reported",
+          "[fence]") {
+  FenceTable t;
+  t.add_region(kBase, kUnit * kUnits - 100, kUnit);  // the last unit is short
+  const uint64_t units[] = {5, 1, 2, 7, 2};
+  const uint64_t k = t.grant(kBase, units);
+  using R = std::vector<std::pair<uint64_t, uint64_t>>;
+  CHECK(t.ranges(k) ==
+        R{{kBase + kUnit, 2 * kUnit}, {kBase + 5 * kUnit, kUnit}, {kBase + 7 * kUnit, kUnit - 100}});
+  CHECK(t.ranges(0).empty());
+  CHECK(t.ranges(999).empty());
+  std::vector<uint64_t> displaced;
+  const uint64_t two[] = {2, 3};
+  const uint64_t k2 = t.grant(kBase, two, 0, &displaced);
+  CHECK(displaced == std::vector<uint64_t>{k});
+  CHECK(t.ranges(k) ==
+        R{{kBase + kUnit, kUnit}, {kBase + 5 * kUnit, kUnit}, {kBase + 7 * kUnit, kUnit - 100}});
+  CHECK(t.ranges(k2) == R{{kBase + 2 * kUnit, 2 * kUnit}});
+  CHECK(t.revoke(k));
+  CHECK(t.ranges(k).empty());  // a revoked key owns nothing
+  t.count_refused();
+  CHECK(t.stats().refused == 1);
+}
+
 TEST_CASE("fence table: revoking waits for a write still landing, and refuses new ones at once", "[fence]") {
   FenceTable t;
   t.add_region(kBase, kUnit * kUnits, kUnit);

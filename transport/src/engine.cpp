@@ -80,6 +80,7 @@ Result<Region> Engine::allocate(std::string name, uint64_t bytes, uint64_t fence
   owned->name = std::move(name);
   std::lock_guard lock(mu_);
   owned->id = static_cast<uint32_t>(regions_.size());
+  owned->fence_unit = fence_unit;  // rdma registers a fenced region for local access only
   for (auto& started : backends_) {
     if (auto st = started.backend->on_region_added(*owned); !st) {
       detail::destroy_memfd_region(*owned);
@@ -175,10 +176,25 @@ Result<SessionPtr> Engine::open_session(const protocol::SegmentDescriptor& peer)
   return session;
 }
 
+uint64_t Engine::grant_writes(uint64_t region_base, std::span<const uint64_t> units, uint64_t key) {
+  std::vector<uint64_t> displaced;
+  key = fences_->grant(region_base, units, key, &displaced);
+  for (uint64_t old : displaced)  // rdma registrations of the old key may cover the units taken from it
+    for (auto& s : backends_) s.backend->revoke_grant(old);
+  return key;
+}
+
+bool Engine::revoke_writes(uint64_t key) {
+  const bool idle = fences_->revoke(key);
+  for (auto& s : backends_) s.backend->revoke_grant(key);
+  return idle;
+}
+
 bool Engine::fences_writes_from(const protocol::SegmentDescriptor& writer) const {
   const auto self = descriptor();
   for (const Started& s : backends_) {
-    if (!s.offered || s.plugin->caps.fences_writes) continue;  // its receiver admits every write (fence.hpp)
+    // tcp's receiver admits every write; rdma's writer reaches fenced memory only through a grant's keys.
+    if (!s.offered || s.plugin->caps.fences_writes || s.plugin->caps.fences_grants) continue;
     if (s.backend->can_reach(writer, self)) return false;
   }
   return true;

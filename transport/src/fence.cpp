@@ -1,5 +1,7 @@
 #include "epd/transport/fence.hpp"
 
+#include <algorithm>
+
 #include "host_id.hpp"
 
 namespace epd::transport {
@@ -12,7 +14,8 @@ void FenceTable::add_region(uint64_t base, uint64_t length, uint64_t unit_bytes)
   any_.store(true);
 }
 
-uint64_t FenceTable::grant(uint64_t base, std::span<const uint64_t> units, uint64_t key) {
+uint64_t FenceTable::grant(uint64_t base, std::span<const uint64_t> units, uint64_t key,
+                           std::vector<uint64_t>* displaced) {
   std::lock_guard lock(mu_);
   size_t r = 0;
   while (r < regions_.size() && regions_[r].base != base) ++r;
@@ -21,7 +24,11 @@ uint64_t FenceTable::grant(uint64_t base, std::span<const uint64_t> units, uint6
   Grant& g = grants_[key];
   for (uint64_t u : units) {
     if (u >= regions_[r].owner.size()) continue;
-    regions_[r].owner[u] = key;
+    uint64_t& owner = regions_[r].owner[u];
+    if (displaced && owner != 0 && owner != key &&
+        std::find(displaced->begin(), displaced->end(), owner) == displaced->end())
+      displaced->push_back(owner);
+    owner = key;
     g.units.emplace_back(r, u);
   }
   return key;
@@ -69,6 +76,35 @@ void FenceTable::landed(uint64_t key) {
   auto it = grants_.find(key);
   if (it == grants_.end()) return;
   if (--it->second.landing == 0 && it->second.revoked) grants_.erase(it);
+}
+
+std::vector<std::pair<uint64_t, uint64_t>> FenceTable::ranges(uint64_t key) const {
+  std::vector<std::pair<uint64_t, uint64_t>> out;
+  std::lock_guard lock(mu_);
+  auto it = grants_.find(key);
+  if (key == 0 || it == grants_.end() || it->second.revoked) return out;
+  for (auto [r, u] : it->second.units) {
+    const Fenced& f = regions_[r];
+    if (f.owner[u] != key) continue;  // taken by a later grant
+    const uint64_t at = f.base + u * f.unit;
+    out.emplace_back(at, std::min(f.unit, f.length - u * f.unit));
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  size_t n = 0;
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (n > 0 && out[n - 1].first + out[n - 1].second == out[i].first)
+      out[n - 1].second += out[i].second;
+    else
+      out[n++] = out[i];
+  }
+  out.resize(n);
+  return out;
+}
+
+void FenceTable::count_refused() {
+  std::lock_guard lock(mu_);
+  ++refused_;
 }
 
 FenceStats FenceTable::stats() const {

@@ -3,7 +3,8 @@
 // and aux slot is freed on every terminal state. Pages a prefill may still be writing are reused only once it
 // certainly cannot write them any more (docs/failure-handling.md, "Stale writers"): it acknowledged the
 // ABORT, a new incarnation of it spoke, its process is gone, or - for a writer that can only reach us
-// through a receiver that enforces write fences (tcp) - the abort timeout passed and its grant is revoked.
+// through backends that enforce write fences (tcp's receiver, rdma's per-grant registrations) - the abort
+// timeout passed and its grant is revoked.
 #include <spdlog/spdlog.h>
 #include <xxhash.h>
 
@@ -128,8 +129,9 @@ void ring_changed(DecodeState& st, bool watermark_moved) {
   }
 }
 
-// Revokes the room's write grant: from now on a write under it is refused (tcp). False while one is still
-// being received; the pages must not be reused yet.
+// Revokes the room's write grant: from now on a write under it is refused (tcp: by our receiver; rdma: by
+// our device, the grant's registrations are gone). False while one is still being received over tcp; the
+// pages must not be reused yet.
 bool revoke_fence(DecodeState& st, DecodeRoom& room) {
   if (room.fence == 0) return true;
   if (!st.ctx.engine->revoke_writes(room.fence)) return false;
@@ -184,9 +186,9 @@ void end_quarantine(DecodeState& st, uint64_t id) {
 }
 
 // The abort timeout of a quarantined room passed without an ABORT_ACK. Its pages are reused only if the
-// prefill certainly cannot write them: it can reach us only through a receiver that refuses revoked grants
-// (tcp), or its process is gone. A writer that maps our memory (shm) or writes it with its NIC (rdma) and
-// may just be frozen keeps them held until it answers, restarts or dies; we look again every timeout.
+// prefill certainly cannot write them: it can reach us only through backends that refuse revoked grants
+// (tcp, rdma), or its process is gone. A writer that maps our memory (shm) and may just be frozen keeps
+// them held until it answers, restarts or dies; we look again every timeout.
 void on_abort_timeout(DecodeState& st, uint64_t id) {
   auto it = st.quarantine.find(id);
   if (it == st.quarantine.end()) return;
@@ -205,7 +207,7 @@ void on_abort_timeout(DecodeState& st, uint64_t id) {
     room.holding_logged = true;
     spdlog::warn(
         "decode: holding {} page(s) of aborted {}: prefill '{}' (incarnation {}) has not "
-        "acknowledged and could still write them over shm/rdma; they are reused once it answers, "
+        "acknowledged and could still write them over shm; they are reused once it answers, "
         "restarts or its process is gone",
         room.pages.size(), kernel::room_tag(id, room.request_id), room.prefill, room.prefill_inc);
   }

@@ -137,8 +137,8 @@ void maybe_reap(PrefillState& st, uint64_t id) {
 }
 
 // The encoder will not report on the room's landing slot (it failed, is dead to us, or timed out): the slot
-// may be reused once the encoder certainly cannot write it - its write arrives only through a receiver
-// that refuses revoked grants (tcp), or its process is gone - and then the grant is revoked. A same-host
+// may be reused once the encoder certainly cannot write it - its write arrives only through backends that
+// refuse revoked grants (tcp, rdma), or its process is gone - and then the grant is revoked. A same-host
 // encoder that may just be frozen (shm) keeps the slot held until it reports, restarts or dies.
 void stop_waiting_for_embeddings(PrefillState& st, PrefillRoom& r) {
   const auto& engine = *st.ctx.engine;
@@ -609,7 +609,7 @@ void on_give_up(PrefillState& st, uint64_t id) {
                                                     "room ended at prefill; confirm no write is in flight"});
     spdlog::warn(
         "prefill: {}: no EMBED_DONE from '{}' within {} ms after it failed; holding its landing slot "
-        "while the encoder could still write it (shm/rdma)",
+        "while the encoder could still write it (shm)",
         kernel::room_tag(id, r->request_id()), encoder, st.settings.bootstrap_timeout.count());
     st.self->delayed_send(st.self, st.settings.bootstrap_timeout, giveup_atom::value, id);
     return;

@@ -165,20 +165,31 @@ Device::~Device() {
   if (ctx_) ibv_close_device(ctx_);
 }
 
-Result<ibv_mr*> Device::register_memory(void* base, uint64_t len) {
-  ibv_mr* mr = ibv_reg_mr(pd_, base, len, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+Result<ibv_mr*> Device::register_memory(void* base, uint64_t len, bool remote) {
+  ibv_mr* mr = ibv_reg_mr(pd_, base, len, IBV_ACCESS_LOCAL_WRITE | (remote ? IBV_ACCESS_REMOTE_WRITE : 0));
   if (!mr) {
     return make_error(ErrorCode::io_error, "ibv_reg_mr(" + std::to_string(len) + " bytes) on " + name_ +
                                                ": " + std::strerror(errno));
   }
   std::lock_guard lock(mu_);
   mrs_.push_back(mr);
+  if (remote) remote_mrs_.push_back(mr);
+  return mr;
+}
+
+Result<ibv_mr*> Device::register_grant(void* base, uint64_t len) {
+  // Remote write needs local write too (verbs rule).
+  ibv_mr* mr = ibv_reg_mr(pd_, base, len, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  if (!mr) {
+    return make_error(ErrorCode::io_error, "ibv_reg_mr(" + std::to_string(len) + " bytes, grant) on " +
+                                               name_ + ": " + std::strerror(errno));
+  }
   return mr;
 }
 
 uint32_t Device::rkey_for(uint64_t addr, uint64_t len) const {
   std::lock_guard lock(mu_);
-  for (ibv_mr* mr : mrs_) {
+  for (ibv_mr* mr : remote_mrs_) {
     const uint64_t b = reinterpret_cast<uint64_t>(mr->addr);
     if (addr >= b && len <= mr->length && addr - b <= mr->length - len) return mr->rkey;
   }

@@ -45,10 +45,14 @@ class Device {
   // (e.g. "no RDMA devices"), so the engine can drop the backend with that line.
   static Result<std::shared_ptr<Device>> open(const RdmaConfig& cfg);
 
-  // Registers [base, base+len) once for local and remote write; the MR lives as long as the device.
-  Result<ibv_mr*> register_memory(void* base, uint64_t len);
-  // rkey of the registration containing [addr, addr+len), 0 if none.
+  // Registers [base, base+len) for local write, and remote write when `remote`; the MR lives as long as
+  // the device. A fenced region is registered local-only: peers reach it only through grant registrations.
+  Result<ibv_mr*> register_memory(void* base, uint64_t len, bool remote = true);
+  // rkey of the remote-writable registration containing [addr, addr+len), 0 if none.
   uint32_t rkey_for(uint64_t addr, uint64_t len) const;
+  // A registration for one grant (remote write into [base, base+len)), owned by the caller: deregistering
+  // it is what cuts a stale writer off. May overlap the region's own registration.
+  Result<ibv_mr*> register_grant(void* base, uint64_t len);
 
   ibv_context* ctx() const { return ctx_; }
   ibv_pd* pd() const { return pd_; }
@@ -79,7 +83,8 @@ class Device {
   uint16_t lid_ = 0;
   ibv_mtu mtu_ = IBV_MTU_1024;
   mutable std::mutex mu_;
-  std::vector<ibv_mr*> mrs_;
+  std::vector<ibv_mr*> mrs_;         // the regions' registrations
+  std::vector<ibv_mr*> remote_mrs_;  // those of mrs_ peers may write
 };
 
 }  // namespace epd::transport::rdma

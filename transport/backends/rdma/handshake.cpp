@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -16,6 +17,7 @@ namespace epd::transport::rdma {
 namespace {
 
 constexpr uint8_t kMagic[4] = {'E', 'P', 'D', 'R'};
+constexpr uint8_t kGrantMagic[4] = {'E', 'P', 'D', 'G'};
 
 void put16(std::vector<uint8_t>& b, uint16_t v) {
   b.push_back(uint8_t(v >> 8));
@@ -226,6 +228,46 @@ Result<Hello> read_hello(int fd, Clock::time_point deadline) {
   buf.resize(kHelloFixedBytes + *tail);
   if (auto st = read_exact(fd, std::span(buf).subspan(kHelloFixedBytes), deadline); !st) return st.error();
   return decode_hello(buf);
+}
+
+std::vector<uint8_t> encode_grant_query(uint64_t key) {
+  std::vector<uint8_t> b;
+  for (uint8_t m : kGrantMagic) b.push_back(m);
+  put64(b, key);
+  return b;
+}
+
+Result<uint64_t> decode_grant_query(std::span<const uint8_t> bytes) {
+  if (bytes.size() != kGrantQueryBytes || std::memcmp(bytes.data(), kGrantMagic, 4) != 0)
+    return malformed("bad grant query");
+  return get(bytes, 4, 8);
+}
+
+std::vector<uint8_t> encode_grant_reply(std::span<const GrantRun> runs) {
+  std::vector<uint8_t> b;
+  for (uint8_t m : kGrantMagic) b.push_back(m);
+  const auto n = uint32_t(std::min<size_t>(runs.size(), kMaxGrantRuns));
+  put32(b, n);
+  for (uint32_t i = 0; i < n; ++i) {
+    put64(b, runs[i].addr);
+    put64(b, runs[i].len);
+    put32(b, runs[i].rkey);
+  }
+  return b;
+}
+
+Result<std::vector<GrantRun>> read_grant_reply(int fd, Clock::time_point deadline) {
+  std::vector<uint8_t> head(8);
+  if (auto st = read_exact(fd, head, deadline); !st) return st.error();
+  if (std::memcmp(head.data(), kGrantMagic, 4) != 0) return malformed("bad grant reply");
+  const auto n = uint32_t(get(head, 4, 4));
+  if (n > kMaxGrantRuns) return malformed("grant reply too long");
+  std::vector<uint8_t> body(size_t(n) * 20);
+  if (auto st = read_exact(fd, body, deadline); !st) return st.error();
+  std::vector<GrantRun> runs(n);
+  for (uint32_t i = 0; i < n; ++i)
+    runs[i] = {get(body, i * 20, 8), get(body, i * 20 + 8, 8), uint32_t(get(body, i * 20 + 16, 4))};
+  return runs;
 }
 
 bool peer_gone(int fd) {

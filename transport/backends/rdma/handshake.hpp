@@ -2,7 +2,8 @@
 // The rdma backend's side channel: a small TCP exchange of QP numbers, PSNs and GIDs (docs/transport.md,
 // "RDMA handshake"). The requester opens a TCP connection to the target's `handshake_endpoint`, sends one
 // Hello, the target creates its responder QPs and answers one Hello; the connection then stays open for
-// the link's lifetime, so either side sees the other go away (EOF) and tears its QPs down.
+// the link's lifetime, so either side sees the other go away (EOF) and tears its QPs down. The requester
+// also asks on it for the keys of a grant (below) before its first write into fenced memory under that grant.
 //
 // Wire format (all integers big-endian), 44 + 8*qp_count bytes:
 //   0..3   magic "EPDR"
@@ -72,6 +73,22 @@ Status write_all(int fd, std::span<const uint8_t> bytes, Clock::time_point deadl
 Status read_exact(int fd, std::span<uint8_t> out, Clock::time_point deadline);
 // Reads one whole Hello.
 Result<Hello> read_hello(int fd, Clock::time_point deadline);
+
+// Grant query, after the Hello, requester -> target (12 bytes): magic "EPDG", the fence key (u64).
+// Reply (8 + 20*count bytes): magic "EPDG", count (u32, at most kMaxGrantRuns), count x { addr (u64),
+// len (u64), rkey (u32) }: one registration per contiguous run the key owns. count 0: no such live grant.
+inline constexpr size_t kGrantQueryBytes = 12;
+inline constexpr uint32_t kMaxGrantRuns = 4096;
+struct GrantRun {
+  uint64_t addr = 0;
+  uint64_t len = 0;
+  uint32_t rkey = 0;
+  bool operator==(const GrantRun&) const = default;
+};
+std::vector<uint8_t> encode_grant_query(uint64_t key);
+Result<uint64_t> decode_grant_query(std::span<const uint8_t> bytes);
+std::vector<uint8_t> encode_grant_reply(std::span<const GrantRun> runs);
+Result<std::vector<GrantRun>> read_grant_reply(int fd, Clock::time_point deadline);
 // True when the peer closed the connection or it failed (non-blocking check).
 bool peer_gone(int fd);
 

@@ -154,9 +154,12 @@ void LinkState::submit(const BatchPtr& batch, std::span<const ResolvedOp> ops) {
           refuse(make_error(ErrorCode::out_of_range, where() + ": remote range outside the peer's region"));
           break;
         }
-        if (op.len && (rkey_of(*r) == 0 || !op.local_region || op.local_region->lkey == 0)) {
+        if (op.len &&
+            ((rkey_of(*r) == 0 && op.fence == 0) || !op.local_region || op.local_region->lkey == 0)) {
+          // rkey 0 and no grant: the peer's region is fenced (or not registered).
           Error e =
-              make_error(ErrorCode::transfer_failed, where() + ": region not registered with the device");
+              make_error(ErrorCode::transfer_failed,
+                         where() + ": region not registered with the device, or fenced and no grant given");
           e.retryable = false;
           refuse(std::move(e));
           break;
@@ -169,15 +172,34 @@ void LinkState::submit(const BatchPtr& batch, std::span<const ResolvedOp> ops) {
         refuse(st.error());
       }
     }
+    // Each op's rkey: its region's, or for a fenced region the one of its grant's run holding it.
+    std::vector<std::pair<uint32_t, uint64_t>> keys(ops.size());  // (rkey, fence)
+    for (size_t i = 0; i < ops.size() && out.failed.empty(); ++i) {
+      const auto& op = ops[i];
+      if (op.len == 0) continue;
+      if (const uint32_t rkey = rkey_of(*op.remote_region); rkey != 0) {
+        keys[i] = {rkey, 0};
+        continue;
+      }
+      auto rkey = grant_rkey_locked(op.fence, op.remote_addr, op.len);
+      if (rkey) {
+        keys[i] = {*rkey, op.fence};
+      } else if (rkey.error().code == ErrorCode::fenced) {
+        refuse(rkey.error());
+      } else {
+        out.failed.emplace_back(batch, rkey.error());
+        break_locked(rkey.error(), out);  // the side channel failed: the link is gone
+      }
+    }
     if (out.failed.empty()) {
       const uint64_t slice = std::clamp<uint64_t>(core_->cfg.slice_bytes, 1, 1u << 30);
       uint64_t slices = 0;
-      for (const auto& op : ops) {
-        const uint32_t rkey = rkey_of(*op.remote_region);
+      for (size_t i = 0; i < ops.size(); ++i) {
+        const auto& op = ops[i];
         for (uint64_t off = 0; off < op.len; off += slice) {
           const auto len = uint32_t(std::min(slice, op.len - off));
           queue_.push_back({batch, reinterpret_cast<uint64_t>(op.src) + off, len, op.local_region->lkey,
-                            op.remote_addr + off, rkey});
+                            op.remote_addr + off, keys[i].first, keys[i].second});
           ++slices;
         }
       }
@@ -188,6 +210,68 @@ void LinkState::submit(const BatchPtr& batch, std::span<const ResolvedOp> ops) {
     }
   }
   out.apply();
+}
+
+Result<uint32_t> LinkState::grant_rkey_locked(uint64_t fence, uint64_t addr, uint64_t len) {
+  auto covering = [&]() -> uint32_t {
+    auto it = grants_.find(fence);
+    if (it == grants_.end()) return 0;
+    for (const GrantRun& r : it->second)
+      if (addr >= r.addr && len <= r.len && addr - r.addr <= r.len - len) return r.rkey;
+    return 0;
+  };
+  if (const uint32_t rkey = covering(); rkey != 0) return rkey;
+  if (fence != 0) {  // first write under this grant, or units were added to it since we asked
+    const auto deadline = Clock::now() + std::max(core_->cfg.op_timeout, std::chrono::milliseconds(500));
+    auto fail = [&](const Error& e) {
+      return make_error(ErrorCode::transfer_failed, where() + ": grant query: " + e.detail);
+    };
+    if (auto st = write_all(fd_, encode_grant_query(fence), deadline); !st) return fail(st.error());
+    auto runs = read_grant_reply(fd_, deadline);
+    if (!runs) return fail(runs.error());
+    if (!runs->empty()) {
+      if (!grants_.count(fence)) grant_order_.push_back(fence);
+      grants_[fence] = std::move(*runs);
+      while (grant_order_.size() > 1024) {  // grants of rooms long gone
+        grants_.erase(grant_order_.front());
+        grant_order_.pop_front();
+      }
+    }
+    if (const uint32_t rkey = covering(); rkey != 0) return rkey;
+  }
+  return make_error(ErrorCode::fenced, where() + ": no live grant of the target covers the write (revoked)");
+}
+
+void LinkState::refused_locked(uint64_t fence, const Error& err, Outcomes& out) {
+  grants_.erase(fence);  // its runs are deregistered; a fresh grant comes with a fresh key
+  std::vector<std::pair<uint64_t, Slice>> posted;
+  for (auto& [id, p] : posted_) posted.emplace_back(id, std::move(p.slice));
+  std::sort(posted.begin(), posted.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::deque<Slice> again;
+  size_t failed = 1;  // the refused slice
+  auto sort_out = [&](Slice&& s) {
+    if (s.fence == fence) {
+      out.failed.emplace_back(s.batch, err);
+      ++failed;
+    } else {
+      again.push_back(std::move(s));
+    }
+  };
+  for (auto& [id, s] : posted) sort_out(std::move(s));
+  for (auto& s : queue_) sort_out(std::move(s));
+  posted_.clear();
+  queue_ = std::move(again);
+  for (ibv_qp* qp : qps_) qp_to_error(qp);
+  teardown_locked();
+  spdlog::info(
+      "{}: a write under a revoked grant was refused ({} slice(s) failed); reconnecting for {} "
+      "slice(s) of other grants",
+      where(), failed, queue_.size());
+  if (auto st = connect_locked(); !st) {
+    break_locked(st.error(), out);
+    return;
+  }
+  pump_locked(out);
 }
 
 void LinkState::pump_locked(Outcomes& out) {
@@ -269,6 +353,13 @@ void LinkState::on_completion(const ibv_wc& wc) {
     if (wc.status == IBV_WC_SUCCESS) {
       out.done.push_back(std::move(p.slice.batch));
       pump_locked(out);
+    } else if (wc.status == IBV_WC_REM_ACCESS_ERR && p.slice.fence != 0 && !closed_) {
+      // Our own grant rkey refused: the target revoked that grant (the room was given up there).
+      Error err =
+          make_error(ErrorCode::fenced, where() + ": the target refused a write under a revoked grant (" +
+                                            ibv_wc_status_str(wc.status) + ")");
+      out.failed.emplace_back(p.slice.batch, err);
+      refused_locked(p.slice.fence, err, out);
     } else {
       Error err = map_wc_status(wc.status, closed_, where());
       out.failed.emplace_back(p.slice.batch, err);

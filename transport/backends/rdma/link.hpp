@@ -3,6 +3,8 @@
 // during the handshake. Writes are cut into slices, each one signalled RDMA WRITE; at most
 // `max_outstanding_wr` per QP are posted, the rest wait in a queue that completions drain. A batch is done
 // when every slice has completed (an RC WRITE completion means the bytes are placed at the responder).
+// A fenced region publishes no rkey: a write into it under a grant (WriteOp::fence) uses the rkeys of that
+// grant's own registrations, asked for once on the side channel (handshake.hpp, grant query).
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -58,6 +60,7 @@ class LinkState : public std::enable_shared_from_this<LinkState> {
     uint32_t lkey = 0;
     uint64_t raddr = 0;
     uint32_t rkey = 0;
+    uint64_t fence = 0;  // the grant whose rkey this is; 0: the region's own rkey
   };
   struct Posted {
     Slice slice;
@@ -78,6 +81,12 @@ class LinkState : public std::enable_shared_from_this<LinkState> {
   void teardown_locked();
   std::string where() const;
   uint32_t rkey_of(const protocol::RegionDesc& region) const;
+  // The rkey of `fence`'s registration holding [addr, addr+len), asked for on the side channel when not
+  // known yet. Error fenced: no live grant covers it; another error: the side channel failed.
+  Result<uint32_t> grant_rkey_locked(uint64_t fence, uint64_t addr, uint64_t len);
+  // The target's device refused a write under `fence` (its grant was revoked): that QP is in error. Fails
+  // the grant's slices with `err`, re-posts every other slice on fresh QPs (a WRITE may be repeated).
+  void refused_locked(uint64_t fence, const Error& err, Outcomes& out);
 
   const std::shared_ptr<Core> core_;
   const protocol::SegmentDescriptor peer_;
@@ -89,6 +98,8 @@ class LinkState : public std::enable_shared_from_this<LinkState> {
   size_t next_qp_ = 0;
   std::deque<Slice> queue_;
   std::unordered_map<uint64_t, Posted> posted_;
+  std::unordered_map<uint64_t, std::vector<GrantRun>> grants_;  // fence key -> the target's runs for it
+  std::deque<uint64_t> grant_order_;                            // oldest first, to bound grants_
   int fd_ = -1;  // handshake connection, kept open: its EOF means the peer is gone
   int reserved_ = 0;
   bool broken_ = false;

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cerrno>
 #include <thread>
+#include <unordered_map>
 
 #include "epd/transport/backend_info.hpp"
 #include "link.hpp"
@@ -26,13 +27,23 @@ constexpr auto kTick = std::chrono::milliseconds(100);  // bound of every wait i
 struct Passive {
   int fd = -1;
   std::vector<ibv_qp*> qps;
+  std::vector<uint8_t> buf;  // a grant query arriving
 };
+
+// True when the device moved the responder QP to error: it refused a write (a revoked grant's rkey, a range
+// outside every registration) or a malformed request; it accepts nothing more.
+bool in_error(ibv_qp* qp) {
+  ibv_qp_attr a{};
+  ibv_qp_init_attr init{};
+  return ibv_query_qp(qp, &a, IBV_QP_STATE, &init) == 0 && a.qp_state == IBV_QPS_ERR;
+}
 
 class RdmaBackend final : public Backend {
  public:
   RdmaBackend(std::shared_ptr<Core> core, int listen_fd, std::string endpoint, uint64_t token,
-              uint64_t incarnation)
+              uint64_t incarnation, std::shared_ptr<FenceTable> fences)
       : core_(std::move(core)),
+        fences_(fences ? std::move(fences) : std::make_shared<FenceTable>()),
         listen_fd_(listen_fd),
         endpoint_(std::move(endpoint)),
         token_(token),
@@ -49,6 +60,9 @@ class RdmaBackend final : public Backend {
     for (auto& p : passive_) drop(p);
     for (auto& h : pending_) ::close(h.fd);
     ::close(listen_fd_);
+    std::lock_guard lock(grants_mu_);
+    for (auto& [key, mrs] : grants_)
+      for (ibv_mr* mr : mrs) ibv_dereg_mr(mr);
   }
 
   std::vector<uint8_t> connection_info(std::span<const Region* const> regions) const override {
@@ -56,8 +70,11 @@ class RdmaBackend final : public Backend {
     RdmaInfo info{
         d.name(),  d.port(), uint32_t(d.gid_index()), std::vector<uint8_t>(d.gid().begin(), d.gid().end()),
         endpoint_, {}};
-    for (const Region* r : regions)
-      info.regions.push_back({r->id, r->rkey != 0 ? r->rkey : d.rkey_for(r->addr(), r->length)});
+    // A fenced region's rkey is 0: a writer gets keys only for the runs of a grant (grant query).
+    for (const Region* r : regions) {
+      const uint32_t rkey = r->fence_unit > 0 ? 0 : r->rkey != 0 ? r->rkey : d.rkey_for(r->addr(), r->length);
+      info.regions.push_back({r->id, rkey});
+    }
     return encode_info(info);
   }
 
@@ -72,12 +89,25 @@ class RdmaBackend final : public Backend {
     return is_ipv4_mapped(theirs) == is_ipv4_mapped(core_->dev->gid());
   }
 
+  // A fenced region is registered for local access only (its lkey serves writes out of it): its whole-
+  // region rkey would let a stale writer past every revocation.
   Status on_region_added(Region& region) override {
-    auto mr = core_->dev->register_memory(region.base, region.length);
+    const bool fenced = region.fence_unit > 0;
+    auto mr = core_->dev->register_memory(region.base, region.length, !fenced);
     if (!mr) return mr.error();
     region.lkey = (*mr)->lkey;
-    region.rkey = (*mr)->rkey;
+    region.rkey = fenced ? 0 : (*mr)->rkey;
     return {};
+  }
+
+  // After this returns, the device refuses every write under the key's rkeys (ibv_dereg_mr is synchronous
+  // with the device), so the units may be reused.
+  void revoke_grant(uint64_t key) override {
+    std::lock_guard lock(grants_mu_);
+    auto it = grants_.find(key);
+    if (it == grants_.end()) return;
+    for (ibv_mr* mr : it->second) ibv_dereg_mr(mr);
+    grants_.erase(it);
   }
 
   Result<std::unique_ptr<Link>> connect(const protocol::SegmentDescriptor& peer) override {
@@ -150,10 +180,15 @@ class RdmaBackend final : public Backend {
   // peer never holds up another peer's handshake.
   void handshake_loop() {
     std::vector<pollfd> fds;
+    auto last_qp_check = Clock::now();
     while (!stop_) {
       if (drop_passive_.exchange(false, std::memory_order_acq_rel)) {
         for (auto& p : passive_) drop(p);
         passive_.clear();
+      }
+      if (const auto now = Clock::now(); now - last_qp_check >= kTick) {
+        last_qp_check = now;
+        drop_refused();
       }
       fds.assign(1, pollfd{listen_fd_, POLLIN, 0});
       for (auto& p : passive_) fds.push_back({p.fd, POLLIN | POLLRDHUP, 0});
@@ -173,9 +208,10 @@ class RdmaBackend final : public Backend {
         }
       }
       if (ready <= 0) continue;
-      // Peers whose side channel closed are gone (or closed their link): drop their QPs.
+      // Grant queries are answered; peers whose side channel closed are gone (or closed their link): drop
+      // their QPs.
       for (size_t i = passive_.size(); i-- > 0;) {
-        if (fds[1 + i].revents && peer_gone(passive_[i].fd)) {
+        if (fds[1 + i].revents && !serve_passive(passive_[i])) {
           drop(passive_[i]);
           passive_.erase(passive_.begin() + long(i));
         }
@@ -231,7 +267,7 @@ class RdmaBackend final : public Backend {
     Hello rep;
     rep.kind = HelloKind::reject;
     Device& d = *core_->dev;
-    Passive p{fd, {}};
+    Passive p{fd, {}, {}};
     if (!req || req->kind != HelloKind::request) {
       rep.reason = HandshakeReject::malformed;
     } else if (const uint64_t token = token_.load(std::memory_order_acquire);
@@ -271,7 +307,74 @@ class RdmaBackend final : public Backend {
     passive_.push_back(std::move(p));
   }
 
-  static void drop(Passive& p) {
+  // Reads what a peer's side channel has: answers each whole grant query. False: closed, failed or garbage
+  // (the peer is gone or broken; drop it).
+  bool serve_passive(Passive& p) {
+    uint8_t chunk[256];
+    for (;;) {
+      const ssize_t n = recv(p.fd, chunk, sizeof chunk, MSG_DONTWAIT);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && errno == EAGAIN) break;
+      if (n <= 0) return false;
+      p.buf.insert(p.buf.end(), chunk, chunk + n);
+    }
+    size_t at = 0;
+    for (; p.buf.size() - at >= kGrantQueryBytes; at += kGrantQueryBytes) {
+      auto key = decode_grant_query(std::span(p.buf).subspan(at, kGrantQueryBytes));
+      if (!key) return false;
+      const auto runs = grant_runs(*key);
+      const auto deadline = Clock::now() + std::min(core_->cfg.op_timeout, std::chrono::milliseconds(2000));
+      if (!write_all(p.fd, encode_grant_reply(runs), deadline)) return false;
+    }
+    p.buf.erase(p.buf.begin(), p.buf.begin() + long(at));
+    return true;
+  }
+
+  // The registrations of a live grant, one per contiguous run it owns, made on first ask (a writer over tcp
+  // costs none). None: the key is unknown or revoked, and the write that needed it is refused (counted).
+  std::vector<GrantRun> grant_runs(uint64_t key) {
+    std::vector<GrantRun> runs;
+    std::lock_guard lock(grants_mu_);  // revoke_grant waits: no registration outlives a revocation
+    const auto ranges = fences_->ranges(key);
+    if (ranges.empty()) {
+      fences_->count_refused();
+      return runs;
+    }
+    auto& mrs = grants_[key];
+    for (auto [addr, len] : ranges) {
+      auto it = std::find_if(mrs.begin(), mrs.end(), [&](ibv_mr* mr) {
+        return reinterpret_cast<uint64_t>(mr->addr) == addr && mr->length == len;
+      });
+      ibv_mr* mr = it != mrs.end() ? *it : nullptr;
+      if (!mr) {
+        auto reg = core_->dev->register_grant(reinterpret_cast<void*>(addr), len);
+        if (!reg) {
+          spdlog::warn("rdma: grant {:016x} not registered ({}); its writer is refused", key,
+                       reg.error().to_string());
+          return {};
+        }
+        mr = *reg;
+        mrs.push_back(mr);
+      }
+      runs.push_back({addr, len, mr->rkey});
+    }
+    return runs;
+  }
+
+  // Drops the peers whose responder QP the device moved to error (a refused write): counted as refused
+  // writes; their writers reconnect with fresh QPs.
+  void drop_refused() {
+    for (size_t i = passive_.size(); i-- > 0;) {
+      if (std::none_of(passive_[i].qps.begin(), passive_[i].qps.end(), in_error)) continue;
+      drop(passive_[i]);
+      passive_.erase(passive_.begin() + long(i));
+    }
+  }
+
+  // Destroys a peer's QPs; one the device had moved to error refused a write (counted once per QP).
+  void drop(Passive& p) {
+    for (ibv_qp* qp : p.qps)
+      if (in_error(qp)) fences_->count_refused();
     for (ibv_qp* qp : p.qps) ibv_destroy_qp(qp);
     p.qps.clear();
     if (p.fd >= 0) ::close(p.fd);
@@ -279,6 +382,9 @@ class RdmaBackend final : public Backend {
   }
 
   const std::shared_ptr<Core> core_;
+  const std::shared_ptr<FenceTable> fences_;
+  std::mutex grants_mu_;
+  std::unordered_map<uint64_t, std::vector<ibv_mr*>> grants_;  // fence key -> its registrations
   const int listen_fd_;
   const std::string endpoint_;
   // Peers must present these in their handshake: a stale descriptor (we restarted) is refused.
@@ -314,7 +420,7 @@ Result<std::unique_ptr<Backend>> make_backend(const BackendContext& ctx) {
                d.name(), d.port(), d.gid_index(), rdma::gid_to_string(d.gid()), 128 << int(d.active_mtu()),
                cfg.qps_per_peer, cfg.slice_bytes, endpoint);
   return std::unique_ptr<Backend>(
-      new rdma::RdmaBackend(std::move(core), *fd, endpoint, ctx.token, ctx.incarnation));
+      new rdma::RdmaBackend(std::move(core), *fd, endpoint, ctx.token, ctx.incarnation, ctx.fences));
 }
 
 }  // namespace rdma

@@ -35,7 +35,7 @@ const BackendPlugin& rdma_plugin() {
   static const BackendPlugin plugin{
       .name = rdma::kName,
       .summary = "hosts with RDMA devices: one-sided RDMA WRITEs over RC queue pairs (ibverbs)",
-      .caps = {.needs_device = true},
+      .caps = {.needs_device = true, .fences_grants = true},
       .preference = 20,
       .option_keys = {"rdma_device", "rdma_gid_index", "rdma_qps_per_peer", "rdma_slice_bytes", "rdma_port",
                       "rdma_max_outstanding_wr", "rdma_handshake_port", "rdma_op_timeout_ms"},

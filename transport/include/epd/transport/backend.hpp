@@ -58,6 +58,9 @@ class Backend {
   // The engine's token changed (Engine::rotate_token): from now on only `token` opens links or places
   // writes here. What a backend can still not take back (an rdma QP already connected) is its README's.
   virtual void set_token(uint64_t token) = 0;
+  // `key` was revoked (or lost units to another grant) in the engine's FenceTable: whatever this backend
+  // handed out under it must stop working before this returns (rdma deregisters the key's regions).
+  virtual void revoke_grant(uint64_t /*key*/) {}
 };
 
 // What every backend may need to know about its engine.
@@ -74,9 +77,12 @@ struct BackendCaps {
   bool same_host_only = false;  // reaches only peers with the same host id (shm)
   bool needs_device = false;    // starts only where a device exists (rdma); not offered by default
   // The receiver's CPU places every write (tcp): it checks the token and the write fences (fence.hpp) on
-  // each one. Otherwise the writer places the bytes (shm, rdma): the token is checked when a link opens and
-  // a revoked fence cannot stop a writer.
+  // each one. Otherwise the writer places the bytes (shm, rdma): the token is checked when a link opens, and
+  // a revoked fence stops a writer only where the backend fences_grants.
   bool fences_writes = false;
+  // The writer places the bytes, but only through access the receiver grants per key and takes back on
+  // revocation (rdma: a memory registration per grant): a revoked key's writes fail at the writer's NIC.
+  bool fences_grants = false;
 };
 
 // A backend's registration: one per folder under transport/backends/, listed in the registry in the order

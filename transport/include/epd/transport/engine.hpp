@@ -60,15 +60,14 @@ class Engine {
   // Write fences of the regions allocated with a fence unit (fence.hpp): grant a key for `units` of the
   // region starting at `base` before a writer is told about them; revoke it before they are reused (false:
   // a write under it is still landing, ask again).
-  uint64_t grant_writes(uint64_t region_base, std::span<const uint64_t> units, uint64_t key = 0) {
-    return fences_->grant(region_base, units, key);
-  }
-  bool revoke_writes(uint64_t key) { return fences_->revoke(key); }
+  uint64_t grant_writes(uint64_t region_base, std::span<const uint64_t> units, uint64_t key = 0);
+  // Also makes every backend take back what it handed out under the key (rdma: deregisters its regions).
+  bool revoke_writes(uint64_t key);
   FenceStats fence_stats() const { return fences_->stats(); }
-  // True when every way `writer` could write into this engine's memory is refused here once its key is
-  // revoked: only backends that fence writes themselves (tcp) are offered to it. False when it could map our
-  // memory (shm, same host) or write it with its own NIC (rdma): then only the writer's own word (or its
-  // death) says that it stopped.
+  // True when every way `writer` could write into this engine's memory is refused once its key is revoked:
+  // only backends that fence writes (tcp: each frame at our receiver; rdma: the key's memory registrations
+  // are gone, so its NIC's writes fail) are offered to it. False when it could map our memory (shm, same
+  // host): then only the writer's own word (or its death) says that it stopped.
   bool fences_writes_from(const protocol::SegmentDescriptor& writer) const;
   // True when `writer` certainly writes nothing any more because its process is gone (same host only: a
   // backend's info proves it, e.g. shm's pid; a writer on another host is never known gone here).

@@ -13,7 +13,8 @@ struct Region {
   uint64_t length = 0;
   int fd = -1;        // memfd owning the pages
   uint32_t lkey = 0;  // RDMA local key, 0 when not registered
-  uint32_t rkey = 0;  // RDMA remote key, 0 when not registered
+  uint32_t rkey = 0;  // RDMA remote key, 0 when not registered or fenced (then only per-grant keys exist)
+  uint64_t fence_unit = 0;  // > 0: writes need a grant (fence.hpp), in units of this many bytes
 
   uint64_t addr() const { return reinterpret_cast<uint64_t>(base); }
   // Overflow-safe: [addr, addr+len) lies inside this region.
