@@ -178,6 +178,36 @@ TEST_CASE("tcp listener refuses hostile frames and survives", "[tcp][hostile]") 
       close(fd);
     }
   }
+  SECTION("a hello under a stale token is refused at once and gives its place back") {
+    // A writer holding a descriptor from before a token rotation: each of its lanes hears bad_token on its
+    // hello and is closed, and none keeps a place, so the source's whole budget is free right after.
+    for (int i = 0; i < 8; ++i) {
+      const int fd = connect_raw(endpoint);
+      REQUIRE(fd >= 0);
+      WriteHeader hello;
+      hello.type = kTypeHello;
+      hello.token = d.token ^ 1;
+      send_all(fd, &hello, sizeof(hello));
+      const Reply r = read_reply(fd);
+      CHECK(r.type == kTypeNack);
+      CHECK(r.seq == 0);
+      CHECK(r.code == static_cast<uint16_t>(ErrorCode::bad_token));
+      CHECK(closed_by_peer(fd));
+      close(fd);
+    }
+    std::vector<int> fresh;  // 8 strangers again: every one admitted, and each then writes
+    for (int i = 0; i < 8; ++i) {
+      fresh.push_back(connect_raw(endpoint));
+      REQUIRE(fresh.back() >= 0);
+    }
+    for (int fd : fresh) {
+      send_frame(fd, 1, d.token, r0.base + 400, 16, payload);
+      CHECK(read_reply(fd).type == kTypeAck);
+      shutdown(fd, SHUT_WR);
+      CHECK(closed_by_peer(fd));
+      close(fd);
+    }
+  }
   SECTION("a connection that keeps writing without the token is cut off") {
     const int fd = connect_raw(endpoint);
     REQUIRE(fd >= 0);

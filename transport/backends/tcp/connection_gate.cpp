@@ -22,16 +22,16 @@ ConnectionGate::Verdict ConnectionGate::admit(const std::string& source) {
   return v;
 }
 
-void ConnectionGate::authenticated(const std::string& source) {
+void ConnectionGate::left_unauthenticated(const std::string& source) {
   std::lock_guard lock(mu_);
   auto it = unauthenticated_.find(source);
   if (it != unauthenticated_.end() && --it->second == 0) unauthenticated_.erase(it);
 }
 
-void ConnectionGate::closed(const std::string& source, bool was_authenticated) {
+void ConnectionGate::closed(const std::string& source, bool still_unauthenticated) {
   std::lock_guard lock(mu_);
   if (open_ > 0) --open_;
-  if (was_authenticated) return;
+  if (!still_unauthenticated) return;
   auto it = unauthenticated_.find(source);
   if (it != unauthenticated_.end() && --it->second == 0) unauthenticated_.erase(it);
 }

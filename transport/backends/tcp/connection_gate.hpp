@@ -24,10 +24,11 @@ class ConnectionGate {
   enum class Verdict { admitted, too_many_unauthenticated, too_many_connections };
   // A connection from `source` (its address, no port) arrives. Admitted ones count as unauthenticated.
   Verdict admit(const std::string& source);
-  // A frame of this connection carried the right token.
-  void authenticated(const std::string& source);
-  // The connection ended.
-  void closed(const std::string& source, bool was_authenticated);
+  // The connection no longer counts as unauthenticated: a frame of it carried the right token, or it was
+  // refused and is only closing.
+  void left_unauthenticated(const std::string& source);
+  // The connection ended (still_unauthenticated: left_unauthenticated was never called for it).
+  void closed(const std::string& source, bool still_unauthenticated);
   // The first refusal of `source` (the caller logs it; later ones stay quiet). Bounded memory.
   bool first_refusal_of(const std::string& source);
 

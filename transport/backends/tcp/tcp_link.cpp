@@ -31,6 +31,12 @@ int64_t now_ms() {
       .count();
 }
 
+// A nack's code as an error; a code this build does not know stays a plain transfer failure.
+Error nack_error(const Reply& r, std::string text) {
+  const bool known = r.code != 0 && protocol::is_known_error_code(r.code);
+  return make_error(known ? static_cast<ErrorCode>(r.code) : ErrorCode::transfer_failed, std::move(text));
+}
+
 struct Slice {
   BatchPtr batch;
   const uint8_t* src;
@@ -155,11 +161,14 @@ void LinkState::complete(Lane& lane, const Reply& r, std::vector<BatchPtr>& done
   BatchPtr refused;
   Error why;
   bool protocol_error = false;
+  bool hello_refused = false;
   {
     std::lock_guard lock(lane.mu);
     const bool was_full = lane.inflight.size() >= config.max_inflight_slices;
-    if (!reply_well_formed(r) || lane.inflight.empty() || r.seq < lane.inflight.front().seq ||
-        r.seq > lane.inflight.back().seq) {
+    if (reply_well_formed(r) && r.type == kTypeNack && r.seq == 0) {
+      hello_refused = true;  // seq 0 is the lane's hello: the receiver closes it
+    } else if (!reply_well_formed(r) || lane.inflight.empty() || r.seq < lane.inflight.front().seq ||
+               r.seq > lane.inflight.back().seq) {
       protocol_error = true;
     } else {
       while (lane.inflight.front().seq < r.seq) {
@@ -170,8 +179,7 @@ void LinkState::complete(Lane& lane, const Reply& r, std::vector<BatchPtr>& done
       if (r.type == kTypeAck) {
         done.push_back(std::move(last.batch));
       } else {
-        const bool known = r.code != 0 && protocol::is_known_error_code(r.code);
-        why = make_error(known ? static_cast<ErrorCode>(r.code) : ErrorCode::transfer_failed,
+        why = nack_error(r,
                          fmt::format("tcp receiver {} refused {} bytes at {:#x}", peer, last.len, last.addr));
         refused = std::move(last.batch);
       }
@@ -179,6 +187,11 @@ void LinkState::complete(Lane& lane, const Reply& r, std::vector<BatchPtr>& done
       lane.last_progress_ms = now_ms();
     }
     if (was_full) lane.cv.notify_one();
+  }
+  if (hello_refused) {
+    fail_all(
+        nack_error(r, "tcp receiver " + peer + " refused the lane's token (a stale segment descriptor)"));
+    return;
   }
   if (protocol_error) {
     fail_all(

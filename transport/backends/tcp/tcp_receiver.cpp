@@ -23,6 +23,8 @@ constexpr uint64_t kAckAlwaysAbove = 64 << 10;
 // (a writer with a stale descriptor hears bad_token a few times; a stranger is cut off).
 constexpr int kAuthDeadlineSeconds = 10;
 constexpr uint32_t kMaxRefusedBeforeAuth = 8;
+// How long a connection whose hello was refused is read (and discarded) while its writer closes it.
+constexpr int kRefusedLingerSeconds = 1;
 
 void set_recv_timeout(int fd, int seconds) {
   timeval tv{seconds, 0};
@@ -107,12 +109,17 @@ void Receiver::reap_finished() {
     if (it->done.load()) {
       it->thread.join();
       close(it->fd);
-      gate_.closed(it->source, it->authenticated);
       it = conns_.erase(it);
     } else {
       ++it;
     }
   }
+}
+
+void Receiver::leave_unauthenticated(Conn& conn) {
+  if (!conn.counts_unauthenticated) return;
+  conn.counts_unauthenticated = false;
+  gate_.left_unauthenticated(conn.source);
 }
 
 void Receiver::accept_loop() {
@@ -158,16 +165,31 @@ void Receiver::serve(Conn& conn) {
   uint32_t refused_before_auth = 0;
   auto authenticate = [&] {
     if (conn.authenticated) return;
-    conn.authenticated = true;  // only this thread writes it; reap_finished reads it after the join
-    gate_.authenticated(conn.source);
+    conn.authenticated = true;
+    leave_unauthenticated(conn);
     set_recv_timeout(fd, 0);  // a writer's lane may idle as long as it likes
   };
   WriteHeader h;
   while (!stop_.load(std::memory_order_relaxed)) {
     if (!recv_exact(fd, &h, sizeof(h))) break;  // peer closed or we are shutting down
     if (is_hello(h)) {
-      if (h.token == token_.load(std::memory_order_acquire)) authenticate();
-      continue;  // a wrong token is answered on the first write (bad_token), as before
+      if (h.token == token_.load(std::memory_order_acquire)) {
+        authenticate();
+        continue;
+      }
+      // A stale or foreign token: this lane can never write. Free its place in the source's budget before
+      // the nack leaves, so a writer that hears it and reconnects with the fresh descriptor is never
+      // refused for its own stale lanes. Then read until the writer closes (it does on the nack; bounded),
+      // so no unread byte turns our close into a reset that could overtake the nack.
+      leave_unauthenticated(conn);
+      if (send_reply(fd, kTypeNack, ErrorCode::bad_token, 0)) {
+        shutdown(fd, SHUT_WR);
+        set_recv_timeout(fd, kRefusedLingerSeconds);
+        if (scratch.empty()) scratch.resize(kDrainChunk);
+        while (recv(fd, scratch.data(), scratch.size(), 0) > 0) {
+        }
+      }
+      break;
     }
     if (const ErrorCode framing = check_write_framing(h); framing != ErrorCode::ok) {
       // Framing is lost: say why, then drop the connection.
@@ -221,6 +243,9 @@ void Receiver::serve(Conn& conn) {
       unacked = 0;
     }
   }
+  // The place in the gate goes back before the peer can see the end, so a peer that waits for it and
+  // reconnects is never refused for this connection.
+  gate_.closed(conn.source, conn.counts_unauthenticated);
   shutdown(fd, SHUT_RDWR);
 }
 

@@ -41,6 +41,7 @@ class Receiver {
     int fd = -1;
     std::string source;  // the peer's address, without the port
     bool authenticated = false;
+    bool counts_unauthenticated = true;  // in the gate's per-source budget; only its own thread writes these
     std::thread thread;
     std::atomic<bool> done{false};
   };
@@ -54,6 +55,8 @@ class Receiver {
   void serve(Conn& conn);
   uint8_t* find(uint64_t addr, uint64_t len) const;
   void reap_finished();
+  // Takes the connection out of its source's unauthenticated budget (once).
+  void leave_unauthenticated(Conn& conn);
 
   const int listen_fd_;
   const int wake_fd_;  // eventfd: wakes accept_loop on shutdown

@@ -11,12 +11,15 @@ static_assert(std::endian::native == std::endian::little, "frames are little-end
 
 inline constexpr uint32_t kWriteMagic = 0x57445045;  // "EPDW" on the wire
 inline constexpr uint32_t kReplyMagic = 0x41445045;  // "EPDA" on the wire
-inline constexpr uint8_t kWireVersion = 3;  // 2: write headers carry a fence key; 3: lanes open with a hello
+// 2: write headers carry a fence key; 3: lanes open with a hello; 4: a hello under a wrong token is nacked
+inline constexpr uint8_t kWireVersion = 4;
 inline constexpr uint8_t kTypeWrite = 1;
 inline constexpr uint8_t kTypeAck = 2;   // every frame up to and including seq is in place
 inline constexpr uint8_t kTypeNack = 3;  // frames before seq are in place; seq was refused with `code`
-// The first frame of every lane: a WriteHeader with the token, len 0, no reply. It authenticates the
-// connection at once, so an idle lane is not taken for a stranger's (ConnectionGate).
+// The first frame of every lane: a WriteHeader with the token, len 0. The right token authenticates the
+// connection at once (no reply), so an idle lane is not taken for a stranger's (ConnectionGate). A wrong one
+// is answered with a nack of seq 0 (bad_token) and the connection closed, so a writer holding a stale
+// descriptor learns it before its first write and frees its place in the gate at once.
 inline constexpr uint8_t kTypeHello = 4;
 // A receiver never accepts a longer payload: it bounds what a hostile header can make it drain.
 inline constexpr uint64_t kMaxFrameBytes = 64ull << 20;
