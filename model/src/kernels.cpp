@@ -4,6 +4,8 @@
 #include <bit>
 #include <cmath>
 
+#include "multiversion.hpp"
+
 namespace epd::model::kernels {
 
 namespace {
@@ -37,13 +39,13 @@ namespace {
 
 }  // namespace
 
-void dot4(const float* w, const float* x0, const float* x1, const float* x2, const float* x3, size_t n,
-          float* out) {
+EPD_MULTIVERSION void dot4(const float* w, const float* x0, const float* x1, const float* x2, const float* x3,
+                           size_t n, float* out) {
   four_dots(w, x0, w, x1, w, x2, w, x3, n, out);
 }
 
-void dot4_rows(const float* w0, const float* w1, const float* w2, const float* w3, const float* x, size_t n,
-               float* out) {
+EPD_MULTIVERSION void dot4_rows(const float* w0, const float* w1, const float* w2, const float* w3,
+                                const float* x, size_t n, float* out) {
   four_dots(w0, x, w1, x, w2, x, w3, x, n, out);
 }
 
@@ -51,8 +53,8 @@ void matmul(const float* x, size_t rows, size_t in, const float* w, size_t out, 
   matmul_cols(x, rows, in, w, 0, out, y, out);
 }
 
-void matmul_cols(const float* x, size_t rows, size_t in, const float* w, size_t o_begin, size_t o_end,
-                 float* y, size_t ldy) {
+EPD_MULTIVERSION void matmul_cols(const float* x, size_t rows, size_t in, const float* w, size_t o_begin,
+                                  size_t o_end, float* y, size_t ldy) {
   // Row tiles keep x in cache while each weight row is streamed once per tile.
   constexpr size_t kTile = 16;
   for (size_t r0 = 0; r0 < rows; r0 += kTile) {
@@ -62,7 +64,8 @@ void matmul_cols(const float* x, size_t rows, size_t in, const float* w, size_t 
       const float* wo = w + o * in;
       for (size_t r = r0; r < r4; r += 4) {
         float res[4];
-        dot4(wo, x + r * in, x + (r + 1) * in, x + (r + 2) * in, x + (r + 3) * in, in, res);
+        four_dots(wo, x + r * in, wo, x + (r + 1) * in, wo, x + (r + 2) * in, wo, x + (r + 3) * in, in,
+                  res);  // dot4, inlined so that it runs in this clone's ISA
         for (size_t k = 0; k < 4; ++k) y[(r + k) * ldy + o] = res[k];
       }
     }
@@ -74,7 +77,7 @@ void matmul_cols(const float* x, size_t rows, size_t in, const float* w, size_t 
       for (; o + 4 <= o_end; o += 4) {
         float res[4];
         const float* wo = w + o * in;
-        dot4_rows(wo, wo + in, wo + 2 * in, wo + 3 * in, xr, in, res);
+        four_dots(wo, xr, wo + in, xr, wo + 2 * in, xr, wo + 3 * in, xr, in, res);  // dot4_rows, inlined
         for (size_t k = 0; k < 4; ++k) y[r * ldy + o + k] = res[k];
       }
       for (; o < o_end; ++o) y[r * ldy + o] = dot(w + o * in, xr, in);
@@ -82,17 +85,17 @@ void matmul_cols(const float* x, size_t rows, size_t in, const float* w, size_t 
   }
 }
 
-void rmsnorm(const float* x, const float* g, size_t n, float eps, float* y) {
+EPD_MULTIVERSION void rmsnorm(const float* x, const float* g, size_t n, float eps, float* y) {
   const float ms = dot(x, x, n) / static_cast<float>(n);
   const float scale = 1.0f / std::sqrt(ms + eps);  // sqrt is correctly rounded by IEEE 754
   for (size_t i = 0; i < n; ++i) y[i] = x[i] * scale * g[i];
 }
 
-void swiglu(float* a, const float* b, size_t n) {
+EPD_MULTIVERSION void swiglu(float* a, const float* b, size_t n) {
   for (size_t i = 0; i < n; ++i) a[i] = a[i] / (1.0f + exp_det(-a[i])) * b[i];
 }
 
-void rope(float* x, const float* cos_t, const float* sin_t, size_t n) {
+EPD_MULTIVERSION void rope(float* x, const float* cos_t, const float* sin_t, size_t n) {
   for (size_t i = 0; i < n / 2; ++i) {
     const float x0 = x[2 * i], x1 = x[2 * i + 1];
     x[2 * i] = x0 * cos_t[i] - x1 * sin_t[i];

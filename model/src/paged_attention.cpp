@@ -5,6 +5,7 @@
 #include <string>
 
 #include "kernels.hpp"
+#include "multiversion.hpp"
 
 namespace epd::model::detail {
 
@@ -55,8 +56,9 @@ void rope_and_store(const ModelConfig& cfg, const RopeTable& rope, const KvView&
   kv.store(layer, 1, page, row.pos % ps, v);
 }
 
-void attend_group(const ModelConfig& cfg, const KvView& kv, uint32_t layer, const RowTarget& row, uint32_t g,
-                  const float* q, float* out, AttentionScratch& sc) {
+EPD_MULTIVERSION void attend_group(const ModelConfig& cfg, const KvView& kv, uint32_t layer,
+                                   const RowTarget& row, uint32_t g, const float* q, float* out,
+                                   AttentionScratch& sc) {
   const size_t hd = cfg.head_dim, len = size_t{row.pos} + 1, group = cfg.heads / cfg.kv_heads;
   const uint32_t ps = kv.layout().page_size;
   sc.scores.resize(group * len);

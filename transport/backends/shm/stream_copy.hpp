@@ -17,7 +17,8 @@ inline constexpr size_t kStreamCopyMinBytes = 256 << 10;
 // a completion signalled after it orders after every byte.
 void copy_to_peer(uint8_t* dst, const uint8_t* src, size_t n);
 
-// The streaming path itself, whatever the size (for tests); plain memcpy where the build has no SSE2.
+// The streaming path itself, whatever the size (for tests), with the widest stores the CPU has (picked once);
+// plain memcpy off x86-64.
 void stream_copy(uint8_t* dst, const uint8_t* src, size_t n);
 
 }  // namespace epd::transport::shm
