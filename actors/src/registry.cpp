@@ -147,6 +147,7 @@ caf::behavior registry(caf::stateful_actor<RegistryState>* self, BridgePtr bridg
           spdlog::warn("registry: no tick for {} ms (this process stalled); members get a fresh limit",
                        std::chrono::duration_cast<std::chrono::milliseconds>(now - s.last_tick).count());
           for (auto& [_, e] : s.entries) e.last_seen = std::max(e.last_seen, now);
+          if (s.view) s.view->seen_all_by(now);  // what /v1/instances shows as last_seen_ms
         }
         s.last_tick = now;
         std::vector<std::string> expired;

@@ -177,6 +177,21 @@ TEST_CASE("registry: a member that misses its heartbeat deadline is expired and 
 }
 
 TEST_CASE(
+    "registry: after its own process stalled, nobody expires and the view shows everyone as just heard") {
+  RegistryFixture f;
+  f.hello("a", 10);
+  f.heartbeat("a", 10);
+  test::sent(*f.bridge);
+  const auto heard = f.h.now();
+  // One jump of 1 s: the registry's tick comes 10 heartbeat intervals late, as after a SIGSTOP of it.
+  f.h.advance(1000ms, 1000ms);
+  CHECK(test::of_type<protocol::Peers>(test::sent(*f.bridge)).empty());  // nobody expired
+  const auto entries = f.view->entries();
+  REQUIRE(entries.size() == 1);
+  CHECK(entries[0].last_seen >= heard + 1000ms);  // not 1 s stale in /v1/instances
+}
+
+TEST_CASE(
     "registry: a HELLO with a new incarnation is a restart, the old incarnation's messages are refused") {
   RegistryFixture f;
   f.hello("a", 10);

@@ -1,6 +1,7 @@
 #pragma once
 // The registry's current table, readable from any thread (the router's HTTP threads and actors). The
 // registry updates it in place, one entry per change or heartbeat: it never copies the whole table.
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <mutex>
@@ -35,6 +36,12 @@ class RegistryView {
     if (it == entries_.end()) return;
     it->second.load = load;
     it->second.last_seen = seen;
+  }
+  // Every member counts as heard at `seen` at the latest (the registry's own process stalled, so their
+  // silence was not theirs).
+  void seen_all_by(std::chrono::steady_clock::time_point seen) {
+    std::lock_guard lock(mu_);
+    for (auto& [_, e] : entries_) e.last_seen = std::max(e.last_seen, seen);
   }
   // The whole table at once (the full-list baseline of epd-bench membership copies it on every heartbeat).
   void set(std::map<std::string, RegistryEntry> entries) {
