@@ -252,7 +252,7 @@ void print_router_rows(const std::vector<Row>& rows) {
       "until every router would place on it; hb/s: in-band heartbeats sent by all instances; steady state: "
       "etcd's own counters while nothing changes - puts, deletes and raft proposals are writes, renewals are "
       "lease keep-alives (the leader answers them without a raft write), calls are the instances' HTTP "
-      "calls)\n");
+      "calls, connections the TCP connections those calls opened)\n");
 }
 
 }  // namespace

@@ -76,7 +76,8 @@ class EtcdBackend final : public RegistryBackend {
             {"deletes", v("etcd_mvcc_delete_total")},
             {"proposals", v("etcd_server_proposals_committed_total")},
             {"renewals", v("etcd_debugging_lease_renewed_total")},
-            {"calls", double(traffic_->calls.load())}};
+            {"calls", double(traffic_->calls.load())},
+            {"connections", double(traffic_->connections.load())}};
   }
 
  private:

@@ -16,6 +16,8 @@ using protocol::make_error;
 namespace {
 
 constexpr int kUnavailable = 14;  // gRPC: this member cannot serve (no leader, stopping): ask another
+// Kept-alive connections per endpoint: an instance's lease renewals and registrations, a router's listings.
+constexpr size_t kIdleConnectionsPerEndpoint = 4;
 
 Result<json> parse_answer(const std::string& body) {
   auto j = json::parse(body, nullptr, false);
@@ -67,12 +69,20 @@ std::string prefix_end(const std::string& prefix) {
   return std::string(1, '\0');  // every key
 }
 
+struct EtcdClient::Pools {
+  std::vector<std::unique_ptr<detail::HttpPool>> by_endpoint;
+};
+
 EtcdClient::EtcdClient(std::vector<Endpoint> endpoints, std::chrono::milliseconds timeout,
                        std::shared_ptr<Traffic> traffic)
     : endpoints_(std::move(endpoints)),
       timeout_(timeout),
       current_(std::make_shared<std::atomic<size_t>>(0)),
-      traffic_(std::move(traffic)) {}
+      pools_(std::make_shared<Pools>()),
+      traffic_(std::move(traffic)) {
+  for (const auto& ep : endpoints_)
+    pools_->by_endpoint.push_back(std::make_unique<detail::HttpPool>(ep, kIdleConnectionsPerEndpoint));
+}
 
 Result<EtcdClient> EtcdClient::create(ClientOptions options) {
   if (options.endpoints.empty()) return make_error(ErrorCode::config_error, "no etcd endpoints");
@@ -94,7 +104,12 @@ Result<std::string> EtcdClient::call(const std::string& path, const std::string&
   const size_t first = current_->load();
   for (size_t i = 0; i < endpoints_.size(); ++i) {
     const size_t idx = (first + i) % endpoints_.size();
-    auto reply = detail::http_post(endpoints_[idx], path, body, timeout_);
+    detail::HttpPool& pool = *pools_->by_endpoint[idx];
+    auto conn = pool.take();
+    const uint64_t connects_before = conn->connects();
+    auto reply = conn->post(path, body, timeout_);
+    if (traffic_) traffic_->connections += conn->connects() - connects_before;
+    pool.give_back(std::move(conn));  // a failed one holds no connection any more: the next call opens one
     if (!reply) {
       errors += (errors.empty() ? "" : "; ") + reply.error().detail;
       continue;

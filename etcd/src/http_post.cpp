@@ -1,10 +1,13 @@
 #include "http_post.hpp"
 
+#include <poll.h>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+
+#include <optional>
 
 namespace epd::etcd::detail {
 namespace {
@@ -33,45 +36,114 @@ void run_until(asio::io_context& ioc, const bool& done) {
 
 }  // namespace
 
-protocol::Result<HttpReply> http_post(const Endpoint& ep, const std::string& target, const std::string& body,
-                                      std::chrono::milliseconds timeout) {
+struct HttpConnection::Io {
   asio::io_context ioc;
-  beast::tcp_stream stream(ioc);
-  beast::error_code ec;
-  tcp::resolver resolver(ioc);
-  auto addrs = resolver.resolve(ep.host, std::to_string(ep.port), ec);
-  if (ec) return make_error(ErrorCode::peer_unreachable, ep.text() + ": " + ec.message());
-  auto req = make_request(ep, target, body);
-  http::response<http::string_body> res;
+  std::optional<beast::tcp_stream> stream;  // open while kept
   beast::flat_buffer buf;
-  bool done = false;
+
+  void drop() {
+    if (!stream) return;
+    beast::error_code ignored;
+    stream->socket().shutdown(tcp::socket::shutdown_both, ignored);
+    stream.reset();
+    buf.clear();
+  }
+  // A kept connection is usable only while nothing is waiting on it: an idle HTTP server sends nothing,
+  // so anything readable (its FIN, a reset, stray bytes) means the connection is done.
+  bool still_open() {
+    if (!stream) return false;
+    pollfd p{stream->socket().native_handle(), POLLIN, 0};
+    return ::poll(&p, 1, 0) == 0;
+  }
+};
+
+HttpConnection::HttpConnection(Endpoint ep) : ep_(std::move(ep)), io_(std::make_unique<Io>()) {}
+
+HttpConnection::~HttpConnection() {
+  io_->drop();
+}
+
+protocol::Result<HttpReply> HttpConnection::post(const std::string& target, const std::string& body,
+                                                 std::chrono::milliseconds timeout) {
+  bool reused_and_unsent = false;
+  auto reply = attempt(target, body, timeout, &reused_and_unsent);
+  if (!reply && reused_and_unsent) reply = attempt(target, body, timeout, &reused_and_unsent);
+  return reply;
+}
+
+protocol::Result<HttpReply> HttpConnection::attempt(const std::string& target, const std::string& body,
+                                                    std::chrono::milliseconds timeout,
+                                                    bool* reused_and_unsent) {
+  Io& io = *io_;
+  *reused_and_unsent = false;
+  io.ioc.restart();
+  beast::error_code ec;
   std::string failed_at;
-  stream.expires_after(timeout);
-  stream.async_connect(addrs, [&](beast::error_code e, const tcp::endpoint&) {
-    if (e) {
-      ec = e, failed_at = "connect", done = true;
-      return;
-    }
-    http::async_write(stream, req, [&](beast::error_code e2, size_t) {
-      if (e2) {
-        ec = e2, failed_at = "send", done = true;
+  if (!io.still_open()) {
+    io.drop();
+    tcp::resolver resolver(io.ioc);
+    auto addrs = resolver.resolve(ep_.host, std::to_string(ep_.port), ec);
+    if (ec) return make_error(ErrorCode::peer_unreachable, ep_.text() + ": " + ec.message());
+    io.stream.emplace(io.ioc);
+    ++connects_;
+    bool connected = false;
+    io.stream->expires_after(timeout);
+    io.stream->async_connect(addrs, [&](beast::error_code e, const tcp::endpoint&) {
+      ec = e, failed_at = "connect", connected = true;
+    });
+    run_until(io.ioc, connected);
+  } else {
+    *reused_and_unsent = true;
+  }
+  auto req = make_request(ep_, target, body);
+  http::response<http::string_body> res;
+  if (!ec) {
+    bool done = false;
+    io.stream->expires_after(timeout);
+    http::async_write(*io.stream, req, [&](beast::error_code e, size_t) {
+      if (e) {
+        ec = e, failed_at = "send", done = true;
         return;
       }
-      http::async_read(stream, buf, res,
-                       [&](beast::error_code e3, size_t) { ec = e3, failed_at = "read", done = true; });
+      *reused_and_unsent = false;  // the request is out: never send it twice
+      http::async_read(*io.stream, io.buf, res,
+                       [&](beast::error_code e2, size_t) { ec = e2, failed_at = "read", done = true; });
     });
-  });
-  run_until(ioc, done);
-  beast::error_code ignored;
-  stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
+    run_until(io.ioc, done);
+  }
   if (ec) {
+    io.drop();
     const bool timed_out = ec == beast::error::timeout;
     return make_error(
         timed_out ? ErrorCode::timeout : ErrorCode::peer_unreachable,
-        ep.text() + target + ": " + failed_at + ": " +
+        ep_.text() + target + ": " + failed_at + ": " +
             (timed_out ? "no answer within " + std::to_string(timeout.count()) + " ms" : ec.message()));
   }
+  *reused_and_unsent = false;
+  if (!res.keep_alive()) io.drop();  // the server said it closes this connection
   return HttpReply{res.result_int(), std::move(res.body())};
+}
+
+std::unique_ptr<HttpConnection> HttpPool::take() {
+  {
+    std::lock_guard lock(mu_);
+    if (!idle_.empty()) {
+      auto c = std::move(idle_.back());
+      idle_.pop_back();
+      return c;
+    }
+  }
+  return std::make_unique<HttpConnection>(ep_);
+}
+
+void HttpPool::give_back(std::unique_ptr<HttpConnection> c) {
+  std::lock_guard lock(mu_);
+  if (idle_.size() < max_idle_) idle_.push_back(std::move(c));
+}
+
+protocol::Result<HttpReply> http_post(const Endpoint& ep, const std::string& target, const std::string& body,
+                                      std::chrono::milliseconds timeout) {
+  return HttpConnection(ep).post(target, body, timeout);
 }
 
 StreamEnd http_post_stream(const Endpoint& ep, const std::string& target, const std::string& body,

@@ -232,3 +232,26 @@ TEST_CASE("etcd client traffic counts answered calls, listings and watch events"
   CHECK_FALSE(EtcdClient::create({{dead_url()}, 300ms, traffic})->put("/t/b", "y"));
   CHECK(traffic->calls == 2);  // a call nobody answered costs nothing here
 }
+
+TEST_CASE("etcd client keeps its connection alive across calls and copies, and reconnects after a restart") {
+  testing::EtcdServer server;
+  server.start();
+  auto traffic = std::make_shared<etcd::Traffic>();
+  auto made = EtcdClient::create({{server.url()}, 2000ms, traffic});
+  REQUIRE(made);
+  const EtcdClient c = *made;
+  auto lease = c.grant(30s);
+  REQUIRE(lease);
+  for (int i = 0; i < 20; ++i) REQUIRE(c.keep_alive(lease->id));
+  const EtcdClient copy = c;  // copies share the kept connections
+  REQUIRE(copy.put("/k/a", "a", lease->id));
+  CHECK(traffic->calls == 22);
+  CHECK(traffic->connections == 1);  // not one per renewal
+  // etcd restarts: the kept connection is closed under the client, which notices before its next call and
+  // opens a new one, so the call itself does not fail.
+  server.stop();
+  server.start();
+  REQUIRE(c.put("/k/b", "b"));
+  CHECK(traffic->connections == 2);
+  CHECK(traffic->calls == 23);
+}

@@ -1,7 +1,8 @@
 #pragma once
 // An etcd v3 client over etcd's JSON gRPC-gateway: the same protobuf API as gRPC, as JSON POSTs on the
 // client port (keys and values base64, 64-bit numbers as strings). Every call is blocking and bounded by
-// `timeout`; each opens its own connection, so one client may be used from several threads. Endpoints are
+// `timeout`. Unary calls reuse kept-alive connections (a small pool per endpoint, shared by the client's
+// copies), so one client may be used from several threads; a watch has a connection of its own. Endpoints are
 // tried in turn: a call that cannot reach one (or gets "unavailable") moves on to the next, and the next
 // call starts from the endpoint that answered last.
 #include <atomic>
@@ -57,6 +58,7 @@ struct WatchEnd {
 // headers and chunk framing left out. Shared by every copy of a client; may be shared by many clients.
 struct Traffic {
   std::atomic<uint64_t> calls{0};         // unary calls answered (grant, renewals, puts, listings...)
+  std::atomic<uint64_t> connections{0};   // connections the unary calls opened (kept alive between calls)
   std::atomic<uint64_t> call_bytes{0};    // their bodies
   std::atomic<uint64_t> range_bytes{0};   // of which listings (range_prefix)
   std::atomic<uint64_t> watch_bytes{0};   // watch stream lines (one JSON response each, newline included)
@@ -108,6 +110,8 @@ class EtcdClient {
   std::chrono::milliseconds timeout_;
   // Shared by copies (moves of the client keep it); the index of the endpoint that answered last.
   std::shared_ptr<std::atomic<size_t>> current_;
+  struct Pools;  // kept-alive connections, one pool per endpoint; shared by copies
+  std::shared_ptr<Pools> pools_;
   std::shared_ptr<Traffic> traffic_;  // may be null
 };
 
