@@ -7,7 +7,6 @@
 
 #include <atomic>
 #include <cstring>
-#include <deque>
 #include <map>
 #include <mutex>
 #include <set>
@@ -17,18 +16,38 @@
 namespace epd::transport {
 namespace {
 
-enum class CmdKind { send, reply, forget };
-struct Cmd {
-  CmdKind kind;
-  std::string target;
-  std::vector<uint8_t> frame;
-};
-
-// A DEALER plus the PAIR socket its monitor reports disconnects on.
+// A DEALER plus the PAIR socket its monitor reports disconnects on, with the file descriptors the I/O
+// thread polls for them (ZMQ_FD: readable when the socket may have news; its ZMQ_EVENTS says which).
 struct Dealer {
   zmq::socket_t socket;
   zmq::socket_t monitor;
+  int fd = -1, monitor_fd = -1;
 };
+
+// What one poll entry watches.
+enum class Watch : uint8_t { wake, router, zap, router_monitor, dealer, dealer_monitor };
+struct Watched {
+  Watch kind;
+  std::string endpoint;  // dealer and dealer_monitor
+};
+
+// A frame read under the lock, handed to the handler after it is released.
+struct Inbound {
+  std::string from;
+  bool via_router;
+  zmq::message_t frame;
+};
+
+// Frames read from one socket per wake-up, so one busy peer cannot hold the lock (and every sender) long.
+constexpr int reads_per_wake = 64;
+
+int fd_of(zmq::socket_t& s) {
+  return s.get(zmq::sockopt::fd);
+}
+
+bool readable(zmq::socket_t& s) {
+  return (s.get(zmq::sockopt::events) & ZMQ_POLLIN) != 0;
+}
 
 // The address libzmq's ZAP client asks at (RFC 27); one handler per context, so per channel.
 constexpr const char* zap_endpoint = "inproc://zeromq.zap.01";
@@ -43,36 +62,44 @@ std::string z85_of(const zmq::message_t& raw) {
 
 }  // namespace
 
+// Threading. Every socket is guarded by `mu`: ZeroMQ sockets are not thread-safe, but one may be used by
+// several threads in turn when a full memory barrier separates them, which the mutex gives. A caller's
+// send() takes the lock and hands the frame to the DEALER itself (ZeroMQ's own I/O thread then writes it),
+// so a frame crosses no thread of ours on the way out. The channel's I/O thread only reads: it polls the
+// sockets' ZMQ_FDs without the lock, then takes it to read what arrived, and calls the handler after it is
+// released (a handler may send). A socket's ZMQ_FD signals only "look at ZMQ_EVENTS", and any operation on
+// the socket may consume that signal, so a caller whose send leaves a socket readable wakes the I/O thread.
 struct ControlChannel::Impl {
   ChannelConfig config;
   Handler handler;
   DisconnectHandler on_disconnect;
-  // One I/O thread. Sockets: the registry's process holds a DEALER and its monitor per member, which passes
-  // ZeroMQ's default of 1,023 per context at about 500 members (epd-bench membership runs 1,000).
+  // Sockets: the registry's process holds a DEALER and its monitor per member, which passes ZeroMQ's
+  // default of 1,023 per context at about 500 members (epd-bench membership runs 1,000).
   zmq::context_t ctx{1, 8192};
   zmq::socket_t router{ctx, zmq::socket_type::router};
-  zmq::socket_t zap;                      // REP at zap_endpoint (CURVE only)
-  zmq::socket_t router_monitor;           // handshake failures on the ROUTER (CURVE only)
-  std::set<std::string> logged_sources;   // refusals already logged (bounded)
-  std::map<std::string, Dealer> dealers;  // endpoint -> socket; I/O thread only
-  uint64_t monitors = 0;
+  zmq::socket_t zap;             // REP at zap_endpoint (CURVE only)
+  zmq::socket_t router_monitor;  // handshake failures on the ROUTER (CURVE only)
   std::string bound;
   int wake_fd = -1;
-  std::mutex mu;
-  std::deque<Cmd> queue;
   std::thread io;
   std::atomic<bool> stopping{false};
-  std::atomic<uint64_t> received{0}, sent{0}, dropped_send{0}, dropped_recv{0}, refused_peers{0};
+  std::atomic<uint64_t> received{0}, sent{0}, dropped_send{0}, dropped_recv{0}, refused_peers{0},
+      late_reads{0};
+
+  std::mutex mu;                          // guards every socket and everything below
+  std::map<std::string, Dealer> dealers;  // endpoint -> socket
+  std::vector<Dealer> retired;  // dropped by a caller; closed by the I/O thread once it polls no more
+  std::set<std::string> logged_sources;  // refusals already logged (bounded)
+  uint64_t monitors = 0;
+  bool poll_set_changed = true;  // a dealer came or went: the I/O thread rebuilds what it polls
+  bool look_at_all = true;       // a caller may have consumed a socket's signal: read every socket once
+  bool closed = false;           // stop() closed the sockets: sends are dropped
 
   ~Impl() {
     if (wake_fd >= 0) ::close(wake_fd);
   }
 
-  void push(Cmd cmd) {
-    {
-      std::lock_guard lock(mu);
-      queue.push_back(std::move(cmd));
-    }
+  void wake() {
     const uint64_t one = 1;
     [[maybe_unused]] auto n = ::write(wake_fd, &one, sizeof one);
   }
@@ -83,10 +110,10 @@ struct ControlChannel::Impl {
     return logged_sources.insert(source).second;
   }
 
-  // Null when the peer's public key is unknown (CURVE on): nothing can be sent to it.
-  zmq::socket_t* dealer_for(const std::string& endpoint) {
+  // Under mu. Null when the peer's public key is unknown (CURVE on): nothing can be sent to it.
+  Dealer* dealer_for(const std::string& endpoint) {
     auto it = dealers.find(endpoint);
-    if (it != dealers.end()) return &it->second.socket;
+    if (it != dealers.end()) return &it->second;
     zmq::socket_t s(ctx, zmq::socket_type::dealer);
     if (config.curve) {
       const std::string server = config.curve->server_key ? config.curve->server_key(endpoint) : "";
@@ -119,9 +146,14 @@ struct ControlChannel::Impl {
     mon.set(zmq::sockopt::linger, 0);
     mon.connect(addr);
     s.connect(endpoint);
-    return &dealers.emplace(endpoint, Dealer{std::move(s), std::move(mon)}).first->second.socket;
+    Dealer d{std::move(s), std::move(mon)};
+    d.fd = fd_of(d.socket);
+    d.monitor_fd = fd_of(d.monitor);
+    poll_set_changed = true;
+    return &dealers.emplace(endpoint, std::move(d)).first->second;
   }
 
+  // Under mu. The socket is closed later by the I/O thread, which may be polling its descriptor now.
   void drop_dealer(const std::string& endpoint) {
     auto it = dealers.find(endpoint);
     if (it == dealers.end()) return;
@@ -129,76 +161,72 @@ struct ControlChannel::Impl {
     // Queued frames are for a peer we consider gone: discard them rather than deliver them to whatever
     // restarts on that endpoint.
     it->second.socket.set(zmq::sockopt::linger, 0);
+    retired.push_back(std::move(it->second));
     dealers.erase(it);
+    poll_set_changed = true;
   }
 
-  void on_monitor_readable(const std::string& endpoint, zmq::socket_t& mon) {
-    auto parts = read_parts(mon);
-    if (parts.size() < 1 || parts[0].size() < sizeof(uint16_t)) return;
-    uint16_t event = 0;
-    std::memcpy(&event, parts[0].data(), sizeof event);
-    if (event != ZMQ_EVENT_DISCONNECTED) {
-      if (first_time("handshake " + endpoint))
-        spdlog::warn(
-            "control: CURVE handshake with {} failed (event {:#x}): it refused our key or holds "
-            "another key than the cluster lists for it",
-            endpoint, event);
-    }
-    spdlog::debug("control: connection to {} lost", endpoint);
-    drop_dealer(endpoint);
-    if (on_disconnect) {
-      try {
-        on_disconnect(endpoint);
-      } catch (const std::exception& e) {
-        spdlog::error("control: disconnect handler failed for {}: {}", endpoint, e.what());
-      }
-    }
-  }
-
-  void run_command(Cmd& cmd) {
-    try {
-      switch (cmd.kind) {
-        case CmdKind::send: {
-          auto* s = dealer_for(cmd.target);
-          if (s && s->send(zmq::buffer(cmd.frame), zmq::send_flags::dontwait)) {
-            ++sent;
-          } else {
-            ++dropped_send;
-            if (s)
-              spdlog::warn("control: queue to {} is full, dropped a {}-byte frame", cmd.target,
-                           cmd.frame.size());
-          }
-          break;
-        }
-        case CmdKind::reply: {
-          // ROUTER_MANDATORY: an unknown routing id throws EHOSTUNREACH instead of vanishing silently.
-          if (router.send(zmq::buffer(cmd.target), zmq::send_flags::sndmore | zmq::send_flags::dontwait) &&
-              router.send(zmq::buffer(cmd.frame), zmq::send_flags::dontwait)) {
-            ++sent;
-          } else {
-            ++dropped_send;
-          }
-          break;
-        }
-        case CmdKind::forget:
-          drop_dealer(cmd.target);
-          break;
-      }
-    } catch (const zmq::error_t& e) {
-      ++dropped_send;
-      spdlog::warn("control: cannot send to {}: {}", cmd.target, e.what());
-    }
-  }
-
-  void drain_commands() {
-    uint64_t counter;
-    [[maybe_unused]] auto n = ::read(wake_fd, &counter, sizeof counter);
-    std::deque<Cmd> batch;
+  // Called by any thread. `wake` is set when the I/O thread must look again (see the threading note).
+  void send(const std::string& endpoint, std::vector<uint8_t>& frame) {
+    bool wake_io = false;
     {
       std::lock_guard lock(mu);
-      batch.swap(queue);
+      if (closed) {
+        ++dropped_send;
+        return;
+      }
+      try {
+        const bool known = dealers.count(endpoint) != 0;
+        Dealer* d = dealer_for(endpoint);
+        wake_io = !known && d;
+        if (d && d->socket.send(zmq::buffer(frame), zmq::send_flags::dontwait)) {
+          ++sent;
+        } else {
+          ++dropped_send;
+          if (d)
+            spdlog::warn("control: queue to {} is full, dropped a {}-byte frame", endpoint, frame.size());
+        }
+        if (d && readable(d->socket)) wake_io = look_at_all = true;
+      } catch (const zmq::error_t& e) {
+        ++dropped_send;
+        spdlog::warn("control: cannot send to {}: {}", endpoint, e.what());
+      }
     }
-    for (auto& cmd : batch) run_command(cmd);
+    if (wake_io) wake();
+  }
+
+  void reply(const std::string& routing_id, std::vector<uint8_t>& frame) {
+    bool wake_io = false;
+    {
+      std::lock_guard lock(mu);
+      if (closed) {
+        ++dropped_send;
+        return;
+      }
+      try {
+        // ROUTER_MANDATORY: an unknown routing id throws EHOSTUNREACH instead of vanishing silently.
+        if (router.send(zmq::buffer(routing_id), zmq::send_flags::sndmore | zmq::send_flags::dontwait) &&
+            router.send(zmq::buffer(frame), zmq::send_flags::dontwait))
+          ++sent;
+        else
+          ++dropped_send;
+      } catch (const zmq::error_t& e) {
+        ++dropped_send;
+        if (first_time("unreachable " + routing_id))
+          spdlog::warn("control: cannot answer {}: {} (logged once per peer)", routing_id, e.what());
+      }
+      if (readable(router)) wake_io = look_at_all = true;
+    }
+    if (wake_io) wake();
+  }
+
+  void forget(const std::string& endpoint) {
+    {
+      std::lock_guard lock(mu);
+      if (closed) return;
+      drop_dealer(endpoint);
+    }
+    wake();  // so the retired socket is closed soon
   }
 
   // Reads one multipart message; returns its parts.
@@ -214,18 +242,20 @@ struct ControlChannel::Impl {
     return parts;
   }
 
-  void deliver(const std::string& from, bool via_router, zmq::message_t& m) {
+  void deliver(Inbound& in) {
     ++received;
-    const auto* p = static_cast<const uint8_t*>(m.data());
+    const auto* p = static_cast<const uint8_t*>(in.frame.data());
     try {
-      handler(from, via_router, std::vector<uint8_t>(p, p + m.size()));
+      handler(in.from, in.via_router, std::vector<uint8_t>(p, p + in.frame.size()));
     } catch (const std::exception& e) {
-      spdlog::error("control: handler failed on a frame from {}: {}", from, e.what());
+      spdlog::error("control: handler failed on a frame from {}: {}", in.from, e.what());
     }
   }
 
-  void on_router_readable() {
+  // Under mu: one message from the ROUTER into `inbox`.
+  void read_router(std::vector<Inbound>& inbox) {
     auto parts = read_parts(router);
+    if (parts.empty()) return;
     if (parts.size() != 2) {
       ++dropped_recv;
       spdlog::warn("control: dropped a {}-part message on the ROUTER (expected routing id + one frame)",
@@ -244,12 +274,12 @@ struct ControlChannel::Impl {
         return;
       }
     }
-    deliver(parts[0].to_string(), true, parts[1]);
+    inbox.push_back({parts[0].to_string(), true, std::move(parts[1])});
   }
 
-  // ZAP (RFC 27): version, request id, domain, address, identity, mechanism, credentials (the client's
-  // 32-byte public key). Runs inside the handshake: a refused peer never gets a frame to us.
-  void on_zap_readable() {
+  // Under mu. ZAP (RFC 27): version, request id, domain, address, identity, mechanism, credentials (the
+  // client's 32-byte public key). Runs inside the handshake: a refused peer never gets a frame to us.
+  void answer_zap() {
     auto req = read_parts(zap);
     if (req.size() < 6) return;  // libzmq's own client; a short request cannot happen
     std::string status = "400", text = "unknown key", user;
@@ -280,8 +310,8 @@ struct ControlChannel::Impl {
     zap.send(zmq::str_buffer(""), zmq::send_flags::none);
   }
 
-  // Handshakes that failed before ZAP: a client without CURVE, or garbage instead of a greeting.
-  void on_router_monitor_readable() {
+  // Under mu. Handshakes that failed before ZAP: a client without CURVE, or garbage instead of a greeting.
+  void read_router_monitor() {
     auto parts = read_parts(router_monitor);
     if (parts.empty() || parts[0].size() < sizeof(uint16_t)) return;
     uint16_t event = 0;
@@ -295,62 +325,144 @@ struct ControlChannel::Impl {
           event);
   }
 
-  void on_dealer_readable(const std::string& endpoint, zmq::socket_t& s) {
-    auto parts = read_parts(s);
-    if (parts.size() != 1) {
-      ++dropped_recv;
-      return;
+  // Under mu: the dealer's monitor reported a lost connection (or a failed handshake); the dealer is
+  // dropped and `lost` gets its endpoint for the disconnect handler.
+  void read_dealer_monitor(const std::string& endpoint, Dealer& d, std::vector<std::string>& lost) {
+    auto parts = read_parts(d.monitor);
+    if (parts.empty() || parts[0].size() < sizeof(uint16_t)) return;
+    uint16_t event = 0;
+    std::memcpy(&event, parts[0].data(), sizeof event);
+    if (event != ZMQ_EVENT_DISCONNECTED) {
+      if (first_time("handshake " + endpoint))
+        spdlog::warn(
+            "control: CURVE handshake with {} failed (event {:#x}): it refused our key or holds "
+            "another key than the cluster lists for it",
+            endpoint, event);
     }
-    deliver(endpoint, false, parts[0]);
+    spdlog::debug("control: connection to {} lost", endpoint);
+    drop_dealer(endpoint);
+    lost.push_back(endpoint);
+  }
+
+  // Under mu: what the I/O thread polls (outside the lock), rebuilt when a dealer came or went.
+  void rebuild_poll_set(std::vector<pollfd>& fds, std::vector<Watched>& watched) {
+    fds.clear();
+    watched.clear();
+    auto add = [&](int fd, Watch kind, const std::string& endpoint = {}) {
+      fds.push_back({fd, POLLIN, 0});
+      watched.push_back({kind, endpoint});
+    };
+    add(wake_fd, Watch::wake);
+    add(fd_of(router), Watch::router);
+    // CURVE only: a plain channel has no such sockets, and must not poll some other descriptor instead.
+    if (zap) add(fd_of(zap), Watch::zap);
+    if (router_monitor) add(fd_of(router_monitor), Watch::router_monitor);
+    for (auto& [ep, d] : dealers) {
+      add(d.fd, Watch::dealer, ep);
+      add(d.monitor_fd, Watch::dealer_monitor, ep);
+    }
+    poll_set_changed = false;
+    look_at_all = true;  // a new socket's first signal may have gone before it was polled
+  }
+
+  // Under mu: reads what the entry watches, up to reads_per_wake messages. True when more may be waiting.
+  bool read_watched(const Watched& w, std::vector<Inbound>& inbox, std::vector<std::string>& lost) {
+    for (int n = 0; n < reads_per_wake; ++n) {
+      switch (w.kind) {
+        case Watch::wake:
+          return false;
+        case Watch::zap:
+          if (!readable(zap)) return false;
+          answer_zap();
+          break;
+        case Watch::router_monitor:
+          if (!readable(router_monitor)) return false;
+          read_router_monitor();
+          break;
+        case Watch::router:
+          if (!readable(router)) return false;
+          read_router(inbox);
+          break;
+        case Watch::dealer:
+        case Watch::dealer_monitor: {
+          auto it = dealers.find(w.endpoint);  // it may have been dropped since the poll set was built
+          if (it == dealers.end()) return false;
+          Dealer& d = it->second;
+          if (w.kind == Watch::dealer_monitor) {
+            if (!readable(d.monitor)) return false;
+            read_dealer_monitor(w.endpoint, d, lost);
+            return false;  // the dealer is gone
+          }
+          if (!readable(d.socket)) return false;
+          auto parts = read_parts(d.socket);
+          if (parts.size() == 1)
+            inbox.push_back({w.endpoint, false, std::move(parts[0])});
+          else if (!parts.empty())
+            ++dropped_recv;
+          break;
+        }
+      }
+    }
+    return true;
   }
 
   void loop() {
-    std::vector<zmq::pollitem_t> items;
-    std::vector<std::pair<std::string, Dealer*>> polled;
+    std::vector<pollfd> fds;
+    std::vector<Watched> watched;
+    std::vector<Inbound> inbox;
+    std::vector<std::string> lost;
+    bool more = false;  // a socket had more than reads_per_wake messages: look again without sleeping
     while (!stopping.load()) {
-      items.clear();
-      polled.clear();
-      items.push_back({nullptr, wake_fd, ZMQ_POLLIN, 0});
-      items.push_back({router.handle(), 0, ZMQ_POLLIN, 0});
-      // CURVE: ZAP and the ROUTER's monitor. Only when they exist: a null socket would make zmq_poll watch
-      // file descriptor 0 instead.
-      const bool curve = bool(zap);
-      if (curve) {
-        items.push_back({zap.handle(), 0, ZMQ_POLLIN, 0});
-        items.push_back({router_monitor.handle(), 0, ZMQ_POLLIN, 0});
+      {
+        std::lock_guard lock(mu);
+        retired.clear();  // not polled since the last rebuild below
+        if (poll_set_changed) rebuild_poll_set(fds, watched);
       }
-      const size_t first_dealer = items.size();
-      for (auto& [ep, d] : dealers) {
-        items.push_back({d.socket.handle(), 0, ZMQ_POLLIN, 0});
-        items.push_back({d.monitor.handle(), 0, ZMQ_POLLIN, 0});
-        polled.emplace_back(ep, &d);
+      const bool again = more;  // a socket had more: look at all without sleeping
+      const int rc = ::poll(fds.data(), fds.size(), again ? 0 : 200);
+      if (rc < 0 && errno != EINTR) spdlog::error("control: poll failed: {}", std::strerror(errno));
+      if (fds[0].revents & POLLIN) {
+        uint64_t counter;
+        [[maybe_unused]] auto n = ::read(wake_fd, &counter, sizeof counter);
       }
-      try {
-        zmq::poll(items.data(), items.size(), std::chrono::milliseconds(200));
-      } catch (const zmq::error_t& e) {
-        if (e.num() == ETERM) break;
-        if (e.num() == EINTR) continue;
-        spdlog::error("control: poll failed: {}", e.what());
-        continue;
+      more = false;
+      {
+        std::lock_guard lock(mu);
+        // On the idle tick every socket is looked at too: a safety net. What it finds waited for the
+        // tick, which means a lost signal (a defect): counted, logged once.
+        const bool tick = rc == 0 && !again && !look_at_all;
+        const bool all = std::exchange(look_at_all, false) || again || rc == 0;
+        // ZAP first: a handshake waits on it.
+        for (size_t i = 0; i < watched.size(); ++i)
+          if (watched[i].kind == Watch::zap && (all || fds[i].revents))
+            more |= read_watched(watched[i], inbox, lost);
+        for (size_t i = 0; i < watched.size(); ++i)
+          if (watched[i].kind != Watch::zap && (all || fds[i].revents))
+            more |= read_watched(watched[i], inbox, lost);
+        if (tick && !inbox.empty()) {
+          late_reads += inbox.size();
+          if (first_time("late reads"))
+            spdlog::warn("control: {} frames waited for the idle tick: a socket's signal was lost",
+                         inbox.size());
+        }
       }
-      if (curve && (items[2].revents & ZMQ_POLLIN)) on_zap_readable();  // first: a handshake waits on it
-      if (curve && (items[3].revents & ZMQ_POLLIN)) on_router_monitor_readable();
-      if (items[1].revents & ZMQ_POLLIN) on_router_readable();
-      std::vector<std::string> lost;
-      for (size_t i = 0; i < polled.size(); ++i) {
-        if (items[first_dealer + 2 * i].revents & ZMQ_POLLIN)
-          on_dealer_readable(polled[i].first, polled[i].second->socket);
-        if (items[first_dealer + 2 * i + 1].revents & ZMQ_POLLIN) lost.push_back(polled[i].first);
+      for (auto& in : inbox) deliver(in);
+      inbox.clear();
+      for (const auto& ep : lost) {
+        if (!on_disconnect) continue;
+        try {
+          on_disconnect(ep);
+        } catch (const std::exception& e) {
+          spdlog::error("control: disconnect handler failed for {}: {}", ep, e.what());
+        }
       }
-      // After the loop: a disconnect erases the dealer `polled` points to.
-      for (const auto& ep : lost)
-        if (auto it = dealers.find(ep); it != dealers.end()) on_monitor_readable(ep, it->second.monitor);
-      // Commands last: they may erase dealers referenced by `polled`.
-      if (items[0].revents & ZMQ_POLLIN) drain_commands();
+      lost.clear();
     }
-    drain_commands();  // flush what callers queued before stop(), bounded by linger
+    std::lock_guard lock(mu);
+    closed = true;
+    retired.clear();
     for (auto& [_, d] : dealers) zmq_socket_monitor(d.socket.handle(), nullptr, 0);
-    dealers.clear();
+    dealers.clear();  // queued frames still go out, bounded by linger
     if (router_monitor) zmq_socket_monitor(router.handle(), nullptr, 0);
     router.close();
     router_monitor.close();
@@ -416,24 +528,23 @@ const std::string& ControlChannel::endpoint() const {
 }
 
 void ControlChannel::send(const std::string& endpoint, std::vector<uint8_t> frame) {
-  impl_->push({CmdKind::send, endpoint, std::move(frame)});
+  impl_->send(endpoint, frame);
 }
 void ControlChannel::reply(const std::string& routing_id, std::vector<uint8_t> frame) {
-  impl_->push({CmdKind::reply, routing_id, std::move(frame)});
+  impl_->reply(routing_id, frame);
 }
 void ControlChannel::forget(const std::string& endpoint) {
-  impl_->push({CmdKind::forget, endpoint, {}});
+  impl_->forget(endpoint);
 }
 
 ChannelStats ControlChannel::stats() const {
-  return {impl_->received.load(), impl_->sent.load(), impl_->dropped_send.load(), impl_->dropped_recv.load(),
-          impl_->refused_peers.load()};
+  return {impl_->received.load(),     impl_->sent.load(),          impl_->dropped_send.load(),
+          impl_->dropped_recv.load(), impl_->refused_peers.load(), impl_->late_reads.load()};
 }
 
 void ControlChannel::stop() {
   if (!impl_ || impl_->stopping.exchange(true)) return;
-  const uint64_t one = 1;
-  [[maybe_unused]] auto n = ::write(impl_->wake_fd, &one, sizeof one);
+  impl_->wake();
   if (impl_->io.joinable()) impl_->io.join();
   impl_->ctx.close();
 }

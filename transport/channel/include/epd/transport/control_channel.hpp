@@ -1,8 +1,10 @@
 #pragma once
 // The control plane's sockets: one ZeroMQ ROUTER bound at this instance's control endpoint (receives from
-// every peer) and one DEALER per peer endpoint (routing id = my instance id) for sending. All sockets live
-// on one I/O thread; other threads hand frames over through a queue, so callers never touch a socket and
-// never block on the network. Frames are opaque bytes here: the codec lives in protocol/.
+// every peer) and one DEALER per peer endpoint (routing id = my instance id) for sending. A caller's send
+// hands its frame to the socket itself, under the channel's lock (one hop fewer than a queue to the I/O
+// thread: docs/transport.md, "Control channel latency"); it never blocks on the network (a full peer queue
+// drops the frame). The channel's I/O thread reads every socket and calls the handlers. Frames are opaque
+// bytes here: the codec lives in protocol/.
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -49,6 +51,9 @@ struct ChannelStats {
   // CURVE: connections refused before any frame of theirs was read: a key not in the allowlist (ZAP), a
   // routing id that is not the key's, or a handshake that failed (no CURVE, garbage greeting).
   uint64_t refused_peers = 0;
+  // Frames the I/O thread found only on its idle tick (200 ms), not announced by their socket: always 0
+  // unless a wake-up was lost (a defect the tick bounds).
+  uint64_t late_reads = 0;
 };
 
 class ControlChannel {
@@ -69,11 +74,13 @@ class ControlChannel {
 
   // The endpoint actually bound (a wildcard port resolved).
   const std::string& endpoint() const;
-  // Queues `frame` for the peer listening at `endpoint` (a DEALER is connected on first use).
+  // Queues `frame` for the peer listening at `endpoint` (a DEALER is connected on first use). Thread-safe;
+  // frames one thread sends to one endpoint arrive in order. Dropped (and counted) after stop().
   void send(const std::string& endpoint, std::vector<uint8_t> frame);
   // Queues `frame` back to a peer that reached my ROUTER with routing id `routing_id`.
   void reply(const std::string& routing_id, std::vector<uint8_t> frame);
-  // Closes the DEALER to `endpoint` (e.g. after the peer died); queued frames to it are dropped.
+  // Closes the DEALER to `endpoint` (e.g. after the peer died); queued frames to it are dropped, and the
+  // next send() to it opens a new connection.
   void forget(const std::string& endpoint);
   ChannelStats stats() const;
   // Stops the I/O thread and closes every socket (bounded by linger). Idempotent.
