@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "inline_unit.hpp"
+
 namespace epd::actors {
 
 using protocol::ErrorCode;
@@ -225,7 +227,11 @@ void Bridge::on_frame(const std::string& from, bool via_router, std::vector<uint
   }
   if (!target) return unhandled(*env);
   ++delivered_;
-  caf::anon_send(target, std::move(env.value()));
+  if (!channel_) return caf::anon_send(target, std::move(env.value()));  // offline: the test's scheduler
+  if (!inline_unit_) inline_unit_ = std::make_unique<InlineUnit>(&target->home_system());
+  if (&inline_unit_->system() != &target->home_system())
+    return caf::anon_send(target, std::move(env.value()));
+  inline_unit_->deliver(target, caf::make_message(std::move(env.value())));
 }
 
 BridgeStats Bridge::stats() const {

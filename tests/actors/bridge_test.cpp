@@ -2,6 +2,7 @@
 // reply while the bridge keeps serving.
 #include <caf/all.hpp>
 #include <catch2/catch.hpp>
+#include <mutex>
 #include <thread>
 #include <zmq.hpp>
 
@@ -168,5 +169,87 @@ TEST_CASE("bridge reports a peer whose connection breaks, and a newer incarnatio
   CHECK_FALSE(a.value()->peers().alive("bob"));
   CHECK_FALSE(a.value()->peers().mark_dead("bob", 22));  // once
   bob2.value()->stop();
+  a.value()->stop();
+}
+
+namespace {
+
+// What the inline-delivery test's actors saw: each frame's seq and the thread that handled it.
+struct Seen {
+  std::mutex mu;
+  std::vector<std::pair<uint64_t, std::thread::id>> frames, forwarded;
+  size_t count() {
+    std::lock_guard lock(mu);
+    return frames.size() + forwarded.size();
+  }
+};
+
+using forward_atom = caf::atom_constant<caf::atom("forward")>;
+
+}  // namespace
+
+// A frame for an idle actor runs on the channel thread (no worker is woken for it); a message that actor
+// sends is scheduled as usual, not run on the channel thread too; a busy actor's frames wait in its mailbox
+// (it is busy on the worker) and all arrive in order.
+TEST_CASE("bridge runs an idle actor's frame on the channel thread, and only that one", "[actors][bridge]") {
+  caf::actor_system_config cfg;
+  cfg.set("scheduler.max-threads", 1);  // one worker, so "not the worker" is checkable
+  cfg.set("scheduler.policy", caf::atom("sharing"));
+  caf::actor_system sys{cfg};
+  caf::scoped_actor self{sys};
+  Seen seen;
+  std::thread::id worker;
+  auto probe = sys.spawn([&](caf::event_based_actor*) -> caf::behavior {
+    return {[&](int) { worker = std::this_thread::get_id(); }};
+  });
+  self->send(probe, 1);
+  while (worker == std::thread::id{}) std::this_thread::yield();
+
+  auto echo = sys.spawn([&](caf::event_based_actor*) -> caf::behavior {
+    return {[&](forward_atom, uint64_t seq) {
+      std::lock_guard lock(seen.mu);
+      seen.forwarded.emplace_back(seq, std::this_thread::get_id());
+    }};
+  });
+  auto target = sys.spawn([&](caf::event_based_actor* me) -> caf::behavior {
+    return {[&, me](protocol::Envelope& env) {
+              const uint64_t seq = std::get<protocol::Heartbeat>(env.body).seq;
+              {
+                std::lock_guard lock(seen.mu);
+                seen.frames.emplace_back(seq, std::this_thread::get_id());
+              }
+              me->send(echo, forward_atom::value, seq);
+            },
+            [](int busy_ms) { std::this_thread::sleep_for(std::chrono::milliseconds(busy_ms)); }};
+  });
+  auto a = Bridge::start("alice", 1, "tcp://127.0.0.1:*");
+  auto b = Bridge::start("bob", 1, "tcp://127.0.0.1:*");
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  REQUIRE(b.value()->subscribe(protocol::MessageType::heartbeat, target).ok());
+  constexpr uint64_t n = 500;
+  for (uint64_t seq = 1; seq <= n; ++seq) {
+    a.value()->send_to_endpoint(b.value()->endpoint(), protocol::Heartbeat{.seq = seq});
+    if (seq % 50 == 0) self->send(target, 3);  // busy on the worker: frames queue in its mailbox
+    if (seq % 10 == 0) std::this_thread::sleep_for(std::chrono::microseconds(500));  // idle now and then
+  }
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (seen.count() < 2 * n && std::chrono::steady_clock::now() < end)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  std::lock_guard lock(seen.mu);
+  REQUIRE(seen.frames.size() == n);
+  REQUIRE(seen.forwarded.size() == n);
+  size_t on_channel_thread = 0;
+  for (size_t i = 0; i < n; ++i) {
+    CHECK(seen.frames[i].first == i + 1);  // in order, none lost
+    if (seen.frames[i].second != worker) {
+      ++on_channel_thread;
+      CHECK(seen.frames[i].second != std::this_thread::get_id());
+    }
+  }
+  CHECK(on_channel_thread > 0);  // idle deliveries ran inline
+  CHECK(on_channel_thread < n);  // busy ones went through the scheduler
+  for (const auto& [seq, thread] : seen.forwarded) CHECK(thread == worker);  // never chained inline
+  b.value()->stop();
   a.value()->stop();
 }

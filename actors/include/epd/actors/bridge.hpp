@@ -3,8 +3,9 @@
 // protocol codec (limits on) and delivers the typed Envelope to the actor subscribed to its type; bad frames
 // are logged with their sender and answered with ERROR when the sender can be addressed. Outbound: any actor
 // (or thread) calls send(), which encodes and queues the frame for the I/O thread — it never blocks.
-// The bridge is a thread-owned object, not an actor: ZeroMQ sockets must stay on one thread, and a bridge
-// actor would add a mailbox hop per message without adding isolation.
+// The bridge is a thread-owned object, not an actor: a bridge actor would add a mailbox hop per message
+// without adding isolation. For the same reason a frame for an idle actor is run by the channel thread
+// itself (one message, then the actor is the scheduler's again); offline bridges always use the mailbox.
 #include <atomic>
 #include <caf/all.hpp>
 #include <chrono>
@@ -21,6 +22,8 @@
 #include "epd/transport/control_channel.hpp"
 
 namespace epd::actors {
+
+class InlineUnit;
 
 // Direct liveness news about a peer, from the control connections themselves: the connection to it broke
 // (process died, socket closed, or ZMTP heartbeats went unanswered) or a frame came from a newer
@@ -144,6 +147,9 @@ class Bridge {
   std::atomic<uint64_t> incarnation_;
   const protocol::CodecLimits limits_;
   std::unique_ptr<transport::ControlChannel> channel_;
+  // The channel thread's execution unit: a frame for an idle actor runs there (inline_unit.hpp). Made on
+  // the first frame, for the first target's actor system; touched by the channel thread only.
+  std::unique_ptr<InlineUnit> inline_unit_;
   std::unique_ptr<Outbox> outbox_;  // set instead of channel_ by start_offline
   std::string offline_endpoint_;
   PeerDirectory peers_;
