@@ -198,30 +198,36 @@ TEST_CASE("bridge runs an idle actor's frame on the channel thread, and only tha
   caf::actor_system sys{cfg};
   caf::scoped_actor self{sys};
   Seen seen;
+  // Each actor gets its state as an argument (CAF's spawn of an argument-less function trips UBSan).
   std::thread::id worker;
-  auto probe = sys.spawn([&](caf::event_based_actor*) -> caf::behavior {
-    return {[&](int) { worker = std::this_thread::get_id(); }};
-  });
-  self->send(probe, 1);
-  while (worker == std::thread::id{}) std::this_thread::yield();
+  auto probe = sys.spawn(
+      [](caf::event_based_actor*, std::thread::id* out) -> caf::behavior {
+        return {[out](int) { *out = std::this_thread::get_id(); }};
+      },
+      &worker);
+  self->request(probe, caf::infinite, 1).receive([] {}, [](caf::error&) {});  // `worker` is set after this
 
-  auto echo = sys.spawn([&](caf::event_based_actor*) -> caf::behavior {
-    return {[&](forward_atom, uint64_t seq) {
-      std::lock_guard lock(seen.mu);
-      seen.forwarded.emplace_back(seq, std::this_thread::get_id());
-    }};
-  });
-  auto target = sys.spawn([&](caf::event_based_actor* me) -> caf::behavior {
-    return {[&, me](protocol::Envelope& env) {
-              const uint64_t seq = std::get<protocol::Heartbeat>(env.body).seq;
-              {
-                std::lock_guard lock(seen.mu);
-                seen.frames.emplace_back(seq, std::this_thread::get_id());
-              }
-              me->send(echo, forward_atom::value, seq);
-            },
-            [](int busy_ms) { std::this_thread::sleep_for(std::chrono::milliseconds(busy_ms)); }};
-  });
+  auto echo = sys.spawn(
+      [](caf::event_based_actor*, Seen* seen) -> caf::behavior {
+        return {[seen](forward_atom, uint64_t seq) {
+          std::lock_guard lock(seen->mu);
+          seen->forwarded.emplace_back(seq, std::this_thread::get_id());
+        }};
+      },
+      &seen);
+  auto target = sys.spawn(
+      [](caf::event_based_actor* me, Seen* seen, caf::actor echo) -> caf::behavior {
+        return {[me, seen, echo](protocol::Envelope& env) {
+                  const uint64_t seq = std::get<protocol::Heartbeat>(env.body).seq;
+                  {
+                    std::lock_guard lock(seen->mu);
+                    seen->frames.emplace_back(seq, std::this_thread::get_id());
+                  }
+                  me->send(echo, forward_atom::value, seq);
+                },
+                [](int busy_ms) { std::this_thread::sleep_for(std::chrono::milliseconds(busy_ms)); }};
+      },
+      &seen, echo);
   auto a = Bridge::start("alice", 1, "tcp://127.0.0.1:*");
   auto b = Bridge::start("bob", 1, "tcp://127.0.0.1:*");
   REQUIRE(a.ok());
