@@ -166,8 +166,11 @@ struct ControlChannel::Impl {
     poll_set_changed = true;
   }
 
-  // Called by any thread. `wake` is set when the I/O thread must look again (see the threading note).
-  void send(const std::string& endpoint, std::vector<uint8_t>& frame) {
+  // Any thread: runs `use` on the sockets under the lock, unless stop() closed them (then the frame is
+  // dropped and counted), and wakes the I/O thread when `use` says it must look again (a new socket to
+  // poll, or a socket left readable: see the threading note).
+  template <class Use>
+  void with_sockets(Use&& use) {
     bool wake_io = false;
     {
       std::lock_guard lock(mu);
@@ -175,10 +178,16 @@ struct ControlChannel::Impl {
         ++dropped_send;
         return;
       }
+      wake_io = use();
+    }
+    if (wake_io) wake();
+  }
+
+  void send(const std::string& endpoint, std::vector<uint8_t>& frame) {
+    with_sockets([&] {
       try {
         const bool known = dealers.count(endpoint) != 0;
         Dealer* d = dealer_for(endpoint);
-        wake_io = !known && d;
         if (d && d->socket.send(zmq::buffer(frame), zmq::send_flags::dontwait)) {
           ++sent;
         } else {
@@ -186,23 +195,21 @@ struct ControlChannel::Impl {
           if (d)
             spdlog::warn("control: queue to {} is full, dropped a {}-byte frame", endpoint, frame.size());
         }
-        if (d && readable(d->socket)) wake_io = look_at_all = true;
+        if (d && readable(d->socket)) {
+          look_at_all = true;
+          return true;
+        }
+        return !known && d;
       } catch (const zmq::error_t& e) {
         ++dropped_send;
         spdlog::warn("control: cannot send to {}: {}", endpoint, e.what());
+        return false;
       }
-    }
-    if (wake_io) wake();
+    });
   }
 
   void reply(const std::string& routing_id, std::vector<uint8_t>& frame) {
-    bool wake_io = false;
-    {
-      std::lock_guard lock(mu);
-      if (closed) {
-        ++dropped_send;
-        return;
-      }
+    with_sockets([&] {
       try {
         // ROUTER_MANDATORY: an unknown routing id throws EHOSTUNREACH instead of vanishing silently.
         if (router.send(zmq::buffer(routing_id), zmq::send_flags::sndmore | zmq::send_flags::dontwait) &&
@@ -215,9 +222,10 @@ struct ControlChannel::Impl {
         if (first_time("unreachable " + routing_id))
           spdlog::warn("control: cannot answer {}: {} (logged once per peer)", routing_id, e.what());
       }
-      if (readable(router)) wake_io = look_at_all = true;
-    }
-    if (wake_io) wake();
+      if (!readable(router)) return false;
+      look_at_all = true;
+      return true;
+    });
   }
 
   void forget(const std::string& endpoint) {
