@@ -167,8 +167,8 @@ struct ControlChannel::Impl {
   }
 
   // Any thread: runs `use` on the sockets under the lock, unless stop() closed them (then the frame is
-  // dropped and counted), and wakes the I/O thread when `use` says it must look again (a new socket to
-  // poll, or a socket left readable: see the threading note).
+  // dropped and counted). `use` returns the socket it sent on (null: none). The I/O thread is woken when it
+  // must look again: a new socket to poll, or the socket left readable (see the threading note).
   template <class Use>
   void with_sockets(Use&& use) {
     bool wake_io = false;
@@ -178,32 +178,32 @@ struct ControlChannel::Impl {
         ++dropped_send;
         return;
       }
-      wake_io = use();
+      zmq::socket_t* used = use();
+      if (used && readable(*used)) look_at_all = true;
+      wake_io = look_at_all || poll_set_changed;
     }
     if (wake_io) wake();
   }
 
   void send(const std::string& endpoint, std::vector<uint8_t>& frame) {
-    with_sockets([&] {
+    with_sockets([&]() -> zmq::socket_t* {
       try {
-        const bool known = dealers.count(endpoint) != 0;
         Dealer* d = dealer_for(endpoint);
-        if (d && d->socket.send(zmq::buffer(frame), zmq::send_flags::dontwait)) {
+        if (!d) {
+          ++dropped_send;
+          return nullptr;
+        }
+        if (d->socket.send(zmq::buffer(frame), zmq::send_flags::dontwait)) {
           ++sent;
         } else {
           ++dropped_send;
-          if (d)
-            spdlog::warn("control: queue to {} is full, dropped a {}-byte frame", endpoint, frame.size());
+          spdlog::warn("control: queue to {} is full, dropped a {}-byte frame", endpoint, frame.size());
         }
-        if (d && readable(d->socket)) {
-          look_at_all = true;
-          return true;
-        }
-        return !known && d;
+        return &d->socket;
       } catch (const zmq::error_t& e) {
         ++dropped_send;
         spdlog::warn("control: cannot send to {}: {}", endpoint, e.what());
-        return false;
+        return nullptr;
       }
     });
   }
@@ -222,9 +222,7 @@ struct ControlChannel::Impl {
         if (first_time("unreachable " + routing_id))
           spdlog::warn("control: cannot answer {}: {} (logged once per peer)", routing_id, e.what());
       }
-      if (!readable(router)) return false;
-      look_at_all = true;
-      return true;
+      return &router;
     });
   }
 
@@ -361,10 +359,11 @@ struct ControlChannel::Impl {
       watched.push_back({kind, endpoint});
     };
     add(wake_fd, Watch::wake);
-    add(fd_of(router), Watch::router);
     // CURVE only: a plain channel has no such sockets, and must not poll some other descriptor instead.
+    // ZAP comes first, so it is answered before anything else is read: a handshake waits on it.
     if (zap) add(fd_of(zap), Watch::zap);
     if (router_monitor) add(fd_of(router_monitor), Watch::router_monitor);
+    add(fd_of(router), Watch::router);
     for (auto& [ep, d] : dealers) {
       add(d.fd, Watch::dealer, ep);
       add(d.monitor_fd, Watch::dealer_monitor, ep);
@@ -426,7 +425,7 @@ struct ControlChannel::Impl {
         retired.clear();  // not polled since the last rebuild below
         if (poll_set_changed) rebuild_poll_set(fds, watched);
       }
-      const bool again = more;  // a socket had more: look at all without sleeping
+      const bool again = more;
       const int rc = ::poll(fds.data(), fds.size(), again ? 0 : 200);
       if (rc < 0 && errno != EINTR) spdlog::error("control: poll failed: {}", std::strerror(errno));
       if (fds[0].revents & POLLIN) {
@@ -440,13 +439,8 @@ struct ControlChannel::Impl {
         // tick, which means a lost signal (a defect): counted, logged once.
         const bool tick = rc == 0 && !again && !look_at_all;
         const bool all = std::exchange(look_at_all, false) || again || rc == 0;
-        // ZAP first: a handshake waits on it.
         for (size_t i = 0; i < watched.size(); ++i)
-          if (watched[i].kind == Watch::zap && (all || fds[i].revents))
-            more |= read_watched(watched[i], inbox, lost);
-        for (size_t i = 0; i < watched.size(); ++i)
-          if (watched[i].kind != Watch::zap && (all || fds[i].revents))
-            more |= read_watched(watched[i], inbox, lost);
+          if (all || fds[i].revents) more |= read_watched(watched[i], inbox, lost);
         if (tick && !inbox.empty()) {
           late_reads += inbox.size();
           if (first_time("late reads"))
