@@ -213,13 +213,16 @@ int run_once(bool quick, bool curve) {
   auto d = sys.spawn(requester, *d_bridge, (*p_bridge)->endpoint());
   if (!(*d_bridge)->subscribe(protocol::MessageType::kv_status, d)) return 1;
   caf::scoped_actor self{sys};
-  // Runs `count` rooms with `in_flight` outstanding; false after 5 s without a KV_STATUS.
+  // Runs `count` rooms with `in_flight` outstanding; false (and why) when a room failed or the run did not
+  // finish within 60 s.
   auto run_rooms = [&](int count, int in_flight, Latencies& out) {
     bool ok = false;
     self->request(d, std::chrono::seconds(60), run_atom::value, count, in_flight)
         .receive(
             [&](std::shared_ptr<Latencies> got) { out = std::move(*got), ok = true; },
             [&](caf::error& e) { std::fprintf(stderr, "control-plane bench: %s\n", sys.render(e).c_str()); });
+    if (ok && out.failed > 0)
+      std::fprintf(stderr, "control-plane bench: %d of %d rooms failed\n", out.failed, count);
     return ok && out.failed == 0;
   };
 

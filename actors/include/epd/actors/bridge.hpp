@@ -2,7 +2,8 @@
 // The ZeroMQ bridge of one process. Inbound: the control channel's I/O thread decodes each frame with the
 // protocol codec (limits on) and delivers the typed Envelope to the actor subscribed to its type; bad frames
 // are logged with their sender and answered with ERROR when the sender can be addressed. Outbound: any actor
-// (or thread) calls send(), which encodes and queues the frame for the I/O thread — it never blocks.
+// (or thread) calls send(), which encodes the frame and hands it to its socket under the channel's lock — it
+// never blocks on the network.
 // The bridge is a thread-owned object, not an actor: a bridge actor would add a mailbox hop per message
 // without adding isolation. For the same reason a frame for an idle actor is run by the channel thread
 // itself (one message, then the actor is the scheduler's again); offline bridges always use the mailbox.
