@@ -1,7 +1,12 @@
 // Bytes arrive intact: single writes from 1 B to 64 MiB and hundreds of batches in flight with random offsets
-// and sizes, on every registered backend, with the target in this process and in a child process.
-#include <catch2/catch.hpp>
+// and sizes, on every registered backend, with the target in this process and in a child process; and tcp
+// writes cut short by a full socket.
+#include <signal.h>
 
+#include <catch2/catch.hpp>
+#include <fstream>
+#include <random>
+#include <thread>
 #include <vector>
 
 #include "test_util.hpp"
@@ -121,4 +126,71 @@ TEST_CASE("tcp: one lane, tiny slices and a small in-flight window still deliver
   REQUIRE((*b)->wait(30s));
   REQUIRE((*b)->status().ok());
   CHECK(target.checksum(target.region(0).base, init.src.length) == xxh(init.src.base, init.src.length));
+}
+
+namespace {
+
+// The largest buffer the kernel may give one socket for `what` ("tcp_wmem" or "tcp_rmem": min default max).
+uint64_t socket_buffer_max(const std::string& what) {
+  std::ifstream f("/proc/sys/net/ipv4/" + what);
+  uint64_t min = 0, def = 0, max = 0;
+  f >> min >> def >> max;
+  return max;
+}
+
+}  // namespace
+
+// Single small writes are sent by the submitting thread itself while their lane is idle. With the target
+// stopped, more bytes than both sockets' buffers can hold are submitted, so some caller's non-blocking write
+// is cut short and the lane's sender thread must finish that frame before any queued one. After the target
+// resumes every byte is where it belongs.
+TEST_CASE("tcp: writes cut short by a full socket finish in order once a stalled target resumes",
+          "[transfer][tcp][multiproc]") {
+  const uint64_t must_exceed = socket_buffer_max("tcp_wmem") + socket_buffer_max("tcp_rmem");
+  const uint64_t bytes = must_exceed + 8 * kMiB;
+  ChildTarget target("tcp", 1, bytes + 8 * kMiB);
+  REQUIRE(target.ok());
+  EngineConfig c;
+  c.options.set("tcp_lanes", int64_t{1});
+  c.options.set("tcp_max_inflight_slices", int64_t{1} << 16);  // the window must not stop the callers first
+  c.options.set("tcp_op_timeout_ms", int64_t{30000});
+  auto init = make_initiator("tcp", 8 * kMiB, c);
+  REQUIRE(init.engine);
+  fill_random(init.src.base, init.src.length, 17);
+  auto s = init.engine->open_session(target.descriptor());
+  REQUIRE(s);
+
+  REQUIRE(::kill(target.process().pid(), SIGSTOP) == 0);
+  std::mt19937_64 rng(42);
+  std::vector<WriteOp> all;
+  std::vector<BatchPtr> batches;
+  uint64_t dst = target.region(0).base;
+  auto submit = [&](size_t writes) {
+    std::vector<WriteOp> ops;
+    for (size_t i = 0; i < writes; ++i) {
+      const uint64_t len = 1 + rng() % (64 * 1024);
+      const uint64_t src_off = rng() % (init.src.length - len + 1);
+      ops.push_back(WriteOp{init.src.addr() + src_off, dst, len});
+      dst += len;
+    }
+    auto b = (*s)->submit(ops);
+    REQUIRE(b);
+    batches.push_back(*b);
+    all.insert(all.end(), ops.begin(), ops.end());
+  };
+  // Single writes only (the caller writes each while the lane is idle) until the sockets must be full, then
+  // batches of two (queued for the lane's sender) between more single writes.
+  while (dst - target.region(0).base < bytes) submit(1);
+  for (int i = 0; i < 64; ++i) submit(1 + i % 2);
+  std::this_thread::sleep_for(200ms);
+  CHECK_FALSE(batches.back()->finished());  // the target is stopped: the last writes cannot have landed
+  REQUIRE(::kill(target.process().pid(), SIGCONT) == 0);
+  for (auto& b : batches) {
+    REQUIRE(b->wait(60s));
+    REQUIRE(b->status().ok());
+  }
+  CHECK((*s)->healthy());
+  for (const WriteOp& w : all)
+    REQUIRE(target.checksum(w.remote_addr, w.len) ==
+            xxh(reinterpret_cast<const uint8_t*>(w.local_addr), w.len));
 }

@@ -122,6 +122,19 @@ bool send_exact(int fd, const void* buf, size_t n) {
   return send_iov(fd, &iov, 1) == 0;
 }
 
+iovec* advance_iov(iovec* iov, size_t& count, size_t n) {
+  while (count > 0 && n >= iov->iov_len) {
+    n -= iov->iov_len;
+    ++iov;
+    --count;
+  }
+  if (count > 0) {  // a partial send leaves us in the middle of one iovec
+    iov->iov_base = static_cast<uint8_t*>(iov->iov_base) + n;
+    iov->iov_len -= n;
+  }
+  return iov;
+}
+
 int send_iov(int fd, iovec* iov, size_t count) {
   while (count > 0) {
     msghdr msg{};
@@ -132,19 +145,21 @@ int send_iov(int fd, iovec* iov, size_t count) {
       if (errno == EINTR) continue;
       return errno;
     }
-    // Skip what went out; a partial send leaves us in the middle of one iovec.
-    size_t sent = static_cast<size_t>(r);
-    while (count > 0 && sent >= iov->iov_len) {
-      sent -= iov->iov_len;
-      ++iov;
-      --count;
-    }
-    if (count > 0) {
-      iov->iov_base = static_cast<uint8_t*>(iov->iov_base) + sent;
-      iov->iov_len -= sent;
-    }
+    iov = advance_iov(iov, count, static_cast<size_t>(r));
   }
   return 0;
+}
+
+ssize_t send_now(int fd, iovec* iov, size_t count) {
+  msghdr msg{};
+  msg.msg_iov = iov;
+  msg.msg_iovlen = count;
+  for (;;) {
+    const ssize_t r = sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (r >= 0) return r;
+    if (errno == EINTR) continue;
+    return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -errno;
+  }
 }
 
 size_t readable_bytes(int fd) {

@@ -1,5 +1,6 @@
 #pragma once
 // Thin, bounded wrappers over POSIX sockets used by both sides of the tcp backend.
+#include <sys/types.h>
 #include <sys/uio.h>
 
 #include <chrono>
@@ -34,6 +35,10 @@ bool recv_exact(int fd, void* buf, size_t n);
 bool send_exact(int fd, const void* buf, size_t n);
 // Writes every byte of iov[0..count) (modifies iov); returns 0 or the errno that stopped it.
 int send_iov(int fd, iovec* iov, size_t count);
+// One sendmsg that never blocks: the bytes the socket took (0 when its buffer is full), or -errno.
+ssize_t send_now(int fd, iovec* iov, size_t count);
+// Drops the first n bytes of iov[0..count): returns the first iovec left (trimmed) and lowers count.
+iovec* advance_iov(iovec* iov, size_t& count, size_t n);
 // Bytes waiting in the receive queue (0 on error).
 size_t readable_bytes(int fd);
 

@@ -24,6 +24,12 @@ namespace {
 
 constexpr size_t kMaxSlicesPerSend = 32;  // header+payload pairs per sendmsg (well under IOV_MAX)
 constexpr int kReaderTickMs = 50;         // how often an idle reader checks op_timeout and stop
+// A batch of one slice up to this size is written by the submitting thread itself when its lane is idle,
+// saving the hand-off to the lane's sender thread, which on 2 cores costs about as much as copying 64 KiB.
+// Larger slices and batches of several stay on the lane threads: they coalesce frames into one sendmsg and
+// copy beside the caller, and a larger write would rarely fit the socket's buffer in one non-blocking call
+// (docs/transport.md, "Who writes a lane's socket").
+constexpr uint64_t kCallerWritesUpTo = 64 << 10;
 
 int64_t now_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -46,14 +52,35 @@ struct Slice {
   uint64_t fence;
 };
 
+WriteHeader frame_header(const Slice& s, uint64_t token) {
+  WriteHeader h;
+  h.seq = s.seq;
+  h.token = token;
+  h.addr = s.addr;
+  h.len = s.len;
+  h.fence = s.fence;
+  return h;
+}
+
+// The rest of a frame a submitter could only partly write (the socket's buffer filled): the sender thread
+// writes it before anything else, so frames never interleave on the wire.
+struct Tail {
+  WriteHeader header;
+  const uint8_t* src = nullptr;
+  uint64_t sent = 0;  // bytes of header + payload already written
+  bool pending = false;
+};
+
 struct Lane {
   int fd = -1;
   std::mutex mu;
-  std::condition_variable cv;  // sender: work arrived, room freed, or stop
+  std::condition_variable cv;  // sender: work arrived, room freed, the writer left, or stop
   std::deque<Slice> queued;    // not sent yet
   std::deque<Slice> inflight;  // sent (or being sent), waiting for an ack; in seq order
   uint64_t next_seq = 1;
   bool broken = false;
+  bool writing = false;  // a thread (a submitter or the sender) owns the socket's write side
+  Tail tail;
   int64_t last_progress_ms = 0;
   std::thread sender, reader;
 };
@@ -107,49 +134,98 @@ struct LinkState {
     }
   }
 
+  // Writes `slice` on the caller's thread if `lane` is idle (nothing queued, nobody writing, room in the
+  // window): true if it took the slice, false (slice untouched) if the caller must queue it.
+  bool write_now(Lane& lane, Slice& slice);
   void send_loop(Lane& lane);
+  void send_failed(int err);
   void read_loop(Lane& lane);
   void complete(Lane& lane, const Reply& r, std::vector<BatchPtr>& done);
 };
 
+bool LinkState::write_now(Lane& lane, Slice& slice) {
+  WriteHeader h;
+  const uint8_t* src = slice.src;
+  {
+    std::lock_guard lock(lane.mu);
+    if (lane.broken || lane.writing || lane.tail.pending || !lane.queued.empty() ||
+        lane.inflight.size() >= config.max_inflight_slices)
+      return false;
+    lane.writing = true;
+    if (lane.inflight.empty()) lane.last_progress_ms = now_ms();
+    slice.seq = lane.next_seq++;
+    h = frame_header(slice, token);
+    lane.inflight.push_back(std::move(slice));  // before the bytes leave: the ack may come at once
+  }
+  std::array<iovec, 2> iov{iovec{&h, sizeof(h)}, iovec{const_cast<uint8_t*>(src), h.len}};
+  const ssize_t sent = send_now(lane.fd, iov.data(), iov.size());
+  bool wake;
+  {
+    std::lock_guard lock(lane.mu);
+    lane.writing = false;
+    if (sent >= 0 && static_cast<uint64_t>(sent) < sizeof(h) + h.len)
+      lane.tail = Tail{h, src, static_cast<uint64_t>(sent), true};
+    wake = lane.tail.pending || !lane.queued.empty();
+  }
+  if (wake) lane.cv.notify_one();
+  if (sent < 0) send_failed(static_cast<int>(-sent));
+  return true;
+}
+
+void LinkState::send_failed(int err) {
+  if (stopping.load() || !healthy.load()) return;  // the link is going down: this error is an effect
+  if (err == EAGAIN || err == EWOULDBLOCK)         // SO_SNDTIMEO ran out
+    fail_all(make_error(ErrorCode::timeout, "tcp to " + peer + ": send stalled past op_timeout"));
+  else
+    fail_all(make_error(ErrorCode::peer_died, "tcp to " + peer + ": send failed: " + strerror(err)));
+}
+
 void LinkState::send_loop(Lane& lane) {
-  std::array<WriteHeader, kMaxSlicesPerSend> headers;
-  std::array<iovec, 2 * kMaxSlicesPerSend> iov;
-  const size_t max_inflight = std::max<uint32_t>(config.max_inflight_slices, 1);
+  std::array<WriteHeader, kMaxSlicesPerSend + 1> headers;  // [0]: a submitter's unfinished frame
+  std::array<iovec, 2 * kMaxSlicesPerSend + 2> iov;
+  const size_t max_inflight = config.max_inflight_slices;
   for (;;) {
-    size_t n = 0;
+    iovec* first = iov.data() + 2;
+    size_t count = 0;
     {
       std::unique_lock lock(lane.mu);
       lane.cv.wait(lock, [&] {
         return lane.broken || stopping.load() ||
-               (!lane.queued.empty() && lane.inflight.size() < max_inflight);
+               (!lane.writing &&
+                (lane.tail.pending || (!lane.queued.empty() && lane.inflight.size() < max_inflight)));
       });
       if (lane.broken || stopping.load()) return;
+      lane.writing = true;
+      if (lane.tail.pending) {
+        headers[0] = lane.tail.header;
+        iov[0] = {&headers[0], sizeof(WriteHeader)};
+        iov[1] = {const_cast<uint8_t*>(lane.tail.src), headers[0].len};
+        size_t left = 2;
+        first = advance_iov(iov.data(), left, lane.tail.sent);
+        count = left;
+        lane.tail.pending = false;
+      }
       if (lane.inflight.empty()) lane.last_progress_ms = now_ms();
-      n = std::min({lane.queued.size(), max_inflight - lane.inflight.size(), kMaxSlicesPerSend});
+      const size_t n =
+          std::min({lane.queued.size(), max_inflight - std::min(max_inflight, lane.inflight.size()),
+                    kMaxSlicesPerSend});
       for (size_t i = 0; i < n; ++i) {
         Slice& s = lane.inflight.emplace_back(std::move(lane.queued.front()));
         lane.queued.pop_front();
         s.seq = lane.next_seq++;
-        WriteHeader& h = headers[i];
-        h = WriteHeader{};
-        h.seq = s.seq;
-        h.token = token;
-        h.addr = s.addr;
-        h.len = s.len;
-        h.fence = s.fence;
-        iov[2 * i] = {&h, sizeof(h)};
-        iov[2 * i + 1] = {const_cast<uint8_t*>(s.src), s.len};
+        headers[i + 1] = frame_header(s, token);
+        first[count++] = {&headers[i + 1], sizeof(WriteHeader)};
+        first[count++] = {const_cast<uint8_t*>(s.src), s.len};
       }
     }
     // Acks for these slices can only arrive after their bytes left, so the reader never races this send.
-    if (const int err = send_iov(lane.fd, iov.data(), 2 * n); err != 0) {
-      if (stopping.load() || !healthy.load()) return;
-      const bool stalled = err == EAGAIN || err == EWOULDBLOCK;
-      fail_all(make_error(stalled ? ErrorCode::timeout : ErrorCode::peer_died,
-                          "tcp to " + peer +
-                              (stalled ? ": send stalled past op_timeout" : ": send failed: ") +
-                              (stalled ? "" : strerror(err))));
+    const int err = send_iov(lane.fd, first, count);
+    {
+      std::lock_guard lock(lane.mu);
+      lane.writing = false;
+    }
+    if (err != 0) {
+      send_failed(err);
       return;
     }
   }
@@ -297,14 +373,17 @@ void TcpLink::submit(const BatchPtr& batch, std::span<const ResolvedOp> ops) {
   for (const ResolvedOp& op : ops) extra += (op.len + slice - 1) / slice - 1;
   if (extra) batch->add_parts(extra);  // before any slice can complete
   const size_t nlanes = s.lanes.size();
+  const bool caller_writes = ops.size() == 1 && ops[0].len <= std::min(slice, kCallerWritesUpTo);
+  bool broken = false;
   for (const ResolvedOp& op : ops) {
-    for (uint64_t off = 0; off < op.len; off += slice) {
+    for (uint64_t off = 0; off < op.len && !broken; off += slice) {
       Lane& lane = *s.lanes[s.next_lane.fetch_add(1, std::memory_order_relaxed) % nlanes];
+      Slice piece{batch, op.src + off, std::min(slice, op.len - off), op.remote_addr + off, 0, op.fence};
+      if (caller_writes && s.write_now(lane, piece)) continue;
       {
         std::lock_guard lock(lane.mu);
-        if (lane.broken) break;
-        lane.queued.push_back(
-            Slice{batch, op.src + off, std::min(slice, op.len - off), op.remote_addr + off, 0, op.fence});
+        broken = lane.broken;
+        if (!broken) lane.queued.push_back(std::move(piece));
       }
       lane.cv.notify_one();
     }

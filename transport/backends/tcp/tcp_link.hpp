@@ -1,8 +1,9 @@
 #pragma once
 // The sending side of the tcp backend: `lanes` connections to one peer's listener. Ops are cut into slices of
-// at most slice_bytes, spread round-robin over the lanes. Each lane has a sender thread (one sendmsg for many
-// header+payload pairs, payload straight from the source region) and a reader thread (acks complete slices;
-// it also enforces op_timeout). A lost connection or a stall fails every outstanding batch, retryable.
+// at most slice_bytes, spread round-robin over the lanes. A submit writes a small slice to an idle lane
+// itself (one non-blocking sendmsg); everything else goes to the lane's sender thread (one sendmsg for many
+// header+payload pairs, payload straight from the source region). Each lane's reader thread acks complete
+// slices and enforces op_timeout. A lost connection or a stall fails every outstanding batch, retryable.
 #include <memory>
 
 #include "epd/transport/backend.hpp"
