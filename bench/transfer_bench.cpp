@@ -4,6 +4,8 @@
 //             the shm rows walk theirs (the ceiling for shm)
 //   raw-tcp   one plain loopback TCP stream, receiver recv()s into a buffer (the ceiling for tcp)
 //   zmq       ZeroMQ PUSH/PULL over loopback tcp, one message per block (what a naive design would use)
+//   raw-rtt   the raw-tcp connection as a ping-pong: one block out, a 16-byte reply back (an engine write and
+//             its ack with nothing else); its p99 / p50 is the tail this machine gives any tcp round trip
 // A batch is timed from submit to its receiver-applied completion. GB/s means 1e9 bytes per second.
 #include "transfer_bench.hpp"
 
@@ -21,6 +23,7 @@
 
 #include <arpa/inet.h>
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -148,7 +151,10 @@ int serve(uint64_t region_bytes) {
 
   std::cout << "READY " << hex(epd::protocol::encode_value((*engine)->descriptor())) << " "
             << ntohs(sa.sin_port) << " " << pull.get(zmq::sockopt::last_endpoint) << std::endl;
-  const int cfd = accept(lfd, nullptr, nullptr);  // the initiator connects right after READY
+  const int cfd = accept(lfd, nullptr, nullptr);  // the initiator connects right after READY: the stream,
+  const int rfd = accept(lfd, nullptr, nullptr);  // then the round trips' connection
+  const int one = 1;
+  setsockopt(rfd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   for (std::string line; std::getline(std::cin, line);) {
     std::istringstream in(line);
     std::string cmd;
@@ -162,6 +168,12 @@ int serve(uint64_t region_bytes) {
         if (!recv_exact(cfd, sink.data() + (i % slots) * block, n)) return 1;
         done += n;
       }
+    } else if (cmd == "rtt") {  // `total` round trips: a block in, a 16-byte reply out (an ack's size)
+      const std::array<uint8_t, 16> reply{};
+      for (uint64_t i = 0; i < total; ++i)
+        if (!recv_exact(rfd, sink.data() + (i % slots) * block, block) ||
+            !send_exact(rfd, reply.data(), reply.size()))
+          return 1;
     } else if (cmd == "zmq") {
       for (uint64_t done = 0; done < total;) {
         zmq::message_t msg;
@@ -171,6 +183,7 @@ int serve(uint64_t region_bytes) {
     }
     std::cout << "done" << std::endl;
   }
+  close(rfd);
   close(cfd);
   close(lfd);
   return 0;
@@ -292,6 +305,40 @@ double bench_raw_tcp(Child& target, int fd, const uint8_t* src, uint64_t region,
   return static_cast<double>(total) / secs(Clock::now() - t0) / 1e9;
 }
 
+// Round trips of one block and a 16-byte reply, for about `seconds`; appends each one's time to `rtt_us`.
+// Returns the bytes/s it moved (0 on failure).
+double bench_raw_rtt(Child& target, int fd, const uint8_t* src, uint64_t region, uint64_t block,
+                     double seconds, std::vector<double>& rtt_us) {
+  constexpr uint64_t kPerCommand = 256;
+  const uint64_t slots = std::max<uint64_t>(1, region / block);
+  std::array<uint8_t, 16> reply;
+  uint64_t moved = 0;
+  const auto t0 = Clock::now();
+  for (uint64_t i = 0; moved == 0 || secs(Clock::now() - t0) < seconds;) {
+    target.send("rtt " + std::to_string(block) + " " + std::to_string(kPerCommand));
+    for (uint64_t n = 0; n < kPerCommand; ++n, ++i) {
+      const auto start = Clock::now();
+      if (!send_exact(fd, src + (i % slots) * block, block) || !recv_exact(fd, reply.data(), reply.size()))
+        return 0;
+      // The first one also waits for the target to read the command: not a round trip's time.
+      if (n > 0) rtt_us.push_back(secs(Clock::now() - start) * 1e6);
+      moved += block;
+    }
+    if (target.line() != "done") return 0;
+  }
+  return static_cast<double>(moved) / secs(Clock::now() - t0) / 1e9;
+}
+
+// Average, p50 and p99 of `lat_us` (sorted here) into `row`.
+void set_latencies(Row& row, std::vector<double>& lat_us) {
+  std::sort(lat_us.begin(), lat_us.end());
+  double sum = 0;
+  for (double l : lat_us) sum += l;
+  row.avg_us = sum / static_cast<double>(lat_us.size());
+  row.p50_us = lat_us[lat_us.size() / 2];
+  row.p99_us = lat_us[std::min(lat_us.size() - 1, lat_us.size() * 99 / 100)];
+}
+
 double bench_zmq(Child& target, zmq::socket_t& push, const uint8_t* src, uint64_t region, uint64_t block,
                  uint64_t total) {
   const uint64_t slots = std::max<uint64_t>(1, region / block);
@@ -356,12 +403,7 @@ std::optional<Row> bench_engine(Session& s, const Region& src, const epd::protoc
   row.batch = batch;
   row.gbps = static_cast<double>(bytes) / elapsed / 1e9;
   row.writes_per_s = static_cast<double>(writes) / elapsed;
-  std::sort(lat_us.begin(), lat_us.end());
-  double sum = 0;
-  for (double l : lat_us) sum += l;
-  row.avg_us = sum / static_cast<double>(lat_us.size());
-  row.p50_us = lat_us[lat_us.size() / 2];
-  row.p99_us = lat_us[std::min(lat_us.size() - 1, lat_us.size() * 99 / 100)];
+  set_latencies(row, lat_us);
   return row;
 }
 
@@ -499,6 +541,11 @@ int run_transfer_bench(int argc, char** argv) {
   sa.sin_port = htons(static_cast<uint16_t>(tcp_port));
   inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
   if (connect(tfd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0) return 1;
+  // The round trips get a connection of their own with Nagle off at both ends, as the engine's lanes have.
+  const int rfd = socket(AF_INET, SOCK_STREAM, 0);
+  if (connect(rfd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0) return 1;
+  const int one = 1;
+  setsockopt(rfd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   zmq::context_t zctx(1);
   zmq::socket_t push(zctx, zmq::socket_type::push);
   push.set(zmq::sockopt::linger, 0);
@@ -555,7 +602,8 @@ int run_transfer_bench(int argc, char** argv) {
   std::vector<Row> rows;
   for (uint64_t block : blocks) {
     const uint64_t total = std::clamp<uint64_t>(block * 16, 32 * kMiB, 1024 * kMiB);
-    double mc = 0, rt = 0, zq = 0;
+    double mc = 0, rt = 0, zq = 0, rtt_gbps = 0;
+    std::vector<double> rtt_us;  // every round's round trips
     uint64_t memcpy_slot = 0;
     std::map<std::pair<size_t, uint64_t>, Row> best;  // (lane, batch): registry order
     // Baselines run as long as an engine row, so both see the same share of a busy machine.
@@ -575,6 +623,8 @@ int run_transfer_bench(int argc, char** argv) {
           rt, for_seconds([&] { return bench_raw_tcp(*target, tfd, src.data(), region, block, total); }));
       zq = std::max(zq,
                     for_seconds([&] { return bench_zmq(*target, push, src.data(), region, block, total); }));
+      rtt_gbps =
+          std::max(rtt_gbps, bench_raw_rtt(*target, rfd, src.data(), region, block, opt.seconds / 2, rtt_us));
       for (size_t li = 0; li < lanes.size(); ++li) {
         const Lane& l = lanes[li];
         for (uint64_t batch : batches) {
@@ -588,6 +638,12 @@ int run_transfer_bench(int argc, char** argv) {
     rows.push_back({"memcpy", block, 1, mc, 0, "-", 0, 0});
     rows.push_back({"raw-tcp", block, 1, rt, 0, "-", 0, 0});
     rows.push_back({"zmq", block, 1, zq, 0, "-", 0, 0});
+    if (!rtt_us.empty()) {
+      Row rtt{"raw-rtt", block, 1, rtt_gbps, 0, "-", 0, 0};
+      rtt.writes_per_s = rtt_gbps * 1e9 / static_cast<double>(block);
+      set_latencies(rtt, rtt_us);
+      rows.push_back(rtt);
+    }
     for (auto& [key, row] : best) {
       // A same-host backend is a memory copy at heart; anything else moves bytes over a network.
       const BackendPlugin& plugin = *lanes[key.first].plugin;
@@ -661,6 +717,14 @@ int run_transfer_bench(int argc, char** argv) {
              ">= 0.50");
   print_goal("tcp p99 / p50 batch latency, blocks >= 64 KiB", worst_of("tcp", from(64 * kKiB), tail, false),
              "<= 2.0");
+  // The same measure of a bare round trip on the raw connection: what the machine itself gives.
+  Worst rtt_tail;
+  for (const Row& r : rows)
+    if (r.backend == "raw-rtt" && r.block >= 64 * kKiB && tail(r) > rtt_tail.value) rtt_tail = {tail(r), &r};
+  if (rtt_tail.row)
+    std::printf("  %-44s %7.2f  (no goal: the machine's own tail; worst row %s)\n",
+                "raw-rtt p99 / p50 round trip, blocks >= 64 KiB", rtt_tail.value,
+                size_text(rtt_tail.row->block).c_str());
   print_goal("tcp / zmq, blocks >= 1 MiB",
              worst_of(
                  "tcp", from(kMiB), [](const Row& r) { return r.gbps / r.zmq_gbps; }, true),
@@ -671,6 +735,7 @@ int run_transfer_bench(int argc, char** argv) {
   if (shm_4k >= 0)
     std::printf("  %-44s %7.0f  (goal >= 200000, best batch size)\n", "shm 4 KiB writes/s", shm_4k);
   close(tfd);
+  close(rfd);
   if (!opt.plot.empty()) {
     char subtitle[160];
     std::snprintf(subtitle, sizeof subtitle,

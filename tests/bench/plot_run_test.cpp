@@ -127,6 +127,13 @@ TEST_CASE("epd-bench transfer runs only the rows --blocks and --batches name and
   CHECK(r.output.find("p50_us") != std::string::npos);
   CHECK(r.output.find("tcp / raw-tcp, blocks >= 64 KiB") != std::string::npos);
   CHECK(r.output.find("tcp p99 / p50 batch latency, blocks >= 64 KiB") != std::string::npos);
+  // The bare round trip on the raw connection, with its latencies, and its tail next to the engine's.
+  const auto rtt = r.output.find("\nraw-rtt     64KiB      1 ");
+  REQUIRE(rtt != std::string::npos);
+  const std::string rtt_row = r.output.substr(rtt + 1, r.output.find('\n', rtt + 1) - rtt - 1);
+  CHECK(rtt_row.find(" - ") != std::string::npos);                            // a baseline row
+  CHECK(rtt_row.substr(rtt_row.size() - 10).find('-') == std::string::npos);  // writes/s is a number
+  CHECK(r.output.find("raw-rtt p99 / p50 round trip, blocks >= 64 KiB") != std::string::npos);
   CHECK(r.output.find("worst row 64KiB batch 8") != std::string::npos);
 
   for (const char* bad : {"12XB", "0", "", "KiB", "4,,8"}) {
