@@ -8,6 +8,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <array>
 #include <cstring>
 
 #include "frame_check.hpp"
@@ -38,6 +40,27 @@ std::string address_of(const sockaddr_storage& sa) {
   else if (sa.ss_family == AF_INET6)
     inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6&>(sa).sin6_addr, buf, sizeof(buf));
   return buf[0] ? buf : "unknown";
+}
+
+// Receives a small frame's `len` payload bytes into `dst` and, in the same system calls, whatever of the
+// next frame's header has already arrived (appended to next[0..have)). While small frames stream that is
+// one system call per frame instead of two (header, then payload). It never waits for the next header.
+bool recv_payload_and_next(int fd, uint8_t* dst, uint64_t len, uint8_t* next, size_t& have) {
+  for (uint64_t got = 0; got < len;) {
+    std::array<iovec, 2> iov{iovec{dst + got, len - got}, iovec{next + have, sizeof(WriteHeader) - have}};
+    msghdr msg{};
+    msg.msg_iov = iov.data();
+    msg.msg_iovlen = iov.size();
+    const ssize_t r = recvmsg(fd, &msg, 0);
+    if (r <= 0) {
+      if (r < 0 && errno == EINTR) continue;
+      return false;  // closed, shut down, or the unauthenticated deadline (SO_RCVTIMEO) passed
+    }
+    const uint64_t to_payload = std::min<uint64_t>(static_cast<uint64_t>(r), len - got);
+    got += to_payload;
+    have += static_cast<size_t>(r) - to_payload;
+  }
+  return true;
 }
 
 bool send_reply(int fd, uint8_t type, ErrorCode code, uint64_t seq) {
@@ -170,8 +193,13 @@ void Receiver::serve(Conn& conn) {
     set_recv_timeout(fd, 0);  // a writer's lane may idle as long as it likes
   };
   WriteHeader h;
+  std::array<uint8_t, sizeof(WriteHeader)> next;  // the next header's first `have` bytes, read ahead
+  size_t have = 0;
   while (!stop_.load(std::memory_order_relaxed)) {
-    if (!recv_exact(fd, &h, sizeof(h))) break;  // peer closed or we are shutting down
+    // peer closed or we are shutting down
+    if (have < next.size() && !recv_exact(fd, next.data() + have, next.size() - have)) break;
+    std::memcpy(&h, next.data(), sizeof(h));
+    have = 0;
     if (is_hello(h)) {
       if (h.token == token_.load(std::memory_order_acquire)) {
         authenticate();
@@ -233,12 +261,15 @@ void Receiver::serve(Conn& conn) {
       }
       continue;
     }
-    const bool placed = h.len == 0 || recv_exact(fd, dst, h.len);  // straight into place
+    // Straight into place; a small frame reads ahead into the next header in the same calls.
+    const bool placed = h.len >= kAckAlwaysAbove ? recv_exact(fd, dst, h.len)
+                                                 : recv_payload_and_next(fd, dst, h.len, next.data(), have);
     if (admission == FenceTable::Admission::admitted) fences_->landed(h.fence);
     if (!placed) break;
     ack_seq = h.seq;
     ++unacked;
-    if (h.len >= kAckAlwaysAbove || unacked >= kAckEvery || readable_bytes(fd) == 0) {
+    // Bytes of the next frame already read ahead mean the writer is still sending: no ack needed yet.
+    if (h.len >= kAckAlwaysAbove || unacked >= kAckEvery || (have == 0 && readable_bytes(fd) == 0)) {
       if (!send_reply(fd, kTypeAck, ErrorCode::ok, ack_seq)) break;
       unacked = 0;
     }
