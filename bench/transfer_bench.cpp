@@ -4,8 +4,8 @@
 //             the shm rows walk theirs (the ceiling for shm)
 //   raw-tcp   one plain loopback TCP stream, receiver recv()s into a buffer (the ceiling for tcp)
 //   zmq       ZeroMQ PUSH/PULL over loopback tcp, one message per block (what a naive design would use)
-//   raw-rtt   the raw-tcp connection as a ping-pong: one block out, a 16-byte reply back (an engine write and
-//             its ack with nothing else); its p99 / p50 is the tail this machine gives any tcp round trip
+//   raw-rtt   a second raw loopback connection (Nagle off) as a ping-pong: one block out, a 16-byte reply
+//             back (an engine write and its ack with nothing else); its p99 / p50 is this machine's own tail
 // A batch is timed from submit to its receiver-applied completion. GB/s means 1e9 bytes per second.
 #include "transfer_bench.hpp"
 
