@@ -13,6 +13,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include "epd/model/llama.hpp"
+#include "epd/model/quantize.hpp"
 #include "epd/model/runner.hpp"
 #include "llama_checkpoint.hpp"
 
@@ -144,9 +145,10 @@ bool bench_model(const std::string& name, const std::string& checkpoint, uint32_
   const double flops = matmul_flops_per_token(*cfg);
   if (!checkpoint.empty()) {
     std::printf(
-        "epd       %s (%u threads, OpenBLAS %s) | prefill %7.1f tok/s (%5.1f GFLOP/s, %u-token prompt) | "
-        "decode b1 %6.1f tok/s  b8 %6.1f tok/s (%.2fx b1)\n",
-        cfg->name.c_str(), threads, m::prefill_blas_core().c_str(), f.prefill_tps,
+        "epd       %s (%u threads, OpenBLAS %s, ggml-cpu %s) | prefill %7.1f tok/s (%5.1f GFLOP/s, %u-token "
+        "prompt) | decode b1 %6.1f tok/s  b8 %6.1f tok/s (%.2fx b1)\n",
+        cfg->name.c_str(), threads, m::prefill_blas_core().c_str(),
+        m::ggml_cpu_variant() ? m::ggml_cpu_variant()->c_str() : "unavailable", f.prefill_tps,
         f.prefill_tps * flops / 1e9, prompt_len, f.decode1_tps, f.decode8_tps, f.decode8_tps / f.decode1_tps);
     return true;
   }
@@ -214,28 +216,47 @@ int run_model_bench(int argc, char** argv) {
   app.add_option(
       "--model", checkpoint,
       "a checkpoint to measure (directory, .gguf, .safetensors); with a .gguf llama.cpp runs beside it");
+  std::string file_type = "f32", shape = "smollm2-135m";
+  app.add_option("--make-checkpoint", make_dir,
+                 "write a random checkpoint into this directory (HF + model.gguf) and measure its GGUF");
   app.add_option(
-      "--make-checkpoint", make_dir,
-      "write a random f32 checkpoint of SmolLM2-135M's shape into this directory (HF + model.gguf) "
-      "and measure its GGUF");
+      "--file-type", file_type,
+      "the made GGUF's tensor types, as llama-quantize names them (f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 "
+      "q5_1 q2_k q3_k_m q4_k_m q5_k_m q6_k), quantized by llama.cpp's quantizer");
+  app.add_option("--shape", shape, "the made checkpoint's shape: smollm2-135m or llama-3.2-1b")
+      ->check(CLI::IsMember({"smollm2-135m", "llama-3.2-1b"}));
   app.add_option("--threads", threads, "compute threads (checkpoint runner and llama.cpp)")
       ->check(CLI::Range(1u, 256u));
   app.add_flag("--no-llama-cpp", no_llama, "skip llama.cpp");
   CLI11_PARSE(app, argc, argv);
   if (!make_dir.empty()) {
-    // SmolLM2-135M: hidden 576, 30 layers, 9 heads, 3 KV heads, FFN 1536, vocab 49152, tied embeddings.
     epd::model::testing::CheckpointSpec spec;
-    spec.vocab = 49152;
-    spec.d_model = 576;
-    spec.layers = 30;
-    spec.heads = 9;
-    spec.kv_heads = 3;
-    spec.ffn = 1536;
+    if (shape == "smollm2-135m") {
+      // SmolLM2-135M: hidden 576, 30 layers, 9 heads, 3 KV heads, FFN 1536, vocab 49152, tied embeddings.
+      spec.vocab = 49152;
+      spec.d_model = 576;
+      spec.layers = 30;
+      spec.heads = 9;
+      spec.kv_heads = 3;
+      spec.ffn = 1536;
+      spec.rope_theta = 100000.0f;
+    } else {
+      // Llama-3.2-1B: hidden 2048, 16 layers, 32 heads, 8 KV heads, FFN 8192, vocab 128256, tied (its
+      // llama3 RoPE scaling left out: epd refuses it, and it changes no cost).
+      spec.vocab = 128256;
+      spec.d_model = 2048;
+      spec.layers = 16;
+      spec.heads = 32;
+      spec.kv_heads = 8;
+      spec.ffn = 8192;
+      spec.rope_theta = 500000.0f;
+    }
     spec.context = 2048;
-    spec.rope_theta = 100000.0f;
     spec.tied = true;
     spec.mixed_dtypes = false;
     spec.shards = 1;
+    spec.gguf_file_type = file_type;
+    spec.write_hf = false;
     auto paths = epd::model::testing::write_llama_checkpoint(spec, make_dir);
     if (!paths) {
       std::fprintf(stderr, "epd-bench model: %s\n", paths.error().to_string().c_str());

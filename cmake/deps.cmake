@@ -47,3 +47,34 @@ endif()
 # libboost-dev: Boost.Beast (HTTP/1.1 parsing) over Boost.Asio for the router's asynchronous HTTP server;
 # header-only in Boost 1.74.
 find_package(Boost 1.74 REQUIRED)
+
+# llama.cpp's ggml: the quantized tensor types' kernels (model/src/ggml/). Debian packages no llama.cpp; the
+# npm package node-llama-cpp (pinned in tests/http/node/package-lock.json, installed by scripts/setup-deps)
+# ships its CPU libraries prebuilt, one CPU back end per instruction set, and its source as a git bundle.
+# epd loads the libraries at run time (dlopen, only when a tensor needs them) and takes only the headers
+# from the bundle, cloned once into the build tree. The release tag is checked, so a changed npm pin cannot
+# silently pair other libraries with these headers.
+set(EPD_LLAMA_CPP_TAG v0.5.0)
+set(EPD_NODE_MODULES ${PROJECT_SOURCE_DIR}/tests/http/node/node_modules)
+set(EPD_GGML_DIR "${EPD_NODE_MODULES}/@node-llama-cpp/linux-x64/bins/linux-x64"
+    CACHE PATH "Directory of the prebuilt libggml-base.so and libggml-cpu-*.so")
+set(EPD_LLAMA_CPP_INFO ${EPD_NODE_MODULES}/node-llama-cpp/llama/llama.cpp.info.json)
+if(NOT EXISTS ${EPD_LLAMA_CPP_INFO} OR NOT EXISTS ${EPD_GGML_DIR}/libggml-base.so)
+  message(FATAL_ERROR "node-llama-cpp is not installed (${EPD_GGML_DIR}): run scripts/setup-deps")
+endif()
+file(READ ${EPD_LLAMA_CPP_INFO} _llama_info)
+string(JSON _llama_tag GET ${_llama_info} tag)
+if(NOT _llama_tag STREQUAL EPD_LLAMA_CPP_TAG)
+  message(FATAL_ERROR "node-llama-cpp carries llama.cpp ${_llama_tag}, epd is pinned to ${EPD_LLAMA_CPP_TAG}")
+endif()
+set(EPD_LLAMA_CPP_SRC ${PROJECT_BINARY_DIR}/_deps/llama.cpp-${EPD_LLAMA_CPP_TAG})
+if(NOT EXISTS ${EPD_LLAMA_CPP_SRC}/ggml/include/ggml.h)
+  find_package(Git REQUIRED)
+  file(REMOVE_RECURSE ${EPD_LLAMA_CPP_SRC})
+  execute_process(COMMAND ${GIT_EXECUTABLE} -c advice.detachedHead=false clone --quiet
+                          ${EPD_NODE_MODULES}/node-llama-cpp/llama/gitRelease.bundle ${EPD_LLAMA_CPP_SRC}
+                  RESULT_VARIABLE _clone_rc)
+  if(NOT _clone_rc EQUAL 0)
+    message(FATAL_ERROR "cannot clone llama.cpp's source from node-llama-cpp's bundle")
+  endif()
+endif()

@@ -3,7 +3,8 @@
 # reproducer kept in fuzz/regressions/<target> still passes.
 #
 # Build (configures fuzz/ in BUILD_DIR with clang++, then builds every target JOBS at a time):
-#   cmake -DSOURCE_DIR=<repo> -DBUILD_DIR=<dir> [-DLAUNCHER=ccache] [-DJOBS=2] -P cmake/fuzz-check.cmake
+#   cmake -DSOURCE_DIR=<repo> -DBUILD_DIR=<dir> -DLLAMA_CPP_SRC=<ggml headers' tree> -DGGML_DIR=<ggml libraries>
+#         [-DLAUNCHER=ccache] [-DJOBS=2] -P cmake/fuzz-check.cmake
 # Run one target for SECONDS (new inputs go to a scratch corpus under BUILD_DIR/run/<target>; the repository's
 # corpus is only read), then replay its regressions:
 #   cmake -DSOURCE_DIR=<repo> -DBUILD_DIR=<dir> -DTARGET=codec [-DSECONDS=8] -P cmake/fuzz-check.cmake
@@ -24,7 +25,8 @@ if(NOT DEFINED TARGET)
     message(FATAL_ERROR "fuzz-check: clang++ not found: install the Debian packages clang and libclang-rt-14-dev "
                         "(scripts/setup-deps does)")
   endif()
-  set(configure_args -S ${SOURCE_DIR}/fuzz -B ${BUILD_DIR} -DCMAKE_CXX_COMPILER=${CLANGXX})
+  set(configure_args -S ${SOURCE_DIR}/fuzz -B ${BUILD_DIR} -DCMAKE_CXX_COMPILER=${CLANGXX}
+                     -DEPD_LLAMA_CPP_SRC=${LLAMA_CPP_SRC} -DEPD_GGML_DIR=${GGML_DIR})
   if(LAUNCHER)
     list(APPEND configure_args -DCMAKE_CXX_COMPILER_LAUNCHER=${LAUNCHER})
   endif()

@@ -163,25 +163,6 @@ bool read_value(Cursor& c, GgufValue& v, const std::string& key) {
   return true;
 }
 
-bool tensor_type_from_ggml(uint32_t g, TensorType& out) {
-  switch (g) {
-    case kGgmlF32:
-      out = TensorType::f32;
-      return true;
-    case kGgmlF16:
-      out = TensorType::f16;
-      return true;
-    case kGgmlBf16:
-      out = TensorType::bf16;
-      return true;
-    case kGgmlQ8_0:
-      out = TensorType::q8_0;
-      return true;
-    default:
-      return false;
-  }
-}
-
 }  // namespace
 
 bool GgufValue::is_integer() const {
@@ -270,12 +251,16 @@ protocol::Result<GgufFile> GgufFile::parse(std::span<const std::byte> bytes, std
       if (!c.read(ref.shape[n_dims - 1 - d], "a tensor dimension")) return bad(err);  // ggml order reversed
     Info info{};
     if (!c.read(type, "a tensor type") || !c.read(info.offset, "a tensor offset")) return bad(err);
-    if (!tensor_type_from_ggml(type, ref.type))
+    const auto known = tensor_type_from_ggml(type);
+    if (!known)
       return bad("tensor " + ref.name + " has unsupported ggml type " + std::to_string(type) +
-                 " (supported: F32, F16, BF16, Q8_0)");
+                 " (supported: " + supported_tensor_types() + ")");
+    ref.type = *known;
     if (tensor_bytes(ref.type, ref.shape) == 0)
-      return bad("tensor " + ref.name + " has an invalid shape (zero or overflowing dimension, or a " +
-                 "Q8_0 row that is not a multiple of 32)");
+      return bad("tensor " + ref.name + " has an invalid shape for " +
+                 std::string(tensor_type_name(ref.type)) +
+                 " (zero or overflowing dimension, or a row that is not a multiple of " +
+                 std::to_string(tensor_type_info(ref.type).block_elements) + ")");
     if (info.offset % g.alignment_ != 0)
       return bad("tensor " + ref.name + " offset " + std::to_string(info.offset) + " is not aligned to " +
                  std::to_string(g.alignment_));

@@ -1,5 +1,5 @@
 // Reading a Llama-family checkpoint: its shape from config.json or GGUF metadata, its tensors from
-// safetensors or GGUF, each checked by name and shape and converted to f32.
+// safetensors or GGUF, each checked by name and shape; GGUF matrices stay in place, the others become f32.
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -11,6 +11,7 @@
 #include "epd/model/gguf.hpp"
 #include "epd/model/llama.hpp"
 #include "epd/model/safetensors.hpp"
+#include "ggml/ggml_cpu.hpp"
 #include "llama_weights.hpp"
 
 namespace epd::model {
@@ -184,11 +185,11 @@ protocol::Result<ModelConfig> read_gguf_config(const GgufFile& g) {
   return c;
 }
 
-// One tensor by name, checked against the expected shape (outermost first) and converted to f32.
+// One tensor by name, checked against the expected shape (outermost first).
 using Lookup = std::function<const TensorRef*(const std::string&)>;
 
-protocol::Status take(const Lookup& find, const std::string& where, const std::string& name,
-                      std::vector<uint64_t> shape, std::vector<float>& out) {
+protocol::Result<const TensorRef*> find_shaped(const Lookup& find, const std::string& where,
+                                               const std::string& name, const std::vector<uint64_t>& shape) {
   const TensorRef* t = find(name);
   if (!t) return bad(where, "missing tensor " + name);
   if (t->shape != shape) {
@@ -199,8 +200,16 @@ protocol::Status take(const Lookup& find, const std::string& where, const std::s
     };
     return bad(where, "tensor " + name + " has shape " + show(t->shape) + ", expected " + show(shape));
   }
-  out.resize(t->elements());
-  return tensor_to_f32(*t, out);
+  return t;
+}
+
+// A tensor converted to f32 (norms; every tensor of a Hugging Face checkpoint).
+protocol::Status take(const Lookup& find, const std::string& where, const std::string& name,
+                      std::vector<uint64_t> shape, std::vector<float>& out) {
+  auto t = find_shaped(find, where, name, shape);
+  if (!t) return t.error();
+  out.resize((*t)->elements());
+  return tensor_to_f32(**t, out);
 }
 
 // Hugging Face rows of each head are [first halves | second halves] of the rotated pairs; llama.cpp's
@@ -219,42 +228,61 @@ struct Names {
   std::function<std::string(uint32_t, const char*)> layer;  // (layer, role) -> tensor name
 };
 
-protocol::Result<LlamaWeights> load_with(const ModelConfig& c, const Lookup& find, const std::string& where,
-                                         const Names& n, bool hf, bool tied) {
+// Matrices in place (GGUF: `ggml` is the library for types other than f32, or null) or converted to f32
+// and, for a Hugging Face checkpoint (`hf`), with Q and K rows put in the interleaved RoPE order.
+struct MatrixSource {
+  const Lookup& find;
+  const std::string& where;
+  bool in_place;
+  bool hf;
+  const ggml::Library* ggml;
+};
+
+protocol::Status take_matrix(const MatrixSource& src, const std::string& name, uint64_t rows, uint64_t cols,
+                             uint32_t rope_heads, uint32_t head_dim, detail::WeightMatrix& out) {
+  auto t = find_shaped(src.find, src.where, name, {rows, cols});
+  if (!t) return t.error();
+  if (src.in_place) {
+    if ((*t)->type != TensorType::f32 && !src.ggml)
+      return bad(src.where, "tensor " + name + " is " + std::string(tensor_type_name((*t)->type)) +
+                                ", which needs llama.cpp's kernels");
+    out = detail::WeightMatrix::view(**t);
+    return {};
+  }
+  std::vector<float> v(rows * cols);
+  if (auto st = tensor_to_f32(**t, v); !st) return st;
+  if (src.hf && rope_heads) interleave_rope_rows(v, rope_heads, head_dim, static_cast<uint32_t>(cols));
+  out = detail::WeightMatrix::own(std::move(v), rows, cols);
+  return {};
+}
+
+protocol::Result<LlamaWeights> load_with(const ModelConfig& c, const MatrixSource& src, const Names& n,
+                                         bool tied) {
   const uint64_t d = c.d_model, q = uint64_t{c.heads} * c.head_dim, kv = uint64_t{c.kv_heads} * c.head_dim;
   LlamaWeights w;
-  if (auto st = take(find, where, n.emb, {c.vocab, d}, w.tok_emb); !st) return st.error();
-  if (auto st = take(find, where, n.norm, {d}, w.final_norm); !st) return st.error();
+  w.ggml = src.ggml;
+  if (auto st = take_matrix(src, n.emb, c.vocab, d, 0, 0, w.tok_emb); !st) return st.error();
+  if (auto st = take(src.find, src.where, n.norm, {d}, w.final_norm); !st) return st.error();
   if (!tied)
-    if (auto st = take(find, where, n.head, {c.vocab, d}, w.lm_head); !st) return st.error();
+    if (auto st = take_matrix(src, n.head, c.vocab, d, 0, 0, w.lm_head); !st) return st.error();
   w.layers.resize(c.layers);
   for (uint32_t l = 0; l < c.layers; ++l) {
     LlamaLayer& L = w.layers[l];
-    std::vector<float> wq, wk, wv, w_gate, w_up;
+    for (const auto& [role, out] : {std::pair{"attn_norm", &L.attn_norm}, std::pair{"ffn_norm", &L.ffn_norm}})
+      if (auto st = take(src.find, src.where, n.layer(l, role), {d}, *out); !st) return st.error();
     const struct {
       const char* role;
-      std::vector<uint64_t> shape;
-      std::vector<float>* out;
-    } parts[] = {{"attn_norm", {d}, &L.attn_norm},
-                 {"q", {q, d}, &wq},
-                 {"k", {kv, d}, &wk},
-                 {"v", {kv, d}, &wv},
-                 {"o", {d, q}, &L.wo},
-                 {"ffn_norm", {d}, &L.ffn_norm},
-                 {"gate", {c.ffn, d}, &w_gate},
-                 {"up", {c.ffn, d}, &w_up},
-                 {"down", {d, c.ffn}, &L.w_down}};
+      uint64_t rows, cols;
+      uint32_t rope_heads;
+      detail::WeightMatrix* out;
+    } parts[] = {{"q", q, d, c.heads, &L.wq},      {"k", kv, d, c.kv_heads, &L.wk},
+                 {"v", kv, d, 0, &L.wv},           {"o", d, q, 0, &L.wo},
+                 {"gate", c.ffn, d, 0, &L.w_gate}, {"up", c.ffn, d, 0, &L.w_up},
+                 {"down", d, c.ffn, 0, &L.w_down}};
     for (const auto& p : parts)
-      if (auto st = take(find, where, n.layer(l, p.role), p.shape, *p.out); !st) return st.error();
-    if (hf) {
-      interleave_rope_rows(wq, c.heads, c.head_dim, c.d_model);
-      interleave_rope_rows(wk, c.kv_heads, c.head_dim, c.d_model);
-    }
-    L.wqkv = std::move(wq);
-    L.wqkv.insert(L.wqkv.end(), wk.begin(), wk.end());
-    L.wqkv.insert(L.wqkv.end(), wv.begin(), wv.end());
-    L.w_gate_up = std::move(w_gate);
-    L.w_gate_up.insert(L.w_gate_up.end(), w_up.begin(), w_up.end());
+      if (auto st = take_matrix(src, n.layer(l, p.role), p.rows, p.cols, p.rope_heads, c.head_dim, *p.out);
+          !st)
+        return st.error();
   }
   return w;
 }
@@ -292,8 +320,19 @@ protocol::Result<LlamaWeights> load_llama_weights(const ModelConfig& cfg) {
   if (is_gguf(path)) {
     auto g = GgufFile::open(path);
     if (!g) return g.error();
-    const GgufFile& file = *g;
-    const bool tied = file.tensor("output.weight") == nullptr;
+    auto file = std::make_shared<const GgufFile>(std::move(*g));
+    const bool tied = file->tensor("output.weight") == nullptr;
+    // llama.cpp's kernels only when a tensor needs them: an f32 file runs without the library.
+    const ggml::Library* lib = nullptr;
+    for (const TensorRef& t : file->tensors()) {
+      if (t.type == TensorType::f32) continue;
+      auto loaded = ggml::Library::get();
+      if (!loaded)
+        return bad("GGUF " + path, "tensor " + t.name + " is " + std::string(tensor_type_name(t.type)) +
+                                       ": " + loaded.error().detail);
+      lib = *loaded;
+      break;
+    }
     Names n{
         "token_embd.weight", "output_norm.weight", "output.weight", [](uint32_t l, const char* role) {
           static const std::pair<std::string_view, const char*> map[] = {
@@ -305,8 +344,12 @@ protocol::Result<LlamaWeights> load_llama_weights(const ModelConfig& cfg) {
             if (k == role) g = v;
           return "blk." + std::to_string(l) + "." + g + ".weight";
         }};
-    return load_with(
-        cfg, [&](const std::string& name) { return file.tensor(name); }, "GGUF " + path, n, false, tied);
+    const Lookup find = [&](const std::string& name) { return file->tensor(name); };
+    const std::string where = "GGUF " + path;
+    auto w = load_with(cfg, MatrixSource{find, where, true, false, lib}, n, tied);
+    if (!w) return w.error();
+    w->file = std::move(file);
+    return w;
   }
 
   std::string st_path = path;
@@ -332,8 +375,8 @@ protocol::Result<LlamaWeights> load_llama_weights(const ModelConfig& cfg) {
               if (k == role) h = v;
             return "model.layers." + std::to_string(l) + "." + h + ".weight";
           }};
-  return load_with(
-      cfg, [&](const std::string& name) { return file.tensor(name); }, path, n, true, tied);
+  const Lookup find = [&](const std::string& name) { return file.tensor(name); };
+  return load_with(cfg, MatrixSource{find, path, false, true, nullptr}, n, tied);
 }
 
 }  // namespace epd::model

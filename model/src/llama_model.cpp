@@ -1,11 +1,11 @@
 // The Llama-family runner: pre-norm blocks of RMSNorm -> GQA attention with RoPE over the paged KV cache
 // -> RMSNorm -> SwiGLU, final RMSNorm and the LM head (tied to the embeddings when the checkpoint has none).
 //
-// Prefill multiplies through OpenBLAS sgemm (single-threaded calls, one per thread's block of output
-// columns). Decode multiplies with epd's fixed-order dot product (kernels.hpp): every output element is the
-// same sequence of operations whatever the batch, so a sequence decoded in a batch gets exactly the bits it
-// gets alone. Threads split output columns (matmuls) or (row, kv head) pairs (attention), never a sum, so
-// the thread count does not change results.
+// Matrices multiply through detail::Matmul (weight_matrix.hpp): f32 through OpenBLAS sgemm (prefill) and
+// epd's fixed-order dot product (decode, and always the LM head), every other type through ggml's CPU row
+// kernels, in place. Threads split output columns (matmuls) or (row, kv head) pairs (attention), never a
+// sum, so the thread count does not change results, and a sequence decoded in a batch gets exactly the bits
+// it gets alone.
 #include <cblas.h>
 
 #include <algorithm>
@@ -18,6 +18,7 @@
 #include "llama_weights.hpp"
 #include "paged_attention.hpp"
 #include "thread_pool.hpp"
+#include "weight_matrix.hpp"
 
 namespace epd::model {
 namespace {
@@ -28,10 +29,6 @@ using detail::RowTarget;
 using protocol::ErrorCode;
 using protocol::make_error;
 
-// Output columns per prefill sgemm call: a multiple of the AVX-512 width that divides SmolLM2-135M's
-// projection widths (576, 960, 3072); other widths end with one narrower block.
-constexpr size_t kSgemmCols = 96;
-
 protocol::Error invalid(std::string detail) {
   return make_error(ErrorCode::invalid_request, std::move(detail));
 }
@@ -39,7 +36,12 @@ protocol::Error invalid(std::string detail) {
 class LlamaModel final : public LlamaRunner {
  public:
   LlamaModel(const ModelConfig& cfg, LlamaWeights w)
-      : cfg_(cfg), w_(std::move(w)), threads_(cfg.threads), scratch_(cfg.threads), rope_(cfg) {
+      : cfg_(cfg),
+        w_(std::move(w)),
+        threads_(cfg.threads),
+        matmul_(threads_, w_.ggml),
+        scratch_(cfg.threads),
+        rope_(cfg) {
     // Our threads split the work; each sgemm call is single-threaded, with this CPU's kernels.
     detail::select_blas_core();
     openblas_set_num_threads(1);
@@ -72,7 +74,7 @@ class LlamaModel final : public LlamaRunner {
     x_.resize(n * d);
     targets_.resize(n);
     for (size_t i = 0; i < n; ++i) {
-      std::memcpy(&x_[i * d], &w_.tok_emb[size_t{chunk.tokens[i]} * d], d * sizeof(float));
+      w_.tok_emb.row_to_f32(chunk.tokens[i], &x_[i * d], w_.ggml);
       targets_[i] = RowTarget{pages, static_cast<uint32_t>(start + i)};
     }
     forward(pool, n, /*prefill=*/true);
@@ -98,7 +100,7 @@ class LlamaModel final : public LlamaRunner {
     x_.resize(n * d);
     targets_.resize(n);
     for (size_t i = 0; i < n; ++i) {
-      std::memcpy(&x_[i * d], &w_.tok_emb[size_t{batch[i].last_token} * d], d * sizeof(float));
+      w_.tok_emb.row_to_f32(batch[i].last_token, &x_[i * d], w_.ggml);
       targets_[i] = RowTarget{batch[i].pages, batch[i].length};
     }
     forward(pool, n, /*prefill=*/false);
@@ -110,28 +112,7 @@ class LlamaModel final : public LlamaRunner {
   }
 
  private:
-  // y (rows x out) = x (rows x in) * w^T, w out x in. Prefill: sgemm per thread's column block; decode: the
-  // fixed-order kernel.
-  void matmul(const float* x, size_t rows, size_t in, const std::vector<float>& w, size_t out, float* y,
-              bool prefill) {
-    if (!prefill) {
-      threads_.run(out, [&](size_t b, size_t e, unsigned) {
-        if (b != e) k::matmul_cols(x, rows, in, w.data(), b, e, y, out);
-      });
-      return;
-    }
-    // sgemm over fixed blocks of columns, whatever the thread count: OpenBLAS's vector kernels sum in an
-    // order that depends on the call's shape, so the same blocks keep prefill bit-exact across thread counts.
-    const size_t blocks = (out + kSgemmCols - 1) / kSgemmCols;
-    threads_.run(blocks, [&](size_t b0, size_t e0, unsigned) {
-      for (size_t blk = b0; blk < e0; ++blk) {
-        const size_t b = blk * kSgemmCols, e = std::min(out, b + kSgemmCols);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(rows), static_cast<int>(e - b),
-                    static_cast<int>(in), 1.0f, x, static_cast<int>(in), w.data() + b * in,
-                    static_cast<int>(in), 0.0f, y + b, static_cast<int>(out));
-      }
-    });
-  }
+  using Out = detail::Matmul::Out;
 
   void forward(const KvPool& pool, size_t n, bool prefill) {
     const size_t d = cfg_.d_model, hd = cfg_.head_dim, q_dim = size_t{cfg_.heads} * hd,
@@ -143,20 +124,14 @@ class LlamaModel final : public LlamaRunner {
     v_.resize(n * kv_dim);
     attn_.resize(n * q_dim);
     gate_.resize(n * f);
+    up_.resize(n * f);
     proj_.resize(n * d);
 
     for (uint32_t layer = 0; layer < cfg_.layers; ++layer) {
       const LlamaLayer& b = w_.layers[layer];
       for (size_t r = 0; r < n; ++r) k::rmsnorm(&x_[r * d], b.attn_norm.data(), d, cfg_.norm_eps, &h_[r * d]);
-      const size_t qkv_dim = q_dim + 2 * kv_dim;
-      fused_.resize(n * std::max(qkv_dim, 2 * f));
-      matmul(h_.data(), n, d, b.wqkv, qkv_dim, fused_.data(), prefill);
-      for (size_t r = 0; r < n; ++r) {
-        const float* row = &fused_[r * qkv_dim];
-        std::memcpy(&q_[r * q_dim], row, q_dim * sizeof(float));
-        std::memcpy(&k_[r * kv_dim], row + q_dim, kv_dim * sizeof(float));
-        std::memcpy(&v_[r * kv_dim], row + q_dim + kv_dim, kv_dim * sizeof(float));
-      }
+      const Out qkv[] = {{&b.wq, q_.data()}, {&b.wk, k_.data()}, {&b.wv, v_.data()}};
+      matmul_.run(h_.data(), n, d, qkv, prefill);
       for (size_t r = 0; r < n; ++r)
         detail::rope_and_store(cfg_, rope_, kv, layer, targets_[r], &q_[r * q_dim], &k_[r * kv_dim],
                                &v_[r * kv_dim]);
@@ -167,16 +142,16 @@ class LlamaModel final : public LlamaRunner {
                                &q_[r * q_dim], &attn_[r * q_dim], scratch_[t]);
         }
       });
-      matmul(attn_.data(), n, q_dim, b.wo, d, proj_.data(), prefill);
+      const Out o[] = {{&b.wo, proj_.data()}};
+      matmul_.run(attn_.data(), n, q_dim, o, prefill);
       for (size_t i = 0; i < n * d; ++i) x_[i] += proj_[i];
 
       for (size_t r = 0; r < n; ++r) k::rmsnorm(&x_[r * d], b.ffn_norm.data(), d, cfg_.norm_eps, &h_[r * d]);
-      matmul(h_.data(), n, d, b.w_gate_up, 2 * f, fused_.data(), prefill);
-      for (size_t r = 0; r < n; ++r) {
-        std::memcpy(&gate_[r * f], &fused_[r * 2 * f], f * sizeof(float));
-        k::swiglu(&gate_[r * f], &fused_[r * 2 * f + f], f);
-      }
-      matmul(gate_.data(), n, f, b.w_down, d, proj_.data(), prefill);
+      const Out gate_up[] = {{&b.w_gate, gate_.data()}, {&b.w_up, up_.data()}};
+      matmul_.run(h_.data(), n, d, gate_up, prefill);
+      for (size_t r = 0; r < n; ++r) k::swiglu(&gate_[r * f], &up_[r * f], f);
+      const Out down[] = {{&b.w_down, proj_.data()}};
+      matmul_.run(gate_.data(), n, f, down, prefill);
       for (size_t i = 0; i < n * d; ++i) x_[i] += proj_[i];
     }
     for (size_t r = 0; r < n; ++r) {
@@ -185,21 +160,23 @@ class LlamaModel final : public LlamaRunner {
     }
   }
 
-  // LM head over `rows` final hidden states (the fixed-order kernel, so logits never depend on the batch).
+  // LM head over `rows` final hidden states, always by the decode kernels, so logits never depend on the
+  // batch.
   void compute_logits(const float* h, size_t rows) {
-    const std::vector<float>& head = w_.lm_head.empty() ? w_.tok_emb : w_.lm_head;
     logits_.resize(rows * cfg_.vocab);
-    matmul(h, rows, cfg_.d_model, head, cfg_.vocab, logits_.data(), false);
+    const Out head[] = {{&w_.head(), logits_.data()}};
+    matmul_.run(h, rows, cfg_.d_model, head, /*prefill=*/false);
   }
 
   ModelConfig cfg_;
   LlamaWeights w_;
   ThreadPool threads_;
+  detail::Matmul matmul_;
   std::vector<detail::AttentionScratch> scratch_;
   bool keep_all_ = false;
   detail::RopeTable rope_;
   std::vector<RowTarget> targets_;
-  std::vector<float> x_, h_, q_, k_, v_, attn_, gate_, fused_, proj_, logits_;
+  std::vector<float> x_, h_, q_, k_, v_, attn_, gate_, up_, proj_, logits_;
 };
 
 }  // namespace

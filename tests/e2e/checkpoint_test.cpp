@@ -1,7 +1,8 @@
 // A Llama-family checkpoint served by the disaggregated cluster (router, encoder, prefill, decode as
 // processes), driven by token ids through POST /v1/generate: every answer equals the colocated run
 // (generate_tokens, the code epd-run uses) with the same chunking — over shm, over tcp, and with decode
-// holding its KV in fp16 (the staged path; the reference then decodes from an fp16 copy of the prompt's KV).
+// holding its KV in fp16 (the staged path; the reference then decodes from an fp16 copy of the prompt's KV),
+// for an f32 GGUF, a Hugging Face directory and a Q4_K_M GGUF.
 #include <unistd.h>
 #include <catch2/catch.hpp>
 #include <filesystem>
@@ -21,10 +22,19 @@ namespace {
 
 constexpr uint32_t kChunk = 64;  // the prefill role's default chunk_tokens
 
+// The default random checkpoint (f32 GGUF and a Hugging Face directory), or, with a file type, a GGUF of
+// hidden 256 quantized by llama.cpp's quantizer (Q4_K_M: Q4_K and Q6_K matrices, run on ggml's kernels).
 struct Checkpoint {
-  Checkpoint() {
-    dir = std::filesystem::temp_directory_path() / ("epd-e2e-ckpt-" + std::to_string(::getpid()));
-    auto p = model::testing::write_llama_checkpoint(model::testing::CheckpointSpec{}, dir);
+  explicit Checkpoint(const std::string& gguf_file_type = "f32") {
+    dir = std::filesystem::temp_directory_path() /
+          ("epd-e2e-ckpt-" + std::to_string(::getpid()) + "-" + gguf_file_type);
+    model::testing::CheckpointSpec s;
+    if (gguf_file_type != "f32") {
+      s.d_model = 256;
+      s.ffn = 512;
+      s.gguf_file_type = gguf_file_type;
+    }
+    auto p = model::testing::write_llama_checkpoint(s, dir);
     REQUIRE(p.ok());
     paths = *p;
   }
@@ -109,8 +119,16 @@ TEST_CASE("checkpoint cluster over tcp equals the colocated run") {
   serve_and_compare(ck.paths.gguf, "tcp", "", std::nullopt);
 }
 
+TEST_CASE("quantized checkpoint cluster over shm and tcp equals the colocated run") {
+  Checkpoint ck("q4_k_m");
+  serve_and_compare(ck.paths.gguf, "shm", "", std::nullopt);
+  serve_and_compare(ck.paths.gguf, "tcp", "", std::nullopt);
+}
+
 TEST_CASE("checkpoint cluster staged into an fp16 decode equals the staged colocated run") {
-  Checkpoint ck;
-  serve_and_compare(ck.paths.gguf, "shm", "kv_dtype = \"f16\"\nkv_page_size = 32\n",
-                    model::KvLayoutChoice{32, model::DType::f16, model::KvDimOrder::token_head_dim});
+  const std::string lines = "kv_dtype = \"f16\"\nkv_page_size = 32\n";
+  const model::KvLayoutChoice kv{32, model::DType::f16, model::KvDimOrder::token_head_dim};
+  Checkpoint ck, quantized("q4_k_m");
+  serve_and_compare(ck.paths.gguf, "shm", lines, kv);
+  serve_and_compare(quantized.paths.gguf, "shm", lines, kv);
 }

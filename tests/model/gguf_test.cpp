@@ -173,8 +173,20 @@ TEST_CASE("GGUF reader names hostile headers") {
   const std::vector<float> row(32, 1.0f);
   {
     GgufWriter w;
-    w.add_raw("q4", {32}, 2, std::vector<std::byte>(18));
-    CHECK_THAT(err(w), Catch::Contains("unsupported ggml type 2"));
+    w.add_raw("iq2", {256}, 16, std::vector<std::byte>(66));  // IQ2_XXS: epd runs no i-quant but IQ4_NL
+    CHECK_THAT(err(w), Catch::Contains("tensor iq2 has unsupported ggml type 16") &&
+                           Catch::Contains("supported: F32, F16, Q4_0") && Catch::Contains("Q4_K"));
+  }
+  {
+    GgufWriter w;  // a k-quant row is whole super-blocks of 256
+    w.add_raw("qk", {64, 2}, 12, std::vector<std::byte>(2 * 144));
+    CHECK_THAT(err(w), Catch::Contains("tensor qk has an invalid shape for q4_K") &&
+                           Catch::Contains("multiple of 256"));
+  }
+  {
+    GgufWriter w;  // one Q4_K super-block is 144 bytes: a tensor of two rows needs 288
+    w.add_raw("short", {256, 2}, 12, std::vector<std::byte>(144));
+    CHECK_THAT(err(w), Catch::Contains("truncated: tensor short"));
   }
   {
     GgufWriter w;

@@ -1,12 +1,15 @@
 #include "llama_checkpoint.hpp"
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "epd/model/kv_cache.hpp"
+#include "epd/model/quantize.hpp"
 #include "epd/model/rng.hpp"
+#include "epd/model/tensor.hpp"
 #include "gguf_writer.hpp"
 
 namespace epd::model::testing {
@@ -159,6 +162,64 @@ protocol::Status write_hf(const CheckpointSpec& s, const std::vector<Tensor>& te
   return {};
 }
 
+struct FileType {
+  const char* name;
+  TensorType base;
+  TensorType more_bits;  // attn_v and some ffn_down in the _M mixes (== base elsewhere)
+  uint32_t llama_ftype;  // general.file_type, llama.cpp's numbering
+};
+
+constexpr FileType kFileTypes[] = {
+    {"f32", TensorType::f32, TensorType::f32, 0},       {"f16", TensorType::f16, TensorType::f16, 1},
+    {"bf16", TensorType::bf16, TensorType::bf16, 32},   {"q8_0", TensorType::q8_0, TensorType::q8_0, 7},
+    {"q4_0", TensorType::q4_0, TensorType::q4_0, 2},    {"q4_1", TensorType::q4_1, TensorType::q4_1, 3},
+    {"q5_0", TensorType::q5_0, TensorType::q5_0, 8},    {"q5_1", TensorType::q5_1, TensorType::q5_1, 9},
+    {"q2_k", TensorType::q2_k, TensorType::q3_k, 10},   {"q3_k_m", TensorType::q3_k, TensorType::q4_k, 12},
+    {"q4_k_m", TensorType::q4_k, TensorType::q6_k, 15}, {"q5_k_m", TensorType::q5_k, TensorType::q6_k, 17},
+    {"q6_k", TensorType::q6_k, TensorType::q6_k, 18},
+};
+
+const FileType* find_file_type(const std::string& name) {
+  for (const FileType& f : kFileTypes)
+    if (name == f.name) return &f;
+  return nullptr;
+}
+
+// llama-quantize's substitutes for k-quant rows that are not a multiple of 256 (SmolLM2's 576, say).
+TensorType fallback(TensorType t, uint64_t cols) {
+  if (cols % 256 == 0) return t;
+  switch (t) {
+    case TensorType::q2_k:
+    case TensorType::q3_k:
+      return TensorType::iq4_nl;
+    case TensorType::q4_k:
+      return TensorType::q5_0;
+    case TensorType::q5_k:
+      return TensorType::q5_1;
+    case TensorType::q6_k:
+      return TensorType::q8_0;
+    default:
+      return t;
+  }
+}
+
+// The type llama-quantize gives a tensor of a file type (a simplified llama_tensor_get_type).
+TensorType gguf_type(const FileType& f, const Tensor& t, uint32_t layers) {
+  if (t.shape.size() < 2) return TensorType::f32;
+  const uint64_t cols = t.shape.back();
+  const bool quantized = is_quantized(f.base);
+  if (t.gguf_name == "output.weight" && quantized && f.base != TensorType::q8_0)
+    return fallback(TensorType::q6_k, cols);
+  const auto dot = t.gguf_name.find('.');
+  const uint32_t layer =
+      dot == std::string::npos ? 0 : static_cast<uint32_t>(std::atoi(t.gguf_name.c_str() + dot + 1));
+  // llama.cpp's use_more_bits: the first and last eighth of the layers and every third in between.
+  const bool more = layer < layers / 8 || layer >= 7 * layers / 8 || (layer - layers / 8) % 3 == 2;
+  const bool up =
+      t.gguf_name.ends_with("attn_v.weight") || (t.gguf_name.ends_with("ffn_down.weight") && more);
+  return fallback(up ? f.more_bits : f.base, cols);
+}
+
 protocol::Status write_gguf(const CheckpointSpec& s, const std::vector<Tensor>& tensors,
                             const fs::path& path) {
   GgufWriter w;
@@ -174,7 +235,11 @@ protocol::Status write_gguf(const CheckpointSpec& s, const std::vector<Tensor>& 
   w.set_f32("llama.rope.freq_base", s.rope_theta);
   w.set_f32("llama.attention.layer_norm_rms_epsilon", s.norm_eps);
   w.set_u32("llama.vocab_size", s.vocab);
-  w.set_u32("general.file_type", 0);  // all F32
+  const FileType* ft = find_file_type(s.gguf_file_type);
+  if (!ft)
+    return protocol::make_error(protocol::ErrorCode::invalid_request,
+                                "unknown file type " + s.gguf_file_type);
+  w.set_u32("general.file_type", ft->llama_ftype);
   // A SentencePiece-style vocabulary: <unk> <s> </s>, byte tokens <0xXX>, then word pieces.
   std::vector<std::string> tokens = {"<unk>", "<s>", "</s>"};
   std::vector<float> scores = {0, 0, 0};
@@ -213,10 +278,24 @@ protocol::Status write_gguf(const CheckpointSpec& s, const std::vector<Tensor>& 
   w.set_u32("tokenizer.ggml.eos_token_id", 2);
   for (const Tensor& t : tensors) {
     std::vector<uint64_t> ne(t.shape.rbegin(), t.shape.rend());  // ggml order: innermost first
-    if (t.rope_heads)
-      w.add_f32(t.gguf_name, ne, permute_for_gguf(t.values, t.rope_heads, t.shape[0], t.shape[1]));
-    else
-      w.add_f32(t.gguf_name, ne, t.values);
+    const std::vector<float> values =
+        t.rope_heads ? permute_for_gguf(t.values, t.rope_heads, t.shape[0], t.shape[1]) : t.values;
+    const TensorType type = gguf_type(*ft, t, s.layers);
+    if (type == TensorType::f32) {
+      w.add_f32(t.gguf_name, ne, values);
+      continue;
+    }
+    const uint64_t cols = t.shape.back();
+    auto bytes = quantize_rows(type, values, values.size() / cols, cols);
+    if (!bytes) return bytes.error();
+    if (s.gguf_dequantized) {
+      const TensorRef ref{t.gguf_name, type, t.shape, *bytes};
+      std::vector<float> back(values.size());
+      if (auto st = tensor_to_f32(ref, back); !st) return st;
+      w.add_f32(t.gguf_name, ne, back);
+      continue;
+    }
+    w.add_raw(t.gguf_name, ne, static_cast<uint32_t>(type), std::move(*bytes));
   }
   return w.write(path.string());
 }
@@ -228,7 +307,10 @@ protocol::Result<CheckpointPaths> write_llama_checkpoint(const CheckpointSpec& s
     return protocol::make_error(protocol::ErrorCode::invalid_request, "bad checkpoint spec");
   const auto tensors = make_tensors(spec);
   CheckpointPaths p{(dir / "hf").string(), (dir / "model.gguf").string()};
-  if (auto st = write_hf(spec, tensors, p.hf_dir); !st) return st.error();
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (spec.write_hf)
+    if (auto st = write_hf(spec, tensors, p.hf_dir); !st) return st.error();
   if (auto st = write_gguf(spec, tensors, p.gguf); !st) return st.error();
   return p;
 }

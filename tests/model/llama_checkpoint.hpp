@@ -1,8 +1,8 @@
 #pragma once
 // Writes a random Llama-family checkpoint twice, as a Hugging Face directory (config.json, sharded
-// safetensors with mixed f32/bf16/f16 tensors, the index file) and as a GGUF file (f32 with a small
+// safetensors with mixed f32/bf16/f16 tensors, the index file) and as a GGUF file (with a small
 // SentencePiece-style vocabulary, Q and K rows permuted as llama.cpp's converter permutes them), holding
-// the same values: every bf16/f16 value is exactly representable in f32.
+// the same values when the GGUF is f32: every bf16/f16 value is exactly representable in f32.
 #include <cstdint>
 #include <filesystem>
 #include <string>
@@ -28,6 +28,16 @@ struct CheckpointSpec {
   // The GGUF vocabulary's first word pieces become the control tokens <|im_start|> and <|im_end|>, with a
   // ChatML chat template: a chat model's tokenizer.
   bool chat = false;
+  // The GGUF's tensor types, named as llama-quantize names a file type: "f32", "f16", "bf16", "q8_0",
+  // "q4_0", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k_m", "q4_k_m", "q5_k_m", "q6_k". Matrices are quantized by
+  // llama.cpp's own quantizer, with llama-quantize's mix: norms f32, output.weight Q6_K, attn_v and some
+  // ffn_down one step up in the _M mixes, and its fallback types for rows that are not whole k-quant blocks.
+  // The Hugging Face directory keeps the unquantized values.
+  std::string gguf_file_type = "f32";
+  // Write, in f32, the values the quantized file would hold (each tensor quantized, then dequantized by
+  // llama.cpp): the same model as gguf_file_type's, with exact f32 weights.
+  bool gguf_dequantized = false;
+  bool write_hf = true;  // false: only the GGUF (a benchmark's large checkpoint)
 };
 
 struct CheckpointPaths {

@@ -16,6 +16,7 @@
 #include "gguf_writer.hpp"
 #include "helpers.hpp"
 #include "llama_checkpoint.hpp"
+#include "llama_run.hpp"
 
 namespace {
 
@@ -24,68 +25,11 @@ using namespace epd::model;
 using epd::model::testing::CheckpointSpec;
 using epd::model::testing::write_llama_checkpoint;
 
-struct TempDir {
-  TempDir() {
-    static int n = 0;
-    path =
-        fs::temp_directory_path() / ("epd-llama-" + std::to_string(::getpid()) + "-" + std::to_string(n++));
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  fs::path path;
-};
-
-std::unique_ptr<LlamaRunner> load(const std::string& path, uint32_t threads = 1) {
-  auto cfg = read_checkpoint_config(path);
-  REQUIRE(cfg.ok());
-  cfg->threads = threads;
-  auto r = make_llama_runner(*cfg);
-  if (!r) FAIL(r.error().detail);
-  return std::move(*r);
-}
-
-std::vector<TokenId> prompt_ids(size_t n, uint32_t vocab, uint32_t salt = 0) {
-  std::vector<TokenId> p(n);
-  for (size_t i = 0; i < n; ++i) p[i] = static_cast<TokenId>((i * 37 + salt * 11 + 5) % vocab);
-  return p;
-}
-
-// Logits at every prompt position (one prefill chunk) followed by `steps` greedy decode tokens.
-struct Run {
-  std::vector<float> logits;
-  std::vector<TokenId> tokens;
-  uint64_t digest = 0;
-};
-
-Run run(LlamaRunner& r, const std::vector<TokenId>& prompt, uint32_t steps, uint32_t chunk = 0) {
-  const ModelConfig& cfg = r.config();
-  epd::model::test::TestPool pool(cfg, 16);
-  std::vector<PageId> pages(16);
-  for (PageId i = 0; i < 16; ++i) pages[i] = i;
-  Run out;
-  r.keep_all_logits(true);
-  const uint32_t n = static_cast<uint32_t>(prompt.size()), c = chunk ? chunk : n;
-  TokenId next = 0;
-  for (uint32_t b = 0; b < n; b += c) {
-    const auto part = std::span(prompt).subspan(b, std::min(c, n - b));
-    auto t = r.prefill_chunk(pool.pool, pages, b, PrefillChunk{part, {}});
-    REQUIRE(t.ok());
-    next = *t;
-    out.logits.insert(out.logits.end(), r.last_logits().begin(), r.last_logits().end());
-  }
-  r.keep_all_logits(false);
-  DecodeSeq seq{pages, n, next};
-  out.tokens.push_back(next);
-  for (uint32_t s = 0; s < steps; ++s) {
-    TokenId t = 0;
-    REQUIRE(r.decode_step(pool.pool, {&seq, 1}, {&t, 1}).ok());
-    out.tokens.push_back(t);
-    seq.length += 1;
-    seq.last_token = t;
-  }
-  out.digest = kv_digest(pool.pool, std::span(pages).first(pages_for(pool.pool.layout, seq.length)));
-  return out;
-}
+using epd::model::test::load;
+using epd::model::test::prompt_ids;
+using epd::model::test::Run;
+using epd::model::test::run;
+using epd::model::test::TempDir;
 
 }  // namespace
 

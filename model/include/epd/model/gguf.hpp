@@ -2,7 +2,7 @@
 // GGUF (llama.cpp's single-file checkpoint format, versions 2 and 3) read in place from a memory mapping.
 // Every length and offset is checked against the mapping before it is used, and every count against the
 // bytes left before anything is allocated: a truncated or hostile file gives an error, never a read outside
-// the mapping. Tensor types: F32, F16, BF16, Q8_0.
+// the mapping. Tensor types: F32, F16, BF16 and ggml's quantized types (epd/model/tensor.hpp).
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -33,12 +33,6 @@ enum class GgufType : uint32_t {
   i64 = 11,
   f64 = 12,
 };
-
-// ggml tensor type numbers for the types epd reads.
-inline constexpr uint32_t kGgmlF32 = 0;
-inline constexpr uint32_t kGgmlF16 = 1;
-inline constexpr uint32_t kGgmlQ8_0 = 8;
-inline constexpr uint32_t kGgmlBf16 = 30;
 
 inline constexpr uint32_t kGgufDefaultAlignment = 32;
 

@@ -1,8 +1,9 @@
 #pragma once
 // Llama-family checkpoints (TinyLlama, SmolLM2, Llama-2/3 without RoPE scaling, ...): RMSNorm, RoPE,
 // grouped-query attention, SwiGLU, optionally tied embeddings. Loaded from a Hugging Face directory
-// (config.json + model.safetensors or shards with model.safetensors.index.json; F32/F16/BF16) or from a GGUF
-// file (architecture "llama"; F32/F16/BF16/Q8_0). Weights are converted to f32 once at load; compute is f32.
+// (config.json + model.safetensors or shards with model.safetensors.index.json; F32/F16/BF16, converted to
+// f32 once at load) or from a GGUF file (architecture "llama"; F32, F16, BF16 and ggml's quantized types,
+// used in place on ggml's CPU kernels; docs/model.md, "Quantized GGUF").
 #include <memory>
 #include <span>
 #include <string>

@@ -1,0 +1,138 @@
+// GGUF files in every tensor type epd runs, made by llama.cpp's own quantizer: each runs in place on ggml's
+// CPU kernels and computes the model its quantized values define (against an f32 file holding exactly
+// those values, dequantized by llama.cpp), and the runner's determinism holds for quantized weights too.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <filesystem>
+#include <string>
+
+#include "epd/model/llama.hpp"
+#include "epd/model/quantize.hpp"
+#include "helpers.hpp"
+#include "llama_checkpoint.hpp"
+#include "llama_run.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using namespace epd::model;
+using epd::model::testing::CheckpointSpec;
+using epd::model::testing::write_llama_checkpoint;
+
+using epd::model::test::load;
+using epd::model::test::prompt_ids;
+using epd::model::test::Run;
+using epd::model::test::run;
+using epd::model::test::TempDir;
+
+// Row lengths that are whole k-quant super-blocks (256), as in Llama-3.2-1B's 2048.
+CheckpointSpec kquant_spec(const std::string& file_type, bool dequantized = false) {
+  CheckpointSpec s;
+  s.d_model = 256;
+  s.ffn = 512;
+  s.heads = 4;
+  s.kv_heads = 2;
+  s.gguf_file_type = file_type;
+  s.gguf_dequantized = dequantized;
+  return s;
+}
+
+// max |a - b| / max |b| over all values.
+double relative_gap(const std::vector<float>& a, const std::vector<float>& b) {
+  REQUIRE(a.size() == b.size());
+  double top = 0, worst = 0;
+  for (float v : b) top = std::max(top, double{std::fabs(v)});
+  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::fabs(double{a[i]} - b[i]));
+  return worst / top;
+}
+
+}  // namespace
+
+TEST_CASE("ggml's CPU kernels load, for a variant this CPU runs") {
+  auto v = ggml_cpu_variant();
+  if (!v) FAIL(v.error().detail);
+  INFO("variant " << *v);
+  CHECK_FALSE(v->empty());
+}
+
+TEST_CASE("every tensor type runs in place and computes the model its quantized values define") {
+  // The gap left is the activations' own rounding (to Q8_0/Q8_1/Q8_K, or f16/bf16), as in llama.cpp; this
+  // random model's sharp attention (Q/K gain 2) amplifies it (measured: 2e-3 f16, 1.3e-2 bf16, 2.5-4.6e-2
+  // for the 8- to 2-bit types, worst over 40 positions x 384 logits).
+  const struct {
+    const char* file_type;
+    double tolerance;
+    bool coarse;  // 4-6 bits a weight: quantizing moves the logits far more than the activations' rounding
+  } cases[] = {{"f16", 3e-3, false},   {"bf16", 3e-2, false},  {"q8_0", 6e-2, false},  {"q4_0", 6e-2, true},
+               {"q4_1", 6e-2, true},   {"q5_0", 6e-2, true},   {"q5_1", 6e-2, true},   {"q2_k", 6e-2, true},
+               {"q3_k_m", 6e-2, true}, {"q4_k_m", 6e-2, true}, {"q5_k_m", 6e-2, true}, {"q6_k", 6e-2, true}};
+  const auto prompt = prompt_ids(40, 384);
+  TempDir odir;
+  auto o = write_llama_checkpoint(kquant_spec("f32"), odir.path);
+  REQUIRE(o.ok());
+  const Run original = run(*load(o->gguf), prompt, 0);
+  for (const auto& c : cases) {
+    INFO("file type " << c.file_type);
+    TempDir qdir, fdir;
+    auto q = write_llama_checkpoint(kquant_spec(c.file_type), qdir.path);
+    auto f = write_llama_checkpoint(kquant_spec(c.file_type, true), fdir.path);
+    REQUIRE(q.ok());
+    REQUIRE(f.ok());
+    // In place: the quantized file is a fraction of the f32 one (norms stay f32).
+    if (std::string(c.file_type) != "f16" && std::string(c.file_type) != "bf16")
+      CHECK(fs::file_size(q->gguf) * 3 < fs::file_size(f->gguf));
+    auto qr = load(q->gguf), fr = load(f->gguf);
+    const Run got = run(*qr, prompt, 0), want = run(*fr, prompt, 0);
+    const double gap = relative_gap(got.logits, want.logits);
+    std::printf("%-7s max |logit - f32 of the same values| / max |logit| = %.2e\n", c.file_type, gap);
+    CHECK(gap <= c.tolerance);
+    // ... and it is that model, not the unquantized one: quantizing the weights moved the logits further.
+    const double moved = relative_gap(got.logits, original.logits);
+    std::printf("%-7s max |logit - unquantized f32| / max |logit| = %.2e\n", c.file_type, moved);
+    if (c.coarse) CHECK(moved > 2 * gap);
+  }
+}
+
+TEST_CASE("quantized weights keep the runner's determinism: chunks, threads and batches change no bit") {
+  TempDir dir;
+  auto paths = write_llama_checkpoint(kquant_spec("q4_k_m"), dir.path);
+  REQUIRE(paths.ok());
+  auto one = load(paths->gguf, 1), two = load(paths->gguf, 2);
+  const auto prompt = prompt_ids(45, 384);
+  const Run whole = run(*one, prompt, 12), chunked = run(*two, prompt, 12, 7);
+  // Every output element is one ggml dot product, so even another chunking gives the same bits.
+  CHECK(whole.logits == chunked.logits);
+  CHECK(whole.tokens == chunked.tokens);
+  CHECK(whole.digest == chunked.digest);
+
+  // Batched decode equals each sequence alone.
+  constexpr uint32_t kSeqs = 4, kPages = 8, kSteps = 6;
+  std::vector<Run> alone;
+  for (uint32_t s = 0; s < kSeqs; ++s) alone.push_back(run(*one, prompt_ids(9 + 5 * s, 384, s), kSteps));
+  epd::model::test::TestPool pool(two->config(), kSeqs * kPages);
+  std::vector<std::vector<PageId>> pages(kSeqs);
+  std::vector<DecodeSeq> seqs;
+  std::vector<std::vector<TokenId>> got(kSeqs);
+  for (uint32_t s = 0; s < kSeqs; ++s) {
+    for (uint32_t p = 0; p < kPages; ++p) pages[s].push_back(s * kPages + p);
+    const auto p = prompt_ids(9 + 5 * s, 384, s);
+    auto t = two->prefill_chunk(pool.pool, pages[s], 0, PrefillChunk{p, {}});
+    REQUIRE(t.ok());
+    got[s].push_back(*t);
+    seqs.push_back(DecodeSeq{pages[s], static_cast<uint32_t>(p.size()), *t});
+  }
+  for (uint32_t step = 0; step < kSteps; ++step) {
+    std::vector<TokenId> next(kSeqs);
+    REQUIRE(two->decode_step(pool.pool, seqs, next).ok());
+    for (uint32_t s = 0; s < kSeqs; ++s) {
+      got[s].push_back(next[s]);
+      seqs[s].length += 1;
+      seqs[s].last_token = next[s];
+    }
+  }
+  for (uint32_t s = 0; s < kSeqs; ++s) {
+    CHECK(got[s] == alone[s].tokens);
+    CHECK(kv_digest(pool.pool, std::span(pages[s]).first(pages_for(pool.pool.layout, seqs[s].length))) ==
+          alone[s].digest);
+  }
+}
