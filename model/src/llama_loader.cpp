@@ -242,7 +242,11 @@ protocol::Status take_matrix(const MatrixSource& src, const std::string& name, u
                              uint32_t rope_heads, uint32_t head_dim, detail::WeightMatrix& out) {
   auto t = find_shaped(src.find, src.where, name, {rows, cols});
   if (!t) return t.error();
-  if (src.in_place) {
+  // An f32 tensor is read as floats: in place only where the file aligns it so (GGUF's general.alignment
+  // may be 1); ggml's block types are byte-addressed.
+  const bool aligned =
+      (*t)->type != TensorType::f32 || reinterpret_cast<uintptr_t>((*t)->bytes.data()) % alignof(float) == 0;
+  if (src.in_place && aligned) {
     if ((*t)->type != TensorType::f32 && !src.ggml)
       return bad(src.where, "tensor " + name + " is " + std::string(tensor_type_name((*t)->type)) +
                                 ", which needs llama.cpp's kernels");

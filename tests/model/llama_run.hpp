@@ -77,4 +77,31 @@ inline Run run(LlamaRunner& r, const std::vector<TokenId>& prompt, uint32_t step
   return out;
 }
 
+// Prefills each prompt into its own pages of one pool, then decodes all of them together for `steps`
+// steps; returns each sequence's tokens (prefill's first) and leaves `seqs` at the final lengths.
+inline std::vector<std::vector<TokenId>> decode_together(LlamaRunner& r, const KvPool& pool,
+                                                         const std::vector<std::vector<PageId>>& pages,
+                                                         const std::vector<std::vector<TokenId>>& prompts,
+                                                         uint32_t steps, std::vector<DecodeSeq>& seqs) {
+  const size_t n = prompts.size();
+  std::vector<std::vector<TokenId>> got(n);
+  seqs.clear();
+  for (size_t s = 0; s < n; ++s) {
+    auto t = r.prefill_chunk(pool, pages[s], 0, PrefillChunk{prompts[s], {}});
+    REQUIRE(t.ok());
+    got[s].push_back(*t);
+    seqs.push_back(DecodeSeq{pages[s], static_cast<uint32_t>(prompts[s].size()), *t});
+  }
+  for (uint32_t step = 0; step < steps; ++step) {
+    std::vector<TokenId> next(n);
+    REQUIRE(r.decode_step(pool, seqs, next).ok());
+    for (size_t s = 0; s < n; ++s) {
+      got[s].push_back(next[s]);
+      seqs[s].length += 1;
+      seqs[s].last_token = next[s];
+    }
+  }
+  return got;
+}
+
 }  // namespace epd::model::test

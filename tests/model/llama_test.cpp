@@ -112,25 +112,13 @@ TEST_CASE("Llama batched decode equals decoding each sequence alone and threads 
   for (LlamaRunner* r : {one.get(), two.get()}) {
     epd::model::test::TestPool pool(cfg, kSeqs * kPages);
     std::vector<std::vector<PageId>> pages(kSeqs);
-    std::vector<DecodeSeq> seqs;
-    std::vector<std::vector<TokenId>> got(kSeqs);
+    std::vector<std::vector<TokenId>> prompts;
     for (uint32_t s = 0; s < kSeqs; ++s) {
       for (uint32_t p = 0; p < kPages; ++p) pages[s].push_back((kSeqs - 1 - s) * kPages + p);  // shuffled
-      const auto prompt = prompt_ids(10 + 7 * s, spec.vocab, s);
-      auto t = r->prefill_chunk(pool.pool, pages[s], 0, PrefillChunk{prompt, {}});
-      REQUIRE(t.ok());
-      got[s].push_back(*t);
-      seqs.push_back(DecodeSeq{pages[s], static_cast<uint32_t>(prompt.size()), *t});
+      prompts.push_back(prompt_ids(10 + 7 * s, spec.vocab, s));
     }
-    for (uint32_t step = 0; step < kSteps; ++step) {
-      std::vector<TokenId> next(kSeqs);
-      REQUIRE(r->decode_step(pool.pool, seqs, next).ok());
-      for (uint32_t s = 0; s < kSeqs; ++s) {
-        got[s].push_back(next[s]);
-        seqs[s].length += 1;
-        seqs[s].last_token = next[s];
-      }
-    }
+    std::vector<DecodeSeq> seqs;
+    const auto got = epd::model::test::decode_together(*r, pool.pool, pages, prompts, kSteps, seqs);
     for (uint32_t s = 0; s < kSeqs; ++s) {
       CHECK(got[s] == alone[s]);
       CHECK(kv_digest(pool.pool, std::span(pages[s]).first(pages_for(pool.pool.layout, seqs[s].length))) ==

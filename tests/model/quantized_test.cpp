@@ -111,25 +111,13 @@ TEST_CASE("quantized weights keep the runner's determinism: chunks, threads and 
   for (uint32_t s = 0; s < kSeqs; ++s) alone.push_back(run(*one, prompt_ids(9 + 5 * s, 384, s), kSteps));
   epd::model::test::TestPool pool(two->config(), kSeqs * kPages);
   std::vector<std::vector<PageId>> pages(kSeqs);
-  std::vector<DecodeSeq> seqs;
-  std::vector<std::vector<TokenId>> got(kSeqs);
+  std::vector<std::vector<TokenId>> prompts;
   for (uint32_t s = 0; s < kSeqs; ++s) {
     for (uint32_t p = 0; p < kPages; ++p) pages[s].push_back(s * kPages + p);
-    const auto p = prompt_ids(9 + 5 * s, 384, s);
-    auto t = two->prefill_chunk(pool.pool, pages[s], 0, PrefillChunk{p, {}});
-    REQUIRE(t.ok());
-    got[s].push_back(*t);
-    seqs.push_back(DecodeSeq{pages[s], static_cast<uint32_t>(p.size()), *t});
+    prompts.push_back(prompt_ids(9 + 5 * s, 384, s));
   }
-  for (uint32_t step = 0; step < kSteps; ++step) {
-    std::vector<TokenId> next(kSeqs);
-    REQUIRE(two->decode_step(pool.pool, seqs, next).ok());
-    for (uint32_t s = 0; s < kSeqs; ++s) {
-      got[s].push_back(next[s]);
-      seqs[s].length += 1;
-      seqs[s].last_token = next[s];
-    }
-  }
+  std::vector<DecodeSeq> seqs;
+  const auto got = epd::model::test::decode_together(*two, pool.pool, pages, prompts, kSteps, seqs);
   for (uint32_t s = 0; s < kSeqs; ++s) {
     CHECK(got[s] == alone[s].tokens);
     CHECK(kv_digest(pool.pool, std::span(pages[s]).first(pages_for(pool.pool.layout, seqs[s].length))) ==
