@@ -28,8 +28,16 @@ struct SupervisorState {
 // The cause text of a worker's exit reason (the exception's what(), set by the worker's handler).
 std::string cause_of(const caf::error& reason) {
   const auto& ctx = reason.context();
-  if (ctx.match_elements<std::string>()) return ctx.get_as<std::string>(0);
+  if (ctx.match_elements<std::string>() || ctx.match_elements<std::string, std::vector<uint64_t>>())
+    return ctx.get_as<std::string>(0);
   return caf::to_string(reason);
+}
+
+// The rooms the crash cut short, as the worker's handler named them; nullopt if it did not.
+std::optional<std::vector<uint64_t>> hit_of(const caf::error& reason) {
+  const auto& ctx = reason.context();
+  if (ctx.match_elements<std::string, std::vector<uint64_t>>()) return ctx.get_as<std::vector<uint64_t>>(1);
+  return std::nullopt;
 }
 
 caf::actor spawn_worker(caf::actor_system& sys, const SupervisorState& st, uint32_t index) {
@@ -106,7 +114,7 @@ caf::behavior supervisor(caf::stateful_actor<SupervisorState>* self, transport::
       schedule_restart(self);
     }
     update_health(s);
-    self->send(s.role, WorkerCrashed{index, cause, replacement});
+    self->send(s.role, WorkerCrashed{index, cause, replacement, hit_of(dm.reason)});
   });
   return {
       [=](restart_atom) {

@@ -201,11 +201,20 @@ caf::behavior worker(caf::stateful_actor<WorkerState>* self, transport::Engine* 
     } catch (...) {
     }
     auto& s = self->state;
-    spdlog::error("{}: crashed with {} job(s) in flight: {}", s.config.name, s.inflight.size(), what);
+    // The rooms this crash cut short: the job that threw (no batch yet) and those whose batch still runs.
+    // Checked before the sessions close (which fails what still runs). A job whose bytes all landed, or
+    // one still in the mailbox, is not hit: the role sends it again to the replacement.
+    std::vector<uint64_t> hit;
+    for (const auto& [_, f] : s.inflight)
+      if (!f.batch || f.batch->poll() != transport::Batch::State::done) hit.push_back(f.job.room);
+    std::string rooms;
+    for (uint64_t room : hit) rooms += (rooms.empty() ? "" : ", ") + std::to_string(room);
+    spdlog::error("{}: crashed with {} job(s) in flight (cut short: room(s) {}): {}", s.config.name,
+                  s.inflight.size(), rooms.empty() ? "none" : rooms, what);
     for (auto& [_, f] : s.inflight)
       if (f.session) f.session->close();
     for (auto& [_, c] : s.sessions) c.session->close();
-    return caf::make_error(caf::sec::runtime_error, what);
+    return caf::make_error(caf::sec::runtime_error, what, std::move(hit));
   });
   // No exit functor touching the state: CAF 0.17 destroys a stateful actor's state before its attached
   // functors run. Destroying the state drops the last references to the sessions, which closes them.

@@ -17,9 +17,9 @@ using protocol::MessageType;
 
 namespace {
 
-constexpr uint64_t kRouterInc = 11, kPrefillInc = 22, kDecodeInc = 33;
+using test::kRouterInc, test::kPrefillInc, test::kDecodeInc;
 
-const char* kCluster = R"(
+const char* kDecodeCluster = R"(
 [cluster]
 registry = "router"
 [model]
@@ -56,7 +56,7 @@ struct DecodeFixture {
   caf::actor role;
 
   DecodeFixture() {
-    auto cfg = config::parse_cluster_config(kCluster, "decode_role_test.toml");
+    auto cfg = config::parse_cluster_config(kDecodeCluster, "decode_role_test.toml");
     REQUIRE(cfg.ok());
     cluster = std::move(cfg.value());
     const auto* inst = cluster.find("decode-0");

@@ -20,7 +20,7 @@ using protocol::ErrorCode;
 
 namespace {
 
-constexpr uint64_t kRouterInc = 11, kPrefillInc = 22, kDecodeInc = 33, kEncoderInc = 44;
+using test::kRouterInc, test::kPrefillInc, test::kDecodeInc, test::kEncoderInc;
 
 // The tiny model: a 32 x 24 image is 12 embeddings of 64 floats (3072 bytes). Prefill's cache holds one
 // such image, not two, so the second image evicts the first.

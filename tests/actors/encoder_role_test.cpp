@@ -16,9 +16,9 @@ using protocol::ErrorCode;
 
 namespace {
 
-constexpr uint64_t kRouterInc = 11, kPrefillInc = 22, kEncoderInc = 44;
+using test::kRouterInc, test::kPrefillInc, test::kEncoderInc;
 
-const char* kCluster = R"(
+const char* kEncoderCluster = R"(
 [cluster]
 registry = "router"
 [model]
@@ -43,7 +43,7 @@ control = "tcp://127.0.0.1:17991"
 )";
 
 struct EncoderFixture {
-  test::RoleCluster c{kCluster};
+  test::RoleCluster c{kEncoderCluster};
   test::Node& encoder = c.add("encoder-0", kEncoderInc);
   test::Node& prefill = c.add("prefill-0", kPrefillInc, false);
   uint64_t landing = 0;  // the prefill's landing slots (as its role allocates them)

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <map>
+#include <string>
 
 #include "epd/actors/aux_record.hpp"
 #include "epd/actors/role_support.hpp"
@@ -22,11 +23,11 @@ using protocol::ErrorCode;
 
 namespace {
 
-constexpr uint64_t kRouterInc = 11, kPrefillInc = 22, kDecodeInc = 33, kEncoderInc = 44,
-                   kOtherEncoderInc = 55;
+using test::kRouterInc, test::kPrefillInc, test::kDecodeInc, test::kEncoderInc;
+constexpr uint64_t kOtherEncoderInc = 55;
 constexpr uint32_t kMaxTokens = 6;
 
-const char* kCluster = R"(
+const char* kPrefillCluster = R"(
 [cluster]
 registry = "router"
 [model]
@@ -66,7 +67,7 @@ control = "tcp://127.0.0.1:17994"
 )";
 
 struct PrefillFixture {
-  test::RoleCluster c{kCluster};
+  test::RoleCluster c{kPrefillCluster};
   // What the router's SUBMITs (and the colocated reference) carry.
   uint32_t max_tokens = kMaxTokens;
   model::SamplingParams sampling;
@@ -76,9 +77,10 @@ struct PrefillFixture {
   test::Node& encoder;
   test::Node& other_encoder = c.add("encoder-1", kOtherEncoderInc, false);
 
-  // `real_encoder`: encoder-0 runs the encoder role; else the test plays it.
-  explicit PrefillFixture(bool real_encoder = false)
-      : encoder(c.add("encoder-0", kEncoderInc, real_encoder)) {
+  // `real_encoder`: encoder-0 runs the encoder role; else the test plays it. `toml`: another cluster config
+  // with the same instances (e.g. with fault injection).
+  explicit PrefillFixture(bool real_encoder = false, const char* toml = kPrefillCluster)
+      : c(toml), encoder(c.add("encoder-0", kEncoderInc, real_encoder)) {
     c.publish(kRouterInc);
     REQUIRE(prefill_free_pages() == 16);
   }
@@ -491,3 +493,57 @@ TEST_CASE("cancel mid-decode: the room leaves the batch, its pages return, decod
 }
 
 }  // namespace
+
+namespace {
+
+// kPrefillCluster with prefill-0's transport throwing in its transfer worker from the Nth write op of a
+// session on.
+std::string cluster_with_worker_crash(uint64_t throw_after_ops) {
+  std::string toml = kPrefillCluster;
+  const std::string at = "control = \"tcp://127.0.0.1:17991\"\n";
+  const auto pos = toml.find(at);
+  REQUIRE(pos != std::string::npos);
+  toml.insert(pos + at.size(),
+              "[instance.transport]\nfault_throw_after_ops = " + std::to_string(throw_after_ops) + "\n");
+  return toml;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "prefill: a crashed transfer worker fails only the room it cut short, the rest go to its replacement",
+    "[prefill][fault]") {
+  // One worker; each room writes page 0 (4 ops: 2 layers x K/V), page 1 (4 ops), then its aux record (1 op).
+  // The compute actor interleaves the two rooms' chunks, so the role hands the worker the page writes of
+  // both before it runs them: with the session throwing at op 10, room 6's page 1 write throws while room 5's
+  // page 1 write waits in the worker's mailbox, never started. Under the test coordinator the order is the
+  // same every run. The replacement's fresh session takes room 5's writes (5 ops) well before its op 10.
+  const std::string toml = cluster_with_worker_crash(10);
+  PrefillFixture f(false, toml.c_str());
+  test::LogCapture logs;
+  const auto prompt = f.prompt("the quick brown fox");  // 20 tokens: 3 chunks, 2 pages
+  for (uint64_t room : {5, 6}) {
+    f.submit_prefill(room, prompt);
+    f.submit_decode(room, prompt);
+  }
+  const auto out = f.c.pump();
+  std::map<uint64_t, protocol::RoomResult> results;
+  for (const auto* r : test::of_type<protocol::RoomResult>(out))
+    results[r->as<protocol::RoomResult>()->room] = *r->as<protocol::RoomResult>();
+  REQUIRE(results.size() == 2);
+  CHECK(f.prefill.ctx.load->worker_restarts == 1);  // exactly one crash
+  CHECK(logs.lines_with("cut short: room(s) 6)").size() == 1);
+  // The room whose write threw fails with the crash's cause, retryable ...
+  CHECK_FALSE(results[6].ok);
+  CHECK(results[6].code == ErrorCode::worker_crashed);
+  CHECK_THAT(results[6].reason,
+             Catch::Contains("transfer worker crashed") && Catch::Contains("fault backend"));
+  // ... the other one was not touched by it: its write went to the replacement, and it gives its tokens.
+  INFO(results[5].reason);
+  CHECK(results[5].ok);
+  CHECK(results[5].tokens == f.colocated("the quick brown fox"));
+  CHECK(logs.lines_with("sent again to transfer worker 0").size() == 1);
+  f.check_prefill_idle();
+  CHECK(f.decode.ctx.load->free_kv_pages == 16);
+  CHECK(f.decode.ctx.load->active_rooms == 0);
+}

@@ -25,6 +25,9 @@
 
 namespace epd::test {
 
+// The incarnation each peer role has in the role tests.
+inline constexpr uint64_t kRouterInc = 11, kPrefillInc = 22, kDecodeInc = 33, kEncoderInc = 44;
+
 // An actor that takes envelopes and does nothing. The unused argument is there because CAF 0.17 dereferences
 // a null argument tuple when a function actor takes none (UBSan reports it).
 inline caf::behavior envelope_sink(int) {

@@ -7,6 +7,7 @@
 // later room with the same hash copies them into its landing slot and tells the encoder not to write.
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "epd/actors/aux_record.hpp"
@@ -259,6 +260,7 @@ bool dispatch(PrefillState& st, uint64_t id, PrefillRoom& r, TransferJob job) {
   r.worker = *worker;
   job.peer_incarnation = r.decode_inc;
   ++r.inflight;
+  r.outstanding.insert_or_assign(job.tag, job);
   st.self->send(st.workers.at(r.worker), std::move(job));
   publish_load(st);
   return true;
@@ -326,6 +328,7 @@ void on_transfer_done(PrefillState& st, TransferDone& d) {
   PrefillRoom* found = st.rooms.find(d.room);
   if (!found) return;
   PrefillRoom& r = *found;
+  if (r.outstanding.erase(d.tag) == 0) return;  // a job whose worker's crash was handled already
   if (r.inflight > 0) --r.inflight;
   publish_load(st);
   if (r.staged && d.tag != kAuxTag) return on_staged_write_done(st, r, d);
@@ -577,19 +580,42 @@ void on_peer_changes(PrefillState& st, const PeerChanges& pc) {
   }
 }
 
-// The rooms the worker held: their jobs died with it. Its sessions were closed before it went, so nothing
-// of theirs still reads our pages: fail them now (decode and router are told at once), free all.
+// The rooms the worker held. Its sessions were closed before it went, so nothing of theirs still reads our
+// pages. A room the crash cut short (WorkerCrashed::hit: its job threw, or its write was running) fails now
+// (decode and router are told at once) and frees all. A room whose jobs the dead worker never started —
+// queued behind the one that threw, or sent before we heard of the crash — or whose bytes had all landed
+// was not hit: its jobs go again to the replacement (or another live worker), so the crash costs it no
+// attempt and it is not failed with a cause that is not its own.
 void on_worker_crashed(PrefillState& st, const WorkerCrashed& wc) {
   st.workers.crashed(wc);
   auto held = st.rooms.ids_where(
       [&](uint64_t, const PrefillRoom& r) { return r.worker == wc.index && r.inflight > 0; });
-  spdlog::warn("prefill: transfer worker {} crashed holding {} room(s): {}", wc.index, held.size(), wc.cause);
+  auto was_hit = [&](uint64_t id) {
+    return !wc.hit || std::find(wc.hit->begin(), wc.hit->end(), id) != wc.hit->end();
+  };
+  const auto hit = std::count_if(held.begin(), held.end(), was_hit);
+  spdlog::warn("prefill: transfer worker {} crashed holding {} room(s), {} of them cut short: {}", wc.index,
+               held.size(), hit, wc.cause);
   for (uint64_t id : held) {
     PrefillRoom& r = *st.rooms.find(id);
+    auto worker = st.workers.live(r.worker);
+    if (!r.state.terminal() && !was_hit(id) && worker) {
+      r.worker = *worker;
+      spdlog::info(
+          "prefill: {}: {} write(s) sent again to transfer worker {} (the crash did not cut them "
+          "short)",
+          kernel::room_tag(id, r.request_id()), r.outstanding.size(), r.worker);
+      for (const auto& [_, job] : r.outstanding) st.self->send(st.workers.at(r.worker), job);
+      continue;
+    }
     r.inflight = 0;
+    r.outstanding.clear();
     publish_load(st);
     if (r.state.terminal())
       maybe_reap(st, id);
+    else if (!was_hit(id))
+      fail_room(st, id,
+                make_error(ErrorCode::worker_crashed, "no transfer worker is alive (restart budget spent)"));
     else
       fail_room(st, id, make_error(ErrorCode::worker_crashed, "transfer worker crashed: " + wc.cause));
   }

@@ -94,6 +94,9 @@ struct PrefillRoom {
   clock::time_point transfer_start;
   uint64_t transfer_us = 0;
   uint32_t worker = 0;  // index of the transfer worker its writes go through
+  // The write jobs in flight (by tag; inflight counts them): a worker that dies before it started one is
+  // sent it again by its replacement, not the room failed (WorkerCrashed::hit).
+  std::map<uint64_t, TransferJob> outstanding;
   // Staged path (decode uses another KV layout).
   bool staged = false;
   uint32_t tokens_staged = 0;              // prompt tokens handed to chunks so far

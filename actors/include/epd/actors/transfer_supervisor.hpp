@@ -8,6 +8,7 @@
 #include <caf/all.hpp>
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,10 +30,16 @@ struct SupervisorConfig {
 
 // To the role: worker `index` died with `cause`. `replacement` is its restarted successor, or invalid when
 // the restart budget is spent (the role must not send to this slot until WorkerRestored).
+// `hit`: the rooms whose writes the crash cut short — the job that threw, and jobs whose batch was still
+// running. A job the dead worker never started (queued in its mailbox, or sent by the role before it heard
+// of the crash) or whose bytes had all landed is not hit: the role sends it again to the replacement
+// instead of failing its room with a cause that is not its own. nullopt when the worker died without
+// saying (then every room with a job on it is failed).
 struct WorkerCrashed {
   uint32_t index = 0;
   std::string cause;
   caf::actor replacement;
+  std::optional<std::vector<uint64_t>> hit;
 };
 
 struct WorkerRestored {
