@@ -296,7 +296,7 @@ Result<transport::EngineConfig> engine_config_for(const InstanceConfig& inst) {
   // The engine's own keys; every other key must belong to a registered backend, which parses it itself.
   std::vector<std::string_view> known = {"backend",        "host",           "fault_error_rate",
                                          "fault_delay_us", "fault_stall_us", "fault_throw_after_ops",
-                                         "fault_seed"};
+                                         "fault_throw_max", "fault_seed"};
   for (const transport::BackendPlugin* p : transport::backend_plugins())
     known.insert(known.end(), p->option_keys.begin(), p->option_keys.end());
   if (auto st = s.only_keys(known); !st) return st.error();
@@ -329,6 +329,7 @@ Result<transport::EngineConfig> engine_config_for(const InstanceConfig& inst) {
       .take(e.fault.delay_us, s.get_uint("fault_delay_us", 0, 0, 60'000'000))
       .take(e.fault.stall_us, s.get_uint("fault_stall_us", 0, 0, 60'000'000))
       .take(e.fault.throw_after_ops, s.get_uint("fault_throw_after_ops", 0))
+      .take(e.fault.throw_max, s.get_uint("fault_throw_max", 0))
       .take(e.fault.seed, s.get_uint("fault_seed", 1));
   if (!read.status()) return read.status().error();
   if (e.fault.error_rate < 0 || e.fault.error_rate > 1)

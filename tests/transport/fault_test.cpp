@@ -101,6 +101,33 @@ TEST_CASE("fault: throw_after_ops throws in the submitting thread from op N on",
   CHECK((*fresh)->submit({op, op, op, op}));
 }
 
+TEST_CASE("fault: throw_max bounds the throws of the whole engine, later sessions run clean", "[fault]") {
+  FaultConfig f;
+  f.throw_after_ops = 2;
+  f.throw_max = 2;
+  Rig rig = make_rig("shm", f);
+  const uint64_t dst = rig.target->region(0).base;
+  auto op = WriteOp{rig.init.src.addr(), dst, 8};
+  // Two sessions crash at their second op, as two restarted workers would; the third never does.
+  for (int crash = 0; crash < 2; ++crash) {
+    auto s = rig.init.engine->open_session(rig.target->descriptor());
+    REQUIRE(s);
+    REQUIRE((*s)->submit({op}));
+    CHECK_THROWS_AS((*s)->submit({op}), std::runtime_error);
+    CHECK_FALSE((*s)->healthy());
+  }
+  auto s = rig.init.engine->open_session(rig.target->descriptor());
+  REQUIRE(s);
+  for (int i = 0; i < 5; ++i) {
+    auto b = (*s)->submit({op});
+    REQUIRE(b);
+    REQUIRE((*b)->wait(10s));
+    CHECK((*b)->status().ok());
+  }
+  CHECK((*s)->healthy());
+  CHECK(rig.init.engine->fault_stats().thrown == 2);
+}
+
 TEST_CASE("fault: delay defers completion without blocking the submitter", "[fault]") {
   auto kind = GENERATE(from_range(host_backends()));
   CAPTURE(kind);

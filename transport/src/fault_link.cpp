@@ -51,9 +51,8 @@ class FaultLink final : public Link {
     counters_->ops.fetch_add(n);
     // "Throw after N ops": the batch holding op number N (1-based) and every later one throws, as a
     // crashed worker would; nothing of that batch moves.
-    if (config_.throw_after_ops > 0 && first + n >= config_.throw_after_ops) {
+    if (config_.throw_after_ops > 0 && first + n >= config_.throw_after_ops && claim_throw()) {
       crashed_.store(true);
-      counters_->thrown.fetch_add(1);
       throw std::runtime_error(fmt::format("fault backend: injected worker crash (throw_after_ops={}, op {})",
                                            config_.throw_after_ops, first + n));
     }
@@ -111,6 +110,15 @@ class FaultLink final : public Link {
   bool healthy() const override { return !crashed_.load() && inner_->healthy(); }
 
  private:
+  // One of the engine's throw_max throws (every throw when there is no limit).
+  bool claim_throw() {
+    uint64_t thrown = counters_->thrown.load();
+    do {
+      if (config_.throw_max > 0 && thrown >= config_.throw_max) return false;
+    } while (!counters_->thrown.compare_exchange_weak(thrown, thrown + 1));
+    return true;
+  }
+
   std::unique_ptr<Link> inner_;
   const FaultConfig config_;
   std::shared_ptr<FaultCounters> counters_;

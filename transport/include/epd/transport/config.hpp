@@ -19,6 +19,7 @@ struct FaultConfig {
   uint32_t stall_us = 0;    // held before any byte of a batch moves: a writer that froze and woke up late
   uint64_t throw_after_ops =
       0;  // > 0: the Nth submitted op throws std::runtime_error in the submitting thread
+  uint64_t throw_max = 0;  // > 0: at most this many throws per engine, so a test's crashes are bounded
   uint64_t seed = 1;
 };
 
