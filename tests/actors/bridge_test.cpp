@@ -1,5 +1,6 @@
 // The bridge over real ZeroMQ sockets on 127.0.0.1: typed delivery, and bad frames rejected with an ERROR
 // reply while the bridge keeps serving.
+#include <atomic>
 #include <caf/all.hpp>
 #include <catch2/catch.hpp>
 #include <mutex>
@@ -185,12 +186,35 @@ struct Seen {
 };
 
 using forward_atom = caf::atom_constant<caf::atom("forward")>;
+using busy_atom = caf::atom_constant<caf::atom("busy")>;
+
+// The busy actor's hand-shake with the test: it says when it is busy, and stays busy until released.
+struct Gate {
+  std::atomic<bool> busy{false}, release{false};
+};
+
+// True once `actor` has parked with an empty mailbox: the next message wakes it through its enqueuer's unit.
+bool parked(const caf::actor& actor) {
+  auto* sa = dynamic_cast<caf::scheduled_actor*>(caf::actor_cast<caf::abstract_actor*>(actor));
+  return sa != nullptr && sa->mailbox().blocked();
+}
+
+template <class Pred>
+bool eventually(Pred pred, std::chrono::milliseconds limit = std::chrono::seconds(20)) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() > end) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  return true;
+}
 
 }  // namespace
 
 // A frame for an idle actor runs on the channel thread (no worker is woken for it); a message that actor
 // sends is scheduled as usual, not run on the channel thread too; a busy actor's frames wait in its mailbox
-// (it is busy on the worker) and all arrive in order.
+// (it is busy on the worker) and all arrive in order. Each phase waits for the state it tests (parked, or
+// held busy until its frames are delivered), so no outcome depends on how the threads happen to interleave.
 TEST_CASE("bridge runs an idle actor's frame on the channel thread, and only that one", "[actors][bridge]") {
   caf::actor_system_config cfg;
   cfg.set("scheduler.max-threads", 1);  // one worker, so "not the worker" is checkable
@@ -198,6 +222,7 @@ TEST_CASE("bridge runs an idle actor's frame on the channel thread, and only tha
   caf::actor_system sys{cfg};
   caf::scoped_actor self{sys};
   Seen seen;
+  Gate gate;
   // Each actor gets its state as an argument (CAF's spawn of an argument-less function trips UBSan).
   std::thread::id worker;
   auto probe = sys.spawn(
@@ -216,7 +241,7 @@ TEST_CASE("bridge runs an idle actor's frame on the channel thread, and only tha
       },
       &seen);
   auto target = sys.spawn(
-      [](caf::event_based_actor* me, Seen* seen, caf::actor echo) -> caf::behavior {
+      [](caf::event_based_actor* me, Seen* seen, caf::actor echo, Gate* gate) -> caf::behavior {
         return {[me, seen, echo](protocol::Envelope& env) {
                   const uint64_t seq = std::get<protocol::Heartbeat>(env.body).seq;
                   {
@@ -225,36 +250,49 @@ TEST_CASE("bridge runs an idle actor's frame on the channel thread, and only tha
                   }
                   me->send(echo, forward_atom::value, seq);
                 },
-                [](int busy_ms) { std::this_thread::sleep_for(std::chrono::milliseconds(busy_ms)); }};
+                [gate](busy_atom) {
+                  gate->busy = true;
+                  eventually([gate] { return gate->release.load(); });
+                }};
       },
-      &seen, echo);
+      &seen, echo, &gate);
   auto a = Bridge::start("alice", 1, "tcp://127.0.0.1:*");
   auto b = Bridge::start("bob", 1, "tcp://127.0.0.1:*");
   REQUIRE(a.ok());
   REQUIRE(b.ok());
   REQUIRE(b.value()->subscribe(protocol::MessageType::heartbeat, target).ok());
-  constexpr uint64_t n = 500;
-  for (uint64_t seq = 1; seq <= n; ++seq) {
+  auto send = [&](uint64_t seq) {
     a.value()->send_to_endpoint(b.value()->endpoint(), protocol::Heartbeat{.seq = seq});
-    if (seq % 50 == 0) self->send(target, 3);  // busy on the worker: frames queue in its mailbox
-    if (seq % 10 == 0) std::this_thread::sleep_for(std::chrono::microseconds(500));  // idle now and then
+  };
+
+  // Idle: each frame is sent once the previous one and its forward are handled and the target has parked.
+  constexpr uint64_t idle = 20, busy = 30;
+  for (uint64_t seq = 1; seq <= idle; ++seq) {
+    REQUIRE(eventually([&] { return seen.count() == 2 * (seq - 1) && parked(target); }));
+    send(seq);
   }
-  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (seen.count() < 2 * n && std::chrono::steady_clock::now() < end)
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  REQUIRE(eventually([&] { return seen.count() == 2 * idle && parked(target); }));
+  // Busy: the target is held on the worker while frames idle+1 … idle+busy+1 reach the bridge. The last
+  // one may be enqueued just after the release, and so find the target idle: only the first `busy` count.
+  self->send(target, busy_atom::value);
+  REQUIRE(eventually([&] { return gate.busy.load(); }));
+  const uint64_t before = b.value()->stats().delivered;
+  for (uint64_t seq = idle + 1; seq <= idle + busy + 1; ++seq) send(seq);
+  REQUIRE(eventually([&] { return b.value()->stats().delivered == before + busy + 1; }));
+  gate.release = true;
+  REQUIRE(eventually([&] { return seen.count() == 2 * (idle + busy + 1); }));
+
   std::lock_guard lock(seen.mu);
-  REQUIRE(seen.frames.size() == n);
-  REQUIRE(seen.forwarded.size() == n);
-  size_t on_channel_thread = 0;
-  for (size_t i = 0; i < n; ++i) {
+  for (size_t i = 0; i < seen.frames.size(); ++i) {
+    INFO("frame " << i + 1);
     CHECK(seen.frames[i].first == i + 1);  // in order, none lost
-    if (seen.frames[i].second != worker) {
-      ++on_channel_thread;
+    if (i < idle) {  // idle: on the channel thread, neither the worker nor the test's thread
+      CHECK(seen.frames[i].second != worker);
       CHECK(seen.frames[i].second != std::this_thread::get_id());
+    } else if (i < idle + busy) {
+      CHECK(seen.frames[i].second == worker);  // busy: through the scheduler
     }
   }
-  CHECK(on_channel_thread > 0);  // idle deliveries ran inline
-  CHECK(on_channel_thread < n);  // busy ones went through the scheduler
   for (const auto& [seq, thread] : seen.forwarded) CHECK(thread == worker);  // never chained inline
   b.value()->stop();
   a.value()->stop();
