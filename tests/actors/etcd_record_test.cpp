@@ -1,5 +1,5 @@
-// The record an instance keeps in etcd: its key, what it carries (the descriptor; load goes in-band to the routers), and
-// that records read back from etcd are checked like frames from the network.
+// The record an instance keeps in etcd: its key, what it carries (the descriptor; load goes in-band to the
+// routers), and that records read back from etcd are checked like frames from the network.
 #include <catch2/catch.hpp>
 
 #include "etcd/instance_record.hpp"

@@ -9,9 +9,9 @@ using epd::protocol::ErrorCode;
 
 namespace {
 
-const std::filesystem::path kFile = "/etc/epd/etcd.toml";
+const std::filesystem::path kEtcdFile = "/etc/epd/etcd.toml";
 
-const std::string kInstances = R"(
+const std::string kEtcdInstances = R"(
 [[instance]]
 id = "router-0"
 role = "router"
@@ -23,13 +23,13 @@ role = "decode"
 control = "tcp://127.0.0.1:17103"
 )";
 
-void check_refused(const std::string& text, std::initializer_list<std::string> names) {
-  auto cfg = parse_cluster_config(text + kInstances, kFile);
+void check_etcd_refused(const std::string& text, std::initializer_list<std::string> names) {
+  auto cfg = parse_cluster_config(text + kEtcdInstances, kEtcdFile);
   INFO(text);
   REQUIRE_FALSE(cfg.ok());
   CHECK(cfg.error().code == ErrorCode::config_error);
   INFO(cfg.error().detail);
-  CHECK(cfg.error().detail.find(kFile.string()) != std::string::npos);
+  CHECK(cfg.error().detail.find(kEtcdFile.string()) != std::string::npos);
   for (const auto& n : names) CHECK(cfg.error().detail.find(n) != std::string::npos);
 }
 
@@ -40,8 +40,8 @@ TEST_CASE("registry etcd reads its endpoints and takes the documented defaults",
 name = "c1"
 registry = "etcd"
 etcd_endpoints = ["http://127.0.0.1:2379", "http://10.0.0.2:2379/"]
-)" + kInstances,
-                                  kFile);
+)" + kEtcdInstances,
+                                  kEtcdFile);
   REQUIRE(cfg.ok());
   CHECK(cfg->uses_etcd());
   CHECK(cfg->registry() == nullptr);
@@ -60,8 +60,8 @@ etcd_lease_ttl_ms = 2000
 local = true
 peer = "127.0.0.1:2380"
 data_dir = "etcd-data"
-)" + kInstances,
-                             kFile);
+)" + kEtcdInstances,
+                             kEtcdFile);
   REQUIRE(cfg.ok());
   CHECK(cfg->cluster.etcd_prefix == "/prod/a/");
   CHECK(cfg->cluster.etcd_lease_ttl == std::chrono::milliseconds(2000));
@@ -71,40 +71,42 @@ data_dir = "etcd-data"
 }
 
 TEST_CASE("registry etcd refuses missing or malformed etcd keys by name", "[config][errors]") {
-  check_refused("[cluster]\nregistry = \"etcd\"\n", {"etcd_endpoints"});
-  check_refused("[cluster]\nregistry = \"etcd\"\netcd_endpoints = []\n", {"etcd_endpoints"});
-  check_refused("[cluster]\nregistry = \"etcd\"\netcd_endpoints = \"http://127.0.0.1:2379\"\n",
-                {"etcd_endpoints"});
-  check_refused("[cluster]\nregistry = \"etcd\"\netcd_endpoints = [2379]\n", {"etcd_endpoints", "strings"});
-  check_refused("[cluster]\nregistry = \"etcd\"\netcd_endpoints = [\"127.0.0.1:2379\"]\n",
-                {"etcd_endpoints", "127.0.0.1:2379", "http://"});
-  check_refused("[cluster]\nregistry = \"etcd\"\netcd_endpoints = [\"http://127.0.0.1\"]\n",
-                {"etcd_endpoints"});
-  check_refused("[cluster]\nregistry = \"etcd\"\netcd_endpoints = [\"http://h:1\"]\netcd_prefix = \"epd\"\n",
-                {"etcd_prefix", "'/'"});
-  check_refused(
+  check_etcd_refused("[cluster]\nregistry = \"etcd\"\n", {"etcd_endpoints"});
+  check_etcd_refused("[cluster]\nregistry = \"etcd\"\netcd_endpoints = []\n", {"etcd_endpoints"});
+  check_etcd_refused("[cluster]\nregistry = \"etcd\"\netcd_endpoints = \"http://127.0.0.1:2379\"\n",
+                     {"etcd_endpoints"});
+  check_etcd_refused("[cluster]\nregistry = \"etcd\"\netcd_endpoints = [2379]\n",
+                     {"etcd_endpoints", "strings"});
+  check_etcd_refused("[cluster]\nregistry = \"etcd\"\netcd_endpoints = [\"127.0.0.1:2379\"]\n",
+                     {"etcd_endpoints", "127.0.0.1:2379", "http://"});
+  check_etcd_refused("[cluster]\nregistry = \"etcd\"\netcd_endpoints = [\"http://127.0.0.1\"]\n",
+                     {"etcd_endpoints"});
+  check_etcd_refused(
+      "[cluster]\nregistry = \"etcd\"\netcd_endpoints = [\"http://h:1\"]\netcd_prefix = \"epd\"\n",
+      {"etcd_prefix", "'/'"});
+  check_etcd_refused(
       "[cluster]\nregistry = \"etcd\"\netcd_endpoints = [\"http://h:1\"]\netcd_lease_ttl_ms = 2500\n",
       {"etcd_lease_ttl_ms", "2500"});
-  check_refused(
+  check_etcd_refused(
       "[cluster]\nregistry = \"etcd\"\netcd_endpoints = [\"http://h:1\"]\netcd_lease_ttl_ms = 1000\n",
       {"etcd_lease_ttl_ms", "2000"});
   // etcd keys without registry = "etcd" would be ignored silently: refused instead.
-  check_refused("[cluster]\nregistry = \"router-0\"\netcd_endpoints = [\"http://h:1\"]\n",
-                {"etcd_endpoints", "registry = \"etcd\""});
+  check_etcd_refused("[cluster]\nregistry = \"router-0\"\netcd_endpoints = [\"http://h:1\"]\n",
+                     {"etcd_endpoints", "registry = \"etcd\""});
   // A registry that is neither an instance nor etcd says both choices.
-  check_refused("[cluster]\nregistry = \"nobody\"\n", {"nobody", "etcd"});
+  check_etcd_refused("[cluster]\nregistry = \"nobody\"\n", {"nobody", "etcd"});
 }
 
 TEST_CASE("etcd local needs registry etcd a loopback endpoint and a peer port", "[config][errors]") {
   const std::string base = "[cluster]\nregistry = \"etcd\"\netcd_endpoints = [\"http://127.0.0.1:2379\"]\n";
-  check_refused(base + "[etcd]\nlocal = true\n", {"peer"});
-  check_refused(base + "[etcd]\nlocal = true\npeer = \"127.0.0.1:2379\"\n", {"peer", "client port"});
-  check_refused(base + "[etcd]\nlocal = true\npeer = \"10.1.1.1:2380\"\n", {"peer", "loopback"});
-  check_refused(base + "[etcd]\nlocal = true\npeer = \"127.0.0.1:2380\"\nextra = 1\n", {"extra"});
-  check_refused(
+  check_etcd_refused(base + "[etcd]\nlocal = true\n", {"peer"});
+  check_etcd_refused(base + "[etcd]\nlocal = true\npeer = \"127.0.0.1:2379\"\n", {"peer", "client port"});
+  check_etcd_refused(base + "[etcd]\nlocal = true\npeer = \"10.1.1.1:2380\"\n", {"peer", "loopback"});
+  check_etcd_refused(base + "[etcd]\nlocal = true\npeer = \"127.0.0.1:2380\"\nextra = 1\n", {"extra"});
+  check_etcd_refused(
       "[cluster]\nregistry = \"etcd\"\netcd_endpoints = [\"http://10.0.0.1:2379\"]\n[etcd]\nlocal = "
       "true\npeer = \"127.0.0.1:2380\"\n",
       {"loopback", "10.0.0.1"});
-  check_refused("[cluster]\nregistry = \"router-0\"\n[etcd]\nlocal = true\npeer = \"127.0.0.1:2380\"\n",
-                {"registry = \"etcd\""});
+  check_etcd_refused("[cluster]\nregistry = \"router-0\"\n[etcd]\nlocal = true\npeer = \"127.0.0.1:2380\"\n",
+                     {"registry = \"etcd\""});
 }

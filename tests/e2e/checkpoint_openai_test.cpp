@@ -28,7 +28,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr uint32_t kChunk = 64;  // the prefill role's default chunk_tokens
+constexpr uint32_t kOpenaiChunk = 64;  // the prefill role's default chunk_tokens
 constexpr int kMaxTokens = 12;
 
 struct ChatCheckpoint {
@@ -83,7 +83,7 @@ model::GenerateResult colocated(const ChatCheckpoint& ck, const std::vector<uint
                                 const std::optional<model::KvLayoutChoice>& decode_kv = std::nullopt) {
   model::GenerateOptions opts;
   opts.max_tokens = kMaxTokens;
-  opts.chunk = kChunk;
+  opts.chunk = kOpenaiChunk;
   opts.decode_kv = decode_kv;
   opts.stop_tokens.assign(ck.codec->stop_tokens().begin(), ck.codec->stop_tokens().end());
   auto r = model::generate_tokens(*ck.runner, prompt, opts);
@@ -98,7 +98,7 @@ std::vector<uint32_t> epd_run(const ChatCheckpoint& ck, const Case& c) {
                                    ck.gguf,
                                    "--json",
                                    "--chunk",
-                                   std::to_string(kChunk),
+                                   std::to_string(kOpenaiChunk),
                                    "--max-tokens",
                                    std::to_string(kMaxTokens),
                                    "--prompt",

@@ -12,7 +12,7 @@ using nlohmann::json;
 
 namespace {
 
-constexpr const char* kJson = "application/json";
+constexpr const char* kActivityJson = "application/json";
 
 ActivityEntry entry(std::string id, uint32_t tokens = 1) {
   ActivityEntry e;
@@ -26,7 +26,7 @@ json activity(TestServer& server) {
   auto res = server.client().Get("/v1/activity");
   REQUIRE(res);
   REQUIRE(res->status == 200);
-  CHECK(res->get_header_value("Content-Type") == kJson);
+  CHECK(res->get_header_value("Content-Type") == kActivityJson);
   return json::parse(res->body);
 }
 
@@ -107,14 +107,15 @@ TEST_CASE("GET /v1/activity lists the answers and failures of every generation r
         json({{"recorded", 0}, {"completion_tokens", 0}, {"capacity", 3}, {"entries", json::array()}}));
 
   httplib::Headers id = {{"X-Request-Id", "req-generate"}};
-  REQUIRE(cli.Post("/v1/generate", id, R"({"prompt":"hello","max_tokens":4})", kJson)->status == 200);
+  REQUIRE(cli.Post("/v1/generate", id, R"({"prompt":"hello","max_tokens":4})", kActivityJson)->status == 200);
   id = {{"X-Request-Id", "req-stream"}};
-  REQUIRE(cli.Post("/v1/completions", id, R"({"prompt":"abc","stream":true})", kJson)->status == 200);
+  REQUIRE(cli.Post("/v1/completions", id, R"({"prompt":"abc","stream":true})", kActivityJson)->status == 200);
   id = {{"X-Request-Id", "req-chat"}};
-  REQUIRE(cli.Post("/v1/chat/completions", id, R"({"messages":[{"role":"user","content":"x"}]})", kJson)
-              ->status == 200);  // the fake echoes `prompt`, empty for a chat: no tokens
+  REQUIRE(
+      cli.Post("/v1/chat/completions", id, R"({"messages":[{"role":"user","content":"x"}]})", kActivityJson)
+          ->status == 200);  // the fake echoes `prompt`, empty for a chat: no tokens
   id = {{"X-Request-Id", "req-fail"}};
-  auto res = cli.Post("/v1/completions", id, R"({"prompt":"fail"})", kJson);
+  auto res = cli.Post("/v1/completions", id, R"({"prompt":"fail"})", kActivityJson);
   REQUIRE(res->status == 503);
 
   auto j = activity(server);
@@ -173,11 +174,11 @@ TEST_CASE("GET /v1/activity: refusals of the HTTP layer are not there, a stop st
   });
   auto cli = server.client();
   // Refused before the router: a bad body, an unknown model.
-  REQUIRE(cli.Post("/v1/completions", R"({"prompt":""})", kJson)->status == 400);
-  REQUIRE(cli.Post("/v1/completions", R"({"prompt":"p","model":"gpt-9"})", kJson)->status == 404);
+  REQUIRE(cli.Post("/v1/completions", R"({"prompt":""})", kActivityJson)->status == 400);
+  REQUIRE(cli.Post("/v1/completions", R"({"prompt":"p","model":"gpt-9"})", kActivityJson)->status == 404);
   CHECK(activity(server)["recorded"] == 0);
 
-  auto res = cli.Post("/v1/completions", R"({"prompt":"p","stop":["STOP"]})", kJson);
+  auto res = cli.Post("/v1/completions", R"({"prompt":"p","stop":["STOP"]})", kActivityJson);
   REQUIRE(res->status == 200);
   CHECK(json::parse(res->body)["choices"][0]["text"] == "one ");
   auto j = activity(server);
@@ -199,8 +200,8 @@ TEST_CASE("GET /v1/activity: a failure after the stream started keeps its code",
       sink.on_done(r);
     };
   });
-  auto res = server.client().Post("/v1/chat/completions",
-                                  R"({"messages":[{"role":"user","content":"x"}],"stream":true})", kJson);
+  auto res = server.client().Post(
+      "/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"stream":true})", kActivityJson);
   REQUIRE(res->status == 200);  // the head went out with the first token
   CHECK(res->body.find("\"code\":\"timeout\"") != std::string::npos);
   auto e = activity(server)["entries"];

@@ -13,7 +13,7 @@ using nlohmann::json;
 
 namespace {
 
-Limits limits() {
+Limits request_limits() {
   Limits l;
   l.max_prompt_bytes = 100;
   l.max_image_bytes = 64;
@@ -24,21 +24,21 @@ Limits limits() {
   return l;
 }
 
-const std::string kPng("\x89PNG\r\n\x1a\nxx", 10);
+const std::string kRequestPng("\x89PNG\r\n\x1a\nxx", 10);
 
-std::string png_uri(const std::string& bytes = kPng) {
+std::string png_uri(const std::string& bytes = kRequestPng) {
   return "data:image/png;base64," +
          base64_encode({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()});
 }
 
 Request accepted(Endpoint endpoint, const json& body) {
-  auto r = parse_request(endpoint, body.dump(), limits());
+  auto r = parse_request(endpoint, body.dump(), request_limits());
   if (auto* e = std::get_if<HttpError>(&r)) FAIL("rejected: " << e->message << " (param " << e->param << ")");
   return std::get<Request>(r);
 }
 
 HttpError rejected(Endpoint endpoint, std::string_view body) {
-  auto r = parse_request(endpoint, body, limits());
+  auto r = parse_request(endpoint, body, request_limits());
   REQUIRE(std::holds_alternative<HttpError>(r));
   auto e = std::get<HttpError>(r);
   INFO("message: " << e.message);
@@ -329,7 +329,7 @@ TEST_CASE("openai request: chat messages with string and part contents", "[http]
                          {{{"type", "text"}, {"text", "What is"}},
                           {{"type", "image_url"}, {"image_url", {{"url", png_uri()}}}},
                           {{"type", "text"}, {"text", "this?"}},
-                          {{"type", "image_url"}, {"image_url", png_uri(kPng + "2")}}}}},
+                          {{"type", "image_url"}, {"image_url", png_uri(kRequestPng + "2")}}}}},
                        {{"role", "assistant"}, {"content", nullptr}, {"tool_calls", json::array()}}}}});
   CHECK(r.endpoint == Endpoint::chat);
   CHECK(r.prompt.empty());
@@ -341,8 +341,8 @@ TEST_CASE("openai request: chat messages with string and part contents", "[http]
   CHECK(r.messages[2].role == "user");
   CHECK(r.messages[2].text == "What is\nthis?");
   REQUIRE(r.messages[2].images.size() == 2);
-  CHECK(std::string(r.messages[2].images[0].begin(), r.messages[2].images[0].end()) == kPng);
-  CHECK(std::string(r.messages[2].images[1].begin(), r.messages[2].images[1].end()) == kPng + "2");
+  CHECK(std::string(r.messages[2].images[0].begin(), r.messages[2].images[0].end()) == kRequestPng);
+  CHECK(std::string(r.messages[2].images[1].begin(), r.messages[2].images[1].end()) == kRequestPng + "2");
   CHECK(r.messages[3].role == "assistant");
   CHECK(r.messages[3].text.empty());
   CHECK(r.messages[3].images.empty());
@@ -420,7 +420,7 @@ TEST_CASE("openai request: content parts and images", "[http][openai_request]") 
                                      {{"type", "image_url"}, {"image_url", "data:image/gif;base64,R0lG"}}})),
       "messages[0].content[1].image_url", "\"image/gif\" is not supported");
   check(rejected(Endpoint::chat,
-                 user({{{"type", "image_url"}, {"image_url", png_uri(kPng + std::string(60, 'x'))}}})),
+                 user({{{"type", "image_url"}, {"image_url", png_uri(kRequestPng + std::string(60, 'x'))}}})),
         "messages[0].content[0].image_url", "exceeds the limit of 64 bytes", 413);
 }
 

@@ -10,7 +10,7 @@ using namespace epd::http;
 
 namespace {
 
-const std::string R(kReplacementChar);
+const std::string kReplacement(kReplacementChar);
 using Stops = std::vector<std::string>;
 
 // The non-streamed answer from first principles: decode everything, then cut before the stop occurrence
@@ -114,11 +114,11 @@ TEST_CASE("text stream: a 4-byte emoji pushed byte by byte", "[http][text_stream
 TEST_CASE("text stream: invalid bytes become U+FFFD as soon as they are known to be invalid",
           "[http][text_stream]") {
   TextStream ts;
-  CHECK(ts.push("\xFF").text == R);
-  CHECK(ts.push("a\xE2\x82").text == "a");  // may still become a character
-  CHECK(ts.push("x").text == R + "x");      // it did not
+  CHECK(ts.push("\xFF").text == kReplacement);
+  CHECK(ts.push("a\xE2\x82").text == "a");         // may still become a character
+  CHECK(ts.push("x").text == kReplacement + "x");  // it did not
   CHECK(ts.push("\xF0\x9F").text.empty());
-  CHECK(ts.finish().text == R);  // cut short at the end
+  CHECK(ts.finish().text == kReplacement);  // cut short at the end
   check_every_two_cuts("\xFFz\xE2\x82x\xC3\xA9\xA9\xF0\x9F", {});
 }
 
@@ -197,9 +197,9 @@ TEST_CASE("text stream: stops and UTF-8 together", "[http][text_stream]") {
   check_every_two_cuts(
       "a\xFF"
       "b",
-      {R});
+      {kReplacement});
   // The replacement made at finish can complete a stop too.
-  TextStream end({R});
+  TextStream end({kReplacement});
   CHECK(end.push("a\xF0\x9F").text == "a");
   auto f = end.finish();
   CHECK(f.text.empty());

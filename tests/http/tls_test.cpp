@@ -9,7 +9,7 @@ using nlohmann::json;
 
 namespace {
 
-constexpr const char* kKey = "sk-tls-test-0123456789abcdef";
+constexpr const char* kTlsKey = "sk-tls-test-0123456789abcdef";
 
 struct TlsServer {
   TempDir dir;
@@ -20,7 +20,7 @@ struct TlsServer {
     auto c = small_config();
     c.tls = TlsFiles{certs.cert, certs.key};
     if (keyed) {
-      auto keys = ApiKeys::from_text(kKey, "test");
+      auto keys = ApiKeys::from_text(kTlsKey, "test");
       REQUIRE(keys.ok());
       c.api_keys = std::make_shared<const ApiKeys>(std::move(*keys));
     }
@@ -40,7 +40,7 @@ struct TlsServer {
 
 TEST_CASE("tls: curl with the test CA gets the models with the key and 401 without", "[http][tls]") {
   TlsServer tls;
-  auto ok = tls.curl("--cacert " + tls.certs.ca.string() + " -H 'Authorization: Bearer " + kKey + "' " +
+  auto ok = tls.curl("--cacert " + tls.certs.ca.string() + " -H 'Authorization: Bearer " + kTlsKey + "' " +
                      tls.url("/v1/models"));
   INFO(ok.output);
   REQUIRE(ok.exit_code == 0);
@@ -61,7 +61,8 @@ TEST_CASE("tls: curl with the test CA gets the models with the key and 401 witho
 
 TEST_CASE("tls: a streamed chat completion and keep-alive requests work over TLS", "[http][tls]") {
   TlsServer tls;
-  const std::string auth = "--cacert " + tls.certs.ca.string() + " -H 'Authorization: Bearer " + kKey + "' ";
+  const std::string auth =
+      "--cacert " + tls.certs.ca.string() + " -H 'Authorization: Bearer " + kTlsKey + "' ";
   auto stream = tls.curl(auth + "-N -H 'Content-Type: application/json' -d " +
                          R"('{"messages":[{"role":"user","content":"hi"}],"max_tokens":4,"stream":true}' )" +
                          tls.url("/v1/chat/completions"));

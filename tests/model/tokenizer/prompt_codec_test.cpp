@@ -9,7 +9,7 @@
 namespace epd::model::test {
 namespace {
 
-std::vector<ChatTurn> conversation() {
+std::vector<ChatTurn> codec_conversation() {
   return {{"system", "Be brief.", false}, {"user", "What is 2+2?", false}};
 }
 
@@ -38,7 +38,7 @@ TEST_CASE("the reference model's codec is the byte tokenizer and template of bef
   CHECK(c.tokenizer().kind() == "byte");
   for (auto image : {std::optional<ImageDims>{}, std::optional<ImageDims>{ImageDims{16, 8}}}) {
     CHECK(*c.prompt("hello", image) == *build_prompt(cfg, "hello", image));
-    const auto turns = conversation();
+    const auto turns = codec_conversation();
     CHECK(*c.chat(turns, image) == *build_prompt(cfg, *render_chat(cfg, turns), image));
   }
   CHECK_FALSE(c.prompt(std::string(cfg.max_seq, 'x'), std::nullopt).ok());
@@ -61,7 +61,7 @@ TEST_CASE("a SentencePiece checkpoint's codec uses its tokenizer and Llama-2 tem
     ids.insert(ids.end(), body->begin(), body->end());
     return ids;
   };
-  const auto chat_ids = *encode_chat(t, ChatStyle::llama2, conversation());
+  const auto chat_ids = *encode_chat(t, ChatStyle::llama2, codec_conversation());
   const auto prompt_ids = expect_prompt("caf\xC3\xA9 <s> \xE6\x9D\xB1\xE4\xBA\xAC");
   auto again = tokenizer_from_vocab(v);
   const ModelConfig cfg = checkpoint_cfg(t.vocab_size());
@@ -71,7 +71,7 @@ TEST_CASE("a SentencePiece checkpoint's codec uses its tokenizer and Llama-2 tem
   CHECK(c.chat_style() == ChatStyle::llama2);
   CHECK(*c.prompt("caf\xC3\xA9 <s> \xE6\x9D\xB1\xE4\xBA\xAC", std::nullopt) ==
         prompt_ids);  // "<s>" stays text
-  CHECK(*c.chat(conversation(), std::nullopt) == chat_ids);
+  CHECK(*c.chat(codec_conversation(), std::nullopt) == chat_ids);
   CHECK(c.ends_generation(*t.eos()));
   auto hello = t.encode("hello world", false);
   std::vector<TokenId> generated = *hello;
@@ -94,13 +94,13 @@ TEST_CASE("a BPE checkpoint without a template chats in ChatML and stops at the 
   auto tok = tokenizer_from_vocab(bpe_vocab(m, "gpt-2"));
   REQUIRE(tok.ok());
   const TokenId im_end = *(*tok)->special_id("<|im_end|>");
-  const auto expect = *encode_chat(**tok, ChatStyle::chatml, conversation());
+  const auto expect = *encode_chat(**tok, ChatStyle::chatml, codec_conversation());
   const ModelConfig cfg = checkpoint_cfg((*tok)->vocab_size() + 64);  // a padded embedding
   auto codec = PromptCodec::for_tokenizer(cfg, {std::move(*tok), ""});
   REQUIRE(codec.ok());
   const PromptCodec& c = **codec;
   CHECK(c.chat_style() == ChatStyle::chatml);
-  CHECK(*c.chat(conversation(), std::nullopt) == expect);
+  CHECK(*c.chat(codec_conversation(), std::nullopt) == expect);
   CHECK(c.ends_generation(im_end));
   CHECK(c.prompt("hi", std::nullopt)->size() == c.tokenizer().encode("hi", false)->size());  // no BOS
   CHECK_FALSE(c.prompt("", std::nullopt).ok());
@@ -112,7 +112,7 @@ TEST_CASE("a BPE checkpoint without a template chats in ChatML and stops at the 
   auto plain = PromptCodec::for_tokenizer(checkpoint_cfg(4096), {fresh(bare), ""});
   REQUIRE(plain.ok());
   CHECK((*plain)->prompt("hello", std::nullopt).ok());
-  auto chat = (*plain)->chat(conversation(), std::nullopt);
+  auto chat = (*plain)->chat(codec_conversation(), std::nullopt);
   REQUIRE_FALSE(chat.ok());
   CHECK(chat.error().code == protocol::ErrorCode::config_error);
 }

@@ -12,7 +12,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::vector<TokenId> ids(const Tokenizer& t, std::string_view text, bool special) {
+std::vector<TokenId> file_ids(const Tokenizer& t, std::string_view text, bool special) {
   auto r = t.encode(text, special);
   REQUIRE(r.ok());
   return *r;
@@ -24,8 +24,8 @@ void same_tokens(const Tokenizer& a, const Tokenizer& b) {
   CHECK(a.eos() == b.eos());
   for (const std::string& s : probe_strings()) {
     INFO(s);
-    CHECK(ids(a, s, false) == ids(b, s, false));
-    CHECK(ids(a, s, true) == ids(b, s, true));
+    CHECK(file_ids(a, s, false) == file_ids(b, s, false));
+    CHECK(file_ids(a, s, true) == file_ids(b, s, true));
   }
 }
 
