@@ -294,8 +294,8 @@ Result<ClusterConfig> parse_cluster_config(std::string_view text, const std::fil
 Result<transport::EngineConfig> engine_config_for(const InstanceConfig& inst) {
   const Settings& s = inst.transport;
   // The engine's own keys; every other key must belong to a registered backend, which parses it itself.
-  std::vector<std::string_view> known = {"backend",        "host",           "fault_error_rate",
-                                         "fault_delay_us", "fault_stall_us", "fault_throw_after_ops",
+  std::vector<std::string_view> known = {"backend",         "host",           "fault_error_rate",
+                                         "fault_delay_us",  "fault_stall_us", "fault_throw_after_ops",
                                          "fault_throw_max", "fault_seed"};
   for (const transport::BackendPlugin* p : transport::backend_plugins())
     known.insert(known.end(), p->option_keys.begin(), p->option_keys.end());

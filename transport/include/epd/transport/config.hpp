@@ -17,9 +17,10 @@ struct FaultConfig {
   double error_rate = 0.0;  // probability that a write op fails with injected_fault (no bytes moved)
   uint32_t delay_us = 0;    // added before each batch completes
   uint32_t stall_us = 0;    // held before any byte of a batch moves: a writer that froze and woke up late
-  uint64_t throw_after_ops =
-      0;  // > 0: the Nth submitted op throws std::runtime_error in the submitting thread
-  uint64_t throw_max = 0;  // > 0: at most this many throws per engine, so a test's crashes are bounded
+  // > 0: the Nth submitted op of a session throws std::runtime_error in the submitting thread.
+  uint64_t throw_after_ops = 0;
+  // > 0: at most this many of those throws per engine, so a test's crashes are bounded.
+  uint64_t throw_max = 0;
   uint64_t seed = 1;
 };
 
