@@ -74,7 +74,7 @@ void publish_load(PrefillState& st) {
   uint32_t writing = 0;
   std::array<uint32_t, 5> phases{};  // by Progress, then failed rooms: the order declared at start
   for (const auto& [_, r] : st.rooms) {
-    writing += r.inflight;
+    writing += uint32_t(r.outstanding.size());
     ++phases[r.state.state() == KvState::failed ? 4 : size_t(r.progress)];
   }
   st.ctx.load->writes_in_flight = writing;
@@ -110,7 +110,7 @@ void maybe_reap(PrefillState& st, uint64_t id) {
   PrefillRoom* found = st.rooms.find(id);
   if (!found) return;
   PrefillRoom& r = *found;
-  if (!r.state.terminal() || r.inflight > 0) return;
+  if (!r.state.terminal() || !r.outstanding.empty()) return;
   if (r.state.state() == KvState::failed && r.news != DecodeNews::none && !r.decode.empty()) {
     const bool ack = r.news == DecodeNews::abort_ack;
     r.news = DecodeNews::none;
@@ -259,7 +259,6 @@ bool dispatch(PrefillState& st, uint64_t id, PrefillRoom& r, TransferJob job) {
   }
   r.worker = *worker;
   job.peer_incarnation = r.decode_inc;
-  ++r.inflight;
   r.outstanding.insert_or_assign(job.tag, job);
   st.self->send(st.workers.at(r.worker), std::move(job));
   publish_load(st);
@@ -280,7 +279,8 @@ void send_pages(PrefillState& st, uint64_t id, PrefillRoom& r, uint32_t upto, ui
 }
 
 void maybe_send_aux(PrefillState& st, uint64_t id, PrefillRoom& r) {
-  if (r.progress != Progress::computed || r.inflight > 0 || r.state.terminal() || !staged_all_done(r)) return;
+  if (r.progress != Progress::computed || !r.outstanding.empty() || r.state.terminal() || !staged_all_done(r))
+    return;
   auto target = decode_target(st, r.decode);
   if (!target) return fail_room(st, id, target.error());
   AuxRecord rec{r.first_token, 0, id};
@@ -329,7 +329,6 @@ void on_transfer_done(PrefillState& st, TransferDone& d) {
   if (!found) return;
   PrefillRoom& r = *found;
   if (r.outstanding.erase(d.tag) == 0) return;  // a job whose worker's crash was handled already
-  if (r.inflight > 0) --r.inflight;
   publish_load(st);
   if (r.staged && d.tag != kAuxTag) return on_staged_write_done(st, r, d);
   if (!d.ok) {
@@ -589,7 +588,7 @@ void on_peer_changes(PrefillState& st, const PeerChanges& pc) {
 void on_worker_crashed(PrefillState& st, const WorkerCrashed& wc) {
   st.workers.crashed(wc);
   auto held = st.rooms.ids_where(
-      [&](uint64_t, const PrefillRoom& r) { return r.worker == wc.index && r.inflight > 0; });
+      [&](uint64_t, const PrefillRoom& r) { return r.worker == wc.index && !r.outstanding.empty(); });
   auto was_hit = [&](uint64_t id) {
     return !wc.hit || std::find(wc.hit->begin(), wc.hit->end(), id) != wc.hit->end();
   };
@@ -608,7 +607,6 @@ void on_worker_crashed(PrefillState& st, const WorkerCrashed& wc) {
       for (const auto& [_, job] : r.outstanding) st.self->send(st.workers.at(r.worker), job);
       continue;
     }
-    r.inflight = 0;
     r.outstanding.clear();
     publish_load(st);
     if (r.state.terminal())

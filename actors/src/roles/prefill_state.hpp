@@ -88,14 +88,13 @@ struct PrefillRoom {
   std::vector<uint32_t> local_pages;
   std::optional<uint32_t> aux_src;
   uint32_t pages_sent = 0;
-  uint32_t inflight = 0;
   uint32_t first_token = 0;
   uint64_t prefill_us = 0;
   clock::time_point transfer_start;
   uint64_t transfer_us = 0;
   uint32_t worker = 0;  // index of the transfer worker its writes go through
-  // The write jobs in flight (by tag; inflight counts them): a worker that dies before it started one is
-  // sent it again by its replacement, not the room failed (WorkerCrashed::hit).
+  // The write jobs in flight, by tag: a worker that dies before it started one has its replacement sent
+  // it again, and the room is not failed (WorkerCrashed::hit).
   std::map<uint64_t, TransferJob> outstanding;
   // Staged path (decode uses another KV layout).
   bool staged = false;
