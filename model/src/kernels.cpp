@@ -95,6 +95,22 @@ EPD_MULTIVERSION void swiglu(float* a, const float* b, size_t n) {
   for (size_t i = 0; i < n; ++i) a[i] = a[i] / (1.0f + exp_det(-a[i])) * b[i];
 }
 
+EPD_MULTIVERSION void softmax_prefix(float* s, size_t visible, size_t len) {
+  // The maximum over 16 lanes (a > b ? a : b is one vector max instruction), then the lanes.
+  float acc[kLanes];
+  for (size_t j = 0; j < kLanes; ++j) acc[j] = s[0];
+  size_t i = 0;
+  for (; i + kLanes <= visible; i += kLanes)
+    for (size_t j = 0; j < kLanes; ++j) acc[j] = s[i + j] > acc[j] ? s[i + j] : acc[j];
+  float m = acc[0];
+  for (size_t j = 1; j < kLanes; ++j) m = acc[j] > m ? acc[j] : m;
+  for (; i < visible; ++i) m = s[i] > m ? s[i] : m;
+  for (size_t p = 0; p < visible; ++p) s[p] = exp_det(s[p] - m);
+  const float inv = 1.0f / sum(s, visible);
+  for (size_t p = 0; p < visible; ++p) s[p] *= inv;
+  for (size_t p = visible; p < len; ++p) s[p] = 0.0f;
+}
+
 EPD_MULTIVERSION void rope(float* x, const float* cos_t, const float* sin_t, size_t n) {
   for (size_t i = 0; i < n / 2; ++i) {
     const float x0 = x[2 * i], x1 = x[2 * i + 1];

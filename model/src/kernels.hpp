@@ -86,6 +86,10 @@ inline float exp_det(float x) {
 // a[i] = silu(a[i]) * b[i]
 void swiglu(float* a, const float* b, size_t n);
 
+// s[0, visible) = softmax(s[0, visible)) (max subtracted, exp_det, divided by the fixed-order sum), and
+// s[visible, len) = 0: one causal row of attention weights.
+void softmax_prefix(float* s, size_t visible, size_t len);
+
 // Rotates pairs (x[2i], x[2i+1]) by the angles whose cos/sin are given (n/2 each).
 void rope(float* x, const float* cos_t, const float* sin_t, size_t n);
 

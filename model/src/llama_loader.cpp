@@ -1,9 +1,11 @@
 // Reading a Llama-family checkpoint: its shape from config.json or GGUF metadata, its tensors from
 // safetensors or GGUF, each checked by name and shape; GGUF matrices stay in place, the others become f32.
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <tuple>
@@ -291,7 +293,84 @@ protocol::Result<LlamaWeights> load_with(const ModelConfig& c, const MatrixSourc
   return w;
 }
 
+// Every matrix ggml would repack on this CPU is multiplied in its repacked layout, from the host's shared
+// copy (ggml/packed_weights.hpp). The embeddings stay as they are: rows are looked up, not multiplied (a
+// tied LM head multiplies them unpacked). EPD_GGML_REPACK=0 keeps every matrix as the file has it.
+protocol::Status pack(LlamaWeights& w, const GgufFile& file, const ggml::Library& lib, const Names& n,
+                      bool tied) {
+  if (const char* e = std::getenv("EPD_GGML_REPACK"); e && std::string_view(e) == "0") return {};
+  std::vector<ggml::PackedWeights::Matrix> todo;
+  std::vector<detail::WeightMatrix*> targets;
+  auto consider = [&](const std::string& name, detail::WeightMatrix& m) {
+    if (m.type() == TensorType::f32) return;
+    const TensorRef* t = file.tensor(name);
+    if (auto p = lib.packing(m.type(), static_cast<int64_t>(m.rows()), static_cast<int64_t>(m.cols()))) {
+      todo.push_back({t, *p});
+      targets.push_back(&m);
+    }
+  };
+  for (uint32_t l = 0; l < w.layers.size(); ++l) {
+    LlamaLayer& L = w.layers[l];
+    for (const auto& [role, m] :
+         {std::pair{"q", &L.wq}, std::pair{"k", &L.wk}, std::pair{"v", &L.wv}, std::pair{"o", &L.wo},
+          std::pair{"gate", &L.w_gate}, std::pair{"up", &L.w_up}, std::pair{"down", &L.w_down}})
+      consider(n.layer(l, role), *m);
+  }
+  if (!tied) consider(n.head, w.lm_head);
+  auto packed = ggml::PackedWeights::build(file.name(), todo, lib, ggml::PackedWeights::default_cache_dir());
+  if (!packed) return packed.error();
+  for (size_t i = 0; i < targets.size(); ++i)
+    targets[i]->use_packed((*packed)->data(i), &(*packed)->packing(i));
+  w.packed = std::move(*packed);
+  return {};
+}
+
+// Which matrices a decode batch may multiply with ggml's batch kernels without changing any sequence's bits.
+void check_batch_kernels(LlamaWeights& w, const ggml::Library& lib) {
+  auto check = [&](detail::WeightMatrix& m) {
+    if (m.type() == TensorType::f32) return;
+    const auto n = static_cast<int64_t>(m.cols());
+    m.set_batch_agrees(m.packing() ? lib.batch_agrees(*m.packing(), m.type(), n)
+                                   : lib.batch_agrees(m.type(), n));
+  };
+  for (LlamaLayer& L : w.layers)
+    for (auto* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) check(*m);
+  check(w.lm_head.rows() ? w.lm_head : w.tok_emb);  // a tied head multiplies by the embeddings
+}
+
 }  // namespace
+
+std::string describe_kernels(const LlamaWeights& w) {
+  size_t total = 0, packed = 0;
+  std::map<std::string, size_t> names;
+  auto count = [&](const detail::WeightMatrix& m) {
+    ++total;
+    if (const ggml::Packing* p = m.packing()) {
+      ++packed;
+      ++names[p->name];
+    }
+  };
+  for (const LlamaLayer& L : w.layers)
+    for (const auto* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) count(*m);
+  count(w.head());
+  size_t batched = 0;
+  for (const LlamaLayer& L : w.layers)
+    for (const auto* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down})
+      batched += m->batch_agrees();
+  std::string out = w.ggml ? "ggml-cpu " + w.ggml->cpu_variant() : std::string("epd's f32 kernels");
+  if (!w.ggml) return out;
+  out += "; " + std::to_string(packed) + " of " + std::to_string(total) + " matrices repacked";
+  if (!names.empty()) {
+    out += " (";
+    for (auto it = names.begin(); it != names.end(); ++it)
+      out += (it == names.begin() ? "" : ", ") + it->first + " x" + std::to_string(it->second);
+    out += ")";
+  }
+  if (w.packed && packed) out += " in " + w.packed->where();
+  out += "; decode batches " + std::to_string(batched) + " of " + std::to_string(total - 1) +
+         " layer matrices with batch kernels";
+  return out;
+}
 
 bool is_checkpoint_path(const std::string& path) {
   std::error_code ec;
@@ -326,17 +405,14 @@ protocol::Result<LlamaWeights> load_llama_weights(const ModelConfig& cfg) {
     if (!g) return g.error();
     auto file = std::make_shared<const GgufFile>(std::move(*g));
     const bool tied = file->tensor("output.weight") == nullptr;
-    // llama.cpp's kernels only when a tensor needs them: an f32 file runs without the library.
-    const ggml::Library* lib = nullptr;
-    for (const TensorRef& t : file->tensors()) {
-      if (t.type == TensorType::f32) continue;
-      auto loaded = ggml::Library::get();
-      if (!loaded)
+    // llama.cpp's kernels: required by any tensor in another type than f32; an f32 file runs without them
+    // (on epd's own kernels) when the library cannot be loaded.
+    auto loaded = ggml::Library::get();
+    const ggml::Library* lib = loaded ? *loaded : nullptr;
+    for (const TensorRef& t : file->tensors())
+      if (t.type != TensorType::f32 && !lib)
         return bad("GGUF " + path, "tensor " + t.name + " is " + std::string(tensor_type_name(t.type)) +
                                        ": " + loaded.error().detail);
-      lib = *loaded;
-      break;
-    }
     Names n{
         "token_embd.weight", "output_norm.weight", "output.weight", [](uint32_t l, const char* role) {
           static const std::pair<std::string_view, const char*> map[] = {
@@ -352,6 +428,10 @@ protocol::Result<LlamaWeights> load_llama_weights(const ModelConfig& cfg) {
     const std::string where = "GGUF " + path;
     auto w = load_with(cfg, MatrixSource{find, where, true, false, lib}, n, tied);
     if (!w) return w.error();
+    if (lib) {
+      if (auto st = pack(*w, *file, *lib, n, tied); !st) return bad(where, st.error().detail);
+      check_batch_kernels(*w, *lib);
+    }
     w->file = std::move(file);
     return w;
   }
@@ -380,7 +460,11 @@ protocol::Result<LlamaWeights> load_llama_weights(const ModelConfig& cfg) {
             return "model.layers." + std::to_string(l) + "." + h + ".weight";
           }};
   const Lookup find = [&](const std::string& name) { return file.tensor(name); };
-  return load_with(cfg, MatrixSource{find, path, false, true, nullptr}, n, tied);
+  auto w = load_with(cfg, MatrixSource{find, path, false, true, nullptr}, n, tied);
+  if (!w) return w.error();
+  // Decode multiplies the f32 matrices with ggml's vec_dot_f32 when the library is there (weight_matrix.hpp).
+  if (auto lib = ggml::Library::get()) w->ggml = *lib;
+  return w;
 }
 
 }  // namespace epd::model

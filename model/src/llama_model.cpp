@@ -15,6 +15,7 @@
 #include "blas_core.hpp"
 #include "epd/model/llama.hpp"
 #include "kernels.hpp"
+#include "llama_attention.hpp"
 #include "llama_weights.hpp"
 #include "paged_attention.hpp"
 #include "thread_pool.hpp"
@@ -40,7 +41,8 @@ class LlamaModel final : public LlamaRunner {
         w_(std::move(w)),
         threads_(cfg.threads),
         matmul_(threads_, w_.ggml),
-        scratch_(cfg.threads),
+        prompt_scratch_(cfg.threads),
+        decode_scratch_(cfg.threads),
         rope_(cfg) {
     // Our threads split the work; each sgemm call is single-threaded, with this CPU's kernels.
     detail::select_blas_core();
@@ -50,6 +52,7 @@ class LlamaModel final : public LlamaRunner {
   const ModelConfig& config() const override { return cfg_; }
   std::span<const float> last_logits() const override { return logits_; }
   void keep_all_logits(bool on) override { keep_all_ = on; }
+  std::string kernels() const override { return describe_kernels(w_); }
 
   protocol::Result<Embeddings> encode(const Image&) override {
     return invalid("model " + cfg_.name +
@@ -127,38 +130,88 @@ class LlamaModel final : public LlamaRunner {
     up_.resize(n * f);
     proj_.resize(n * d);
 
+    // Per-row steps run over the rows in parallel. Attention is handed out by (row, kv head) to whichever
+    // thread is free: in a prompt, later rows attend over more positions.
+    auto per_row = [&](auto&& fn) {
+      threads_.run(n, [&](size_t b0, size_t e0, unsigned) {
+        for (size_t r = b0; r < e0; ++r) fn(r);
+      });
+    };
+    per_row([&](size_t r) {
+      k::rmsnorm(&x_[r * d], w_.layers[0].attn_norm.data(), d, cfg_.norm_eps, &h_[r * d]);
+    });
     for (uint32_t layer = 0; layer < cfg_.layers; ++layer) {
       const LlamaLayer& b = w_.layers[layer];
-      for (size_t r = 0; r < n; ++r) k::rmsnorm(&x_[r * d], b.attn_norm.data(), d, cfg_.norm_eps, &h_[r * d]);
       const Out qkv[] = {{&b.wq, q_.data()}, {&b.wk, k_.data()}, {&b.wv, v_.data()}};
       matmul_.run(h_.data(), n, d, qkv, prefill);
-      for (size_t r = 0; r < n; ++r)
+      per_row([&](size_t r) {
         detail::rope_and_store(cfg_, rope_, kv, layer, targets_[r], &q_[r * q_dim], &k_[r * kv_dim],
                                &v_[r * kv_dim]);
-      threads_.run(n * cfg_.kv_heads, [&](size_t b0, size_t e0, unsigned t) {
-        for (size_t i = b0; i < e0; ++i) {
-          const size_t r = i / cfg_.kv_heads;
-          detail::attend_group(cfg_, kv, layer, targets_[r], static_cast<uint32_t>(i % cfg_.kv_heads),
-                               &q_[r * q_dim], &attn_[r * q_dim], scratch_[t]);
-        }
       });
+      attend(kv, layer, n, prefill);
       const Out o[] = {{&b.wo, proj_.data()}};
       matmul_.run(attn_.data(), n, q_dim, o, prefill);
-      for (size_t i = 0; i < n * d; ++i) x_[i] += proj_[i];
-
-      for (size_t r = 0; r < n; ++r) k::rmsnorm(&x_[r * d], b.ffn_norm.data(), d, cfg_.norm_eps, &h_[r * d]);
+      per_row([&](size_t r) {
+        for (size_t i = r * d; i < (r + 1) * d; ++i) x_[i] += proj_[i];
+        k::rmsnorm(&x_[r * d], b.ffn_norm.data(), d, cfg_.norm_eps, &h_[r * d]);
+      });
       const Out gate_up[] = {{&b.w_gate, gate_.data()}, {&b.w_up, up_.data()}};
       matmul_.run(h_.data(), n, d, gate_up, prefill);
-      for (size_t r = 0; r < n; ++r) k::swiglu(&gate_[r * f], &up_[r * f], f);
+      per_row([&](size_t r) { k::swiglu(&gate_[r * f], &up_[r * f], f); });
       const Out down[] = {{&b.w_down, proj_.data()}};
       matmul_.run(gate_.data(), n, f, down, prefill);
-      for (size_t i = 0; i < n * d; ++i) x_[i] += proj_[i];
-    }
-    for (size_t r = 0; r < n; ++r) {
-      k::rmsnorm(&x_[r * d], w_.final_norm.data(), d, cfg_.norm_eps, &h_[r * d]);
-      std::memcpy(&x_[r * d], &h_[r * d], d * sizeof(float));
+      // The residual, and the next norm: the next layer's attention norm, or the final one.
+      const bool last = layer + 1 == cfg_.layers;
+      const float* norm = last ? w_.final_norm.data() : w_.layers[layer + 1].attn_norm.data();
+      per_row([&](size_t r) {
+        for (size_t i = r * d; i < (r + 1) * d; ++i) x_[i] += proj_[i];
+        k::rmsnorm(&x_[r * d], norm, d, cfg_.norm_eps, &h_[r * d]);
+        if (last) std::memcpy(&x_[r * d], &h_[r * d], d * sizeof(float));
+      });
     }
   }
+
+  // Attention of the n rows in q_ into attn_ (llama_attention.hpp): a prompt chunk (all rows of one sequence)
+  // by blocks of rows, a decode batch by segments of each row's positions.
+  void attend(const KvView& kv, uint32_t layer, size_t n, bool prefill) {
+    const size_t q_dim = size_t{cfg_.heads} * cfg_.head_dim;
+    if (prefill && n > 1) {
+      const size_t blocks = (n + kPromptRows - 1) / kPromptRows;
+      const uint32_t start = targets_[0].pos;
+      threads_.run_chunks(blocks * cfg_.kv_heads, [&](size_t i, unsigned t) {
+        // Last blocks first: they see the most positions, so the threads finish together.
+        const size_t blk = blocks - 1 - i / cfg_.kv_heads;
+        detail::attend_prompt_rows(cfg_, kv, layer, targets_[0].pages, start, blk * kPromptRows,
+                                   std::min(n, (blk + 1) * kPromptRows),
+                                   static_cast<uint32_t>(i % cfg_.kv_heads), q_.data(), q_dim, attn_.data(),
+                                   q_dim, prompt_scratch_[t]);
+      });
+      return;
+    }
+    // Decode: (row, kv head, segment) items, then each (row, kv head) combines its segments.
+    seg_first_.resize(n + 1);
+    seg_first_[0] = 0;
+    for (size_t r = 0; r < n; ++r)
+      seg_first_[r + 1] = seg_first_[r] + cfg_.kv_heads * detail::decode_segments(targets_[r].pos + 1);
+    if (partials_.size() < seg_first_[n]) partials_.resize(seg_first_[n]);
+    threads_.run_chunks(seg_first_[n], [&](size_t i, unsigned t) {
+      const size_t r = std::upper_bound(seg_first_.begin(), seg_first_.end(), i) - seg_first_.begin() - 1;
+      const uint32_t segs = detail::decode_segments(targets_[r].pos + 1), local = uint32_t(i - seg_first_[r]);
+      detail::attend_decode_segment(cfg_, kv, layer, targets_[r], local / segs, local % segs, &q_[r * q_dim],
+                                    partials_[i], decode_scratch_[t]);
+    });
+    threads_.run(n * cfg_.kv_heads, [&](size_t b0, size_t e0, unsigned) {
+      for (size_t i = b0; i < e0; ++i) {
+        const size_t r = i / cfg_.kv_heads;
+        const uint32_t g = uint32_t(i % cfg_.kv_heads), segs = detail::decode_segments(targets_[r].pos + 1);
+        detail::combine_decode_segments(cfg_, g, std::span(partials_).subspan(seg_first_[r] + g * segs, segs),
+                                        &attn_[r * q_dim]);
+      }
+    });
+  }
+
+  // Rows of a prompt chunk per attention block.
+  static constexpr size_t kPromptRows = 64;
 
   // LM head over `rows` final hidden states, always by the decode kernels, so logits never depend on the
   // batch.
@@ -172,7 +225,10 @@ class LlamaModel final : public LlamaRunner {
   LlamaWeights w_;
   ThreadPool threads_;
   detail::Matmul matmul_;
-  std::vector<detail::AttentionScratch> scratch_;
+  std::vector<detail::PromptAttentionScratch> prompt_scratch_;
+  std::vector<detail::DecodeScratch> decode_scratch_;
+  std::vector<detail::DecodePartial> partials_;  // decode: per (row, kv head, segment)
+  std::vector<size_t> seg_first_;                // decode: row r's first partial
   bool keep_all_ = false;
   detail::RopeTable rope_;
   std::vector<RowTarget> targets_;

@@ -12,6 +12,7 @@
 #include "epd/model/config.hpp"
 #include "epd/model/gguf.hpp"
 #include "epd/protocol/result.hpp"
+#include "ggml/packed_weights.hpp"
 #include "weight_matrix.hpp"
 
 namespace epd::model {
@@ -30,10 +31,14 @@ struct LlamaWeights {
   detail::WeightMatrix lm_head;          // vocab x d; no rows when tied to tok_emb
   const ggml::Library* ggml = nullptr;   // set when a matrix is in a type only ggml's kernels multiply
   std::shared_ptr<const GgufFile> file;  // the mapping in-place matrices point into
+  std::shared_ptr<const ggml::PackedWeights> packed;  // ggml's repacked copies, where it repacks
 
   const detail::WeightMatrix& head() const { return lm_head.rows() ? lm_head : tok_emb; }
 };
 
 protocol::Result<LlamaWeights> load_llama_weights(const ModelConfig& cfg);
+
+// LlamaRunner::kernels() of these weights.
+std::string describe_kernels(const LlamaWeights& w);
 
 }  // namespace epd::model

@@ -18,6 +18,9 @@ constexpr size_t kSgemmCols = 96;
 // Input rows a ggml kernel sweeps per weight row: their converted rows stay in L1/L2 while the weight row
 // is reused (prefill; decode has at most a batch).
 constexpr size_t kRowTile = 32;
+// Output columns per block handed to a thread: a multiple of every packing's interleave (8) and of
+// tinyBLAS's tiles; small enough that a block of weight rows stays in L2 while a batch passes over it.
+constexpr size_t kColumnBlock = 64;
 
 }  // namespace
 
@@ -26,7 +29,7 @@ WeightMatrix WeightMatrix::view(const TensorRef& t) {
   m.type_ = t.type;
   m.rows_ = t.shape.size() == 2 ? t.shape[0] : 1;
   m.cols_ = t.shape.back();
-  m.row_bytes_ = row_bytes(t.type, m.cols_);
+  m.row_bytes_ = model::row_bytes(t.type, m.cols_);
   m.data_ = t.bytes.data();
   return m;
 }
@@ -63,12 +66,14 @@ void WeightMatrix::row_to_f32(uint64_t r, float* out, const ggml::Library* lib) 
 void Matmul::run(const float* x, size_t rows, size_t in, std::span<const Out> outs, bool prefill) {
   others_.clear();
   for (const Out& o : outs) {
-    if (o.w->type() == TensorType::f32)
+    // f32 decode goes through ggml's vec_dot_f32 when the library is loaded: twice the bandwidth of the
+    // fixed-order kernel, which stays for prefill-free runs without it.
+    if (o.w->type() == TensorType::f32 && (prefill || !lib_))
       run_f32(x, rows, in, o, prefill);
     else
       others_.push_back(o);
   }
-  if (!others_.empty()) run_ggml(x, rows, in, others_);
+  if (!others_.empty()) run_ggml(x, rows, in, others_, prefill);
 }
 
 void Matmul::run_f32(const float* x, size_t rows, size_t in, const Out& o, bool prefill) {
@@ -93,53 +98,94 @@ void Matmul::run_f32(const float* x, size_t rows, size_t in, const Out& o, bool 
   });
 }
 
-void Matmul::run_ggml(const float* x, size_t rows, size_t in, std::span<const Out> outs) {
-  // The input once in each type the weights take (usually one: Q8_K for a k-quant layer, Q8_0 for Q4_0...).
-  size_t n_conv = 0;
-  std::vector<size_t> conv_of(outs.size());
-  for (size_t k = 0; k < outs.size(); ++k) {
-    const uint32_t t = lib_->input_type(outs[k].w->type());
-    size_t c = 0;
-    while (c < n_conv && converted_[c].type != t) ++c;
-    if (c == n_conv) {
-      if (converted_.size() <= n_conv) converted_.emplace_back();
-      Converted& cv = converted_[n_conv++];
-      cv.type = t;
-      cv.row_bytes = lib_->row_size(t, static_cast<int64_t>(in));
-      cv.data.resize(rows * cv.row_bytes);
-    }
-    conv_of[k] = c;
-  }
-  threads_.run(rows * n_conv, [&](size_t b, size_t e, unsigned) {
-    for (size_t i = b; i < e; ++i) {
-      Converted& cv = converted_[i / rows];
-      const size_t r = i % rows;
-      lib_->quantize_row(cv.type, x + r * in, cv.data.data() + r * cv.row_bytes, static_cast<int64_t>(in));
-    }
-  });
+size_t Matmul::converted(uint32_t type, const ggml::Packing* gemm, size_t rows, size_t in) {
+  const bool interleaved = gemm != nullptr;
+  for (size_t c = 0; c < n_converted_; ++c)
+    if (converted_[c].type == type && converted_[c].interleaved == interleaved &&
+        (!interleaved || converted_[c].quantize4 == gemm->quantize4))
+      return c;
+  if (converted_.size() <= n_converted_) converted_.emplace_back();
+  Converted& cv = converted_[n_converted_];
+  cv.type = type;
+  cv.interleaved = interleaved;
+  cv.quantize4 = interleaved ? gemm->quantize4 : nullptr;
+  cv.row_bytes = lib_->row_size(type, static_cast<int64_t>(in));
+  // Four interleaved rows take the bytes of four rows; only whole groups of four are interleaved.
+  cv.data.resize((interleaved ? rows / 4 * 4 : rows) * cv.row_bytes);
+  return n_converted_++;
+}
 
-  // Output columns of all matrices in one range, so threads share the work whatever the widths.
-  size_t total = 0;
-  for (const Out& o : outs) total += o.w->rows();
-  threads_.run(total, [&](size_t b, size_t e, unsigned) {
-    size_t base = 0;
-    for (size_t k = 0; k < outs.size() && base < e; base += outs[k].w->rows(), ++k) {
-      const WeightMatrix& w = *outs[k].w;
-      const size_t lo = std::max(b, base), hi = std::min(e, base + w.rows());
-      if (lo >= hi) continue;
-      const Converted& cv = converted_[conv_of[k]];
-      const size_t ld = w.rows();
-      for (size_t r0 = 0; r0 < rows; r0 += kRowTile) {
-        const size_t r1 = std::min(rows, r0 + kRowTile);
-        for (size_t o = lo - base; o < hi - base; ++o) {
-          const std::byte* wr = w.row(o);
-          for (size_t r = r0; r < r1; ++r)
-            lib_->vec_dot(w.type(), static_cast<int64_t>(in), outs[k].y + r * ld + o, wr,
-                          cv.data.data() + r * cv.row_bytes);
-        }
+void Matmul::run_ggml(const float* x, size_t rows, size_t in, std::span<const Out> outs, bool prefill) {
+  // The input once in each layout the weights take (usually one or two: Q8_K rows for a k-quant layer, and
+  // four-row interleaved Q8_K for its packed matrices in a prompt).
+  n_converted_ = 0;
+  constexpr size_t kNone = SIZE_MAX;
+  inputs_.clear();
+  for (const Out& o : outs) {
+    const ggml::Packing* p = o.w->packing();
+    const uint32_t t = p ? p->input_type : lib_->input_type(o.w->type());
+    inputs_.push_back({converted(t, nullptr, rows, in), p && rows >= 4 && (prefill || o.w->batch_agrees())
+                                                            ? converted(t, p, rows, in)
+                                                            : kNone});
+  }
+  size_t items = 0;
+  for (size_t c = 0; c < n_converted_; ++c) items += converted_[c].interleaved ? rows / 4 : rows;
+  threads_.run(items, [&](size_t b, size_t e, unsigned) {
+    for (size_t i = b; i < e; ++i) {
+      size_t c = 0, item = i;
+      for (size_t n; item >= (n = converted_[c].interleaved ? rows / 4 : rows); ++c) item -= n;
+      Converted& cv = converted_[c];
+      if (cv.interleaved) {
+        cv.quantize4(x + 4 * item * in, cv.data.data() + 4 * item * cv.row_bytes, static_cast<int64_t>(in));
+      } else {
+        lib_->quantize_row(cv.type, x + item * in, cv.data.data() + item * cv.row_bytes,
+                           static_cast<int64_t>(in));
       }
     }
   });
+
+  // Fixed blocks of output columns of every matrix, handed out to whichever thread is free.
+  blocks_.clear();
+  for (size_t k = 0; k < outs.size(); ++k)
+    for (size_t c0 = 0; c0 < outs[k].w->rows(); c0 += kColumnBlock)
+      blocks_.push_back({k, c0, std::min<size_t>(outs[k].w->rows(), c0 + kColumnBlock)});
+  threads_.run_chunks(blocks_.size(), [&](size_t i, unsigned) {
+    const Block& blk = blocks_[i];
+    const Inputs& in_k = inputs_[blk.matrix];
+    multiply_block(outs[blk.matrix], blk.c0, blk.c1, rows, in, prefill, converted_[in_k.rowwise],
+                   in_k.gemm == kNone ? nullptr : &converted_[in_k.gemm]);
+  });
+}
+
+void Matmul::multiply_block(const Out& o, size_t c0, size_t c1, size_t rows, size_t in, bool prefill,
+                            const Converted& rowwise, const Converted* gemm_input) const {
+  const WeightMatrix& w = *o.w;
+  const size_t ld = w.rows();
+  const int n = static_cast<int>(in), nc = static_cast<int>(c1 - c0);
+  if (const ggml::Packing* p = w.packing()) {
+    const std::byte* wp = w.packed_row(c0);
+    size_t r = 0;
+    if (gemm_input) {
+      r = rows / 4 * 4;
+      p->gemm(n, o.y + c0, ld, wp, gemm_input->data.data(), static_cast<int>(r), nc);
+    }
+    for (; r < rows; ++r)
+      p->gemv(n, o.y + r * ld + c0, ld, wp, rowwise.data.data() + r * rowwise.row_bytes, 1, nc);
+    return;
+  }
+  if ((prefill || w.batch_agrees()) &&
+      lib_->sgemm(w.type(), c1 - c0, static_cast<int64_t>(rows), static_cast<int64_t>(in), w.row(c0),
+                  w.row_bytes(), rowwise.data.data(), rowwise.row_bytes, o.y + c0, static_cast<int64_t>(ld)))
+    return;
+  for (size_t r0 = 0; r0 < rows; r0 += kRowTile) {
+    const size_t r1 = std::min(rows, r0 + kRowTile);
+    for (size_t c = c0; c < c1; ++c) {
+      const std::byte* wr = w.row(c);
+      for (size_t r = r0; r < r1; ++r)
+        lib_->vec_dot(w.type(), static_cast<int64_t>(in), o.y + r * ld + c, wr,
+                      rowwise.data.data() + r * rowwise.row_bytes);
+    }
+  }
 }
 
 }  // namespace epd::model::detail

@@ -1,8 +1,10 @@
 #pragma once
 // A weight matrix (out x in, row-major, each row a whole number of its type's blocks), and the one place
 // that multiplies activations by it. A GGUF tensor is used in place, in its own type, inside the file's
-// mapping: roles on one host share those pages, and a page nobody multiplies by is never read. Hugging Face
-// tensors, whose rows may need permuting, are converted to f32 once and owned.
+// mapping: roles on one host share those pages, and a page nobody multiplies by is never read. Where ggml's
+// CPU back end would repack a matrix for this CPU, its repacked copy (ggml/packed_weights.hpp, shared by the
+// roles of a host too) is what is multiplied. Hugging Face tensors, whose rows may need permuting, are
+// converted to f32 once and owned.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -27,15 +29,32 @@ class WeightMatrix {
   TensorType type() const { return type_; }
   uint64_t rows() const { return rows_; }
   uint64_t cols() const { return cols_; }
+  size_t row_bytes() const { return row_bytes_; }
   const std::byte* row(uint64_t r) const { return data_ + r * row_bytes_; }
   const float* f32() const { return reinterpret_cast<const float*>(data_); }  // type() == f32
-  // Row r as floats (cols values): an embedding lookup.
+  // Row r as floats (cols values): an embedding lookup. Reads the original layout, never the packed one.
   void row_to_f32(uint64_t r, float* out, const ggml::Library* lib) const;
+
+  // From now on multiplied in ggml's packed layout: `bytes` (as many as the original, outliving the
+  // matrix) with `packing`'s kernels.
+  void use_packed(const std::byte* bytes, const ggml::Packing* packing) {
+    packed_ = bytes;
+    packing_ = packing;
+  }
+  const ggml::Packing* packing() const { return packing_; }
+  // Decode may multiply a batch with ggml's batch kernel (ggml::Library::batch_agrees): it gives every row
+  // the bits the one-row kernel does.
+  void set_batch_agrees(bool agrees) { batch_agrees_ = agrees; }
+  bool batch_agrees() const { return batch_agrees_; }
+  const std::byte* packed_row(uint64_t r) const { return packed_ + r * row_bytes_; }
 
  private:
   TensorType type_ = TensorType::f32;
   uint64_t rows_ = 0, cols_ = 0, row_bytes_ = 0;
   const std::byte* data_ = nullptr;
+  const std::byte* packed_ = nullptr;
+  const ggml::Packing* packing_ = nullptr;
+  bool batch_agrees_ = false;
   std::vector<float>
       owned_;  // own(): data_ points here (a move keeps the buffer, so the pointer stays valid)
 };
@@ -43,11 +62,18 @@ class WeightMatrix {
 // y (rows x w.rows(), row stride w.rows()) = x (rows x in) * w^T, for several matrices of one input.
 //
 // f32 matrices: prefill through OpenBLAS sgemm over fixed blocks of output columns (one single-threaded call
-// per block), decode through epd's fixed-order dot product (kernels.hpp). Every other type: ggml's CPU row
-// kernels, as llama.cpp's CPU back end runs them on this machine: the input rows are converted once to
-// the type the weights' dot product takes (Q8_0, Q8_K, F16, ...), then every output element is one
-// vec_dot of a weight row with an input row. So an element's bits never depend on the batch, the chunk or
-// the thread count (threads split output columns, never a sum); prefill and decode give the same bits.
+// per block), decode through epd's fixed-order dot product (kernels.hpp). Every other type through ggml's CPU
+// kernels as llama.cpp's CPU back end picks them on this machine, with the input rows converted once to the
+// type the weights' kernels take (Q8_0, Q8_K, F16, ...):
+// - prefill: packed matrices by ggml's GEMM over four rows at a time (GEMV for the rest), the block types
+//   llamafile tiles by its tinyBLAS, every other one by one vec_dot per element;
+// - decode: the same batch kernels where ggml's batch kernel gives each row exactly the bits of its one-row
+//   kernel on this CPU (checked at load, WeightMatrix::batch_agrees); elsewhere GEMV or vec_dot one sequence
+//   at a time over each block of weight rows (so the block is read from memory once per step, not once per
+//   sequence).
+// Threads take fixed blocks of output columns, and every kernel computes an element the same way wherever
+// its block starts: results never depend on the thread count, and a sequence decoded in a batch gets
+// exactly the bits it gets alone. Prefill and decode may differ in the last bits (another kernel).
 class Matmul {
  public:
   Matmul(ThreadPool& threads, const ggml::Library* lib) : threads_(threads), lib_(lib) {}
@@ -60,17 +86,34 @@ class Matmul {
 
  private:
   void run_f32(const float* x, size_t rows, size_t in, const Out& out, bool prefill);
-  void run_ggml(const float* x, size_t rows, size_t in, std::span<const Out> outs);
-
-  ThreadPool& threads_;
-  const ggml::Library* lib_;
+  void run_ggml(const float* x, size_t rows, size_t in, std::span<const Out> outs, bool prefill);
+  // The input converted to `type` (row by row, or for GEMM four rows interleaved, then the rest row by row).
   struct Converted {
     uint32_t type = 0;
+    bool interleaved = false;
+    ggml::Packing::QuantizeMat quantize4 = nullptr;  // interleaved: the packing's input quantizer
     size_t row_bytes = 0;
     std::vector<std::byte> data;
   };
-  std::vector<Converted> converted_;  // the input in each type this call's weights take
+  // The index of the input in `type`, row by row, or (gemm set) interleaved for that packing's GEMM.
+  size_t converted(uint32_t type, const ggml::Packing* gemm, size_t rows, size_t in);
+  void multiply_block(const Out& o, size_t c0, size_t c1, size_t rows, size_t in, bool prefill,
+                      const Converted& rowwise, const Converted* gemm_input) const;
+
+  ThreadPool& threads_;
+  const ggml::Library* lib_;
+  // Scratch of one call, kept to spare allocations.
+  std::vector<Converted> converted_;
+  size_t n_converted_ = 0;
   std::vector<Out> others_;
+  struct Inputs {
+    size_t rowwise, gemm;  // converted_ indices; gemm is SIZE_MAX when no GEMM input is needed
+  };
+  std::vector<Inputs> inputs_;
+  struct Block {
+    size_t matrix, c0, c1;
+  };
+  std::vector<Block> blocks_;
 };
 
 }  // namespace epd::model::detail

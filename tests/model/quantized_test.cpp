@@ -93,17 +93,30 @@ TEST_CASE("every tensor type runs in place and computes the model its quantized 
   }
 }
 
-TEST_CASE("quantized weights keep the runner's determinism: chunks, threads and batches change no bit") {
+TEST_CASE("quantized weights keep the runner's determinism: threads and batches change no bit") {
   TempDir dir;
   auto paths = write_llama_checkpoint(kquant_spec("q4_k_m"), dir.path);
   REQUIRE(paths.ok());
   auto one = load(paths->gguf, 1), two = load(paths->gguf, 2);
+  // On x86 with AVX2, ggml repacks Q4_K (rows a multiple of 8) for its GEMM/GEMV: this covers those too.
+  INFO(one->kernels());
+  CHECK(one->kernels().find("q4_K_8x") != std::string::npos);
   const auto prompt = prompt_ids(45, 384);
+  // Threads take fixed blocks of output columns and every kernel computes an element the same way wherever
+  // its block starts, so the thread count changes no bit, for one chunk or several.
+  for (uint32_t chunk : {0u, 7u}) {
+    INFO("chunk " << chunk);
+    const Run a = run(*one, prompt, 12, chunk), b = run(*two, prompt, 12, chunk);
+    CHECK(a.logits == b.logits);
+    CHECK(a.tokens == b.tokens);
+    CHECK(a.digest == b.digest);
+  }
+  // Another chunking moves rows between ggml's GEMM (four rows at a time) and GEMV, or between llamafile's
+  // tiles and single dot products: the last bits may change, the model may not.
   const Run whole = run(*one, prompt, 12), chunked = run(*two, prompt, 12, 7);
-  // Every output element is one ggml dot product, so even another chunking gives the same bits.
-  CHECK(whole.logits == chunked.logits);
-  CHECK(whole.tokens == chunked.tokens);
-  CHECK(whole.digest == chunked.digest);
+  const double gap = relative_gap(whole.logits, chunked.logits);
+  std::printf("q4_k_m one chunk vs chunks of 7: max |logit gap| / max |logit| = %.2e\n", gap);
+  CHECK(gap < 1e-2);
 
   // Batched decode equals each sequence alone.
   constexpr uint32_t kSeqs = 4, kPages = 8, kSteps = 6;

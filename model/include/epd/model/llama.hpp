@@ -30,6 +30,9 @@ class LlamaRunner : public ModelRunner {
   // keep_all_logits(true)), or each sequence of a decode step; vocab floats per row.
   virtual std::span<const float> last_logits() const = 0;
   virtual void keep_all_logits(bool on) = 0;
+  // Which kernels multiply its matrices, for logs and benchmarks: "ggml-cpu zen4; 180 of 211 matrices
+  // repacked (q4_K_8x8_q8_K) in /home/u/.cache/epd/packed-....bin".
+  virtual std::string kernels() const = 0;
 };
 
 // Loads the checkpoint cfg.checkpoint names (its own shape must equal cfg's, as read_checkpoint_config

@@ -1,0 +1,219 @@
+#include "llama_attention.hpp"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "kernels.hpp"
+#include "multiversion.hpp"
+
+namespace epd::model::detail {
+namespace {
+
+namespace k = kernels;
+
+// Sixteen floats as one value: GCC's vector extension, lowered to whatever vectors the clone's ISA has (one
+// AVX-512 register, two AVX2 ones, four SSE ones). Plain loops over a head here get interchanged or left
+// scalar by the optimiser; these say exactly which sums are vectors.
+// Passing such a value between functions would depend on the ISA (-Wpsabi says so); these helpers are
+// always inlined, so no value ever crosses a call.
+#pragma GCC diagnostic ignored "-Wpsabi"
+using Vec = float __attribute__((vector_size(64)));
+using Half = _Float16 __attribute__((vector_size(32)));
+using Bits16 = uint16_t __attribute__((vector_size(32)));
+using Bits32 = uint32_t __attribute__((vector_size(64)));
+constexpr size_t kVec = 16;
+
+[[gnu::always_inline]] inline Vec load(const float* p) {
+  Vec v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+[[gnu::always_inline]] inline float reduce(Vec v) {
+  float lanes[kVec];
+  std::memcpy(lanes, &v, sizeof v);
+  return k::reduce_lanes(lanes);
+}
+
+// The K (kind 0) or V (kind 1) vector of position p for head g, and a prefetch of the one kAhead positions
+// later: keys and values stream from memory once per step, and with the pool's interleaved heads the
+// hardware prefetcher alone leaves the loads waiting.
+constexpr uint32_t kAhead = 8;
+
+[[gnu::always_inline]] inline const float* kv_vector(const KvView& kv, uint32_t layer, uint32_t kind,
+                                                     const RowTarget& row, uint32_t p, uint32_t e, uint32_t g,
+                                                     float* conv) {
+  const uint32_t ps = kv.layout().page_size;
+  if (p + kAhead < e) {
+    const std::byte* next = kv.raw(layer, kind, row.pages[(p + kAhead) / ps], (p + kAhead) % ps, g);
+    for (size_t off = 0; off < kv.layout().head_dim * protocol::dtype_size(kv.layout().dtype); off += 64)
+      __builtin_prefetch(next + off);
+  }
+  const KvLayout& l = kv.layout();
+  if (l.dtype == DType::f32 || l.head_dim % kVec != 0)
+    return kv.load(layer, kind, row.pages[p / ps], p % ps, g, conv);
+  // f16 and bf16 pools: whole vectors converted at once (f16 by the CPU's conversion instruction where the
+  // clone has one; bf16 is the upper half of an f32). Both conversions are exact.
+  const std::byte* src = kv.raw(layer, kind, row.pages[p / ps], p % ps, g);
+  for (size_t c = 0; c < l.head_dim; c += kVec) {
+    Vec out;
+    if (l.dtype == DType::f16) {
+      Half h;
+      std::memcpy(&h, src + c * 2, sizeof h);
+      out = __builtin_convertvector(h, Vec);
+    } else {
+      Bits16 b16;
+      std::memcpy(&b16, src + c * 2, sizeof b16);
+      const Bits32 bits = __builtin_convertvector(b16, Bits32) << 16;
+      std::memcpy(&out, &bits, sizeof out);
+    }
+    std::memcpy(conv + c, &out, sizeof out);
+  }
+  return conv;
+}
+
+// The segment's scores for each of the group's query heads: scores[j * kDecodeSegment + i] for position
+// b + i, each the dot product of the query head with the key, summed in 16 lanes then kernels' fixed tree.
+// Positions outermost: each key is read once for the whole group.
+template <size_t HD>
+[[gnu::always_inline]] inline void segment_scores(const KvView& kv, uint32_t layer, const RowTarget& row,
+                                                  uint32_t g, uint32_t b, uint32_t e, size_t group,
+                                                  size_t hd_runtime, const float* qg, DecodeScratch& sc) {
+  const size_t hd = HD ? HD : hd_runtime;
+  sc.conv.resize(hd);
+  for (uint32_t p = b; p < e; ++p) {
+    const float* key = kv_vector(kv, layer, 0, row, p, e, g, sc.conv.data());
+    for (size_t j = 0; j < group; ++j) {
+      const float* qj = qg + j * hd;
+      float& out = sc.scores[j * kDecodeSegment + (p - b)];
+      if constexpr (HD != 0 && HD % kVec == 0) {
+        Vec acc = load(qj) * load(key);
+        for (size_t c = kVec; c < HD; c += kVec) acc += load(qj + c) * load(key + c);
+        out = reduce(acc);
+      } else {
+        out = k::dot(qj, key, hd);
+      }
+    }
+  }
+}
+
+// acc[j] (hd floats each) = the weights of query head j x the segment's values, summed in position order.
+// Positions outermost: each value is read once for the whole group.
+template <size_t HD>
+[[gnu::always_inline]] inline void segment_values(const KvView& kv, uint32_t layer, const RowTarget& row,
+                                                  uint32_t g, uint32_t b, uint32_t e, size_t group,
+                                                  size_t hd_runtime, DecodePartial& out, DecodeScratch& sc) {
+  const size_t hd = HD ? HD : hd_runtime;
+  std::fill(out.acc.begin(), out.acc.end(), 0.0f);
+  for (uint32_t p = b; p < e; ++p) {
+    const float* v = kv_vector(kv, layer, 1, row, p, e, g, sc.conv.data());
+    for (size_t j = 0; j < group; ++j) {
+      const float w = sc.scores[j * kDecodeSegment + (p - b)];
+      float* acc = &out.acc[j * hd];
+      if constexpr (HD != 0 && HD % kVec == 0) {
+        for (size_t c = 0; c < HD; c += kVec) {
+          const Vec sum = load(acc + c) + w * load(v + c);
+          std::memcpy(acc + c, &sum, sizeof sum);
+        }
+      } else {
+        k::axpy(w, v, acc, hd);
+      }
+    }
+  }
+}
+
+// Inlined into the multi-versioned entry point, so its loops are compiled for each ISA level.
+template <size_t HD>
+[[gnu::always_inline]] inline void decode_segment(const ModelConfig& cfg, const KvView& kv, uint32_t layer,
+                                                  const RowTarget& row, uint32_t g, uint32_t s,
+                                                  const float* q, DecodePartial& out, DecodeScratch& sc) {
+  const size_t hd = cfg.head_dim, group = cfg.heads / cfg.kv_heads;
+  const uint32_t len = row.pos + 1, b = s * kDecodeSegment, e = std::min(len, b + kDecodeSegment);
+  const float* qg = q + size_t{g} * group * hd;
+  sc.scores.resize(group * kDecodeSegment);
+  out.max.resize(group);
+  out.sum.resize(group);
+  out.acc.resize(group * hd);
+  segment_scores<HD>(kv, layer, row, g, b, e, group, hd, qg, sc);
+  for (size_t j = 0; j < group; ++j) {
+    float* sj = &sc.scores[j * kDecodeSegment];
+    const uint32_t n = e - b;
+    float m = sj[0];
+    for (uint32_t i = 1; i < n; ++i) m = sj[i] > m ? sj[i] : m;
+    for (uint32_t i = 0; i < n; ++i) sj[i] = k::exp_det(sj[i] - m);
+    out.max[j] = m;
+    out.sum[j] = k::sum(sj, n);
+  }
+  segment_values<HD>(kv, layer, row, g, b, e, group, hd, out, sc);
+}
+
+}  // namespace
+
+EPD_MULTIVERSION void attend_prompt_rows(const ModelConfig& cfg, const KvView& kv, uint32_t layer,
+                                         std::span<const PageId> pages, uint32_t start, size_t r0, size_t r1,
+                                         uint32_t g, const float* q, size_t q_stride, float* out,
+                                         size_t out_stride, PromptAttentionScratch& sc) {
+  const size_t hd = cfg.head_dim, group = cfg.heads / cfg.kv_heads, rows = (r1 - r0) * group;
+  const size_t len = start + r1;  // the last row sees every position up to its own
+  const uint32_t ps = kv.layout().page_size;
+  sc.k.resize(len * hd);
+  sc.v.resize(len * hd);
+  sc.conv.resize(hd);
+  for (size_t p = 0; p < len; ++p) {
+    const PageId page = pages[p / ps];
+    std::copy_n(kv.load(layer, 0, page, p % ps, g, sc.conv.data()), hd, &sc.k[p * hd]);
+    std::copy_n(kv.load(layer, 1, page, p % ps, g, sc.conv.data()), hd, &sc.v[p * hd]);
+  }
+  // The group's query heads of each row, one after another: row (r, j) is query head g * group + j of r.
+  sc.q.resize(rows * hd);
+  for (size_t r = r0; r < r1; ++r)
+    std::copy_n(q + r * q_stride + g * group * hd, group * hd, &sc.q[(r - r0) * group * hd]);
+  sc.scores.resize(rows * len);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(rows), static_cast<int>(len),
+              static_cast<int>(hd), 1.0f, sc.q.data(), static_cast<int>(hd), sc.k.data(),
+              static_cast<int>(hd), 0.0f, sc.scores.data(), static_cast<int>(len));
+  for (size_t i = 0; i < rows; ++i)  // row (r, j) sees positions up to its own, start + r
+    k::softmax_prefix(&sc.scores[i * len], start + r0 + i / group + 1, len);
+  sc.out.resize(rows * hd);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(rows), static_cast<int>(hd),
+              static_cast<int>(len), 1.0f, sc.scores.data(), static_cast<int>(len), sc.v.data(),
+              static_cast<int>(hd), 0.0f, sc.out.data(), static_cast<int>(hd));
+  for (size_t r = r0; r < r1; ++r)
+    std::copy_n(&sc.out[(r - r0) * group * hd], group * hd, out + r * out_stride + g * group * hd);
+}
+
+EPD_MULTIVERSION void attend_decode_segment(const ModelConfig& cfg, const KvView& kv, uint32_t layer,
+                                            const RowTarget& row, uint32_t g, uint32_t s, const float* q,
+                                            DecodePartial& out, DecodeScratch& sc) {
+  switch (cfg.head_dim) {  // the common head sizes with their accumulators in registers
+    case 64:
+      return decode_segment<64>(cfg, kv, layer, row, g, s, q, out, sc);
+    case 128:
+      return decode_segment<128>(cfg, kv, layer, row, g, s, q, out, sc);
+    default:
+      return decode_segment<0>(cfg, kv, layer, row, g, s, q, out, sc);
+  }
+}
+
+void combine_decode_segments(const ModelConfig& cfg, uint32_t g, std::span<const DecodePartial> segments,
+                             float* out) {
+  const size_t hd = cfg.head_dim, group = cfg.heads / cfg.kv_heads;
+  for (size_t j = 0; j < group; ++j) {
+    float* o = out + (size_t{g} * group + j) * hd;
+    float m = segments[0].max[j];
+    for (const DecodePartial& s : segments) m = s.max[j] > m ? s.max[j] : m;
+    float total = 0.0f;
+    std::fill(o, o + hd, 0.0f);
+    for (const DecodePartial& s : segments) {
+      const float scale = k::exp_det(s.max[j] - m);
+      total += scale * s.sum[j];
+      for (size_t d = 0; d < hd; ++d) o[d] += scale * s.acc[j * hd + d];
+    }
+    const float inv = 1.0f / total;
+    for (size_t d = 0; d < hd; ++d) o[d] *= inv;
+  }
+}
+
+}  // namespace epd::model::detail
