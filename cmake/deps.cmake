@@ -28,7 +28,7 @@ pkg_check_modules(LIBPNG REQUIRED IMPORTED_TARGET GLOBAL libpng)
 add_library(png::png ALIAS PkgConfig::LIBPNG)
 pkg_check_modules(TURBOJPEG REQUIRED IMPORTED_TARGET GLOBAL libturbojpeg)
 add_library(turbojpeg::turbojpeg ALIAS PkgConfig::TURBOJPEG)
-# libopenblas-dev: sgemm for the checkpoint runner's prefill (model/src/llama_model.cpp).
+# libopenblas-dev: sgemm for the checkpoint runner's prefill (model/src/kernels/weight_matrix.cpp).
 pkg_check_modules(OPENBLAS REQUIRED IMPORTED_TARGET GLOBAL openblas)
 find_path(CLI11_INCLUDE_DIR CLI/CLI.hpp REQUIRED)   # libcli11-dev: command-line flags
 find_library(XXHASH_LIBRARY xxhash REQUIRED)        # libxxhash-dev: checksums in tests and benches
@@ -48,7 +48,7 @@ endif()
 # header-only in Boost 1.74.
 find_package(Boost 1.74 REQUIRED)
 
-# llama.cpp's ggml: the quantized tensor types' kernels (model/src/ggml/). Debian packages no llama.cpp; the
+# llama.cpp's ggml: the quantized tensor types' kernels (model/src/kernels/ggml/). Debian packages no llama.cpp; the
 # npm package node-llama-cpp (pinned in tests/http/node/package-lock.json, installed by scripts/setup-deps)
 # ships its CPU libraries prebuilt, one CPU back end per instruction set, and its source as a git bundle.
 # epd loads the libraries at run time (dlopen, only when a tensor needs them) and takes only the headers

@@ -1,6 +1,6 @@
-// The GGUF reader (model/src/gguf.cpp): every checkpoint file epd is pointed at goes through it. Invariants:
-// a refusal is config_error; an accepted file's tensors lie inside the input, have exactly the bytes their
-// type and shape need, and convert to f32.
+// The GGUF reader (model/src/formats/gguf.cpp): every checkpoint file epd is pointed at goes through it.
+// Invariants: a refusal is config_error; an accepted file's tensors lie inside the input, have exactly the
+// bytes their type and shape need, and convert to f32.
 #include <vector>
 
 #include "epd/model/gguf.hpp"

@@ -1,6 +1,6 @@
-// The safetensors reader (model/src/safetensors.cpp): one shard file as epd maps it. Invariants: a refusal is
-// config_error; an accepted file's tensors lie inside the input, have exactly the bytes their dtype and shape
-// need, and convert to f32.
+// The safetensors reader (model/src/formats/safetensors.cpp): one shard file as epd maps it. Invariants: a
+// refusal is config_error; an accepted file's tensors lie inside the input, have exactly the bytes their
+// dtype and shape need, and convert to f32.
 #include <vector>
 
 #include "epd/model/safetensors.hpp"

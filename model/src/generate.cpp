@@ -10,6 +10,19 @@
 #include "epd/model/kv_staging.hpp"
 
 namespace epd::model {
+
+PrefillChunk slice_prompt(std::span<const TokenId> prompt, std::span<const float> embeddings, uint32_t dim,
+                          uint32_t begin, uint32_t end) {
+  begin = std::min<uint32_t>(begin, prompt.size());
+  end = std::clamp<uint32_t>(end, begin, prompt.size());
+  const size_t before = count_image_tokens(prompt.subspan(0, begin));
+  const auto toks = prompt.subspan(begin, end - begin);
+  const size_t inside = count_image_tokens(toks);
+  const size_t lo = std::min(before * dim, embeddings.size());
+  const size_t len = std::min(inside * dim, embeddings.size() - lo);
+  return PrefillChunk{toks, embeddings.subspan(lo, len)};
+}
+
 namespace {
 
 double ms_since(std::chrono::steady_clock::time_point t0) {

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "epd/model/rng.hpp"
-#include "kernels.hpp"
+#include "kernels/kernels.hpp"
 
 namespace epd::model {
 namespace {

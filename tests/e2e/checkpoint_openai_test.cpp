@@ -118,19 +118,6 @@ std::vector<uint32_t> epd_run(const ChatCheckpoint& ck, const Case& c) {
   return {};
 }
 
-// llama.cpp's greedy continuation of the prompt ids (tests/http/node/llama_oracle.mjs).
-std::vector<uint32_t> llama_cpp_greedy(const ChatCheckpoint& ck, const std::vector<uint32_t>& prompt) {
-  const fs::path spec_file = ck.dir / "oracle.json";
-  std::ofstream(spec_file) << json{{"model", ck.gguf}, {"prompt", prompt}, {"generate", kMaxTokens}}.dump();
-  const auto r =
-      run_command({"timeout", "120", "node", node_sdk_dir() + "/llama_oracle.mjs", spec_file.string()});
-  INFO(r.output.substr(0, 2000));
-  REQUIRE(r.exit_code == 0);
-  const auto start = r.output.find("{\"prompt_logits\"");
-  REQUIRE(start != std::string::npos);
-  return json::parse(r.output.substr(start))["greedy"].get<std::vector<uint32_t>>();
-}
-
 // What the SDK must read for a case (generate.mjs's spec). The unstaged colocated run is first checked
 // against epd-run and llama.cpp (which hold f32 KV throughout); a staged one follows from it by construction.
 json expectation(const ChatCheckpoint& ck, const Case& c,
@@ -140,7 +127,7 @@ json expectation(const ChatCheckpoint& ck, const Case& c,
   INFO(c.name);
   if (!decode_kv) {
     CHECK(epd_run(ck, c) == ref.tokens);
-    const auto greedy = llama_cpp_greedy(ck, prompt);
+    const auto greedy = llama_cpp_greedy(ck.gguf, ck.dir.string(), prompt, kMaxTokens);
     REQUIRE(greedy.size() >= ref.tokens.size());
     CHECK(std::vector<uint32_t>(greedy.begin(), greedy.begin() + ref.tokens.size()) == ref.tokens);
   }

@@ -2,7 +2,9 @@
 // processes), driven by token ids through POST /v1/generate: every answer equals the colocated run
 // (generate_tokens, the code epd-run uses) with the same chunking — over shm, over tcp, and with decode
 // holding its KV in fp16 (the staged path; the reference then decodes from an fp16 copy of the prompt's KV),
-// for an f32 GGUF, a Hugging Face directory and a Q4_K_M GGUF.
+// for an f32 GGUF, a Hugging Face directory and GGUF files in F16, Q8_0, Q4_0 and Q4_K_M (made by
+// llama.cpp's quantizer, run on ggml's kernels). For the quantized files the colocated answers are also
+// llama.cpp's own greedy continuation of the same ids (node-llama-cpp on the same file): the three agree.
 #include <unistd.h>
 #include <catch2/catch.hpp>
 #include <filesystem>
@@ -13,6 +15,7 @@
 #include "epd/model/llama.hpp"
 #include "epd/model/prompt_codec.hpp"
 #include "llama_checkpoint.hpp"
+#include "openai_support.hpp"
 
 using namespace epd;
 using namespace epd::testing;
@@ -67,6 +70,18 @@ std::vector<uint32_t> colocated(const std::string& path, const std::vector<uint3
   return r->tokens;
 }
 
+// The colocated answers to the cluster's prompts are llama.cpp's greedy tokens too (up to an end token,
+// where epd stops and llama.cpp's oracle goes on).
+void check_against_llama_cpp(const Checkpoint& ck) {
+  for (int i = 0; i < 4; ++i) {
+    const auto ours = colocated(ck.paths.gguf, prompt_of(i), std::nullopt);
+    const auto theirs = llama_cpp_greedy(ck.paths.gguf, ck.dir.string(), prompt_of(i), 12);
+    INFO("case " << i);
+    REQUIRE(theirs.size() >= ours.size());
+    CHECK(std::vector<uint32_t>(theirs.begin(), theirs.begin() + ours.size()) == ours);
+  }
+}
+
 void serve_and_compare(const std::string& model_path, const std::string& backend,
                        const std::string& decode_lines,
                        const std::optional<model::KvLayoutChoice>& decode_kv) {
@@ -119,10 +134,27 @@ TEST_CASE("checkpoint cluster over tcp equals the colocated run") {
   serve_and_compare(ck.paths.gguf, "tcp", "", std::nullopt);
 }
 
-TEST_CASE("quantized checkpoint cluster over shm and tcp equals the colocated run") {
+TEST_CASE("Q4_K_M checkpoint cluster over shm and tcp equals the colocated run and llama.cpp") {
   Checkpoint ck("q4_k_m");
+  check_against_llama_cpp(ck);
   serve_and_compare(ck.paths.gguf, "shm", "", std::nullopt);
   serve_and_compare(ck.paths.gguf, "tcp", "", std::nullopt);
+}
+
+TEST_CASE("Q8_0 and Q4_0 checkpoint clusters over shm and tcp equal the colocated run and llama.cpp") {
+  for (const char* type : {"q8_0", "q4_0"}) {
+    INFO(type);
+    Checkpoint ck(type);
+    check_against_llama_cpp(ck);
+    serve_and_compare(ck.paths.gguf, "shm", "", std::nullopt);
+    serve_and_compare(ck.paths.gguf, "tcp", "", std::nullopt);
+  }
+}
+
+TEST_CASE("F16 checkpoint cluster over shm equals the colocated run and llama.cpp") {
+  Checkpoint ck("f16");
+  check_against_llama_cpp(ck);
+  serve_and_compare(ck.paths.gguf, "shm", "", std::nullopt);
 }
 
 TEST_CASE("checkpoint cluster staged into an fp16 decode equals the staged colocated run") {

@@ -1,5 +1,8 @@
 #include "openai_support.hpp"
 
+#include <catch2/catch.hpp>
+#include <fstream>
+
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -44,6 +47,18 @@ CommandResult run_command(const std::vector<std::string>& argv) {
 
 std::string node_sdk_dir() {
   return std::string(EPD_SOURCE_DIR) + "/tests/http/node";
+}
+
+std::vector<uint32_t> llama_cpp_greedy(const std::string& gguf, const std::string& work_dir,
+                                       const std::vector<uint32_t>& prompt, int n) {
+  const std::string spec_file = work_dir + "/oracle.json";
+  std::ofstream(spec_file) << nlohmann::json{{"model", gguf}, {"prompt", prompt}, {"generate", n}}.dump();
+  const auto r = run_command({"timeout", "120", "node", node_sdk_dir() + "/llama_oracle.mjs", spec_file});
+  INFO(r.output.substr(0, 2000));
+  REQUIRE(r.exit_code == 0);
+  const auto start = r.output.find("{\"prompt_logits\"");
+  REQUIRE(start != std::string::npos);
+  return nlohmann::json::parse(r.output.substr(start))["greedy"].get<std::vector<uint32_t>>();
 }
 
 std::string node_sdk_missing() {

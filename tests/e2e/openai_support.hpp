@@ -21,6 +21,12 @@ CommandResult run_command(const std::vector<std::string>& argv);
 std::string node_sdk_dir();
 std::string node_sdk_missing();
 
+// llama.cpp's greedy continuation (n tokens) of the token ids `prompt` on the GGUF file `gguf`
+// (tests/http/node/llama_oracle.mjs: node-llama-cpp, F32 KV cache); `work_dir` takes its spec file.
+// Fails the running test if the oracle cannot run.
+std::vector<uint32_t> llama_cpp_greedy(const std::string& gguf, const std::string& work_dir,
+                                       const std::vector<uint32_t>& prompt, int n);
+
 struct Sampling {
   double temperature = 0;
   std::optional<double> top_p;

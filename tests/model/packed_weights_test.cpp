@@ -1,4 +1,4 @@
-// ggml's repacked weights (model/src/ggml/packed_weights.hpp): written once per host into the cache
+// ggml's repacked weights (model/src/kernels/ggml/packed_weights.hpp): written once per host into the cache
 // directory, mapped by every later load, rebuilt when damaged or stale, private memory when no directory
 // can be used, and the same logits whichever way they were obtained.
 #include <catch2/catch.hpp>
@@ -50,7 +50,8 @@ std::vector<fs::path> packed_files(const fs::path& dir) {
 }  // namespace
 
 TEST_CASE(
-    "packed weights: written once into the cache, then mapped; damage rebuilds, a gone model is pruned") {
+    "packed weights: written once into the cache and then mapped, rebuilt when damaged, pruned when their "
+    "model is gone") {
   TempDir model_dir, cache;
   auto paths = testing::write_llama_checkpoint(q4_k_spec(), model_dir.path);
   REQUIRE(paths.ok());

@@ -1,6 +1,6 @@
 #pragma once
-// llama.cpp's quantizer and CPU kernels as a process sees them (model/src/ggml/): for tools and tests that
-// write quantized GGUF files, and for logs that say which kernels run.
+// llama.cpp's quantizer and CPU kernels as a process sees them (model/src/kernels/ggml/): for tools and tests
+// that write quantized GGUF files, and for logs that say which kernels run.
 #include <cstddef>
 #include <cstdint>
 #include <span>

@@ -18,7 +18,7 @@ namespace epd::model {
 // types are ggml's block formats: `block_elements` values along the innermost dimension in `block_bytes`
 // bytes (Q8_0: an f16 scale and 32 int8 values; the k-quants: super-blocks of 256 with packed sub-block
 // scales). epd knows the sizes itself, so a file is checked without llama.cpp's libraries; the arithmetic of
-// the quantized types is ggml's (model/src/ggml/).
+// the quantized types is ggml's (model/src/kernels/ggml/).
 enum class TensorType : uint8_t {
   f32 = 0,
   f16 = 1,

@@ -1,10 +1,10 @@
-#include "kernels.hpp"
+#include "kernels/kernels.hpp"
 
 #include <algorithm>
 #include <bit>
 #include <cmath>
 
-#include "multiversion.hpp"
+#include "kernels/multiversion.hpp"
 
 namespace epd::model::kernels {
 

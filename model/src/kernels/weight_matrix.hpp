@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "epd/model/tensor.hpp"
-#include "ggml/ggml_cpu.hpp"
-#include "thread_pool.hpp"
+#include "kernels/ggml/ggml_cpu.hpp"
+#include "kernels/thread_pool.hpp"
 
 namespace epd::model::detail {
 
@@ -76,7 +76,10 @@ class WeightMatrix {
 // exactly the bits it gets alone. Prefill and decode may differ in the last bits (another kernel).
 class Matmul {
  public:
-  Matmul(ThreadPool& threads, const ggml::Library* lib) : threads_(threads), lib_(lib) {}
+  // exact: every f32 matrix, in prefill and decode, through epd's fixed-order dot product (kernels.hpp): the
+  // reference model's rule, the same bits for any chunking, batch, thread count and ISA.
+  Matmul(ThreadPool& threads, const ggml::Library* lib, bool exact = false)
+      : threads_(threads), lib_(lib), exact_(exact) {}
 
   struct Out {
     const WeightMatrix* w;
@@ -102,6 +105,7 @@ class Matmul {
 
   ThreadPool& threads_;
   const ggml::Library* lib_;
+  bool exact_;
   // Scratch of one call, kept to spare allocations.
   std::vector<Converted> converted_;
   size_t n_converted_ = 0;

@@ -1,4 +1,4 @@
-#include "ggml_cpu.hpp"
+#include "kernels/ggml/ggml_cpu.hpp"
 
 #include <dlfcn.h>
 

@@ -1,10 +1,10 @@
-#include "weights.hpp"
+#include "reference/reference_weights.hpp"
 
 #include <cmath>
 
 #include "epd/model/rng.hpp"
 
-namespace epd::model {
+namespace epd::model::detail {
 namespace {
 
 // Tensor tags: (group << 32) | (layer << 8) | slot. Each tensor has its own SplitMix64 stream, so a
@@ -55,10 +55,10 @@ BlockWeights block(const ModelConfig& c, uint64_t seed, Group g, uint32_t layer,
 
 }  // namespace
 
-Weights make_weights(const ModelConfig& c) {
+ReferenceWeights make_weights(const ModelConfig& c) {
   const uint64_t s = c.seed;
   const size_t d = c.d_model, v = c.vocab, patch_dim = size_t{c.patch_size} * c.patch_size * 3;
-  Weights w;
+  ReferenceWeights w;
   // Small token embeddings (uniform in +-0.35) so attention output is comparable to them.
   w.tok_emb = uniform(s, tag(kLm, 0, 0), v * d, 1, 0.2f);
   w.final_norm = gains(s, tag(kLm, 0, 1), d);
@@ -66,14 +66,15 @@ Weights make_weights(const ModelConfig& c) {
   w.lm_head = uniform(s, tag(kLm, 0, 2), v * d, d, 4.0f);
   for (uint32_t l = 0; l < c.layers; ++l) w.blocks.push_back(block(c, s, kLmBlock, l, c.kv_heads, c.layers));
 
-  w.patch_proj = uniform(s, tag(kEnc, 0, 0), d * patch_dim, patch_dim, 1.0f);
-  w.row_pos = uniform(s, tag(kEnc, 0, 1), size_t{c.max_image_patches} * d, 1, 0.3f);
-  w.col_pos = uniform(s, tag(kEnc, 0, 2), size_t{c.max_image_patches} * d, 1, 0.3f);
+  VisionWeights& vis = w.vision;
+  vis.patch_proj = uniform(s, tag(kEnc, 0, 0), d * patch_dim, patch_dim, 1.0f);
+  vis.row_pos = uniform(s, tag(kEnc, 0, 1), size_t{c.max_image_patches} * d, 1, 0.3f);
+  vis.col_pos = uniform(s, tag(kEnc, 0, 2), size_t{c.max_image_patches} * d, 1, 0.3f);
   for (uint32_t l = 0; l < c.encoder_layers; ++l)
-    w.enc_blocks.push_back(block(c, s, kEncBlock, l, c.heads, c.encoder_layers));
-  w.enc_norm = gains(s, tag(kEnc, 0, 3), d);
-  w.enc_out = uniform(s, tag(kEnc, 0, 4), d * d, d, 1.0f);
+    vis.blocks.push_back(block(c, s, kEncBlock, l, c.heads, c.encoder_layers));
+  vis.norm = gains(s, tag(kEnc, 0, 3), d);
+  vis.out = uniform(s, tag(kEnc, 0, 4), d * d, d, 1.0f);
   return w;
 }
 
-}  // namespace epd::model
+}  // namespace epd::model::detail

@@ -1,32 +1,27 @@
-// The Llama-family runner: pre-norm blocks of RMSNorm -> GQA attention with RoPE over the paged KV cache
-// -> RMSNorm -> SwiGLU, final RMSNorm and the LM head (tied to the embeddings when the checkpoint has none).
-//
-// Matrices multiply through detail::Matmul (weight_matrix.hpp): f32 through OpenBLAS sgemm (prefill) and
-// epd's fixed-order dot product (decode, and always the LM head), every other type through ggml's CPU row
-// kernels, in place. Threads split output columns (matmuls) or (row, kv head) pairs (attention), never a
-// sum, so the thread count does not change results, and a sequence decoded in a batch gets exactly the bits
-// it gets alone.
+// The decoder (decoder.hpp). Matrices multiply through detail::Matmul (kernels/weight_matrix.hpp), attention
+// goes through attention/: the reference model's fixed-order kernels with Arithmetic::exact, ggml's and
+// blocked attention with Arithmetic::fast. Threads split output columns (matmuls), rows (norms, RoPE) or
+// (row, kv head, segment) items (attention), never a sum, so the thread count does not change results, and
+// a sequence decoded in a batch gets exactly the bits it gets alone.
+#include "decoder/decoder.hpp"
+
 #include <cblas.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 
-#include "blas_core.hpp"
-#include "epd/model/llama.hpp"
-#include "kernels.hpp"
-#include "llama_attention.hpp"
-#include "llama_weights.hpp"
-#include "paged_attention.hpp"
-#include "thread_pool.hpp"
-#include "weight_matrix.hpp"
+#include "attention/blocked_attention.hpp"
+#include "attention/paged_attention.hpp"
+#include "kernels/blas_core.hpp"
+#include "kernels/kernels.hpp"
+#include "kernels/thread_pool.hpp"
+#include "kernels/weight_matrix.hpp"
 
-namespace epd::model {
+namespace epd::model::detail {
 namespace {
 
 namespace k = kernels;
-using detail::check_pages;
-using detail::RowTarget;
 using protocol::ErrorCode;
 using protocol::make_error;
 
@@ -34,19 +29,24 @@ protocol::Error invalid(std::string detail) {
   return make_error(ErrorCode::invalid_request, std::move(detail));
 }
 
-class LlamaModel final : public LlamaRunner {
+class Decoder final : public LlamaRunner {
  public:
-  LlamaModel(const ModelConfig& cfg, LlamaWeights w)
+  Decoder(const ModelConfig& cfg, DecoderWeights w, DecoderOptions opts)
       : cfg_(cfg),
         w_(std::move(w)),
+        opts_(std::move(opts)),
+        exact_(opts_.arithmetic == Arithmetic::exact),
         threads_(cfg.threads),
-        matmul_(threads_, w_.ggml),
-        prompt_scratch_(cfg.threads),
-        decode_scratch_(cfg.threads),
+        matmul_(threads_, w_.ggml, exact_),
+        exact_scratch_(threads_.size()),
+        prompt_scratch_(threads_.size()),
+        decode_scratch_(threads_.size()),
         rope_(cfg) {
-    // Our threads split the work; each sgemm call is single-threaded, with this CPU's kernels.
-    detail::select_blas_core();
-    openblas_set_num_threads(1);
+    if (!exact_) {
+      // Our threads split the work; each sgemm call is single-threaded, with this CPU's kernels.
+      select_blas_core();
+      openblas_set_num_threads(1);
+    }
   }
 
   const ModelConfig& config() const override { return cfg_; }
@@ -54,10 +54,11 @@ class LlamaModel final : public LlamaRunner {
   void keep_all_logits(bool on) override { keep_all_ = on; }
   std::string kernels() const override { return describe_kernels(w_); }
 
-  protocol::Result<Embeddings> encode(const Image&) override {
-    return invalid("model " + cfg_.name +
-                   " is a text-only checkpoint: it has no vision tower, images are "
-                   "not supported");
+  protocol::Result<Embeddings> encode(const Image& image) override {
+    if (!opts_.encoder)
+      return invalid("model " + cfg_.name +
+                     " is a text-only checkpoint: it has no vision tower, images are not supported");
+    return opts_.encoder->encode(image);
   }
 
   protocol::Result<TokenId> prefill_chunk(const KvPool& pool, std::span<const PageId> pages, uint32_t start,
@@ -71,20 +72,25 @@ class LlamaModel final : public LlamaRunner {
     if (auto st = check_pages(pool.layout, pages, uint64_t{start} + n); !st) return st.error();
     for (TokenId t : chunk.tokens)
       if (t >= cfg_.vocab) return invalid("token id " + std::to_string(t) + " outside vocab");
-    if (!chunk.embeddings.empty()) return invalid("model " + cfg_.name + " takes no image embeddings");
     if (auto st = validate(chunk.sampling); !st) return st.error();
+    if (auto st = check_embeddings(chunk); !st) return st.error();
 
     x_.resize(n * d);
     targets_.resize(n);
+    size_t img_row = 0;
     for (size_t i = 0; i < n; ++i) {
-      w_.tok_emb.row_to_f32(chunk.tokens[i], &x_[i * d], w_.ggml);
+      const TokenId t = chunk.tokens[i];
+      if (opts_.image_token && t == *opts_.image_token)
+        std::memcpy(&x_[i * d], &chunk.embeddings[img_row++ * d], d * sizeof(float));
+      else
+        w_.tok_emb.row_to_f32(t, &x_[i * d], w_.ggml);
       targets_[i] = RowTarget{pages, static_cast<uint32_t>(start + i)};
     }
     forward(pool, n, /*prefill=*/true);
     const size_t first = keep_all_ ? 0 : n - 1;
     compute_logits(&x_[first * d], n - first);
     return sample_token(std::span(logits_).subspan((n - 1 - first) * cfg_.vocab, cfg_.vocab), chunk.sampling,
-                        0, TokenFilter::none);
+                        0, opts_.filter);
   }
 
   protocol::Status decode_step(const KvPool& pool, std::span<const DecodeSeq> batch,
@@ -97,6 +103,8 @@ class LlamaModel final : public LlamaRunner {
       if (s.length + uint64_t{1} > cfg_.max_seq) return invalid("sequence reached max_seq");
       if (s.last_token >= cfg_.vocab)
         return invalid("decode input token " + std::to_string(s.last_token) + " outside vocab");
+      if (opts_.image_token && s.last_token == *opts_.image_token)
+        return invalid("decode input token " + std::to_string(s.last_token) + " is not a text token");
       if (auto st = check_pages(pool.layout, s.pages, uint64_t{s.length} + 1); !st) return st;
       if (auto st = validate(s.sampling); !st) return st;
     }
@@ -110,12 +118,30 @@ class LlamaModel final : public LlamaRunner {
     compute_logits(x_.data(), n);
     for (size_t i = 0; i < n; ++i)
       next[i] = sample_token(std::span(logits_).subspan(i * cfg_.vocab, cfg_.vocab), batch[i].sampling,
-                             batch[i].generated, TokenFilter::none);
+                             batch[i].generated, opts_.filter);
     return {};
   }
 
  private:
-  using Out = detail::Matmul::Out;
+  using Out = Matmul::Out;
+
+  // One embedding row per image token of the chunk, finite and of sane size; none if the model takes none.
+  protocol::Status check_embeddings(const PrefillChunk& chunk) const {
+    const size_t d = cfg_.d_model;
+    if (!opts_.image_token) {
+      if (!chunk.embeddings.empty()) return invalid("model " + cfg_.name + " takes no image embeddings");
+      return {};
+    }
+    const uint64_t n_img = std::count(chunk.tokens.begin(), chunk.tokens.end(), *opts_.image_token);
+    if (chunk.embeddings.size() != n_img * d)
+      return invalid("chunk has " + std::to_string(n_img) + " image tokens but " +
+                     std::to_string(chunk.embeddings.size()) + " embedding floats (d_model " +
+                     std::to_string(d) + ")");
+    for (float v : chunk.embeddings)
+      if (!std::isfinite(v) || std::fabs(v) > 1e6f)
+        return invalid("image embedding not finite or out of range");
+    return {};
+  }
 
   void forward(const KvPool& pool, size_t n, bool prefill) {
     const size_t d = cfg_.d_model, hd = cfg_.head_dim, q_dim = size_t{cfg_.heads} * hd,
@@ -141,12 +167,11 @@ class LlamaModel final : public LlamaRunner {
       k::rmsnorm(&x_[r * d], w_.layers[0].attn_norm.data(), d, cfg_.norm_eps, &h_[r * d]);
     });
     for (uint32_t layer = 0; layer < cfg_.layers; ++layer) {
-      const LlamaLayer& b = w_.layers[layer];
+      const DecoderLayer& b = w_.layers[layer];
       const Out qkv[] = {{&b.wq, q_.data()}, {&b.wk, k_.data()}, {&b.wv, v_.data()}};
       matmul_.run(h_.data(), n, d, qkv, prefill);
       per_row([&](size_t r) {
-        detail::rope_and_store(cfg_, rope_, kv, layer, targets_[r], &q_[r * q_dim], &k_[r * kv_dim],
-                               &v_[r * kv_dim]);
+        rope_and_store(cfg_, rope_, kv, layer, targets_[r], &q_[r * q_dim], &k_[r * kv_dim], &v_[r * kv_dim]);
       });
       attend(kv, layer, n, prefill);
       const Out o[] = {{&b.wo, proj_.data()}};
@@ -171,20 +196,27 @@ class LlamaModel final : public LlamaRunner {
     }
   }
 
-  // Attention of the n rows in q_ into attn_ (llama_attention.hpp): a prompt chunk (all rows of one sequence)
-  // by blocks of rows, a decode batch by segments of each row's positions.
+  // Attention of the n rows in q_ into attn_: exact, by attend_group; fast (blocked_attention.hpp), a prompt
+  // chunk (all rows of one sequence) by blocks of rows, a decode batch by segments of each row's positions.
   void attend(const KvView& kv, uint32_t layer, size_t n, bool prefill) {
     const size_t q_dim = size_t{cfg_.heads} * cfg_.head_dim;
+    if (exact_) {  // the reference kernel, one (row, kv head) at a time
+      threads_.run_chunks(n * cfg_.kv_heads, [&](size_t i, unsigned t) {
+        const size_t r = i / cfg_.kv_heads;
+        attend_group(cfg_, kv, layer, targets_[r], static_cast<uint32_t>(i % cfg_.kv_heads), &q_[r * q_dim],
+                     &attn_[r * q_dim], exact_scratch_[t]);
+      });
+      return;
+    }
     if (prefill && n > 1) {
       const size_t blocks = (n + kPromptRows - 1) / kPromptRows;
       const uint32_t start = targets_[0].pos;
       threads_.run_chunks(blocks * cfg_.kv_heads, [&](size_t i, unsigned t) {
         // Last blocks first: they see the most positions, so the threads finish together.
         const size_t blk = blocks - 1 - i / cfg_.kv_heads;
-        detail::attend_prompt_rows(cfg_, kv, layer, targets_[0].pages, start, blk * kPromptRows,
-                                   std::min(n, (blk + 1) * kPromptRows),
-                                   static_cast<uint32_t>(i % cfg_.kv_heads), q_.data(), q_dim, attn_.data(),
-                                   q_dim, prompt_scratch_[t]);
+        attend_prompt_rows(cfg_, kv, layer, targets_[0].pages, start, blk * kPromptRows,
+                           std::min(n, (blk + 1) * kPromptRows), static_cast<uint32_t>(i % cfg_.kv_heads),
+                           q_.data(), q_dim, attn_.data(), q_dim, prompt_scratch_[t]);
       });
       return;
     }
@@ -192,20 +224,20 @@ class LlamaModel final : public LlamaRunner {
     seg_first_.resize(n + 1);
     seg_first_[0] = 0;
     for (size_t r = 0; r < n; ++r)
-      seg_first_[r + 1] = seg_first_[r] + cfg_.kv_heads * detail::decode_segments(targets_[r].pos + 1);
+      seg_first_[r + 1] = seg_first_[r] + cfg_.kv_heads * decode_segments(targets_[r].pos + 1);
     if (partials_.size() < seg_first_[n]) partials_.resize(seg_first_[n]);
     threads_.run_chunks(seg_first_[n], [&](size_t i, unsigned t) {
       const size_t r = std::upper_bound(seg_first_.begin(), seg_first_.end(), i) - seg_first_.begin() - 1;
-      const uint32_t segs = detail::decode_segments(targets_[r].pos + 1), local = uint32_t(i - seg_first_[r]);
-      detail::attend_decode_segment(cfg_, kv, layer, targets_[r], local / segs, local % segs, &q_[r * q_dim],
-                                    partials_[i], decode_scratch_[t]);
+      const uint32_t segs = decode_segments(targets_[r].pos + 1), local = uint32_t(i - seg_first_[r]);
+      attend_decode_segment(cfg_, kv, layer, targets_[r], local / segs, local % segs, &q_[r * q_dim],
+                            partials_[i], decode_scratch_[t]);
     });
     threads_.run(n * cfg_.kv_heads, [&](size_t b0, size_t e0, unsigned) {
       for (size_t i = b0; i < e0; ++i) {
         const size_t r = i / cfg_.kv_heads;
-        const uint32_t g = uint32_t(i % cfg_.kv_heads), segs = detail::decode_segments(targets_[r].pos + 1);
-        detail::combine_decode_segments(cfg_, g, std::span(partials_).subspan(seg_first_[r] + g * segs, segs),
-                                        &attn_[r * q_dim]);
+        const uint32_t g = uint32_t(i % cfg_.kv_heads), segs = decode_segments(targets_[r].pos + 1);
+        combine_decode_segments(cfg_, g, std::span(partials_).subspan(seg_first_[r] + g * segs, segs),
+                                &attn_[r * q_dim]);
       }
     });
   }
@@ -222,38 +254,27 @@ class LlamaModel final : public LlamaRunner {
   }
 
   ModelConfig cfg_;
-  LlamaWeights w_;
+  DecoderWeights w_;
+  DecoderOptions opts_;
+  bool exact_;
   ThreadPool threads_;
-  detail::Matmul matmul_;
-  std::vector<detail::PromptAttentionScratch> prompt_scratch_;
-  std::vector<detail::DecodeScratch> decode_scratch_;
-  std::vector<detail::DecodePartial> partials_;  // decode: per (row, kv head, segment)
-  std::vector<size_t> seg_first_;                // decode: row r's first partial
+  Matmul matmul_;
+  std::vector<AttentionScratch> exact_scratch_;
+  std::vector<PromptAttentionScratch> prompt_scratch_;
+  std::vector<DecodeScratch> decode_scratch_;
+  std::vector<DecodePartial> partials_;  // decode: per (row, kv head, segment)
+  std::vector<size_t> seg_first_;        // decode: row r's first partial
   bool keep_all_ = false;
-  detail::RopeTable rope_;
+  RopeTable rope_;
   std::vector<RowTarget> targets_;
   std::vector<float> x_, h_, q_, k_, v_, attn_, gate_, up_, proj_, logits_;
 };
 
 }  // namespace
 
-protocol::Result<std::unique_ptr<LlamaRunner>> make_llama_runner(const ModelConfig& cfg) {
-  if (cfg.checkpoint.empty()) return make_error(ErrorCode::config_error, "model config names no checkpoint");
-  if (auto st = validate(cfg); !st) return st.error();
-  auto w = load_llama_weights(cfg);
-  if (!w) return w.error();
-  return std::unique_ptr<LlamaRunner>(std::make_unique<LlamaModel>(cfg, std::move(*w)));
+std::unique_ptr<LlamaRunner> make_decoder(const ModelConfig& cfg, DecoderWeights weights,
+                                          DecoderOptions opts) {
+  return std::make_unique<Decoder>(cfg, std::move(weights), std::move(opts));
 }
 
-std::string prefill_blas_core() {
-  return detail::select_blas_core();
-}
-
-protocol::Result<std::unique_ptr<ModelRunner>> make_runner(const ModelConfig& cfg) {
-  if (cfg.checkpoint.empty()) return make_reference_runner(cfg);
-  auto r = make_llama_runner(cfg);
-  if (!r) return r.error();
-  return std::unique_ptr<ModelRunner>(std::move(*r));
-}
-
-}  // namespace epd::model
+}  // namespace epd::model::detail

@@ -17,7 +17,7 @@
 
 #include "epd/model/tensor.hpp"
 #include "epd/protocol/result.hpp"
-#include "ggml_cpu.hpp"
+#include "kernels/ggml/ggml_cpu.hpp"
 
 namespace epd::model::ggml {
 

@@ -1,4 +1,4 @@
-#include "blas_core.hpp"
+#include "kernels/blas_core.hpp"
 
 #include <cblas.h>
 #include <strings.h>

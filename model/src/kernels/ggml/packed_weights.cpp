@@ -1,4 +1,4 @@
-#include "packed_weights.hpp"
+#include "kernels/ggml/packed_weights.hpp"
 
 #include <fcntl.h>
 #include <sys/file.h>

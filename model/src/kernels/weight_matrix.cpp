@@ -1,4 +1,4 @@
-#include "weight_matrix.hpp"
+#include "kernels/weight_matrix.hpp"
 
 #include <cblas.h>
 
@@ -6,8 +6,8 @@
 #include <cstring>
 
 #include "epd/model/kv_cache.hpp"
-#include "ggml/ggml_cpu.hpp"
-#include "kernels.hpp"
+#include "kernels/ggml/ggml_cpu.hpp"
+#include "kernels/kernels.hpp"
 
 namespace epd::model::detail {
 namespace {
@@ -68,8 +68,8 @@ void Matmul::run(const float* x, size_t rows, size_t in, std::span<const Out> ou
   for (const Out& o : outs) {
     // f32 decode goes through ggml's vec_dot_f32 when the library is loaded: twice the bandwidth of the
     // fixed-order kernel, which stays for prefill-free runs without it.
-    if (o.w->type() == TensorType::f32 && (prefill || !lib_))
-      run_f32(x, rows, in, o, prefill);
+    if (o.w->type() == TensorType::f32 && (exact_ || prefill || !lib_))
+      run_f32(x, rows, in, o, prefill && !exact_);
     else
       others_.push_back(o);
   }

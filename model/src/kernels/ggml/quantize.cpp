@@ -2,7 +2,7 @@
 
 #include <cstring>
 
-#include "ggml_cpu.hpp"
+#include "kernels/ggml/ggml_cpu.hpp"
 
 namespace epd::model {
 

@@ -1,5 +1,6 @@
-// Reading a Llama-family checkpoint: its shape from config.json or GGUF metadata, its tensors from
-// safetensors or GGUF, each checked by name and shape; GGUF matrices stay in place, the others become f32.
+// Reading a checkpoint of a decoder family (families/): its shape from config.json or GGUF metadata, its
+// tensors from safetensors or GGUF by the family's names, each checked by name and shape; GGUF matrices stay
+// in place (or in ggml's shared repacked copy), the others become f32.
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
@@ -10,16 +11,21 @@
 #include <sstream>
 #include <tuple>
 
+#include "decoder/loader.hpp"
 #include "epd/model/gguf.hpp"
 #include "epd/model/llama.hpp"
 #include "epd/model/safetensors.hpp"
-#include "ggml/ggml_cpu.hpp"
-#include "llama_weights.hpp"
+#include "families/family.hpp"
+#include "kernels/ggml/ggml_cpu.hpp"
 
 namespace epd::model {
 namespace {
 
 namespace fs = std::filesystem;
+using detail::DecoderLayer;
+using detail::DecoderWeights;
+using families::DecoderFamily;
+using families::Role;
 using nlohmann::json;
 using protocol::ErrorCode;
 using protocol::make_error;
@@ -75,8 +81,9 @@ protocol::Result<ModelConfig> read_hf_config(const std::string& path) {
   // Typed reads that never throw: a key of the wrong type is an error, not an exception.
   const auto mt = j.find("model_type");
   const std::string type = mt != j.end() && mt->is_string() ? mt->get<std::string>() : std::string();
-  if (type != "llama")
-    return bad(where, "unsupported architecture '" + type + "' (model_type; supported: llama)");
+  if (!families::family_by_hf_model_type(type))
+    return bad(where, "unsupported architecture '" + type +
+                          "' (model_type; supported: " + families::family_names() + ")");
   if (j.contains("hidden_act") && j["hidden_act"] != "silu")
     return bad(where, "unsupported hidden_act (supported: silu)");
   if (j.contains("rope_scaling") && !j["rope_scaling"].is_null())
@@ -123,8 +130,12 @@ protocol::Result<ModelConfig> read_gguf_config(const GgufFile& g) {
   auto arch = g.get_string("general.architecture");
   if (!arch) return arch.error();
   if (!arch->has_value()) return bad(where, "no general.architecture");
-  if (**arch != "llama") return bad(where, "unsupported architecture '" + **arch + "' (supported: llama)");
-  auto scaling = g.get_string("llama.rope.scaling.type");
+  if (!families::family_by_gguf_arch(**arch))
+    return bad(where,
+               "unsupported architecture '" + **arch + "' (supported: " + families::family_names() + ")");
+  // llama.cpp names an architecture's hyper-parameters "<arch>.<key>".
+  const std::string a = **arch + ".";
+  auto scaling = g.get_string(a + "rope.scaling.type");
   if (!scaling) return scaling.error();
   if (scaling->has_value() && **scaling != "none") return bad(where, "RoPE scaling is not supported");
 
@@ -135,27 +146,27 @@ protocol::Result<ModelConfig> read_gguf_config(const GgufFile& g) {
   uint64_t context = 2048;
   // Required and optional integer keys, each checked for its type.
   struct Key {
-    const char* name;
+    std::string name;
     bool required;
     uint64_t value;
   };
-  Key keys[] = {{"llama.embedding_length", true, 0},
-                {"llama.block_count", true, 0},
-                {"llama.feed_forward_length", true, 0},
-                {"llama.attention.head_count", true, 0},
-                {"llama.attention.head_count_kv", false, 0},
-                {"llama.context_length", false, 0},
-                {"llama.attention.key_length", false, 0},
-                {"llama.rope.dimension_count", false, 0},
-                {"llama.vocab_size", false, 0}};
+  Key keys[] = {{a + "embedding_length", true, 0},
+                {a + "block_count", true, 0},
+                {a + "feed_forward_length", true, 0},
+                {a + "attention.head_count", true, 0},
+                {a + "attention.head_count_kv", false, 0},
+                {a + "context_length", false, 0},
+                {a + "attention.key_length", false, 0},
+                {a + "rope.dimension_count", false, 0},
+                {a + "vocab_size", false, 0}};
   for (Key& k : keys) {
     auto v = g.get_uint(k.name);
     if (!v) return v.error();
     if (v->has_value()) {
-      if (**v > UINT32_MAX) return bad(where, std::string(k.name) + " out of range");
+      if (**v > UINT32_MAX) return bad(where, k.name + " out of range");
       k.value = **v;
     } else if (k.required) {
-      return bad(where, std::string("missing metadata key ") + k.name);
+      return bad(where, "missing metadata key " + k.name);
     }
   }
   c.d_model = static_cast<uint32_t>(keys[0].value);
@@ -164,24 +175,25 @@ protocol::Result<ModelConfig> read_gguf_config(const GgufFile& g) {
   c.heads = static_cast<uint32_t>(keys[3].value);
   c.kv_heads = keys[4].value ? static_cast<uint32_t>(keys[4].value) : c.heads;
   if (keys[5].value) context = keys[5].value;
-  if (c.heads == 0) return bad(where, "llama.attention.head_count must be positive");
+  if (c.heads == 0) return bad(where, a + "attention.head_count must be positive");
   c.head_dim = keys[6].value ? static_cast<uint32_t>(keys[6].value) : c.d_model / c.heads;
   if (keys[7].value && keys[7].value != c.head_dim)
-    return bad(where, "partial RoPE (llama.rope.dimension_count != head dim) is not supported");
+    return bad(where, "partial RoPE (" + a + "rope.dimension_count != head dim) is not supported");
   if (keys[8].value) {
     c.vocab = static_cast<uint32_t>(keys[8].value);
   } else {
-    const TensorRef* emb = g.tensor("token_embd.weight");
+    const std::string emb_name = families::family_by_gguf_arch(**arch)->gguf_tensor(Role::token_embedding, 0);
+    const TensorRef* emb = g.tensor(emb_name);
     if (!emb || emb->shape.size() != 2 || emb->shape[0] > UINT32_MAX)
-      return bad(where, "no llama.vocab_size and no 2-D token_embd.weight to take it from");
+      return bad(where, "no " + a + "vocab_size and no 2-D " + emb_name + " to take it from");
     c.vocab = static_cast<uint32_t>(emb->shape[0]);
   }
-  auto theta = g.get_float("llama.rope.freq_base");
-  auto eps = g.get_float("llama.attention.layer_norm_rms_epsilon");
+  auto theta = g.get_float(a + "rope.freq_base");
+  auto eps = g.get_float(a + "attention.layer_norm_rms_epsilon");
   if (!theta) return theta.error();
   if (!eps) return eps.error();
   c.rope_theta = static_cast<float>(theta->value_or(10000.0));
-  if (!eps->has_value()) return bad(where, "missing metadata key llama.attention.layer_norm_rms_epsilon");
+  if (!eps->has_value()) return bad(where, "missing metadata key " + a + "attention.layer_norm_rms_epsilon");
   c.norm_eps = static_cast<float>(**eps);
   if (auto st = finish(c, where, context); !st) return st.error();
   return c;
@@ -225,10 +237,7 @@ void interleave_rope_rows(std::vector<float>& w, uint32_t heads, uint32_t hd, ui
         std::copy_n(&src[(size_t{h} * hd + j * half + i) * in], in, &w[(size_t{h} * hd + 2 * i + j) * in]);
 }
 
-struct Names {
-  std::string emb, norm, head;
-  std::function<std::string(uint32_t, const char*)> layer;  // (layer, role) -> tensor name
-};
+using Namer = std::string (*)(Role, uint32_t);
 
 // Matrices in place (GGUF: `ggml` is the library for types other than f32, or null) or converted to f32
 // and, for a Hugging Face checkpoint (`hf`), with Q and K rows put in the interleaved RoPE order.
@@ -262,61 +271,68 @@ protocol::Status take_matrix(const MatrixSource& src, const std::string& name, u
   return {};
 }
 
-protocol::Result<LlamaWeights> load_with(const ModelConfig& c, const MatrixSource& src, const Names& n,
-                                         bool tied) {
+protocol::Result<DecoderWeights> load_with(const ModelConfig& c, const MatrixSource& src, Namer name,
+                                           bool tied) {
   const uint64_t d = c.d_model, q = uint64_t{c.heads} * c.head_dim, kv = uint64_t{c.kv_heads} * c.head_dim;
-  LlamaWeights w;
+  DecoderWeights w;
   w.ggml = src.ggml;
-  if (auto st = take_matrix(src, n.emb, c.vocab, d, 0, 0, w.tok_emb); !st) return st.error();
-  if (auto st = take(src.find, src.where, n.norm, {d}, w.final_norm); !st) return st.error();
+  if (auto st = take_matrix(src, name(Role::token_embedding, 0), c.vocab, d, 0, 0, w.tok_emb); !st)
+    return st.error();
+  if (auto st = take(src.find, src.where, name(Role::output_norm, 0), {d}, w.final_norm); !st)
+    return st.error();
   if (!tied)
-    if (auto st = take_matrix(src, n.head, c.vocab, d, 0, 0, w.lm_head); !st) return st.error();
+    if (auto st = take_matrix(src, name(Role::output, 0), c.vocab, d, 0, 0, w.lm_head); !st)
+      return st.error();
   w.layers.resize(c.layers);
   for (uint32_t l = 0; l < c.layers; ++l) {
-    LlamaLayer& L = w.layers[l];
-    for (const auto& [role, out] : {std::pair{"attn_norm", &L.attn_norm}, std::pair{"ffn_norm", &L.ffn_norm}})
-      if (auto st = take(src.find, src.where, n.layer(l, role), {d}, *out); !st) return st.error();
+    DecoderLayer& L = w.layers[l];
+    for (const auto& [role, out] :
+         {std::pair{Role::attn_norm, &L.attn_norm}, std::pair{Role::ffn_norm, &L.ffn_norm}})
+      if (auto st = take(src.find, src.where, name(role, l), {d}, *out); !st) return st.error();
     const struct {
-      const char* role;
+      Role role;
       uint64_t rows, cols;
       uint32_t rope_heads;
       detail::WeightMatrix* out;
-    } parts[] = {{"q", q, d, c.heads, &L.wq},      {"k", kv, d, c.kv_heads, &L.wk},
-                 {"v", kv, d, 0, &L.wv},           {"o", d, q, 0, &L.wo},
-                 {"gate", c.ffn, d, 0, &L.w_gate}, {"up", c.ffn, d, 0, &L.w_up},
-                 {"down", d, c.ffn, 0, &L.w_down}};
+    } parts[] = {{Role::q, q, d, c.heads, &L.wq},      {Role::k, kv, d, c.kv_heads, &L.wk},
+                 {Role::v, kv, d, 0, &L.wv},           {Role::o, d, q, 0, &L.wo},
+                 {Role::gate, c.ffn, d, 0, &L.w_gate}, {Role::up, c.ffn, d, 0, &L.w_up},
+                 {Role::down, d, c.ffn, 0, &L.w_down}};
     for (const auto& p : parts)
-      if (auto st = take_matrix(src, n.layer(l, p.role), p.rows, p.cols, p.rope_heads, c.head_dim, *p.out);
-          !st)
+      if (auto st = take_matrix(src, name(p.role, l), p.rows, p.cols, p.rope_heads, c.head_dim, *p.out); !st)
         return st.error();
   }
   return w;
 }
 
+// The layer matrices and an untied head, for the steps below.
+template <class F>
+void for_each_matrix(DecoderWeights& w, F&& f) {
+  for (DecoderLayer& L : w.layers)
+    for (auto* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) f(*m);
+  if (w.lm_head.rows()) f(w.lm_head);
+}
+
 // Every matrix ggml would repack on this CPU is multiplied in its repacked layout, from the host's shared
-// copy (ggml/packed_weights.hpp). The embeddings stay as they are: rows are looked up, not multiplied (a
-// tied LM head multiplies them unpacked). EPD_GGML_REPACK=0 keeps every matrix as the file has it.
-protocol::Status pack(LlamaWeights& w, const GgufFile& file, const ggml::Library& lib, const Names& n,
-                      bool tied) {
+// copy (kernels/ggml/packed_weights.hpp). The embeddings stay as they are: rows are looked up, not
+// multiplied (a tied LM head multiplies them unpacked). EPD_GGML_REPACK=0 keeps every matrix as the file has
+// it.
+protocol::Status pack(DecoderWeights& w, const GgufFile& file, const ggml::Library& lib) {
   if (const char* e = std::getenv("EPD_GGML_REPACK"); e && std::string_view(e) == "0") return {};
+  // The tensor of each matrix, found again by its bytes (a view's first byte is its tensor's).
+  std::map<const std::byte*, const TensorRef*> by_data;
+  for (const TensorRef& t : file.tensors()) by_data[t.bytes.data()] = &t;
   std::vector<ggml::PackedWeights::Matrix> todo;
   std::vector<detail::WeightMatrix*> targets;
-  auto consider = [&](const std::string& name, detail::WeightMatrix& m) {
+  for_each_matrix(w, [&](detail::WeightMatrix& m) {
     if (m.type() == TensorType::f32) return;
-    const TensorRef* t = file.tensor(name);
+    const auto t = by_data.find(m.row(0));
+    if (t == by_data.end()) return;
     if (auto p = lib.packing(m.type(), static_cast<int64_t>(m.rows()), static_cast<int64_t>(m.cols()))) {
-      todo.push_back({t, *p});
+      todo.push_back({t->second, *p});
       targets.push_back(&m);
     }
-  };
-  for (uint32_t l = 0; l < w.layers.size(); ++l) {
-    LlamaLayer& L = w.layers[l];
-    for (const auto& [role, m] :
-         {std::pair{"q", &L.wq}, std::pair{"k", &L.wk}, std::pair{"v", &L.wv}, std::pair{"o", &L.wo},
-          std::pair{"gate", &L.w_gate}, std::pair{"up", &L.w_up}, std::pair{"down", &L.w_down}})
-      consider(n.layer(l, role), *m);
-  }
-  if (!tied) consider(n.head, w.lm_head);
+  });
   auto packed = ggml::PackedWeights::build(file.name(), todo, lib, ggml::PackedWeights::default_cache_dir());
   if (!packed) return packed.error();
   for (size_t i = 0; i < targets.size(); ++i)
@@ -326,37 +342,35 @@ protocol::Status pack(LlamaWeights& w, const GgufFile& file, const ggml::Library
 }
 
 // Which matrices a decode batch may multiply with ggml's batch kernels without changing any sequence's bits.
-void check_batch_kernels(LlamaWeights& w, const ggml::Library& lib) {
+void check_batch_kernels(DecoderWeights& w, const ggml::Library& lib) {
   auto check = [&](detail::WeightMatrix& m) {
     if (m.type() == TensorType::f32) return;
     const auto n = static_cast<int64_t>(m.cols());
     m.set_batch_agrees(m.packing() ? lib.batch_agrees(*m.packing(), m.type(), n)
                                    : lib.batch_agrees(m.type(), n));
   };
-  for (LlamaLayer& L : w.layers)
-    for (auto* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) check(*m);
-  check(w.lm_head.rows() ? w.lm_head : w.tok_emb);  // a tied head multiplies by the embeddings
+  for_each_matrix(w, check);
+  if (!w.lm_head.rows()) check(w.tok_emb);  // a tied head multiplies by the embeddings
 }
 
 }  // namespace
 
-std::string describe_kernels(const LlamaWeights& w) {
-  size_t total = 0, packed = 0;
+namespace detail {
+
+std::string describe_kernels(const DecoderWeights& w) {
+  size_t total = 0, packed = 0, batched = 0;
   std::map<std::string, size_t> names;
-  auto count = [&](const detail::WeightMatrix& m) {
+  auto count = [&](const WeightMatrix& m) {
     ++total;
+    batched += m.batch_agrees();
     if (const ggml::Packing* p = m.packing()) {
       ++packed;
       ++names[p->name];
     }
   };
-  for (const LlamaLayer& L : w.layers)
+  for (const DecoderLayer& L : w.layers)
     for (const auto* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) count(*m);
   count(w.head());
-  size_t batched = 0;
-  for (const LlamaLayer& L : w.layers)
-    for (const auto* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down})
-      batched += m->batch_agrees();
   std::string out = w.ggml ? "ggml-cpu " + w.ggml->cpu_variant() : std::string("epd's f32 kernels");
   if (!w.ggml) return out;
   out += "; " + std::to_string(packed) + " of " + std::to_string(total) + " matrices repacked";
@@ -367,28 +381,12 @@ std::string describe_kernels(const LlamaWeights& w) {
     out += ")";
   }
   if (w.packed && packed) out += " in " + w.packed->where();
-  out += "; decode batches " + std::to_string(batched) + " of " + std::to_string(total - 1) +
-         " layer matrices with batch kernels";
+  out += "; decode batches " + std::to_string(batched) + " of " + std::to_string(total) +
+         " matrices with batch kernels";
   return out;
 }
 
-bool is_checkpoint_path(const std::string& path) {
-  std::error_code ec;
-  return fs::is_directory(path, ec) || is_gguf(path) || ends_with(path, ".safetensors");
-}
-
-protocol::Result<ModelConfig> read_checkpoint_config(const std::string& path) {
-  if (!is_gguf(path)) return read_hf_config(path);
-  auto g = GgufFile::open(path);
-  if (!g) return g.error();
-  return read_gguf_config(*g);
-}
-
-protocol::Result<ModelConfig> load_model_path(const std::string& path) {
-  return is_checkpoint_path(path) ? read_checkpoint_config(path) : load_model_config(path);
-}
-
-protocol::Result<LlamaWeights> load_llama_weights(const ModelConfig& cfg) {
+protocol::Result<DecoderWeights> load_decoder_weights(const ModelConfig& cfg) {
   const std::string& path = cfg.checkpoint;
   auto shape = read_checkpoint_config(path);
   if (!shape) return shape.error();
@@ -400,36 +398,28 @@ protocol::Result<LlamaWeights> load_llama_weights(const ModelConfig& cfg) {
   expect.max_seq = std::min(expect.max_seq, cfg.max_seq);
   if (!(expect == cfg)) return bad(path, "the model config does not match the checkpoint's shape");
 
+  // llama.cpp's kernels: required by any tensor in another type than f32; f32 matrices run without them (on
+  // epd's own kernels) when the library cannot be loaded, and decode through its vec_dot_f32 when it can.
+  auto loaded = ggml::Library::get();
+  const ggml::Library* lib = loaded ? *loaded : nullptr;
   if (is_gguf(path)) {
     auto g = GgufFile::open(path);
     if (!g) return g.error();
     auto file = std::make_shared<const GgufFile>(std::move(*g));
-    const bool tied = file->tensor("output.weight") == nullptr;
-    // llama.cpp's kernels: required by any tensor in another type than f32; an f32 file runs without them
-    // (on epd's own kernels) when the library cannot be loaded.
-    auto loaded = ggml::Library::get();
-    const ggml::Library* lib = loaded ? *loaded : nullptr;
     for (const TensorRef& t : file->tensors())
       if (t.type != TensorType::f32 && !lib)
         return bad("GGUF " + path, "tensor " + t.name + " is " + std::string(tensor_type_name(t.type)) +
                                        ": " + loaded.error().detail);
-    Names n{
-        "token_embd.weight", "output_norm.weight", "output.weight", [](uint32_t l, const char* role) {
-          static const std::pair<std::string_view, const char*> map[] = {
-              {"attn_norm", "attn_norm"}, {"q", "attn_q"},          {"k", "attn_k"},      {"v", "attn_v"},
-              {"o", "attn_output"},       {"ffn_norm", "ffn_norm"}, {"gate", "ffn_gate"}, {"up", "ffn_up"},
-              {"down", "ffn_down"}};
-          const char* g = role;
-          for (const auto& [k, v] : map)
-            if (k == role) g = v;
-          return "blk." + std::to_string(l) + "." + g + ".weight";
-        }};
+    auto arch = file->get_string("general.architecture");
+    const families::DecoderFamily* family =
+        families::family_by_gguf_arch(arch && arch->has_value() ? **arch : "");
+    const bool tied = file->tensor(family->gguf_tensor(Role::output, 0)) == nullptr;
     const Lookup find = [&](const std::string& name) { return file->tensor(name); };
     const std::string where = "GGUF " + path;
-    auto w = load_with(cfg, MatrixSource{find, where, true, false, lib}, n, tied);
+    auto w = load_with(cfg, MatrixSource{find, where, true, false, lib}, family->gguf_tensor, tied);
     if (!w) return w.error();
     if (lib) {
-      if (auto st = pack(*w, *file, *lib, n, tied); !st) return bad(where, st.error().detail);
+      if (auto st = pack(*w, *file, *lib); !st) return bad(where, st.error().detail);
       check_batch_kernels(*w, *lib);
     }
     w->file = std::move(file);
@@ -446,25 +436,33 @@ protocol::Result<LlamaWeights> load_llama_weights(const ModelConfig& cfg) {
   const json j = json::parse(ss.str(), nullptr, false);
   const auto tie = j.is_object() ? j.find("tie_word_embeddings") : j.end();
   const bool tied = tie != j.end() && tie->is_boolean() && tie->get<bool>();
-  Names n{"model.embed_tokens.weight", "model.norm.weight", "lm_head.weight",
-          [](uint32_t l, const char* role) {
-            static const std::pair<std::string_view, const char*> map[] = {
-                {"attn_norm", "input_layernorm"}, {"q", "self_attn.q_proj"},
-                {"k", "self_attn.k_proj"},        {"v", "self_attn.v_proj"},
-                {"o", "self_attn.o_proj"},        {"ffn_norm", "post_attention_layernorm"},
-                {"gate", "mlp.gate_proj"},        {"up", "mlp.up_proj"},
-                {"down", "mlp.down_proj"}};
-            const char* h = role;
-            for (const auto& [k, v] : map)
-              if (k == role) h = v;
-            return "model.layers." + std::to_string(l) + "." + h + ".weight";
-          }};
+  const auto mt = j.is_object() ? j.find("model_type") : j.end();
+  const families::DecoderFamily* family =
+      families::family_by_hf_model_type(mt != j.end() && mt->is_string() ? mt->get<std::string>() : "");
+  if (!family) return bad(path, "unsupported architecture (model_type)");
   const Lookup find = [&](const std::string& name) { return file.tensor(name); };
-  auto w = load_with(cfg, MatrixSource{find, path, false, true, nullptr}, n, tied);
+  auto w = load_with(cfg, MatrixSource{find, path, false, true, nullptr}, family->hf_tensor, tied);
   if (!w) return w.error();
-  // Decode multiplies the f32 matrices with ggml's vec_dot_f32 when the library is there (weight_matrix.hpp).
-  if (auto lib = ggml::Library::get()) w->ggml = *lib;
+  w->ggml = lib;
   return w;
+}
+
+}  // namespace detail
+
+bool is_checkpoint_path(const std::string& path) {
+  std::error_code ec;
+  return fs::is_directory(path, ec) || is_gguf(path) || ends_with(path, ".safetensors");
+}
+
+protocol::Result<ModelConfig> read_checkpoint_config(const std::string& path) {
+  if (!is_gguf(path)) return read_hf_config(path);
+  auto g = GgufFile::open(path);
+  if (!g) return g.error();
+  return read_gguf_config(*g);
+}
+
+protocol::Result<ModelConfig> load_model_path(const std::string& path) {
+  return is_checkpoint_path(path) ? read_checkpoint_config(path) : load_model_config(path);
 }
 
 }  // namespace epd::model

@@ -11,9 +11,9 @@
 #include <span>
 #include <vector>
 
+#include "attention/paged_attention.hpp"
 #include "epd/model/config.hpp"
 #include "epd/model/kv_cache.hpp"
-#include "paged_attention.hpp"
 
 namespace epd::model::detail {
 

@@ -4,7 +4,7 @@
 
 #include "epd/model/config.hpp"
 
-namespace epd::model {
+namespace epd::model::detail {
 
 // One pre-norm transformer block (LM or encoder). Matrices are out x in, row-major.
 struct BlockWeights {
@@ -19,19 +19,22 @@ struct BlockWeights {
   std::vector<float> w_down;     // d x ffn
 };
 
-struct Weights {
+struct VisionWeights {
+  std::vector<float> patch_proj;        // d x (patch*patch*3)
+  std::vector<float> row_pos, col_pos;  // max_image_patches x d each
+  std::vector<BlockWeights> blocks;
+  std::vector<float> norm;  // d
+  std::vector<float> out;   // d x d
+};
+
+struct ReferenceWeights {
   std::vector<float> tok_emb;  // vocab x d
   std::vector<BlockWeights> blocks;
   std::vector<float> final_norm;  // d
   std::vector<float> lm_head;     // vocab x d
-  // Vision encoder.
-  std::vector<float> patch_proj;        // d x (patch*patch*3)
-  std::vector<float> row_pos, col_pos;  // max_image_patches x d each
-  std::vector<BlockWeights> enc_blocks;
-  std::vector<float> enc_norm;  // d
-  std::vector<float> enc_out;   // d x d
+  VisionWeights vision;
 };
 
-Weights make_weights(const ModelConfig& cfg);
+ReferenceWeights make_weights(const ModelConfig& cfg);
 
-}  // namespace epd::model
+}  // namespace epd::model::detail

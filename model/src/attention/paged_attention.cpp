@@ -1,11 +1,11 @@
-#include "paged_attention.hpp"
+#include "attention/paged_attention.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <string>
 
-#include "kernels.hpp"
-#include "multiversion.hpp"
+#include "kernels/kernels.hpp"
+#include "kernels/multiversion.hpp"
 
 namespace epd::model::detail {
 

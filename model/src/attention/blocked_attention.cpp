@@ -1,12 +1,12 @@
-#include "llama_attention.hpp"
+#include "attention/blocked_attention.hpp"
 
 #include <cblas.h>
 
 #include <algorithm>
 #include <cstring>
 
-#include "kernels.hpp"
-#include "multiversion.hpp"
+#include "kernels/kernels.hpp"
+#include "kernels/multiversion.hpp"
 
 namespace epd::model::detail {
 namespace {

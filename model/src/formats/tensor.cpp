@@ -3,7 +3,7 @@
 #include <cstring>
 
 #include "epd/model/kv_cache.hpp"
-#include "ggml/ggml_cpu.hpp"
+#include "kernels/ggml/ggml_cpu.hpp"
 
 namespace epd::model {
 namespace {
