@@ -14,6 +14,7 @@
 #include "epd/model/runner.hpp"
 #include "llama_baseline.hpp"
 #include "llama_checkpoint.hpp"
+#include "role_memory.hpp"
 
 namespace m = epd::model;
 namespace fs = std::filesystem;
@@ -312,6 +313,9 @@ int run_model_bench(int argc, char** argv) {
       ->check(CLI::IsMember({"smollm2-135m", "llama-3.2-1b"}));
   app.add_option("--types", types, "file types of --table");
   app.add_flag("--no-llama-cpp", no_llama, "skip llama.cpp");
+  bool memory = false;
+  app.add_flag("--memory", memory,
+               "also start a local cluster on each file and report each role's PSS of the weights");
   CLI11_PARSE(app, argc, argv);
   if (quick) {
     w.prompt_len = 128;
@@ -351,5 +355,27 @@ int run_model_bench(int argc, char** argv) {
   print_header(w, kv_dtype);
   for (const Row& r : rows) print_row(r);
   std::printf("\nGoals: prefill and decode b1 >= 1.0x llama.cpp; epd decode b8 >= 3x its b1.\n");
+  if (!memory) return 0;
+  std::printf(
+      "\nWeights held by the roles of one host (PSS of the model file and of ggml's repacked copies, after "
+      "one "
+      "request):\n\n| model | file MB | router MB | encoder MB | prefill MB | decode MB | prefill + decode / "
+      "file |\n"
+      "|---|---|---|---|---|---|---|\n");
+  for (const auto& [label, path] : runs) {
+    auto roles = epd::bench::measure_role_memory(path, w.threads);
+    if (!roles) return 1;
+    double router = 0, enc = 0, pre = 0, dec = 0;
+    for (const auto& r : *roles) {
+      if (r.role == "router") router += r.weights_mb;
+      if (r.role == "encoder") enc += r.weights_mb;
+      if (r.role == "prefill") pre += r.weights_mb;
+      if (r.role == "decode") dec += r.weights_mb;
+    }
+    std::error_code ec;
+    const double file_mb = double(fs::file_size(path, ec)) / (1024 * 1024);
+    std::printf("| %s | %.0f | %.1f | %.1f | %.1f | %.1f | %.2fx |\n", label.c_str(), file_mb, router, enc,
+                pre, dec, (pre + dec) / file_mb);
+  }
   return 0;
 }

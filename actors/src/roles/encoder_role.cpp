@@ -156,13 +156,14 @@ void arm_timeout(EncoderState& st) {
 caf::behavior encode_compute(caf::event_based_actor* self, model::ModelConfig cfg, caf::actor role,
                              uint64_t cache_bytes, std::shared_ptr<EmbeddingCacheStats> cache_stats) {
   harden(self, "encoder-compute");
-  auto runner = model::make_runner(cfg);
-  if (!runner) {
-    spdlog::critical("encoder-compute: cannot build the model: {}", runner.error().to_string());
+  // The vision tower alone: the encoder holds none of the language model's weights.
+  auto encoder = model::make_image_encoder(cfg);
+  if (!encoder) {
+    spdlog::critical("encoder-compute: cannot build the model's encoder: {}", encoder.error().to_string());
     self->quit(caf::exit_reason::user_shutdown);
     return {};
   }
-  std::shared_ptr<model::ModelRunner> r(std::move(runner.value()));
+  std::shared_ptr<model::ImageEncoder> r(std::move(encoder.value()));
   auto cache = std::make_shared<EmbeddingCache>(cache_bytes, std::move(cache_stats));
   const uint64_t slot_limit = uint64_t(cfg.max_image_patches) * cfg.d_model * sizeof(float);
   return {

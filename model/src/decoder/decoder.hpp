@@ -9,6 +9,7 @@
 
 #include "decoder/decoder_weights.hpp"
 #include "epd/model/llama.hpp"
+#include "epd/model/runner.hpp"
 #include "epd/model/sampling.hpp"
 
 namespace epd::model::detail {
@@ -22,13 +23,6 @@ enum class Arithmetic : uint8_t {
   // llama.cpp's ggml kernels (and OpenBLAS for f32 prompts) and blocked attention: the same bits for any
   // batch and thread count, for a given chunking (checkpoints).
   fast,
-};
-
-// Turns an image into embedding rows (the reference model's toy vision encoder; mmproj towers later).
-class ImageEncoder {
- public:
-  virtual ~ImageEncoder() = default;
-  virtual protocol::Result<Embeddings> encode(const Image& image) = 0;
 };
 
 struct DecoderOptions {

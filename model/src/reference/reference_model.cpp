@@ -39,8 +39,35 @@ protocol::Result<std::unique_ptr<ModelRunner>> make_reference_runner(const Model
   opts.arithmetic = detail::Arithmetic::exact;
   opts.image_token = kImage;
   opts.filter = TokenFilter::reference;
-  opts.encoder = std::make_unique<detail::VisionToy>(cfg, std::move(r.vision));
+  opts.encoder = std::make_unique<detail::VisionToy>(cfg, detail::make_vision_weights(cfg));
   return std::unique_ptr<ModelRunner>(detail::make_decoder(cfg, std::move(w), std::move(opts)));
+}
+
+namespace {
+
+// A checkpoint without a vision tower: every image refused, nothing loaded.
+class NoVisionTower final : public ImageEncoder {
+ public:
+  explicit NoVisionTower(std::string name) : name_(std::move(name)) {}
+  protocol::Result<Embeddings> encode(const Image&) override {
+    return protocol::make_error(protocol::ErrorCode::invalid_request,
+                                "model " + name_ +
+                                    " is a text-only checkpoint: it has no vision tower, images "
+                                    "are not supported");
+  }
+
+ private:
+  std::string name_;
+};
+
+}  // namespace
+
+protocol::Result<std::unique_ptr<ImageEncoder>> make_image_encoder(const ModelConfig& cfg) {
+  if (auto st = validate(cfg); !st) return st.error();
+  if (!cfg.checkpoint.empty())
+    return std::unique_ptr<ImageEncoder>(std::make_unique<NoVisionTower>(cfg.name));
+  return std::unique_ptr<ImageEncoder>(
+      std::make_unique<detail::VisionToy>(cfg, detail::make_vision_weights(cfg)));
 }
 
 }  // namespace epd::model

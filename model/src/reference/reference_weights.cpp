@@ -57,7 +57,7 @@ BlockWeights block(const ModelConfig& c, uint64_t seed, Group g, uint32_t layer,
 
 ReferenceWeights make_weights(const ModelConfig& c) {
   const uint64_t s = c.seed;
-  const size_t d = c.d_model, v = c.vocab, patch_dim = size_t{c.patch_size} * c.patch_size * 3;
+  const size_t d = c.d_model, v = c.vocab;
   ReferenceWeights w;
   // Small token embeddings (uniform in +-0.35) so attention output is comparable to them.
   w.tok_emb = uniform(s, tag(kLm, 0, 0), v * d, 1, 0.2f);
@@ -65,8 +65,13 @@ ReferenceWeights make_weights(const ModelConfig& c) {
   // A larger head gain sharpens the logits: greedy choice depends on context more than on ties.
   w.lm_head = uniform(s, tag(kLm, 0, 2), v * d, d, 4.0f);
   for (uint32_t l = 0; l < c.layers; ++l) w.blocks.push_back(block(c, s, kLmBlock, l, c.kv_heads, c.layers));
+  return w;
+}
 
-  VisionWeights& vis = w.vision;
+VisionWeights make_vision_weights(const ModelConfig& c) {
+  const uint64_t s = c.seed;
+  const size_t d = c.d_model, patch_dim = size_t{c.patch_size} * c.patch_size * 3;
+  VisionWeights vis;
   vis.patch_proj = uniform(s, tag(kEnc, 0, 0), d * patch_dim, patch_dim, 1.0f);
   vis.row_pos = uniform(s, tag(kEnc, 0, 1), size_t{c.max_image_patches} * d, 1, 0.3f);
   vis.col_pos = uniform(s, tag(kEnc, 0, 2), size_t{c.max_image_patches} * d, 1, 0.3f);
@@ -74,7 +79,7 @@ ReferenceWeights make_weights(const ModelConfig& c) {
     vis.blocks.push_back(block(c, s, kEncBlock, l, c.heads, c.encoder_layers));
   vis.norm = gains(s, tag(kEnc, 0, 3), d);
   vis.out = uniform(s, tag(kEnc, 0, 4), d * d, d, 1.0f);
-  return w;
+  return vis;
 }
 
 }  // namespace epd::model::detail

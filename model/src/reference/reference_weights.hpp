@@ -32,9 +32,11 @@ struct ReferenceWeights {
   std::vector<BlockWeights> blocks;
   std::vector<float> final_norm;  // d
   std::vector<float> lm_head;     // vocab x d
-  VisionWeights vision;
 };
 
+// The language model's weights, and the vision encoder's alone (each tensor has its own stream, so either
+// is what make_weights gives).
 ReferenceWeights make_weights(const ModelConfig& cfg);
+VisionWeights make_vision_weights(const ModelConfig& cfg);
 
 }  // namespace epd::model::detail

@@ -21,4 +21,8 @@ protocol::Result<std::vector<std::byte>> quantize_rows(TensorType type, std::spa
 // The libggml-cpu variant this process runs quantized tensors on ("haswell", "zen4", ...).
 protocol::Result<std::string> ggml_cpu_variant();
 
+// Where this process keeps ggml's repacked weights, shared by the roles of a host: $EPD_CACHE_DIR, else
+// $XDG_CACHE_HOME/epd, else $HOME/.cache/epd; empty if none (docs/model.md, "Quantized GGUF").
+std::string packed_weights_dir();
+
 }  // namespace epd::model

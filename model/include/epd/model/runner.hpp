@@ -62,6 +62,19 @@ struct DecodeSeq {
   uint32_t generated = 0;  // index of the token this step predicts (prefill's was 0: the first step is 1)
 };
 
+// A model's vision tower alone: what the encoder role runs. It holds none of the language model's weights.
+class ImageEncoder {
+ public:
+  virtual ~ImageEncoder() = default;
+  // Image -> one embedding row per image token (image_token_count rows of d_model for the reference model).
+  virtual protocol::Result<Embeddings> encode(const Image& image) = 0;
+};
+
+// The encoder of the model a config names: the reference model's vision encoder, or, for a checkpoint
+// without a vision tower, one that refuses every image with a clear error (nothing of the checkpoint is
+// loaded). Errors if the config does not validate.
+protocol::Result<std::unique_ptr<ImageEncoder>> make_image_encoder(const ModelConfig& cfg);
+
 class ModelRunner {
  public:
   virtual ~ModelRunner() = default;

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "kernels/ggml/ggml_cpu.hpp"
+#include "kernels/ggml/packed_weights.hpp"
 
 namespace epd::model {
 
@@ -30,6 +31,10 @@ protocol::Result<std::string> ggml_cpu_variant() {
   auto lib = ggml::Library::get();
   if (!lib) return lib.error();
   return (*lib)->cpu_variant();
+}
+
+std::string packed_weights_dir() {
+  return ggml::PackedWeights::default_cache_dir();
 }
 
 }  // namespace epd::model
