@@ -109,6 +109,7 @@ size_t Matmul::converted(uint32_t type, const ggml::Packing* gemm, size_t rows, 
   cv.type = type;
   cv.interleaved = interleaved;
   cv.quantize4 = interleaved ? gemm->quantize4 : nullptr;
+  cv.first_row = rows;  // row-by-row inputs: lowered by each matrix that needs them
   cv.row_bytes = lib_->row_size(type, static_cast<int64_t>(in));
   // Four interleaved rows take the bytes of four rows; only whole groups of four are interleaved.
   cv.data.resize((interleaved ? rows / 4 * 4 : rows) * cv.row_bytes);
@@ -124,22 +125,28 @@ void Matmul::run_ggml(const float* x, size_t rows, size_t in, std::span<const Ou
   for (const Out& o : outs) {
     const ggml::Packing* p = o.w->packing();
     const uint32_t t = p ? p->input_type : lib_->input_type(o.w->type());
-    inputs_.push_back({converted(t, nullptr, rows, in), p && rows >= 4 && (prefill || o.w->batch_agrees())
-                                                            ? converted(t, p, rows, in)
-                                                            : kNone});
+    const bool gemm = p && rows >= 4 && (prefill || o.w->batch_agrees());
+    const size_t rowwise = converted(t, nullptr, rows, in);
+    // A GEMM takes whole groups of four rows interleaved: only the rows after them are needed row by row.
+    converted_[rowwise].first_row = std::min(converted_[rowwise].first_row, gemm ? rows / 4 * 4 : 0);
+    inputs_.push_back({rowwise, gemm ? converted(t, p, rows, in) : kNone});
   }
+  // Conversion items: a group of four rows of an interleaved input, or one row of a row-by-row one.
+  const auto items_of = [rows](const Converted& cv) {
+    return cv.interleaved ? rows / 4 : rows - cv.first_row;
+  };
   size_t items = 0;
-  for (size_t c = 0; c < n_converted_; ++c) items += converted_[c].interleaved ? rows / 4 : rows;
+  for (size_t c = 0; c < n_converted_; ++c) items += items_of(converted_[c]);
   threads_.run(items, [&](size_t b, size_t e, unsigned) {
     for (size_t i = b; i < e; ++i) {
       size_t c = 0, item = i;
-      for (size_t n; item >= (n = converted_[c].interleaved ? rows / 4 : rows); ++c) item -= n;
+      for (size_t n; item >= (n = items_of(converted_[c])); ++c) item -= n;
       Converted& cv = converted_[c];
       if (cv.interleaved) {
         cv.quantize4(x + 4 * item * in, cv.data.data() + 4 * item * cv.row_bytes, static_cast<int64_t>(in));
       } else {
-        lib_->quantize_row(cv.type, x + item * in, cv.data.data() + item * cv.row_bytes,
-                           static_cast<int64_t>(in));
+        const size_t r = cv.first_row + item;
+        lib_->quantize_row(cv.type, x + r * in, cv.data.data() + r * cv.row_bytes, static_cast<int64_t>(in));
       }
     }
   });

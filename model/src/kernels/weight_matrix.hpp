@@ -95,6 +95,7 @@ class Matmul {
     uint32_t type = 0;
     bool interleaved = false;
     ggml::Packing::QuantizeMat quantize4 = nullptr;  // interleaved: the packing's input quantizer
+    size_t first_row = 0;                            // row by row: rows before it are not needed
     size_t row_bytes = 0;
     std::vector<std::byte> data;
   };
