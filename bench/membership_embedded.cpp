@@ -89,7 +89,10 @@ class EmbeddedRegistry final : public RegistryBackend {
     caf::actor_system_config cfg;
     cfg.set("scheduler.max-threads", 1);
     caf::actor_system system{cfg};
-    actors::RegistryConfig rc{opt_.interval, opt_.misses, full_lists_};
+    actors::RegistryConfig rc;
+    rc.heartbeat_interval = opt_.interval;
+    rc.misses = opt_.misses;
+    rc.full_lists = full_lists_;
     auto registry =
         actors::spawn_registry(system, bridge.value(), rc, std::make_shared<actors::RegistryView>());
     bridge.value()->wired();

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "epd/actors/etcd_membership.hpp"
+#include "epd/protocol/compat.hpp"
 #include "local_etcd_run.hpp"
 #include "membership_backend.hpp"
 
@@ -47,6 +48,7 @@ class EtcdBackend final : public RegistryBackend {
     ec.self.role = role;
     ec.self.control_endpoint = bridge->endpoint();
     ec.self.incarnation = bridge->incarnation();
+    ec.self.identity = protocol::current_protocol_identity();
     ec.traffic = traffic_;
     auto m = actors::start_etcd_membership(system, bridge, std::move(ec),
                                            std::make_shared<actors::LoadGauge>(), {}, std::move(view));

@@ -4,6 +4,7 @@
 
 #include <random>
 
+#include "compat_gate.hpp"
 #include "epd/actors/role_support.hpp"
 #include "peer_change_log.hpp"
 
@@ -31,6 +32,8 @@ struct MembershipState {
   uint64_t seq = 0;
   clock::time_point rejoin_started;
   std::map<std::string, std::string> roles;  // peer id -> role, as last listed (labels of lost peers)
+  CompatGate gate;
+  std::string refused_because;  // the registry's last refusal, logged when it changes
   static inline const char* name = "membership";
 };
 
@@ -47,6 +50,7 @@ void send_hello(MembershipState& st) {
   hello.segment = st.config.engine ? std::optional(st.config.engine->descriptor()) : st.config.segment;
   hello.kv_layout = st.config.kv_layout;
   hello.kv_pages_total = st.config.kv_pages_total;
+  hello.identity = st.config.identity;
   st.bridge->send_to_endpoint(st.config.registry_endpoint, std::move(hello));
 }
 
@@ -105,9 +109,27 @@ void continue_rejoin(caf::stateful_actor<MembershipState>* self) {
 
 // A full list replaces the directory; a delta applies on top of the previous version, or, after a gap, waits
 // for the full list the next HEARTBEAT asks for.
-void on_peers(caf::stateful_actor<MembershipState>* self, const protocol::Peers& peers) {
+// PEERS without the members we may not work with. A registry checks every HELLO against its own build, but
+// two builds it accepts need not accept each other (revision ranges overlap pairwise, not as a chain).
+protocol::Peers compatible_only(MembershipState& st, const protocol::Peers& peers) {
+  protocol::Peers out;
+  out.version = peers.version;
+  out.full = peers.full;
+  out.left = peers.left;
+  for (const auto& p : peers.peers) {
+    if (p.instance_id == st.bridge->instance_id() ||
+        !st.gate.check(p.instance_id, p.role, p.incarnation, p.identity))
+      out.peers.push_back(p);
+    else if (!peers.full)
+      out.left.push_back(p.instance_id);  // restarted into a build we refuse: its old incarnation is gone too
+  }
+  return out;
+}
+
+void on_peers(caf::stateful_actor<MembershipState>* self, const protocol::Peers& listed) {
   auto& st = self->state;
   if (st.phase == Phase::rejoining) return;  // addressed to the incarnation we are leaving
+  const protocol::Peers peers = compatible_only(st, listed);
   std::vector<PeerDirectory::Change> changes;
   if (peers.full) {
     st.have_peers = true;
@@ -141,6 +163,7 @@ caf::behavior membership(caf::stateful_actor<MembershipState>* self, BridgePtr b
   st.config = std::move(config);
   st.load = std::move(load);
   st.role = std::move(role);
+  st.gate = CompatGate(st.bridge->instance_id(), st.config.identity, st.config.metrics);
   send_hello(st);
   self->delayed_send(self, st.config.heartbeat_interval, tick_atom::value);
   return {
@@ -183,10 +206,16 @@ caf::behavior membership(caf::stateful_actor<MembershipState>* self, BridgePtr b
       [=](Envelope& env) {
         auto& s = self->state;
         if (auto* ack = std::get_if<protocol::HelloAck>(&env.body)) {
+          // Both sides decide: we do not register with a registry we may not work with, whatever it said.
+          if (s.gate.check(env.sender, "registry", env.incarnation, ack->identity)) return;
           if (!ack->accepted) {
-            spdlog::error("membership: registry refused HELLO: {}", ack->reason);
+            // Said once per reason: a refused instance keeps saying HELLO (the registry may be upgraded).
+            if (ack->reason != s.refused_because)
+              spdlog::error("membership: the registry '{}' refused our HELLO: {}", env.sender, ack->reason);
+            s.refused_because = ack->reason;
             return;
           }
+          s.refused_because.clear();
           if (s.phase == Phase::rejoining) return;  // an ACK of the old incarnation's HELLO
           if (s.phase == Phase::registering)
             spdlog::info("membership: registered with the registry ({}) as incarnation {}", env.sender,

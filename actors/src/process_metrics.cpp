@@ -150,10 +150,17 @@ MembershipMetrics::MembershipMetrics(metrics::Registry& registry)
     : seen_(registry.counter("epd_peer_incarnations_seen_total",
                              "New incarnations of peers seen (a peer joined or restarted)")),
       lost_(registry.counter("epd_peers_lost_total",
-                             "Peer incarnations lost: left the registry's list, or the connection broke")) {}
+                             "Peer incarnations lost: left the registry's list, or the connection broke")),
+      refused_(registry.counter("epd_peers_refused_total",
+                                "Peer incarnations refused as incompatible: no protocol revision in common, "
+                                "or another model")) {}
 
 void MembershipMetrics::incarnation_seen(const std::string& peer_role) {
   seen_.Add({{"peer_role", peer_role}}).Increment();
+}
+
+void MembershipMetrics::refused(const std::string& reason, const std::string& peer_role) {
+  refused_.Add({{"reason", reason}, {"peer_role", peer_role}}).Increment();
 }
 
 void MembershipMetrics::peer_lost(const std::string& peer_role, const std::string& how) {

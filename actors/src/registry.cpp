@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "compat_gate.hpp"
 #include "epd/actors/role_support.hpp"
 
 namespace epd::actors {
@@ -20,6 +21,7 @@ struct RegistryState {
   uint64_t version = 0;
   caf::local_actor* self = nullptr;
   clock::time_point last_tick;
+  CompatGate gate;
   // The actor system's clock (steady_clock; simulated under the test coordinator, so expiry is testable).
   clock::time_point now() const { return self->clock().now(); }
   static inline const char* name = "registry";
@@ -61,12 +63,24 @@ void publish(RegistryState& st, const std::optional<std::string>& joined,
     if (!joined || id != *joined) st.bridge->send_to_endpoint(e.info.control_endpoint, delta);
 }
 
+protocol::HelloAck ack(const RegistryState& st, bool accepted, std::string reason = "") {
+  return {accepted, std::move(reason), uint32_t(st.config.heartbeat_interval.count()), st.gate.ours()};
+}
+
+void remove(RegistryState& st, std::map<std::string, RegistryEntry>::iterator it);
+
 void on_hello(RegistryState& st, const Envelope& env, const protocol::Hello& hello) {
   auto it = st.entries.find(env.sender);
+  if (auto bad = st.gate.check(env.sender, hello.role, env.incarnation, hello.identity)) {
+    st.bridge->send_to_endpoint(hello.control_endpoint, ack(st, false, bad->reason));
+    // Listed under an earlier incarnation and restarted into an incompatible build: that one is gone.
+    if (it != st.entries.end()) remove(st, it);
+    return;
+  }
   if (it != st.entries.end() && it->second.info.incarnation == env.incarnation &&
       it->second.info.control_endpoint == hello.control_endpoint) {
     // A repeated HELLO (our ACK was lost): acknowledge again, nothing changed.
-    st.bridge->send_to_endpoint(hello.control_endpoint, protocol::HelloAck{true, "", 0});
+    st.bridge->send_to_endpoint(hello.control_endpoint, ack(st, true));
     it->second.last_seen = st.now();
     return;
   }
@@ -82,14 +96,14 @@ void on_hello(RegistryState& st, const Envelope& env, const protocol::Hello& hel
   e.info.incarnation = env.incarnation;
   e.info.segment = hello.segment;
   e.info.kv_layout = hello.kv_layout;
+  e.info.identity = hello.identity;
   e.load.total_kv_pages = hello.kv_pages_total;
   e.load.free_kv_pages = hello.kv_pages_total;
   // Not placed until its first HEARTBEAT says healthy: by then it has our PEERS and can reach its peers.
   e.load.healthy = false;
   e.last_seen = st.now();
   st.entries[env.sender] = std::move(e);
-  st.bridge->send_to_endpoint(hello.control_endpoint,
-                              protocol::HelloAck{true, "", uint32_t(st.config.heartbeat_interval.count())});
+  st.bridge->send_to_endpoint(hello.control_endpoint, ack(st, true));
   publish(st, env.sender, std::nullopt);
 }
 
@@ -135,6 +149,7 @@ caf::behavior registry(caf::stateful_actor<RegistryState>* self, BridgePtr bridg
   st.bridge = std::move(bridge);
   st.config = config;
   st.view = std::move(view);
+  st.gate = CompatGate(st.bridge->instance_id(), st.config.identity, st.config.metrics);
   self->delayed_send(self, st.config.heartbeat_interval, tick_atom::value);
   return {
       [=](tick_atom) {

@@ -1,14 +1,17 @@
 #pragma once
 // The embedded registry (hosted by the router by default): accepts HELLOs, tracks HEARTBEATs, expires
-// instances that miss `misses` intervals, and after each change sends every member a PEERS delta (the full
-// list only to an instance that said HELLO or asked for it after a gap). Loads stay here: its table, load
-// included, is mirrored entry by entry into a RegistryView for the router and its HTTP readers.
+// instances that miss `misses` intervals, refuses incompatible builds, and after each change sends every
+// member a PEERS delta (the full list only to an instance that said HELLO or asked for it after a gap). Loads
+// stay here: its table, load included, is mirrored entry by entry into a RegistryView for the router and its
+// HTTP readers.
 #include <caf/all.hpp>
 #include <chrono>
 #include <memory>
 
 #include "epd/actors/bridge.hpp"
+#include "epd/actors/process_metrics.hpp"
 #include "epd/actors/registry_view.hpp"
+#include "epd/protocol/compat.hpp"
 
 namespace epd::actors {
 
@@ -18,6 +21,10 @@ struct RegistryConfig {
   // The behaviour before deltas, kept as epd-bench membership's baseline: the full list to every member after
   // each change (health changes included) and the whole table copied into the view on every HEARTBEAT.
   bool full_lists = false;
+  // Ours: a HELLO from a build with no protocol revision in common, or another model, is refused (and
+  // counted in `metrics`, which may be null).
+  protocol::BuildIdentity identity = protocol::current_protocol_identity();
+  std::shared_ptr<MembershipMetrics> metrics;
 };
 
 caf::actor spawn_registry(caf::actor_system& system, BridgePtr bridge, RegistryConfig config,

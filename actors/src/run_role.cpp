@@ -6,6 +6,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "epd/actors/build_identity.hpp"
 #include "epd/actors/etcd_membership.hpp"
 #include "epd/actors/membership.hpp"
 #include "epd/actors/process_metrics.hpp"
@@ -74,6 +75,8 @@ int run_role(int argc, char** argv, const char* fixed_role) {
   }
   auto model = model_for(*cfg);
   if (!model) return fail("model: " + model.error().detail);
+  auto identity = local_identity(*model);
+  if (!identity) return fail("model fingerprint: " + identity.error().detail);
 
   // Signals are taken by sigwait below; block them before any thread starts so none of them gets one.
   sigset_t sigs;
@@ -152,15 +155,22 @@ int run_role(int argc, char** argv, const char* fixed_role) {
   ctx.model = model.value();
   ctx.metrics = process_metrics;
   export_load(*ctx.metrics, ctx.load, incarnation, engine.get());
+  // One set of membership counters, shared by the registry (if hosted here) and the membership client.
+  auto membership_metrics = std::make_shared<MembershipMetrics>(*ctx.metrics);
+  spdlog::info("{} '{}': protocol {}, model {}", role, id, protocol::describe_protocol(*identity),
+               protocol::describe_model(*identity));
   std::vector<caf::actor> actors;
   if (cfg->uses_etcd()) {
     // Membership in etcd: every router keeps its own view, filled by its etcd membership actor.
     if (role == "router") ctx.registry = std::make_shared<RegistryView>();
   } else if (cfg->cluster.registry == id) {
     ctx.registry = std::make_shared<RegistryView>();
-    actors.push_back(spawn_registry(
-        system, ctx.bridge, RegistryConfig{cfg->cluster.heartbeat_interval, cfg->cluster.heartbeat_misses},
-        ctx.registry));
+    RegistryConfig rc;
+    rc.heartbeat_interval = cfg->cluster.heartbeat_interval;
+    rc.misses = cfg->cluster.heartbeat_misses;
+    rc.identity = *identity;
+    rc.metrics = membership_metrics;
+    actors.push_back(spawn_registry(system, ctx.bridge, rc, ctx.registry));
   }
   auto handle = spec->spawn(ctx);
   if (!handle) {
@@ -183,8 +193,9 @@ int run_role(int argc, char** argv, const char* fixed_role) {
     ec.self.incarnation = incarnation;
     if (engine) ec.self.segment = engine->descriptor();
     ec.self.kv_layout = handle->kv_layout;
+    ec.self.identity = *identity;
     ec.engine = engine.get();
-    ec.metrics = std::make_shared<MembershipMetrics>(*ctx.metrics);
+    ec.metrics = membership_metrics;
     auto m = start_etcd_membership(system, ctx.bridge, std::move(ec), ctx.load, handle->main, ctx.registry);
     if (!m) {
       for (auto& a : actors) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
@@ -205,7 +216,8 @@ int run_role(int argc, char** argv, const char* fixed_role) {
     mc.engine = engine.get();
     mc.kv_layout = handle->kv_layout;
     mc.kv_pages_total = handle->kv_pages_total;
-    mc.metrics = std::make_shared<MembershipMetrics>(*ctx.metrics);
+    mc.metrics = membership_metrics;
+    mc.identity = *identity;
     actors.push_back(spawn_membership(system, ctx.bridge, mc, ctx.load, handle->main));
   }
   ctx.bridge->wired();

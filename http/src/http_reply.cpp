@@ -83,6 +83,11 @@ std::string instances_json(const std::vector<InstanceView>& instances) {
     item["control_endpoint"] = i.control_endpoint;
     item["incarnation"] = i.incarnation;
     item["last_seen_ms"] = i.last_seen_ms;
+    item["build"] = i.identity.build;
+    item["protocol"] = i.identity.protocol;
+    item["protocol_oldest"] = i.identity.protocol_oldest;
+    item["model"] = i.identity.model_name;
+    item["model_digest"] = i.identity.model_digest;
     arr.push_back(std::move(item));
   }
   return dump(arr);

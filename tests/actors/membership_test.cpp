@@ -15,11 +15,18 @@ using protocol::MessageType;
 
 namespace {
 
+RegistryConfig registry_config() {
+  RegistryConfig c;
+  c.heartbeat_interval = 100ms;
+  c.misses = 3;
+  return c;
+}
+
 struct RegistryFixture {
   test::Harness h;
   BridgePtr bridge = h.offline_bridge("router", 1);
   std::shared_ptr<RegistryView> view = std::make_shared<RegistryView>();
-  caf::actor registry = h.keep(spawn_registry(h.system(), bridge, RegistryConfig{100ms, 3}, view));
+  caf::actor registry = h.keep(spawn_registry(h.system(), bridge, registry_config(), view));
 
   RegistryFixture() { h.run(); }
 
@@ -28,6 +35,7 @@ struct RegistryFixture {
     m.role = role;
     m.control_endpoint = "offline://" + id;
     m.kv_pages_total = 8;
+    m.identity = protocol::current_protocol_identity();
     test::deliver(*bridge, id, incarnation, m);
     h.run();
   }
@@ -124,7 +132,7 @@ TEST_CASE("registry: with full_lists every member gets the whole list after each
   test::Harness h;
   BridgePtr bridge = h.offline_bridge("router", 1);
   auto view = std::make_shared<RegistryView>();
-  RegistryConfig config{100ms, 3};
+  RegistryConfig config = registry_config();
   config.full_lists = true;
   h.keep(spawn_registry(h.system(), bridge, config, view));
   h.run();
@@ -132,6 +140,7 @@ TEST_CASE("registry: with full_lists every member gets the whole list after each
     protocol::Hello m;
     m.role = "decode";
     m.control_endpoint = "offline://" + id;
+    m.identity = protocol::current_protocol_identity();
     test::deliver(*bridge, id, inc, m);
     h.run();
   }
@@ -273,7 +282,8 @@ struct MembershipFixture {
   }
   // Registers: HELLO_ACK and a PEERS listing `peers` (plus ourselves).
   void register_with(std::vector<protocol::PeerInfo> peers) {
-    test::deliver(*bridge, "router", 1, protocol::HelloAck{true, "", 100});
+    test::deliver(*bridge, "router", 1,
+                  protocol::HelloAck{true, "", 100, protocol::current_protocol_identity()});
     peers.push_back(test::peer("decode-0", "decode", bridge->incarnation()));
     test::deliver(*bridge, "router", 1, full_list(1, peers));
     h.run();
@@ -474,7 +484,8 @@ TEST_CASE("membership: a lost delta makes it ask for the full list at once and r
 TEST_CASE(
     "membership: a delta before the full list is ignored and HEARTBEATs ask for the list until it comes") {
   MembershipFixture f;
-  test::deliver(*f.bridge, "router", 1, protocol::HelloAck{true, "", 100});
+  test::deliver(*f.bridge, "router", 1,
+                protocol::HelloAck{true, "", 100, protocol::current_protocol_identity()});
   test::deliver(*f.bridge, "router", 1, delta(1, {test::peer("prefill-0", "prefill", 7)}));
   f.h.run();
   CHECK_FALSE(f.bridge->peers().find("prefill-0").has_value());

@@ -20,6 +20,8 @@
 #include <string>
 #include <vector>
 
+#include "epd/protocol/compat.hpp"
+
 #include "epd/actors/bridge.hpp"
 #include "epd/protocol/codec.hpp"
 
@@ -184,6 +186,7 @@ inline protocol::PeerInfo peer(const std::string& id, const std::string& role, u
   p.role = role;
   p.control_endpoint = "offline://" + id;
   p.incarnation = incarnation;
+  p.identity = protocol::current_protocol_identity();
   return p;
 }
 

@@ -1,5 +1,8 @@
 #include "cluster.hpp"
 
+#include "epd/actors/build_identity.hpp"
+#include "epd/model/config.hpp"
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -20,6 +23,12 @@
 #include "epd/transport/curve_keys.hpp"
 
 namespace epd::testing {
+
+protocol::BuildIdentity tiny_identity() {
+  auto id = actors::local_identity(*model::preset("tiny"));
+  if (!id) throw std::runtime_error(id.error().to_string());
+  return *id;
+}
 
 int free_port() {
   return launcher::free_port();

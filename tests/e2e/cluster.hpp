@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "epd/launcher/process_group.hpp"
+#include "epd/protocol/messages.hpp"
 
 namespace httplib {
 class Client;
@@ -58,6 +59,10 @@ struct ClusterSpec {
   std::vector<std::string> etcd_endpoints;
   int etcd_lease_ttl_ms = 2000;
 };
+
+// What a build of this tree serving the tiny preset says in HELLO (docs/protocol.md, "Compatibility"): what
+// a test's own control-plane client sends to be taken for a member.
+protocol::BuildIdentity tiny_identity();
 
 // Collects the children's prefixed log lines (dumped when a test fails).
 class MemorySink : public launcher::OutputSink {

@@ -160,7 +160,7 @@ TEST_CASE("the echo role (docs/adding-a-role.md) runs through the generic runner
   me.value()->send_to_endpoint("tcp://127.0.0.1:" + std::to_string(port), s);
   // The echo answers its sender by id, which it can only reach once the tester is registered; so register.
   me.value()->send_to_endpoint(cluster.control_endpoint("router"),
-                               protocol::Hello{"tester", me.value()->endpoint(), {}, {}, 0});
+                               protocol::Hello{"tester", me.value()->endpoint(), {}, {}, 0, tiny_identity()});
   std::optional<protocol::RoomResult> result;
   for (int i = 0; i < 50 && !result; ++i) {
     self->receive(

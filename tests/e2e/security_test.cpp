@@ -87,7 +87,8 @@ TEST_CASE("curve: peers without the cluster's keys cannot register or reach a ro
        {&*stranger, &*foreign, (const transport::CurveKeyPair*)nullptr}) {
     // HELLO to the registry: would register it and earn PEERS.
     auto r = std::make_unique<Rogue>(ctx, key, server_key("router"), cluster.control_endpoint("router"));
-    r->send(protocol::Hello{"intruder", trap_endpoint, {}, {}, 0});
+    // A build the registry would accept: only CURVE may keep it out.
+    r->send(protocol::Hello{"intruder", trap_endpoint, {}, {}, 0, tiny_identity()});
     rogues.push_back(std::move(r));
     // SUBMIT to prefill and decode: would make them reserve pages and compute.
     for (const std::string id : {"prefill-0", "decode-0"}) {

@@ -309,6 +309,11 @@ TEST_CASE("GET /v1/instances and /v1/stats have the documented shape", "[http]")
     v.load.total_slots = 0;
     v.load.active_rooms = 3;
     v.last_seen_ms = 12;
+    v.identity.protocol = 4;
+    v.identity.protocol_oldest = 4;
+    v.identity.build = "g6aec60513";
+    v.identity.model_name = "tiny";
+    v.identity.model_digest = "ab12";
     InstanceView encoder;
     encoder.id = "encoder-0";
     encoder.role = "encoder";
@@ -333,6 +338,11 @@ TEST_CASE("GET /v1/instances and /v1/stats have the documented shape", "[http]")
                       {"total_slots", 0},
                       {"active_rooms", 3},
                       {"last_seen_ms", 12},
+                      {"build", "g6aec60513"},
+                      {"protocol", 4},
+                      {"protocol_oldest", 4},
+                      {"model", "tiny"},
+                      {"model_digest", "ab12"},
                       {"worker_restarts", 0},
                       {"transfer_retries", 0},
                       {"transfer_failures", 0},

@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "compat_gate.hpp"
 #include "epd/actors/membership.hpp"
 #include "epd/actors/role_support.hpp"
 #include "etcd_agent.hpp"
@@ -37,6 +38,7 @@ struct EtcdMembershipState {
   std::map<std::string, uint64_t> pending_delete;
   std::map<std::string, LoadSeen> loads;  // routers: the last HEARTBEAT of each instance
   std::map<std::string, std::string> roles;
+  CompatGate gate;  // records of builds we may not work with are not ours to use
   bool listed = false;
   uint64_t version = 0;
   uint64_t seq = 0;
@@ -124,6 +126,11 @@ bool on_deleted(caf::stateful_actor<EtcdMembershipState>* self, const std::strin
 
 bool on_put(EtcdMembershipState& st, protocol::PeerInfo info) {
   const std::string id = info.instance_id;
+  if (id != st.bridge->instance_id() && st.gate.check(id, info.role, info.incarnation, info.identity)) {
+    // Refused (it refuses us too: the check is symmetric): as if it had no record; one it replaced goes.
+    st.pending_delete.erase(id);
+    return st.records.erase(id) > 0;
+  }
   if (auto p = st.pending_delete.find(id); p != st.pending_delete.end()) {
     if (p->second == info.incarnation)
       spdlog::info("membership: '{}' registered again with the same incarnation; nothing changed", id);
@@ -162,6 +169,7 @@ caf::behavior etcd_membership(caf::stateful_actor<EtcdMembershipState>* self, Br
   st.load = std::move(load);
   st.role = std::move(role);
   st.view = std::move(view);
+  st.gate = CompatGate(st.bridge->instance_id(), st.config.self.identity, st.config.metrics);
   self->delayed_send(self, st.config.heartbeat_interval, tick_atom::value);
   return {
       [=](tick_atom) {

@@ -643,6 +643,7 @@ class ActorRouterService final : public RouterService {
       v.role = e.info.role;
       v.control_endpoint = e.info.control_endpoint;
       v.incarnation = e.info.incarnation;
+      v.identity = e.info.identity;
       v.load = e.load;
       v.load.healthy = placeable(bridge_->peers(), e);
       v.last_seen_ms =

@@ -27,8 +27,10 @@ struct EtcdMembershipConfig {
   std::chrono::milliseconds lease_ttl{5000};
   std::chrono::milliseconds request_timeout{2000};  // one etcd call
   std::chrono::milliseconds heartbeat_interval{500};
-  uint32_t heartbeat_misses = 3;               // a router stops placing on an instance silent this long
-  protocol::PeerInfo self;                     // this instance's record (its load goes in heartbeats)
+  uint32_t heartbeat_misses = 3;  // a router stops placing on an instance silent this long
+  // This instance's record (its load goes in heartbeats). Its identity is what peers check: at least
+  // protocol::current_protocol_identity(); records of builds incompatible with it are refused.
+  protocol::PeerInfo self;
   transport::Engine* engine = nullptr;         // write-fence figures go into heartbeats (may be null)
   std::shared_ptr<MembershipMetrics> metrics;  // may be null
   std::shared_ptr<etcd::Traffic> traffic{};    // what etcd's answers cost (may be null; epd-bench membership)

@@ -17,6 +17,7 @@
 #include "epd/actors/bridge.hpp"
 #include "epd/actors/load_gauge.hpp"
 #include "epd/actors/process_metrics.hpp"
+#include "epd/protocol/compat.hpp"
 #include "epd/transport/engine.hpp"
 
 namespace epd::actors {
@@ -31,7 +32,10 @@ struct MembershipConfig {
   uint32_t kv_pages_total = 0;
   // Write-fence figures go into heartbeats; HELLO carries its current descriptor; a rejoin rotates its token.
   transport::Engine* engine = nullptr;
-  std::shared_ptr<MembershipMetrics> metrics;  // peers joining, restarting, lost (may be null)
+  std::shared_ptr<MembershipMetrics> metrics;  // peers joining, restarting, lost, refused (may be null)
+  // Sent in HELLO. A registry, or a listed peer, with no protocol revision in common or another model is
+  // refused: we do not register with that registry, and never share a room with that peer.
+  protocol::BuildIdentity identity = protocol::current_protocol_identity();
 };
 
 // Delivered to the role's main actor after every PEERS that changed something, and at once when a

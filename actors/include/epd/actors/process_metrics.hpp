@@ -58,10 +58,13 @@ class MembershipMetrics {
   explicit MembershipMetrics(metrics::Registry& registry);
   void incarnation_seen(const std::string& peer_role);                   // joined or restarted
   void peer_lost(const std::string& peer_role, const std::string& how);  // "left" or "connection"
+  // A peer incarnation refused as incompatible: `reason` "protocol" or "model".
+  void refused(const std::string& reason, const std::string& peer_role);
 
  private:
   metrics::Family<metrics::Counter>& seen_;
   metrics::Family<metrics::Counter>& lost_;
+  metrics::Family<metrics::Counter>& refused_;
 };
 
 }  // namespace epd::actors

@@ -71,7 +71,8 @@ struct InstanceView {
   std::string role;
   std::string control_endpoint;
   uint64_t incarnation = 0;
-  uint64_t last_seen_ms = 0;  // since the registry last heard from it
+  uint64_t last_seen_ms = 0;         // since the registry last heard from it
+  protocol::BuildIdentity identity;  // its build, protocol revisions and model (docs/protocol.md)
   // Its last HEARTBEAT's figures (docs/failure-handling.md explains the counters); /v1/instances lists them
   // next to the fields above. Not healthy until a heartbeat says so.
   protocol::LoadReport load{.healthy = false};

@@ -145,6 +145,28 @@ template <class T>
 using PlainSlot = T;
 using LoadReport = BasicLoadReport<PlainSlot, std::optional<StagingStats>>;
 
+// Nested in HELLO, HELLO_ACK and PeerInfo: what two instances must agree on before they share a room
+// (docs/protocol.md, "Compatibility"). A build speaks every protocol revision in oldest..current; two builds
+// work together when their ranges overlap and they serve the same model. Absent (a build before revision 4,
+// which never said): revision 0, refused.
+struct BuildIdentity {
+  uint32_t protocol = 0;         // newest revision this build speaks
+  uint32_t protocol_oldest = 0;  // oldest revision it still speaks
+  std::string build;             // which build, for people ("g6aec605"); never compared
+  std::string model_name;        // the model's own name (GGUF general.name, the preset, ...)
+  std::string model_digest;      // SHA-256 of the model files (of the config for a seeded model), hex
+
+  bool operator==(const BuildIdentity&) const = default;
+  template <class S, class V>
+  static void fields(S& s, V& v) {
+    v.opt("protocol", s.protocol);
+    v.opt("protocol_oldest", s.protocol_oldest);
+    v.opt("build", s.build);
+    v.opt("model_name", s.model_name);
+    v.opt("model_digest", s.model_digest);
+  }
+};
+
 // Nested in PEERS: one member's descriptor. No load: figures that change every heartbeat stay between the
 // instance and the registry (the router that places requests), so membership traffic grows with changes only.
 struct PeerInfo {
@@ -154,6 +176,7 @@ struct PeerInfo {
   uint64_t incarnation = 0;
   std::optional<SegmentDescriptor> segment;
   std::optional<KvLayout> kv_layout;
+  BuildIdentity identity;
 
   bool operator==(const PeerInfo&) const = default;
   template <class S, class V>
@@ -164,6 +187,7 @@ struct PeerInfo {
     v.req("incarnation", s.incarnation);
     v.opt("segment", s.segment);
     v.opt("kv_layout", s.kv_layout);
+    v.opt("identity", s.identity);
   }
 };
 
@@ -177,6 +201,7 @@ struct Hello {
   std::optional<SegmentDescriptor> segment;
   std::optional<KvLayout> kv_layout;
   uint32_t kv_pages_total = 0;
+  BuildIdentity identity;
 
   bool operator==(const Hello&) const = default;
   template <class S, class V>
@@ -186,17 +211,19 @@ struct Hello {
     v.opt("segment", s.segment);
     v.opt("kv_layout", s.kv_layout);
     v.opt("kv_pages_total", s.kv_pages_total);
+    v.opt("identity", s.identity);
   }
 };
 
-// Registry → instance, in reply to HELLO. `accepted=false` with a reason when e.g. the id is taken by a live
-// instance.
+// Registry → instance, in reply to HELLO. `accepted=false` with a reason when the instance is incompatible
+// (another protocol range or model). `identity` is the registry's own: the instance checks it in turn.
 struct HelloAck {
   static constexpr MessageType kType = MessageType::hello_ack;
   static constexpr std::string_view kName = "HELLO_ACK";
   bool accepted = false;
   std::string reason;
   uint32_t heartbeat_interval_ms = 0;
+  BuildIdentity identity;
 
   bool operator==(const HelloAck&) const = default;
   template <class S, class V>
@@ -204,6 +231,7 @@ struct HelloAck {
     v.req("accepted", s.accepted);
     v.opt("reason", s.reason);
     v.opt("heartbeat_interval_ms", s.heartbeat_interval_ms);
+    v.opt("identity", s.identity);
   }
 };
 

@@ -1,0 +1,42 @@
+#pragma once
+// Which builds may work together (docs/protocol.md, "Compatibility"). Pure: no I/O, no clocks.
+//
+// The frame header's version byte is the framing (it has said 1 since the start); what the messages mean is
+// the protocol revision, which HELLO carries. Bump kProtocolRevision with every change a peer of the previous
+// revision would misread; raise kOldestProtocolRevision when this build stops speaking an old one.
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "epd/protocol/messages.hpp"
+
+namespace epd::protocol {
+
+// 4: the first revision HELLO carries (revisions before it were never numbered on the wire).
+inline constexpr uint32_t kProtocolRevision = 4;
+inline constexpr uint32_t kOldestProtocolRevision = 4;
+
+struct Incompatibility {
+  enum class Kind { protocol, model };
+  Kind kind = Kind::protocol;
+  std::string reason;  // names both sides' values
+};
+
+// "protocol" or "model": the label of the refusal counters.
+const char* kind_name(Incompatibility::Kind kind);
+
+// "revisions 4..5 (build g6aec605)"
+std::string describe_protocol(const BuildIdentity& id);
+// "'tiny' (sha256 1a2b3c4d5e6f)"
+std::string describe_model(const BuildIdentity& id);
+
+// Symmetric: both sides reach the same answer. Compatible when the revision ranges
+// overlap and the model digests are equal. The names are instance ids, for the reason.
+std::optional<Incompatibility> incompatibility(const std::string& our_name, const BuildIdentity& ours,
+                                               const std::string& their_name, const BuildIdentity& theirs);
+
+// The identity of a build that serves no model: this build's revision range, nothing else (tests, benches,
+// and the default of every membership config).
+BuildIdentity current_protocol_identity();
+
+}  // namespace epd::protocol
