@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "cluster.hpp"
+#include "etcd_server.hpp"
 
 using namespace epd;
 using namespace epd::testing;
@@ -49,12 +50,9 @@ bool eventually(F&& done, int ms = 10000) {
   return done();
 }
 
-}  // namespace
-
-TEST_CASE(
-    "version skew: an older protocol or another model is refused by name, a newer build joins and serves",
-    "[e2e][multiproc]") {
-  ClusterSpec spec;
+// Starts the cluster of `spec` plus three more decodes (revision 3 only, 4..5, another model) and checks
+// who is refused, why, how often, and that the newer build serves.
+void check_skew(ClusterSpec spec) {
   spec.metrics = true;
   spec.restart = false;
   for (const char* id : {"decode-old", "decode-new", "decode-other"})
@@ -96,7 +94,8 @@ TEST_CASE(
   }));
   // Both sides refuse, and say why with both values: the instance refuses the registry's HELLO_ACK...
   const std::string logs = sink->text();
-  CHECK(logs.find("refusing registry 'router'") != std::string::npos);
+  // (the registry's HELLO_ACK, or with etcd the router's record)
+  CHECK(std::regex_search(logs, std::regex("refusing (registry|router) 'router'")));
   CHECK(logs.find("'router' speaks revision 4") != std::string::npos);
   CHECK(logs.find("'decode-old' revision 3") != std::string::npos);
   CHECK(logs.find("'decode-other' 'bench'") != std::string::npos);
@@ -133,4 +132,20 @@ TEST_CASE(
   CHECK(extra.status("decode-old")->state == launcher::ChildState::running);
   CHECK(extra.status("decode-other")->state == launcher::ChildState::running);
   extra.stop();
+}
+
+}  // namespace
+
+TEST_CASE(
+    "version skew: an older protocol or another model is refused by name, a newer build joins and serves",
+    "[e2e][multiproc]") {
+  check_skew(ClusterSpec{});
+}
+
+TEST_CASE("version skew with membership in etcd: the same refusals through the records", "[e2e][multiproc]") {
+  EtcdServer etcd;
+  etcd.start();
+  ClusterSpec spec;
+  spec.etcd_endpoints = {etcd.url()};
+  check_skew(spec);
 }
