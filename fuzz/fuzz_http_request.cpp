@@ -72,7 +72,8 @@ void generate_body(std::string_view body) {
   const auto& r = std::get<GenerateRequest>(parsed);
   FUZZ_CHECK(!r.prompt.empty() && r.prompt.size() <= limits.max_prompt_bytes);
   FUZZ_CHECK(r.max_tokens >= 1 && r.max_tokens <= limits.max_tokens_limit);
-  FUZZ_CHECK(r.image_ppm.size() <= limits.max_image_bytes);
+  FUZZ_CHECK(r.images_ppm.size() <= limits.max_images);
+  for (const auto& image : r.images_ppm) FUZZ_CHECK(image.size() <= limits.max_image_bytes);
 }
 
 void data_uri(std::string_view uri) {

@@ -110,6 +110,11 @@ protocol::Result<std::string> model_digest(const model::ModelConfig& model) {
     sha.update("\n", 1);
     if (auto st = hash_file(sha, f); !st) return st.error();
   }
+  // The vision tower too: instances that lay images out differently must not share rooms.
+  if (!model.mmproj.empty()) {
+    sha.update("mmproj\n");
+    if (auto st = hash_file(sha, model.mmproj); !st) return st.error();
+  }
   return sha.hex();
 }
 

@@ -34,6 +34,28 @@ std::optional<ContentHash> content_hash(const model::Image& image) {
   return out;
 }
 
+std::optional<ContentHash> images_hash(std::span<const std::optional<ContentHash>> images,
+                                       std::string_view tower) {
+  if (images.empty()) return std::nullopt;
+  if (images.size() == 1 && tower.empty()) return images[0];
+  constexpr std::string_view kImages = "epd images v1";
+  std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
+  uint8_t n[8];
+  put_le32(n, uint32_t(tower.size()));
+  put_le32(n + 4, uint32_t(images.size()));
+  if (!ctx || EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) != 1 ||
+      EVP_DigestUpdate(ctx.get(), kImages.data(), kImages.size()) != 1 ||
+      EVP_DigestUpdate(ctx.get(), n, sizeof n) != 1 ||
+      EVP_DigestUpdate(ctx.get(), tower.data(), tower.size()) != 1)
+    return std::nullopt;
+  for (const auto& h : images)
+    if (!h || EVP_DigestUpdate(ctx.get(), h->data(), h->size()) != 1) return std::nullopt;
+  ContentHash out{};
+  unsigned int len = 0;
+  if (EVP_DigestFinal_ex(ctx.get(), out.data(), &len) != 1 || len != out.size()) return std::nullopt;
+  return out;
+}
+
 std::optional<ContentHash> content_hash_from(std::span<const uint8_t> bytes) {
   if (bytes.size() != sizeof(ContentHash)) return std::nullopt;
   ContentHash h;

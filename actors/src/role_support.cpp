@@ -4,14 +4,16 @@
 
 #include "epd/model/kv_cache.hpp"
 #include "epd/model/llama.hpp"
+#include "epd/model/mmproj.hpp"
 
 namespace epd::actors {
 
 protocol::Result<model::ModelConfig> model_for(const config::ClusterConfig& cfg) {
   if (cfg.model.path.empty()) return model::preset(cfg.model.preset);
   auto m = model::load_model_path(cfg.model.path.string());
-  if (m) m->threads = cfg.model.threads;
-  return m;
+  if (!m) return m;
+  m->threads = cfg.model.threads;
+  return model::with_mmproj(std::move(*m), cfg.model.mmproj.string());
 }
 
 protocol::Result<protocol::KvLayout> kv_layout_setting(const config::Settings& s, const model::ModelConfig& m,

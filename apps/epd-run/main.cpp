@@ -8,13 +8,16 @@
 #include "epd/model/generate.hpp"
 #include "epd/model/image_codec.hpp"
 #include "epd/model/llama.hpp"
+#include "epd/model/mmproj.hpp"
 #include "epd/model/prompt_codec.hpp"
+#include "epd/model/vision.hpp"
 
 namespace m = epd::model;
 
 int main(int argc, char** argv) {
   CLI::App app{"epd-run: colocated encode + prefill + decode with the reference model or a checkpoint"};
-  std::string model_file, preset_name = "tiny", prompt, image_file, prompt_tokens, system;
+  std::string model_file, preset_name = "tiny", prompt, prompt_tokens, system, mmproj;
+  std::vector<std::string> image_files;
   uint32_t max_tokens = 16, chunk = 0, threads = 1;
   bool json = false, chat = false;
   uint32_t decode_page_size = 0;
@@ -31,7 +34,10 @@ int main(int argc, char** argv) {
                        ->needs(text_opt);
   app.add_option("--system", system, "a system message before the user's (with --chat)")->needs(chat_opt);
   app.add_option("--threads", threads, "compute threads of a checkpoint runner")->check(CLI::Range(1u, 256u));
-  app.add_option("--image", image_file, "image file: PNG, JPEG or binary PPM (P6)");
+  app.add_option("--mmproj", mmproj, "llama.cpp's mmproj GGUF of the checkpoint: its vision tower")
+      ->needs(model_opt);
+  app.add_option("--image", image_files,
+                 "image file: PNG, JPEG or binary PPM (P6); repeat for several (a model with an mmproj)");
   app.add_option("--max-tokens", max_tokens, "tokens to generate (including the first)");
   app.add_option("--chunk", chunk, "prefill chunk size in tokens (0 = whole prompt)");
   app.add_option("--temperature", sampling.temperature, "0 = greedy (default), else sample; 0..2");
@@ -82,6 +88,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   cfg->threads = threads;
+  *cfg = m::with_mmproj(std::move(*cfg), mmproj);
   std::vector<m::TokenId> ids;
   for (size_t at = 0; at < prompt_tokens.size();) {
     const size_t end = std::min(prompt_tokens.find(',', at), prompt_tokens.size());
@@ -101,16 +108,19 @@ int main(int argc, char** argv) {
     std::cerr << "epd-run: give --prompt or --prompt-tokens\n";
     return 2;
   }
-  std::optional<m::Image> image;
-  if (!image_file.empty()) {
-    auto img = m::read_image_file(image_file, m::max_rgb_bytes_for(*cfg));
+  std::vector<m::Image> images;
+  std::vector<m::ImageDims> dims;
+  for (const auto& file : image_files) {
+    auto img = m::read_image_file(file, m::max_rgb_bytes_for(*cfg));
     if (!img) {
       std::cerr << "epd-run: " << img.error().to_string() << "\n";
       return 2;
     }
-    image = std::move(*img);
+    dims.push_back({img->width, img->height});
+    images.push_back(std::move(*img));
   }
-  auto runner = m::make_runner(*cfg);
+  const m::Image* image = images.empty() ? nullptr : &images.front();
+  auto runner = m::make_vision_runner(*cfg);
   if (!runner) {
     std::cerr << "epd-run: " << runner.error().to_string() << "\n";
     return 2;
@@ -122,7 +132,10 @@ int main(int argc, char** argv) {
   opts.sampling = sampling;
   std::vector<m::ChatTurn> turns;
   if (!system.empty()) turns.push_back({"system", system, false});
-  turns.push_back({"user", prompt, image.has_value()});
+  // The images go before the user's text, as llama-mtmd-cli puts them when the prompt has no marker.
+  std::string user_text;
+  for (size_t i = 0; i < images.size(); ++i) user_text += m::kImageMarker;
+  turns.push_back({"user", user_text + prompt, !images.empty()});
 
   // A checkpoint's text goes through its tokenizer and generation ends at its end tokens, as the router
   // does it. Token ids need no tokenizer: without one the answer runs to max_tokens and has no text.
@@ -138,8 +151,6 @@ int main(int argc, char** argv) {
       opts.stop_tokens.assign(codec->stop_tokens().begin(), codec->stop_tokens().end());
     }
     if (text_opt->count() > 0) {
-      const std::optional<m::ImageDims> dims =
-          image ? std::optional<m::ImageDims>({image->width, image->height}) : std::nullopt;
       auto p = chat ? codec->chat(turns, dims) : codec->prompt(prompt, dims);
       if (!p) {
         std::cerr << "epd-run: " << p.error().to_string() << "\n";
@@ -155,8 +166,12 @@ int main(int argc, char** argv) {
     }
     prompt = std::move(*text);
   }
-  auto res = ids.empty() ? m::generate(**runner, prompt, image ? &*image : nullptr, opts)
-                         : m::generate_tokens(**runner, std::move(ids), opts);
+  if (images.size() > 1 && cfg->checkpoint.empty()) {
+    std::cerr << "epd-run: the reference model takes one image\n";
+    return 2;
+  }
+  auto res = ids.empty() ? m::generate(**runner, prompt, image, opts)
+                         : m::generate_tokens(**runner, std::move(ids), opts, images);
   if (!res) {
     std::cerr << "epd-run: " << res.error().to_string() << "\n";
     return 1;

@@ -183,16 +183,22 @@ Result<ClusterConfig> parse_cluster_config(std::string_view text, const std::fil
   if (auto st = parse_etcd_section(root, cfg, file); !st) return st.error();
   {
     auto s = settings_of(root["model"].as_table(), file.string() + " [model]");
-    if (auto st = s.only_keys({"preset", "path", "threads"}); !st) return st.error();
-    std::string path;
+    if (auto st = s.only_keys({"preset", "path", "mmproj", "threads"}); !st) return st.error();
+    std::string path, mmproj;
     protocol::FirstError e;
     e.take(cfg.model.preset, s.get_string("preset", cfg.model.preset))
         .take(path, s.get_string("path", ""))
+        .take(mmproj, s.get_string("mmproj", ""))
         .take(cfg.model.threads, s.get_uint("threads", cfg.model.threads, 1, 256));
     if (!e.status()) return e.status().error();
     if (!path.empty()) {
       cfg.model.path = path;
       if (cfg.model.path.is_relative()) cfg.model.path = file.parent_path() / cfg.model.path;
+    }
+    if (!mmproj.empty()) {
+      if (path.empty()) return bad(file, "[model] mmproj needs a path (the checkpoint it belongs to)");
+      cfg.model.mmproj = mmproj;
+      if (cfg.model.mmproj.is_relative()) cfg.model.mmproj = file.parent_path() / cfg.model.mmproj;
     }
   }
   {

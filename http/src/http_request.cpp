@@ -76,24 +76,37 @@ std::variant<GenerateRequest, HttpError> parse_generate_request(std::string_view
     request.max_tokens = static_cast<uint32_t>(it->get<uint64_t>());
   }
 
-  if (auto it = doc.find("image"); it != doc.end() && !it->is_null()) {
-    if (!it->is_string()) {
-      return bad_request(std::string("\"image\" must be a base64 string, got ") + type_name(*it));
-    }
-    const auto& b64 = it->get_ref<const std::string&>();
-    if (b64.empty()) return bad_request("\"image\" is empty; omit it to send no image");
+  // "image": one PPM, or "images": several (a model with an mmproj takes them in order, before the text).
+  auto one = doc.find("image");
+  auto many = doc.find("images");
+  const bool has_one = one != doc.end() && !one->is_null(), has_many = many != doc.end() && !many->is_null();
+  if (has_one && has_many) return bad_request("give \"image\" or \"images\", not both");
+  if (has_many && !many->is_array()) return bad_request("\"images\" must be an array of base64 strings");
+  if (has_many && many->size() > limits.max_images)
+    return bad_request("\"images\" has " + std::to_string(many->size()) + " images; the limit is " +
+                       std::to_string(limits.max_images));
+  std::vector<const json*> images;
+  if (has_one) images.push_back(&*one);
+  if (has_many)
+    for (const json& v : *many) images.push_back(&v);
+  for (size_t i = 0; i < images.size(); ++i) {
+    const std::string name = has_one ? "\"image\"" : "\"images[" + std::to_string(i) + "]\"";
+    const json& v = *images[i];
+    if (!v.is_string()) return bad_request(name + " must be a base64 string, got " + type_name(v));
+    const auto& b64 = v.get_ref<const std::string&>();
+    if (b64.empty()) return bad_request(name + " is empty; omit it to send no image");
     auto bytes = base64_decode(b64, limits.max_image_bytes);
     if (!bytes) {
       const auto& err = bytes.error();
-      if (err.code == protocol::ErrorCode::oversized) return too_large("\"image\": " + err.detail);
-      return bad_request("\"image\": " + err.detail);
+      if (err.code == protocol::ErrorCode::oversized) return too_large(name + ": " + err.detail);
+      return bad_request(name + ": " + err.detail);
     }
     // Only the magic is checked here; the model validates dimensions and size against its limits.
     const auto& ppm = *bytes;
     bool p6 = ppm.size() >= 3 && ppm[0] == 'P' && ppm[1] == '6' &&
               (ppm[2] == ' ' || ppm[2] == '\t' || ppm[2] == '\n' || ppm[2] == '\r');
-    if (!p6) return bad_request("\"image\" is not a binary PPM: it must start with \"P6\"");
-    request.image_ppm = std::move(*bytes);
+    if (!p6) return bad_request(name + " is not a binary PPM: it must start with \"P6\"");
+    request.images_ppm.push_back(std::move(*bytes));
   }
   return request;
 }

@@ -1,24 +1,18 @@
 #include "openai_messages.hpp"
 
+#include "epd/model/chat.hpp"
+
 #include <string>
 #include <string_view>
 
 #include "epd/http/data_uri.hpp"
+#include "epd/model/chat.hpp"
 #include "openai_fields.hpp"
 
 namespace epd::http::openai {
 namespace {
 
 using namespace fields;
-
-std::string join(const std::vector<std::string>& parts, std::string_view separator) {
-  std::string out;
-  for (size_t i = 0; i < parts.size(); ++i) {
-    if (i > 0) out += separator;
-    out += parts[i];
-  }
-  return out;
-}
 
 class MessagesParser {
  public:
@@ -79,20 +73,40 @@ class MessagesParser {
     }
     if (content->is_string()) {
       out.text = content->get<std::string>();
-      return {};
+      return no_marker(out.text, content_param);
     }
     if (!content->is_array()) {
       return wrong_type(content_param, "a string or an array of content parts", *content);
     }
-    std::vector<std::string> texts;
+    // As llama-server joins parts: text parts with "\n" between them, each image as its marker, with no
+    // "\n" next to it.
+    bool after_text = false;
     for (size_t j = 0; j < content->size(); ++j) {
-      if (auto e = part((*content)[j], content_param + "[" + std::to_string(j) + "]", out, texts)) return e;
+      const std::string at_j = content_param + "[" + std::to_string(j) + "]";
+      const size_t images = out.images.size();
+      std::string text;
+      if (auto e = part((*content)[j], at_j, out, text)) return e;
+      if (out.images.size() > images) {
+        out.text += model::kImageMarker;
+        after_text = false;
+        continue;
+      }
+      if (auto e = no_marker(text, at_j + ".text")) return e;
+      if (after_text) out.text += '\n';
+      out.text += text;
+      after_text = true;
     }
-    out.text = join(texts, "\n");
     return {};
   }
 
-  Failure part(const json& p, const std::string& at, Message& out, std::vector<std::string>& texts) {
+  // llama.cpp's image marker in a client's text would stand for an image nobody sent.
+  Failure no_marker(std::string_view text, const std::string& param) {
+    if (text.find(model::kImageMarker) == std::string_view::npos) return {};
+    return invalid(param, in_quotes(param) + " contains " + std::string(model::kImageMarker) +
+                              ", which marks where an image stands; send images as image_url parts");
+  }
+
+  Failure part(const json& p, const std::string& at, Message& out, std::string& text_out) {
     if (!p.is_object()) return wrong_type(at, "an object with a \"type\"", p);
     const std::string type_param = at + ".type";
     const json* type = field(p, "type");
@@ -102,7 +116,7 @@ class MessagesParser {
       const json* text = field(p, "text");
       if (!text) return invalid(at + ".text", in_quotes(at + ".text") + " is required");
       if (!text->is_string()) return wrong_type(at + ".text", "a string", *text);
-      texts.push_back(text->get<std::string>());
+      text_out = text->get<std::string>();
       return {};
     }
     if (*type != "image_url") {

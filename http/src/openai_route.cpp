@@ -150,25 +150,25 @@ class OpenAiSink final : public GenerationSink {
   uint32_t completion_tokens_ = 0;
 };
 
-// The chat messages as the model's turns; the (at most one) image decoded and shipped as PPM.
+// The chat messages as the model's turns, each image decoded and shipped as PPM; the model's codec decides
+// how many it takes.
 std::optional<HttpError> to_turns(openai::Request& in, const GenerateLimits& limits, GenerateRequest& out) {
-  int images = 0;
   for (size_t i = 0; i < in.messages.size(); ++i) {
     auto& m = in.messages[i];
     model::ChatTurn turn;
     turn.role = m.role == "developer" ? "system" : m.role;  // OpenAI's newer name for the system turn
     turn.text = std::move(m.text);
     turn.image = !m.images.empty();
-    images += int(m.images.size());
-    if (images > 1)
-      return HttpError{400, "invalid_request", "the model takes at most one image per request",
+    if (out.images_ppm.size() + m.images.size() > limits.max_images)
+      return HttpError{400, "invalid_request",
+                       "a request may carry at most " + std::to_string(limits.max_images) + " images",
                        "messages[" + std::to_string(i) + "].content"};
-    if (turn.image) {
-      auto image = model::decode_image(m.images.front(), limits.max_image_bytes);
+    for (const auto& bytes : m.images) {
+      auto image = model::decode_image(bytes, limits.max_image_bytes);
       if (!image)
         return HttpError{400, "invalid_request", "image: " + image.error().detail,
                          "messages[" + std::to_string(i) + "].content"};
-      out.image_ppm = model::encode_ppm(*image);
+      out.images_ppm.push_back(model::encode_ppm(*image));
     }
     out.messages.push_back(std::move(turn));
   }

@@ -14,6 +14,23 @@ protocol::Error invalid(std::string detail) {
 
 }  // namespace
 
+std::string without_image_markers(std::string_view text) {
+  std::string out;
+  size_t at = 0;
+  for (size_t m; (m = text.find(kImageMarker, at)) != std::string_view::npos; at = m + kImageMarker.size())
+    out.append(text.substr(at, m - at));
+  out.append(text.substr(at));
+  return out;
+}
+
+size_t count_image_markers(std::span<const ChatTurn> turns) {
+  size_t n = 0;
+  for (const ChatTurn& t : turns)
+    for (size_t m = t.text.find(kImageMarker); m != std::string::npos; m = t.text.find(kImageMarker, m + 1))
+      ++n;
+  return n;
+}
+
 protocol::Result<std::string> render_chat(const ModelConfig& cfg, std::span<const ChatTurn> turns) {
   if (turns.empty()) return invalid("chat: no messages");
   std::string out;
@@ -29,7 +46,12 @@ protocol::Result<std::string> render_chat(const ModelConfig& cfg, std::span<cons
     if (t.text.find(kStart) != std::string::npos || t.text.find(kEnd) != std::string::npos)
       return invalid(where + ": text contains a chat marker (" + std::string(kStart) + " or " +
                      std::string(kEnd) + ")");
-    out.append(kStart).append(t.role).append("\n").append(t.text).append(kEnd).append("\n");
+    out.append(kStart)
+        .append(t.role)
+        .append("\n")
+        .append(without_image_markers(t.text))
+        .append(kEnd)
+        .append("\n");
   }
   out.append(kStart).append("assistant\n");
   // BOS comes first (build_prompt), and at least one token must be generated.

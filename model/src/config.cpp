@@ -58,6 +58,7 @@ protocol::Status validate(const ModelConfig& c) {
     return bad("vocab must be " + std::to_string(kVocab) + " (256 bytes + BOS/EOS/IMAGE)");
   if (ckpt && (c.vocab < 2 || c.vocab > (1u << 22))) return bad("vocab must be in 2..4194304");
   if (c.threads == 0 || c.threads > 256) return bad("threads must be in 1..256");
+  if (!ckpt && !c.mmproj.empty()) return bad("an mmproj needs a checkpoint (its language model)");
   if (c.d_model == 0 || c.d_model > 8192) return bad("d_model must be in 1..8192");
   if (c.layers == 0 || c.layers > 128) return bad("layers must be in 1..128");
   if (c.heads == 0 || c.heads > 256) return bad("heads must be in 1..256");

@@ -8,16 +8,17 @@
 #include <string>
 
 #include "epd/model/kv_staging.hpp"
+#include "epd/model/mmproj.hpp"
 
 namespace epd::model {
 
 PrefillChunk slice_prompt(std::span<const TokenId> prompt, std::span<const float> embeddings, uint32_t dim,
-                          uint32_t begin, uint32_t end) {
+                          uint32_t begin, uint32_t end, TokenId image) {
   begin = std::min<uint32_t>(begin, prompt.size());
   end = std::clamp<uint32_t>(end, begin, prompt.size());
-  const size_t before = count_image_tokens(prompt.subspan(0, begin));
   const auto toks = prompt.subspan(begin, end - begin);
-  const size_t inside = count_image_tokens(toks);
+  const size_t before = std::count(prompt.begin(), prompt.begin() + begin, image);
+  const size_t inside = std::count(toks.begin(), toks.end(), image);
   const size_t lo = std::min(before * dim, embeddings.size());
   const size_t len = std::min(inside * dim, embeddings.size() - lo);
   return PrefillChunk{toks, embeddings.subspan(lo, len)};
@@ -84,7 +85,7 @@ protocol::Result<GenerateResult> generate(ModelRunner& runner, std::string_view 
 }
 
 protocol::Result<GenerateResult> generate_tokens(ModelRunner& runner, std::vector<TokenId> prompt,
-                                                 const GenerateOptions& opts) {
+                                                 const GenerateOptions& opts, std::span<const Image> images) {
   const ModelConfig& cfg = runner.config();
   if (opts.decode_kv && opts.decode_kv->page_size > kMaxPageSize)
     return protocol::make_error(protocol::ErrorCode::invalid_request,
@@ -97,8 +98,18 @@ protocol::Result<GenerateResult> generate_tokens(ModelRunner& runner, std::vecto
                                 "prompt of " + std::to_string(prompt.size()) +
                                     " tokens leaves no room in max_seq " + std::to_string(cfg.max_seq));
   GenerateResult res;
+  Embeddings emb;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (const Image& image : images) {
+    auto e = runner.encode(image);
+    if (!e) return e.error();
+    emb.dim = e->dim;
+    emb.tokens += e->tokens;
+    emb.data.insert(emb.data.end(), e->data.begin(), e->data.end());
+  }
+  res.encode_ms = ms_since(t0);
   res.prompt = std::move(prompt);
-  if (auto st = run_prompt(runner, res, Embeddings{}, opts); !st) return st.error();
+  if (auto st = run_prompt(runner, res, emb, opts); !st) return st.error();
   return res;
 }
 
@@ -121,7 +132,8 @@ static protocol::Status run_prompt(ModelRunner& runner, GenerateResult& res, con
   TokenId next = 0;
   for (uint32_t begin = 0; begin < n; begin += chunk) {
     const uint32_t end = std::min(n, begin + chunk);
-    PrefillChunk c = slice_prompt(res.prompt, emb.data, cfg.d_model, begin, end);
+    PrefillChunk c =
+        slice_prompt(res.prompt, emb.data, cfg.d_model, begin, end, image_token(cfg).value_or(kImage));
     c.sampling = opts.sampling;
     auto r = runner.prefill_chunk(pool, pages, begin, c);
     if (!r) return r.error();

@@ -110,7 +110,7 @@ struct EncoderSide {
   protocol::EmbedMeta submit(uint64_t room, const model::Image& image) {
     protocol::Submit s;
     s.room = room;
-    s.image = model::encode_ppm(image);
+    s.images = {model::encode_ppm(image)};
     s.prefill = "prefill-0";
     c.send("router", kRouterInc, "encoder-0", std::move(s));
     return test::only<protocol::EmbedMeta>(c.pump());
@@ -149,7 +149,7 @@ TEST_CASE("encoder cache: a repeated image is not encoded again and lands the sa
   protocol::Submit s;
   s.room = 6;
   const std::string file = header + std::string(image.rgb.begin(), image.rgb.end());
-  s.image.assign(file.begin(), file.end());
+  s.images = {std::vector<uint8_t>(file.begin(), file.end())};
   s.prefill = "prefill-0";
   f.c.send("router", kRouterInc, "encoder-0", std::move(s));
   const auto second = test::only<protocol::EmbedMeta>(f.c.pump());

@@ -64,7 +64,7 @@ struct EncoderFixture {
   std::vector<test::Sent> submit(uint64_t room, std::vector<uint8_t> ppm) {
     protocol::Submit s;
     s.room = room;
-    s.image = std::move(ppm);
+    s.images = {std::move(ppm)};
     s.prefill = "prefill-0";
     c.send("router", kRouterInc, "encoder-0", std::move(s));
     return c.pump();

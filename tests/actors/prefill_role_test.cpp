@@ -132,7 +132,7 @@ struct PrefillFixture {
   void submit_encoder(uint64_t room, const model::Image& image) {
     protocol::Submit s;
     s.room = room;
-    s.image = model::encode_ppm(image);
+    s.images = {model::encode_ppm(image)};
     s.prefill = "prefill-0";
     s.request_id = request_id;
     c.send("router", kRouterInc, "encoder-0", std::move(s));
@@ -214,7 +214,7 @@ TEST_CASE(
   REQUIRE(model::count_image_tokens(prompt) == 12);
   protocol::Submit enc;
   enc.room = 9;
-  enc.image = model::encode_ppm(image);
+  enc.images = {model::encode_ppm(image)};
   enc.prefill = "prefill-0";
   f.c.send("router", kRouterInc, "encoder-0", enc);
   f.submit_prefill(9, prompt, "encoder-0");

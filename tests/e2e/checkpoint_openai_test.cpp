@@ -72,7 +72,7 @@ std::vector<model::ChatTurn> turns_of(const Case& c) {
 }
 
 std::vector<uint32_t> prompt_ids(const ChatCheckpoint& ck, const Case& c) {
-  auto ids = c.chat ? ck.codec->chat(turns_of(c), std::nullopt) : ck.codec->prompt(c.prompt, std::nullopt);
+  auto ids = c.chat ? ck.codec->chat(turns_of(c), {}) : ck.codec->prompt(c.prompt, {});
   if (!ids) FAIL(ids.error().to_string());
   return *ids;
 }
@@ -155,7 +155,7 @@ std::string ending_prompt(const ChatCheckpoint& ck) {
     const std::string prompt = "w" + std::to_string(261 + i % 123) + " w" +
                                std::to_string(261 + (i * 7) % 123) + " w" +
                                std::to_string(261 + (i / 123) * 31 % 123);
-    if (colocated(ck, *ck.codec->prompt(prompt, std::nullopt)).stopped_at_eos) return prompt;
+    if (colocated(ck, *ck.codec->prompt(prompt, {})).stopped_at_eos) return prompt;
   }
   FAIL("no prompt among 400 makes the checkpoint generate an end token within " << kMaxTokens << " tokens");
   return "";

@@ -88,7 +88,8 @@ Cluster::Cluster(ClusterSpec spec) : spec_(std::move(spec)) {
   cfg << "heartbeat_interval_ms = " << spec_.heartbeat_ms << "\nheartbeat_misses = " << spec_.heartbeat_misses
       << "\nrequest_timeout_ms = " << spec_.request_timeout_ms << "\nmax_attempts = " << spec_.max_attempts
       << "\n\n[model]\npreset = \"" << spec_.model_preset << "\"\n"
-      << (spec_.model_path.empty() ? "" : "path = \"" + spec_.model_path + "\"\n") << "\n"
+      << (spec_.model_path.empty() ? "" : "path = \"" + spec_.model_path + "\"\n")
+      << (spec_.mmproj.empty() ? "" : "mmproj = \"" + spec_.mmproj + "\"\n") << "\n"
       << "[transport]\nbackend = \"" << spec_.backend << "\"\nhost = \"127.0.0.1\"\ntcp_lanes = 2\n\n";
   auto defaults = spec_.defaults;
   if (defaults["decode"].find("kv_pages") == std::string::npos)

@@ -24,6 +24,7 @@ struct ClusterSpec {
   std::string backend = "auto";       // [transport] backend
   std::string model_preset = "tiny";  // "bench" decodes ~10x slower: room to cancel or drain mid-answer
   std::string model_path;             // [model] path (a checkpoint or model TOML); wins over the preset
+  std::string mmproj;                 // [model] mmproj (with model_path)
   int encoders = 1;
   int prefills = 1;
   int decodes = 1;

@@ -50,7 +50,7 @@ bool eventually(F&& done, int ms = 10000) {
   return done();
 }
 
-// Starts the cluster of `spec` plus three more decodes (revision 3 only, 4..5, another model) and checks
+// Starts the cluster of `spec` plus three more decodes (revision 4 only, 5..6, another model) and checks
 // who is refused, why, how often, and that the newer build serves.
 void check_skew(ClusterSpec spec) {
   spec.metrics = true;
@@ -72,10 +72,10 @@ void check_skew(ClusterSpec spec) {
   launcher::ProcessGroup extra(opts, sink);
   REQUIRE(extra
               .start({{"decode-old",
-                       {"/usr/bin/env", "EPD_TEST_PROTOCOL_REVISIONS=3", decode, "--config",
+                       {"/usr/bin/env", "EPD_TEST_PROTOCOL_REVISIONS=4", decode, "--config",
                         cluster.config_file().string(), "--id", "decode-old"}},
                       {"decode-new",
-                       {"/usr/bin/env", "EPD_TEST_PROTOCOL_REVISIONS=4..5", decode, "--config",
+                       {"/usr/bin/env", "EPD_TEST_PROTOCOL_REVISIONS=5..6", decode, "--config",
                         cluster.config_file().string(), "--id", "decode-new"}},
                       {"decode-other", {decode, "--config", other_config.string(), "--id", "decode-other"}}})
               .ok());
@@ -96,21 +96,21 @@ void check_skew(ClusterSpec spec) {
   const std::string logs = sink->text();
   // (the registry's HELLO_ACK, or with etcd the router's record)
   CHECK(std::regex_search(logs, std::regex("refusing (registry|router) 'router'")));
-  CHECK(logs.find("'router' speaks revision 4") != std::string::npos);
-  CHECK(logs.find("'decode-old' revision 3") != std::string::npos);
+  CHECK(logs.find("'router' speaks revision 5") != std::string::npos);
+  CHECK(logs.find("'decode-old' revision 4") != std::string::npos);
   CHECK(logs.find("'decode-other' 'bench'") != std::string::npos);
   // ... and the registry refuses its HELLO.
   REQUIRE(
       eventually([&] { return cluster.logs().find("refusing decode 'decode-other'") != std::string::npos; }));
   const std::string router = cluster.logs();
   CHECK(router.find("refusing decode 'decode-old'") != std::string::npos);
-  CHECK(router.find("'decode-old' speaks revision 3") != std::string::npos);
+  CHECK(router.find("'decode-old' speaks revision 4") != std::string::npos);
   CHECK(router.find("'decode-other' serves 'bench'") != std::string::npos);
   CHECK(cluster.instance("decode-old").is_null());
   CHECK(cluster.instance("decode-other").is_null());
   const auto entry = cluster.instance("decode-new");
-  CHECK(entry.value("protocol", 0) == 5);
-  CHECK(entry.value("protocol_oldest", 0) == 4);
+  CHECK(entry.value("protocol", 0) == 6);
+  CHECK(entry.value("protocol_oldest", 0) == 5);
   CHECK(entry.value("model", "") == "tiny");
   // They keep saying HELLO every heartbeat; each incarnation is counted once.
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
@@ -121,7 +121,8 @@ void check_skew(ClusterSpec spec) {
   // With the current decode gone, the newer build serves every request; the refused ones get none.
   ::kill(cluster.pid("decode-0"), SIGKILL);
   REQUIRE(eventually([&] {
-    return cluster.instance("decode-0").is_null() || !cluster.instance("decode-0").value("healthy", true);
+    const auto entry = cluster.instance("decode-0");  // once: it may vanish between two reads
+    return entry.is_null() || !entry.value("healthy", true);
   }));
   for (int i = 0; i < 6; ++i) {
     const auto [status, body] =

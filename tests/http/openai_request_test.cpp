@@ -317,6 +317,25 @@ TEST_CASE("openai request: chat fields epd cannot honour", "[http][openai_reques
   check(rejected(Endpoint::chat, chat({{"modalities", {"text", "audio"}}})), "modalities", "not supported");
 }
 
+TEST_CASE("openai request: text parts join with newlines, images as markers, typed markers refused",
+          "[http][openai_request]") {
+  auto r = accepted(Endpoint::chat, {{"messages",
+                                      {{{"role", "user"},
+                                        {"content",
+                                         {{{"type", "text"}, {"text", "a"}},
+                                          {{"type", "text"}, {"text", "b"}},
+                                          {{"type", "image_url"}, {"image_url", {{"url", png_uri()}}}},
+                                          {{"type", "text"}, {"text", "c"}}}}}}}});
+  CHECK(r.messages.at(0).text == "a\nb<__media__>c");
+  auto e = rejected(Endpoint::chat, json{{"messages", {{{"role", "user"}, {"content", "see <__media__>"}}}}});
+  CHECK(e.status == 400);
+  CHECK(e.param == "messages[0].content");
+  e = rejected(
+      Endpoint::chat,
+      json{{"messages", {{{"role", "user"}, {"content", {{{"type", "text"}, {"text", "<__media__>"}}}}}}}});
+  CHECK(e.param == "messages[0].content[0].text");
+}
+
 TEST_CASE("openai request: chat messages with string and part contents", "[http][openai_request]") {
   auto r = accepted(Endpoint::chat,
                     {{"model", "m"},
@@ -339,7 +358,8 @@ TEST_CASE("openai request: chat messages with string and part contents", "[http]
   CHECK(r.messages[1].role == "developer");
   CHECK(r.messages[1].text == "Rules.");
   CHECK(r.messages[2].role == "user");
-  CHECK(r.messages[2].text == "What is\nthis?");
+  // Joined as llama-server joins parts: each image as its marker, no "\n" next to one.
+  CHECK(r.messages[2].text == "What is<__media__>this?<__media__>");
   REQUIRE(r.messages[2].images.size() == 2);
   CHECK(std::string(r.messages[2].images[0].begin(), r.messages[2].images[0].end()) == kRequestPng);
   CHECK(std::string(r.messages[2].images[1].begin(), r.messages[2].images[1].end()) == kRequestPng + "2");

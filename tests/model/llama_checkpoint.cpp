@@ -269,6 +269,14 @@ protocol::Status write_gguf(const CheckpointSpec& s, const std::vector<Tensor>& 
         "+ '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' "
         "}}{% endif %}");
   }
+  size_t next_id = s.chat ? 261 : 259;
+  for (const auto* list : {&s.extra_special_tokens, &s.extra_tokens})
+    for (const std::string& text : *list) {
+      tokens[next_id] = text;
+      scores[next_id] = 0;
+      types[next_id] = list == &s.extra_special_tokens ? 3 : 1;  // control, normal
+      ++next_id;
+    }
   w.set_string("tokenizer.ggml.model", "llama");
   w.set_strings("tokenizer.ggml.tokens", tokens);
   w.set_f32s("tokenizer.ggml.scores", scores);
@@ -303,7 +311,8 @@ protocol::Status write_gguf(const CheckpointSpec& s, const std::vector<Tensor>& 
 }  // namespace
 
 protocol::Result<CheckpointPaths> write_llama_checkpoint(const CheckpointSpec& spec, const fs::path& dir) {
-  if (spec.vocab < 259 + (spec.chat ? 2 : 0) || spec.heads == 0 || spec.d_model % spec.heads != 0)
+  const size_t added = (spec.chat ? 2 : 0) + spec.extra_special_tokens.size() + spec.extra_tokens.size();
+  if (spec.vocab < 259 + added || spec.heads == 0 || spec.d_model % spec.heads != 0)
     return protocol::make_error(protocol::ErrorCode::invalid_request, "bad checkpoint spec");
   const auto tensors = make_tensors(spec);
   CheckpointPaths p{(dir / "hf").string(), (dir / "model.gguf").string()};

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "epd/protocol/result.hpp"
 
@@ -28,6 +29,12 @@ struct CheckpointSpec {
   // The GGUF vocabulary's first word pieces become the control tokens <|im_start|> and <|im_end|>, with a
   // ChatML chat template: a chat model's tokenizer.
   bool chat = false;
+  // Added tokens of the GGUF vocabulary, in order, in place of the first word pieces after the byte tokens
+  // (and after <|im_start|> <|im_end|> with chat: ids from 259, or 261): first the control tokens (type 3:
+  // one token each when specials are parsed, e.g. "<fake_token_around_image>"), then plain pieces (type 1,
+  // score 0, e.g. "\n\n"). The Hugging Face directory is unchanged (it has no tokenizer).
+  std::vector<std::string> extra_special_tokens;
+  std::vector<std::string> extra_tokens;
   // The GGUF's tensor types, named as llama-quantize names a file type: "f32", "f16", "bf16", "q8_0",
   // "q4_0", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k_m", "q4_k_m", "q5_k_m", "q6_k". Matrices are quantized by
   // llama.cpp's own quantizer, with llama-quantize's mix: norms f32, output.weight Q6_K, attn_v and some

@@ -276,7 +276,7 @@ TEST_CASE("epd-run serves a checkpoint by token ids and by text as the in-proces
   opts.max_tokens = 12;
   opts.stop_tokens = stops;
   auto r = load(paths->gguf);
-  auto want = generate_tokens(*r, *(*codec)->prompt("w300 w301 hello", std::nullopt), opts);
+  auto want = generate_tokens(*r, *(*codec)->prompt("w300 w301 hello", {}), opts);
   REQUIRE(want.ok());
   CHECK(nlohmann::json::parse(text.second)["tokens"].get<std::vector<TokenId>>() == want->tokens);
   const auto no_tokenizer = child("--model " + paths->hf_dir + " --prompt hello");

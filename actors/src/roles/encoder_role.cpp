@@ -19,6 +19,7 @@
 #include "epd/model/image.hpp"
 #include "epd/model/llama.hpp"
 #include "epd/model/runner.hpp"
+#include "epd/model/vision.hpp"
 #include "page_allocator.hpp"
 #include "roles/roles.hpp"
 
@@ -41,8 +42,8 @@ struct EncoderSettings {
 
 struct EncodeJob {
   uint64_t room = 0;
-  std::vector<uint8_t> image;
-  float* out = nullptr;  // source slot
+  std::vector<std::vector<uint8_t>> images;  // PPMs: their rows go to the slot one after the other
+  float* out = nullptr;                      // source slot
   uint64_t capacity_floats = 0;
 };
 
@@ -52,7 +53,7 @@ struct EncodeDone {
   protocol::Error error;
   uint32_t tokens = 0;
   uint64_t encode_us = 0;
-  std::optional<ContentHash> hash;  // of the decoded pixels
+  std::optional<ContentHash> hash;  // of the decoded pixels of every image (images_hash)
   bool cache_hit = false;
 };
 
@@ -157,13 +158,14 @@ caf::behavior encode_compute(caf::event_based_actor* self, model::ModelConfig cf
                              uint64_t cache_bytes, std::shared_ptr<EmbeddingCacheStats> cache_stats) {
   harden(self, "encoder-compute");
   // The vision tower alone: the encoder holds none of the language model's weights.
-  auto encoder = model::make_image_encoder(cfg);
+  auto encoder = model::make_vision_encoder(cfg);
   if (!encoder) {
     spdlog::critical("encoder-compute: cannot build the model's encoder: {}", encoder.error().to_string());
     self->quit(caf::exit_reason::user_shutdown);
     return {};
   }
   std::shared_ptr<model::ImageEncoder> r(std::move(encoder.value()));
+  const std::string tower = r->tower();
   auto cache = std::make_shared<EmbeddingCache>(cache_bytes, std::move(cache_stats));
   const uint64_t slot_limit = uint64_t(cfg.max_image_patches) * cfg.d_model * sizeof(float);
   return {
@@ -171,32 +173,50 @@ caf::behavior encode_compute(caf::event_based_actor* self, model::ModelConfig cf
         const auto t0 = clock::now();
         EncodeDone done;
         done.room = job.room;
-        auto image = model::parse_ppm(job.image);
-        if (!image) {
-          done.error = image.error();
-        } else {
-          if (cache->enabled()) done.hash = content_hash(*image);
-          auto hit = done.hash ? cache->find(*done.hash) : std::optional<EmbeddingCache::Pin>();
-          if (hit && hit->bytes().size() <= job.capacity_floats * sizeof(float)) {
-            std::memcpy(job.out, hit->bytes().data(), hit->bytes().size());
-            done.ok = true;
-            done.cache_hit = true;
-            done.tokens = hit->tokens();
-          } else if (auto emb = r->encode(*image); !emb) {
-            done.error = emb.error();
-          } else if (emb->data.size() > job.capacity_floats) {
-            done.error =
-                make_error(ErrorCode::invalid_request, "image gives more embeddings than a slot holds");
+        done.ok = true;
+        done.cache_hit = true;
+        std::vector<std::optional<ContentHash>> hashes;
+        uint64_t used = 0;  // floats written to the slot
+        for (size_t i = 0; i < job.images.size() && done.ok; ++i) {
+          auto fail = [&](protocol::Error e) {
+            if (job.images.size() > 1) e.detail = "image " + std::to_string(i) + ": " + e.detail;
+            done.ok = false;
+            done.error = std::move(e);
+          };
+          auto image = model::parse_ppm(job.images[i]);
+          if (!image) {
+            fail(image.error());
+            break;
+          }
+          // Each image is cached on its own (keyed by its pixels and the tower), the room by all of them.
+          hashes.push_back(cache->enabled() ? content_hash(*image) : std::nullopt);
+          const auto key = images_hash(std::span(&hashes.back(), 1), tower);
+          auto hit = key ? cache->find(*key) : std::optional<EmbeddingCache::Pin>();
+          if (hit && used * sizeof(float) + hit->bytes().size() <= job.capacity_floats * sizeof(float)) {
+            std::memcpy(job.out + used, hit->bytes().data(), hit->bytes().size());
+            used += hit->bytes().size() / sizeof(float);
+            done.tokens += hit->tokens();
+            continue;
+          }
+          done.cache_hit = false;
+          auto emb = r->encode(*image);
+          if (!emb) {
+            fail(emb.error());
+          } else if (used + emb->data.size() > job.capacity_floats) {
+            fail(make_error(ErrorCode::invalid_request, "the images give more embeddings than a slot holds"));
           } else {
             const size_t bytes = emb->data.size() * sizeof(float);
-            std::memcpy(job.out, emb->data.data(), bytes);
-            done.ok = true;
-            done.tokens = emb->tokens;
-            if (done.hash && bytes <= slot_limit)
-              cache->insert(*done.hash, {reinterpret_cast<const uint8_t*>(emb->data.data()), bytes},
-                            emb->tokens);
+            std::memcpy(job.out + used, emb->data.data(), bytes);
+            used += emb->data.size();
+            done.tokens += emb->tokens;
+            if (key && bytes <= slot_limit)
+              cache->insert(*key, {reinterpret_cast<const uint8_t*>(emb->data.data()), bytes}, emb->tokens);
           }
         }
+        if (done.ok)
+          done.hash = images_hash(hashes, tower);
+        else
+          done.cache_hit = false;
         done.encode_us = micros_since(t0);
         self->send(role, std::move(done));
       },
@@ -210,7 +230,7 @@ void on_submit(EncoderState& st, const Envelope& env, protocol::Submit& sub) {
   };
   if (sub.room == 0 || st.rooms.contains(sub.room))
     return refuse(make_error(ErrorCode::invalid_request, "room id in use"));
-  if (sub.image.empty() || sub.prefill.empty())
+  if (sub.images.empty() || sub.prefill.empty())
     return refuse(
         make_error(ErrorCode::invalid_request, "SUBMIT to an encoder needs an image and a prefill"));
   auto prefill = st.bridge().peers().find(sub.prefill);
@@ -228,9 +248,9 @@ void on_submit(EncoderState& st, const Envelope& env, protocol::Submit& sub) {
   room.deadline = kernel::DeadlineTimer::now(st.self) + st.settings.waiting_timeout;
   st.rooms.insert(sub.room, room);
   publish_load(st);
-  spdlog::debug("encoder: {} accepted, image of {} bytes for prefill '{}'",
-                kernel::room_tag(sub.room, room.request_id), sub.image.size(), sub.prefill);
-  EncodeJob job{sub.room, std::move(sub.image),
+  spdlog::debug("encoder: {} accepted, {} image(s) for prefill '{}'",
+                kernel::room_tag(sub.room, room.request_id), sub.images.size(), sub.prefill);
+  EncodeJob job{sub.room, std::move(sub.images),
                 reinterpret_cast<float*>(st.slots_base + uint64_t(room.slot) * st.slot_bytes),
                 st.slot_bytes / sizeof(float)};
   if (st.settings.encode_delay.count() > 0)

@@ -7,6 +7,7 @@
 #include "epd/actors/caf_types.hpp"
 #include "epd/actors/role_support.hpp"
 #include "epd/model/llama.hpp"
+#include "epd/model/mmproj.hpp"
 
 namespace epd::actors {
 namespace {
@@ -54,7 +55,8 @@ void step(caf::stateful_actor<ComputeState>* self) {
     c.error = protocol::make_error(protocol::ErrorCode::invalid_request, "empty prompt");
   } else {
     std::span<const float> emb(job.embeddings, job.embedding_floats);
-    model::PrefillChunk chunk = model::slice_prompt(job.prompt, emb, cfg.d_model, run.begin, end);
+    model::PrefillChunk chunk = model::slice_prompt(job.prompt, emb, cfg.d_model, run.begin, end,
+                                                    model::image_token(cfg).value_or(model::kImage));
     chunk.sampling = job.sampling;
     auto r = s.runner->prefill_chunk(s.pool, job.pages, run.begin, chunk);
     if (!r) {

@@ -15,6 +15,7 @@
 #include "epd/actors/process_metrics.hpp"
 #include "epd/model/kv_cache.hpp"
 #include "epd/model/kv_staging.hpp"
+#include "epd/model/mmproj.hpp"
 #include "prefill_state.hpp"
 #include "roles/kv_write_plan.hpp"
 #include "roles/prefill_compute.hpp"
@@ -362,7 +363,8 @@ void on_submit(PrefillState& st, const Envelope& env, protocol::Submit& msg) {
   r.router_inc = env.incarnation;
   r.submit.request_id = msg.request_id;  // in the logs, also of a refusal below
   // Only the reference vocabulary has an IMAGE token; in a checkpoint's vocabulary its id is ordinary text.
-  const uint32_t image_tokens = st.ctx.model.checkpoint.empty() ? model::count_image_tokens(msg.prompt) : 0;
+  const auto slot = model::image_token(st.ctx.model);
+  const uint32_t image_tokens = slot ? uint32_t(std::count(msg.prompt.begin(), msg.prompt.end(), *slot)) : 0;
   if (msg.prompt.empty() || msg.prompt.size() >= st.ctx.model.max_seq || image_tokens != msg.image_tokens ||
       (image_tokens > 0 && msg.encoder.empty()) || msg.decode.empty())
     return fail_room(st, msg.room,

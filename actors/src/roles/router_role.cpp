@@ -7,6 +7,7 @@
 // request_timeout: with tokens, cancelled by the caller, or with an error naming the cause.
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <deque>
 #include <map>
 #include <random>
@@ -17,6 +18,7 @@
 #include "epd/http/router_service.hpp"
 #include "epd/model/chat.hpp"
 #include "epd/model/image.hpp"
+#include "epd/model/mmproj.hpp"
 #include "epd/model/prompt_codec.hpp"
 #include "epd/model/tokens.hpp"
 #include "roles/roles.hpp"
@@ -284,8 +286,8 @@ void start_attempt(RouterState& st, uint64_t req_id) {
   while (a.room == 0 || st.room_to_request.count(a.room));
   auto decode = pick(st, "decode", p.failed_instances);
   auto prefill = pick(st, "prefill", p.failed_instances);
-  auto encoder = p.request.image_ppm.empty() ? std::optional<Placement>(Placement{})
-                                             : pick(st, "encoder", p.failed_instances);
+  auto encoder = p.request.images_ppm.empty() ? std::optional<Placement>(Placement{})
+                                              : pick(st, "encoder", p.failed_instances);
   if (!decode || !prefill || !encoder) {
     const char* missing = !decode ? "decode" : !prefill ? "prefill" : "encoder";
     // An instance may be restarting (epd-cluster brings it back): wait for one, boundedly.
@@ -326,7 +328,7 @@ void start_attempt(RouterState& st, uint64_t req_id) {
   st.ctx.bridge->send(a.decode, s);
   if (!a.encoder.empty()) {
     protocol::Submit e = s;
-    e.image = p.request.image_ppm;
+    e.images = p.request.images_ppm;
     e.prompt.clear();
     st.ctx.bridge->send(a.encoder, std::move(e));
   }
@@ -510,19 +512,18 @@ void on_generate(RouterState& s, uint64_t ticket, GenerateRequest& req, SinkPtr&
                       " requests in flight and " + std::to_string(s.limits.max_queued) + " queued",
                   1);
   }
-  std::optional<model::ImageDims> dims;
-  if (!req.image_ppm.empty()) {
-    auto image = model::parse_ppm(req.image_ppm);
+  std::vector<model::ImageDims> dims;
+  for (size_t i = 0; i < req.images_ppm.size(); ++i) {
+    auto image = model::parse_ppm(req.images_ppm[i]);
     if (!image) {
       count_failure(s, "invalid_request");
-      return reject(400, "invalid_request", "image: " + image.error().detail);
+      return reject(400, "invalid_request", "image " + std::to_string(i) + ": " + image.error().detail);
     }
-    dims = model::ImageDims{image->width, image->height};
+    dims.push_back({image->width, image->height});
   }
-  const bool checkpoint = !s.ctx.model.checkpoint.empty();
   protocol::Result<std::vector<uint32_t>> prompt = std::vector<uint32_t>{};
   if (!req.prompt_tokens.empty()) {  // token ids as given: no template, no image
-    if (!req.messages.empty() || dims) {
+    if (!req.messages.empty() || !dims.empty()) {
       count_failure(s, "invalid_request");
       return reject(400, "invalid_request", "prompt_tokens take neither messages nor an image");
     }
@@ -548,7 +549,8 @@ void on_generate(RouterState& s, uint64_t ticket, GenerateRequest& req, SinkPtr&
   p.sink = std::move(sink);
   p.request = std::move(req);
   p.prompt = std::move(prompt.value());
-  p.image_tokens = checkpoint ? 0 : model::count_image_tokens(p.prompt);
+  const auto slot = model::image_token(s.ctx.model);
+  p.image_tokens = slot ? uint32_t(std::count(p.prompt.begin(), p.prompt.end(), *slot)) : 0;
   p.started = kernel::DeadlineTimer::now(s.self);
   p.queued = s.active >= s.limits.max_in_flight;
   s.requests.emplace(ticket, std::move(p));
@@ -708,7 +710,8 @@ protocol::Result<RoleHandle> spawn_router(RoleContext& ctx, RouterSettings setti
   if (auto c = model::PromptCodec::for_model(ctx.model)) {
     codec.codec = std::move(*c);
   } else {
-    if (ctx.model.checkpoint.empty()) return c.error();  // the reference model's codec cannot fail
+    // The reference model's codec cannot fail; an mmproj that does not fit is refused at start.
+    if (ctx.model.checkpoint.empty() || !ctx.model.mmproj.empty()) return c.error();
     codec.missing = c.error().detail;
     spdlog::warn("router: model {} is served by token ids only: {}", ctx.model.name, codec.missing);
   }

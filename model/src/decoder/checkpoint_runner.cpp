@@ -3,18 +3,27 @@
 #include "decoder/decoder.hpp"
 #include "decoder/loader.hpp"
 #include "epd/model/llama.hpp"
+#include "epd/model/mmproj.hpp"
 #include "kernels/blas_core.hpp"
 
 namespace epd::model {
 
 protocol::Result<std::unique_ptr<LlamaRunner>> make_llama_runner(const ModelConfig& cfg) {
+  return make_llama_runner(cfg, nullptr);
+}
+
+protocol::Result<std::unique_ptr<LlamaRunner>> make_llama_runner(const ModelConfig& cfg,
+                                                                 std::unique_ptr<ImageEncoder> encoder) {
   using protocol::ErrorCode;
   if (cfg.checkpoint.empty())
     return protocol::make_error(ErrorCode::config_error, "model config names no checkpoint");
   if (auto st = validate(cfg); !st) return st.error();
   auto w = detail::load_decoder_weights(cfg);
   if (!w) return w.error();
-  return detail::make_decoder(cfg, std::move(*w), detail::DecoderOptions{});
+  detail::DecoderOptions opts;
+  opts.image_token = image_token(cfg);  // an mmproj's rows, at the id past the vocabulary
+  opts.encoder = std::move(encoder);
+  return detail::make_decoder(cfg, std::move(*w), std::move(opts));
 }
 
 std::string prefill_blas_core() {

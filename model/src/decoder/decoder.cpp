@@ -71,7 +71,8 @@ class Decoder final : public LlamaRunner {
                      std::to_string(cfg_.max_seq));
     if (auto st = check_pages(pool.layout, pages, uint64_t{start} + n); !st) return st.error();
     for (TokenId t : chunk.tokens)
-      if (t >= cfg_.vocab) return invalid("token id " + std::to_string(t) + " outside vocab");
+      if (t >= cfg_.vocab && !(opts_.image_token && t == *opts_.image_token))
+        return invalid("token id " + std::to_string(t) + " outside vocab");
     if (auto st = validate(chunk.sampling); !st) return st.error();
     if (auto st = check_embeddings(chunk); !st) return st.error();
 

@@ -136,6 +136,8 @@ protocol::Result<Image> read_image_file(const std::string& path, size_t max_rgb_
 }
 
 uint64_t max_rgb_bytes_for(const ModelConfig& cfg) {
+  // libmtmd resizes whatever it is given; a 4096x4096 photograph is the most it is handed.
+  if (!cfg.mmproj.empty()) return uint64_t{4096} * 4096 * 3;
   return uint64_t{cfg.max_image_patches} * cfg.patch_size * cfg.patch_size * 3;
 }
 

@@ -18,16 +18,25 @@ std::string trim(std::string_view s) {
 class Builder {
  public:
   void special(std::string_view s) { out_.push_back({true, std::string(s)}); }
+  // Text, split at image markers into image segments.
   void text(std::string_view s) {
-    if (s.empty()) return;
-    if (!out_.empty() && !out_.back().special)
-      out_.back().text += s;
-    else
-      out_.push_back({false, std::string(s)});
+    for (size_t m; (m = s.find(kImageMarker)) != std::string_view::npos;
+         s.remove_prefix(m + kImageMarker.size())) {
+      plain(s.substr(0, m));
+      out_.push_back({false, std::string(kImageMarker), true});
+    }
+    plain(s);
   }
   std::vector<ChatSegment> take() { return std::move(out_); }
 
  private:
+  void plain(std::string_view s) {
+    if (s.empty()) return;
+    if (!out_.empty() && !out_.back().special && !out_.back().image)
+      out_.back().text += s;
+    else
+      out_.push_back({false, std::string(s)});
+  }
   std::vector<ChatSegment> out_;
 };
 
@@ -38,7 +47,8 @@ protocol::Status check_turns(std::span<const ChatTurn> turns) {
     if (t.role != "system" && t.role != "user" && t.role != "assistant")
       return invalid("chat message " + std::to_string(i) + ": role '" + t.role +
                      "' is not supported (system, user or assistant)");
-    if (t.image) return invalid("chat message " + std::to_string(i) + ": this model takes no images");
+    if ((t.image || t.text.find(kImageMarker) != std::string::npos) && t.role != "user")
+      return invalid("chat message " + std::to_string(i) + ": only user messages may carry an image");
   }
   return {};
 }
@@ -157,7 +167,12 @@ protocol::Result<std::string> render_chat_text(ChatStyle style, std::span<const 
 }
 
 protocol::Result<std::vector<TokenId>> encode_chat(const Tokenizer& tok, ChatStyle style,
-                                                   std::span<const ChatTurn> turns) {
+                                                   std::span<const ChatTurn> turns,
+                                                   std::span<const std::vector<TokenId>> images) {
+  if (count_image_markers(turns) != images.size())
+    return invalid(images.empty() ? "this model takes no images"
+                                  : "chat: " + std::to_string(count_image_markers(turns)) +
+                                        " image markers for " + std::to_string(images.size()) + " images");
   // ChatML checkpoints (Qwen, SmolLM) start without BOS unless their tokenizer says otherwise; the Llama
   // templates write it themselves.
   const bool want_bos = style != ChatStyle::chatml || tok.add_bos();
@@ -175,7 +190,13 @@ protocol::Result<std::vector<TokenId>> encode_chat(const Tokenizer& tok, ChatSty
   auto segs = render_chat_segments(style, turns, bos, eos);
   if (!segs) return segs.error();
   std::vector<TokenId> out;
+  size_t image = 0;
   for (const ChatSegment& s : *segs) {
+    if (s.image) {
+      out.insert(out.end(), images[image].begin(), images[image].end());
+      ++image;
+      continue;
+    }
     if (s.special) {
       std::optional<TokenId> id = s.text == bos && tok.bos()   ? tok.bos()
                                   : s.text == eos && tok.eos() ? tok.eos()

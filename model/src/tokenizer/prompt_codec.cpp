@@ -49,7 +49,59 @@ protocol::Result<std::shared_ptr<const PromptCodec>> PromptCodec::for_tokenizer(
     if (auto id = loaded.tokenizer->special_id(s); id && loaded.tokenizer->type(*id) == TokenType::control)
       c->stops_.push_back(*id);
   c->tok_ = std::move(loaded.tokenizer);
+  if (auto st = c->take_mmproj(); !st) return st.error();
   return std::shared_ptr<const PromptCodec>(std::move(c));
+}
+
+// The mmproj's header, checked against the language model, and the ids of every marker its layouts use,
+// found as libmtmd finds them: the first token whose text is the piece.
+protocol::Status PromptCodec::take_mmproj() {
+  if (cfg_.mmproj.empty()) return {};
+  auto info = read_mmproj_info(cfg_.mmproj);
+  if (!info) return info.error();
+  if (auto st = check_mmproj_pair(*info, cfg_); !st) return st;
+  std::vector<std::string> wanted;
+  if (info->projector == Projector::idefics3) {
+    wanted = {"<fake_token_around_image>", "<global-img>", "\n", "\n\n"};
+    const uint32_t tiles = (info->longest_edge + info->image_size - 1) / info->image_size;
+    for (uint32_t y = 1; y <= tiles; ++y)
+      for (uint32_t x = 1; x <= tiles; ++x)
+        wanted.push_back("<row_" + std::to_string(y) + "_col_" + std::to_string(x) + ">");
+  }
+  if (!wanted.empty()) {
+    for (TokenId id = 0; id < tok_->vocab_size(); ++id) {
+      const std::string piece = tok_->piece(id, true);
+      if (std::find(wanted.begin(), wanted.end(), piece) != wanted.end()) pieces_.emplace(piece, id);
+    }
+    for (const auto& w : wanted)
+      if (!pieces_.count(w))
+        return protocol::make_error(protocol::ErrorCode::config_error,
+                                    "mmproj " + cfg_.mmproj + ": the language model has no token '" +
+                                        escape_text(w) + "', which the " + info->projector_name +
+                                        " image layout needs");
+  }
+  mmproj_ = std::move(*info);
+  return {};
+}
+
+protocol::Result<std::vector<TokenId>> PromptCodec::image_tokens(ImageDims dims) const {
+  auto layout = image_layout(*mmproj_, dims);
+  if (!layout) return layout.error();
+  std::vector<TokenId> out;
+  const TokenId row = *image_token(cfg_);
+  uint32_t rows = 0;
+  for (const LayoutItem& item : *layout) {
+    rows += item.rows;
+    if (item.rows)
+      out.insert(out.end(), item.rows, row);
+    else
+      out.push_back(pieces_.find(item.piece)->second);
+  }
+  if (rows > cfg_.max_image_patches)
+    return invalid("image of " + std::to_string(dims.width) + "x" + std::to_string(dims.height) + " takes " +
+                   std::to_string(rows) + " rows, more than the " + std::to_string(cfg_.max_image_patches) +
+                   " an image may take");
+  return out;
 }
 
 protocol::Result<std::vector<TokenId>> PromptCodec::fits(std::vector<TokenId> ids) const {
@@ -60,12 +112,24 @@ protocol::Result<std::vector<TokenId>> PromptCodec::fits(std::vector<TokenId> id
   return ids;
 }
 
+protocol::Status PromptCodec::check_images(size_t n) const {
+  if (n == 0) return {};
+  if (reference_ && n > 1) return invalid("model " + cfg_.name + " takes at most one image per request");
+  if (!reference_ && !mmproj_) return invalid("model " + cfg_.name + " takes no images (it has no mmproj)");
+  return {};
+}
+
 protocol::Result<std::vector<TokenId>> PromptCodec::prompt(std::string_view text,
-                                                           std::optional<ImageDims> image) const {
-  if (reference_) return build_prompt(cfg_, text, image);
-  if (image) return invalid("model " + cfg_.name + " takes no images");
+                                                           std::span<const ImageDims> images) const {
+  if (auto st = check_images(images.size()); !st) return st.error();
+  if (reference_) return build_prompt(cfg_, text, images.empty() ? std::nullopt : std::optional(images[0]));
   std::vector<TokenId> ids;
   if (tok_->add_bos() && tok_->bos()) ids.push_back(*tok_->bos());
+  for (ImageDims d : images) {
+    auto rows = image_tokens(d);
+    if (!rows) return rows.error();
+    ids.insert(ids.end(), rows->begin(), rows->end());
+  }
   auto body = tok_->encode(text, false);
   if (!body) return body.error();
   ids.insert(ids.end(), body->begin(), body->end());
@@ -73,15 +137,21 @@ protocol::Result<std::vector<TokenId>> PromptCodec::prompt(std::string_view text
 }
 
 protocol::Result<std::vector<TokenId>> PromptCodec::chat(std::span<const ChatTurn> turns,
-                                                         std::optional<ImageDims> image) const {
+                                                         std::span<const ImageDims> images) const {
+  if (auto st = check_images(images.size()); !st) return st.error();
   if (reference_) {
     auto text = render_chat(cfg_, turns);
     if (!text) return text.error();
-    return build_prompt(cfg_, *text, image);
+    return build_prompt(cfg_, *text, images.empty() ? std::nullopt : std::optional(images[0]));
   }
-  if (image) return invalid("model " + cfg_.name + " takes no images");
   if (!style_) return style_error_;
-  auto ids = encode_chat(*tok_, *style_, turns);
+  std::vector<std::vector<TokenId>> image_ids;
+  for (ImageDims d : images) {
+    auto rows = image_tokens(d);
+    if (!rows) return rows.error();
+    image_ids.push_back(std::move(*rows));
+  }
+  auto ids = encode_chat(*tok_, *style_, turns, image_ids);
   if (!ids) return ids.error();
   return fits(std::move(*ids));
 }

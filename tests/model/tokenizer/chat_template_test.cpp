@@ -2,6 +2,8 @@
 // its template produces, and message texts cannot forge turns.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+
 #include "epd/model/chat_template.hpp"
 #include "fixtures.hpp"
 
@@ -78,11 +80,19 @@ TEST_CASE("Llama-2 conversations must alternate and end with the user") {
   CHECK(render_chat_text(ChatStyle::chatml, ends_assistant, "", "").ok());
 }
 
-TEST_CASE("chat prompts refuse images unknown roles and empty conversations") {
-  std::vector<ChatTurn> image = {{"user", "look", true}};
+TEST_CASE("chat prompts refuse images outside user turns, unknown roles and empty conversations") {
+  std::vector<ChatTurn> image = {{"user", "x", false}, {"assistant", "look<__media__>", true}};
+  std::vector<ChatTurn> user_image = {{"user", " look at <__media__> this ", true}};
   std::vector<ChatTurn> tool = {{"tool", "x", false}};
   for (auto style : {ChatStyle::chatml, ChatStyle::llama2, ChatStyle::llama3}) {
     CHECK_FALSE(render_chat_text(style, image, "<s>", "</s>").ok());
+    // A user turn's image stays where its marker stands, through the template's trimming too.
+    auto text = render_chat_text(style, user_image, "<s>", "</s>");
+    REQUIRE(text.ok());
+    CHECK(text->find("look at <__media__> this") != std::string::npos);
+    auto segs = render_chat_segments(style, user_image, "<s>", "</s>");
+    REQUIRE(segs.ok());
+    CHECK(std::count_if(segs->begin(), segs->end(), [](const ChatSegment& s) { return s.image; }) == 1);
     CHECK_FALSE(render_chat_text(style, tool, "<s>", "</s>").ok());
     CHECK_FALSE(render_chat_text(style, {}, "<s>", "</s>").ok());
   }

@@ -37,11 +37,13 @@ TEST_CASE("the reference model's codec is the byte tokenizer and template of bef
   const PromptCodec& c = **codec;
   CHECK(c.tokenizer().kind() == "byte");
   for (auto image : {std::optional<ImageDims>{}, std::optional<ImageDims>{ImageDims{16, 8}}}) {
-    CHECK(*c.prompt("hello", image) == *build_prompt(cfg, "hello", image));
+    std::vector<ImageDims> images;
+    if (image) images.push_back(*image);
+    CHECK(*c.prompt("hello", images) == *build_prompt(cfg, "hello", image));
     const auto turns = codec_conversation();
-    CHECK(*c.chat(turns, image) == *build_prompt(cfg, *render_chat(cfg, turns), image));
+    CHECK(*c.chat(turns, images) == *build_prompt(cfg, *render_chat(cfg, turns), image));
   }
-  CHECK_FALSE(c.prompt(std::string(cfg.max_seq, 'x'), std::nullopt).ok());
+  CHECK_FALSE(c.prompt(std::string(cfg.max_seq, 'x'), {}).ok());
   const std::vector<TokenId> out = {'h', 'i', kEos, 'x'};
   CHECK(c.text(out) == decode_text(out));
   CHECK(c.ends_generation(kEos));
@@ -69,21 +71,21 @@ TEST_CASE("a SentencePiece checkpoint's codec uses its tokenizer and Llama-2 tem
   REQUIRE(codec.ok());
   const PromptCodec& c = **codec;
   CHECK(c.chat_style() == ChatStyle::llama2);
-  CHECK(*c.prompt("caf\xC3\xA9 <s> \xE6\x9D\xB1\xE4\xBA\xAC", std::nullopt) ==
-        prompt_ids);  // "<s>" stays text
-  CHECK(*c.chat(codec_conversation(), std::nullopt) == chat_ids);
+  CHECK(*c.prompt("caf\xC3\xA9 <s> \xE6\x9D\xB1\xE4\xBA\xAC", {}) == prompt_ids);  // "<s>" stays text
+  CHECK(*c.chat(codec_conversation(), {}) == chat_ids);
   CHECK(c.ends_generation(*t.eos()));
   auto hello = t.encode("hello world", false);
   std::vector<TokenId> generated = *hello;
   generated.push_back(*t.eos());
   generated.push_back(*hello->begin());
   CHECK(c.text(generated) == "hello world");
-  auto image = c.prompt("x", ImageDims{8, 8});
+  const ImageDims one_image[] = {{8, 8}};
+  auto image = c.prompt("x", one_image);
   REQUIRE_FALSE(image.ok());
   CHECK_THAT(image.error().detail, Catch::Contains("takes no images"));
   auto small = PromptCodec::for_tokenizer(checkpoint_cfg(t.vocab_size(), 8), {fresh(v), ""});
   REQUIRE(small.ok());
-  CHECK_FALSE((*small)->prompt("a long prompt that cannot fit eight tokens at all", std::nullopt).ok());
+  CHECK_FALSE((*small)->prompt("a long prompt that cannot fit eight tokens at all", {}).ok());
   auto narrow = PromptCodec::for_tokenizer(checkpoint_cfg(t.vocab_size() - 1), {fresh(v), ""});
   REQUIRE_FALSE(narrow.ok());
   CHECK_THAT(narrow.error().detail, Catch::Contains("embedding"));
@@ -100,10 +102,10 @@ TEST_CASE("a BPE checkpoint without a template chats in ChatML and stops at the 
   REQUIRE(codec.ok());
   const PromptCodec& c = **codec;
   CHECK(c.chat_style() == ChatStyle::chatml);
-  CHECK(*c.chat(codec_conversation(), std::nullopt) == expect);
+  CHECK(*c.chat(codec_conversation(), {}) == expect);
   CHECK(c.ends_generation(im_end));
-  CHECK(c.prompt("hi", std::nullopt)->size() == c.tokenizer().encode("hi", false)->size());  // no BOS
-  CHECK_FALSE(c.prompt("", std::nullopt).ok());
+  CHECK(c.prompt("hi", {})->size() == c.tokenizer().encode("hi", false)->size());  // no BOS
+  CHECK_FALSE(c.prompt("", {}).ok());
 
   VocabMetadata bare = bpe_vocab(m, "gpt-2");  // no ChatML tokens, no template: completions only
   bare.tokens.resize(bare.tokens.size() - 4);
@@ -111,8 +113,8 @@ TEST_CASE("a BPE checkpoint without a template chats in ChatML and stops at the 
   bare.bos = bare.eos = std::nullopt;
   auto plain = PromptCodec::for_tokenizer(checkpoint_cfg(4096), {fresh(bare), ""});
   REQUIRE(plain.ok());
-  CHECK((*plain)->prompt("hello", std::nullopt).ok());
-  auto chat = (*plain)->chat(codec_conversation(), std::nullopt);
+  CHECK((*plain)->prompt("hello", {}).ok());
+  auto chat = (*plain)->chat(codec_conversation(), {});
   REQUIRE_FALSE(chat.ok());
   CHECK(chat.error().code == protocol::ErrorCode::config_error);
 }

@@ -8,6 +8,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 
 #include "epd/model/image.hpp"
 
@@ -18,6 +19,12 @@ using ContentHash = std::array<uint8_t, 32>;
 // SHA-256 of a domain tag, the width and height (little-endian 32-bit) and the RGB raster; none only if
 // OpenSSL itself fails (the image is then simply not cached).
 std::optional<ContentHash> content_hash(const model::Image& image);
+
+// The identity of a request's images in order, as one model's tower sees them: the image's own hash when
+// it is one and `tower` is empty (the reference model), else SHA-256 over a domain tag, `tower` (which
+// mmproj) and every image's hash. None if any part is none.
+std::optional<ContentHash> images_hash(std::span<const std::optional<ContentHash>> images,
+                                       std::string_view tower);
 
 // The hash a peer sent (EMBED_META's content_hash): exactly 32 bytes, else none.
 std::optional<ContentHash> content_hash_from(std::span<const uint8_t> bytes);

@@ -44,6 +44,8 @@ struct ModelSection {
   // A model TOML file, or a Llama-family checkpoint (a Hugging Face directory, a .gguf or .safetensors
   // file); relative paths resolved against the cluster file.
   std::filesystem::path path;
+  // llama.cpp's mmproj GGUF of the checkpoint (its vision tower); relative to the cluster file.
+  std::filesystem::path mmproj;
   uint32_t threads = 1;  // compute threads of a checkpoint runner per model instance
 };
 

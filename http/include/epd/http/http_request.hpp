@@ -14,6 +14,7 @@ namespace epd::http {
 struct GenerateLimits {
   size_t max_prompt_bytes = 64 * 1024;
   size_t max_image_bytes = 16 * 1024 * 1024;  // decoded PPM
+  size_t max_images = 16;                     // images of one request
   uint32_t default_max_tokens = 16;
   uint32_t max_tokens_limit = 1024;  // max_tokens must be in 1..max_tokens_limit
   int max_json_depth = 32;           // nesting deeper than this is refused before it is built

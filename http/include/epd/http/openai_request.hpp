@@ -21,8 +21,8 @@ enum class Endpoint { completions, chat };
 
 struct Message {
   std::string role;  // "system", "developer", "user" or "assistant", as given
-  // The text parts joined with "\n" (a string content is one part). Where images stood between the parts
-  // is not kept.
+  // The text parts joined with "\n" (a string content is one part), each image as model::kImageMarker
+  // where it stood, with no "\n" next to it (as llama-server joins them).
   std::string text;
   std::vector<std::vector<uint8_t>> images;  // raw PNG/JPEG/PPM bytes from data: URIs, in order (user only)
 };

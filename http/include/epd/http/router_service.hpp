@@ -25,7 +25,9 @@ struct GenerateRequest {
   // and `messages` are unused.
   std::vector<uint32_t> prompt_tokens;
   std::vector<model::ChatTurn> messages;  // chat: the router applies the model's chat template
-  std::vector<uint8_t> image_ppm;         // binary PPM (P6); empty = no image
+  // Binary PPMs (P6), in order: a chat's images stand at the kImageMarker of their turns, a prompt's go
+  // before its text. None = no image.
+  std::vector<std::vector<uint8_t>> images_ppm;
   uint32_t max_tokens = 16;
   model::SamplingParams sampling;
   std::string request_id;  // X-Request-Id: written by every role in the log lines of this request's rooms

@@ -10,11 +10,20 @@
 
 namespace epd::model {
 
+// Where an image stands in a turn's text (llama.cpp's media marker): a model with an mmproj puts the image's
+// rows there; the reference model, whose one image always goes first, ignores the marker.
+inline constexpr std::string_view kImageMarker = "<__media__>";
+
 struct ChatTurn {
-  std::string role;  // "system", "user" or "assistant"
-  std::string text;
-  bool image = false;  // the turn carried an image (user turns only; at most one in a conversation)
+  std::string role;    // "system", "user" or "assistant"
+  std::string text;    // with one kImageMarker per image of the turn, where it stood
+  bool image = false;  // the turn carried an image (user turns only)
 };
+
+// `text` without its image markers.
+std::string without_image_markers(std::string_view text);
+// How many image markers the turns' texts hold.
+size_t count_image_markers(std::span<const ChatTurn> turns);
 
 // "<|im_start|>ROLE\nTEXT<|im_end|>\n" per turn, then "<|im_start|>assistant\n". Images leave no mark in the
 // text: the caller passes the one image to build_prompt, which puts its placeholders right after BOS.

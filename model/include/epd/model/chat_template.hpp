@@ -25,14 +25,16 @@ std::string_view chat_style_name(ChatStyle style);
 protocol::Result<ChatStyle> pick_chat_style(std::string_view jinja_template, const Tokenizer& tok);
 
 // One piece of a rendered conversation: a special token's spelling or plain text.
+// An image segment stands for the next image's tokens (its text is kImageMarker).
 struct ChatSegment {
   bool special = false;
   std::string text;
+  bool image = false;
 };
 
-// The conversation in the style's layout, ending where the assistant's answer starts. invalid_request for
-// no turns, an unknown role, an image (these models take none), and, for Llama-2, turns that do not
-// alternate user/assistant after an optional first system turn or that end with the assistant.
+// The conversation in the style's layout, ending where the assistant's answer starts; the turns' image
+// markers become image segments. invalid_request for no turns, an unknown role, and, for Llama-2, turns that
+// do not alternate user/assistant after an optional first system turn or that end with the assistant.
 protocol::Result<std::vector<ChatSegment>> render_chat_segments(ChatStyle style,
                                                                 std::span<const ChatTurn> turns,
                                                                 std::string_view bos, std::string_view eos);
@@ -41,8 +43,11 @@ protocol::Result<std::vector<ChatSegment>> render_chat_segments(ChatStyle style,
 protocol::Result<std::string> render_chat_text(ChatStyle style, std::span<const ChatTurn> turns,
                                                std::string_view bos, std::string_view eos);
 
-// Token ids of the conversation, ready for prefill. BOS/EOS spellings come from the tokenizer.
+// Token ids of the conversation, ready for prefill. BOS/EOS spellings come from the tokenizer. Image i's
+// tokens are images[i] (its layout, epd/model/mmproj.hpp); invalid_request if the turns hold another
+// number of image markers, or an image outside a user turn.
 protocol::Result<std::vector<TokenId>> encode_chat(const Tokenizer& tok, ChatStyle style,
-                                                   std::span<const ChatTurn> turns);
+                                                   std::span<const ChatTurn> turns,
+                                                   std::span<const std::vector<TokenId>> images = {});
 
 }  // namespace epd::model

@@ -34,6 +34,9 @@ struct ModelConfig {
   // shape fills the fields above; vocab is then the checkpoint's and the encoder fields are unused (no
   // vision tower). Empty: the seeded reference model.
   std::string checkpoint;
+  // Set (with a checkpoint): llama.cpp's mmproj GGUF of the checkpoint, its vision tower and projector
+  // (epd/model/mmproj.hpp). The encoder runs it through libmtmd; prefill places its rows.
+  std::string mmproj;
   uint32_t threads = 1;  // compute threads of a checkpoint runner (results do not depend on it)
 
   // KV bytes one token occupies in an f32 cache (all layers, K and V).

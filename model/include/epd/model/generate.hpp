@@ -45,11 +45,12 @@ struct GenerateResult {
 protocol::Result<GenerateResult> generate(ModelRunner& runner, std::string_view text, const Image* image,
                                           const GenerateOptions& opts);
 
-// The same from prompt token ids (no image): how checkpoint models run (their PromptCodec tokenizes). A
-// checkpoint's generation stops at opts.stop_tokens; `text` is filled only for the reference model's byte
-// vocabulary.
+// The same from prompt token ids: how checkpoint models run (their PromptCodec tokenizes, and lays out the
+// images, whose rows runner.encode() gives, in order). A checkpoint's generation stops at
+// opts.stop_tokens; `text` is filled only for the reference model's byte vocabulary.
 protocol::Result<GenerateResult> generate_tokens(ModelRunner& runner, std::vector<TokenId> prompt,
-                                                 const GenerateOptions& opts);
+                                                 const GenerateOptions& opts,
+                                                 std::span<const Image> images = {});
 
 // {"tokens":[...],"text":"...","prompt_tokens":N,"stopped_at_eos":B,"kv_digest":"hex","timings_ms":{...}};
 // the text is escaped so any byte sequence gives valid JSON (bytes >= 0x80 as \u00XX).

@@ -39,6 +39,9 @@ class LlamaRunner : public ModelRunner {
 // gives it; page_size and threads are cfg's). Errors: config_error naming a missing tensor, a tensor of the
 // wrong shape, an unsupported dtype or architecture, a truncated file; io_error for unreadable files.
 protocol::Result<std::unique_ptr<LlamaRunner>> make_llama_runner(const ModelConfig& cfg);
+// The same with `encoder` as its encode() (cfg.mmproj's tower, epd/model/vision.hpp).
+protocol::Result<std::unique_ptr<LlamaRunner>> make_llama_runner(const ModelConfig& cfg,
+                                                                 std::unique_ptr<ImageEncoder> encoder);
 
 // The OpenBLAS kernels prefill's sgemm runs (e.g. "SkylakeX"), as a runner selects them (docs/model.md).
 std::string prefill_blas_core();

@@ -4,6 +4,7 @@
 // codec is exactly build_prompt / render_chat / decode_text and kEos (its behaviour does not change); a
 // checkpoint's uses its own tokenizer and chat template (epd/model/tokenizer_load.hpp, chat_template.hpp).
 // Immutable once made: one codec serves every request of a process.
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -14,6 +15,7 @@
 #include "epd/model/chat.hpp"
 #include "epd/model/chat_template.hpp"
 #include "epd/model/config.hpp"
+#include "epd/model/mmproj.hpp"
 #include "epd/model/tokenizer.hpp"
 #include "epd/model/tokenizer_load.hpp"
 #include "epd/model/tokens.hpp"
@@ -29,14 +31,22 @@ class PromptCodec {
   static protocol::Result<std::shared_ptr<const PromptCodec>> for_tokenizer(const ModelConfig& cfg,
                                                                             LoadedTokenizer loaded);
 
-  // [BOS if the tokenizer adds it] + the text's tokens (special tokens not parsed: a client cannot type
-  // one). invalid_request: an image for a model without a vision tower, an empty prompt, a prompt that
-  // leaves no room for one generated token in cfg.max_seq.
-  protocol::Result<std::vector<TokenId>> prompt(std::string_view text, std::optional<ImageDims> image) const;
-  // The conversation in the model's chat template, ending where the assistant answers; same errors, and
-  // config_error when the checkpoint's template is of no supported family.
+  // [BOS if the tokenizer adds it] + the images' tokens + the text's tokens (special tokens not parsed: a
+  // client cannot type one), as llama.cpp lays out a prompt with its images in front. invalid_request: an
+  // image for a model without a vision tower (the reference model takes one), an empty prompt, a prompt
+  // that leaves no room for one generated token in cfg.max_seq.
+  protocol::Result<std::vector<TokenId>> prompt(std::string_view text,
+                                                std::span<const ImageDims> images) const;
+  // The conversation in the model's chat template, ending where the assistant answers, each image where
+  // its marker stands (ChatTurn); same errors, and config_error when the checkpoint's template is of no
+  // supported family.
   protocol::Result<std::vector<TokenId>> chat(std::span<const ChatTurn> turns,
-                                              std::optional<ImageDims> image) const;
+                                              std::span<const ImageDims> images) const;
+  // An image's tokens: its layout (mmproj.hpp) with the vocabulary's marker ids and image_token() rows.
+  // Only for a model with an mmproj.
+  protocol::Result<std::vector<TokenId>> image_tokens(ImageDims dims) const;
+  // The model's mmproj, if it has one.
+  const std::optional<MmprojInfo>& mmproj() const { return mmproj_; }
 
   // Generation ends at EOS and at the chat template's end-of-turn token (<|eot_id|>, <|im_end|>, ...).
   bool ends_generation(TokenId id) const;
@@ -50,6 +60,8 @@ class PromptCodec {
  private:
   PromptCodec() = default;
   protocol::Result<std::vector<TokenId>> fits(std::vector<TokenId> ids) const;
+  protocol::Status take_mmproj();
+  protocol::Status check_images(size_t n) const;
 
   ModelConfig cfg_;
   bool reference_ = true;
@@ -57,6 +69,8 @@ class PromptCodec {
   std::optional<ChatStyle> style_;
   protocol::Error style_error_;
   std::vector<TokenId> stops_;
+  std::optional<MmprojInfo> mmproj_;
+  std::map<std::string, TokenId, std::less<>> pieces_;  // the layout's marker tokens, by piece
   friend class GenerationText;
 };
 

@@ -23,7 +23,8 @@ struct Embeddings {
   std::vector<float> data;
 };
 
-// One prefill chunk: the tokens at positions [start, start + tokens.size()). Each kImage token takes the
+// One prefill chunk: the tokens at positions [start, start + tokens.size()). Each image token (kImage, or a
+// checkpoint's image_token()) takes the
 // next row of `embeddings` (rows for exactly the kImage tokens of this chunk, in order). `sampling` picks the
 // token after the chunk's last position as generated token 0 (only the last chunk's matters).
 struct PrefillChunk {
@@ -41,8 +42,9 @@ struct PrefillChunk {
 
 // The chunk [begin, end) of a full prompt, with the embedding rows of its image tokens (greedy sampling:
 // set `sampling` on the result).
+// `image`: the prompt's image placeholder (image_token(), epd/model/mmproj.hpp).
 PrefillChunk slice_prompt(std::span<const TokenId> prompt, std::span<const float> embeddings, uint32_t dim,
-                          uint32_t begin, uint32_t end);
+                          uint32_t begin, uint32_t end, TokenId image = kImage);
 
 // One sequence in a decode step: feed `last_token` at position `length` (its K/V go to that slot) and
 // predict the next token, generated token number `generated` (the draw's index: prefill's token was 0, so
@@ -68,6 +70,9 @@ class ImageEncoder {
   virtual ~ImageEncoder() = default;
   // Image -> one embedding row per image token (image_token_count rows of d_model for the reference model).
   virtual protocol::Result<Embeddings> encode(const Image& image) = 0;
+  // Which tower this is, for cache keys: empty for the reference model's (its config says it all), the
+  // mmproj file's identity for libmtmd's.
+  virtual std::string tower() const { return {}; }
 };
 
 // The encoder of the model a config names: the reference model's vision encoder, or, for a checkpoint

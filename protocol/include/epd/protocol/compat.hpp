@@ -13,8 +13,10 @@
 namespace epd::protocol {
 
 // 4: the first revision HELLO carries (revisions before it were never numbered on the wire).
-inline constexpr uint32_t kProtocolRevision = 4;
-inline constexpr uint32_t kOldestProtocolRevision = 4;
+// 5: SUBMIT carries a list of images (`images`, several per request) instead of one (`image`); a revision-4
+//    peer would drop them.
+inline constexpr uint32_t kProtocolRevision = 5;
+inline constexpr uint32_t kOldestProtocolRevision = 5;
 
 struct Incompatibility {
   enum class Kind { protocol, model };

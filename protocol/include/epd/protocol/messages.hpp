@@ -541,9 +541,10 @@ struct Submit {
   static constexpr std::string_view kName = "SUBMIT";
   uint64_t room = 0;
   uint32_t attempt = 0;
-  std::vector<uint32_t> prompt;  // token ids, with IMAGE placeholders where embeddings go
-  std::vector<uint8_t> image;    // binary PPM (P6); empty = text only
-  uint32_t image_tokens = 0;
+  std::vector<uint32_t> prompt;  // token ids, with image placeholders where embedding rows go
+  // Binary PPMs (P6), in prompt order; none = text only. The encoder returns their rows concatenated.
+  std::vector<std::vector<uint8_t>> images;
+  uint32_t image_tokens = 0;  // image placeholders in the prompt: rows of all images
   uint32_t max_tokens = 0;
   std::string encoder;  // instance ids of the room's path
   std::string prefill;
@@ -560,7 +561,7 @@ struct Submit {
     v.req("room", s.room);
     v.opt("attempt", s.attempt);
     v.opt("prompt", s.prompt);
-    v.opt("image", s.image);
+    v.opt("images", s.images);
     v.opt("image_tokens", s.image_tokens);
     v.opt("max_tokens", s.max_tokens);
     v.opt("encoder", s.encoder);

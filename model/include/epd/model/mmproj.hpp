@@ -1,0 +1,63 @@
+#pragma once
+// llama.cpp's mmproj files (a vision tower and its projector, as `llama-server --mmproj` takes them) as far
+// as epd reads them itself: the metadata that decides which projectors epd serves and where an image's rows
+// go in a prompt. Only the header is read (no weights): the router computes a prompt's layout from it, and
+// the encoder, which runs the file through libmtmd (model/src/vision), checks every image against mtmd's
+// own tokenizer.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "epd/model/config.hpp"
+#include "epd/model/tokens.hpp"
+#include "epd/protocol/result.hpp"
+
+namespace epd::model {
+
+// The projectors whose layout epd computes: LLaVA's MLP ("mlp", a fixed-size image, no markers) and
+// SmolVLM's Idefics3 ("idefics3", tiles with row/column markers and an overview).
+enum class Projector { mlp, idefics3 };
+
+struct MmprojInfo {
+  std::string path;
+  Projector projector = Projector::mlp;
+  std::string projector_name;  // as the file spells it
+  uint32_t image_size = 0;     // the tower's input side (idefics3: a tile's)
+  uint32_t patch_size = 0;
+  uint32_t scale_factor = 1;     // idefics3's pixel shuffle
+  uint32_t longest_edge = 0;     // idefics3's clip.vision.preproc_image_size
+  uint32_t embedding_width = 0;  // the projector's output: must be the language model's d_model
+  uint32_t rows_per_image = 0;   // rows of one image (mlp) or of one tile (idefics3)
+};
+
+// Reads and checks the header: a vision tower (no audio), a projector epd serves without what it lacks
+// (config_error naming it: M-RoPE projectors such as Qwen2-VL's, non-causal ones such as Gemma 3's, LLaVA's
+// anyres pinpoints, audio), and shapes that give whole patches.
+protocol::Result<MmprojInfo> read_mmproj_info(const std::string& path);
+
+// The pair must fit: the projector's width is the language model's d_model (config_error naming both).
+protocol::Status check_mmproj_pair(const MmprojInfo& info, const ModelConfig& lm);
+
+// An image's stretch of a prompt, as mtmd_tokenize lays it out: special tokens named by their exact piece
+// (looked up in the vocabulary as libmtmd looks them up) and runs of image rows, in order.
+struct LayoutItem {
+  std::string piece;  // a token's text ("<fake_token_around_image>", "\n"); empty for a run of rows
+  uint32_t rows = 0;  // image embedding rows (one chunk: the image, a tile or the overview)
+};
+
+// The layout of one image of width x height pixels; invalid_request for an image libmtmd cannot lay out
+// (Idefics3: so long and thin that a side scales to 0 pixels).
+protocol::Result<std::vector<LayoutItem>> image_layout(const MmprojInfo& info, ImageDims dims);
+
+// Rows of all runs of a layout.
+uint32_t layout_rows(const std::vector<LayoutItem>& layout);
+
+// cfg (a checkpoint) with `path` as its mmproj; an image may then take up to min(max_seq, 4096) rows.
+ModelConfig with_mmproj(ModelConfig cfg, std::string path);
+
+// The placeholder id of an image row in a prompt: kImage for the reference model, the first id past the
+// vocabulary for a checkpoint with an mmproj (no text token has it), none for a text-only checkpoint.
+std::optional<TokenId> image_token(const ModelConfig& cfg);
+
+}  // namespace epd::model

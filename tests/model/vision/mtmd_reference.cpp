@@ -1,0 +1,246 @@
+// epd-mtmd-reference: llama.cpp itself (libllama + libmtmd) running one multimodal prompt, the oracle of
+// epd's vision pipeline. Tokenizes the templated prompt with mtmd (one <__media__> marker per image),
+// evaluates its chunks, decodes greedily and prints one JSON object on stdout; llama.cpp's warnings and
+// errors go to stderr.
+//
+//   epd-mtmd-reference --model LM.gguf --mmproj MMPROJ.gguf [--image FILE]... --prompt TEXT [-n N]
+//                      [--threads T] [--embeddings OUT.bin]
+//
+// Output: {"layout": [{"type":"text","tokens":[ids]} | {"type":"image","tokens":N,"id":SHA-256 of the image
+// file}...], "n_past": the prompt's positions, "generated": [ids] (greedy, stops before an end-of-generation
+// token), "encode_us": [per image chunk], "ttft_us": from the prompt's first chunk to the first token}.
+// --embeddings writes every image chunk's encoder output in chunk order: int32 n_rows, int32 n_embd, then
+// float32[n_rows][n_embd].
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <ggml-backend.h>
+#include <llama-cpp.h>
+#include <mtmd-helper.h>
+#include <mtmd.h>
+#include <nlohmann/json.hpp>
+
+namespace {
+
+struct Args {
+  std::string model, mmproj, prompt, embeddings;
+  std::vector<std::string> images;
+  int n_predict = 16;
+  int threads = 2;
+};
+
+[[noreturn]] void fail(const std::string& message) {
+  throw std::runtime_error(message);
+}
+
+std::string existing_file(const std::string& path) {
+  if (!std::filesystem::is_regular_file(path)) fail("no such file: " + path);
+  return path;
+}
+
+int to_int(const std::string& flag, const std::string& value) {
+  size_t used = 0;
+  int n = -1;
+  try {
+    n = std::stoi(value, &used);
+  } catch (const std::exception&) {
+  }
+  if (used != value.size() || n < 0) fail(flag + " takes a non-negative integer, not '" + value + "'");
+  return n;
+}
+
+Args parse_args(int argc, char** argv) {
+  Args args;
+  bool has_prompt = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (i + 1 >= argc) fail("missing value after " + flag);
+    const std::string value = argv[++i];
+    if (flag == "--model")
+      args.model = existing_file(value);
+    else if (flag == "--mmproj")
+      args.mmproj = existing_file(value);
+    else if (flag == "--image")
+      args.images.push_back(existing_file(value));
+    else if (flag == "--prompt")
+      args.prompt = value, has_prompt = true;
+    else if (flag == "-n")
+      args.n_predict = to_int(flag, value);
+    else if (flag == "--threads")
+      args.threads = to_int(flag, value);
+    else if (flag == "--embeddings")
+      args.embeddings = value;
+    else
+      fail("unknown argument: " + flag);
+  }
+  if (args.model.empty() || args.mmproj.empty() || !has_prompt)
+    fail("--model, --mmproj and --prompt are required");
+  if (args.threads < 1) fail("--threads must be at least 1");
+  return args;
+}
+
+// llama.cpp's warnings and errors to stderr, its info and debug chatter dropped.
+void log_to_stderr(ggml_log_level level, const char* text, void*) {
+  static ggml_log_level last = GGML_LOG_LEVEL_NONE;
+  if (level != GGML_LOG_LEVEL_CONT) last = level;
+  if (last >= GGML_LOG_LEVEL_WARN) std::fputs(text, stderr);
+}
+
+size_t count_markers(const std::string& prompt) {
+  const std::string marker = mtmd_default_marker();
+  size_t n = 0;
+  for (size_t at = prompt.find(marker); at != std::string::npos; at = prompt.find(marker, at + marker.size()))
+    ++n;
+  return n;
+}
+
+int64_t micros_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start)
+      .count();
+}
+
+int run(const Args& args) {
+  if (count_markers(args.prompt) != args.images.size())
+    fail("the prompt has " + std::to_string(count_markers(args.prompt)) + " " + mtmd_default_marker() +
+         " markers for " + std::to_string(args.images.size()) + " images");
+  llama_log_set(log_to_stderr, nullptr);
+  mtmd_helper_log_set(log_to_stderr, nullptr);
+  ggml_backend_load_all_from_path(EPD_GGML_DIR);  // the CPU back end is a separate libggml-cpu-<isa>.so
+
+  llama_model_params model_params = llama_model_default_params();
+  model_params.n_gpu_layers = 0;
+  llama_model_ptr model(llama_model_load_from_file(args.model.c_str(), model_params));
+  if (!model) fail("cannot load model " + args.model);
+  const llama_vocab* vocab = llama_model_get_vocab(model.get());
+
+  mtmd_context_params mtmd_params = mtmd_context_params_default();
+  mtmd_params.use_gpu = false;
+  mtmd_params.print_timings = false;
+  mtmd_params.warmup = false;
+  mtmd_params.n_threads = args.threads;
+  mtmd::context_ptr mctx(mtmd_init_from_file(args.mmproj.c_str(), model.get(), mtmd_params));
+  if (!mctx) fail("cannot load mmproj " + args.mmproj);
+
+  std::vector<mtmd::bitmap_ptr> bitmaps;
+  std::vector<const mtmd_bitmap*> bitmap_views;
+  for (const std::string& path : args.images) {
+    mtmd_helper_bitmap_wrapper loaded =
+        mtmd_helper_bitmap_init_from_file(mctx.get(), path.c_str(), false, mtmd_helper_init_opt_default());
+    if (!loaded.bitmap) fail("cannot decode image " + path);
+    bitmaps.emplace_back(loaded.bitmap);
+    bitmap_views.push_back(loaded.bitmap);
+  }
+
+  const mtmd_input_text text{args.prompt.c_str(), args.prompt.size(), /*add_special=*/true,
+                             /*parse_special=*/true};
+  mtmd::input_chunks_ptr chunks(mtmd_input_chunks_init());
+  const int32_t tokenized =
+      mtmd_tokenize(mctx.get(), chunks.get(), &text, bitmap_views.data(), bitmap_views.size());
+  if (tokenized != 0) fail("mtmd_tokenize failed (" + std::to_string(tokenized) + ")");
+
+  const size_t n_chunks = mtmd_input_chunks_size(chunks.get());
+  if (n_chunks == 0 || mtmd_input_chunk_get_type(mtmd_input_chunks_get(chunks.get(), n_chunks - 1)) !=
+                           MTMD_INPUT_CHUNK_TYPE_TEXT)
+    fail("the prompt must end with text after its last image");
+  nlohmann::json layout = nlohmann::json::array();
+  size_t largest_chunk = 1;
+  for (size_t i = 0; i < n_chunks; ++i) {
+    const mtmd_input_chunk* chunk = mtmd_input_chunks_get(chunks.get(), i);
+    if (mtmd_input_chunk_get_type(chunk) == MTMD_INPUT_CHUNK_TYPE_TEXT) {
+      size_t n = 0;
+      const llama_token* tokens = mtmd_input_chunk_get_tokens_text(chunk, &n);
+      layout.push_back({{"type", "text"}, {"tokens", std::vector<llama_token>(tokens, tokens + n)}});
+    } else {
+      const size_t n = mtmd_input_chunk_get_n_tokens(chunk);
+      layout.push_back({{"type", "image"}, {"tokens", n}, {"id", mtmd_input_chunk_get_id(chunk)}});
+      largest_chunk = std::max(largest_chunk, n);
+    }
+  }
+
+  // One batch (and micro-batch) holds a whole image chunk: non-causal projectors need it in one piece.
+  const auto n_batch = static_cast<uint32_t>(std::max<size_t>(512, largest_chunk));
+  llama_context_params ctx_params = llama_context_default_params();
+  ctx_params.n_ctx = static_cast<uint32_t>(mtmd_helper_get_n_pos(chunks.get()) + args.n_predict + 16);
+  ctx_params.n_batch = ctx_params.n_ubatch = n_batch;
+  ctx_params.n_threads = ctx_params.n_threads_batch = args.threads;
+  llama_context_ptr lctx(llama_init_from_model(model.get(), ctx_params));
+  if (!lctx) fail("cannot create the llama context");
+
+  // Chunk by chunk, so that each image's encode is timed and its embeddings can be kept.
+  const int n_embd = llama_model_n_embd_inp(model.get());
+  std::vector<float> embeddings;
+  std::vector<int64_t> encode_us;
+  llama_pos n_past = 0;
+  const auto start = std::chrono::steady_clock::now();
+  for (size_t i = 0; i < n_chunks; ++i) {
+    const mtmd_input_chunk* chunk = mtmd_input_chunks_get(chunks.get(), i);
+    llama_pos new_n_past = n_past;
+    int32_t status = 0;
+    if (mtmd_input_chunk_get_type(chunk) == MTMD_INPUT_CHUNK_TYPE_TEXT) {
+      status = mtmd_helper_eval_chunk_single(mctx.get(), lctx.get(), chunk, n_past, 0, n_batch,
+                                             i + 1 == n_chunks, &new_n_past);
+    } else {
+      const auto encode_start = std::chrono::steady_clock::now();
+      if (mtmd_encode_chunk(mctx.get(), chunk) != 0) fail("cannot encode image chunk " + std::to_string(i));
+      encode_us.push_back(micros_since(encode_start));
+      float* embd = mtmd_get_output_embd(mctx.get());
+      if (!args.embeddings.empty())
+        embeddings.insert(embeddings.end(), embd, embd + mtmd_input_chunk_get_n_tokens(chunk) * n_embd);
+      status = mtmd_helper_decode_image_chunk(mctx.get(), lctx.get(), chunk, embd, n_past, 0, n_batch,
+                                              &new_n_past, nullptr, nullptr);
+    }
+    if (status != 0) fail("cannot evaluate chunk " + std::to_string(i) + " (" + std::to_string(status) + ")");
+    n_past = new_n_past;
+  }
+
+  // Greedy decoding: the argmax of the last logits, until -n tokens or an end-of-generation token.
+  const int n_vocab = llama_vocab_n_tokens(vocab);
+  std::vector<llama_token> generated;
+  int64_t ttft_us = 0;
+  for (int step = 0; step < args.n_predict; ++step) {
+    const float* logits = llama_get_logits_ith(lctx.get(), -1);
+    if (!logits) fail("no logits after decoding");
+    llama_token token = static_cast<llama_token>(std::max_element(logits, logits + n_vocab) - logits);
+    if (step == 0) ttft_us = micros_since(start);
+    if (llama_vocab_is_eog(vocab, token)) break;
+    generated.push_back(token);
+    if (step + 1 == args.n_predict) break;
+    llama_batch batch = llama_batch_get_one(&token, 1);
+    if (llama_decode(lctx.get(), batch) != 0) fail("llama_decode failed at step " + std::to_string(step));
+  }
+
+  if (!args.embeddings.empty()) {
+    std::ofstream out(args.embeddings, std::ios::binary);
+    const int32_t header[2] = {static_cast<int32_t>(embeddings.size() / n_embd), n_embd};
+    out.write(reinterpret_cast<const char*>(header), sizeof header);
+    out.write(reinterpret_cast<const char*>(embeddings.data()),
+              static_cast<std::streamsize>(embeddings.size() * sizeof(float)));
+    if (!out) fail("cannot write " + args.embeddings);
+  }
+  const nlohmann::json result = {{"layout", layout},
+                                 {"n_past", n_past},
+                                 {"generated", generated},
+                                 {"encode_us", encode_us},
+                                 {"ttft_us", ttft_us}};
+  std::cout << result.dump() << std::endl;
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(parse_args(argc, argv));
+  } catch (const std::exception& e) {
+    std::cerr << "epd-mtmd-reference: " << e.what() << std::endl;
+    return 1;
+  }
+}

@@ -1,0 +1,212 @@
+#include "vision_fixture.hpp"
+
+#include <cmath>
+#include <span>
+#include <system_error>
+#include <vector>
+
+#include "epd/model/rng.hpp"
+#include "gguf_writer.hpp"
+#include "llama_checkpoint.hpp"
+
+namespace epd::model::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+protocol::Error bad(const std::string& what) {
+  return protocol::make_error(protocol::ErrorCode::invalid_request, "vision fixture: " + what);
+}
+
+// Writes the mmproj's tensors with deterministic uniform values, one stream per tensor.
+class TensorMaker {
+ public:
+  TensorMaker(GgufWriter& w, uint64_t seed, bool f16) : w_(w), seed_(seed), f16_(f16) {}
+
+  // A matrix [out, in] (ggml ne = {in, out}), uniform with variance gain^2 / fan_in.
+  void matrix(const std::string& name, uint64_t in, uint64_t out, float gain) {
+    auto v = values(in * out, gain * std::sqrt(3.0f / static_cast<float>(in)));
+    if (f16_)
+      w_.add_f16(name, {in, out}, v);
+    else
+      w_.add_f32(name, {in, out}, v);
+  }
+  // A vector of `n` values center + uniform(-a, a), f32.
+  void vec(const std::string& name, uint64_t n, float center, float a) {
+    auto v = values(n, a);
+    for (float& x : v) x += center;
+    w_.add_f32(name, {n}, v);
+  }
+  // Any f32 tensor (ggml order ne), uniform(-a, a).
+  void f32(const std::string& name, std::vector<uint64_t> ne, float a) {
+    uint64_t n = 1;
+    for (uint64_t d : ne) n *= d;
+    w_.add_f32(name, std::move(ne), values(n, a));
+  }
+  // A LayerNorm: gains near 1, small biases.
+  void layer_norm(const std::string& prefix, uint64_t n) {
+    vec(prefix + ".weight", n, 1.0f, 0.1f);
+    vec(prefix + ".bias", n, 0.0f, 0.05f);
+  }
+
+ private:
+  std::vector<float> values(uint64_t n, float a) {
+    SplitMix64 rng = tensor_stream(seed_, ++tag_);
+    std::vector<float> v(n);
+    for (float& x : v) x = rng.uniform_pm1() * a;
+    return v;
+  }
+  GgufWriter& w_;
+  uint64_t seed_;
+  bool f16_;
+  uint64_t tag_ = 0;
+};
+
+bool is_idefics3(const VisionSpec& s) {
+  return s.projector == "idefics3";
+}
+
+protocol::Status write_mmproj(const VisionSpec& s, const VisionLayout& l, const fs::path& path) {
+  const bool sig = is_idefics3(s);
+  const uint64_t d = s.vision_width, ff = s.vision_ffn, out = l.output_width;
+  const uint64_t side = l.image_size / l.patch_size, n_pos = side * side;
+  GgufWriter w;
+  w.set_string("general.architecture", "clip");
+  w.set_string("general.type", "mmproj");
+  w.set_string("general.name", sig ? "epd-test-smolvlm-mmproj" : "epd-test-llava-mmproj");
+  w.set_u32("general.file_type", s.f16_matrices ? 1 : 0);
+  w.set_bool("clip.has_vision_encoder", true);
+  w.set_string("clip.projector_type", s.projector);
+  w.set_bool("clip.use_gelu", sig);  // SigLIP: GELU; CLIP: quick GELU
+  w.set_u32("clip.vision.image_size", l.image_size);
+  w.set_u32("clip.vision.patch_size", l.patch_size);
+  w.set_u32("clip.vision.embedding_length", s.vision_width);
+  w.set_u32("clip.vision.feed_forward_length", s.vision_ffn);
+  w.set_u32("clip.vision.block_count", s.vision_layers);
+  w.set_u32("clip.vision.attention.head_count", s.vision_heads);
+  w.set_f32("clip.vision.attention.layer_norm_epsilon", sig ? 1e-6f : 1e-5f);
+  w.set_u32("clip.vision.projection_dim", l.output_width);
+  const float clip_mean[] = {0.48145466f, 0.4578275f, 0.40821073f};
+  const float clip_std[] = {0.26862954f, 0.26130258f, 0.27577711f};
+  const float half[] = {0.5f, 0.5f, 0.5f};
+  w.set_f32s("clip.vision.image_mean", std::span<const float>(sig ? half : clip_mean, 3));
+  w.set_f32s("clip.vision.image_std", std::span<const float>(sig ? half : clip_std, 3));
+  if (sig) {
+    w.set_u32("clip.vision.projector.scale_factor", l.scale_factor);
+    w.set_u32("clip.vision.preproc_image_size", l.preproc_image_size);
+  }
+
+  TensorMaker t(w, s.seed, s.f16_matrices);
+  const uint64_t p = l.patch_size;
+  // Patch embedding: a conv kernel, ggml ne = {p, p, 3, d}; normalized pixels are O(1).
+  t.f32("v.patch_embd.weight", {p, p, 3, d}, std::sqrt(3.0f / static_cast<float>(3 * p * p)));
+  if (sig) t.vec("v.patch_embd.bias", d, 0.0f, 0.05f);
+  t.f32("v.position_embd.weight", {d, n_pos}, 0.5f);
+  if (!sig) t.layer_norm("v.pre_ln", d);
+  for (uint32_t i = 0; i < s.vision_layers; ++i) {
+    const std::string b = "v.blk." + std::to_string(i) + ".";
+    t.layer_norm(b + "ln1", d);
+    for (const std::string m : {"attn_q", "attn_k", "attn_v"}) {
+      t.matrix(b + m + ".weight", d, d, m == "attn_v" ? 1.0f : 1.5f);  // q, k: attention not uniform
+      t.vec(b + m + ".bias", d, 0.0f, 0.05f);
+    }
+    t.matrix(b + "attn_out.weight", d, d, 0.7f);
+    t.vec(b + "attn_out.bias", d, 0.0f, 0.05f);
+    t.layer_norm(b + "ln2", d);
+    t.matrix(b + "ffn_up.weight", d, ff, 1.0f);
+    t.vec(b + "ffn_up.bias", ff, 0.0f, 0.05f);
+    t.matrix(b + "ffn_down.weight", ff, d, 0.7f);
+    t.vec(b + "ffn_down.bias", d, 0.0f, 0.05f);
+  }
+  if (sig) {
+    t.layer_norm("v.post_ln", d);
+    const uint64_t in = d * l.scale_factor * l.scale_factor;
+    t.matrix("mm.model.fc.weight", in, out, 0.6f);  // rows of about the token embeddings' norm
+  } else {
+    // The residual stream is not normalized at the end (no post_ln): scale the first projection down.
+    t.matrix("mm.0.weight", d, out, 0.5f);
+    t.vec("mm.0.bias", out, 0.0f, 0.05f);
+    t.matrix("mm.2.weight", out, out, 1.0f);
+    t.vec("mm.2.bias", out, 0.0f, 0.05f);
+  }
+  return w.write(path.string());
+}
+
+}  // namespace
+
+protocol::Result<VisionLayout> vision_layout(const VisionSpec& s) {
+  const bool sig = is_idefics3(s);
+  VisionLayout l;
+  l.image_size = s.image_size ? s.image_size : sig ? 32 : 112;
+  l.patch_size = s.patch_size ? s.patch_size : sig ? 8 : 14;
+  l.scale_factor = sig ? s.scale_factor : 1;
+  l.preproc_image_size = sig ? (s.preproc_image_size ? s.preproc_image_size : 2 * l.image_size) : 0;
+  l.output_width = s.projector_width ? s.projector_width : s.lm_width;
+  if (l.patch_size == 0 || l.image_size % l.patch_size != 0)
+    return bad("image_size must be a multiple of patch_size");
+  const uint32_t side = l.image_size / l.patch_size;
+  if (l.scale_factor == 0 || side % l.scale_factor != 0 || (sig && l.scale_factor < 2))
+    return bad("idefics3 needs scale_factor >= 2 dividing image_size / patch_size");
+  if (s.vision_heads == 0 || s.vision_width % s.vision_heads != 0 || s.vision_ffn == s.vision_width ||
+      s.vision_layers < 2 || l.output_width == 0)
+    return bad("bad vision tower shape");
+  l.rows_per_chunk = side * side / (l.scale_factor * l.scale_factor);
+  return l;
+}
+
+TileGrid tile_grid(const VisionLayout& l, uint32_t width, uint32_t height) {
+  if (l.preproc_image_size == 0 || width == 0 || height == 0) return {};
+  // libmtmd's mtmd_image_preprocessor_idefics3: longest edge to L, the other by the aspect ratio (int
+  // truncation, then rounded up to even), then each side up to whole tiles.
+  const int edge = static_cast<int>(l.preproc_image_size);
+  const double aspect = static_cast<double>(width) / height;
+  int w, h;
+  if (width >= height) {
+    w = edge;
+    h = static_cast<int>(edge / aspect);
+    h += h % 2;
+  } else {
+    h = edge;
+    w = static_cast<int>(edge * aspect);
+    w += w % 2;
+  }
+  const int t = static_cast<int>(l.image_size);
+  return {static_cast<uint32_t>((w + t - 1) / t), static_cast<uint32_t>((h + t - 1) / t)};
+}
+
+protocol::Result<VisionModelPaths> write_vision_model(const VisionSpec& spec, const fs::path& dir) {
+  auto layout = vision_layout(spec);
+  if (!layout) return layout.error();
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return bad("cannot create " + dir.string() + ": " + ec.message());
+
+  CheckpointSpec lm;
+  lm.d_model = spec.lm_width;
+  lm.layers = spec.lm_layers;
+  lm.heads = spec.lm_heads;
+  lm.kv_heads = spec.lm_kv_heads;
+  lm.ffn = 3 * spec.lm_width;
+  lm.context = spec.lm_context;
+  lm.seed = spec.seed + 1;
+  lm.chat = true;
+  lm.gguf_file_type = spec.lm_file_type;
+  lm.write_hf = false;
+  lm.extra_special_tokens = {"<fake_token_around_image>", "<global-img>"};
+  for (int y = 1; y <= 6; ++y)
+    for (int x = 1; x <= 6; ++x)
+      lm.extra_special_tokens.push_back("<row_" + std::to_string(y) + "_col_" + std::to_string(x) + ">");
+  lm.extra_tokens = {"\n\n"};
+  // The checkpoint writer names its file model.gguf: write it in a scratch folder, then move it.
+  const fs::path scratch = dir / ".lm-tmp";
+  auto written = write_llama_checkpoint(lm, scratch);
+  if (!written) return written.error();
+  VisionModelPaths paths{(dir / "lm.gguf").string(), (dir / "mmproj.gguf").string()};
+  fs::rename(written->gguf, paths.lm, ec);
+  if (ec) return bad("cannot move " + written->gguf + ": " + ec.message());
+  fs::remove_all(scratch, ec);
+  if (auto st = write_mmproj(spec, *layout, paths.mmproj); !st) return st.error();
+  return paths;
+}
+
+}  // namespace epd::model::testing

@@ -1,0 +1,104 @@
+#pragma once
+// A random-weight multimodal pair as llama.cpp's libmtmd loads it: a small Llama language model GGUF and an
+// "mmproj" GGUF (vision tower + projector), deterministic from a seed, in one of two layouts:
+//
+// "mlp" (LLaVA-1.5): a CLIP ViT (patch embedding without bias, learned positions, pre-LayerNorm, quick-GELU
+//   blocks, no post-LayerNorm, NO class embedding: this llama.cpp appends CLS after the patches while its
+//   positions assume it first, so the file has none and the graph then uses every position as a patch) and
+//   the projector mm.0 (vision width -> out) + GELU + mm.2 (out -> out). No image_grid_pinpoints and no
+//   clip.vision.feature_layer: llama.cpp runs the first vision_layers-1 blocks (LLaVA's second-to-last
+//   layer; the last block is in the file but unused). An image of any size is resized to
+//   image_size x image_size (default 112, patch 14): (image_size/patch_size)^2 = 64 rows, no marker tokens.
+//
+// "idefics3" (SmolVLM): a SigLIP-like ViT (patch embedding with bias, learned positions, no pre-LayerNorm,
+//   GELU blocks, post-LayerNorm), pixel shuffle by clip.vision.projector.scale_factor s, then
+//   mm.model.fc.weight (no bias). One tile is image_size x image_size (default 32, patch 8, s = 2):
+//   (image_size/patch_size)^2 / s^2 = 4 rows a tile. clip.vision.preproc_image_size L (default
+//   2 x image_size = 64) is the longest edge an image is resized to: for W >= H the resized image is
+//   L x h with h = int(L / (W/H)) rounded up to even, else w x L likewise; the grid is
+//   ceil(width/image_size) columns x ceil(height/image_size) rows of tiles, plus one overview (the whole
+//   image at image_size). So with the defaults: a square image -> 2 x 2 tiles + overview = 5 chunks, 20
+//   rows; 2:1 landscape -> 2 x 1 + overview = 3 chunks, 12 rows; 1:2 portrait -> 1 x 2 + overview. A grid
+//   of 1 x 1 still gives a tile plus the overview. mtmd's token layout (libmtmd, ov_img_first = false):
+//     for each row y = 1..R: for each column x = 1..C: "<fake_token_around_image><row_y_col_x>" (text
+//       tokenized with specials parsed: two control tokens), the tile's rows;
+//       "\n" after every row but the last;
+//     then "\n\n" "<fake_token_around_image>" "<global-img>", the overview's rows,
+//     "<fake_token_around_image>".
+//   That is (C R + 1) chunks of rows and 2 C R + (R - 1) + 4 marker tokens.
+//
+// Checked with llama.cpp v0.5.0's llama-mtmd-cli: both layouts load and generate; a pair whose
+// projector_width differs from lm_width is refused ("mismatch between text model (n_embd = 64) and mmproj
+// (n_embd = 96)"); "no_such_projector" is refused ("unknown projector type"); "qwen2vl_merger" (a type
+// llama.cpp knows, with the mlp tensors) crashes it (SIGSEGV while encoding): refuse it before libmtmd.
+//
+// The language model (CheckpointSpec, GGUF only, file lm.gguf): width lm_width, ChatML chat template, and
+// this vocabulary (SentencePiece "llama" model, vocab 384): 0 <unk>, 1 <s>, 2 </s>, 3..258 byte tokens
+// <0x00>..<0xFF> ("\n" is <0x0A> = id 13: mtmd finds "\n" by comparing token_to_piece(id, special=true), the
+// first id whose piece is exactly "\n"), 259 <|im_start|>, 260 <|im_end|> (control), 261
+// <fake_token_around_image>, 262 <global-img>, 263 + 6(Y-1) + (X-1) <row_Y_col_X> for Y, X in 1..6 (control,
+// 263..298), 299 "\n\n" (a normal piece), then word pieces "▁w<id>". Both layouts' LMs have these tokens.
+//
+// Tensor types: norms, biases, patch and position embeddings f32; the blocks' and projector's matrices f16
+// (f32 with f16_matrices = false). Weights are uniform with fan-in scaling (activations of order 1).
+#include <cstdint>
+#include <filesystem>
+#include <string>
+
+#include "epd/protocol/result.hpp"
+
+namespace epd::model::testing {
+
+struct VisionSpec {
+  // "mlp" (LLaVA) | "idefics3" (SmolVLM); any other string is written as is as clip.projector_type, with
+  // the mlp layout's tensors (for tests of refusal: "qwen2vl_merger", "no_such_projector").
+  std::string projector = "mlp";
+  uint32_t lm_width = 64;            // the LM's d_model
+  uint32_t projector_width = 0;      // the mmproj's output width; 0 = lm_width (else a mismatched pair)
+  std::string lm_file_type = "f32";  // as CheckpointSpec::gguf_file_type
+  uint64_t seed = 11;                // the mmproj's weights; the LM's are from seed + 1
+  uint32_t lm_layers = 2;
+  uint32_t lm_heads = 4;
+  uint32_t lm_kv_heads = 2;
+  uint32_t lm_context = 1024;
+  // The vision tower. 0 = the layout's default (image_size: mlp 112, idefics3 32; patch_size: mlp 14,
+  // idefics3 8; preproc_image_size: 2 x image_size).
+  uint32_t vision_width = 32;
+  uint32_t vision_heads = 2;
+  uint32_t vision_ffn = 80;  // must differ from vision_width (llama.cpp swaps up/down of old files if equal)
+  uint32_t vision_layers = 3;
+  uint32_t image_size = 0;
+  uint32_t patch_size = 0;
+  uint32_t scale_factor = 2;        // idefics3 only
+  uint32_t preproc_image_size = 0;  // idefics3 only
+  bool f16_matrices = true;
+};
+
+// The numbers of a spec with defaults resolved.
+struct VisionLayout {
+  uint32_t image_size = 0;  // mlp: the image; idefics3: a tile
+  uint32_t patch_size = 0;
+  uint32_t scale_factor = 1;        // 1 for mlp
+  uint32_t preproc_image_size = 0;  // 0 for mlp
+  uint32_t rows_per_chunk = 0;      // mlp: an image's rows; idefics3: a tile's (and the overview's)
+  uint32_t output_width = 0;        // the projector's output width
+};
+protocol::Result<VisionLayout> vision_layout(const VisionSpec& spec);
+
+// idefics3: the tile grid of a W x H image (columns, rows), as libmtmd's preprocessor computes it (the
+// overview comes on top); a side of 0 (aspect ratio beyond L:1, e.g. 1000 x 10) is an image libmtmd refuses
+// ("resize target 64x0 is out of range"). mlp: 1 x 1.
+struct TileGrid {
+  uint32_t cols = 1, rows = 1;
+};
+TileGrid tile_grid(const VisionLayout& layout, uint32_t width, uint32_t height);
+
+struct VisionModelPaths {
+  std::string lm;      // dir/lm.gguf
+  std::string mmproj;  // dir/mmproj.gguf
+};
+
+protocol::Result<VisionModelPaths> write_vision_model(const VisionSpec& spec,
+                                                      const std::filesystem::path& dir);
+
+}  // namespace epd::model::testing

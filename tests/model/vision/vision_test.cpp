@@ -1,0 +1,206 @@
+// llama.cpp's multimodal library as the oracle of epd's vision path, on random LLaVA ("mlp") and SmolVLM
+// ("idefics3") pairs: the prompt epd lays out for text + images is token for token the one mtmd_tokenize
+// lays out (BOS, template, markers, each image's rows), the encoder's rows are libmtmd's, and the greedy
+// answer is llama.cpp's (libllama + libmtmd, epd-mtmd-reference), colocated and with decode in another KV
+// layout. Files epd does not serve are refused at start, naming what is missing.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+
+#include "epd/model/chat_template.hpp"
+#include "epd/model/generate.hpp"
+#include "epd/model/llama.hpp"
+#include "epd/model/mmproj.hpp"
+#include "epd/model/prompt_codec.hpp"
+#include "epd/model/vision.hpp"
+#include "vision_fixture.hpp"
+#include "vision_oracle.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using namespace epd::model;
+using namespace epd::model::testing;
+
+struct Pair {
+  explicit Pair(const std::string& projector, VisionSpec spec = {}) {
+    dir = fs::temp_directory_path() / ("epd-vision-" + projector + "-" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+    spec.projector = projector;
+    auto p = write_vision_model(spec, dir);
+    REQUIRE(p.ok());
+    paths = *p;
+    auto c = read_checkpoint_config(paths.lm);
+    REQUIRE(c.ok());
+    cfg = with_mmproj(*c, paths.mmproj);
+    cfg.threads = 2;
+  }
+  ~Pair() {
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+  }
+  std::shared_ptr<const PromptCodec> codec() const {
+    auto c = PromptCodec::for_model(cfg);
+    if (!c) FAIL(c.error().to_string());
+    return *c;
+  }
+  fs::path dir;
+  VisionModelPaths paths;
+  ModelConfig cfg;
+};
+
+// One conversation: its images (sizes; the pixels follow from the seed) and a user text with markers.
+struct Case {
+  std::vector<ImageDims> sizes;
+  std::string user;
+};
+
+const std::vector<Case> kCases = {
+    {{{48, 48}}, "<__media__>What is in the picture?"},
+    {{{96, 40}}, "Describe <__media__> briefly."},                   // landscape: idefics3 tiles 2 x 1
+    {{{30, 90}}, "<__media__>\nAnd this one?"},                      // portrait: 1 x 2
+    {{{64, 64}, {90, 45}}, "Compare <__media__> and <__media__>."},  // two images in one message
+};
+
+struct Prepared {
+  std::vector<Image> images;
+  std::vector<fs::path> files;
+  std::vector<ChatTurn> turns;
+};
+
+Prepared prepare(const Pair& pair, const Case& c, uint64_t seed) {
+  Prepared p;
+  for (size_t i = 0; i < c.sizes.size(); ++i) {
+    p.images.push_back(make_test_image(c.sizes[i].width, c.sizes[i].height, seed + i));
+    p.files.push_back(pair.dir / ("image-" + std::to_string(seed) + "-" + std::to_string(i) + ".png"));
+    write_png_file(p.files.back(), p.images.back());
+  }
+  p.turns = {{"system", "You see pictures.", false}, {"user", c.user, true}};
+  return p;
+}
+
+// The conversation as llama-server hands it to mtmd: the template's text with the markers in it (mtmd adds
+// BOS itself).
+std::string templated(const std::vector<ChatTurn>& turns) {
+  auto text = render_chat_text(ChatStyle::chatml, turns, "", "");
+  REQUIRE(text.ok());
+  return *text;
+}
+
+}  // namespace
+
+TEST_CASE("vision: epd lays out text and images as libmtmd does, and answers as llama.cpp does",
+          "[vision][oracle]") {
+  for (const char* projector : {"mlp", "idefics3"}) {
+    Pair pair(projector);
+    auto codec = pair.codec();
+    REQUIRE(codec->mmproj());
+    const TokenId slot = *image_token(pair.cfg);
+    auto runner = make_vision_runner(pair.cfg);
+    REQUIRE(runner.ok());
+    for (size_t i = 0; i < kCases.size(); ++i) {
+      INFO(projector << " case " << i << ": " << kCases[i].user);
+      const Prepared p = prepare(pair, kCases[i], 100 + i);
+      auto ids = codec->chat(p.turns, kCases[i].sizes);
+      REQUIRE(ids.ok());
+      const OracleRun theirs = run_mtmd_reference(EPD_MTMD_REFERENCE, pair.paths.lm, pair.paths.mmproj,
+                                                  p.files, templated(p.turns), 12, slot, /*embeddings=*/true);
+      // The whole prompt, token for token: a wrong row count, a missing marker or a row in the wrong place
+      // differs here.
+      CHECK(*ids == theirs.prompt);
+
+      // The encoder's rows are libmtmd's, image after image.
+      auto encoder = make_vision_encoder(pair.cfg);
+      REQUIRE(encoder.ok());
+      std::vector<float> rows;
+      for (const Image& image : p.images) {
+        auto e = (*encoder)->encode(image);
+        REQUIRE(e.ok());
+        CHECK(e->dim == pair.cfg.d_model);
+        rows.insert(rows.end(), e->data.begin(), e->data.end());
+      }
+      CHECK(theirs.embedding_width == pair.cfg.d_model);
+      CHECK(rows == theirs.embeddings);
+
+      // The greedy answer, colocated and with decode's KV in another layout (the staged path).
+      GenerateOptions opts;
+      opts.max_tokens = 12;
+      opts.stop_tokens.assign(codec->stop_tokens().begin(), codec->stop_tokens().end());
+      for (bool staged : {false, true}) {
+        if (staged) opts.decode_kv = KvLayoutChoice{4, DType::f32, KvDimOrder::head_token_dim};
+        auto ours = generate_tokens(**runner, *ids, opts, p.images);
+        REQUIRE(ours.ok());
+        std::vector<TokenId> answer = ours->tokens;
+        if (ours->stopped_at_eos) answer.pop_back();  // llama.cpp's run ends before the end token
+        INFO("staged " << staged);
+        CHECK(answer == theirs.generated);
+      }
+    }
+  }
+}
+
+TEST_CASE("vision: an image the tiling cannot lay out is a clear error, not a crash", "[vision]") {
+  Pair pair("idefics3");
+  auto codec = pair.codec();
+  const ImageDims thin[] = {{1000, 10}};
+  auto ids = codec->prompt("x", thin);
+  REQUIRE_FALSE(ids.ok());
+  CHECK(ids.error().code == epd::protocol::ErrorCode::invalid_request);
+  CHECK_THAT(ids.error().detail, Catch::Contains("1000x10") && Catch::Contains("too long and thin"));
+  auto encoder = make_vision_encoder(pair.cfg);
+  REQUIRE(encoder.ok());
+  auto e = (*encoder)->encode(make_test_image(1000, 10, 1));
+  REQUIRE_FALSE(e.ok());
+  CHECK(e.error().code == epd::protocol::ErrorCode::invalid_request);
+  // A model without an mmproj takes no image at all.
+  ModelConfig text_only = pair.cfg;
+  text_only.mmproj.clear();
+  auto plain = PromptCodec::for_model(text_only);
+  REQUIRE(plain.ok());
+  const ImageDims one[] = {{8, 8}};
+  CHECK_THAT((*plain)->prompt("x", one).error().detail, Catch::Contains("takes no images"));
+}
+
+TEST_CASE("vision: mmproj files epd cannot serve are refused at start, naming what is missing", "[vision]") {
+  auto refusal = [](const Pair& pair) {
+    auto codec = PromptCodec::for_model(pair.cfg);
+    auto encoder = make_vision_encoder(pair.cfg);
+    REQUIRE_FALSE(codec.ok());
+    REQUIRE_FALSE(encoder.ok());
+    CHECK(codec.error().code == epd::protocol::ErrorCode::config_error);
+    CHECK(encoder.error().detail == codec.error().detail);  // the router and the encoder say the same
+    return encoder.error().detail;
+  };
+  {
+    VisionSpec wide;
+    wide.projector_width = 96;  // the projector writes 96-wide rows, the LM embeds 64
+    Pair pair("mlp", wide);
+    CHECK_THAT(refusal(pair), Catch::Contains("rows of 96 values") && Catch::Contains("embeds 64"));
+  }
+  {
+    Pair pair("qwen2vl_merger");
+    CHECK_THAT(refusal(pair), Catch::Contains("qwen2vl_merger") && Catch::Contains("M-RoPE"));
+  }
+  {
+    Pair pair("gemma3");
+    CHECK_THAT(refusal(pair), Catch::Contains("gemma3") && Catch::Contains("non-causal"));
+  }
+  {
+    Pair pair("no_such_projector");
+    CHECK_THAT(refusal(pair), Catch::Contains("'no_such_projector' is not one epd lays out"));
+  }
+  {
+    Pair pair("mlp");
+    const auto size = fs::file_size(pair.paths.mmproj);
+    fs::resize_file(pair.paths.mmproj, size / 2);  // truncated: the header promises what is not there
+    CHECK_THAT(refusal(pair), Catch::Contains(pair.paths.mmproj));
+    fs::resize_file(pair.paths.mmproj, 100);
+    CHECK_THAT(refusal(pair), Catch::Contains(pair.paths.mmproj));
+  }
+  {
+    Pair pair("mlp");
+    std::ofstream(pair.paths.mmproj, std::ios::trunc) << "not a gguf file at all";
+    CHECK_THAT(refusal(pair), Catch::Contains("mmproj"));
+  }
+}

@@ -1,0 +1,60 @@
+// epd-write-vision-model: writes a random multimodal pair (vision_fixture.hpp) for tools and other tests:
+//   epd-write-vision-model --projector mlp|idefics3|<any> --dir D [--lm-width N] [--projector-width N]
+//                          [--seed N] [--lm-file-type f32|f16|q8_0|...]
+// writes D/lm.gguf and D/mmproj.gguf and prints their paths, one a line.
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "vision_fixture.hpp"
+
+namespace {
+
+int usage() {
+  std::fprintf(stderr,
+               "usage: epd-write-vision-model --projector P --dir D [--lm-width N] [--projector-width N] "
+               "[--seed N] [--lm-file-type T]\n");
+  return 2;
+}
+
+bool parse_u64(const char* s, uint64_t& out) {
+  char* end = nullptr;
+  out = std::strtoull(s, &end, 10);
+  return end && *end == '\0' && end != s;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  epd::model::testing::VisionSpec spec;
+  std::string dir;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (i + 1 >= argc) return usage();
+    const char* v = argv[++i];
+    uint64_t n = 0;
+    if (a == "--projector") {
+      spec.projector = v;
+    } else if (a == "--dir") {
+      dir = v;
+    } else if (a == "--lm-file-type") {
+      spec.lm_file_type = v;
+    } else if (a == "--lm-width" && parse_u64(v, n) && n > 0 && n < 65536) {
+      spec.lm_width = static_cast<uint32_t>(n);
+    } else if (a == "--projector-width" && parse_u64(v, n) && n < 65536) {
+      spec.projector_width = static_cast<uint32_t>(n);
+    } else if (a == "--seed" && parse_u64(v, n)) {
+      spec.seed = n;
+    } else {
+      return usage();
+    }
+  }
+  if (dir.empty()) return usage();
+  auto paths = epd::model::testing::write_vision_model(spec, dir);
+  if (!paths) {
+    std::fprintf(stderr, "epd-write-vision-model: %s\n", paths.error().to_string().c_str());
+    return 1;
+  }
+  std::printf("%s\n%s\n", paths->lm.c_str(), paths->mmproj.c_str());
+  return 0;
+}
