@@ -125,6 +125,8 @@ void on_heartbeat(RegistryState& st, const Envelope& env, const protocol::Heartb
   const bool health_changed = e.load.healthy != hb.load.healthy;
   if (health_changed)
     spdlog::info("registry: '{}' is now {}", env.sender, hb.load.healthy ? "healthy" : "unhealthy");
+  if (hb.load.draining && !e.load.draining)
+    spdlog::info("registry: '{}' is draining: no new placements", env.sender);
   e.load = hb.load;
   e.last_seen = st.now();
   if (hb.resync) {

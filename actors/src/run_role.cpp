@@ -5,6 +5,8 @@
 #include <sys/resource.h>
 
 #include <CLI/CLI.hpp>
+#include <chrono>
+#include <thread>
 
 #include "epd/actors/build_identity.hpp"
 #include "epd/actors/etcd_membership.hpp"
@@ -25,6 +27,27 @@ void raise_open_file_limit() {
   if (getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur >= lim.rlim_max) return;
   lim.rlim_cur = lim.rlim_max;
   if (setrlimit(RLIMIT_NOFILE, &lim) != 0) spdlog::warn("could not raise the open-file limit");
+}
+
+// An encoder, prefill or decode stopping: it says `draining` in its next heartbeats, so routers stop placing
+// here within about an interval, and finishes every room it holds, those placed before the routers heard
+// too. Returns once none is held after two intervals, or at the cluster's drain_timeout_ms.
+void drain_rooms(const RoleContext& ctx, const std::string& id) {
+  using clock = std::chrono::steady_clock;
+  const auto& c = ctx.cluster->cluster;
+  ctx.load->draining = true;
+  const auto start = clock::now();
+  const auto settle = 2 * c.heartbeat_interval;
+  while (clock::now() - start < c.drain_timeout) {
+    if (clock::now() - start >= settle && ctx.load->active_rooms.load() == 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(clock::now() - start).count();
+  if (const uint32_t left = ctx.load->active_rooms.load(); left > 0)
+    spdlog::warn("'{}' drain timed out after {} ms with {} rooms held: they fail as the process stops", id,
+                 ms, left);
+  else
+    spdlog::info("'{}' drained in {} ms: no room held", id, ms);
 }
 
 int fail(const std::string& what) {
@@ -227,7 +250,10 @@ int run_role(int argc, char** argv, const char* fixed_role) {
   int sig = 0;
   sigwait(&sigs, &sig);
   spdlog::info("{} '{}' stopping on signal {}", role, id, sig);
-  if (handle->drain) handle->drain();
+  if (handle->drain)
+    handle->drain();
+  else
+    drain_rooms(ctx, id);
   metrics_endpoint.stop();
   // Leaving: etcd drops our record with the revoked lease; the embedded registry hears GOODBYE.
   if (etcd_membership)

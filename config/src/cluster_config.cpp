@@ -165,7 +165,7 @@ Result<ClusterConfig> parse_cluster_config(std::string_view text, const std::fil
     auto s = settings_of(root["cluster"].as_table(), file.string() + " [cluster]");
     if (auto st = s.only_keys({"name", "registry", "heartbeat_interval_ms", "heartbeat_misses",
                                "request_timeout_ms", "max_attempts", "etcd_endpoints", "etcd_prefix",
-                               "etcd_lease_ttl_ms"});
+                               "etcd_lease_ttl_ms", "drain_timeout_ms"});
         !st)
       return st.error();
     auto& c = cfg.cluster;
@@ -175,7 +175,8 @@ Result<ClusterConfig> parse_cluster_config(std::string_view text, const std::fil
         .take(c.heartbeat_interval, s.get_ms("heartbeat_interval_ms", c.heartbeat_interval))
         .take(c.heartbeat_misses, s.get_uint("heartbeat_misses", c.heartbeat_misses, 1, 1000))
         .take(c.request_timeout, s.get_ms("request_timeout_ms", c.request_timeout))
-        .take(c.max_attempts, s.get_uint("max_attempts", c.max_attempts, 1, 100));
+        .take(c.max_attempts, s.get_uint("max_attempts", c.max_attempts, 1, 100))
+        .take(c.drain_timeout, s.get_ms("drain_timeout_ms", c.drain_timeout));
     if (!e.status()) return e.status().error();
     if (c.heartbeat_interval.count() == 0) return bad(file, "[cluster] heartbeat_interval_ms must be > 0");
     if (auto st = parse_etcd_keys(root, s, c, file); !st) return st.error();

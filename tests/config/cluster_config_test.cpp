@@ -87,6 +87,7 @@ TEST_CASE("absent sections and keys take their documented defaults", "[config]")
   CHECK(cfg->cluster.heartbeat_misses == 3);
   CHECK(cfg->cluster.request_timeout == std::chrono::milliseconds(60000));
   CHECK(cfg->cluster.max_attempts == 3);
+  CHECK(cfg->cluster.drain_timeout == std::chrono::milliseconds(4000));
   CHECK(cfg->model.preset == "tiny");
   CHECK(cfg->model.path.empty());
   const auto& d = cfg->instances[1];
@@ -108,8 +109,10 @@ heartbeat_interval_ms = 250
 heartbeat_misses = 5
 request_timeout_ms = 1500
 max_attempts = 7
+drain_timeout_ms = 900
 [model]
 path = "models/small.toml"
+mmproj = "models/mmproj.gguf"
 )" + kInstances);
   REQUIRE(cfg.ok());
   CHECK(cfg->cluster.name == "c1");
@@ -119,6 +122,9 @@ path = "models/small.toml"
   CHECK(cfg->cluster.request_timeout == std::chrono::milliseconds(1500));
   CHECK(cfg->cluster.max_attempts == 7);
   CHECK(cfg->model.path == std::filesystem::path("/etc/epd/models/small.toml"));  // next to the file
+  CHECK(cfg->model.mmproj == std::filesystem::path("/etc/epd/models/mmproj.gguf"));
+  CHECK(cfg->cluster.drain_timeout == std::chrono::milliseconds(900));
+  check_refused("[model]\nmmproj = \"m.gguf\"\n" + kInstances, {"mmproj needs a path"});
 
   auto absolute = parse("[model]\npath = \"/opt/m.toml\"\n" + kInstances);
   REQUIRE(absolute.ok());

@@ -333,6 +333,7 @@ TEST_CASE("GET /v1/instances and /v1/stats have the documented shape", "[http]")
                       {"control_endpoint", "tcp://127.0.0.1:17103"},
                       {"incarnation", 1ull << 40},
                       {"healthy", true},
+                      {"draining", false},
                       {"free_kv_pages", 1000},
                       {"total_kv_pages", 1024},
                       {"free_slots", 0},

@@ -89,7 +89,10 @@ void step(caf::event_based_actor* self, LoopState& st) {
   st.active = std::move(rest);
   if (!st.active.empty()) {
     st.stepping = true;
-    self->send(self, step_atom::value);  // queued behind any joins that already arrived
+    if (st.config.step_delay.count() > 0)
+      self->delayed_send(self, st.config.step_delay, step_atom::value);
+    else
+      self->send(self, step_atom::value);  // queued behind any joins that already arrived
   }
 }
 

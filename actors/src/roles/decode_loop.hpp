@@ -3,6 +3,7 @@
 // advances all active sequences at once (up to max_batch); rooms join and leave between steps. Each
 // generated token is streamed to the router as TOKENS; a finished room is reported to the decode role.
 #include <caf/all.hpp>
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -37,7 +38,8 @@ struct DecodeLoopConfig {
   model::ModelConfig model;
   model::KvPool pool;
   uint32_t max_batch = 16;
-  bool detached = true;  // RoleContext::detached_workers
+  bool detached = true;                     // RoleContext::detached_workers
+  std::chrono::milliseconds step_delay{0};  // fault injection: between steps (decode's step_delay_ms)
 };
 
 caf::actor spawn_decode_loop(caf::actor_system& system, BridgePtr bridge, DecodeLoopConfig config,

@@ -42,6 +42,7 @@ struct DecodeSettings {
   std::chrono::milliseconds abort_timeout{2000};
   uint64_t staging_ring_bytes = 8u << 20;  // 0: no ring, a prefill with another KV layout cannot serve here
   std::chrono::milliseconds staging_scatter_delay{0};  // fault injection: hold each chunk before its scatter
+  std::chrono::milliseconds step_delay{0};  // fault injection: a pause between decode steps (slow answers)
   protocol::KvLayout layout;
 };
 
@@ -608,6 +609,7 @@ caf::behavior decode_role(caf::stateful_actor<DecodeState>* self, RoleContext ct
   lc.pool = st.pool;
   lc.max_batch = settings.max_batch;
   lc.detached = st.ctx.detached_workers;
+  lc.step_delay = settings.step_delay;
   st.loop = spawn_decode_loop(*st.ctx.system, st.ctx.bridge, lc, caf::actor_cast<caf::actor>(self));
   self->link_to(st.loop);
   publish_load(st);
@@ -656,7 +658,8 @@ RoleSpec decode_role_spec() {
       .ms("waiting_timeout_ms", &DecodeSettings::waiting_timeout)
       .ms("abort_timeout_ms", &DecodeSettings::abort_timeout)
       .u64("staging_ring_bytes", &DecodeSettings::staging_ring_bytes, 0, uint64_t{1} << 36)
-      .ms("staging_scatter_delay_ms", &DecodeSettings::staging_scatter_delay);
+      .ms("staging_scatter_delay_ms", &DecodeSettings::staging_scatter_delay)
+      .ms("step_delay_ms", &DecodeSettings::step_delay);
   kernel::kv_layout_settings(settings, &DecodeSettings::layout, &DecodeSettings::kv_pages);
   return kernel::make_role_spec(
       "decode", "generates tokens from KV pages prefill wrote into its pool (continuous batching)", true,

@@ -82,6 +82,9 @@ struct Pending {
   // The instances whose loss fails the current attempt (none while waiting for one to come back).
   std::vector<kernel::SharedPeer> shared_peers() const {
     if (current.room == 0) return {};
+    // Decode streams an attempt's tokens only once all its KV arrived: encoder and prefill are done with
+    // it then, and their leaving (a drained instance exiting) must not fail it.
+    if (current.first_token) return {{current.decode, current.decode_inc}};
     return {{current.encoder, current.encoder_inc},
             {current.prefill, current.prefill_inc},
             {current.decode, current.decode_inc}};
@@ -160,7 +163,7 @@ struct Placement {
 // milliseconds; silent heartbeats only after interval x misses. Placement, /v1/instances, readiness and the
 // epd_instances gauge all use this, so they agree.
 bool placeable(const PeerDirectory& peers, const RegistryEntry& e) {
-  if (!e.load.healthy) return false;
+  if (!e.load.healthy || e.load.draining) return false;
   auto p = peers.find(e.info.instance_id);
   return p && p->incarnation == e.info.incarnation && peers.alive(e.info.instance_id);
 }

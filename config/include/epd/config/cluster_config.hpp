@@ -30,6 +30,9 @@ struct ClusterSection {
   uint32_t heartbeat_misses = 3;  // a peer silent for this many intervals is dead
   std::chrono::milliseconds request_timeout{60000};
   uint32_t max_attempts = 3;  // router retries of a failed request (retryable causes only)
+  // How long an encoder, prefill or decode stopping on SIGTERM may take to finish the rooms it holds
+  // (the router has its own drain_timeout_ms for its HTTP requests).
+  std::chrono::milliseconds drain_timeout{4000};
 };
 
 // [etcd]: a single-member etcd that epd-cluster starts itself (registry = "etcd" on one machine).

@@ -105,6 +105,7 @@ struct StagingStats {
 template <template <class> class Slot, class Staging>
 struct BasicLoadReport {
   Slot<bool> healthy = true;
+  Slot<bool> draining = false;  // stopping (SIGTERM): finishes the rooms it holds, takes no new placements
   Slot<uint32_t> free_kv_pages = 0;  // decode: pool pages; prefill: local compute pages
   Slot<uint32_t> total_kv_pages = 0;
   Slot<uint32_t> free_slots = 0;  // embedding slots (encoder: source, prefill: landing)
@@ -124,6 +125,7 @@ struct BasicLoadReport {
   template <class S, class V>
   static void fields(S& s, V& v) {
     v.opt("healthy", s.healthy);
+    v.opt("draining", s.draining);
     v.opt("free_kv_pages", s.free_kv_pages);
     v.opt("total_kv_pages", s.total_kv_pages);
     v.opt("free_slots", s.free_slots);
