@@ -11,6 +11,7 @@
 #include "serve_bench.hpp"
 #include "soak_bench.hpp"
 #include "transfer_bench.hpp"
+#include "vision_bench.hpp"
 
 namespace {
 
@@ -35,6 +36,7 @@ constexpr Subcommand kSubcommands[] = {
     {"soak", run_soak_bench, "many small requests in blocks: RSS of every role per block and its growth"},
     {"serve", run_serve_bench,
      "OpenAI-API load at a Poisson rate: TTFT/ITL/E2E percentiles, throughput, errors"},
+    {"vision", run_vision_bench, "mmproj towers: encode ms/image and TTFT vs llama.cpp, encoder RSS vs LM"},
 };
 
 int usage(FILE* out) {
