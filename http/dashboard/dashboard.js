@@ -416,6 +416,7 @@
     const preview = $('#image-preview');
     imageUri = null;
     preview.hidden = true;
+    delete preview.dataset.sample;
     if (!file) return;
     const reader = new FileReader();
     reader.onload = () => {
@@ -425,6 +426,23 @@
     };
     reader.readAsDataURL(file);
   });
+
+  // A sample picture (served with the page) becomes the chosen image, as a chosen file would.
+  for (const button of document.querySelectorAll('button.sample')) {
+    button.addEventListener('click', async () => {
+      const blob = await (await fetch(button.dataset.src)).blob();
+      const reader = new FileReader();
+      reader.onload = () => {
+        $('#image').value = '';
+        imageUri = reader.result;
+        const preview = $('#image-preview');
+        preview.src = imageUri;
+        preview.dataset.sample = button.dataset.src;
+        preview.hidden = false;
+      };
+      reader.readAsDataURL(blob);
+    });
+  }
 
   $('#stop').addEventListener('click', () => controller?.abort());
 
@@ -460,8 +478,9 @@
 
   async function send() {
     const prompt = $('#prompt').value;
+    // The picture first, as vision-language models are trained to read it (llama-server's order of parts).
     const content = imageUri
-      ? [{ type: 'text', text: prompt }, { type: 'image_url', image_url: { url: imageUri } }]
+      ? [{ type: 'image_url', image_url: { url: imageUri } }, { type: 'text', text: prompt }]
       : prompt;
     const body = {
       messages: [{ role: 'user', content }],

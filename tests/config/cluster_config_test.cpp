@@ -66,7 +66,9 @@ TEST_CASE("configs/local.toml: sections, role defaults and instances as written"
   CHECK(cfg->cluster.name == "local");
   CHECK(cfg->cluster.registry == "router");
   CHECK(cfg->cluster.heartbeat_interval == std::chrono::milliseconds(500));
-  CHECK(cfg->model.preset == "tiny");
+  // The demo model, relative to the cluster file.
+  CHECK(cfg->model.path == std::string(EPD_SOURCE_DIR) + "/configs/../tools/demo-model/out/lm.gguf");
+  CHECK(cfg->model.mmproj == std::string(EPD_SOURCE_DIR) + "/configs/../tools/demo-model/out/mmproj.gguf");
   REQUIRE(cfg->instances.size() == 4);
   const auto* decode = cfg->find("decode-0");
   REQUIRE(decode);

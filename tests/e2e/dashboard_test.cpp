@@ -1,7 +1,8 @@
 // The router's dashboard (GET /) in a real browser: Debian's headless Chromium, driven by playwright-core
-// (tests/http/node/dashboard.mjs), against a real cluster. The page must show every instance healthy, list
-// a failed request with its code, stream a playground answer equal to the same request answered at once,
-// and chart what happened; the screenshot is kept as a test artifact.
+// (tests/http/node/dashboard.mjs), against a real cluster serving the demo model (tools/demo-model). The
+// page must show every instance healthy, list a failed request with its code, stream a playground answer
+// about one of its sample pictures that is right (and equal to the same request answered at once), and
+// chart what happened; the screenshot is kept as a test artifact.
 #include <httplib.h>
 
 #include <catch2/catch.hpp>
@@ -19,11 +20,17 @@ using nlohmann::json;
 namespace {
 
 const std::string kPng = std::string(EPD_SOURCE_DIR) + "/tests/http/node/fixtures/checker.png";
+const std::string kDemo = std::string(EPD_SOURCE_DIR) + "/tools/demo-model/out/";
+// The playground's sample picture 1 is the demo model's held-out scene 2-0; what it shows:
+const std::string kSample = std::string(EPD_SOURCE_DIR) + "/http/dashboard/sample-1.png";
+const std::string kSampleTruth =
+    "A large green circle on the left, a small orange square in the centre and a large red triangle at the "
+    "bottom.";
 const std::string kChromium = "/usr/bin/chromium";
 const std::string kScreenshot = std::string(EPD_ARTIFACT_DIR) + "/dashboard.png";
 const std::string kPrompt = "Describe the picture.";
-constexpr int kMaxTokens = 24;
-constexpr int kFailPromptBytes = 2000;  // over the tiny model's 1024-token context, under the HTTP limit
+constexpr int kMaxTokens = 48;
+constexpr int kFailPromptBytes = 2000;  // over the demo model's 256-token context, under the HTTP limit
 
 // Fails (never skips) when the browser test cannot run: a missing tool must not pass as a green test.
 void require_browser() {
@@ -43,8 +50,8 @@ std::string read_file(const std::string& path) {
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
-std::string png_data_uri() {
-  const std::string png = read_file(kPng);
+std::string png_data_uri(const std::string& file) {
+  const std::string png = read_file(file);
   REQUIRE(png.size() > 8);
   return "data:image/png;base64," +
          epd::http::base64_encode({reinterpret_cast<const uint8_t*>(png.data()), png.size()});
@@ -74,16 +81,19 @@ std::string join(const std::vector<std::string>& parts) {
 TEST_CASE("dashboard: headless Chromium shows every instance and a streamed answer and live charts",
           "[e2e][multiproc][dashboard]") {
   require_browser();
-  Cluster cluster(ClusterSpec{});  // 1 encoder, 1 prefill, 1 decode
+  ClusterSpec spec;  // 1 encoder, 1 prefill, 1 decode
+  spec.model_path = kDemo + "lm.gguf";
+  spec.mmproj = kDemo + "mmproj.gguf";
+  Cluster cluster(spec);
   cluster.start();
   std::filesystem::create_directories(EPD_ARTIFACT_DIR);
   std::filesystem::remove(kScreenshot);
 
   const std::string url = "http://127.0.0.1:" + std::to_string(cluster.http_port()) + "/";
-  const auto run =
-      run_command({"node", node_sdk_dir() + "/dashboard.mjs", "--url", url, "--expect", join(cluster.ids()),
-                   "--image", kPng, "--prompt", kPrompt, "--max-tokens", std::to_string(kMaxTokens),
-                   "--fail-prompt-bytes", std::to_string(kFailPromptBytes), "--screenshot", kScreenshot});
+  const auto run = run_command({"node", node_sdk_dir() + "/dashboard.mjs", "--url", url, "--expect",
+                                join(cluster.ids()), "--image", kPng, "--sample", "1", "--prompt", kPrompt,
+                                "--max-tokens", std::to_string(kMaxTokens), "--fail-prompt-bytes",
+                                std::to_string(kFailPromptBytes), "--screenshot", kScreenshot});
   INFO("dashboard.mjs output:\n" << run.output);
   REQUIRE(run.exit_code == 0);
   const json facts = page_facts(run.output);
@@ -98,16 +108,16 @@ TEST_CASE("dashboard: headless Chromium shows every instance and a streamed answ
   }
   CHECK(facts["instances"].size() == cluster.ids().size());
 
-  // The streamed answer is what the same request gives at once.
+  // The streamed answer describes the sample picture, and is what the same request gives at once.
   const json& answer = facts["answer"];
   CHECK(answer["state"] == "done");
   const std::string streamed = answer["text"];
-  CHECK_FALSE(streamed.empty());
+  CHECK(streamed == kSampleTruth);
   const json request = {
       {"messages", json::array({{{"role", "user"},
-                                 {"content", json::array({{{"type", "text"}, {"text", kPrompt}},
-                                                          {{"type", "image_url"},
-                                                           {"image_url", {{"url", png_data_uri()}}}}})}}})},
+                                 {"content", json::array({{{"type", "image_url"},
+                                                           {"image_url", {{"url", png_data_uri(kSample)}}}},
+                                                          {{"type", "text"}, {"text", kPrompt}}})}}})},
       {"max_tokens", kMaxTokens},
       {"temperature", 0}};
   const auto [status, body] = cluster.post_raw("/v1/chat/completions", request.dump());
@@ -130,7 +140,7 @@ TEST_CASE("dashboard: headless Chromium shows every instance and a streamed answ
   CHECK(failure["playground"]["status"] == 400);
   CHECK(failure["listed"]["code"] == "invalid_request");
   CHECK(failure["listed"]["status"] == 400);
-  CHECK(failure["listed"]["text"].get<std::string>().find("context") != std::string::npos);
+  CHECK(failure["listed"]["text"].get<std::string>().find("does not fit max_seq 256") != std::string::npos);
 
   // The page and the API agree on both requests.
   httplib::Client api("127.0.0.1", cluster.http_port());

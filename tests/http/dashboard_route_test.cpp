@@ -71,9 +71,19 @@ TEST_CASE("every file the page refers to is served with its type, and nothing el
   check_headers(css, "text/css; charset=utf-8");
   for (const auto& f : referenced_files(css->body)) files.insert(f);
   CHECK(files == std::set<std::string>{"/dashboard/dashboard.css", "/dashboard/dashboard.js",
-                                       "/dashboard/favicon.svg"});
+                                       "/dashboard/favicon.svg", "/dashboard/sample-1.png",
+                                       "/dashboard/sample-2.png", "/dashboard/sample-3.png"});
   check_headers(cli.Get("/dashboard/dashboard.js"), "text/javascript; charset=utf-8");
   check_headers(cli.Get("/dashboard/favicon.svg"), "image/svg+xml");
+  for (const char* sample :
+       {"/dashboard/sample-1.png", "/dashboard/sample-2.png", "/dashboard/sample-3.png"}) {
+    const auto png = cli.Get(sample);
+    check_headers(png, "image/png");
+    CHECK(png->body.substr(0, 8) == std::string("\x89PNG\r\n\x1a\n", 8));  // the file's bytes, binary intact
+  }
+  files.erase("/dashboard/sample-1.png");  // binary: the URL checks below are for text
+  files.erase("/dashboard/sample-2.png");
+  files.erase("/dashboard/sample-3.png");
 
   // No CDN, no external font or script: the only absolute URL is the SVG namespace.
   for (const auto& path : files) {

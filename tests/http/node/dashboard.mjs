@@ -1,8 +1,8 @@
 // The router's dashboard (GET /) in a real browser: Debian's headless Chromium driven by playwright-core.
 // Waits until the instance table shows every expected instance healthy, sends a prompt over the context
 // limit through the playground and waits for its code in the recent-failures list, streams a chat answer
-// with an image, waits until the charts have data, saves a full-page screenshot and prints what the page
-// showed as one line of JSON. Exits 1 with a message on any failure, also on a console error, an uncaught
+// with an image (a chosen file, then the page's sample picture N with --sample N), waits until the charts
+// have data, saves a full-page screenshot and prints what the page showed as one line of JSON. Exits 1 with a message on any failure, also on a console error, an uncaught
 // exception or a failed request on the page. Run by tests/e2e/dashboard_test.cpp; by hand:
 //   node tests/http/node/dashboard.mjs --url http://127.0.0.1:18100/ --expect router,encoder-0,prefill-0,decode-0 \
 //     --image tests/http/node/fixtures/checker.png --screenshot /tmp/dashboard.png
@@ -19,6 +19,7 @@ function parseArgs(argv) {
     url: null,
     expect: [],
     image: null,
+    sample: 0,
     prompt: 'Describe the picture.',
     maxTokens: 24,
     screenshot: null,
@@ -31,6 +32,7 @@ function parseArgs(argv) {
     if (key === '--url') args.url = value;
     else if (key === '--expect') args.expect = value.split(',').filter(Boolean);
     else if (key === '--image') args.image = value;
+    else if (key === '--sample') args.sample = Number(value);
     else if (key === '--prompt') args.prompt = value;
     else if (key === '--max-tokens') args.maxTokens = Number(value);
     else if (key === '--screenshot') args.screenshot = value;
@@ -44,7 +46,7 @@ function parseArgs(argv) {
 
 function usage(why) {
   console.error(`dashboard.mjs: ${why}\nusage: node dashboard.mjs --url URL --expect id,id,... --screenshot FILE ` +
-    '[--image PNG] [--prompt TEXT] [--max-tokens N] [--fail-prompt-bytes N] [--chromium PATH]');
+    '[--image PNG] [--sample N] [--prompt TEXT] [--max-tokens N] [--fail-prompt-bytes N] [--chromium PATH]');
   process.exit(2);
 }
 
@@ -180,6 +182,11 @@ async function streamedAnswer(page) {
   if (args.image) {
     await page.setInputFiles('#image', args.image);
     await waitFor(page, 'the playground never previewed the image', () => !document.querySelector('#image-preview').hidden);
+  }
+  if (args.sample) {  // a sample picture replaces the chosen file
+    await page.click(`button.sample[data-src="/dashboard/sample-${args.sample}.png"]`);
+    await waitFor(page, 'the playground never previewed the sample picture', (n) =>
+      document.querySelector('#image-preview').dataset.sample === `/dashboard/sample-${n}.png`, args.sample);
   }
   await page.fill('#max-tokens', String(args.maxTokens));
   await page.fill('#temperature', '0');
