@@ -19,16 +19,20 @@ std::pair<std::string, int> router_address(const config::ClusterConfig& cfg) {
   return {http->substr(0, http->rfind(':')), std::stoi(http->substr(http->rfind(':') + 1))};
 }
 
+std::string sibling_executable(const std::string& name) {
+  char self[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
+  return (std::filesystem::path(std::string(self, size_t(std::max<ssize_t>(n, 0)))).parent_path() / name)
+      .string();
+}
+
 std::unique_ptr<launcher::ProcessGroup> start_cluster(const std::string& config, const std::string& host,
                                                       int port, size_t instances) {
   launcher::GroupOptions opts;
   opts.restart.enabled = false;
   auto group = std::make_unique<launcher::ProcessGroup>(opts, std::make_shared<launcher::FdSink>(2));
-  char self[4096];
-  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
-  const std::filesystem::path bin =
-      std::filesystem::path(std::string(self, size_t(std::max<ssize_t>(n, 0)))).parent_path();
-  if (auto st = group->start({{"epd-cluster", {(bin / "epd-cluster").string(), "--config", config}}}); !st) {
+  if (auto st = group->start({{"epd-cluster", {sibling_executable("epd-cluster"), "--config", config}}});
+      !st) {
     std::fprintf(stderr, "cannot start the cluster: %s\n", st.error().to_string().c_str());
     return nullptr;
   }

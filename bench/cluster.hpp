@@ -9,6 +9,9 @@
 
 namespace epd::bench {
 
+// The path of an executable installed next to this one (epd-cluster, epd-mtmd-reference).
+std::string sibling_executable(const std::string& name);
+
 // Where a config's router listens: {host, port}.
 std::pair<std::string, int> router_address(const config::ClusterConfig& cfg);
 

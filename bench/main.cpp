@@ -12,6 +12,7 @@
 #include "soak_bench.hpp"
 #include "transfer_bench.hpp"
 #include "vision_bench.hpp"
+#include "vqa_bench.hpp"
 
 namespace {
 
@@ -37,6 +38,8 @@ constexpr Subcommand kSubcommands[] = {
     {"serve", run_serve_bench,
      "OpenAI-API load at a Poisson rate: TTFT/ITL/E2E percentiles, throughput, errors"},
     {"vision", run_vision_bench, "mmproj towers: encode ms/image and TTFT vs llama.cpp, encoder RSS vs LM"},
+    {"vqa", run_vqa_bench,
+     "the demo model's accuracy per question type: cluster, colocated, llama.cpp; agreement, images/s, TTFT"},
 };
 
 int usage(FILE* out) {

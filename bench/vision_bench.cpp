@@ -160,11 +160,7 @@ std::vector<Row> run_layout(const std::string& layout, const fs::path& dir, int 
     }
   }
 
-  char self[4096];
-  const ssize_t len = ::readlink("/proc/self/exe", self, sizeof self - 1);
-  const std::string reference =
-      (fs::path(std::string(self, size_t(std::max<ssize_t>(len, 0)))).parent_path() / "epd-mtmd-reference")
-          .string();
+  const std::string reference = sibling_executable("epd-mtmd-reference");
   for (Row& row : rows) {
     const size_t i = row.images > 1;
     std::string markers;

@@ -44,12 +44,12 @@ std::string quoted(const std::string& s) {
 
 OracleRun run_mtmd_reference(const std::string& reference, const std::string& lm, const std::string& mmproj,
                              const std::vector<fs::path>& images, const std::string& prompt,
-                             uint32_t n_predict, TokenId image_id, bool embeddings) {
+                             uint32_t n_predict, TokenId image_id, bool embeddings, int threads) {
   const fs::path emb_file =
       fs::temp_directory_path() / ("epd-mtmd-emb-" + std::to_string(::getpid()) + ".bin");
   std::string cmd = "timeout 120 " + quoted(reference) + " --model " + quoted(lm) + " --mmproj " +
                     quoted(mmproj) + " --prompt " + quoted(prompt) + " -n " + std::to_string(n_predict) +
-                    " --threads 2";
+                    " --threads " + std::to_string(threads);
   for (const auto& f : images) cmd += " --image " + quoted(f.string());
   if (embeddings) cmd += " --embeddings " + quoted(emb_file.string());
   FILE* p = ::popen(cmd.c_str(), "r");

@@ -31,6 +31,6 @@ struct OracleRun {
 // `image_id` in OracleRun::prompt. Throws std::runtime_error naming the command if it fails.
 OracleRun run_mtmd_reference(const std::string& reference, const std::string& lm, const std::string& mmproj,
                              const std::vector<std::filesystem::path>& images, const std::string& prompt,
-                             uint32_t n_predict, TokenId image_id, bool embeddings = false);
+                             uint32_t n_predict, TokenId image_id, bool embeddings = false, int threads = 2);
 
 }  // namespace epd::model::testing

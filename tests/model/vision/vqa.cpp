@@ -1,0 +1,111 @@
+#include "vqa.hpp"
+
+#include <algorithm>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <stdexcept>
+
+#include "epd/model/chat.hpp"
+#include "epd/model/generate.hpp"
+#include "epd/model/image_codec.hpp"
+#include "epd/model/mmproj.hpp"
+#include "vision_oracle.hpp"
+
+namespace epd::model::testing {
+
+std::vector<VqaQuestion> read_vqa(const std::filesystem::path& dir, VqaPick pick, size_t max_scenes) {
+  const auto file = dir / "scenes.jsonl";
+  std::ifstream in(file);
+  if (!in) throw std::runtime_error("cannot read " + file.string());
+  std::vector<VqaQuestion> out;
+  std::string line;
+  for (int scene = 0; static_cast<size_t>(scene) < max_scenes && std::getline(in, line); ++scene) {
+    const auto j = nlohmann::json::parse(line);
+    const auto& qs = j.at("questions");
+    for (size_t k = 0; k < qs.size(); ++k) {
+      if (pick == VqaPick::rotate && k != static_cast<size_t>(scene) % qs.size()) continue;
+      out.push_back({dir / j.at("image").get<std::string>(), scene, qs[k].at("type"), qs[k].at("question"),
+                     qs[k].at("answer")});
+    }
+  }
+  return out;
+}
+
+std::string vqa_chatml(const std::string& question) {
+  return "<|im_start|>user\n" + std::string(kImageMarker) + question + "<|im_end|>\n<|im_start|>assistant\n";
+}
+
+VqaAnswer ask_colocated(ModelRunner& runner, const PromptCodec& codec, const VqaQuestion& q,
+                        uint32_t max_tokens, size_t drop_image_tokens) {
+  auto image = read_image_file(q.image.string(), max_rgb_bytes_for(runner.config()));
+  if (!image) throw std::runtime_error(q.image.string() + ": " + image.error().detail);
+  const std::vector<ChatTurn> turns = {{"user", std::string(kImageMarker) + q.question, true}};
+  const ImageDims dims[] = {{image->width, image->height}};
+  auto prompt = codec.chat(turns, dims);
+  if (!prompt) throw std::runtime_error(prompt.error().detail);
+  const auto slot = image_token(runner.config());
+  for (size_t k = 0; k < drop_image_tokens && slot; ++k)
+    if (auto it = std::find(prompt->begin(), prompt->end(), *slot); it != prompt->end()) prompt->erase(it);
+  GenerateOptions opts;
+  opts.max_tokens = max_tokens;
+  opts.stop_tokens.assign(codec.stop_tokens().begin(), codec.stop_tokens().end());
+  auto r = generate_tokens(runner, *prompt, opts, std::span(&*image, 1));
+  if (!r) throw std::runtime_error(r.error().detail);
+  VqaAnswer a{r->tokens, {}, r->stopped_at_eos};
+  if (a.ended) a.tokens.pop_back();
+  a.text = codec.text(a.tokens);
+  return a;
+}
+
+VqaAnswer ask_llama_cpp(const std::string& reference, const std::string& lm, const std::string& mmproj,
+                        const PromptCodec& codec, TokenId image_id, const VqaQuestion& q, uint32_t max_tokens,
+                        int threads) {
+  auto run = run_mtmd_reference(reference, lm, mmproj, {q.image}, vqa_chatml(q.question), max_tokens,
+                                image_id, false, threads);
+  VqaAnswer a{std::move(run.generated), {}, false};
+  a.text = codec.text(a.tokens);
+  return a;
+}
+
+void VqaTally::add(const std::string& type, bool right) {
+  size_t i = 0;
+  while (i < order_.size() && order_[i] != type) ++i;
+  if (i == order_.size()) {
+    order_.push_back(type);
+    cells_.emplace_back();
+  }
+  ++cells_[i].asked;
+  cells_[i].right += right;
+}
+
+const VqaTally::Cell* VqaTally::find(const std::string& type) const {
+  for (size_t i = 0; i < order_.size(); ++i)
+    if (order_[i] == type) return &cells_[i];
+  return nullptr;
+}
+
+size_t VqaTally::asked(const std::string& type) const {
+  const Cell* c = find(type);
+  return c ? c->asked : 0;
+}
+
+double VqaTally::rate(const std::string& type) const {
+  const Cell* c = find(type);
+  return c && c->asked ? static_cast<double>(c->right) / static_cast<double>(c->asked) : 0.0;
+}
+
+double VqaTally::overall() const {
+  size_t asked = 0, right = 0;
+  for (const auto& c : cells_) asked += c.asked, right += c.right;
+  return asked ? static_cast<double>(right) / static_cast<double>(asked) : 0.0;
+}
+
+std::string VqaTally::summary() const {
+  std::ostringstream s;
+  for (size_t i = 0; i < order_.size(); ++i)
+    s << (i ? ", " : "") << order_[i] << " " << cells_[i].right << "/" << cells_[i].asked;
+  return s.str();
+}
+
+}  // namespace epd::model::testing
