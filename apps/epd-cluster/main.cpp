@@ -1,6 +1,7 @@
 // epd-cluster: starts every instance of a cluster config as a child process, prefixes their output with
 // the instance id, waits until the router (every router, with membership in etcd) lists them all as
-// healthy, restarts the ones that die, and stops them all on SIGINT/SIGTERM. With `[etcd] local = true`
+// healthy, restarts the ones that die, restarts them one at a time on SIGHUP (a rolling restart), and stops
+// them all on SIGINT/SIGTERM. With `[etcd] local = true`
 // it first starts a single-member etcd and stops it last. The work is done by epd::launcher; this file
 // wires config to it.
 #include <fcntl.h>
@@ -23,6 +24,7 @@
 #include "epd/launcher/process_group.hpp"
 #include "epd/launcher/readiness.hpp"
 #include "epd/launcher/role_command.hpp"
+#include "epd/launcher/rolling_restart.hpp"
 
 namespace {
 
@@ -69,7 +71,10 @@ int main(int argc, char** argv) {
   sigemptyset(&stop_set);
   sigaddset(&stop_set, SIGINT);
   sigaddset(&stop_set, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop_set, nullptr);
+  // SIGHUP asks for a rolling restart; it waits (pending) until the cluster is ready.
+  sigset_t run_set = stop_set;
+  sigaddset(&run_set, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &run_set, nullptr);
   signal(SIGPIPE, SIG_IGN);  // a closed stdout must not kill the launcher (and with it the cluster)
 
   CLI::App app{"Start every instance of an epd cluster config as a child process."};
@@ -269,8 +274,39 @@ int main(int argc, char** argv) {
                        " instances; readiness not checked)");
     }
 
+    // A rolling restart restarts every instance but the routers, one at a time (rolling_restart.hpp).
+    std::vector<std::string> rolled;
+    for (const auto* inst : order)
+      if (inst->role != "router") rolled.push_back(inst->id);
+    auto roll = [&] {
+      if (!router_http) {
+        sink->write_line(
+            "epd-cluster: SIGHUP: a rolling restart needs a router's `http` key to see instances "
+            "come back (and --ready-timeout > 0); not restarting");
+        return;
+      }
+      sink->write_line("epd-cluster: received SIGHUP; restarting " + join(rolled) +
+                       " one at a time (routers are not restarted: restart each alone, it drains)");
+      lc::RollOptions ro;
+      ro.routers.push_back(*router_http);
+      ro.routers.insert(ro.routers.end(), more_routers.begin(), more_routers.end());
+      ro.restart_timeout = opts.stop_grace + opts.kill_wait + std::chrono::seconds(5);
+      ro.healthy_timeout = seconds_flag(ready_timeout_s);
+      ro.cancelled = [&] {
+        sigset_t pending;
+        sigpending(&pending);
+        return sigismember(&pending, SIGINT) == 1 || sigismember(&pending, SIGTERM) == 1;
+      };
+      if (auto st = lc::roll_instances(group, rolled, ro, *sink); !st)
+        sink->write_line("epd-cluster: " + st.error().detail);
+    };
+
     for (;;) {
-      if (int sig = wait_for_stop_signal(stop_set, milliseconds(200))) {
+      if (int sig = wait_for_stop_signal(run_set, milliseconds(200))) {
+        if (sig == SIGHUP) {
+          roll();
+          continue;
+        }
         rc = stop_with(sig);
         break;
       }

@@ -102,6 +102,11 @@ struct ProcessGroup::Child {
   ChildState state = ChildState::running;
   std::string last_exit;
   Clock::time_point restart_at{};
+  // restart() asked for a restart: SIGTERM once (term_sent), SIGKILL at kill_at if it is still running.
+  bool restart_requested = false;
+  bool term_sent = false;
+  Clock::time_point kill_at{};
+  bool start_requested = false;  // its pending start (backing_off) ends a requested restart
 };
 
 // One child's output pipe. A restarted child gets a new pipe; the old one is read until EOF (a grandchild
@@ -154,10 +159,39 @@ void ProcessGroup::stop() {
     if (!started_) return;
     stop_requested_ = true;
   }
+  spawned_cv_.notify_all();
   wake();
   // Only the first caller joins; later ones find the thread already joined.
   std::lock_guard join_lock(join_mu_);
   if (thread_.joinable()) thread_.join();
+}
+
+protocol::Result<pid_t> ProcessGroup::restart(std::string_view id, milliseconds timeout) {
+  std::unique_lock lock(mu_);
+  auto it = std::find_if(children_.begin(), children_.end(), [&](const Child& c) { return c.spec.id == id; });
+  if (it == children_.end()) return make_error(ErrorCode::config_error, "no child '" + std::string(id) + "'");
+  Child& c = *it;
+  if (stop_requested_) return make_error(ErrorCode::aborted, "the group is stopping");
+  if (c.state != ChildState::running || c.pid <= 0)
+    return make_error(ErrorCode::internal,
+                      c.spec.id + " is not running (" + std::string(child_state_name(c.state)) + ")");
+  if (c.restart_requested) return make_error(ErrorCode::internal, c.spec.id + " is already restarting");
+  const pid_t old = c.pid;
+  c.restart_requested = true;
+  c.term_sent = false;
+  lock.unlock();
+  wake();
+  lock.lock();
+  const bool back = spawned_cv_.wait_for(lock, timeout, [&] {
+    return stop_requested_ || (c.state == ChildState::running && c.pid > 0 && c.pid != old) ||
+           c.state == ChildState::gave_up;
+  });
+  if (stop_requested_) return make_error(ErrorCode::aborted, "the group is stopping");
+  if (!back || c.state != ChildState::running)
+    return make_error(ErrorCode::timeout,
+                      c.spec.id + " did not start again within " + describe_ms(timeout.count()) +
+                          (c.last_exit.empty() ? "" : " (last exit: " + c.last_exit + ")"));
+  return c.pid;
 }
 
 std::vector<ChildStatus> ProcessGroup::status() const {
@@ -225,6 +259,7 @@ void ProcessGroup::run(std::vector<ChildSpec> specs) {
     pump_output(timeout_ms);
     reap(false);
     restart_due();
+    restart_requested();
   }
   shutdown();
 }
@@ -235,7 +270,7 @@ bool ProcessGroup::start_initial(std::vector<ChildSpec>& specs) {
       std::lock_guard lock(mu_);
       children_.emplace_back(std::move(spec), options_.restart);
     }
-    if (auto err = spawn(children_.size() - 1, false)) {
+    if (auto err = spawn(children_.size() - 1, Why::first)) {
       std::lock_guard lock(mu_);
       children_.back().state = ChildState::stopped;
       start_error_ = std::move(*err);
@@ -245,7 +280,7 @@ bool ProcessGroup::start_initial(std::vector<ChildSpec>& specs) {
   return true;
 }
 
-std::optional<protocol::Error> ProcessGroup::spawn(size_t index, bool is_restart) {
+std::optional<protocol::Error> ProcessGroup::spawn(size_t index, Why why) {
   Child& c = children_[index];
   auto r = spawn_child(c.spec);
   if (!r) return r.error();
@@ -254,10 +289,13 @@ std::optional<protocol::Error> ProcessGroup::spawn(size_t index, bool is_restart
     c.pid = r->pid;
     c.state = ChildState::running;
   }
+  spawned_cv_.notify_all();
   streams_.push_back(Stream{c.spec.id, r->output_fd, LineSplitter()});
-  if (is_restart)
+  if (why == Why::crashed)
     sink_->launcher_line("restarted " + c.spec.id + " (pid " + std::to_string(r->pid) + ", restart " +
                          std::to_string(c.tracker.total_restarts()) + ")");
+  else if (why == Why::requested)
+    sink_->launcher_line("started " + c.spec.id + " again (pid " + std::to_string(r->pid) + ", on request)");
   else
     sink_->launcher_line("started " + c.spec.id + " (pid " + std::to_string(r->pid) +
                          "): " + join_argv(c.spec.argv));
@@ -315,6 +353,16 @@ void ProcessGroup::reap(bool stopping) {
       c.pid = 0;
       c.state = ChildState::stopped;
       c.last_exit = what;
+    } else if (c.restart_requested) {  // restart(): start it again now, not counted as a crash
+      ::kill(-pid, SIGKILL);
+      std::lock_guard lock(mu_);
+      c.pid = 0;
+      c.last_exit = what;
+      c.restart_requested = false;
+      c.start_requested = true;
+      c.state = ChildState::backing_off;
+      c.restart_at = Clock::now();
+      head += "; starting it again (restart requested)";
     } else {
       // Its grandchildren would be orphans now, and a restarted instance must not compete with them.
       ::kill(-pid, SIGKILL);
@@ -339,12 +387,44 @@ void ProcessGroup::reap(bool stopping) {
   }
 }
 
+void ProcessGroup::restart_requested() {
+  const auto now = Clock::now();
+  for (Child& c : children_) {
+    pid_t pid = 0;
+    bool term = false, kill = false;
+    {
+      std::lock_guard lock(mu_);
+      if (!c.restart_requested || c.pid <= 0) continue;
+      pid = c.pid;
+      if (!c.term_sent) {
+        c.term_sent = term = true;
+        c.kill_at = now + options_.stop_grace;
+      } else if (now >= c.kill_at) {
+        kill = true;
+        c.kill_at = now + options_.kill_wait;  // at most one SIGKILL per kill_wait
+      }
+    }
+    if (term) {
+      sink_->launcher_line("restarting " + c.spec.id + " (pid " + std::to_string(pid) +
+                           ") on request: SIGTERM, SIGKILL after " +
+                           describe_ms(options_.stop_grace.count()));
+      kill_child(pid, SIGTERM);
+    } else if (kill) {
+      sink_->launcher_line(c.spec.id + " (pid " + std::to_string(pid) + ") still running after " +
+                           describe_ms(options_.stop_grace.count()) + "; sending SIGKILL");
+      kill_child(pid, SIGKILL);
+    }
+  }
+}
+
 void ProcessGroup::restart_due() {
   auto now = Clock::now();
   for (size_t i = 0; i < children_.size(); ++i) {
     Child& c = children_[i];
     if (c.state != ChildState::backing_off || c.restart_at > now) continue;
-    auto err = spawn(i, true);
+    const Why why = c.start_requested ? Why::requested : Why::crashed;
+    c.start_requested = false;
+    auto err = spawn(i, why);
     if (!err) continue;
     // Could not even exec (binary removed?): counts as another death of this child.
     std::unique_lock lock(mu_);

@@ -39,8 +39,11 @@ Readiness evaluate_instances(std::string_view json_body, const std::vector<std::
     if (!e.is_object()) continue;
     auto id = e.find("id");
     auto ok = e.find("healthy");
-    if (id != e.end() && id->is_string() && ok != e.end() && ok->is_boolean() && ok->get<bool>())
+    if (id != e.end() && id->is_string() && ok != e.end() && ok->is_boolean() && ok->get<bool>()) {
       healthy.insert(id->get<std::string>());
+      if (auto inc = e.find("incarnation"); inc != e.end() && inc->is_number_unsigned())
+        r.incarnations[id->get<std::string>()] = inc->get<uint64_t>();
+    }
   }
   r.answered = true;
   for (const auto& id : expected)

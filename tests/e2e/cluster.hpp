@@ -112,6 +112,7 @@ class Cluster {
   std::vector<std::string> ids() const;
   launcher::ProcessGroup& group() { return *group_; }
   std::string logs() const { return sink_->text(); }
+  launcher::OutputSink& sink() { return *sink_; }  // the children's log, for the launcher's own lines
   // Stops the cluster and returns the sanitizer reports (ASan, LSan, UBSan) its processes printed, if any:
   // with EPD_SANITIZE=ON the role processes are instrumented too, and their reports must fail the test.
   std::string stop_and_collect_sanitizer_reports();

@@ -16,6 +16,8 @@ using nlohmann::json;
 using clock_type = std::chrono::steady_clock;
 
 void Outcome::add(const std::vector<uint32_t>& expected, int status, const json& body) {
+  if (body.is_object() && body.contains("timings_ms") && body["timings_ms"].contains("first_token"))
+    first_token_ms.push_back(body["timings_ms"]["first_token"].get<double>());
   if (status == 200) {
     if (body.is_object() && body.contains("tokens") &&
         body["tokens"].get<std::vector<uint32_t>>() == expected) {

@@ -22,6 +22,7 @@ struct Outcome {
   std::map<std::string, int> causes;  // error code -> failures
   std::vector<std::string> errors;    // "<status> <body>" of every failure
   std::string first_error;
+  std::vector<double> first_token_ms;  // timings_ms.first_token of every answer that has one
 
   // Classifies one answer to a request whose colocated run produced `expected`.
   void add(const std::vector<uint32_t>& expected, int status, const nlohmann::json& body);

@@ -4,6 +4,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <catch2/catch.hpp>
+#include <map>
 
 #include "test_util.hpp"
 
@@ -35,7 +36,10 @@ class H(http.server.BaseHTTPRequestHandler):
         if self.path != "/v1/instances":
             self.send_response(404); self.end_headers(); return
         ids = os.listdir(os.path.join(root, "up"))
-        body = json.dumps([{"id": i, "healthy": True, "free_kv_pages": 1} for i in ids]).encode()
+        # A process's pid stands for its incarnation: a restarted instance has a new one.
+        body = json.dumps([{"id": i, "healthy": True, "free_kv_pages": 1,
+                            "incarnation": int(open(os.path.join(root, "pids", i)).read() or 0)}
+                           for i in ids]).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
@@ -91,6 +95,12 @@ struct FakeCluster {
         "--stop-grace",  "2"};
     a.insert(a.end(), extra.begin(), extra.end());
     return a;
+  }
+  pid_t pid_of(const std::string& id) {
+    std::ifstream in(dir.path / "pids" / id);
+    pid_t p = 0;
+    in >> p;
+    return p;
   }
   std::vector<pid_t> pids() {
     std::vector<pid_t> out;
@@ -226,4 +236,41 @@ TEST_CASE("epd-cluster reports a broken or missing config and bad flags clearly"
   CHECK(WEXITSTATUS(*sc) == 2);
   CHECK(c.output().find("--config is required") != std::string::npos);
   CHECK(fc.pids().empty());
+}
+
+TEST_CASE("epd-cluster restarts every instance but the routers one at a time on SIGHUP",
+          "[launcher][multiproc]") {
+  FakeCluster fc;
+  Proc cluster(fc.args());
+  REQUIRE(cluster.read_until("epd-cluster: ready (4 instances)\n", 10s));
+  const std::vector<std::string> rolled = {"encoder-0", "prefill-0", "decode-0"};
+  std::map<std::string, pid_t> before;
+  for (const auto& id : rolled) before[id] = fc.pid_of(id);
+  const pid_t router = fc.pid_of("router");
+
+  REQUIRE(::kill(cluster.pid(), SIGHUP) == 0);
+  REQUIRE(cluster.read_until("rolling restart done: 3 instances in ", 20s));
+  const std::string& out = cluster.output();
+  CHECK(out.find("epd-cluster: received SIGHUP; restarting encoder-0, prefill-0, decode-0 one at a time") !=
+        std::string::npos);
+  // One at a time, in config order: each is back before the next one is stopped.
+  size_t at = 0;
+  for (const auto& id : rolled) {
+    INFO(id << "\n" << out);
+    const size_t stopped =
+        out.find("[launcher] restarting " + id + " (pid " + std::to_string(before[id]), at);
+    REQUIRE(stopped != std::string::npos);
+    const size_t back = out.find("[launcher] rolling restart: " + id + " is back (pid ", stopped);
+    REQUIRE(back != std::string::npos);
+    at = back;
+    CHECK(fc.pid_of(id) != before[id]);
+    CHECK(process_gone(before[id]));
+  }
+  CHECK(fc.pid_of("router") == router);  // the router serves on
+
+  REQUIRE(::kill(cluster.pid(), SIGTERM) == 0);
+  auto st = cluster.wait(8s);
+  REQUIRE(st);
+  CHECK(WIFEXITED(*st));
+  CHECK(WEXITSTATUS(*st) == 0);
 }

@@ -245,3 +245,61 @@ TEST_CASE("stdout sink drops lines instead of blocking on a stuck reader", "[lau
   close(p[0]);
   close(p[1]);
 }
+
+TEST_CASE("restart on request: SIGTERM lets the child finish, it starts again at once, not as a crash",
+          "[launcher][multiproc]") {
+  Captured cap;
+  ProcessGroup group(no_restart_options(), cap.sink());  // requested restarts happen even so
+  // A child that "drains": on SIGTERM it says so and exits 0.
+  REQUIRE(group
+              .start({sh("worker", "trap 'echo drained; exit 0' TERM; echo up; while :; do sleep 0.05; done"),
+                      sh("other", "exec sleep 30")})
+              .ok());
+  REQUIRE(cap.wait_for("[worker] up"));
+  const pid_t first = group.status("worker")->pid;
+  const pid_t other = group.status("other")->pid;
+  auto pid = group.restart("worker", 5s);
+  REQUIRE(pid.ok());
+  CHECK(*pid != first);
+  REQUIRE(cap.wait_for("[worker] up", 3s, 2));
+  CHECK(cap.count_containing("[worker] drained") == 1);
+  const auto st = group.status("worker");
+  CHECK(st->state == ChildState::running);
+  CHECK(st->pid == *pid);
+  CHECK(st->restarts == 0);  // not a crash: the restart policy's count is untouched
+  CHECK(st->last_exit == "exited with status 0");
+  CHECK(cap.count_containing("[launcher] worker (pid " + std::to_string(first) +
+                             ") exited with status 0; starting it again (restart requested)") == 1);
+  CHECK(cap.count_containing("[launcher] started worker again (pid " + std::to_string(*pid) +
+                             ", on request)") == 1);
+  CHECK(group.status("other")->pid == other);  // nobody else was touched
+  CHECK(process_gone(first));
+
+  // Unknown ids and a child that is not running are refused with the reason.
+  auto unknown = group.restart("nobody", 1s);
+  REQUIRE_FALSE(unknown.ok());
+  CHECK(unknown.error().detail == "no child 'nobody'");
+  group.stop();
+  auto stopped = group.restart("worker", 1s);
+  REQUIRE_FALSE(stopped.ok());
+  CHECK(stopped.error().detail == "the group is stopping");
+}
+
+TEST_CASE("restart on request of a child that ignores SIGTERM: SIGKILL after the grace, then started again",
+          "[launcher][multiproc]") {
+  Captured cap;
+  ProcessGroup group(fast_options(), cap.sink());
+  REQUIRE(group.start({sh("stubborn", "trap '' TERM; echo up; while :; do sleep 0.05; done")}).ok());
+  REQUIRE(cap.wait_for("[stubborn] up"));
+  const pid_t first = group.status("stubborn")->pid;
+  const auto begin = Clock::now();
+  auto pid = group.restart("stubborn", 5s);
+  REQUIRE(pid.ok());
+  CHECK(Clock::now() - begin >= 300ms);  // the grace was given
+  CHECK(cap.count_containing("[launcher] stubborn (pid " + std::to_string(first) +
+                             ") still running after 300 ms; sending SIGKILL") == 1);
+  CHECK(group.status("stubborn")->last_exit == "killed by signal 9 (SIGKILL)");
+  REQUIRE(cap.wait_for("[stubborn] up", 3s, 2));
+  group.stop();
+  CHECK(process_gone(*pid));
+}

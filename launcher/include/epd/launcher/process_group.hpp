@@ -53,6 +53,12 @@ class ProcessGroup {
   // Stops every child; returns within stop_grace + kill_wait (plus a short output drain). Idempotent.
   void stop();
 
+  // Restarts one running child on request (a rolling restart): SIGTERM to its process group, so it can
+  // drain, SIGKILL after stop_grace, then starts it again at once. Not counted against the restart policy,
+  // and done even with restarts disabled. Returns the new pid; an error if the id is unknown, the child is
+  // not running, the group is stopping, or the child is not running again within `timeout`.
+  protocol::Result<pid_t> restart(std::string_view id, std::chrono::milliseconds timeout);
+
   std::vector<ChildStatus> status() const;
   std::optional<ChildStatus> status(std::string_view id) const;
   // Children running or waiting to be restarted (neither given up nor stopped).
@@ -64,11 +70,13 @@ class ProcessGroup {
 
   void run(std::vector<ChildSpec> specs);
   bool start_initial(std::vector<ChildSpec>& specs);
-  std::optional<protocol::Error> spawn(size_t index, bool is_restart);
+  enum class Why { first, crashed, requested };
+  std::optional<protocol::Error> spawn(size_t index, Why why);
   void pump_output(int timeout_ms);
   void read_stream(Stream& s);
   void reap(bool stopping);
   void restart_due();
+  void restart_requested();
   void shutdown();
   void wake();
   size_t running_count() const;
@@ -81,6 +89,7 @@ class ProcessGroup {
 
   mutable std::mutex mu_;  // guards children_ state and the flags below
   std::condition_variable started_cv_;
+  std::condition_variable spawned_cv_;  // a child was (re)started, or the group is stopping
   std::vector<Child> children_;
   std::vector<Stream> streams_;  // supervisor thread only
   bool start_done_ = false;

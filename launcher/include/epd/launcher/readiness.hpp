@@ -3,6 +3,7 @@
 // listed with "healthy": true. The router hosts the registry, so listed + healthy means registered.
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -22,6 +23,8 @@ struct Readiness {
   bool answered = false;             // the router replied 200 with a body we understood
   std::string error;                 // why not, when !answered
   std::vector<std::string> missing;  // expected ids not (yet) listed as healthy
+  // The incarnation of each healthy listed instance that has one (a restarted process has a new one).
+  std::map<std::string, uint64_t> incarnations;
   bool ready() const { return answered && missing.empty(); }
 };
 
