@@ -37,7 +37,8 @@ int main(int argc, char** argv) {
   app.add_option("--mmproj", mmproj, "llama.cpp's mmproj GGUF of the checkpoint: its vision tower")
       ->needs(model_opt);
   app.add_option("--image", image_files,
-                 "image file: PNG, JPEG or binary PPM (P6); repeat for several (a model with an mmproj)");
+                 "image file: PNG, JPEG or binary PPM (P6); repeat for several (a model with an mmproj); "
+                 "with --chat they stand at the prompt's <__media__> markers if it has them, else before it");
   app.add_option("--max-tokens", max_tokens, "tokens to generate (including the first)");
   app.add_option("--chunk", chunk, "prefill chunk size in tokens (0 = whole prompt)");
   app.add_option("--temperature", sampling.temperature, "0 = greedy (default), else sample; 0..2");
@@ -132,9 +133,20 @@ int main(int argc, char** argv) {
   opts.sampling = sampling;
   std::vector<m::ChatTurn> turns;
   if (!system.empty()) turns.push_back({"system", system, false});
-  // The images go before the user's text, as llama-mtmd-cli puts them when the prompt has no marker.
+  // As llama-mtmd-cli, a chat's images stand at the prompt's <__media__> markers, one each; a prompt
+  // without markers gets them before its text.
+  size_t markers = 0;
+  for (size_t at = prompt.find(m::kImageMarker); chat && at != std::string::npos;
+       at = prompt.find(m::kImageMarker, at + std::string_view(m::kImageMarker).size()))
+    ++markers;
+  if (markers != 0 && markers != images.size()) {
+    std::cerr << "epd-run: the prompt has " << markers << " " << m::kImageMarker << " markers for "
+              << images.size() << " --image files\n";
+    return 2;
+  }
   std::string user_text;
-  for (size_t i = 0; i < images.size(); ++i) user_text += m::kImageMarker;
+  if (markers == 0)
+    for (size_t i = 0; i < images.size(); ++i) user_text += m::kImageMarker;
   turns.push_back({"user", user_text + prompt, !images.empty()});
 
   // A checkpoint's text goes through its tokenizer and generation ends at its end tokens, as the router

@@ -478,9 +478,8 @@
 
   async function send() {
     const prompt = $('#prompt').value;
-    // The picture first, as vision-language models are trained to read it (llama-server's order of parts).
     const content = imageUri
-      ? [{ type: 'image_url', image_url: { url: imageUri } }, { type: 'text', text: prompt }]
+      ? [{ type: 'text', text: prompt }, { type: 'image_url', image_url: { url: imageUri } }]
       : prompt;
     const body = {
       messages: [{ role: 'user', content }],

@@ -114,10 +114,11 @@ TEST_CASE("dashboard: headless Chromium shows every instance and a streamed answ
   const std::string streamed = answer["text"];
   CHECK(streamed == kSampleTruth);
   const json request = {
-      {"messages", json::array({{{"role", "user"},
-                                 {"content", json::array({{{"type", "image_url"},
-                                                           {"image_url", {{"url", png_data_uri(kSample)}}}},
-                                                          {{"type", "text"}, {"text", kPrompt}}})}}})},
+      {"messages",
+       json::array({{{"role", "user"},
+                     {"content", json::array({{{"type", "text"}, {"text", kPrompt}},
+                                              {{"type", "image_url"},
+                                               {"image_url", {{"url", png_data_uri(kSample)}}}}})}}})},
       {"max_tokens", kMaxTokens},
       {"temperature", 0}};
   const auto [status, body] = cluster.post_raw("/v1/chat/completions", request.dump());

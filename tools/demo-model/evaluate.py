@@ -25,7 +25,7 @@ ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 
 
 def llama_cpp(bin_dir, lm, mmproj, image, question, n):
-    prompt = "<|im_start|>user\n" + ("<__media__>" if image else "") + question + \
+    prompt = "<|im_start|>user\n" + question + ("<__media__>" if image else "") + \
         "<|im_end|>\n<|im_start|>assistant\n"
     cmd = [os.path.join(bin_dir, "epd-mtmd-reference"), "--model", lm, "--mmproj", mmproj, "--prompt", prompt,
            "-n", str(n), "--threads", "1"]
@@ -38,7 +38,9 @@ def llama_cpp(bin_dir, lm, mmproj, image, question, n):
 
 
 def epd(bin_dir, lm, mmproj, image, question, n, end_id):
-    cmd = [os.path.join(bin_dir, "epd-run"), "--model", lm, "--mmproj", mmproj, "--prompt", question, "--chat",
+    # The question first, then the picture (its <__media__> marker), as the model was trained.
+    cmd = [os.path.join(bin_dir, "epd-run"), "--model", lm, "--mmproj", mmproj, "--prompt",
+           question + ("<__media__>" if image else ""), "--chat",
            "--max-tokens", str(n), "--threads", "1", "--json"]
     if image:
         cmd += ["--image", image]

@@ -82,6 +82,15 @@ class Tokens:
     def user_prefix(self):
         return [self.im_start] + self.encode("user\n")
 
+    def picture_turn(self, question, n_image):
+        """The user turn with the question before the picture, as OpenAI's clients send the parts
+        ([text, image_url]) and llama-server joins them: "<|im_start|>user\nQUESTION<__media__><|im_end|>\n
+        <|im_start|>assistant\n". mtmd tokenizes the text before the picture as one piece. ->
+        (ids with n_image placeholder zeros, index of the first image row)."""
+        head = [self.im_start] + self.encode("user\n" + question)
+        tail = [self.im_end] + self.encode("\n") + [self.im_start] + self.encode("assistant\n")
+        return head + [0] * n_image + tail, len(head)
+
     def user_suffix(self, question):
         return self.encode(question) + [self.im_end] + self.encode("\n") + [self.im_start] + \
             self.encode("assistant\n")
@@ -235,12 +244,17 @@ class DemoVLM(nn.Module):
 
     def forward(self, ids, images=None, image_rows=None, image_at=0):
         """ids [B, T] (image slots hold any id); images uint8 [N, H, W, 3] for rows image_rows of the batch,
-        whose n_patches embeddings replace positions image_at .. image_at + n_patches. -> logits [B, T, V]."""
+        whose n_patches embeddings replace positions image_at .. image_at + n_patches (image_at: one int, or
+        one per image row). -> logits [B, T, V]."""
         x = self.embed(ids)
         if images is not None and len(image_rows):
             feats = self.vision(images)
             x = x.clone()
-            x[image_rows, image_at:image_at + feats.shape[1]] = feats
+            if isinstance(image_at, int):
+                x[image_rows, image_at:image_at + feats.shape[1]] = feats
+            else:  # one offset per image row
+                for k, (r, at) in enumerate(zip(image_rows.tolist(), image_at)):
+                    x[r, at:at + feats.shape[1]] = feats[k]
         t = ids.shape[1]
         mask = torch.full((t, t), float("-inf")).triu(1)
         cos, sin = self.cos[:t], self.sin[:t]
@@ -253,7 +267,7 @@ def load_checkpoint(path):
     ck = torch.load(path, map_location="cpu")
     c = Config(**ck["config"])
     m = DemoVLM(c)
-    m.load_state_dict({k: v for k, v in ck["model"].items() if not k.startswith("aux.")})
+    m.load_state_dict({k: v for k, v in ck["model"].items() if not k.startswith(("aux.", "patch_aux."))})
     return m, ck
 
 

@@ -173,10 +173,14 @@ def question(qtype, target=None, variant=0):
     raise ValueError(qtype)
 
 
-def sample_qa(scene, rng):
+def sample_qa(scene, rng, weights=None):
     """One random (type, question, answer) about the scene; colour/where ask about a present shape 85%
-    of the time, exists 50%."""
-    qtype = QUESTION_TYPES[int(rng.integers(0, len(QUESTION_TYPES)))]
+    of the time, exists 50%. weights: relative frequency of each of QUESTION_TYPES (default equal)."""
+    if weights is None:
+        qtype = QUESTION_TYPES[int(rng.integers(0, len(QUESTION_TYPES)))]
+    else:
+        p = np.asarray(weights, np.float64)
+        qtype = QUESTION_TYPES[int(rng.choice(len(QUESTION_TYPES), p=p / p.sum()))]
     present = [sh["shape"] for sh in scene["shapes"]]
     absent = [s for s in SHAPES if s not in present]
     target = None

@@ -27,6 +27,34 @@ TEXT_FRACTION = 0.04
 # tower's output (all patches) classifies what stands at each of the five positions: nothing, or
 # shape x colour x size. Without it the tower collapsed to an image-independent output within 250 steps.
 N_FACTS = 1 + len(scenes.SHAPES) * len(scenes.COLOURS) * len(scenes.SIZES)
+# A second auxiliary head, shared by every patch, says what stands nearest that patch (nothing, or the fact)
+# and at which position. The global head above only asks that the facts be somewhere in the 16 rows, coded
+# differently per row; the language model reads rows through attention, one shared value projection for
+# all of them, so facts coded the same way in every row near their shape are what it can bind ("the
+# triangle" -> its colour). Added after the first model plateaued at 71 % colour / 68 % where.
+N_POS = 1 + len(scenes.POSITION_ORDER)
+NEAR_PX = 12.0
+
+
+def patch_labels(scene, image_size=scenes.IMAGE_SIZE, patch=16):
+    """Per patch (row-major): (fact index, position index) of the shape whose nominal centre is nearest the
+    patch centre, if within NEAR_PX, else (0, 0)."""
+    facts = fact_labels(scene)
+    cols = image_size // patch
+    out_f, out_p = [], []
+    for i in range(cols * cols):
+        px, py = (i % cols + 0.5) * patch, (i // cols + 0.5) * patch
+        best, f, pos = NEAR_PX, 0, 0
+        for k, name in enumerate(scenes.POSITION_ORDER):
+            if not facts[k]:
+                continue
+            cx, cy = scenes.POSITIONS[name]
+            d = ((px - cx) ** 2 + (py - cy) ** 2) ** 0.5
+            if d < best:
+                best, f, pos = d, facts[k], 1 + k
+        out_f.append(f)
+        out_p.append(pos)
+    return out_f, out_p
 
 
 def fact_labels(scene):
@@ -49,46 +77,53 @@ def render_pool(seed, n, path):
 
 
 class Batcher:
-    def __init__(self, tok, pool, seed, n_patches):
-        self.tok, self.pool, self.n_patches = tok, pool, n_patches
+    def __init__(self, tok, pool, seed, n_patches, mix=None):
+        self.tok, self.pool, self.n_patches, self.mix = tok, pool, n_patches, mix
         self.scenes = [scenes.make_scene(seed, i) for i in range(len(pool))]
         self.prefix = tok.user_prefix()
 
     def example(self, rng, scene_index=None, qa=None):
-        """(ids, loss mask, scene index or None)."""
+        """(ids, loss mask, scene index or None, index of the first image row)."""
+        at = 0
         if scene_index is None and rng.random() < TEXT_FRACTION:
             q, a = scenes.TEXT_TURNS[int(rng.integers(0, len(scenes.TEXT_TURNS)))]
             head = self.prefix + self.tok.user_suffix(q)
             idx = None
         else:
             idx = int(rng.integers(0, len(self.scenes))) if scene_index is None else scene_index
-            _, q, a = qa if qa else scenes.sample_qa(self.scenes[idx], rng)
-            head = self.prefix + [0] * self.n_patches + self.tok.user_suffix(q)
+            _, q, a = qa if qa else scenes.sample_qa(self.scenes[idx], rng, self.mix)
+            head, at = self.tok.picture_turn(q, self.n_patches)
         ans = self.tok.encode(a) + [self.tok.im_end]
-        return head + ans, [0] * len(head) + [1] * len(ans), idx
+        return head + ans, [0] * len(head) + [1] * len(ans), idx, at
 
     def collate(self, examples):
         t = max(len(e[0]) for e in examples)
         ids = torch.zeros(len(examples), t, dtype=torch.long)
         mask = torch.zeros(len(examples), t)
-        rows, imgs, facts = [], [], []
-        for r, (seq, m, idx) in enumerate(examples):
+        rows, imgs, facts, pfacts, ppos, self.image_at = [], [], [], [], [], []
+        for r, (seq, m, idx, at) in enumerate(examples):
             ids[r, :len(seq)] = torch.tensor(seq)
             mask[r, :len(m)] = torch.tensor(m, dtype=torch.float32)
             if idx is not None:
                 rows.append(r)
+                self.image_at.append(at)
                 imgs.append(self.pool[idx])
                 facts.append(fact_labels(self.scenes[idx]))
+                f, p = patch_labels(self.scenes[idx], patch=int(round((self.n_patches ** -0.5) * scenes.IMAGE_SIZE)))
+                pfacts.append(f)
+                ppos.append(p)
         images = torch.from_numpy(np.stack(imgs)) if imgs else None
         self.facts = torch.tensor(facts, dtype=torch.long).view(-1, len(scenes.POSITION_ORDER))
+        self.patch_facts = torch.tensor(pfacts, dtype=torch.long).view(-1)
+        self.patch_pos = torch.tensor(ppos, dtype=torch.long).view(-1)
         return ids, mask, images, torch.tensor(rows, dtype=torch.long)
 
     def batch(self, rng, size):
         return self.collate([self.example(rng) for _ in range(size)])
 
 
-def loss_of(model, ids, mask, images, rows, prefix_len):
-    logits = model(ids, images, rows, prefix_len)
+def loss_of(model, ids, mask, images, rows, image_at):
+    logits = model(ids, images, rows, image_at)
     lp = logits[:, :-1]
     tgt = ids[:, 1:]
     m = mask[:, 1:]
@@ -111,7 +146,7 @@ def held_out(model, tok, n_scenes, n_patches):
             exs.append(b.example(rng, i, (q["type"], q["question"], q["answer"])))
             types.append(q["type"])
         ids, mask, images, rows = b.collate(exs)
-        _, lp, tgt, m = loss_of(model, ids, mask, images, rows, len(b.prefix))
+        _, lp, tgt, m = loss_of(model, ids, mask, images, rows, b.image_at)
         ok = ((lp.argmax(-1) == tgt) | (m == 0)).all(-1)
         for t, o in zip(types, ok.tolist()):
             right[t] += o
@@ -134,8 +169,13 @@ def main():
     ap.add_argument("--eval-every", type=int, default=500)
     ap.add_argument("--eval-scenes", type=int, default=60)
     ap.add_argument("--max-minutes", type=float, default=0, help="stop (and save) after this wall time")
+    ap.add_argument("--stop-at", type=int, default=0, help="stop (and save) at this step, schedule unchanged")
     ap.add_argument("--aux-weight", type=float, default=0.5)
+    ap.add_argument("--patch-aux-weight", type=float, default=0.5)
     ap.add_argument("--resume", action="store_true")
+    ap.add_argument("--mix", default="",
+                    help="relative frequency of question types, e.g. describe=1,colour=2,count=0.5,exists=1,where=2")
+    ap.add_argument("--lm", default="", help="language-model shape, e.g. width=192,layers=6,heads=6,ffn=512")
     args = ap.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -150,9 +190,11 @@ def main():
         log.flush()
 
     tok = Tokens(os.path.join(out, "tokenizer.model"))
-    c = Config(vocab=tok.sp.get_piece_size())
+    c = Config(vocab=tok.sp.get_piece_size(),
+               **{k: int(v) for k, v in (kv.split("=") for kv in args.lm.split(",") if kv)})
     model = DemoVLM(c)
     model.aux = torch.nn.Linear(c.n_patches * c.vision_width, len(scenes.POSITION_ORDER) * N_FACTS)
+    model.patch_aux = torch.nn.Linear(c.vision_width, N_FACTS + N_POS)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.01)
     step = 0
     ck_path = os.path.join(out, "checkpoint.pt")
@@ -168,8 +210,11 @@ def main():
     t0 = time.time()
     pool = render_pool(scenes.TRAIN_SEED, args.pool, os.path.join(out, "train_pool.npz"))
     say(f"pool of {len(pool)} scenes in {time.time() - t0:.1f}s")
-    batcher = Batcher(tok, pool, scenes.TRAIN_SEED, c.n_patches)
-    prefix_len = len(batcher.prefix)
+    mix = None
+    if args.mix:
+        given = dict((k, float(v)) for k, v in (kv.split("=") for kv in args.mix.split(",")))
+        mix = [given.get(t, 1.0) for t in scenes.QUESTION_TYPES]
+    batcher = Batcher(tok, pool, scenes.TRAIN_SEED, c.n_patches, mix)
 
     def save():
         torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step,
@@ -185,13 +230,17 @@ def main():
         for g in opt.param_groups:
             g["lr"] = lr
         ids, mask, images, rows = batcher.batch(rng, args.batch)
-        loss, *_ = loss_of(model, ids, mask, images, rows, prefix_len)
-        aux = torch.tensor(0.0)
+        loss, *_ = loss_of(model, ids, mask, images, rows, batcher.image_at)
+        aux = paux = torch.tensor(0.0)
         if images is not None:
             t = model.vision.tower_out
             logits = model.aux(t.reshape(t.shape[0], -1)).view(-1, N_FACTS)
             aux = F.cross_entropy(logits, batcher.facts.view(-1))
-        loss_all = loss + args.aux_weight * aux
+            if args.patch_aux_weight:
+                pl = model.patch_aux(t.reshape(-1, t.shape[-1]))
+                paux = (F.cross_entropy(pl[:, :N_FACTS], batcher.patch_facts) +
+                        F.cross_entropy(pl[:, N_FACTS:], batcher.patch_pos))
+        loss_all = loss + args.aux_weight * aux + args.patch_aux_weight * paux
         opt.zero_grad(set_to_none=True)
         loss_all.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -200,7 +249,7 @@ def main():
         ema = loss.item() if ema is None else 0.95 * ema + 0.05 * loss.item()
         elapsed = time.time() - t0
         if step % 25 == 0:
-            say(f"step {step} loss {loss.item():.4f} ema {ema:.4f} aux {aux.item():.4f} lr {lr:.2e} "
+            say(f"step {step} loss {loss.item():.4f} ema {ema:.4f} aux {aux.item():.4f} patch-aux {paux.item():.4f} lr {lr:.2e} "
                 f"{elapsed / 60:.1f} min")
         if step % args.save_every == 0:
             save()
@@ -208,6 +257,9 @@ def main():
             acc = held_out(model, tok, args.eval_scenes, c.n_patches)
             say(f"step {step} held-out teacher-forced exact answers: " +
                 " ".join(f"{k} {v:.2f}" for k, v in acc.items()))
+        if args.stop_at and step >= args.stop_at:
+            say(f"stopping at step {step} (--stop-at)")
+            break
         if args.max_minutes and elapsed > args.max_minutes * 60:
             say(f"stopping at step {step}: {args.max_minutes} minutes")
             break

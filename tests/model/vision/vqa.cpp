@@ -33,14 +33,14 @@ std::vector<VqaQuestion> read_vqa(const std::filesystem::path& dir, VqaPick pick
 }
 
 std::string vqa_chatml(const std::string& question) {
-  return "<|im_start|>user\n" + std::string(kImageMarker) + question + "<|im_end|>\n<|im_start|>assistant\n";
+  return "<|im_start|>user\n" + question + std::string(kImageMarker) + "<|im_end|>\n<|im_start|>assistant\n";
 }
 
 VqaAnswer ask_colocated(ModelRunner& runner, const PromptCodec& codec, const VqaQuestion& q,
                         uint32_t max_tokens, size_t drop_image_tokens) {
   auto image = read_image_file(q.image.string(), max_rgb_bytes_for(runner.config()));
   if (!image) throw std::runtime_error(q.image.string() + ": " + image.error().detail);
-  const std::vector<ChatTurn> turns = {{"user", std::string(kImageMarker) + q.question, true}};
+  const std::vector<ChatTurn> turns = {{"user", q.question + std::string(kImageMarker), true}};
   const ImageDims dims[] = {{image->width, image->height}};
   auto prompt = codec.chat(turns, dims);
   if (!prompt) throw std::runtime_error(prompt.error().detail);

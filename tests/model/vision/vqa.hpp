@@ -31,7 +31,8 @@ enum class VqaPick {
 std::vector<VqaQuestion> read_vqa(const std::filesystem::path& dir, VqaPick pick,
                                   size_t max_scenes = static_cast<size_t>(-1));
 
-// The demo model's ChatML prompt for one picture and question, with llama.cpp's image marker.
+// The demo model's ChatML prompt for a question and its picture, with llama.cpp's image marker: the
+// question first, as OpenAI clients send the parts and as the model was trained.
 std::string vqa_chatml(const std::string& question);
 
 struct VqaAnswer {
