@@ -2,9 +2,12 @@
 // under steady load, as epd-cluster does on SIGHUP (launcher::roll_instances on the test's process group).
 // Each drains on its SIGTERM and comes back as a new incarnation before the next goes: no request fails,
 // every answer is the colocated run's, and streamed answers arrive whole.
+#include <algorithm>
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <future>
+#include <map>
 #include <sstream>
 #include <thread>
 
