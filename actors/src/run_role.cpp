@@ -14,6 +14,7 @@
 #include "epd/actors/process_metrics.hpp"
 #include "epd/actors/role_registry.hpp"
 #include "epd/actors/role_support.hpp"
+#include "epd/actors/stop_signal.hpp"
 #include "epd/http/metrics_endpoint.hpp"
 #include "registry.hpp"
 
@@ -101,12 +102,9 @@ int run_role(int argc, char** argv, const char* fixed_role) {
   auto identity = local_identity(*model);
   if (!identity) return fail("model fingerprint: " + identity.error().detail);
 
-  // Signals are taken by sigwait below; block them before any thread starts so none of them gets one.
-  sigset_t sigs;
-  sigemptyset(&sigs);
-  sigaddset(&sigs, SIGINT);
-  sigaddset(&sigs, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  // Our threads keep SIGINT/SIGTERM blocked; the handler takes them wherever they land (stop_signal.hpp).
+  block_stop_signals();
+  install_stop_handler();
   signal(SIGPIPE, SIG_IGN);
   raise_open_file_limit();
 
@@ -247,8 +245,7 @@ int run_role(int argc, char** argv, const char* fixed_role) {
   actors.push_back(handle->main);
   for (auto& a : handle->others) actors.push_back(a);
   spdlog::info("{} '{}' serving on {} (incarnation {})", role, id, ctx.bridge->endpoint(), incarnation);
-  int sig = 0;
-  sigwait(&sigs, &sig);
+  const int sig = wait_for_stop_signal();
   spdlog::info("{} '{}' stopping on signal {}", role, id, sig);
   if (handle->drain)
     handle->drain();

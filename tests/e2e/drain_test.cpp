@@ -16,8 +16,12 @@ using namespace epd::testing;
 
 namespace {
 
-// SIGTERM to `id`, then waits (bounded) for it to exit; returns how it ended.
+// SIGTERM to `id` twice, as a launcher signals the process group and then the process: the second lands
+// mid-drain and must not cut it short (it did, on a thread OpenBLAS started before main). Then waits
+// (bounded) for it to exit; returns how it ended.
 std::string stop_gracefully(Cluster& cluster, const std::string& id) {
+  ::kill(cluster.pid(id), SIGTERM);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
   ::kill(cluster.pid(id), SIGTERM);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   while (std::chrono::steady_clock::now() < deadline) {
