@@ -123,6 +123,31 @@ TEST_CASE("generate request: max_tokens type and range", "[http][request]") {
   }
 }
 
+TEST_CASE("generate request: sampling fields, their types and ranges", "[http][request]") {
+  const auto greedy = accepted(R"({"prompt":"p"})").sampling;
+  CHECK(greedy.temperature == 0);
+  CHECK(greedy.seed == 0);
+  const auto s = accepted(R"({"prompt":"p","temperature":1.5,"top_p":0.25,"top_k":40,"seed":-1})").sampling;
+  CHECK(s.temperature == 1.5f);
+  CHECK(s.top_p == 0.25f);
+  CHECK(s.top_k == 40);
+  CHECK(s.seed == UINT64_MAX);  // a negative seed is its two's-complement bit pattern
+  CHECK(says(rejected(R"({"prompt":"p","temperature":"1"})"), "\"temperature\" must be a number in [0, 2]"));
+  for (const char* v : {"-0.5", "2.5"}) {
+    INFO(v);
+    CHECK(says(rejected(std::string(R"({"prompt":"p","temperature":)") + v + "}"), "it must be in [0, 2]"));
+  }
+  for (const char* v : {"0", "1.5", "-1"}) {
+    INFO(v);
+    CHECK(says(rejected(std::string(R"({"prompt":"p","top_p":)") + v + "}"), "it must be in (0, 1]"));
+  }
+  for (const char* v : {"-1", "1.5", "4294967296", "\"3\""}) {
+    INFO(v);
+    CHECK(says(rejected(std::string(R"({"prompt":"p","top_k":)") + v + "}"), "\"top_k\" must be an integer"));
+  }
+  CHECK(says(rejected(R"({"prompt":"p","seed":1.5})"), "\"seed\" must be an integer"));
+}
+
 TEST_CASE("generate request: image type, base64, PPM magic and size", "[http][request]") {
   CHECK(says(rejected(R"({"prompt":"p","image":5})"), "\"image\" must be a base64 string, got number"));
   CHECK(says(rejected(R"({"prompt":"p","image":""})"), "\"image\" is empty"));
