@@ -32,23 +32,41 @@ void raise_open_file_limit() {
 
 // An encoder, prefill or decode stopping: it says `draining` in its next heartbeats, so routers stop placing
 // here within about an interval, and finishes every room it holds, those placed before the routers heard
-// too. Returns once none is held after two intervals, or at the cluster's drain_timeout_ms.
-void drain_rooms(const RoleContext& ctx, const std::string& id) {
+// too. Returns once none is held after two intervals, or at the cluster's drain_timeout_ms. A role that can
+// hand its rooms over (decode) does so then, and the drain waits up to kHandOverWait for them to be gone.
+void drain_rooms(const RoleContext& ctx, const RoleHandle& handle, const std::string& id) {
   using clock = std::chrono::steady_clock;
+  constexpr auto kHandOverWait = std::chrono::seconds(2);
   const auto& c = ctx.cluster->cluster;
   ctx.load->draining = true;
   const auto start = clock::now();
   const auto settle = 2 * c.heartbeat_interval;
-  while (clock::now() - start < c.drain_timeout) {
-    if (clock::now() - start >= settle && ctx.load->active_rooms.load() == 0) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  auto wait_until = [&](clock::time_point end) {
+    while (clock::now() < end) {
+      if (clock::now() - start >= settle && ctx.load->active_rooms.load() == 0) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  };
+  wait_until(start + c.drain_timeout);
+  auto ms = [&] {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(clock::now() - start).count();
+  };
+  uint32_t left = ctx.load->active_rooms.load();
+  if (left > 0 && handle.hand_over) {
+    spdlog::info("'{}' still holds {} rooms after {} ms: handing them over", id, left, ms());
+    handle.hand_over();
+    wait_until(clock::now() + kHandOverWait);
+    if (ctx.load->active_rooms.load() == 0) {
+      spdlog::info("'{}' drained in {} ms: {} rooms handed over", id, ms(), left);
+      return;
+    }
+    left = ctx.load->active_rooms.load();
   }
-  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(clock::now() - start).count();
-  if (const uint32_t left = ctx.load->active_rooms.load(); left > 0)
+  if (left > 0)
     spdlog::warn("'{}' drain timed out after {} ms with {} rooms held: they fail as the process stops", id,
-                 ms, left);
+                 ms(), left);
   else
-    spdlog::info("'{}' drained in {} ms: no room held", id, ms);
+    spdlog::info("'{}' drained in {} ms: no room held", id, ms());
 }
 
 int fail(const std::string& what) {
@@ -250,7 +268,7 @@ int run_role(int argc, char** argv, const char* fixed_role) {
   if (handle->drain)
     handle->drain();
   else
-    drain_rooms(ctx, id);
+    drain_rooms(ctx, *handle, id);
   metrics_endpoint.stop();
   // Leaving: etcd drops our record with the revoked lease; the embedded registry hears GOODBYE.
   if (etcd_membership)

@@ -98,6 +98,8 @@ std::string stats_json(const RouterStats& s) {
                {"completed", s.completed},
                {"failed", s.failed},
                {"retries", s.retries},
+               {"resumed", s.resumed},
+               {"resumed_tokens", s.resumed_tokens},
                {"cancelled", s.cancelled},
                {"rejected", s.rejected},
                {"in_flight", s.in_flight},

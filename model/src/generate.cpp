@@ -135,6 +135,7 @@ static protocol::Status run_prompt(ModelRunner& runner, GenerateResult& res, con
     PrefillChunk c =
         slice_prompt(res.prompt, emb.data, cfg.d_model, begin, end, image_token(cfg).value_or(kImage));
     c.sampling = opts.sampling;
+    c.generated = opts.first_index;
     auto r = runner.prefill_chunk(pool, pages, begin, c);
     if (!r) return r.error();
     next = *r;
@@ -158,7 +159,7 @@ static protocol::Status run_prompt(ModelRunner& runner, GenerateResult& res, con
   const std::vector<PageId>& dpages = decode_pool ? decode_pool->pages : pages;
 
   t0 = clock::now();
-  DecodeSeq seq{dpages, n, next, opts.sampling, 1};
+  DecodeSeq seq{dpages, n, next, opts.sampling, opts.first_index + 1};
   while (max_new > 0) {
     res.tokens.push_back(seq.last_token);
     const bool ends = reference ? seq.last_token == kEos

@@ -49,6 +49,8 @@ constexpr std::array kTable = {
     ErrorInfo{C::oversized, "oversized", false, "the item can never fit the receiver's buffer"},
     ErrorInfo{C::unexpected_message, "unexpected_message", false,
               "well-formed message not valid in this state"},
+    ErrorInfo{C::handed_over, "handed_over", true,
+              "the instance is stopping: the room goes on elsewhere from the tokens drawn so far"},
     ErrorInfo{C::config_error, "config_error", false, "configuration is missing or invalid"},
     ErrorInfo{C::io_error, "io_error", true, "an operating-system call failed"},
     ErrorInfo{C::internal, "internal", false, "a bug: an invariant did not hold"},

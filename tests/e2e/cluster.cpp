@@ -87,6 +87,7 @@ Cluster::Cluster(ClusterSpec spec) : spec_(std::move(spec)) {
   }
   cfg << "heartbeat_interval_ms = " << spec_.heartbeat_ms << "\nheartbeat_misses = " << spec_.heartbeat_misses
       << "\nrequest_timeout_ms = " << spec_.request_timeout_ms << "\nmax_attempts = " << spec_.max_attempts
+      << (spec_.drain_timeout_ms ? "\ndrain_timeout_ms = " + std::to_string(spec_.drain_timeout_ms) : "")
       << "\n\n[model]\npreset = \"" << spec_.model_preset << "\"\n"
       << (spec_.model_path.empty() ? "" : "path = \"" + spec_.model_path + "\"\n")
       << (spec_.mmproj.empty() ? "" : "mmproj = \"" + spec_.mmproj + "\"\n") << "\n"

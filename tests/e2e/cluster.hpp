@@ -35,6 +35,7 @@ struct ClusterSpec {
   int heartbeat_misses = 50;  // 5 s: a process starved for a moment on a loaded CI box is not declared dead
   int max_attempts = 3;
   int request_timeout_ms = 30000;
+  int drain_timeout_ms = 0;  // [cluster] drain_timeout_ms: how long a SIGTERM waits for rooms; 0: the default
   // Lines added to [defaults.<role>] (role -> "key = value\n...").
   std::map<std::string, std::string> defaults;
   // Text appended inside one instance's table (id -> text), e.g. "[instance.transport]\nfault_seed = 3\n".

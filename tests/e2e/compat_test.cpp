@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "cluster.hpp"
+#include "epd/protocol/compat.hpp"
 #include "etcd_server.hpp"
 
 using namespace epd;
@@ -50,9 +51,12 @@ bool eventually(F&& done, int ms = 10000) {
   return done();
 }
 
-// Starts the cluster of `spec` plus three more decodes (revision 4 only, 5..6, another model) and checks
-// who is refused, why, how often, and that the newer build serves.
+// Starts the cluster of `spec` plus three more decodes (the revision before our oldest only, our newest and
+// the next, another model) and checks who is refused, why, how often, and that the newer build serves.
 void check_skew(ClusterSpec spec) {
+  const std::string older = std::to_string(protocol::kOldestProtocolRevision - 1);
+  const std::string ours = std::to_string(protocol::kProtocolRevision);
+  const std::string newer = ours + ".." + std::to_string(protocol::kProtocolRevision + 1);
   spec.metrics = true;
   spec.restart = false;
   for (const char* id : {"decode-old", "decode-new", "decode-other"})
@@ -72,10 +76,10 @@ void check_skew(ClusterSpec spec) {
   launcher::ProcessGroup extra(opts, sink);
   REQUIRE(extra
               .start({{"decode-old",
-                       {"/usr/bin/env", "EPD_TEST_PROTOCOL_REVISIONS=4", decode, "--config",
+                       {"/usr/bin/env", "EPD_TEST_PROTOCOL_REVISIONS=" + older, decode, "--config",
                         cluster.config_file().string(), "--id", "decode-old"}},
                       {"decode-new",
-                       {"/usr/bin/env", "EPD_TEST_PROTOCOL_REVISIONS=5..6", decode, "--config",
+                       {"/usr/bin/env", "EPD_TEST_PROTOCOL_REVISIONS=" + newer, decode, "--config",
                         cluster.config_file().string(), "--id", "decode-new"}},
                       {"decode-other", {decode, "--config", other_config.string(), "--id", "decode-other"}}})
               .ok());
@@ -96,21 +100,21 @@ void check_skew(ClusterSpec spec) {
   const std::string logs = sink->text();
   // (the registry's HELLO_ACK, or with etcd the router's record)
   CHECK(std::regex_search(logs, std::regex("refusing (registry|router) 'router'")));
-  CHECK(logs.find("'router' speaks revision 5") != std::string::npos);
-  CHECK(logs.find("'decode-old' revision 4") != std::string::npos);
+  CHECK(logs.find("'router' speaks revision " + ours) != std::string::npos);
+  CHECK(logs.find("'decode-old' revision " + older) != std::string::npos);
   CHECK(logs.find("'decode-other' 'bench'") != std::string::npos);
   // ... and the registry refuses its HELLO.
   REQUIRE(
       eventually([&] { return cluster.logs().find("refusing decode 'decode-other'") != std::string::npos; }));
   const std::string router = cluster.logs();
   CHECK(router.find("refusing decode 'decode-old'") != std::string::npos);
-  CHECK(router.find("'decode-old' speaks revision 4") != std::string::npos);
+  CHECK(router.find("'decode-old' speaks revision " + older) != std::string::npos);
   CHECK(router.find("'decode-other' serves 'bench'") != std::string::npos);
   CHECK(cluster.instance("decode-old").is_null());
   CHECK(cluster.instance("decode-other").is_null());
   const auto entry = cluster.instance("decode-new");
-  CHECK(entry.value("protocol", 0) == 6);
-  CHECK(entry.value("protocol_oldest", 0) == 5);
+  CHECK(entry.value("protocol", 0) == protocol::kProtocolRevision + 1);
+  CHECK(entry.value("protocol_oldest", 0) == protocol::kProtocolRevision);
   CHECK(entry.value("model", "") == "tiny");
   // They keep saying HELLO every heartbeat; each incarnation is counted once.
   std::this_thread::sleep_for(std::chrono::milliseconds(500));

@@ -6,6 +6,8 @@
 
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <cstdio>
+#include <future>
 #include <thread>
 
 #include "cluster.hpp"
@@ -67,5 +69,83 @@ TEST_CASE("drain: SIGTERM on an encoder, a prefill and a decode under load fails
   const std::string logs = cluster.logs();
   CHECK(count_lines(logs, "drained in") == 3);
   CHECK(count_lines(logs, "is draining: no new placements") == 3);
+  check_all_free(cluster);
+}
+
+// A decode whose answers outlast drain_timeout_ms hands them over when it runs out: each room goes back to
+// the router as handed_over, and the router goes on from the tokens streamed so far on the other decode
+// (prefill computes prompt + those tokens and draws the next one at its index). The client's stream never
+// breaks, and it is the answer it would have had without the stop, sampled ones too.
+TEST_CASE("drain: a decode that cannot finish in time hands its rooms over and every stream goes on unbroken",
+          "[e2e][multiproc]") {
+  ClusterSpec spec;
+  spec.decodes = 2;
+  spec.drain_timeout_ms = 300;
+  spec.defaults["decode"] = "step_delay_ms = 40\n";  // 40 tokens take 1.6 s: longer than the drain allows
+  Cluster cluster(spec);
+  cluster.start();
+  LogDump dump{cluster, "hand-over"};
+  // Twelve answers under way on both decodes when one stops: 4 streamed completions (the client's view), 8
+  // on /v1/generate (token ids, to compare exactly); 9 of 12 sampled, widely, so a token drawn at the wrong
+  // index shows.
+  std::vector<nlohmann::json> bodies;
+  for (int i = 0; i < 12; ++i) {
+    nlohmann::json b = {{"prompt", "hand over " + std::to_string(i)}, {"max_tokens", 40}};
+    if (i % 4) b.update({{"temperature", 1.5}, {"seed", 100 + i}});
+    bodies.push_back(b);
+  }
+  auto streamed = [](size_t i) { return i % 3 == 0; };
+  std::vector<std::future<Streamed>> streams;
+  std::vector<std::future<std::pair<int, nlohmann::json>>> generated;
+  for (size_t i = 0; i < bodies.size(); ++i) {
+    if (streamed(i))
+      streams.push_back(std::async(std::launch::async,
+                                   [&cluster, b = bodies[i]] { return stream_completion(cluster, b); }));
+    else
+      generated.push_back(
+          std::async(std::launch::async, [&cluster, b = bodies[i]] { return cluster.generate(b); }));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // every answer is under way
+  const std::string exit = stop_gracefully(cluster, "decode-1");
+  std::vector<Streamed> got_streams;
+  for (auto& s : streams) got_streams.push_back(s.get());
+  std::vector<std::pair<int, nlohmann::json>> got_generated;
+  for (auto& g : generated) got_generated.push_back(g.get());
+
+  const auto stats = cluster.stats();
+  std::printf("[hand-over] decode-1 stopped mid-answer: router %s\n", stats.dump().c_str());
+  INFO(stats.dump() << "\n" << cluster.logs());
+  CHECK(exit == "exited with status 0");
+  CHECK(count_lines(cluster.logs(), "rooms handed over") == 1);
+  CHECK(stats["failed"] == 0);
+  CHECK(stats["resumed"].get<uint64_t>() >= 1);
+  CHECK(stats["resumed_tokens"].get<uint64_t>() >= stats["resumed"].get<uint64_t>());
+  CHECK(stats["retry_causes"].value("handed_over", 0) >= 1);
+  // Each answer whole, and the one the same request gets now from the decode that stayed.
+  size_t next_stream = 0, next_generated = 0, resumed_seen = 0;
+  for (size_t i = 0; i < bodies.size(); ++i) {
+    INFO(bodies[i].dump());
+    if (streamed(i)) {
+      const Streamed& got = got_streams[next_stream++];
+      REQUIRE(got.status == 200);
+      CHECK(got.done);
+      const auto [status, raw] = cluster.post_raw("/v1/completions", bodies[i].dump());
+      REQUIRE(status == 200);
+      const auto whole = nlohmann::json::parse(raw);
+      CHECK(got.text == whole["choices"][0]["text"]);
+      CHECK(got.finish_reason == whole["choices"][0]["finish_reason"]);
+    } else {
+      const auto& [status, got] = got_generated[next_generated++];
+      REQUIRE(status == 200);
+      if (got.value("attempts", 0) > 1) ++resumed_seen;
+      const auto [again_status, again] = cluster.generate(bodies[i]);
+      REQUIRE(again_status == 200);
+      CHECK(again.value("attempts", 0) == 1);
+      CHECK(got["tokens"] == again["tokens"]);
+    }
+  }
+  std::printf("[hand-over] %zu of %zu /v1/generate answers went on after a hand-over\n", resumed_seen,
+              got_generated.size());
+  CHECK(resumed_seen >= 1);  // the exact comparison covered a resumed answer
   check_all_free(cluster);
 }

@@ -83,6 +83,28 @@ void check_all_free(const Cluster& cluster) {
   }
 }
 
+Streamed stream_completion(const Cluster& cluster, nlohmann::json body) {
+  body["stream"] = true;
+  const auto [status, raw] = cluster.post_raw("/v1/completions", body.dump());
+  Streamed s;
+  s.status = status;
+  std::istringstream lines(raw);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("data: ", 0) != 0) continue;
+    const std::string data = line.substr(6);
+    if (data == "[DONE]") {
+      s.done = true;
+      continue;
+    }
+    const auto chunk = nlohmann::json::parse(data, nullptr, false);
+    if (!chunk.is_object() || !chunk.contains("choices") || chunk["choices"].empty()) continue;
+    s.text += chunk["choices"][0].value("text", "");
+    if (chunk["choices"][0]["finish_reason"].is_string())
+      s.finish_reason = chunk["choices"][0]["finish_reason"];
+  }
+  return s;
+}
+
 size_t count_lines(const std::string& logs, const std::string& needle) {
   size_t n = 0;
   for (size_t pos = logs.find(needle); pos != std::string::npos; pos = logs.find(needle, pos + 1)) ++n;

@@ -42,6 +42,16 @@ void check_all_free(const Cluster& cluster);
 
 size_t count_lines(const std::string& logs, const std::string& needle);
 
+// A streamed /v1/completions answer: the text deltas joined, and how the stream ended.
+struct Streamed {
+  int status = 0;
+  std::string text, finish_reason;
+  bool done = false;  // the stream ended with [DONE]
+};
+
+// POSTs `body` with "stream": true to /v1/completions and reads the whole stream.
+Streamed stream_completion(const Cluster& cluster, nlohmann::json body);
+
 // Waits until `id` is listed healthy with an incarnation other than `old`; returns ms waited or -1.
 int64_t wait_reincarnated(const Cluster& cluster, const std::string& id, uint64_t old,
                           int timeout_ms = 20000);

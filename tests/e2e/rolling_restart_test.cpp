@@ -8,7 +8,6 @@
 #include <chrono>
 #include <future>
 #include <map>
-#include <sstream>
 #include <thread>
 
 #include "cluster.hpp"
@@ -20,35 +19,6 @@ using namespace epd::testing;
 using nlohmann::json;
 
 namespace {
-
-struct Streamed {
-  int status = 0;
-  std::string text, finish_reason;
-  bool done = false;  // the stream ended with [DONE]
-};
-
-// POST /v1/completions with stream: the text deltas joined, and how the stream ended.
-Streamed stream_completion(const Cluster& cluster, const std::string& prompt) {
-  const json body = {{"prompt", prompt}, {"max_tokens", 12}, {"stream", true}};
-  const auto [status, raw] = cluster.post_raw("/v1/completions", body.dump());
-  Streamed s;
-  s.status = status;
-  std::istringstream lines(raw);
-  for (std::string line; std::getline(lines, line);) {
-    if (line.rfind("data: ", 0) != 0) continue;
-    const std::string data = line.substr(6);
-    if (data == "[DONE]") {
-      s.done = true;
-      continue;
-    }
-    const json chunk = json::parse(data, nullptr, false);
-    if (!chunk.is_object() || !chunk.contains("choices") || chunk["choices"].empty()) continue;
-    s.text += chunk["choices"][0].value("text", "");
-    if (chunk["choices"][0]["finish_reason"].is_string())
-      s.finish_reason = chunk["choices"][0]["finish_reason"];
-  }
-  return s;
-}
 
 double p99(std::vector<double> v) {
   if (v.empty()) return 0;
@@ -86,7 +56,7 @@ TEST_CASE(
       std::vector<std::pair<std::string, Streamed>> got;
       for (int i = 0; rolling.load() || i < 3; ++i) {
         const std::string prompt = "stream " + std::to_string(c) + "." + std::to_string(i) + " of the roll";
-        got.emplace_back(prompt, stream_completion(cluster, prompt));
+        got.emplace_back(prompt, stream_completion(cluster, {{"prompt", prompt}, {"max_tokens", 12}}));
       }
       return got;
     }));

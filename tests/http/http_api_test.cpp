@@ -374,6 +374,8 @@ TEST_CASE("GET /v1/instances and /v1/stats have the documented shape", "[http]")
                                 {"completed", 5},
                                 {"failed", 1},
                                 {"retries", 2},
+                                {"resumed", 0},
+                                {"resumed_tokens", 0},
                                 {"cancelled", 0},
                                 {"rejected", 0},
                                 {"in_flight", 0},

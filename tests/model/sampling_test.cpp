@@ -292,3 +292,47 @@ TEST_CASE("generate() says whether EOS ended the sequence", "[model][sampling]")
   }
   CHECK(found);
 }
+
+// What a router does when a decode hands a room over mid-answer (docs/failure-handling.md): prefill runs the
+// prompt followed by the k tokens streamed so far and draws token k, decode the rest. Since a draw is a
+// function of (seed, index) and prefill's K/V of a token equals decode's, the rest is the same answer.
+TEST_CASE("a resumed answer, from prompt + its first k tokens, draws the rest of the same answer",
+          "[model][sampling]") {
+  auto r = runner_for("tiny");
+  const Image img = make_test_image(24, 16, 4);
+  for (const SamplingParams& p : {SamplingParams{}, sampled(0.8f, 0.9f, 40, 11)}) {
+    GenerateOptions o;
+    o.max_tokens = 24;
+    o.stop_at_eos = false;
+    o.sampling = p;
+    auto whole = generate(*r, "describe", &img, o);
+    REQUIRE(whole.ok());
+    REQUIRE(whole->tokens.size() == 24);
+    for (uint32_t k : {1u, 5u, 23u}) {
+      INFO("temperature " << p.temperature << ", resumed after " << k << " tokens");
+      std::vector<TokenId> prompt = whole->prompt;
+      prompt.insert(prompt.end(), whole->tokens.begin(), whole->tokens.begin() + k);
+      GenerateOptions rest = o;
+      rest.first_index = k;
+      rest.max_tokens = 24 - k;
+      rest.chunk = 7;  // the resumed prompt need not be prefilled as the first was
+      auto resumed = generate_tokens(*r, prompt, rest, {&img, 1});
+      REQUIRE(resumed.ok());
+      CHECK(resumed->tokens == std::vector<TokenId>(whole->tokens.begin() + k, whole->tokens.end()));
+      CHECK(resumed->kv_digest == whole->kv_digest);
+    }
+  }
+  // The index matters: the same prompt drawn as a new answer (index 0 onwards) is another answer.
+  GenerateOptions o;
+  o.max_tokens = 8;
+  o.stop_at_eos = false;
+  o.sampling = sampled(1.0f, 1.0f, 0, 11);
+  auto whole = generate(*r, "describe", &img, o);
+  REQUIRE(whole.ok());
+  std::vector<TokenId> prompt = whole->prompt;
+  prompt.insert(prompt.end(), whole->tokens.begin(), whole->tokens.begin() + 3);
+  o.max_tokens = 5;
+  auto fresh = generate_tokens(*r, prompt, o, {&img, 1});
+  REQUIRE(fresh.ok());
+  CHECK(fresh->tokens != std::vector<TokenId>(whole->tokens.begin() + 3, whole->tokens.end()));
+}

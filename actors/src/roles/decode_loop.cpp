@@ -39,7 +39,7 @@ bool finished(const LoopState& st, const Sequence& s) {
 void stream(LoopState& st, const Sequence& s) {
   protocol::Tokens t;
   t.room = s.join.room;
-  t.index = uint32_t(s.tokens.size() - 1);
+  t.index = s.join.first_index + uint32_t(s.tokens.size() - 1);
   t.tokens = {s.tokens.back()};
   st.bridge->send(s.join.router, std::move(t));
 }
@@ -61,7 +61,7 @@ void step(caf::event_based_actor* self, LoopState& st) {
     batch[i].length = s.join.prompt_len + uint32_t(s.tokens.size()) - 1;
     batch[i].last_token = s.tokens.back();
     batch[i].sampling = s.join.sampling;
-    batch[i].generated = uint32_t(s.tokens.size());  // the index of the token this step draws
+    batch[i].generated = s.join.first_index + uint32_t(s.tokens.size());  // the index this step draws
   }
   auto status = st.runner->decode_step(st.config.pool, batch, next);
   std::deque<Sequence> rest;
@@ -137,7 +137,7 @@ caf::behavior decode_loop(caf::stateful_actor<LoopState>* self, BridgePtr bridge
         auto it = std::find_if(s.active.begin(), s.active.end(),
                                [&](const Sequence& q) { return q.join.room == drop.room; });
         if (it == s.active.end()) return;
-        finish(self, s, *it, false, protocol::make_error(protocol::ErrorCode::aborted, "room cancelled"));
+        finish(self, s, *it, false, std::move(drop.reason));
         s.active.erase(it);
       },
   };

@@ -16,14 +16,18 @@ struct DecodeJoin {
   uint64_t room = 0;
   std::vector<uint32_t> pages;
   uint32_t prompt_len = 0;
-  uint32_t first_token = 0;  // generated token 0 (prefill drew it); the loop draws 1, 2, ... with `sampling`
-  uint32_t max_new = 0;
+  uint32_t first_token = 0;  // generated token `first_index` (prefill drew it); the loop draws the next ones
+  uint32_t first_index = 0;  // 0, or for a resumed answer the tokens drawn before (SUBMIT's resume_from)
+  uint32_t max_new = 0;      // tokens this room draws, prefill's included
   std::string router;
   model::SamplingParams sampling;
 };
 
 struct DecodeDrop {
   uint64_t room = 0;
+  // What DecodeFinished says: aborted (a cancel, a lost router: nobody is told), or handed_over (the role
+  // tells the router, which goes on from the tokens streamed so far).
+  protocol::Error reason = protocol::make_error(protocol::ErrorCode::aborted, "room cancelled");
 };
 
 struct DecodeFinished {

@@ -60,6 +60,7 @@ struct DecodeRoom {
   std::optional<protocol::SegmentDescriptor> writer;  // the prefill's segment, when it was listed
   bool holding_logged = false;                        // "still holding" said once per quarantined room
   uint32_t prompt_len = 0;
+  uint32_t first_index = 0;  // SUBMIT's resume_from
   uint32_t max_new = 0;
   protocol::KvStatus kv;          // timings prefill reported
   clock::time_point kv_deadline;  // waiting_timeout after SUBMIT
@@ -270,6 +271,7 @@ void on_submit(DecodeState& st, const Envelope& env, protocol::Submit& s) {
   room.prefill_inc = prefill ? prefill->incarnation : 0;
   if (prefill) room.writer = prefill->segment;
   room.prompt_len = uint32_t(s.prompt.size());
+  room.first_index = s.resume_from;
   room.max_new = std::min<uint32_t>(s.max_tokens, m.max_seq - room.prompt_len);
   const uint32_t need = model::pages_for(st.layout, uint64_t(room.prompt_len) + room.max_new);
   auto pages = st.pages.allocate(need);
@@ -325,8 +327,8 @@ void on_submit(DecodeState& st, const Envelope& env, protocol::Submit& s) {
 void start_decoding(DecodeState& st, uint64_t id, DecodeRoom& room) {
   room.state.advance(KvState::success);
   room.kv_ready = clock::now();
-  st.self->send(st.loop, DecodeJoin{id, room.pages, room.prompt_len, room.first_token, room.max_new,
-                                    room.router, room.sampling});
+  st.self->send(st.loop, DecodeJoin{id, room.pages, room.prompt_len, room.first_token, room.first_index,
+                                    room.max_new, room.router, room.sampling});
 }
 
 // Logs and answers a staging message that matches no room or chunk here.
@@ -538,6 +540,28 @@ void on_cancel(DecodeState& st, const Envelope&, protocol::Cancel& c) {
   fail_room(st, c.room, make_error(ErrorCode::aborted, c.reason), Notify{.router = false});
 }
 
+// The drain ran out of time (run_role, RoleHandle::hand_over): every room goes back to its router as
+// handed_over. One decoding leaves the batch after the step in progress, so every token it drew has been
+// streamed before its RESULT says so; the router goes on from there on another prefill/decode. One still
+// waiting for its KV starts again elsewhere.
+void hand_over(DecodeState& st) {
+  std::vector<uint64_t> waiting;
+  uint32_t decoding = 0;
+  for (auto& [id, room] : st.rooms) {
+    if (room.state.state() != KvState::success) {
+      waiting.push_back(id);
+    } else if (!room.cancelled) {
+      ++decoding;
+      st.self->send(st.loop, DecodeDrop{id, make_error(ErrorCode::handed_over,
+                                                       "decode '" + st.ctx.instance->id + "' is stopping")});
+    }
+  }
+  spdlog::warn("decode: handing over {} room(s) decoding and {} waiting for KV: this instance is stopping",
+               decoding, waiting.size());
+  for (uint64_t id : waiting)
+    fail_room(st, id, make_error(ErrorCode::handed_over, "decode '" + st.ctx.instance->id + "' is stopping"));
+}
+
 void on_deadline(DecodeState& st) {
   st.deadline.fired();
   std::vector<std::pair<uint64_t, std::string>> late;  // room, prefill
@@ -617,6 +641,7 @@ caf::behavior decode_role(caf::stateful_actor<DecodeState>* self, RoleContext ct
       self, table,
       {
           [=](DecodeFinished& f) { on_finished(self->state, f); },
+          [=](hand_over_atom) { hand_over(self->state); },
           [=](timeout_atom) { on_deadline(self->state); },
           [=](abort_done_atom, uint64_t room) { on_abort_timeout(self->state, room); },
           [=](scatter_atom, uint64_t room, uint32_t chunk) { scatter(self->state, room, chunk); },
@@ -645,7 +670,9 @@ protocol::Result<RoleHandle> spawn_decode(RoleContext& ctx, DecodeSettings s) {
       .on<protocol::ChunkReady>(on_chunk_ready);
   auto main = kernel::spawn_main(ctx, decode_role, kernel::TablePtr<DecodeState>(table), s);
   if (!main) return main.error();
-  return RoleHandle{*main, layout, s.kv_pages, {}, {}};
+  RoleHandle h{*main, layout, s.kv_pages, {}, {}, {}};
+  h.hand_over = [main = *main] { caf::anon_send(main, hand_over_atom::value); };
+  return h;
 }
 
 }  // namespace

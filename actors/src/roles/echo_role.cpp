@@ -39,7 +39,7 @@ protocol::Result<RoleHandle> spawn_echo(RoleContext& ctx, EchoSettings settings)
   table->on<protocol::Submit>(on_submit);
   auto main = kernel::spawn_main(ctx, echo, kernel::TablePtr<EchoState>(table), settings);
   if (!main) return main.error();
-  return RoleHandle{*main, std::nullopt, 0, {}, {}};
+  return RoleHandle{*main, std::nullopt, 0, {}, {}, {}};
 }
 
 }  // namespace

@@ -440,7 +440,7 @@ protocol::Result<RoleHandle> spawn_encoder(RoleContext& ctx, EncoderSettings s) 
       .on<protocol::Cancel>(on_cancel);
   auto main = kernel::spawn_main(ctx, encoder_role, kernel::TablePtr<EncoderState>(table), s);
   if (!main) return main.error();
-  return RoleHandle{*main, std::nullopt, 0, {}, {}};
+  return RoleHandle{*main, std::nullopt, 0, {}, {}, {}};
 }
 
 }  // namespace

@@ -58,6 +58,7 @@ void step(caf::stateful_actor<ComputeState>* self) {
     model::PrefillChunk chunk = model::slice_prompt(job.prompt, emb, cfg.d_model, run.begin, end,
                                                     model::image_token(cfg).value_or(model::kImage));
     chunk.sampling = job.sampling;
+    chunk.generated = job.first_index;
     auto r = s.runner->prefill_chunk(s.pool, job.pages, run.begin, chunk);
     if (!r) {
       c.ok = false;

@@ -18,7 +18,8 @@ struct PrefillJob {
   uint64_t embedding_floats = 0;
   std::vector<uint32_t> pages;  // local pool pages, logical order
   uint32_t chunk_tokens = 64;
-  model::SamplingParams sampling;  // draws the first generated token (index 0)
+  model::SamplingParams sampling;  // draws the first generated token
+  uint32_t first_index = 0;        // its index: 0, or SUBMIT's resume_from
 };
 
 // The room ended: compute no more of it. If its job is still queued or running, it ends with a last

@@ -243,6 +243,7 @@ void maybe_start(PrefillState& st, uint64_t id) {
   job.pages = r.local_pages;
   job.chunk_tokens = st.settings.chunk_tokens;
   job.sampling = sampling_of(r.submit);
+  job.first_index = r.submit.resume_from;
   publish_load(st);
   spdlog::debug("prefill: {} starts: {} prompt tokens for decode '{}'{}",
                 kernel::room_tag(id, r.request_id()), prompt.size(), r.decode, r.staged ? " (staged)" : "");
@@ -719,7 +720,7 @@ protocol::Result<RoleHandle> spawn_prefill(RoleContext& ctx, PrefillSettings s) 
       .on<protocol::Watermark>(on_watermark);
   auto main = kernel::spawn_main(ctx, prefill_role, kernel::TablePtr<PrefillState>(table), s);
   if (!main) return main.error();
-  return RoleHandle{*main, layout, s.kv_pages, {}, {}};
+  return RoleHandle{*main, layout, s.kv_pages, {}, {}, {}};
 }
 
 }  // namespace epd::actors::prefill

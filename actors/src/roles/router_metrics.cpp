@@ -13,6 +13,9 @@ RouterMetrics::RouterMetrics(metrics::Registry& r)
       failures_(r.counter("epd_request_failures_total", "Requests answered with an error, by error code")),
       retries_(
           r.counter("epd_request_retries_total", "Rooms retried as a new attempt, by the failure's code")),
+      resumed_tokens_(r.counter("epd_request_resumed_tokens_total",
+                                "Tokens retried rooms did not draw again: they went on from them")
+                          .Add({})),
       ttft_(r.histogram("epd_time_to_first_token_seconds", "Arrival at the router to the first token")
                 .Add({}, latency_seconds_buckets())),
       itl_(r.histogram("epd_inter_token_latency_seconds", "Gap between streamed tokens, per token")
@@ -41,6 +44,10 @@ void RouterMetrics::failed(std::string_view code) {
 
 void RouterMetrics::retried(std::string_view code) {
   retries_.Add({{"code", std::string(code)}}).Increment();
+}
+
+void RouterMetrics::resumed(uint32_t tokens) {
+  resumed_tokens_.Increment(tokens);
 }
 
 void RouterMetrics::completed(double ttft_seconds, double total_seconds, const protocol::RoomResult& res,

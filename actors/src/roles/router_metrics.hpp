@@ -18,6 +18,7 @@ class RouterMetrics {
   void request_done(std::string_view outcome);
   void failed(std::string_view code);  // also request_done("failed")
   void retried(std::string_view code);
+  void resumed(uint32_t tokens);  // a retry that goes on from `tokens` already drawn
   // A completed request: its TTFT and total as the router saw them, the stages its room reported, its
   // prompt and generated token counts.
   void completed(double ttft_seconds, double total_seconds, const protocol::RoomResult& result,
@@ -30,6 +31,7 @@ class RouterMetrics {
   metrics::Family<metrics::Counter>& requests_;
   metrics::Family<metrics::Counter>& failures_;
   metrics::Family<metrics::Counter>& retries_;
+  metrics::Counter& resumed_tokens_;
   metrics::Histogram& ttft_;
   metrics::Histogram& itl_;
   metrics::Histogram& e2e_;

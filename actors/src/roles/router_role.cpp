@@ -58,6 +58,7 @@ struct Attempt {
   uint64_t room = 0;  // 0: no attempt running (waiting for an instance to come back)
   std::string encoder, prefill, decode;
   uint64_t encoder_inc = 0, prefill_inc = 0, decode_inc = 0;  // the incarnations it was placed on
+  uint32_t resume_from = 0;  // tokens of the answer drawn before this attempt (its SUBMIT's resume_from)
   clock::time_point started;
   std::optional<clock::time_point> first_token;
 };
@@ -280,6 +281,19 @@ void respond_error(RouterState& st, uint64_t req_id, const protocol::Error& e) {
   finish(st, it, std::move(r));
 }
 
+// How many streamed tokens a new attempt of `p` can go on from instead of drawing them again: all of them,
+// unless the answer could already be complete (max_tokens or max_seq reached, or it ended) and only its
+// RESULT is missing, or a drawn token is the image placeholder, which in a prompt would ask for an image
+// row); then 0, and the attempt regenerates the whole answer (the streamed part is skipped).
+uint32_t resumable_tokens(const RouterState& st, const Pending& p) {
+  const uint32_t k = uint32_t(p.streamed.size());
+  if (k == 0 || k >= p.request.max_tokens || p.prompt.size() + k >= st.ctx.model.max_seq) return 0;
+  if (st.codec.codec && st.codec.codec->ends_generation(p.streamed.back())) return 0;
+  const uint32_t image = model::image_token(st.ctx.model).value_or(model::kImage);
+  if (std::find(p.streamed.begin(), p.streamed.end(), image) != p.streamed.end()) return 0;
+  return k;
+}
+
 void start_attempt(RouterState& st, uint64_t req_id) {
   Pending& p = st.requests.at(req_id);
   p.current = Attempt{};
@@ -321,6 +335,16 @@ void start_attempt(RouterState& st, uint64_t req_id) {
   s.prompt = p.prompt;
   s.image_tokens = p.image_tokens;
   s.max_tokens = p.request.max_tokens;
+  if (const uint32_t k = resumable_tokens(st, p); k > 0) {
+    // Go on from what was streamed: prefill computes prompt + those tokens, draws token k, decode the rest.
+    s.prompt.insert(s.prompt.end(), p.streamed.begin(), p.streamed.begin() + k);
+    s.max_tokens -= k;
+    s.resume_from = k;
+    p.current.resume_from = k;
+    ++st.stats.resumed;
+    st.stats.resumed_tokens += k;
+    st.metrics->resumed(k);
+  }
   s.encoder = a.encoder;
   s.prefill = a.prefill;
   s.decode = a.decode;
@@ -419,6 +443,9 @@ void on_result(RouterState& st, const Envelope& env, protocol::RoomResult& res) 
   if (res.ok) {
     if (env.sender != p.current.decode) return;
     const auto now = kernel::DeadlineTimer::now(st.self);
+    // A resumed attempt reports the tokens it drew; the answer starts with those it went on from.
+    const uint32_t k = std::min<uint32_t>(p.current.resume_from, uint32_t(p.streamed.size()));
+    res.tokens.insert(res.tokens.begin(), p.streamed.begin(), p.streamed.begin() + k);
     stream_tokens(p, 0, res.tokens);
     st.metrics->completed(ms_between(p.started, p.current.first_token.value_or(now)) / 1000,
                           ms_between(p.started, now) / 1000, res, uint32_t(p.prompt.size()));
@@ -727,7 +754,7 @@ protocol::Result<RoleHandle> spawn_router(RoleContext& ctx, RouterSettings setti
               {{"peer_role", key.first}, {"healthy", key.second ? "true" : "false"}});
   });
   if (!main) return main.error();
-  RoleHandle h{*main, std::nullopt, 0, {}, {}};
+  RoleHandle h{*main, std::nullopt, 0, {}, {}, {}};
   auto front = std::make_shared<HttpFront>();
   front->service = std::make_unique<ActorRouterService>(h.main, ctx.registry, ctx.bridge,
                                                         model_id_of(*ctx.cluster), codec.codec);

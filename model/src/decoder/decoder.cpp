@@ -91,7 +91,7 @@ class Decoder final : public LlamaRunner {
     const size_t first = keep_all_ ? 0 : n - 1;
     compute_logits(&x_[first * d], n - first);
     return sample_token(std::span(logits_).subspan((n - 1 - first) * cfg_.vocab, cfg_.vocab), chunk.sampling,
-                        0, opts_.filter);
+                        chunk.generated, opts_.filter);
   }
 
   protocol::Status decode_step(const KvPool& pool, std::span<const DecodeSeq> batch,

@@ -15,6 +15,7 @@ using done_atom = caf::atom_constant<caf::atom("done")>;
 using generate_atom = caf::atom_constant<caf::atom("generate")>;
 using peers_atom = caf::atom_constant<caf::atom("peers")>;
 using hello_atom = caf::atom_constant<caf::atom("hello")>;
+using hand_over_atom = caf::atom_constant<caf::atom("handover")>;
 
 }  // namespace epd::actors
 

@@ -44,6 +44,10 @@ struct RoleHandle {
   // Called once on SIGTERM/SIGINT before the role is stopped (membership still up): stops taking new work
   // and blocks until the work in flight is done or the role's grace period has passed. Optional.
   std::function<void()> drain;
+  // Called when the default drain runs out of time with rooms still held: gives every one back to its router
+  // (error handed_over), which goes on with it elsewhere from the tokens drawn so far. Returns at once; the
+  // drain then waits, briefly, for the rooms to be gone. Optional (decode has it).
+  std::function<void()> hand_over;
 };
 
 }  // namespace epd::actors

@@ -26,6 +26,9 @@ struct GenerateOptions {
   // model ends at kEos.
   std::vector<TokenId> stop_tokens;
   SamplingParams sampling;  // greedy by default; token i is drawn with index i, as the roles do
+  // A resumed answer: the prompt ends with the first `first_index` tokens drawn before, and the first token
+  // drawn here has that index (as a router resumes a handed-over room). max_tokens counts the rest.
+  uint32_t first_index = 0;
   DType dtype = DType::f32;
   KvDimOrder order = KvDimOrder::token_head_dim;
   // Set: mirror the disaggregated staged path. Prefill runs in the pool above (model page size), the prompt's

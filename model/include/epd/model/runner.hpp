@@ -26,7 +26,8 @@ struct Embeddings {
 // One prefill chunk: the tokens at positions [start, start + tokens.size()). Each image token (kImage, or a
 // checkpoint's image_token()) takes the
 // next row of `embeddings` (rows for exactly the kImage tokens of this chunk, in order). `sampling` picks the
-// token after the chunk's last position as generated token 0 (only the last chunk's matters).
+// token after the chunk's last position as generated token number `generated` (only the last chunk's
+// matters): 0, or for a resumed answer the count of tokens drawn before, which end the prompt.
 struct PrefillChunk {
   PrefillChunk() = default;
   // Greedy callers name only tokens and embeddings (a constructor, so that stays free of missing-initializer
@@ -38,6 +39,7 @@ struct PrefillChunk {
   std::span<const TokenId> tokens;
   std::span<const float> embeddings;
   SamplingParams sampling;
+  uint32_t generated = 0;  // the draw's index (sampling is a function of seed and index)
 };
 
 // The chunk [begin, end) of a full prompt, with the embedding rows of its image tokens (greedy sampling:

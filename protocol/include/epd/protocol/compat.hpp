@@ -15,8 +15,10 @@ namespace epd::protocol {
 // 4: the first revision HELLO carries (revisions before it were never numbered on the wire).
 // 5: SUBMIT carries a list of images (`images`, several per request) instead of one (`image`); a revision-4
 //    peer would drop them.
-inline constexpr uint32_t kProtocolRevision = 5;
-inline constexpr uint32_t kOldestProtocolRevision = 5;
+// 6: SUBMIT's `resume_from` (a room that goes on from tokens drawn before) and the error `handed_over`; a
+//    revision-5 prefill or decode would draw the resumed tokens at the wrong index.
+inline constexpr uint32_t kProtocolRevision = 6;
+inline constexpr uint32_t kOldestProtocolRevision = 6;
 
 struct Incompatibility {
   enum class Kind { protocol, model };

@@ -46,6 +46,7 @@ enum class ErrorCode : uint16_t {
   incarnation_changed = 48,
   oversized = 49,
   unexpected_message = 50,
+  handed_over = 51,
   // Local.
   config_error = 60,
   io_error = 61,

@@ -556,6 +556,10 @@ struct Submit {
   float top_p = 1;         // in (0, 1]
   uint32_t top_k = 0;      // 0 = no limit
   uint64_t seed = 0;       // sampling seed; with the token's index the only randomness
+  // A resumed answer (its decode handed the room over, or died): the prompt ends with the first
+  // `resume_from` tokens drawn before, the first token drawn here has that index, and max_tokens counts the
+  // rest. 0: a new answer.
+  uint32_t resume_from = 0;
 
   bool operator==(const Submit&) const = default;
   template <class S, class V>
@@ -574,6 +578,7 @@ struct Submit {
     v.opt("top_p", s.top_p);
     v.opt("top_k", s.top_k);
     v.opt("seed", s.seed);
+    v.opt("resume_from", s.resume_from);
   }
 };
 
