@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <string>
 
+#include "epd/model/generate.hpp"
+#include "epd/model/image_codec.hpp"
 #include "epd/model/llama.hpp"
 #include "epd/model/mmproj.hpp"
 #include "epd/model/prompt_codec.hpp"
@@ -159,6 +161,51 @@ TEST_CASE("demo model: the committed files answer questions about pictures, as l
       CHECK(ours.tokens == testing::ask_llama_cpp(EPD_MTMD_REFERENCE, kDir + lm, kDir + "mmproj.gguf",
                                                   **codec, *image_token(cfg), vq)
                                .tokens);
+    }
+  }
+}
+
+// A hand-over on a GGUF checkpoint (docs/failure-handling.md): the router resumes an answer by prefilling the
+// prompt plus the k tokens streamed so far and drawing token k at index k. That is the same answer only if
+// prefill's K/V of a token equals what decode wrote for it through llama.cpp's kernels, at F16 and Q8_0.
+TEST_CASE("demo model: an answer resumed from its first tokens is the same answer, greedy and sampled",
+          "[vision]") {
+  for (const char* lm : {"lm.gguf", "lm-q8_0.gguf"}) {
+    auto base = read_checkpoint_config(kDir + lm);
+    REQUIRE(base.ok());
+    ModelConfig cfg = with_mmproj(*base, kDir + "mmproj.gguf");
+    cfg.threads = 1;
+    auto codec = PromptCodec::for_model(cfg);
+    REQUIRE(codec.ok());
+    auto runner = make_vision_runner(cfg);
+    REQUIRE(runner.ok());
+    auto image = read_image_file(kDir + "eval-images/scene-2-3.png", max_rgb_bytes_for(cfg));
+    REQUIRE(image.ok());
+    const ImageDims dims[] = {{image->width, image->height}};
+    const std::vector<ChatTurn> turns = {{"user", "Describe the picture." + std::string(kImageMarker), true}};
+    auto prompt = (*codec)->chat(turns, dims);
+    REQUIRE(prompt.ok());
+    SamplingParams warm;
+    warm.temperature = 0.8f;
+    warm.seed = 5;
+    for (const SamplingParams& p : {SamplingParams{}, warm}) {
+      GenerateOptions o;
+      o.max_tokens = 20;
+      o.stop_at_eos = false;
+      o.sampling = p;
+      auto whole = generate_tokens(**runner, *prompt, o, std::span(&*image, 1));
+      REQUIRE(whole.ok());
+      for (uint32_t k : {1u, 6u}) {
+        INFO(lm << ", temperature " << p.temperature << ", resumed after " << k << " tokens");
+        std::vector<TokenId> resumed_prompt = *prompt;
+        resumed_prompt.insert(resumed_prompt.end(), whole->tokens.begin(), whole->tokens.begin() + k);
+        GenerateOptions rest = o;
+        rest.first_index = k;
+        rest.max_tokens = o.max_tokens - k;
+        auto resumed = generate_tokens(**runner, resumed_prompt, rest, std::span(&*image, 1));
+        REQUIRE(resumed.ok());
+        CHECK(resumed->tokens == std::vector<TokenId>(whole->tokens.begin() + k, whole->tokens.end()));
+      }
     }
   }
 }
