@@ -47,6 +47,15 @@ std::vector<float> few_logits(std::vector<float> values) {
   return l;
 }
 
+// 24 tokens with `p`, whatever they are (EOS does not end them).
+GenerateOptions answer_of_24(const SamplingParams& p) {
+  GenerateOptions o;
+  o.max_tokens = 24;
+  o.stop_at_eos = false;
+  o.sampling = p;
+  return o;
+}
+
 }  // namespace
 
 TEST_CASE("greedy: argmax over the allowed tokens, ties to the lower id, never BOS or IMAGE",
@@ -224,10 +233,7 @@ TEST_CASE("sampled generation: chunked prefill, batched decode and generate() dr
   auto r = runner_for("tiny");
   const Image img = make_test_image(24, 16, 4);
   const SamplingParams p = sampled(0.8f, 0.9f, 40, 7);
-  GenerateOptions o;
-  o.max_tokens = 24;
-  o.stop_at_eos = false;
-  o.sampling = p;
+  GenerateOptions o = answer_of_24(p);
   auto ref = generate(*r, "describe", &img, o);
   REQUIRE(ref.ok());
   REQUIRE(ref->tokens.size() == 24);
@@ -301,10 +307,7 @@ TEST_CASE("a resumed answer, from prompt + its first k tokens, draws the rest of
   auto r = runner_for("tiny");
   const Image img = make_test_image(24, 16, 4);
   for (const SamplingParams& p : {SamplingParams{}, sampled(0.8f, 0.9f, 40, 11)}) {
-    GenerateOptions o;
-    o.max_tokens = 24;
-    o.stop_at_eos = false;
-    o.sampling = p;
+    const GenerateOptions o = answer_of_24(p);
     auto whole = generate(*r, "describe", &img, o);
     REQUIRE(whole.ok());
     REQUIRE(whole->tokens.size() == 24);

@@ -41,14 +41,32 @@ const Question kQuestions[] = {
     {5, "Where is the circle?", "The circle is at the bottom."},
 };
 
-ModelConfig demo_config() {
-  auto base = read_checkpoint_config(kDir + "lm.gguf");
+ModelConfig demo_config(const std::string& lm = "lm.gguf") {
+  auto base = read_checkpoint_config(kDir + lm);
   REQUIRE(base.ok());
   ModelConfig cfg = with_mmproj(*base, kDir + "mmproj.gguf");
   // One thread: beside ctest's other job on 2 cores, two threads spin-wait on each other (106 s instead of
   // 17 s for the mutation test in a CI run).
   cfg.threads = 1;
   return cfg;
+}
+
+// The committed language model `lm` with the mmproj, ready to ask: its config, prompt codec and runner.
+struct DemoModel {
+  ModelConfig cfg;
+  std::shared_ptr<const PromptCodec> codec;
+  std::unique_ptr<ModelRunner> runner;
+};
+
+DemoModel load_demo(const std::string& lm = "lm.gguf") {
+  DemoModel m{demo_config(lm), nullptr, nullptr};
+  auto codec = PromptCodec::for_model(m.cfg);
+  REQUIRE(codec.ok());
+  m.codec = std::move(*codec);
+  auto runner = make_vision_runner(m.cfg);
+  REQUIRE(runner.ok());
+  m.runner = std::move(*runner);
+  return m;
 }
 
 // The pipeline broken on purpose, in the encoder's output.
@@ -118,21 +136,17 @@ TEST_CASE("demo model: embeddings one row off or an image token lost fail the ac
 
 TEST_CASE("demo model: pictures ImageMagick drew, at other sizes, are answered as llama.cpp answers them",
           "[vision]") {
-  const ModelConfig cfg = demo_config();
-  auto codec = PromptCodec::for_model(cfg);
-  REQUIRE(codec.ok());
-  auto runner = make_vision_runner(cfg);
-  REQUIRE(runner.ok());
+  const DemoModel m = load_demo();
   const auto questions = testing::read_vqa(kDir + "drawn-images", testing::VqaPick::every);
   REQUIRE(questions.size() == 200);
   testing::VqaTally tally;
   for (const auto& q : questions) {
-    const auto ours = testing::ask_colocated(**runner, **codec, q);
+    const auto ours = testing::ask_colocated(*m.runner, *m.codec, q);
     tally.add(q.type, ours.text == q.answer);
     if (q.scene % 5 == 0) {  // llama.cpp on a sample: its resize of 96- and 128-pixel pictures is epd's
       INFO(q.image << ": " << q.question);
       CHECK(ours.tokens == testing::ask_llama_cpp(EPD_MTMD_REFERENCE, kDir + "lm.gguf", kDir + "mmproj.gguf",
-                                                  **codec, *image_token(cfg), q)
+                                                  *m.codec, *image_token(m.cfg), q)
                                .tokens);
     }
   }
@@ -143,23 +157,16 @@ TEST_CASE("demo model: pictures ImageMagick drew, at other sizes, are answered a
 
 TEST_CASE("demo model: the committed files answer questions about pictures, as llama.cpp does", "[vision]") {
   for (const char* lm : {"lm.gguf", "lm-q8_0.gguf"}) {
-    auto base = read_checkpoint_config(kDir + lm);
-    REQUIRE(base.ok());
-    ModelConfig cfg = with_mmproj(*base, kDir + "mmproj.gguf");
-    cfg.threads = 1;
-    auto codec = PromptCodec::for_model(cfg);
-    REQUIRE(codec.ok());
-    auto runner = make_vision_runner(cfg);
-    REQUIRE(runner.ok());
+    const DemoModel m = load_demo(lm);
     for (const Question& q : kQuestions) {
       INFO(lm << ", scene " << q.scene << ": " << q.question);
       const testing::VqaQuestion vq{kDir + "eval-images/scene-2-" + std::to_string(q.scene) + ".png", q.scene,
                                     "", q.question, q.answer};
-      const auto ours = testing::ask_colocated(**runner, **codec, vq);
+      const auto ours = testing::ask_colocated(*m.runner, *m.codec, vq);
       CHECK(ours.text == q.answer);
       CHECK(ours.ended);
       CHECK(ours.tokens == testing::ask_llama_cpp(EPD_MTMD_REFERENCE, kDir + lm, kDir + "mmproj.gguf",
-                                                  **codec, *image_token(cfg), vq)
+                                                  *m.codec, *image_token(m.cfg), vq)
                                .tokens);
     }
   }
@@ -171,19 +178,12 @@ TEST_CASE("demo model: the committed files answer questions about pictures, as l
 TEST_CASE("demo model: an answer resumed from its first tokens is the same answer, greedy and sampled",
           "[vision]") {
   for (const char* lm : {"lm.gguf", "lm-q8_0.gguf"}) {
-    auto base = read_checkpoint_config(kDir + lm);
-    REQUIRE(base.ok());
-    ModelConfig cfg = with_mmproj(*base, kDir + "mmproj.gguf");
-    cfg.threads = 1;
-    auto codec = PromptCodec::for_model(cfg);
-    REQUIRE(codec.ok());
-    auto runner = make_vision_runner(cfg);
-    REQUIRE(runner.ok());
-    auto image = read_image_file(kDir + "eval-images/scene-2-3.png", max_rgb_bytes_for(cfg));
+    const DemoModel m = load_demo(lm);
+    auto image = read_image_file(kDir + "eval-images/scene-2-3.png", max_rgb_bytes_for(m.cfg));
     REQUIRE(image.ok());
     const ImageDims dims[] = {{image->width, image->height}};
     const std::vector<ChatTurn> turns = {{"user", "Describe the picture." + std::string(kImageMarker), true}};
-    auto prompt = (*codec)->chat(turns, dims);
+    auto prompt = m.codec->chat(turns, dims);
     REQUIRE(prompt.ok());
     SamplingParams warm;
     warm.temperature = 0.8f;
@@ -193,7 +193,7 @@ TEST_CASE("demo model: an answer resumed from its first tokens is the same answe
       o.max_tokens = 20;
       o.stop_at_eos = false;
       o.sampling = p;
-      auto whole = generate_tokens(**runner, *prompt, o, std::span(&*image, 1));
+      auto whole = generate_tokens(*m.runner, *prompt, o, std::span(&*image, 1));
       REQUIRE(whole.ok());
       for (uint32_t k : {1u, 6u}) {
         INFO(lm << ", temperature " << p.temperature << ", resumed after " << k << " tokens");
@@ -202,7 +202,7 @@ TEST_CASE("demo model: an answer resumed from its first tokens is the same answe
         GenerateOptions rest = o;
         rest.first_index = k;
         rest.max_tokens = o.max_tokens - k;
-        auto resumed = generate_tokens(**runner, resumed_prompt, rest, std::span(&*image, 1));
+        auto resumed = generate_tokens(*m.runner, resumed_prompt, rest, std::span(&*image, 1));
         REQUIRE(resumed.ok());
         CHECK(resumed->tokens == std::vector<TokenId>(whole->tokens.begin() + k, whole->tokens.end()));
       }
