@@ -17,6 +17,7 @@
 #include "host_load.hpp"
 #include "membership_backend.hpp"
 #include "membership_sim.hpp"
+#include "stats.hpp"
 
 namespace epd::bench {
 namespace {
@@ -31,11 +32,7 @@ std::unique_ptr<RegistryBackend> make_backend(const std::string& name) {
   return nullptr;
 }
 
-double ms_since(clock::time_point t) {
-  return std::chrono::duration<double, std::milli>(clock::now() - t).count();
-}
-
-struct Row {
+struct MembershipRow {
   std::string backend;
   double start_converge_ms = 0;
   std::vector<double> kill_ms, add_ms;
@@ -61,7 +58,7 @@ std::vector<std::pair<std::string, double>> rates(const std::vector<std::pair<st
   return out;
 }
 
-std::optional<Row> run_backend(const MembershipOptions& opt, const std::string& name) {
+std::optional<MembershipRow> run_backend(const MembershipOptions& opt, const std::string& name) {
   auto backend = make_backend(name);
   if (!backend) {
     std::fprintf(stderr, "membership bench: unknown backend '%s' (router, router-full, etcd)\n",
@@ -74,7 +71,7 @@ std::optional<Row> run_backend(const MembershipOptions& opt, const std::string& 
   }
   std::printf("%s: %s\n", name.c_str(), backend->describe().c_str());
   std::fflush(stdout);
-  Row row;
+  MembershipRow row;
   row.backend = name;
   const int routers = backend->routers();
   // With etcd, every instance that never spoke to a killed one warns when it drops its record after the
@@ -193,10 +190,6 @@ double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
 }
-double max_of(const std::vector<double>& v) {
-  return v.empty() ? 0 : *std::max_element(v.begin(), v.end());
-}
-
 // Each instance holds a ZeroMQ context (an I/O thread and a few descriptors) and two connections with the
 // registry: 1,000 of them need more descriptors than the usual soft limit of 1,024.
 void raise_fd_limit() {
@@ -210,7 +203,7 @@ void raise_fd_limit() {
         (unsigned long long)before, (unsigned long long)r.rlim_cur);
 }
 
-void print_rows(const std::vector<Row>& rows) {
+void print_rows(const std::vector<MembershipRow>& rows) {
   std::printf("\n%-12s %10s %10s %10s %10s %10s %14s %12s %12s %12s %6s\n", "backend", "start ms", "kill p50",
               "kill max", "add p50", "add max", "bytes/change", "reg cpu ms", "reg cpu %", "hb bytes/s",
               "fail");
@@ -230,7 +223,7 @@ void print_rows(const std::vector<Row>& rows) {
 }
 
 // The routers' side and the backend's own counters, for backends with routers among the instances.
-void print_router_rows(const std::vector<Row>& rows) {
+void print_router_rows(const std::vector<MembershipRow>& rows) {
   bool any = false;
   for (const auto& r : rows) any = any || !r.routed_ms.empty() || !r.steady_rates.empty();
   if (!any) return;
@@ -313,7 +306,7 @@ int run_membership_cli(int argc, char** argv) {
       "etcd lease TTL %lld ms; load average %s\n",
       opt.instances, opt.changes, opt.changes, (long long)opt.interval.count(), opt.misses,
       (long long)opt.lease_ttl.count(), load_average().c_str());
-  std::vector<Row> rows;
+  std::vector<MembershipRow> rows;
   for (const auto& name : opt.backends) {
     auto row = run_backend(opt, name);
     if (!row) return 1;
@@ -322,17 +315,17 @@ int run_membership_cli(int argc, char** argv) {
   print_rows(rows);
   std::printf("load average at the end: %s\n", load_average().c_str());
   print_router_rows(rows);
-  auto find = [&](const char* name) -> const Row* {
+  auto find = [&](const char* name) -> const MembershipRow* {
     for (const auto& r : rows)
       if (r.backend == name) return &r;
     return nullptr;
   };
   auto ratio = [](double a, double b) { return b > 0 ? a / b : 0.0; };
-  auto usable = [&](const char* name) -> const Row* {
-    const Row* r = find(name);
+  auto usable = [&](const char* name) -> const MembershipRow* {
+    const MembershipRow* r = find(name);
     return r && r->error.empty() ? r : nullptr;
   };
-  if (const Row* full = usable("router-full"), *deltas = usable("router"); full && deltas)
+  if (const MembershipRow* full = usable("router-full"), *deltas = usable("router"); full && deltas)
     std::printf(
         "deltas vs full lists: bytes/change %.1fx fewer, registry cpu/change %.1fx less, steady %.1fx less, "
         "kill p50 %.2fx, add p50 %.2fx\n",
@@ -341,7 +334,7 @@ int run_membership_cli(int argc, char** argv) {
         ratio(full->registry_cpu_pct_steady, deltas->registry_cpu_pct_steady),
         ratio(median(deltas->kill_ms), median(full->kill_ms)),
         ratio(median(deltas->add_ms), median(full->add_ms)));
-  if (const Row* deltas = usable("router"), *etcd = usable("etcd"); deltas && etcd)
+  if (const MembershipRow* deltas = usable("router"), *etcd = usable("etcd"); deltas && etcd)
     std::printf(
         "etcd vs embedded deltas: bytes/change %.2fx, cpu/change %.2fx, steady cpu %.2fx, kill p50 %.2fx "
         "(the lease and the grace period), add p50 %.2fx\n",

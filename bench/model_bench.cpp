@@ -195,14 +195,14 @@ double ratio(double a, double b) {
   return b > 0 ? a / b : 0;
 }
 
-struct Row {
+struct ModelRow {
   std::string label;
   double file_mb = 0;
   EpdRun epd;
   std::optional<ModelFigures> llama;
 };
 
-void print_row(const Row& r) {
+void print_row(const ModelRow& r) {
   const ModelFigures& e = r.epd.figures;
   std::printf("| %s | %.0f | %.1f | %.1f | %.1f (%.2fx b1) |", r.label.c_str(), r.file_mb, e.prefill_tps,
               e.decode1_tps, e.decode8_tps, ratio(e.decode8_tps, e.decode1_tps));
@@ -226,15 +226,15 @@ void print_header(const ModelWorkload& w, m::DType kv_dtype) {
       "prefill ratio | b1 ratio | b8 ratio |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
 }
 
-std::optional<Row> bench_checkpoint(const std::string& label, const std::string& path, const ModelWorkload& w,
-                                    m::DType kv_dtype, bool with_llama) {
+std::optional<ModelRow> bench_checkpoint(const std::string& label, const std::string& path,
+                                         const ModelWorkload& w, m::DType kv_dtype, bool with_llama) {
   auto cfg = m::load_model_path(path);
   if (!cfg) {
     std::fprintf(stderr, "epd-bench model: %s\n", cfg.error().to_string().c_str());
     return std::nullopt;
   }
   cfg->max_seq = std::max(cfg->max_seq, std::max(w.prompt_len, w.depth + w.steps) + 1);
-  Row row;
+  ModelRow row;
   row.label = label;
   std::error_code ec;
   row.file_mb = double(fs::file_size(path, ec)) / 1e6;
@@ -343,7 +343,7 @@ int run_model_bench(int argc, char** argv) {
     return bench_presets(presets, w);
   }
 
-  std::vector<Row> rows;
+  std::vector<ModelRow> rows;
   for (const auto& [label, path] : runs) {
     auto row = bench_checkpoint(label, path, w, kv_dtype, !no_llama);
     if (!row) return 1;
@@ -353,7 +353,7 @@ int run_model_bench(int argc, char** argv) {
     }
   }
   print_header(w, kv_dtype);
-  for (const Row& r : rows) print_row(r);
+  for (const ModelRow& r : rows) print_row(r);
   std::printf("\nGoals: prefill and decode b1 >= 1.0x llama.cpp; epd decode b8 >= 3x its b1.\n");
   if (!memory) return 0;
   std::printf(

@@ -44,10 +44,6 @@ struct Options {
   milliseconds lease_ttl{2000};
 };
 
-double ms_since(clock::time_point t) {
-  return std::chrono::duration<double, std::milli>(clock::now() - t).count();
-}
-
 // Polls `pred` every 10 ms; the ms it took from `since`, nullopt after `limit`.
 std::optional<double> wait_ms(clock::time_point since, milliseconds limit,
                               const std::function<bool()>& pred) {
@@ -306,9 +302,6 @@ Throughput load(const std::vector<int>& ports, const Options& opt) {
 
 double p50(std::vector<double> v) {
   return v.empty() ? 0 : percentile(v, 50);
-}
-double max_of(const std::vector<double>& v) {
-  return v.empty() ? 0 : *std::max_element(v.begin(), v.end());
 }
 
 void print_churn(const char* name, const Churn& c) {

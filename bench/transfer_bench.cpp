@@ -47,6 +47,7 @@
 #include "transfer_row.hpp"
 
 using namespace epd::transport;
+using epd::bench::TransferRow;
 using Clock = std::chrono::steady_clock;
 
 namespace {
@@ -245,8 +246,6 @@ std::unique_ptr<Child> spawn_target(uint64_t region_bytes) {
   return c;
 }
 
-using Row = epd::bench::TransferRow;
-
 // Two region-sized memfd mappings (MAP_SHARED, pages faulted in once), placed like the shm rows' source and
 // destination: an engine region on each side. Empty on failure.
 struct MemfdPair {
@@ -330,7 +329,7 @@ double bench_raw_rtt(Child& target, int fd, const uint8_t* src, uint64_t region,
 }
 
 // Average, p50 and p99 of `lat_us` (sorted here) into `row`.
-void set_latencies(Row& row, std::vector<double>& lat_us) {
+void set_latencies(TransferRow& row, std::vector<double>& lat_us) {
   std::sort(lat_us.begin(), lat_us.end());
   double sum = 0;
   for (double l : lat_us) sum += l;
@@ -351,8 +350,8 @@ double bench_zmq(Child& target, zmq::socket_t& push, const uint8_t* src, uint64_
 }
 
 // The engine: `window` batches of `batch` ops of `block` bytes in flight, for about `seconds`.
-std::optional<Row> bench_engine(Session& s, const Region& src, const epd::protocol::RegionDesc& dst,
-                                uint64_t block, uint64_t batch, uint32_t window, double seconds) {
+std::optional<TransferRow> bench_engine(Session& s, const Region& src, const epd::protocol::RegionDesc& dst,
+                                        uint64_t block, uint64_t batch, uint32_t window, double seconds) {
   const uint64_t slots = dst.length / block;
   if (slots < batch || src.length < dst.length) return std::nullopt;
   struct Pending {
@@ -398,7 +397,7 @@ std::optional<Row> bench_engine(Session& s, const Region& src, const epd::protoc
   for (; head < inflight.size(); ++head)
     if (!reap(inflight[head])) return std::nullopt;
   const double elapsed = secs(Clock::now() - t0);
-  Row row;
+  TransferRow row;
   row.block = block;
   row.batch = batch;
   row.gbps = static_cast<double>(bytes) / elapsed / 1e9;
@@ -466,7 +465,7 @@ Options parse(int argc, char** argv, bool* bad) {
   return o;
 }
 
-void print_row(std::FILE* f, const Row& r, bool csv) {
+void print_row(std::FILE* f, const TransferRow& r, bool csv) {
   const double ratio = r.baseline_gbps > 0 ? r.gbps / r.baseline_gbps : 0;
   const double vs_zmq = r.zmq_gbps > 0 ? r.gbps / r.zmq_gbps : 0;
   if (csv) {
@@ -599,13 +598,13 @@ int run_transfer_bench(int argc, char** argv) {
   // Per block size: baselines and engine rows measured back to back, `rounds` times, best of each kept — the
   // machine is shared, and interleaving keeps a row and its baseline under the same conditions.
   const int rounds = opt.quick ? 1 : 3;
-  std::vector<Row> rows;
+  std::vector<TransferRow> rows;
   for (uint64_t block : blocks) {
     const uint64_t total = std::clamp<uint64_t>(block * 16, 32 * kMiB, 1024 * kMiB);
     double mc = 0, rt = 0, zq = 0, rtt_gbps = 0;
     std::vector<double> rtt_us;  // every round's round trips
     uint64_t memcpy_slot = 0;
-    std::map<std::pair<size_t, uint64_t>, Row> best;  // (lane, batch): registry order
+    std::map<std::pair<size_t, uint64_t>, TransferRow> best;  // (lane, batch): registry order
     // Baselines run as long as an engine row, so both see the same share of a busy machine.
     auto for_seconds = [&](auto&& once) {
       double bytes = 0, time = 0;
@@ -639,7 +638,7 @@ int run_transfer_bench(int argc, char** argv) {
     rows.push_back({"raw-tcp", block, 1, rt, 0, "-", 0, 0});
     rows.push_back({"zmq", block, 1, zq, 0, "-", 0, 0});
     if (!rtt_us.empty()) {
-      Row rtt{"raw-rtt", block, 1, rtt_gbps, 0, "-", 0, 0};
+      TransferRow rtt{"raw-rtt", block, 1, rtt_gbps, 0, "-", 0, 0};
       rtt.writes_per_s = rtt_gbps * 1e9 / static_cast<double>(block);
       set_latencies(rtt, rtt_us);
       rows.push_back(rtt);
@@ -663,7 +662,7 @@ int run_transfer_bench(int argc, char** argv) {
     const std::string note = l.plugin->emulation_note ? l.plugin->emulation_note(*desc) : std::string();
     if (note.empty()) continue;
     const std::string name(l.plugin->name);
-    for (Row& r : rows)
+    for (TransferRow& r : rows)
       if (r.backend == name) r.backend = name + "-emu";
     std::printf("NOTE: %s figures are EMULATION ONLY: %s\n", name.c_str(), note.c_str());
   }
@@ -674,7 +673,7 @@ int run_transfer_bench(int argc, char** argv) {
       opt.window, opt.lanes);
   std::printf("%-8s %8s %6s %8s %-8s %8s %6s %7s %10s %10s %10s %10s\n", "backend", "block", "batch", "GB/s",
               "baseline", "base", "ratio", "vs_zmq", "avg_us", "p50_us", "p99_us", "writes/s");
-  for (const Row& r : rows) print_row(stdout, r, false);
+  for (const TransferRow& r : rows) print_row(stdout, r, false);
   if (!opt.csv.empty()) {
     std::FILE* f = std::fopen(opt.csv.c_str(), "w");
     if (!f) return 1;
@@ -682,18 +681,18 @@ int run_transfer_bench(int argc, char** argv) {
         f,
         "backend,block_bytes,batch,gbps_1e9,baseline,baseline_gbps_1e9,ratio,zmq_gbps_1e9,ratio_vs_zmq,"
         "avg_latency_us,p50_latency_us,p99_latency_us,writes_per_s\n");
-    for (const Row& r : rows) print_row(f, r, true);
+    for (const TransferRow& r : rows) print_row(f, r, true);
     std::fclose(f);
   }
 
   // The goals (issue 18): each is the worst row of its kind, named so a miss points at its row.
   struct Worst {
     double value = -1;
-    const Row* row = nullptr;
+    const TransferRow* row = nullptr;
   };
   auto worst_of = [&](const std::string& backend, auto&& applies, auto&& value, bool lowest) {
     Worst w;
-    for (const Row& r : rows)
+    for (const TransferRow& r : rows)
       if (r.backend == backend && r.baseline_gbps > 0 && applies(r)) {
         const double v = value(r);
         if (!w.row || (lowest ? v < w.value : v > w.value)) w = {v, &r};
@@ -705,21 +704,22 @@ int run_transfer_bench(int argc, char** argv) {
     std::printf("  %-44s %7.2f  (goal %s; worst row %s batch %lu)\n", what, w.value, goal,
                 size_text(w.row->block).c_str(), w.row->batch);
   };
-  auto vs_base = [](const Row& r) { return r.gbps / r.baseline_gbps; };
-  auto tail = [](const Row& r) { return r.p50_us > 0 ? r.p99_us / r.p50_us : 0.0; };
-  auto from = [](uint64_t b) { return [b](const Row& r) { return r.block >= b; }; };
+  auto vs_base = [](const TransferRow& r) { return r.gbps / r.baseline_gbps; };
+  auto tail = [](const TransferRow& r) { return r.p50_us > 0 ? r.p99_us / r.p50_us : 0.0; };
+  auto from = [](uint64_t b) { return [b](const TransferRow& r) { return r.block >= b; }; };
   std::printf("\ngoals (the worst row of each kind):\n");
   print_goal("shm / memcpy, blocks >= 1 MiB", worst_of("shm", from(kMiB), vs_base, true), ">= 0.90");
   print_goal("tcp / raw-tcp, blocks >= 64 KiB", worst_of("tcp", from(64 * kKiB), vs_base, true), ">= 0.90");
-  print_goal("tcp / raw-tcp, 4 KiB at batch >= 16",
-             worst_of(
-                 "tcp", [](const Row& r) { return r.block == 4 * kKiB && r.batch >= 16; }, vs_base, true),
-             ">= 0.50");
+  print_goal(
+      "tcp / raw-tcp, 4 KiB at batch >= 16",
+      worst_of(
+          "tcp", [](const TransferRow& r) { return r.block == 4 * kKiB && r.batch >= 16; }, vs_base, true),
+      ">= 0.50");
   print_goal("tcp p99 / p50 batch latency, blocks >= 64 KiB", worst_of("tcp", from(64 * kKiB), tail, false),
              "<= 2.0");
   // The same measure of a bare round trip on the raw connection: what the machine itself gives.
   Worst rtt_tail;
-  for (const Row& r : rows)
+  for (const TransferRow& r : rows)
     if (r.backend == "raw-rtt" && r.block >= 64 * kKiB && tail(r) > rtt_tail.value) rtt_tail = {tail(r), &r};
   if (rtt_tail.row)
     std::printf("  %-44s %7.2f  (no goal: the machine's own tail; worst row %s)\n",
@@ -727,10 +727,10 @@ int run_transfer_bench(int argc, char** argv) {
                 size_text(rtt_tail.row->block).c_str());
   print_goal("tcp / zmq, blocks >= 1 MiB",
              worst_of(
-                 "tcp", from(kMiB), [](const Row& r) { return r.gbps / r.zmq_gbps; }, true),
+                 "tcp", from(kMiB), [](const TransferRow& r) { return r.gbps / r.zmq_gbps; }, true),
              ">= 1.20");
   double shm_4k = -1;
-  for (const Row& r : rows)
+  for (const TransferRow& r : rows)
     if (r.backend == "shm" && r.block == 4 * kKiB) shm_4k = std::max(shm_4k, r.writes_per_s);
   if (shm_4k >= 0)
     std::printf("  %-44s %7.0f  (goal >= 200000, best batch size)\n", "shm 4 KiB writes/s", shm_4k);

@@ -35,10 +35,6 @@ constexpr uint32_t kSide = 256;  // every image is kSide x kSide
 constexpr const char* kText = "What is in the picture?";
 constexpr double kMiB = 1024.0 * 1024.0;
 
-double ms_since(Clock::time_point t) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
-}
-
 // Big enough that encode times are not noise, small enough for a run of minutes on 2 cores; the LM (f32,
 // ~100 MiB) is bigger than the whole encoder process, which loads only its vocabulary.
 model::testing::VisionSpec bench_spec(const std::string& projector) {
@@ -54,7 +50,7 @@ model::testing::VisionSpec bench_spec(const std::string& projector) {
   return s;
 }
 
-struct Row {
+struct VisionRow {
   std::string layout;
   size_t images = 0;
   std::vector<double> llama_encode, epd_encode, llama_ttft, epd_ttft, encode, prefill, transfer;
@@ -128,8 +124,8 @@ json post_generate(httplib::Client& c, const std::vector<model::Image>& images, 
 
 // One layout: its pair written into dir, then llama.cpp, epd in-process, epd's cluster; a row per image
 // count.
-std::vector<Row> run_layout(const std::string& layout, const fs::path& dir, int reps, unsigned threads,
-                            std::vector<Memory>& memory, uintmax_t& lm_bytes, uintmax_t& mmproj_bytes) {
+std::vector<VisionRow> run_layout(const std::string& layout, const fs::path& dir, int reps, unsigned threads,
+                                  std::vector<Memory>& memory, uintmax_t& lm_bytes, uintmax_t& mmproj_bytes) {
   std::fprintf(stderr, "vision %s: writing the pair into %s\n", layout.c_str(), dir.c_str());
   auto paths = model::testing::write_vision_model(bench_spec(layout), dir);
   if (!paths) throw std::runtime_error(paths.error().to_string());
@@ -142,7 +138,7 @@ std::vector<Row> run_layout(const std::string& layout, const fs::path& dir, int 
   const model::TokenId image_id = *model::image_token(cfg);
 
   // Distinct images everywhere (seeds differ), so epd's embedding cache never hits; one more set warms up.
-  std::vector<Row> rows;
+  std::vector<VisionRow> rows;
   std::vector<std::vector<model::Image>> sets[2];  // [1 image, 4 images][rep]
   std::vector<std::vector<fs::path>> files[2];
   for (size_t n : {size_t(1), size_t(4)}) {
@@ -161,7 +157,7 @@ std::vector<Row> run_layout(const std::string& layout, const fs::path& dir, int 
   }
 
   const std::string reference = sibling_executable("epd-mtmd-reference");
-  for (Row& row : rows) {
+  for (VisionRow& row : rows) {
     const size_t i = row.images > 1;
     std::string markers;
     for (size_t k = 0; k < row.images; ++k) markers += model::kImageMarker;
@@ -180,7 +176,7 @@ std::vector<Row> run_layout(const std::string& layout, const fs::path& dir, int 
   {
     auto encoder = model::make_vision_encoder(cfg);
     if (!encoder) throw std::runtime_error(encoder.error().to_string());
-    for (Row& row : rows)
+    for (VisionRow& row : rows)
       for (int rep = 0; rep <= reps; ++rep) {
         const auto start = Clock::now();
         for (const auto& image : sets[row.images > 1][reps - rep])
@@ -210,7 +206,7 @@ std::vector<Row> run_layout(const std::string& layout, const fs::path& dir, int 
   c.set_read_timeout(std::chrono::seconds(120));
   double latency = 0;
   post_generate(c, {model::make_test_image(kSide, kSide, 999999)}, latency);  // warm-up
-  for (Row& row : rows)
+  for (VisionRow& row : rows)
     for (int rep = 0; rep < reps; ++rep) {
       const json t = post_generate(c, sets[row.images > 1][rep], latency)["timings_ms"];
       row.epd_ttft.push_back(latency);
@@ -242,7 +238,7 @@ int run_vision(int argc, char** argv) {
   const fs::path root = keep.empty()
                             ? fs::temp_directory_path() / ("epd-bench-vision-" + std::to_string(::getpid()))
                             : fs::absolute(keep);
-  std::vector<Row> rows;
+  std::vector<VisionRow> rows;
   std::vector<Memory> memory;
   std::vector<std::string> sizes;
   int rc = 0;
@@ -271,7 +267,7 @@ int run_vision(int argc, char** argv) {
               "epd cluster stages ms");
   std::printf("%-9s %4s | %7s %7s %10s | %7s %8s %11s | %7s %8s %11s\n", "layout", "imgs", "llama", "epd",
               "epd/llama", "llama", "epd", "epd/llama", "encode", "prefill", "kv_transfer");
-  for (const Row& r : rows) {
+  for (const VisionRow& r : rows) {
     const double le = percentile(r.llama_encode, 50), ee = percentile(r.epd_encode, 50);
     const double lt = percentile(r.llama_ttft, 50), et = percentile(r.epd_ttft, 50);
     std::printf("%-9s %4zu | %7.1f %7.1f %9.2fx | %7.1f %8.1f %10.2fx | %7.1f %8.1f %11.2f\n",

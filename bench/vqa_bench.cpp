@@ -34,10 +34,6 @@ using Clock = std::chrono::steady_clock;
 using model::testing::VqaAnswer;
 using model::testing::VqaQuestion;
 
-double ms_since(Clock::time_point t) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
-}
-
 std::string png_uri(const fs::path& file) {
   std::ifstream in(file, std::ios::binary);
   const std::vector<uint8_t> bytes{std::istreambuf_iterator<char>(in), {}};
