@@ -32,6 +32,12 @@ openai::Limits small_openai_limits() {
   return l;
 }
 
+// What both parsers promise the sampler (model::validate's ranges).
+void check_sampling(const epd::model::SamplingParams& p) {
+  FUZZ_CHECK(std::isfinite(p.temperature) && p.temperature >= 0 && p.temperature <= 2);
+  FUZZ_CHECK(std::isfinite(p.top_p) && p.top_p > 0 && p.top_p <= 1);
+}
+
 void openai_body(openai::Endpoint endpoint, std::string_view body) {
   static const openai::Limits limits = small_openai_limits();
   auto parsed = openai::parse_request(endpoint, body, limits);
@@ -39,8 +45,7 @@ void openai_body(openai::Endpoint endpoint, std::string_view body) {
   const auto& r = std::get<openai::Request>(parsed);
   FUZZ_CHECK(r.endpoint == endpoint);
   FUZZ_CHECK(r.max_tokens >= 1 && r.max_tokens <= limits.max_tokens_limit);
-  FUZZ_CHECK(std::isfinite(r.temperature) && r.temperature >= 0 && r.temperature <= 2);
-  FUZZ_CHECK(std::isfinite(r.top_p) && r.top_p > 0 && r.top_p <= 1);
+  check_sampling(r.sampling);
   FUZZ_CHECK(r.stop.size() <= 4);
   for (const auto& s : r.stop) FUZZ_CHECK(!s.empty() && s.size() <= limits.max_stop_bytes);
   if (endpoint == openai::Endpoint::completions) {
@@ -70,8 +75,12 @@ void generate_body(std::string_view body) {
   auto parsed = parse_generate_request(body, limits);
   if (auto* e = std::get_if<HttpError>(&parsed)) return check_refusal(*e);
   const auto& r = std::get<GenerateRequest>(parsed);
-  FUZZ_CHECK(!r.prompt.empty() && r.prompt.size() <= limits.max_prompt_bytes);
+  // Text or token ids, never both and never neither.
+  FUZZ_CHECK(r.prompt.empty() != r.prompt_tokens.empty());
+  FUZZ_CHECK(r.prompt.size() <= limits.max_prompt_bytes &&
+             r.prompt_tokens.size() <= limits.max_prompt_bytes / 4);
   FUZZ_CHECK(r.max_tokens >= 1 && r.max_tokens <= limits.max_tokens_limit);
+  check_sampling(r.sampling);
   FUZZ_CHECK(r.images_ppm.size() <= limits.max_images);
   for (const auto& image : r.images_ppm) FUZZ_CHECK(image.size() <= limits.max_image_bytes);
 }

@@ -1,10 +1,10 @@
 #include "epd/http/http_request.hpp"
 
-#include <cmath>
 #include <nlohmann/json.hpp>
 
 #include "epd/http/base64.hpp"
 #include "json_body.hpp"
+#include "sampling_fields.hpp"
 
 namespace epd::http {
 namespace {
@@ -77,33 +77,10 @@ std::variant<GenerateRequest, HttpError> parse_generate_request(std::string_view
     request.max_tokens = static_cast<uint32_t>(it->get<uint64_t>());
   }
 
-  // Sampling, with the OpenAI routes' ranges (docs/http-api.md); greedy unless "temperature" > 0.
-  auto& sampling = request.sampling;
-  for (auto [key, out, low_open, rule] : {std::tuple{"temperature", &sampling.temperature, false, "[0, 2]"},
-                                          std::tuple{"top_p", &sampling.top_p, true, "(0, 1]"}}) {
-    auto it = doc.find(key);
-    if (it == doc.end() || it->is_null()) continue;
-    const std::string name = std::string("\"") + key + "\"";
-    if (!it->is_number())
-      return bad_request(name + " must be a number in " + rule + ", got " + type_name(*it));
-    const double v = it->get<double>(), high = std::string_view(key) == "top_p" ? 1 : 2;
-    if (!std::isfinite(v) || v < 0 || (low_open && v == 0) || v > high)
-      return bad_request(name + " is " + it->dump() + "; it must be in " + rule);
-    *out = static_cast<float>(v);
-  }
-  if (auto it = doc.find("top_k"); it != doc.end() && !it->is_null()) {
-    if (!it->is_number_unsigned() || it->get<uint64_t>() > UINT32_MAX)
-      return bad_request(std::string("\"top_k\" must be an integer in 0..4294967295 (0: no limit), got ") +
-                         it->dump());
-    sampling.top_k = static_cast<uint32_t>(it->get<uint64_t>());
-  }
-  if (auto it = doc.find("seed"); it != doc.end() && !it->is_null()) {
-    if (!it->is_number_integer())
-      return bad_request(std::string("\"seed\" must be an integer, got ") + type_name(*it));
-    // As the OpenAI routes: a negative seed is its two's-complement bit pattern.
-    sampling.seed =
-        it->is_number_unsigned() ? it->get<uint64_t>() : static_cast<uint64_t>(it->get<int64_t>());
-  }
+  // Sampling, with the OpenAI routes' types and ranges; greedy unless "temperature" > 0.
+  SamplingFields sampling;
+  if (auto e = parse_sampling_fields(doc, sampling)) return *e;
+  request.sampling = sampling.params;
 
   // "image": one PPM, or "images": several (a model with an mmproj takes them in order, before the text).
   auto one = doc.find("image");

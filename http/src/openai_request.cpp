@@ -9,6 +9,7 @@
 #include "json_body.hpp"
 #include "openai_fields.hpp"
 #include "openai_messages.hpp"
+#include "sampling_fields.hpp"
 
 namespace epd::http::openai {
 namespace {
@@ -87,27 +88,10 @@ class Parser {
   }
 
   Failure sampling() {
-    if (auto e = number_in("temperature", 0, false, 2, "[0, 2]", out_.temperature)) return e;
-    if (auto e = number_in("top_p", 0, true, 1, "(0, 1]", out_.top_p)) return e;
-    if (const json* v = field(doc_, "top_k")) {
-      // vLLM spells "off" as -1 (older releases) or 0; both are taken.
-      const char* rule = "it must be 0 or -1 (off) or a positive integer below 2^32";
-      if (!v->is_number_integer()) return wrong_type("top_k", "an integer (0 or -1 for off)", *v);
-      if (v->is_number_unsigned()) {
-        if (v->get<uint64_t>() > UINT32_MAX) {
-          return invalid("top_k", "\"top_k\" is " + v->dump() + "; " + rule);
-        }
-        out_.top_k = static_cast<uint32_t>(v->get<uint64_t>());
-      } else if (v->get<int64_t>() != -1) {
-        return invalid("top_k", "\"top_k\" is " + v->dump() + "; " + rule);
-      }
-    }
-    if (const json* v = field(doc_, "seed")) {
-      if (!v->is_number_integer()) return wrong_type("seed", "an integer", *v);
-      // Clients send negative seeds (-1 is common); the sampler needs 64 bits, not a sign.
-      out_.seed = v->is_number_unsigned() ? v->get<uint64_t>() : static_cast<uint64_t>(v->get<int64_t>());
-      out_.seed_given = true;
-    }
+    SamplingFields fields;
+    if (auto e = parse_sampling_fields(doc_, fields)) return e;
+    out_.sampling = fields.params;
+    out_.seed_given = fields.seed_given;
     return {};
   }
 
@@ -226,19 +210,6 @@ class Parser {
         if (m != "text") return unsupported("modalities", "output other than \"text\"");
       }
     }
-    return {};
-  }
-
-  Failure number_in(const std::string& name, double lo, bool lo_open, double hi, std::string_view range,
-                    float& out) {
-    const json* v = field(doc_, name);
-    if (!v) return {};
-    if (!v->is_number()) return wrong_type(name, "a number in " + std::string(range), *v);
-    double x = v->get<double>();
-    if (x < lo || (lo_open && x == lo) || x > hi) {
-      return invalid(name, in_quotes(name) + " is " + v->dump() + "; it must be in " + std::string(range));
-    }
-    out = static_cast<float>(x);
     return {};
   }
 

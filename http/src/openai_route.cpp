@@ -200,7 +200,7 @@ void handle_openai(const std::shared_ptr<ApiContext>& ctx, ExchangePtr ex, Endpo
   GenerateRequest request;
   request.request_id = *id;
   request.max_tokens = in.max_tokens;
-  request.sampling = {in.temperature, in.top_p, in.top_k, in.seed};
+  request.sampling = in.sampling;
   if (auto bad = model::validate(request.sampling); !bad)
     return reply_error(*ex, {400, "invalid_request", bad.error().detail}, std::move(headers));
   if (endpoint == Endpoint::chat) {

@@ -99,10 +99,10 @@ TEST_CASE("openai request: a completion with every supported field", "[http][ope
   CHECK(r.prompt == "Once upon a time");
   CHECK(r.messages.empty());
   CHECK(r.max_tokens == 32);
-  CHECK(r.temperature == Approx(0.7));
-  CHECK(r.top_p == Approx(0.9));
-  CHECK(r.top_k == 40);
-  CHECK(r.seed == 1234);
+  CHECK(r.sampling.temperature == Approx(0.7));
+  CHECK(r.sampling.top_p == Approx(0.9));
+  CHECK(r.sampling.top_k == 40);
+  CHECK(r.sampling.seed == 1234);
   CHECK(r.seed_given);
   CHECK(r.stop == std::vector<std::string>{"\n", "END"});
   CHECK(r.stream);
@@ -113,9 +113,9 @@ TEST_CASE("openai request: defaults, and null meaning absent", "[http][openai_re
   auto r = accepted(Endpoint::completions, completion());
   CHECK(r.model.empty());
   CHECK(r.max_tokens == 16);
-  CHECK(r.temperature == 0);
-  CHECK(r.top_p == 1);
-  CHECK(r.top_k == 0);
+  CHECK(r.sampling.temperature == 0);
+  CHECK(r.sampling.top_p == 1);
+  CHECK(r.sampling.top_k == 0);
   CHECK_FALSE(r.seed_given);
   CHECK(r.stop.empty());
   CHECK_FALSE(r.stream);
@@ -204,16 +204,16 @@ TEST_CASE("openai request: max_tokens and max_completion_tokens", "[http][openai
 }
 
 TEST_CASE("openai request: temperature, top_p, top_k, seed", "[http][openai_request]") {
-  CHECK(accepted(Endpoint::chat, chat({{"temperature", 0}})).temperature == 0);
-  CHECK(accepted(Endpoint::chat, chat({{"temperature", 2}})).temperature == 2);
-  CHECK(accepted(Endpoint::chat, chat({{"top_p", 1}})).top_p == 1);
-  CHECK(accepted(Endpoint::chat, chat({{"top_p", 1e-9}})).top_p > 0);
-  CHECK(accepted(Endpoint::chat, chat({{"top_k", 0}})).top_k == 0);
-  CHECK(accepted(Endpoint::chat, chat({{"top_k", -1}})).top_k == 0);  // vLLM's "off"
-  CHECK(accepted(Endpoint::chat, chat({{"top_k", 4294967295ull}})).top_k == 4294967295u);
-  CHECK(accepted(Endpoint::chat, chat({{"seed", -1}})).seed == UINT64_MAX);  // two's complement
-  CHECK(accepted(Endpoint::chat, chat({{"seed", INT64_MIN}})).seed == 1ull << 63);
-  CHECK(accepted(Endpoint::chat, chat({{"seed", UINT64_MAX}})).seed == UINT64_MAX);
+  CHECK(accepted(Endpoint::chat, chat({{"temperature", 0}})).sampling.temperature == 0);
+  CHECK(accepted(Endpoint::chat, chat({{"temperature", 2}})).sampling.temperature == 2);
+  CHECK(accepted(Endpoint::chat, chat({{"top_p", 1}})).sampling.top_p == 1);
+  CHECK(accepted(Endpoint::chat, chat({{"top_p", 1e-9}})).sampling.top_p > 0);
+  CHECK(accepted(Endpoint::chat, chat({{"top_k", 0}})).sampling.top_k == 0);
+  CHECK(accepted(Endpoint::chat, chat({{"top_k", -1}})).sampling.top_k == 0);  // vLLM's "off"
+  CHECK(accepted(Endpoint::chat, chat({{"top_k", 4294967295ull}})).sampling.top_k == 4294967295u);
+  CHECK(accepted(Endpoint::chat, chat({{"seed", -1}})).sampling.seed == UINT64_MAX);  // two's complement
+  CHECK(accepted(Endpoint::chat, chat({{"seed", INT64_MIN}})).sampling.seed == 1ull << 63);
+  CHECK(accepted(Endpoint::chat, chat({{"seed", UINT64_MAX}})).sampling.seed == UINT64_MAX);
   CHECK(accepted(Endpoint::chat, chat({{"seed", 0}})).seed_given);
 
   check(rejected(Endpoint::chat, chat({{"temperature", -0.1}})), "temperature",
@@ -223,6 +223,8 @@ TEST_CASE("openai request: temperature, top_p, top_k, seed", "[http][openai_requ
         "\"temperature\" must be a number in [0, 2], got string");
   check(rejected(Endpoint::chat, chat({{"top_p", 0}})), "top_p", "is 0; it must be in (0, 1]");
   check(rejected(Endpoint::chat, chat({{"top_p", 1.01}})), "top_p", "(0, 1]");
+  // Above 0 as a double, 0 as the float the sampler gets.
+  check(rejected(Endpoint::chat, chat({{"top_p", 1e-50}})), "top_p", "it must be in (0, 1]");
   check(rejected(Endpoint::chat, chat({{"top_k", -2}})), "top_k", "is -2; it must be 0 or -1 (off)");
   check(rejected(Endpoint::chat, chat({{"top_k", 4294967296ull}})), "top_k", "below 2^32");
   check(rejected(Endpoint::chat, chat({{"top_k", 1.5}})), "top_k", "must be an integer");

@@ -141,9 +141,15 @@ TEST_CASE("generate request: sampling fields, their types and ranges", "[http][r
     INFO(v);
     CHECK(says(rejected(std::string(R"({"prompt":"p","top_p":)") + v + "}"), "it must be in (0, 1]"));
   }
-  for (const char* v : {"-1", "1.5", "4294967296", "\"3\""}) {
+  // The OpenAI routes' rules, from the same parser: -1 is "off" as vLLM spells it.
+  CHECK(accepted(R"({"prompt":"p","top_k":-1})").sampling.top_k == 0);
+  for (const char* v : {"1.5", "\"3\""}) {
     INFO(v);
     CHECK(says(rejected(std::string(R"({"prompt":"p","top_k":)") + v + "}"), "\"top_k\" must be an integer"));
+  }
+  for (const char* v : {"-2", "4294967296"}) {
+    INFO(v);
+    CHECK(says(rejected(std::string(R"({"prompt":"p","top_k":)") + v + "}"), "it must be 0 or -1 (off)"));
   }
   CHECK(says(rejected(R"({"prompt":"p","seed":1.5})"), "\"seed\" must be an integer"));
 }

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "epd/http/http_request.hpp"
+#include "epd/model/sampling.hpp"
 
 namespace epd::http::openai {
 
@@ -33,10 +34,9 @@ struct Request {
   std::string prompt;             // completions
   std::vector<Message> messages;  // chat
   uint32_t max_tokens = 0;  // max_tokens or max_completion_tokens; Limits::default_max_tokens if neither
-  float temperature = 0;    // 0 = greedy (OpenAI's default is 1; epd's is deterministic)
-  float top_p = 1;
-  uint32_t top_k = 0;  // 0 = off
-  uint64_t seed = 0;   // a negative JSON seed is taken as its 64-bit two's complement
+  // Greedy unless "temperature" > 0 (OpenAI's default is 1; epd's is deterministic). A negative JSON seed
+  // is taken as its 64-bit two's complement.
+  model::SamplingParams sampling;
   bool seed_given = false;
   std::vector<std::string> stop;  // 0..4 non-empty strings
   bool stream = false;

@@ -1,0 +1,52 @@
+#include "sampling_fields.hpp"
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "openai_fields.hpp"
+
+namespace epd::http {
+namespace {
+
+using namespace openai::fields;
+
+Failure number_in(const json& doc, const std::string& name, double high, bool low_open,
+                  std::string_view range, float& out) {
+  const json* v = field(doc, name);
+  if (!v) return {};
+  if (!v->is_number()) return wrong_type(name, "a number in " + std::string(range), *v);
+  const double x = v->get<double>();
+  // Checked as the float the sampler gets: 1e-50 is above 0 but its float is not.
+  const float f = static_cast<float>(x);
+  if (!std::isfinite(x) || x < 0 || (low_open && f == 0) || x > high)
+    return invalid(name, in_quotes(name) + " is " + v->dump() + "; it must be in " + std::string(range));
+  out = f;
+  return {};
+}
+
+}  // namespace
+
+std::optional<HttpError> parse_sampling_fields(const json& doc, SamplingFields& out) {
+  auto& p = out.params;
+  if (auto e = number_in(doc, "temperature", 2, false, "[0, 2]", p.temperature)) return e;
+  if (auto e = number_in(doc, "top_p", 1, true, "(0, 1]", p.top_p)) return e;
+  if (const json* v = field(doc, "top_k")) {
+    // vLLM spells "off" as -1 (older releases) or 0; both are taken.
+    const char* rule = "it must be 0 or -1 (off) or a positive integer below 2^32";
+    if (!v->is_number_integer()) return wrong_type("top_k", "an integer (0 or -1 for off)", *v);
+    if (v->is_number_unsigned() ? v->get<uint64_t>() > UINT32_MAX : v->get<int64_t>() != -1)
+      return invalid("top_k", "\"top_k\" is " + v->dump() + "; " + rule);
+    p.top_k = v->is_number_unsigned() ? static_cast<uint32_t>(v->get<uint64_t>()) : 0;
+  }
+  if (const json* v = field(doc, "seed")) {
+    if (!v->is_number_integer()) return wrong_type("seed", "an integer", *v);
+    // Clients send negative seeds (-1 is common); the sampler needs 64 bits, not a sign.
+    p.seed = v->is_number_unsigned() ? v->get<uint64_t>() : static_cast<uint64_t>(v->get<int64_t>());
+    out.seed_given = true;
+  }
+  return {};
+}
+
+}  // namespace epd::http
