@@ -545,6 +545,7 @@ void on_cancel(DecodeState& st, const Envelope&, protocol::Cancel& c) {
 // streamed before its RESULT says so; the router goes on from there on another prefill/decode. One still
 // waiting for its KV starts again elsewhere.
 void hand_over(DecodeState& st) {
+  const auto stopping = make_error(ErrorCode::handed_over, "decode '" + st.ctx.instance->id + "' is stopping");
   std::vector<uint64_t> waiting;
   uint32_t decoding = 0;
   for (auto& [id, room] : st.rooms) {
@@ -552,14 +553,12 @@ void hand_over(DecodeState& st) {
       waiting.push_back(id);
     } else if (!room.cancelled) {
       ++decoding;
-      st.self->send(st.loop, DecodeDrop{id, make_error(ErrorCode::handed_over,
-                                                       "decode '" + st.ctx.instance->id + "' is stopping")});
+      st.self->send(st.loop, DecodeDrop{id, stopping});
     }
   }
   spdlog::warn("decode: handing over {} room(s) decoding and {} waiting for KV: this instance is stopping",
                decoding, waiting.size());
-  for (uint64_t id : waiting)
-    fail_room(st, id, make_error(ErrorCode::handed_over, "decode '" + st.ctx.instance->id + "' is stopping"));
+  for (uint64_t id : waiting) fail_room(st, id, stopping);
 }
 
 void on_deadline(DecodeState& st) {
