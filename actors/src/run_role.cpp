@@ -122,7 +122,7 @@ int run_role(int argc, char** argv, const char* fixed_role) {
 
   // Our threads keep SIGINT/SIGTERM blocked; the handler takes them wherever they land (stop_signal.hpp).
   block_stop_signals();
-  install_stop_handler();
+  if (auto st = install_stop_handler(); !st) return fail(st.error().detail);
   signal(SIGPIPE, SIG_IGN);
   raise_open_file_limit();
 

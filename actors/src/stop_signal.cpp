@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
+#include <string>
 
 namespace epd::actors {
 namespace {
@@ -35,24 +37,23 @@ void block_stop_signals() {
   pthread_sigmask(SIG_BLOCK, &s, nullptr);
 }
 
-void install_stop_handler() {
-  if (pipe_fds[0] >= 0) return;
-  if (::pipe2(pipe_fds, O_CLOEXEC | O_NONBLOCK) != 0) return;  // wait_for_stop_signal falls back to sigwait
+protocol::Status install_stop_handler() {
+  if (pipe_fds[0] >= 0) return {};
+  // Without the pipe there is no safe way to hear a stop: refuse to start rather than die mid-drain later.
+  if (::pipe2(pipe_fds, O_CLOEXEC | O_NONBLOCK) != 0)
+    return protocol::make_error(protocol::ErrorCode::internal,
+                                std::string("cannot create the stop-signal pipe: ") + std::strerror(errno));
   struct sigaction sa {};
   sa.sa_handler = on_stop_signal;
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_RESTART;
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
+  return {};
 }
 
 int wait_for_stop_signal() {
   const sigset_t s = stop_set();
-  if (pipe_fds[0] < 0) {
-    int sig = 0;
-    sigwait(&s, &sig);
-    return sig;
-  }
   // Signals pending from before (blocked everywhere) are delivered here, to the handler, once unblocked.
   pthread_sigmask(SIG_UNBLOCK, &s, nullptr);
   for (;;) {

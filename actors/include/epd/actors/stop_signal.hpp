@@ -1,5 +1,7 @@
 #pragma once
 
+#include "epd/protocol/result.hpp"
+
 namespace epd::actors {
 
 // SIGINT and SIGTERM as a value the main thread waits for, whichever thread the kernel hands them to.
@@ -11,10 +13,11 @@ namespace epd::actors {
 // to a pipe; a repeated signal is harmless.
 //
 // Call block_stop_signals() before starting threads of our own (they keep both blocked, so their system
-// calls are not interrupted), install_stop_handler() once, and wait_for_stop_signal() on the thread that
-// stops the process: it unblocks both for that thread alone and returns the first signal's number.
+// calls are not interrupted), install_stop_handler() once (an error if its pipe cannot be made: then the
+// role must not start), and wait_for_stop_signal() on the thread that stops the process: it unblocks both
+// for that thread alone and returns the first signal's number.
 void block_stop_signals();
-void install_stop_handler();
+protocol::Status install_stop_handler();
 int wait_for_stop_signal();
 
 }  // namespace epd::actors
