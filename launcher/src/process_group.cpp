@@ -29,10 +29,6 @@ using std::chrono::milliseconds;
 
 namespace {
 
-long long ms_between(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration_cast<milliseconds>(b - a).count();
-}
-
 std::string join_argv(const std::vector<std::string>& argv) {
   std::string s;
   for (const auto& a : argv) {

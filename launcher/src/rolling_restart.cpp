@@ -13,10 +13,6 @@ using std::chrono::milliseconds;
 
 namespace {
 
-long long ms_since(Clock::time_point t) {
-  return std::chrono::duration_cast<milliseconds>(Clock::now() - t).count();
-}
-
 // The incarnation each router lists `id` under (0 where it is not listed healthy).
 std::vector<uint64_t> incarnations_of(const std::vector<HostPort>& routers, const std::string& id) {
   std::vector<uint64_t> out;
@@ -61,10 +57,10 @@ protocol::Status roll_instances(ProcessGroup& group, const std::vector<std::stri
     }
     sink.launcher_line("rolling restart: " + id + " is back (pid " + std::to_string(*pid) + ", " +
                        std::to_string(n + 1) + "/" + std::to_string(ids.size()) + ") after " +
-                       describe_ms(ms_since(start)));
+                       describe_ms(ms_between(start, Clock::now())));
   }
   sink.launcher_line("rolling restart done: " + std::to_string(ids.size()) + " instances in " +
-                     describe_ms(ms_since(begin)));
+                     describe_ms(ms_between(begin, Clock::now())));
   return {};
 }
 
