@@ -19,7 +19,7 @@ endif()
 string(REPLACE "," ";" SOURCES "${SOURCES}")
 
 set(configure_args -S ${SOURCE_DIR} -B ${BUILD_DIR} -G "Unix Makefiles" -DCMAKE_BUILD_TYPE=RelWithDebInfo
-                   -DEPD_SANITIZE=ON -DEPD_UNITY_TESTS=OFF -DCMAKE_CXX_COMPILER=${CXX})
+                   -DEPD_SANITIZE=ON -DEPD_UNITY=OFF -DCMAKE_CXX_COMPILER=${CXX})
 if(LAUNCHER)
   list(APPEND configure_args -DCMAKE_CXX_COMPILER_LAUNCHER=${LAUNCHER})
 endif()

@@ -10,11 +10,11 @@ using protocol::ErrorCode;
 using protocol::make_error;
 
 std::string b64(const std::string& bytes) {
-  return http::base64_encode({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()});
+  return epd::http::base64_encode({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()});
 }
 
 Result<std::string> unb64(const std::string& text) {
-  auto raw = http::base64_decode(text);
+  auto raw = epd::http::base64_decode(text);
   if (!raw) return make_error(ErrorCode::malformed_body, "etcd answer: bad base64: " + raw.error().detail);
   return std::string(raw->begin(), raw->end());
 }
