@@ -3,7 +3,12 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <stdexcept>
+#include <string>
+#include <thread>
 
 #include "epd/etcd/local_etcd.hpp"
 
@@ -53,8 +58,36 @@ pid_t EtcdServer::pid() const {
   return s ? s->pid : 0;
 }
 
+namespace {
+
+// kill(SIGSTOP) returns before every thread has stopped: on a busy machine one of etcd's threads ran on
+// and answered a request sent just after freeze() (a clean-clone run saw the put succeed). Frozen means
+// every thread of `pid` is in state T.
+bool all_threads_stopped(pid_t pid) {
+  const auto tasks = std::filesystem::path("/proc") / std::to_string(pid) / "task";
+  std::error_code ec;
+  for (const auto& task : std::filesystem::directory_iterator(tasks, ec)) {
+    std::ifstream stat(task.path() / "stat");
+    std::string line;
+    std::getline(stat, line);
+    const auto paren = line.rfind(')');  // the command name may hold spaces; the state follows it
+    if (paren == std::string::npos || paren + 2 >= line.size() || line[paren + 2] != 'T') return false;
+  }
+  return !ec;
+}
+
+}  // namespace
+
 void EtcdServer::freeze() {
-  if (pid_t p = pid(); p > 0 && ::kill(p, SIGSTOP) == 0) frozen_ = true;
+  const pid_t p = pid();
+  if (p <= 0 || ::kill(p, SIGSTOP) != 0) throw std::runtime_error("etcd: cannot SIGSTOP the server");
+  frozen_ = true;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (!all_threads_stopped(p)) {
+    if (std::chrono::steady_clock::now() > deadline)
+      throw std::runtime_error("etcd: the server did not stop within 5 s of SIGSTOP");
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
 }
 
 void EtcdServer::thaw() {

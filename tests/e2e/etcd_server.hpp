@@ -22,7 +22,7 @@ class EtcdServer {
   void start();
   // Kills it (SIGKILL through the process group); its data directory stays, so start() brings it back.
   void stop();
-  void freeze();  // SIGSTOP: connections stay open, nothing answers
+  void freeze();  // SIGSTOP, returning once every thread has stopped: connections stay open, nothing answers
   void thaw();    // SIGCONT
 
   std::string url() const { return client_.text(); }
