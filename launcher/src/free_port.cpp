@@ -31,6 +31,16 @@ bool bindable(int port) {
 
 }  // namespace
 
+bool fetch_blocks_port(int port) {
+  static constexpr int kBad[] = {
+      1,    7,    9,    11,   13,   15,   17,   19,   20,   21,   22,   23,   25,   37,   42,   43,   53,
+      69,   77,   79,   87,   95,   101,  102,  103,  104,  109,  110,  111,  113,  115,  117,  119,  123,
+      135,  137,  139,  143,  161,  179,  389,  427,  465,  512,  513,  514,  515,  526,  530,  531,  532,
+      540,  548,  554,  556,  563,  587,  601,  636,  989,  990,  993,  995,  1719, 1720, 1723, 2049, 3659,
+      4045, 4190, 5060, 5061, 6000, 6566, 6665, 6666, 6667, 6668, 6669, 6679, 6697, 10080};
+  return std::find(std::begin(kBad), std::end(kBad), port) != std::end(kBad);
+}
+
 int free_port() {
   static std::mutex mu;
   static std::set<int> given;
@@ -41,7 +51,7 @@ int free_port() {
   const int first = 10000, last = std::max(first + 1000, low - 1);
   for (;;) {
     const int port = first + int(rng() % uint32_t(last - first));
-    if (!given.count(port) && bindable(port)) {
+    if (!given.count(port) && !fetch_blocks_port(port) && bindable(port)) {
       given.insert(port);
       return port;
     }
