@@ -195,6 +195,7 @@ void serve_through_sdk(const std::string& backend, const std::string& decode_lin
                               cluster.base_url() + "/v1", "--spec", spec_file.string()});
   INFO(spec.dump(2));
   INFO(r.output);
+  INFO(cluster.logs());  // a client that could not connect: what the router said meanwhile
   CHECK(r.exit_code == 0);
   CHECK(r.output.find(" 0 failed") != std::string::npos);
 
@@ -224,7 +225,6 @@ void serve_through_sdk(const std::string& backend, const std::string& decode_lin
   const auto [image_status, image_body] = cluster.post_raw("/v1/chat/completions", image_chat.dump());
   CHECK(image_status == 400);
   CHECK_THAT(image_body, Catch::Contains("takes no images"));
-  INFO(cluster.logs());
   cluster.wait_all_free();
   const std::string reports = cluster.stop_and_collect_sanitizer_reports();
   INFO(reports);

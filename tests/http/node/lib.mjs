@@ -69,7 +69,11 @@ export class Checks {
       console.log(`ok   ${name}`);
     } catch (err) {
       this.failed++;
-      console.log(`FAIL ${name}: ${err?.stack ?? err}`);
+      // The SDK's "Connection error." hides what the socket said (ECONNREFUSED, ECONNRESET, ...): print
+      // the chain of causes too.
+      let causes = '';
+      for (let c = err?.cause; c; c = c.cause) causes += `\n  caused by: ${c?.code ?? ''} ${c?.message ?? c}`;
+      console.log(`FAIL ${name}: ${err?.stack ?? err}${causes}`);
     }
   }
 
