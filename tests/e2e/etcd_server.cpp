@@ -60,8 +60,8 @@ pid_t EtcdServer::pid() const {
 
 namespace {
 
-// kill(SIGSTOP) returns before every thread has stopped: on a busy machine one of etcd's threads ran on
-// and answered a request sent just after freeze() (a clean-clone run saw the put succeed). Frozen means
+// kill(SIGSTOP) can return before every thread has stopped. A suite run on a busy machine saw a put sent
+// just after freeze() succeed, probably because one of etcd's threads ran on and answered it. Frozen means
 // every thread of `pid` is in state T.
 bool all_threads_stopped(pid_t pid) {
   const auto tasks = std::filesystem::path("/proc") / std::to_string(pid) / "task";
