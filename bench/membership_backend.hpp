@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "epd/actors/bridge.hpp"
-#include "epd/actors/registry_view.hpp"
+#include "epd/actors/membership/registry_view.hpp"
 
 namespace epd::bench {
 

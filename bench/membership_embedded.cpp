@@ -8,9 +8,9 @@
 #include <sstream>
 
 #include "epd/actors/load_gauge.hpp"
-#include "epd/actors/membership.hpp"
+#include "epd/actors/membership/membership.hpp"
+#include "membership/registry.hpp"
 #include "membership_backend.hpp"
-#include "registry.hpp"
 
 namespace epd::bench {
 namespace {

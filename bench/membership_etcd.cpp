@@ -3,7 +3,7 @@
 // two instances are routers, since only routers keep a load view.
 #include <cstdio>
 
-#include "epd/actors/etcd_membership.hpp"
+#include "epd/actors/membership/etcd_membership.hpp"
 #include "epd/protocol/compat.hpp"
 #include "local_etcd_run.hpp"
 #include "membership_backend.hpp"

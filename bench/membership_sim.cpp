@@ -3,7 +3,7 @@
 #include <cstdio>
 #include <thread>
 
-#include "epd/actors/membership.hpp"
+#include "epd/actors/membership/membership.hpp"
 
 namespace epd::bench {
 

@@ -1,6 +1,6 @@
-// The staging rules (actors/src/staging_ring.cpp, docs/staging.md): decode's StagingRing hands out space in a
-// ring, prefill's StagingWindow checks decode's grants and WATERMARKs and decides when a chunk may be
-// written. The input is a sequence of operations (reserve, consume, release a room, a hostile grant or
+// The staging rules (actors/src/cache/staging_ring.cpp, docs/staging.md): decode's StagingRing hands out
+// space in a ring, prefill's StagingWindow checks decode's grants and WATERMARKs and decides when a chunk may
+// be written. The input is a sequence of operations (reserve, consume, release a room, a hostile grant or
 // WATERMARK). Invariants: a grant lies inside the ring and after every earlier one; the watermark never goes
 // backwards and never passes what was handed out; a window fed the ring's WATERMARKs agrees with the ring and
 // places each grant where the ring did; two unscattered chunks that may both be written never share a byte; a
@@ -8,8 +8,8 @@
 #include <map>
 #include <utility>
 
+#include "cache/staging_ring.hpp"
 #include "fuzz_check.hpp"
-#include "staging_ring.hpp"
 
 using namespace epd::actors;
 using epd::fuzz::FuzzInput;

@@ -9,14 +9,14 @@
 #include <thread>
 
 #include "epd/actors/build_identity.hpp"
-#include "epd/actors/etcd_membership.hpp"
-#include "epd/actors/membership.hpp"
+#include "epd/actors/membership/etcd_membership.hpp"
+#include "epd/actors/membership/membership.hpp"
 #include "epd/actors/process_metrics.hpp"
 #include "epd/actors/role_registry.hpp"
 #include "epd/actors/role_support.hpp"
 #include "epd/actors/stop_signal.hpp"
 #include "epd/http/metrics_endpoint.hpp"
-#include "registry.hpp"
+#include "membership/registry.hpp"
 
 namespace epd::actors {
 namespace {

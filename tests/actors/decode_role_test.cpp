@@ -3,7 +3,7 @@
 // KV pool and keeps the write grants). Prefill and router are played by the test.
 #include <catch2/catch.hpp>
 
-#include "epd/actors/membership.hpp"
+#include "epd/actors/membership/membership.hpp"
 #include "epd/actors/role_registry.hpp"
 #include "epd/config/cluster_config.hpp"
 #include "epd/model/config.hpp"

@@ -7,7 +7,7 @@
 #include <sstream>
 
 #include "epd/actors/aux_record.hpp"
-#include "epd/actors/content_hash.hpp"
+#include "epd/actors/cache/content_hash.hpp"
 #include "epd/model/generate.hpp"
 #include "epd/model/image.hpp"
 #include "epd/model/runner.hpp"

@@ -3,8 +3,8 @@
 #include <cstring>
 #include <string>
 
-#include "epd/actors/content_hash.hpp"
-#include "epd/actors/embedding_cache.hpp"
+#include "epd/actors/cache/content_hash.hpp"
+#include "epd/actors/cache/embedding_cache.hpp"
 #include "epd/model/image.hpp"
 #include "epd/model/image_codec.hpp"
 

@@ -2,7 +2,7 @@
 // routers), and that records read back from etcd are checked like frames from the network.
 #include <catch2/catch.hpp>
 
-#include "etcd/instance_record.hpp"
+#include "membership/etcd/instance_record.hpp"
 
 using namespace epd;
 using namespace epd::actors::etcd_backend;

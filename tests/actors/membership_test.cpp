@@ -3,8 +3,8 @@
 // by advancing the coordinator's clock.
 #include <catch2/catch.hpp>
 
-#include "epd/actors/membership.hpp"
-#include "registry.hpp"
+#include "epd/actors/membership/membership.hpp"
+#include "membership/registry.hpp"
 #include "role_harness.hpp"
 
 using namespace epd;

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "epd/actors/membership.hpp"
+#include "epd/actors/membership/membership.hpp"
 #include "epd/actors/role_registry.hpp"
 #include "epd/config/cluster_config.hpp"
 #include "epd/model/config.hpp"

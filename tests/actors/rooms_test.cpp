@@ -1,8 +1,8 @@
 #include <catch2/catch.hpp>
 
-#include "epd/actors/peer_directory.hpp"
+#include "cache/page_allocator.hpp"
+#include "epd/actors/membership/peer_directory.hpp"
 #include "epd/actors/room.hpp"
-#include "page_allocator.hpp"
 
 using namespace epd::actors;
 using epd::protocol::ErrorCode;

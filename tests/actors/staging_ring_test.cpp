@@ -6,7 +6,7 @@
 #include <random>
 #include <vector>
 
-#include "staging_ring.hpp"
+#include "cache/staging_ring.hpp"
 
 using epd::actors::StagingRing;
 using epd::actors::StagingWindow;

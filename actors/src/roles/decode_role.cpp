@@ -12,16 +12,16 @@
 #include <map>
 #include <optional>
 
+#include "cache/page_allocator.hpp"
+#include "cache/staging_ring.hpp"
 #include "epd/actors/aux_record.hpp"
 #include "epd/actors/kernel/role_kernel.hpp"
 #include "epd/actors/kernel/role_settings.hpp"
 #include "epd/actors/room.hpp"
 #include "epd/model/kv_cache.hpp"
 #include "epd/model/kv_staging.hpp"
-#include "page_allocator.hpp"
 #include "roles/decode_loop.hpp"
 #include "roles/roles.hpp"
-#include "staging_ring.hpp"
 
 namespace epd::actors {
 namespace {
@@ -545,7 +545,8 @@ void on_cancel(DecodeState& st, const Envelope&, protocol::Cancel& c) {
 // streamed before its RESULT says so; the router goes on from there on another prefill/decode. One still
 // waiting for its KV starts again elsewhere.
 void hand_over(DecodeState& st) {
-  const auto stopping = make_error(ErrorCode::handed_over, "decode '" + st.ctx.instance->id + "' is stopping");
+  const auto stopping =
+      make_error(ErrorCode::handed_over, "decode '" + st.ctx.instance->id + "' is stopping");
   std::vector<uint64_t> waiting;
   uint32_t decoding = 0;
   for (auto& [id, room] : st.rooms) {

@@ -10,8 +10,9 @@
 #include <map>
 #include <optional>
 
+#include "cache/page_allocator.hpp"
 #include "epd/actors/aux_record.hpp"
-#include "epd/actors/embedding_cache.hpp"
+#include "epd/actors/cache/embedding_cache.hpp"
 #include "epd/actors/kernel/role_kernel.hpp"
 #include "epd/actors/kernel/role_settings.hpp"
 #include "epd/actors/kernel/transfer_workers.hpp"
@@ -20,7 +21,6 @@
 #include "epd/model/llama.hpp"
 #include "epd/model/runner.hpp"
 #include "epd/model/vision.hpp"
-#include "page_allocator.hpp"
 #include "roles/roles.hpp"
 
 namespace epd::actors {

@@ -8,12 +8,12 @@
 #include <optional>
 #include <set>
 
-#include "epd/actors/embedding_cache.hpp"
+#include "cache/page_allocator.hpp"
+#include "cache/staging_ring.hpp"
+#include "epd/actors/cache/embedding_cache.hpp"
 #include "epd/actors/kernel/role_kernel.hpp"
 #include "epd/actors/kernel/transfer_workers.hpp"
 #include "epd/actors/room.hpp"
-#include "page_allocator.hpp"
-#include "staging_ring.hpp"
 
 namespace epd::actors::prefill {
 

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "epd/actors/caf_types.hpp"
-#include "epd/actors/peer_directory.hpp"
+#include "epd/actors/membership/peer_directory.hpp"
 #include "epd/transport/control_channel.hpp"
 
 namespace epd::actors {

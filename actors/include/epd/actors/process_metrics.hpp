@@ -8,7 +8,7 @@
 #include <string>
 #include <string_view>
 
-#include "epd/actors/embedding_cache.hpp"
+#include "epd/actors/cache/embedding_cache.hpp"
 #include "epd/actors/load_gauge.hpp"
 #include "epd/metrics/registry.hpp"
 #include "epd/transport/engine.hpp"

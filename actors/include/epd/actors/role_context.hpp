@@ -8,7 +8,7 @@
 
 #include "epd/actors/bridge.hpp"
 #include "epd/actors/load_gauge.hpp"
-#include "epd/actors/registry_view.hpp"
+#include "epd/actors/membership/registry_view.hpp"
 #include "epd/config/cluster_config.hpp"
 #include "epd/metrics/registry.hpp"
 #include "epd/model/config.hpp"

@@ -5,7 +5,7 @@
 #include <string_view>
 #include <vector>
 
-#include "epd/actors/peer_directory.hpp"
+#include "epd/actors/membership/peer_directory.hpp"
 #include "epd/protocol/errors.hpp"
 
 namespace epd::actors::kernel {

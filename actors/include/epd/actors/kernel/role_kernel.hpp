@@ -18,7 +18,7 @@
 #include "epd/actors/kernel/peer_loss.hpp"
 #include "epd/actors/kernel/room_table.hpp"
 #include "epd/actors/kernel/settings_schema.hpp"
-#include "epd/actors/membership.hpp"
+#include "epd/actors/membership/membership.hpp"
 #include "epd/actors/role_context.hpp"
 #include "epd/actors/role_registry.hpp"
 #include "epd/actors/role_support.hpp"

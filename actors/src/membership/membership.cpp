@@ -1,12 +1,12 @@
-#include "epd/actors/membership.hpp"
+#include "epd/actors/membership/membership.hpp"
 
 #include <spdlog/spdlog.h>
 
 #include <random>
 
-#include "compat_gate.hpp"
 #include "epd/actors/role_support.hpp"
-#include "peer_change_log.hpp"
+#include "membership/compat_gate.hpp"
+#include "membership/peer_change_log.hpp"
 
 namespace epd::actors {
 namespace {

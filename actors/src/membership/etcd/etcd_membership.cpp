@@ -1,12 +1,12 @@
-#include "epd/actors/etcd_membership.hpp"
+#include "epd/actors/membership/etcd_membership.hpp"
 
 #include <spdlog/spdlog.h>
 
-#include "compat_gate.hpp"
-#include "epd/actors/membership.hpp"
+#include "epd/actors/membership/membership.hpp"
 #include "epd/actors/role_support.hpp"
 #include "etcd_agent.hpp"
-#include "peer_change_log.hpp"
+#include "membership/compat_gate.hpp"
+#include "membership/peer_change_log.hpp"
 
 namespace epd::actors {
 namespace {

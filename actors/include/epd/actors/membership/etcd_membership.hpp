@@ -14,8 +14,8 @@
 
 #include "epd/actors/bridge.hpp"
 #include "epd/actors/load_gauge.hpp"
+#include "epd/actors/membership/registry_view.hpp"
 #include "epd/actors/process_metrics.hpp"
-#include "epd/actors/registry_view.hpp"
 #include "epd/etcd/etcd_client.hpp"
 #include "epd/transport/engine.hpp"
 

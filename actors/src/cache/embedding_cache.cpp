@@ -1,4 +1,4 @@
-#include "epd/actors/embedding_cache.hpp"
+#include "epd/actors/cache/embedding_cache.hpp"
 
 #include <cstring>
 

@@ -1,9 +1,9 @@
-#include "registry.hpp"
+#include "membership/registry.hpp"
 
 #include <spdlog/spdlog.h>
 
-#include "compat_gate.hpp"
 #include "epd/actors/role_support.hpp"
+#include "membership/compat_gate.hpp"
 
 namespace epd::actors {
 namespace {

@@ -1,4 +1,4 @@
-#include "peer_change_log.hpp"
+#include "membership/peer_change_log.hpp"
 
 #include <spdlog/spdlog.h>
 

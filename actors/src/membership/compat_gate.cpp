@@ -1,4 +1,4 @@
-#include "compat_gate.hpp"
+#include "membership/compat_gate.hpp"
 
 #include <spdlog/spdlog.h>
 

@@ -1,4 +1,4 @@
-#include "staging_ring.hpp"
+#include "cache/staging_ring.hpp"
 
 namespace epd::actors {
 

@@ -15,7 +15,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "epd/actors/content_hash.hpp"
+#include "epd/actors/cache/content_hash.hpp"
 
 namespace epd::actors {
 

@@ -9,8 +9,8 @@
 #include <memory>
 
 #include "epd/actors/bridge.hpp"
+#include "epd/actors/membership/registry_view.hpp"
 #include "epd/actors/process_metrics.hpp"
-#include "epd/actors/registry_view.hpp"
 #include "epd/protocol/compat.hpp"
 
 namespace epd::actors {

@@ -1,4 +1,4 @@
-#include "epd/actors/peer_directory.hpp"
+#include "epd/actors/membership/peer_directory.hpp"
 
 namespace epd::actors {
 

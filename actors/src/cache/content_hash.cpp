@@ -1,4 +1,4 @@
-#include "epd/actors/content_hash.hpp"
+#include "epd/actors/cache/content_hash.hpp"
 
 #include <openssl/evp.h>
 

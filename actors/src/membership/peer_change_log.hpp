@@ -4,7 +4,7 @@
 #include <string>
 #include <string_view>
 
-#include "epd/actors/peer_directory.hpp"
+#include "epd/actors/membership/peer_directory.hpp"
 #include "epd/actors/process_metrics.hpp"
 
 namespace epd::actors {

@@ -1,4 +1,4 @@
-#include "page_allocator.hpp"
+#include "cache/page_allocator.hpp"
 
 namespace epd::actors {
 
