@@ -88,6 +88,25 @@ void export_embedding_cache(metrics::Registry& registry, std::shared_ptr<const E
   });
 }
 
+void export_prefix_cache(metrics::Registry& registry, std::shared_ptr<const PrefixCacheStats> stats) {
+  registry.on_scrape([stats = std::move(stats)](Snapshot& s) {
+    const auto& c = *stats;
+    s.gauge("epd_prefix_cache_budget_pages", "Most KV pages the prefix cache may hold (0: disabled)",
+            double(c.budget_pages.load()));
+    s.gauge("epd_prefix_cache_pages", "KV pages the prefix cache holds now", double(c.pages.load()));
+    s.counter("epd_prefix_cache_hit_tokens_total",
+              "Prompt tokens whose KV was found in the prefix cache (not computed again)",
+              double(c.hit_tokens.load()));
+    s.counter("epd_prefix_cache_missed_tokens_total", "Prompt tokens looked up, not found, and computed",
+              double(c.missed_tokens.load()));
+    s.counter("epd_prefix_cache_inserted_pages_total", "KV pages the prefix cache took over from rooms",
+              double(c.inserted_pages.load()));
+    s.counter("epd_prefix_cache_evicted_pages_total",
+              "KV pages evicted from the prefix cache (least recently used, unreferenced)",
+              double(c.evicted_pages.load()));
+  });
+}
+
 metrics::RegistryPtr make_process_metrics(const std::string& instance_id, const std::string& role) {
   return std::make_shared<metrics::Registry>(metrics::Labels{{"instance_id", instance_id}, {"role", role}});
 }

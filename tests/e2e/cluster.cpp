@@ -310,4 +310,13 @@ nlohmann::json Cluster::wait_all_free(int timeout_ms) const {
   return last;
 }
 
+double metric_sum(const std::string& scrape, const std::string& name) {
+  std::istringstream in(scrape);
+  double sum = 0;
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind(name + "{", 0) == 0 || line.rfind(name + " ", 0) == 0)
+      sum += std::stod(line.substr(line.rfind(' ') + 1));
+  return sum;
+}
+
 }  // namespace epd::testing

@@ -135,4 +135,7 @@ class Cluster {
 
 int free_port();
 
+// The sum of every series of the metric `name` in a scrape's text (0 when it has none).
+double metric_sum(const std::string& scrape, const std::string& name);
+
 }  // namespace epd::testing

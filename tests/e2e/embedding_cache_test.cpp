@@ -3,7 +3,6 @@
 // repeated images are neither encoded nor transferred again (counters of the encoder and prefill), and the
 // embedding transfers the encoder delivered are exactly the first-seen images.
 #include <catch2/catch.hpp>
-#include <sstream>
 
 #include "cluster.hpp"
 #include "epd/http/base64.hpp"
@@ -14,16 +13,6 @@ using namespace epd::testing;
 using nlohmann::json;
 
 namespace {
-
-// The sum of every series of `name` in a scrape.
-double sample(const std::string& text, const std::string& name) {
-  std::istringstream in(text);
-  double sum = 0;
-  for (std::string line; std::getline(in, line);)
-    if (line.rfind(name + "{", 0) == 0 || line.rfind(name + " ", 0) == 0)
-      sum += std::stod(line.substr(line.rfind(' ') + 1));
-  return sum;
-}
 
 // 12 requests, one at a time: 6 distinct images, then each of them again (other prompts).
 std::vector<Case> repeated_images() {
@@ -82,21 +71,21 @@ TEST_CASE("embedding cache: repeated images skip encoding and transfer and the t
     CHECK(on.tokens[i] == off.tokens[i]);
   }
   // Off: nothing looked up, every image encoded and transferred.
-  CHECK(sample(off.encoder, "epd_embedding_cache_hits_total") == 0);
-  CHECK(sample(off.prefill, "epd_embedding_cache_hits_total") == 0);
-  CHECK(sample(off.encoder, "epd_transfer_size_bytes_count") == 12);
+  CHECK(metric_sum(off.encoder, "epd_embedding_cache_hits_total") == 0);
+  CHECK(metric_sum(off.prefill, "epd_embedding_cache_hits_total") == 0);
+  CHECK(metric_sum(off.encoder, "epd_transfer_size_bytes_count") == 12);
   // On: the 6 first-seen images missed and were encoded and transferred; the 6 repeats hit in the encoder
   // (not encoded) and in prefill (not transferred: the encoder skipped each write).
-  CHECK(sample(on.encoder, "epd_embedding_cache_misses_total") == 6);
-  CHECK(sample(on.encoder, "epd_embedding_cache_hits_total") == 6);
-  CHECK(sample(on.prefill, "epd_embedding_cache_misses_total") == 6);
-  CHECK(sample(on.prefill, "epd_embedding_cache_hits_total") == 6);
-  CHECK(sample(on.encoder, "epd_embedding_transfers_skipped_total") == 6);
-  CHECK(sample(on.prefill, "epd_embedding_transfers_skipped_total") == 6);
-  CHECK(sample(on.encoder, "epd_transfer_size_bytes_count") == 6);
-  CHECK(sample(on.prefill, "epd_embedding_cache_entries") == 6);
-  CHECK(sample(on.prefill, "epd_embedding_cache_bytes_saved_total") ==
-        sample(on.encoder, "epd_transfer_size_bytes_sum"));  // the repeats: the first-seen bytes again
-  CHECK(sample(on.encoder, "epd_embedding_cache_bytes_saved_total") ==
-        sample(on.prefill, "epd_embedding_cache_bytes_saved_total"));
+  CHECK(metric_sum(on.encoder, "epd_embedding_cache_misses_total") == 6);
+  CHECK(metric_sum(on.encoder, "epd_embedding_cache_hits_total") == 6);
+  CHECK(metric_sum(on.prefill, "epd_embedding_cache_misses_total") == 6);
+  CHECK(metric_sum(on.prefill, "epd_embedding_cache_hits_total") == 6);
+  CHECK(metric_sum(on.encoder, "epd_embedding_transfers_skipped_total") == 6);
+  CHECK(metric_sum(on.prefill, "epd_embedding_transfers_skipped_total") == 6);
+  CHECK(metric_sum(on.encoder, "epd_transfer_size_bytes_count") == 6);
+  CHECK(metric_sum(on.prefill, "epd_embedding_cache_entries") == 6);
+  CHECK(metric_sum(on.prefill, "epd_embedding_cache_bytes_saved_total") ==
+        metric_sum(on.encoder, "epd_transfer_size_bytes_sum"));  // the repeats: the first-seen bytes again
+  CHECK(metric_sum(on.encoder, "epd_embedding_cache_bytes_saved_total") ==
+        metric_sum(on.prefill, "epd_embedding_cache_bytes_saved_total"));
 }

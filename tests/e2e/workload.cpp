@@ -8,6 +8,7 @@
 #include <map>
 #include <mutex>
 #include <stdexcept>
+#include <string_view>
 
 #include "epd/http/base64.hpp"
 #include "epd/model/generate.hpp"
@@ -32,7 +33,10 @@ const std::vector<uint32_t>& oracle(const Case& c, const std::optional<model::Kv
   static std::map<std::string, std::vector<uint32_t>> memo;
   const std::string key =
       c.prompt + "|" + std::to_string(c.max_tokens) + "|" +
-      (c.image ? std::to_string(c.image->width) + "x" + std::to_string(c.image->height) : "") +
+      (c.image ? std::to_string(c.image->width) + "x" + std::to_string(c.image->height) + " " +
+                     std::to_string(std::hash<std::string_view>{}(std::string_view(
+                         reinterpret_cast<const char*>(c.image->rgb.data()), c.image->rgb.size())))
+               : "") +
       (decode_kv ? "|kv " + std::to_string(decode_kv->page_size) + " " +
                        std::to_string(int(decode_kv->dtype)) + " " + std::to_string(int(decode_kv->order))
                  : "");

@@ -95,7 +95,8 @@ caf::behavior prefill_compute(caf::stateful_actor<ComputeState>* self, model::Mo
   st.runner = std::move(runner.value());
   return {
       [=](PrefillJob& job) {
-        self->state.queue.push_back(Running{std::move(job), 0, 0});
+        const uint32_t start = job.start;
+        self->state.queue.push_back(Running{std::move(job), start, 0});
         schedule(self);
       },
       [=](step_atom) { step(self); },

@@ -17,6 +17,7 @@ struct PrefillJob {
   const float* embeddings = nullptr;  // rows for the prompt's IMAGE tokens, in order (landing slot)
   uint64_t embedding_floats = 0;
   std::vector<uint32_t> pages;  // local pool pages, logical order
+  uint32_t start = 0;           // tokens [0, start) have K/V in the pages already (the prefix cache's)
   uint32_t chunk_tokens = 64;
   model::SamplingParams sampling;  // draws the first generated token
   uint32_t first_index = 0;        // its index: 0, or SUBMIT's resume_from

@@ -67,7 +67,8 @@ std::optional<protocol::Error> ended_cause(const PrefillState& st, uint64_t id) 
 }  // namespace
 
 void publish_load(PrefillState& st) {
-  st.ctx.load->free_kv_pages = st.pages.free_count();
+  // Cached pages no room references are free as far as placement goes: a room that needs them evicts them.
+  st.ctx.load->free_kv_pages = st.pages.free_count() + st.prefix->evictable();
   st.ctx.load->total_kv_pages = st.pages.total();
   st.ctx.load->free_slots = st.slots.free_count();
   st.ctx.load->total_slots = st.slots.total();
@@ -105,6 +106,21 @@ PrefillRoom& room_for(PrefillState& st, uint64_t id) {
   return r;
 }
 
+// The room's KV pages go: its own back to the allocator, its references to cached ones dropped (those stay
+// in the cache).
+void release_pages(PrefillState& st, PrefillRoom& r) {
+  std::span<const uint32_t> own(r.local_pages);
+  st.pages.free(own.subspan(std::min(r.prefix.size(), own.size())));
+  st.prefix->release(r.prefix);
+  r.local_pages.clear();
+}
+
+// `n` free local pages, evicting cached pages no room references when the allocator has too few.
+std::optional<std::vector<uint32_t>> allocate_pages(PrefillState& st, uint32_t n) {
+  if (n > st.pages.free_count()) st.pages.free(st.prefix->evict(n - st.pages.free_count()));
+  return st.pages.allocate(n);
+}
+
 // Frees the room once nothing can touch its memory any more: no write in flight, no compute running, no
 // encoder writing its landing slot. Sends the deferred KV_STATUS Failed / ABORT_ACK first.
 void maybe_reap(PrefillState& st, uint64_t id) {
@@ -129,7 +145,7 @@ void maybe_reap(PrefillState& st, uint64_t id) {
   if (r.computing() || r.embed == Embed::writing) return;
   release_stage_slots(st, r);
   if (r.embed_fence != 0) st.ctx.engine->revoke_writes(r.embed_fence);
-  if (!r.local_pages.empty()) st.pages.free(r.local_pages);
+  release_pages(st, r);
   if (r.landing) st.slots.free(std::span<const uint32_t>(&*r.landing, 1));
   if (r.aux_src) st.aux.free(std::span<const uint32_t>(&*r.aux_src, 1));
   protocol::Error outcome =
@@ -218,7 +234,12 @@ void maybe_start(PrefillState& st, uint64_t id) {
                        std::to_string(prompt.size()) + " tokens in " + std::to_string(need_dst) + " pages"));
   const uint32_t need = model::pages_for(st.layout, prompt.size());
   r.staged = target->staged;
-  auto pages = st.pages.allocate(need);
+  // The longest cached prefix of whole pages, short of the last token: its logits draw the first token.
+  r.page_keys = page_keys(prompt, st.layout.page_size, model::image_token(st.ctx.model), r.embed_hash);
+  r.prefix =
+      st.prefix->acquire(r.page_keys, uint32_t((prompt.size() - 1) / st.layout.page_size), prompt.size());
+  r.local_pages = r.prefix.pages();
+  auto pages = allocate_pages(st, need - uint32_t(r.prefix.size()));
   auto aux = st.aux.allocate(1);
   if (!pages || !aux) {
     if (pages) st.pages.free(*pages);
@@ -226,9 +247,12 @@ void maybe_start(PrefillState& st, uint64_t id) {
     return fail_room(
         st, id,
         make_error(ErrorCode::out_of_capacity, "prefill has " + std::to_string(st.pages.free_count()) +
-                                                   " free pages, room needs " + std::to_string(need)));
+                                                   " free pages (" + std::to_string(st.prefix->pages()) +
+                                                   " cached, in use by other rooms), room needs " +
+                                                   std::to_string(need - r.prefix.size()) + " more"));
   }
-  r.local_pages = std::move(*pages);
+  r.local_pages.insert(r.local_pages.end(), pages->begin(), pages->end());
+  r.cached_tokens = uint32_t(r.prefix.size()) * st.layout.page_size;
   r.aux_src = (*aux)[0];
   r.progress = Progress::computing;
   r.state.advance(KvState::transferring);
@@ -241,12 +265,14 @@ void maybe_start(PrefillState& st, uint64_t id) {
     job.embedding_floats = r.embed_bytes / sizeof(float);
   }
   job.pages = r.local_pages;
+  job.start = r.cached_tokens;
   job.chunk_tokens = st.settings.chunk_tokens;
   job.sampling = sampling_of(r.submit);
   job.first_index = r.submit.resume_from;
   publish_load(st);
-  spdlog::debug("prefill: {} starts: {} prompt tokens for decode '{}'{}",
-                kernel::room_tag(id, r.request_id()), prompt.size(), r.decode, r.staged ? " (staged)" : "");
+  spdlog::debug("prefill: {} starts: {} prompt tokens ({} cached) for decode '{}'{}",
+                kernel::room_tag(id, r.request_id()), prompt.size(), r.cached_tokens, r.decode,
+                r.staged ? " (staged)" : "");
   caf::anon_send(st.compute, std::move(job));
 }
 
@@ -303,6 +329,11 @@ void on_chunk(PrefillState& st, ChunkComputed& c) {
   if (c.last) {  // compute reads nothing of the room any more; the aux record goes once all is written
     r.progress = Progress::computed;
     r.first_token = c.first_token;
+  }
+  if (c.last && c.ok) {  // every whole page holds its prompt's KV now: the cache may keep them
+    std::vector<uint32_t> evicted;
+    st.prefix->adopt(r.prefix, r.page_keys, r.local_pages, evicted);
+    st.pages.free(evicted);
   }
   if (!c.ok) return fail_room(st, c.room, c.error);
   if (r.state.terminal()) return maybe_reap(st, c.room);
@@ -667,6 +698,8 @@ caf::behavior prefill_role(caf::stateful_actor<PrefillState>* self, RoleContext 
   st.aux_base = find_local_region(*st.ctx.engine, kAuxRegion)->base;
   st.cache = std::make_unique<EmbeddingCache>(settings.embedding_cache_bytes);
   export_embedding_cache(*st.ctx.metrics, st.cache->stats());
+  st.prefix = std::make_unique<PrefixCache>(settings.prefix_cache_pages);
+  export_prefix_cache(*st.ctx.metrics, st.prefix->stats());
   SupervisorConfig sc = settings.transfer;
   sc.name = "prefill-transfer";
   sc.workers = settings.transfer_workers;
@@ -692,6 +725,11 @@ caf::behavior prefill_role(caf::stateful_actor<PrefillState>* self, RoleContext 
 }
 
 protocol::Result<RoleHandle> spawn_prefill(RoleContext& ctx, PrefillSettings s) {
+  if (s.prefix_cache_pages == PrefillSettings::kHalfThePool) s.prefix_cache_pages = s.kv_pages / 2;
+  if (s.prefix_cache_pages > s.kv_pages)
+    return make_error(ErrorCode::config_error,
+                      "prefill: prefix_cache_pages (" + std::to_string(s.prefix_cache_pages) +
+                          ") is more than kv_pages (" + std::to_string(s.kv_pages) + ")");
   const auto& layout = s.layout;
   const uint64_t stage_slot_bytes = uint64_t(s.chunk_tokens) * model::staging_token_bytes(layout);
   const uint64_t slot_bytes = uint64_t(ctx.model.max_image_patches) * ctx.model.d_model * sizeof(float);
@@ -704,11 +742,10 @@ protocol::Result<RoleHandle> spawn_prefill(RoleContext& ctx, PrefillSettings s) 
   if (auto r = ctx.engine->allocate(kStageSourceRegion, stage_slot_bytes * s.staging_slots); !r)
     return r.error();
   spdlog::info(
-      "prefill: local KV pool of {} pages ({}), {} embedding slots of {} KiB, chunks of {} tokens, {} "
-      "transfer "
-      "workers, {} staging buffers of {} KiB",
-      s.kv_pages, describe_layout(layout), s.embed_slots, slot_bytes >> 10, s.chunk_tokens,
-      s.transfer_workers, s.staging_slots, stage_slot_bytes >> 10);
+      "prefill: local KV pool of {} pages ({}), up to {} of them kept by the prefix cache, {} embedding "
+      "slots of {} KiB, chunks of {} tokens, {} transfer workers, {} staging buffers of {} KiB",
+      s.kv_pages, describe_layout(layout), s.prefix_cache_pages, s.embed_slots, slot_bytes >> 10,
+      s.chunk_tokens, s.transfer_workers, s.staging_slots, stage_slot_bytes >> 10);
   auto table = std::make_shared<Table>();
   table->on<protocol::Submit>(on_submit)
       .on<protocol::Bootstrap>(on_bootstrap)
@@ -740,6 +777,7 @@ RoleSpec prefill_role_spec() {
       .ms("staging_wait_timeout_ms", &PrefillSettings::staging_wait_timeout)
       .ms("report_delay_ms", &PrefillSettings::report_delay)
       .u64("embedding_cache_bytes", &PrefillSettings::embedding_cache_bytes, 0, uint64_t{1} << 40)
+      .u32("prefix_cache_pages", &PrefillSettings::prefix_cache_pages, 0, 1u << 24)
       .part(&PrefillSettings::transfer, kernel::transfer_settings());
   kernel::kv_layout_settings(settings, &PrefillSettings::layout, &PrefillSettings::kv_pages);
   return kernel::make_role_spec("prefill", "runs chunked prefill and writes KV pages into decode's pool",

@@ -105,9 +105,7 @@ void pump(PrefillState& st, const std::string* only_decode = nullptr) {
   }
 }
 
-}  // namespace
-
-void stage_tokens(PrefillState& st, uint64_t id, PrefillRoom& r, uint32_t end, bool last) {
+void stage_chunk(PrefillState& st, uint64_t id, PrefillRoom& r, uint32_t end, bool last) {
   if (end <= r.tokens_staged && !last) return;
   StagedChunk c;
   c.first = r.tokens_staged;
@@ -124,6 +122,19 @@ void stage_tokens(PrefillState& st, uint64_t id, PrefillRoom& r, uint32_t end, b
   publish_slots(st);
   st.ctx.bridge->send(r.decode, protocol::StagingReq{id, index, c.bytes});
   st.self->delayed_send(st.self, st.settings.staging_wait_timeout, stage_timeout_atom::value, id, index);
+}
+
+}  // namespace
+
+void stage_tokens(PrefillState& st, uint64_t id, PrefillRoom& r, uint32_t end, bool last) {
+  // A computed chunk that starts after a cached prefix covers more than chunk_tokens: it goes as several,
+  // each fitting a source buffer.
+  while (end > r.tokens_staged + st.settings.chunk_tokens) {
+    stage_chunk(st, id, r, r.tokens_staged + st.settings.chunk_tokens, false);
+    const PrefillRoom* live = st.rooms.find(id);  // a failure may have reaped the room
+    if (!live || live->state.terminal()) return;
+  }
+  stage_chunk(st, id, r, end, last);
 }
 
 void on_staging_rsp(PrefillState& st, const protocol::Envelope& env, protocol::StagingRsp& rsp) {

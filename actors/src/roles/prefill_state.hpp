@@ -11,6 +11,7 @@
 #include "cache/page_allocator.hpp"
 #include "cache/staging_ring.hpp"
 #include "epd/actors/cache/embedding_cache.hpp"
+#include "epd/actors/cache/prefix_cache.hpp"
 #include "epd/actors/kernel/role_kernel.hpp"
 #include "epd/actors/kernel/transfer_workers.hpp"
 #include "epd/actors/room.hpp"
@@ -31,6 +32,9 @@ struct PrefillSettings {
       10000};                                 // a chunk waiting for ring space fails its room after
   std::chrono::milliseconds report_delay{0};  // fault injection: hold failure reports (router, decode)
   uint64_t embedding_cache_bytes = uint64_t{64} << 20;  // 0: every image's embeddings are transferred
+  // Most local KV pages the prefix cache keeps; 0 turns it off. kHalfThePool: half of kv_pages.
+  static constexpr uint32_t kHalfThePool = UINT32_MAX;
+  uint32_t prefix_cache_pages = kHalfThePool;
   SupervisorConfig transfer;
   protocol::KvLayout layout;  // the local pool's (kv_page_size, kv_dtype, kv_order settings)
 };
@@ -85,7 +89,12 @@ struct PrefillRoom {
   std::optional<ContentHash> embed_hash;  // EMBED_META's: the landed embeddings are cached under it
   std::optional<protocol::SegmentDescriptor> encoder_segment;  // to tell whether its writes are fenced
   uint64_t encode_us = 0;
+  // Local KV pages in prompt order: first the prefix cache's (`prefix`, read-only, referenced while the
+  // room lives), then the room's own. After compute, the cache may take over own pages (the lease grows).
   std::vector<uint32_t> local_pages;
+  PrefixCache::Lease prefix;
+  std::vector<PageKey> page_keys;  // the prompt's full pages as the cache keys them
+  uint32_t cached_tokens = 0;      // prompt tokens whose KV came from the cache (not computed)
   std::optional<uint32_t> aux_src;
   uint32_t pages_sent = 0;
   uint32_t first_token = 0;
@@ -140,6 +149,8 @@ struct PrefillState : kernel::RoleBase {
   caf::actor compute;
   // Embeddings of recent images by content hash: a room whose image is here skips its E->P transfer.
   std::unique_ptr<EmbeddingCache> cache;
+  // KV pages of prompts computed before: a room whose prompt starts with them computes only the rest.
+  std::unique_ptr<PrefixCache> prefix;
   static inline const char* name = "prefill";
 };
 
@@ -155,7 +166,7 @@ bool dispatch(PrefillState& st, uint64_t id, PrefillRoom& r, TransferJob job);
 void maybe_send_aux(PrefillState& st, uint64_t id, PrefillRoom& r);
 
 // prefill_staging.cpp
-// Hands tokens [r.tokens_staged, end) to a new chunk and asks decode for ring space.
+// Hands tokens [r.tokens_staged, end) to new chunks of at most chunk_tokens and asks decode for ring space.
 void stage_tokens(PrefillState& st, uint64_t id, PrefillRoom& r, uint32_t end, bool last);
 void on_staging_rsp(PrefillState& st, const protocol::Envelope& env, protocol::StagingRsp& rsp);
 void on_watermark(PrefillState& st, const protocol::Envelope& env, protocol::Watermark& w);

@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "epd/actors/cache/embedding_cache.hpp"
+#include "epd/actors/cache/prefix_cache.hpp"
 #include "epd/actors/load_gauge.hpp"
 #include "epd/metrics/registry.hpp"
 #include "epd/transport/engine.hpp"
@@ -25,6 +26,9 @@ void export_load(metrics::Registry& registry, std::shared_ptr<LoadGauge> load, u
 
 // The embedding cache's counters and size (encoder and prefill), read at every scrape.
 void export_embedding_cache(metrics::Registry& registry, std::shared_ptr<const EmbeddingCacheStats> stats);
+
+// The prefix cache's counters and size (prefill), read at every scrape.
+void export_prefix_cache(metrics::Registry& registry, std::shared_ptr<const PrefixCacheStats> stats);
 
 // Transfer jobs as a worker sees them (thread-safe: observed from the transport's completion threads), and
 // the pool's restart, retry and recycling counters from `load`. One per transfer pool.

@@ -1,0 +1,148 @@
+#include "epd/actors/cache/prefix_cache.hpp"
+
+#include <algorithm>
+
+namespace epd::actors {
+
+std::vector<PageKey> page_keys(std::span<const uint32_t> prompt, uint32_t page_size,
+                               std::optional<uint32_t> image_token,
+                               const std::optional<ContentHash>& images) {
+  std::vector<PageKey> keys;
+  if (page_size == 0) return keys;
+  uint32_t row = 0;  // the next image token's row in the request's embeddings
+  for (size_t begin = 0; begin + page_size <= prompt.size(); begin += page_size) {
+    PageKey key;
+    key.tokens.assign(prompt.begin() + begin, prompt.begin() + begin + page_size);
+    if (image_token) {
+      for (uint32_t t : key.tokens)
+        if (t == *image_token) key.rows.push_back(row++);
+    }
+    if (!key.rows.empty()) {
+      if (!images) break;  // an image nobody can name: this page and all after it are not cached
+      key.images = *images;
+    }
+    keys.push_back(std::move(key));
+  }
+  return keys;
+}
+
+std::vector<uint32_t> PrefixCache::Lease::pages() const {
+  std::vector<uint32_t> out;
+  out.reserve(nodes_.size());
+  for (const Node* n : nodes_) out.push_back(n->page);
+  return out;
+}
+
+PrefixCache::PrefixCache(uint32_t budget_pages, std::shared_ptr<PrefixCacheStats> stats)
+    : budget_(budget_pages), stats_(std::move(stats)) {
+  stats_->budget_pages = budget_;
+  publish();
+}
+
+void PrefixCache::update_victim(Node* n) {
+  if (n == &root_) return;
+  const bool evictable = n->refs == 0 && n->children.empty();
+  if (evictable)
+    victims_.insert({n->used, n});
+  else
+    victims_.erase({n->used, n});
+}
+
+void PrefixCache::touch(Node* n) {
+  victims_.erase({n->used, n});
+  n->used = ++tick_;
+  update_victim(n);
+}
+
+void PrefixCache::ref(Node* n) {
+  if (n->refs++ == 0) --unreferenced_;
+  update_victim(n);
+}
+
+void PrefixCache::unref(Node* n) {
+  if (--n->refs == 0) ++unreferenced_;
+  update_victim(n);
+}
+
+PrefixCache::Lease PrefixCache::acquire(std::span<const PageKey> keys, uint32_t max_pages,
+                                        uint64_t prompt_tokens) {
+  Lease lease;
+  if (!enabled()) return lease;
+  Node* at = &root_;
+  for (size_t i = 0; i < keys.size() && i < max_pages; ++i) {
+    auto found = at->children.find(keys[i]);
+    if (found == at->children.end()) break;
+    at = found->second.get();
+    lease.nodes_.push_back(at);
+  }
+  // Touched leaf first, so a deeper page is never older than its parent: eviction takes leaves anyway,
+  // and the order keeps a shared prefix warmer than any one continuation of it.
+  for (auto it = lease.nodes_.rbegin(); it != lease.nodes_.rend(); ++it) {
+    ref(*it);
+    touch(*it);
+  }
+  uint64_t hit = 0;
+  for (size_t i = 0; i < lease.nodes_.size(); ++i) hit += keys[i].tokens.size();
+  stats_->hit_tokens += hit;
+  stats_->missed_tokens += prompt_tokens > hit ? prompt_tokens - hit : 0;
+  return lease;
+}
+
+void PrefixCache::adopt(Lease& lease, std::span<const PageKey> keys, std::span<const uint32_t> pages,
+                        std::vector<uint32_t>& freed) {
+  if (!enabled()) return;
+  Node* at = lease.nodes_.empty() ? &root_ : lease.nodes_.back();
+  for (size_t i = lease.nodes_.size(); i < keys.size() && i < pages.size(); ++i) {
+    if (at->children.count(keys[i])) return;  // someone else's page for this key: ours stays ours
+    // Room for one more page: evict an unreferenced one (never one of this lease: they are referenced).
+    if (pages_ >= budget_ && !evict_one(freed)) return;
+    auto node = std::make_unique<Node>();
+    Node* n = node.get();
+    n->parent = at;
+    n->page = pages[i];
+    auto [it, _] = at->children.emplace(keys[i], std::move(node));
+    n->key = &it->first;
+    ++pages_;
+    ++unreferenced_;
+    ++stats_->inserted_pages;
+    update_victim(at);  // no longer a leaf
+    ref(n);
+    touch(n);
+    lease.nodes_.push_back(n);
+    at = n;
+  }
+  publish();
+}
+
+void PrefixCache::release(Lease& lease) {
+  for (Node* n : lease.nodes_) unref(n);
+  lease.nodes_.clear();
+}
+
+bool PrefixCache::evict_one(std::vector<uint32_t>& out) {
+  if (victims_.empty()) return false;
+  Node* n = victims_.begin()->second;
+  victims_.erase(victims_.begin());
+  out.push_back(n->page);
+  Node* parent = n->parent;
+  parent->children.erase(*n->key);  // destroys n
+  --pages_;
+  --unreferenced_;
+  ++stats_->evicted_pages;
+  update_victim(parent);  // may be a leaf now
+  return true;
+}
+
+std::vector<uint32_t> PrefixCache::evict(uint32_t n) {
+  std::vector<uint32_t> out;
+  while (out.size() < n && evict_one(out)) {
+  }
+  publish();
+  return out;
+}
+
+void PrefixCache::publish() {
+  stats_->pages = pages_;
+}
+
+}  // namespace epd::actors

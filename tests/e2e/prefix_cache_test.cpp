@@ -1,0 +1,166 @@
+// The prefix cache end to end: real role processes, multi-turn conversations through the router, one
+// request at a time. Every answer equals the colocated oracle (which caches nothing); prefill's counters
+// show that each turn computed only what no earlier prompt had in whole pages, where an image's rows match
+// only the same picture; a tiny budget evicts and still answers right; every page is free (or cached and
+// unreferenced) at the end.
+#include <catch2/catch.hpp>
+#include <chrono>
+
+#include "../launcher/test_util.hpp"
+#include "cluster.hpp"
+#include "epd/model/tokens.hpp"
+#include "workload.hpp"
+
+using namespace epd;
+using namespace epd::testing;
+using nlohmann::json;
+
+namespace {
+
+struct Turn {
+  Case c;
+  int image_id = -1;  // which picture (the same id: the same pixels)
+};
+
+// Three conversations, turns interleaved: a text one, and two whose first turn shows a picture — the two
+// have identical words and different pictures, so the words must not make them share image pages.
+std::vector<Turn> conversations() {
+  const std::string system = "system: you are a careful assistant. answer in one short line, please. ";
+  std::vector<std::string> history(3, system);
+  std::vector<Turn> out;
+  for (int turn = 0; turn < 4; ++turn)
+    for (int conv = 0; conv < 3; ++conv) {
+      history[conv] +=
+          "user: question " + std::to_string(turn) + " of " + std::to_string(conv == 0) + ", tell me more. ";
+      Turn t;
+      t.c.prompt = history[conv] + "assistant:";
+      t.c.max_tokens = 4;
+      if (conv > 0) {
+        t.c.image = model::make_test_image(16, 16, uint64_t(conv));  // one picture per conversation
+        t.image_id = conv;
+      }
+      out.push_back(t);
+      history[conv] += "assistant: fine. ";
+    }
+  return out;
+}
+
+// What the cache must find: per turn, the longest run of whole pages that an earlier prompt had in whole
+// pages (image rows equal only for the same picture), short of the prompt's last token.
+uint64_t expected_hits(const std::vector<Turn>& turns, uint32_t page) {
+  static const auto cfg = *model::preset("tiny");
+  std::vector<std::vector<std::pair<uint32_t, int>>> seen;
+  uint64_t hits = 0;
+  for (const auto& t : turns) {
+    std::optional<model::ImageDims> dims;
+    if (t.c.image) dims = model::ImageDims{t.c.image->width, t.c.image->height};
+    auto ids = model::build_prompt(cfg, t.c.prompt, dims);
+    REQUIRE(ids);
+    std::vector<std::pair<uint32_t, int>> p;
+    for (uint32_t id : *ids) p.emplace_back(id, id == model::kImage ? t.image_id : -1);
+    size_t best = 0;
+    for (const auto& q : seen) {
+      size_t common = 0;
+      while (common < p.size() && common < q.size() && p[common] == q[common]) ++common;
+      best = std::max(best, std::min(common, q.size()) / page);
+    }
+    hits += std::min(best, (p.size() - 1) / page) * page;
+    seen.push_back(std::move(p));
+  }
+  return hits;
+}
+
+uint64_t prompt_tokens(const std::vector<Turn>& turns) {
+  static const auto cfg = *model::preset("tiny");
+  uint64_t n = 0;
+  for (const auto& t : turns) {
+    std::optional<model::ImageDims> dims;
+    if (t.c.image) dims = model::ImageDims{t.c.image->width, t.c.image->height};
+    n += model::build_prompt(cfg, t.c.prompt, dims)->size();
+  }
+  return n;
+}
+
+struct Conversation {
+  std::string prefill;  // a scrape after the run
+};
+
+Conversation converse(ClusterSpec spec,
+                      const std::optional<model::KvLayoutChoice>& decode_kv = std::nullopt) {
+  spec.metrics = true;
+  Cluster cluster(spec);
+  cluster.start();
+  for (const auto& t : conversations()) {
+    auto [status, body] = cluster.generate(request_of(t.c));
+    INFO(t.c.prompt << "\n" << body.dump().substr(0, 400));
+    REQUIRE(status == 200);
+    CHECK(body["attempts"] == 1);
+    CHECK(body["tokens"].get<std::vector<uint32_t>>() == oracle(t.c, decode_kv));
+  }
+  // No room holds a page any more: free, or cached and unreferenced (published as free).
+  const json inst = cluster.wait_all_free();
+  INFO(inst.dump());
+  for (const auto& i : inst) CHECK(i["free_kv_pages"] == i["total_kv_pages"]);
+  Conversation r{cluster.scrape("prefill-0")};
+  cluster.stop();
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("prefix cache: multi-turn conversations compute only new pages and answer as without it",
+          "[e2e][multiproc]") {
+  const auto turns = conversations();
+  const uint64_t total = prompt_tokens(turns);
+  const uint64_t hits = expected_hits(turns, 16);
+  REQUIRE(hits > total / 2);  // the workload is mostly repeated prefixes
+  for (std::string backend : {"shm", "tcp"}) {
+    SECTION(backend) {
+      ClusterSpec spec;
+      spec.backend = backend;
+      const Conversation on = converse(spec);
+      CHECK(metric_sum(on.prefill, "epd_prefix_cache_hit_tokens_total") == double(hits));
+      CHECK(metric_sum(on.prefill, "epd_prefix_cache_missed_tokens_total") == double(total - hits));
+      CHECK(metric_sum(on.prefill, "epd_prefix_cache_pages") > 0);
+    }
+  }
+  SECTION("staged: decode pages KV in 64-token pages, prefill in 16") {
+    ClusterSpec spec;
+    spec.defaults["decode"] = "kv_page_size = 64\n";
+    const Conversation on = converse(spec, model::KvLayoutChoice{64});
+    CHECK(metric_sum(on.prefill, "epd_prefix_cache_hit_tokens_total") == double(hits));
+  }
+  SECTION("off: prefix_cache_pages = 0 finds nothing") {
+    ClusterSpec spec;
+    spec.defaults["prefill"] = "prefix_cache_pages = 0\n";
+    const Conversation off = converse(spec);
+    CHECK(metric_sum(off.prefill, "epd_prefix_cache_hit_tokens_total") == 0);
+    CHECK(metric_sum(off.prefill, "epd_prefix_cache_pages") == 0);
+  }
+  SECTION("a budget of 20 pages evicts and every answer stays right") {
+    ClusterSpec spec;
+    spec.defaults["prefill"] = "prefix_cache_pages = 20\n";
+    const Conversation small = converse(spec);
+    CHECK(metric_sum(small.prefill, "epd_prefix_cache_pages") <= 20);
+    CHECK(metric_sum(small.prefill, "epd_prefix_cache_evicted_pages_total") > 0);
+    CHECK(metric_sum(small.prefill, "epd_prefix_cache_hit_tokens_total") > 0);
+    CHECK(metric_sum(small.prefill, "epd_prefix_cache_hit_tokens_total") < double(hits));
+  }
+}
+
+TEST_CASE("prefix cache: a budget larger than the pool stops prefill at start, naming both settings",
+          "[e2e][multiproc]") {
+  using namespace std::chrono_literals;
+  ClusterSpec spec;
+  spec.defaults["prefill"] = "kv_pages = 64\nprefix_cache_pages = 65\n";
+  Cluster cluster(spec);  // only writes the config; nothing is started
+  launcher::test::Proc prefill({std::string(EPD_BIN_DIR) + "/epd-prefill", "--config",
+                                cluster.config_file().string(), "--id", "prefill-0"});
+  auto status = prefill.wait(10s);
+  REQUIRE(status);
+  prefill.read_all(1s);
+  INFO(prefill.output());
+  CHECK(WIFEXITED(*status));
+  CHECK(WEXITSTATUS(*status) != 0);
+  CHECK(prefill.output().find("prefix_cache_pages (65) is more than kv_pages (64)") != std::string::npos);
+}
