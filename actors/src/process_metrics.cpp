@@ -101,6 +101,9 @@ void export_prefix_cache(metrics::Registry& registry, std::shared_ptr<const Pref
               double(c.missed_tokens.load()));
     s.counter("epd_prefix_cache_inserted_pages_total", "KV pages the prefix cache took over from rooms",
               double(c.inserted_pages.load()));
+    s.counter("epd_prefix_cache_kv_bytes_not_sent_total",
+              "Prefill: KV bytes of prompts decode already held (its prefix cache), so not written",
+              double(c.bytes_not_sent.load()));
     s.counter("epd_prefix_cache_evicted_pages_total",
               "KV pages evicted from the prefix cache (least recently used, unreferenced)",
               double(c.evicted_pages.load()));

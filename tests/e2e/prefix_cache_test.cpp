@@ -1,13 +1,16 @@
-// The prefix cache end to end: real role processes, multi-turn conversations through the router, one
-// request at a time. Every answer equals the colocated oracle (which caches nothing); prefill's counters
+// The prefix caches end to end: real role processes, multi-turn conversations through the router, one
+// request at a time. Every answer equals the colocated oracle (which caches nothing). Prefill's counters
 // show that each turn computed only what no earlier prompt had in whole pages, where an image's rows match
-// only the same picture; a tiny budget evicts and still answers right; every page is free (or cached and
-// unreferenced) at the end.
+// only the same picture; decode's, that it held the text pages of earlier prompts, and prefill wrote
+// exactly those bytes less. A tiny budget evicts and still answers right; every page is free (or cached
+// and unreferenced) at the end.
 #include <catch2/catch.hpp>
 #include <chrono>
 
 #include "../launcher/test_util.hpp"
 #include "cluster.hpp"
+#include "epd/model/kv_cache.hpp"
+#include "epd/model/kv_staging.hpp"
 #include "epd/model/tokens.hpp"
 #include "workload.hpp"
 
@@ -45,9 +48,11 @@ std::vector<Turn> conversations() {
   return out;
 }
 
-// What the cache must find: per turn, the longest run of whole pages that an earlier prompt had in whole
-// pages (image rows equal only for the same picture), short of the prompt's last token.
-uint64_t expected_hits(const std::vector<Turn>& turns, uint32_t page) {
+// What a cache must find: per turn, the longest run of whole pages that an earlier prompt had in whole
+// pages (image rows equal only for the same picture). Prefill's stops short of the prompt's last token (it
+// computes that one); decode's keys no page with an image row (it never learns the images' hash).
+enum class Side { prefill, decode };
+uint64_t expected_hits(const std::vector<Turn>& turns, uint32_t page, Side side = Side::prefill) {
   static const auto cfg = *model::preset("tiny");
   std::vector<std::vector<std::pair<uint32_t, int>>> seen;
   uint64_t hits = 0;
@@ -58,13 +63,19 @@ uint64_t expected_hits(const std::vector<Turn>& turns, uint32_t page) {
     REQUIRE(ids);
     std::vector<std::pair<uint32_t, int>> p;
     for (uint32_t id : *ids) p.emplace_back(id, id == model::kImage ? t.image_id : -1);
+    const size_t n = p.size();
+    if (side == Side::decode) {  // only the pages before the first image row are keyed
+      size_t keyed = 0;
+      while (keyed < n && p[keyed].second < 0) ++keyed;
+      p.resize(keyed - keyed % page);
+    }
     size_t best = 0;
     for (const auto& q : seen) {
       size_t common = 0;
       while (common < p.size() && common < q.size() && p[common] == q[common]) ++common;
       best = std::max(best, std::min(common, q.size()) / page);
     }
-    hits += std::min(best, (p.size() - 1) / page) * page;
+    hits += std::min(best, side == Side::prefill ? (n - 1) / page : n / page) * page;
     seen.push_back(std::move(p));
   }
   return hits;
@@ -82,7 +93,7 @@ uint64_t prompt_tokens(const std::vector<Turn>& turns) {
 }
 
 struct Conversation {
-  std::string prefill;  // a scrape after the run
+  std::string prefill, decode;  // scrapes after the run
 };
 
 Conversation converse(ClusterSpec spec,
@@ -101,7 +112,7 @@ Conversation converse(ClusterSpec spec,
   const json inst = cluster.wait_all_free();
   INFO(inst.dump());
   for (const auto& i : inst) CHECK(i["free_kv_pages"] == i["total_kv_pages"]);
-  Conversation r{cluster.scrape("prefill-0")};
+  Conversation r{cluster.scrape("prefill-0"), cluster.scrape("decode-0")};
   cluster.stop();
   return r;
 }
@@ -113,7 +124,12 @@ TEST_CASE("prefix cache: multi-turn conversations compute only new pages and ans
   const auto turns = conversations();
   const uint64_t total = prompt_tokens(turns);
   const uint64_t hits = expected_hits(turns, 16);
+  const uint64_t held = expected_hits(turns, 16, Side::decode);
   REQUIRE(hits > total / 2);  // the workload is mostly repeated prefixes
+  REQUIRE(held > 0);
+  REQUIRE(held < hits);  // the picture conversations' pages are not keyed at decode
+  const uint64_t token_bytes = model::staging_token_bytes(model::kv_layout_for(*model::preset("tiny"), 1));
+  const std::string kv_bytes = "epd_transfer_size_bytes_sum";  // on prefill: KV pages and aux records
   for (std::string backend : {"shm", "tcp"}) {
     SECTION(backend) {
       ClusterSpec spec;
@@ -122,6 +138,17 @@ TEST_CASE("prefix cache: multi-turn conversations compute only new pages and ans
       CHECK(metric_sum(on.prefill, "epd_prefix_cache_hit_tokens_total") == double(hits));
       CHECK(metric_sum(on.prefill, "epd_prefix_cache_missed_tokens_total") == double(total - hits));
       CHECK(metric_sum(on.prefill, "epd_prefix_cache_pages") > 0);
+      CHECK(metric_sum(on.decode, "epd_prefix_cache_hit_tokens_total") == double(held));
+      CHECK(metric_sum(on.prefill, "epd_prefix_cache_kv_bytes_not_sent_total") == double(held * token_bytes));
+      // Both caches off: prefill writes every page, exactly the held bytes more.
+      spec.defaults["prefill"] = "prefix_cache_pages = 0\n";
+      spec.defaults["decode"] = "prefix_cache_pages = 0\n";
+      const Conversation off = converse(spec);
+      CHECK(metric_sum(off.prefill, "epd_prefix_cache_hit_tokens_total") == 0);
+      CHECK(metric_sum(off.decode, "epd_prefix_cache_hit_tokens_total") == 0);
+      CHECK(metric_sum(off.prefill, "epd_prefix_cache_pages") == 0);
+      CHECK(metric_sum(off.prefill, kv_bytes) - metric_sum(on.prefill, kv_bytes) ==
+            double(held * token_bytes));
     }
   }
   SECTION("staged: decode pages KV in 64-token pages, prefill in 16") {
@@ -129,13 +156,10 @@ TEST_CASE("prefix cache: multi-turn conversations compute only new pages and ans
     spec.defaults["decode"] = "kv_page_size = 64\n";
     const Conversation on = converse(spec, model::KvLayoutChoice{64});
     CHECK(metric_sum(on.prefill, "epd_prefix_cache_hit_tokens_total") == double(hits));
-  }
-  SECTION("off: prefix_cache_pages = 0 finds nothing") {
-    ClusterSpec spec;
-    spec.defaults["prefill"] = "prefix_cache_pages = 0\n";
-    const Conversation off = converse(spec);
-    CHECK(metric_sum(off.prefill, "epd_prefix_cache_hit_tokens_total") == 0);
-    CHECK(metric_sum(off.prefill, "epd_prefix_cache_pages") == 0);
+    const uint64_t held64 = expected_hits(turns, 64, Side::decode);
+    REQUIRE(held64 > 0);
+    CHECK(metric_sum(on.decode, "epd_prefix_cache_hit_tokens_total") == double(held64));
+    CHECK(metric_sum(on.prefill, "epd_prefix_cache_kv_bytes_not_sent_total") == double(held64 * token_bytes));
   }
   SECTION("a budget of 20 pages evicts and every answer stays right") {
     ClusterSpec spec;

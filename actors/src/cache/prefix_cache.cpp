@@ -1,8 +1,18 @@
 #include "epd/actors/cache/prefix_cache.hpp"
 
 #include <algorithm>
+#include <string>
 
 namespace epd::actors {
+
+protocol::Result<uint32_t> prefix_cache_budget(uint32_t setting, uint32_t kv_pages, std::string_view role) {
+  if (setting == kPrefixCacheDefault) return kv_pages / 2;
+  if (setting > kv_pages)
+    return protocol::make_error(protocol::ErrorCode::config_error,
+                                std::string(role) + ": prefix_cache_pages (" + std::to_string(setting) +
+                                    ") is more than kv_pages (" + std::to_string(kv_pages) + ")");
+  return setting;
+}
 
 std::vector<PageKey> page_keys(std::span<const uint32_t> prompt, uint32_t page_size,
                                std::optional<uint32_t> image_token,

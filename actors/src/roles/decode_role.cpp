@@ -15,11 +15,14 @@
 #include "cache/page_allocator.hpp"
 #include "cache/staging_ring.hpp"
 #include "epd/actors/aux_record.hpp"
+#include "epd/actors/cache/prefix_cache.hpp"
 #include "epd/actors/kernel/role_kernel.hpp"
 #include "epd/actors/kernel/role_settings.hpp"
+#include "epd/actors/process_metrics.hpp"
 #include "epd/actors/room.hpp"
 #include "epd/model/kv_cache.hpp"
 #include "epd/model/kv_staging.hpp"
+#include "epd/model/mmproj.hpp"
 #include "roles/decode_loop.hpp"
 #include "roles/roles.hpp"
 
@@ -43,6 +46,7 @@ struct DecodeSettings {
   uint64_t staging_ring_bytes = 8u << 20;  // 0: no ring, a prefill with another KV layout cannot serve here
   std::chrono::milliseconds staging_scatter_delay{0};  // fault injection: hold each chunk before its scatter
   std::chrono::milliseconds step_delay{0};  // fault injection: a pause between decode steps (slow answers)
+  uint32_t prefix_cache_pages = kPrefixCacheDefault;  // KV pages of finished prompts kept; 0: off
   protocol::KvLayout layout;
 };
 
@@ -54,7 +58,13 @@ struct DecodeRoom {
   std::string router;
   std::string prefill;
   uint64_t router_inc = 0, prefill_inc = 0;  // the incarnations this room is shared with
+  // KV pages in token order: first the prefix cache's (`prefix`: read-only, never under the fence, prefill
+  // writes none of them), then the room's own. Once the prompt's KV is in, the cache may take over the own
+  // whole prompt pages (the lease grows).
   std::vector<uint32_t> pages;
+  PrefixCache::Lease prefix;
+  std::vector<PageKey> page_keys;  // the prompt's whole pages, as the cache keys them
+  uint32_t held_tokens = 0;        // prompt tokens the room found cached (BOOTSTRAP's held_tokens)
   uint32_t aux_slot = 0;
   uint64_t fence = 0;                                 // our write grant for its prompt pages and aux slot
   std::optional<protocol::SegmentDescriptor> writer;  // the prefill's segment, when it was listed
@@ -86,6 +96,8 @@ struct DecodeState : kernel::RoleBase {
   uint8_t* aux_base = nullptr;
   PageAllocator pages{0};
   PageAllocator aux{0};
+  // Whole prompt pages of earlier rooms: a room whose prompt starts with them asks prefill for the rest only.
+  std::unique_ptr<PrefixCache> prefix;
   uint64_t kv_base = 0;
   kernel::RoomTable<DecodeRoom> rooms{0};  // a late message for an ended room is refused, no tombstone needed
   std::map<uint64_t, DecodeRoom> quarantine;  // aborted rooms whose pages a prefill may still write
@@ -102,7 +114,8 @@ void publish_load(DecodeState& st) {
   uint32_t held = 0;
   for (const auto& [_, room] : st.quarantine) held += uint32_t(room.pages.size());
   st.ctx.load->quarantined_pages = held;
-  st.ctx.load->free_kv_pages = st.pages.free_count();
+  // Cached pages no room references are free for placement: a room that needs them evicts them.
+  st.ctx.load->free_kv_pages = st.pages.free_count() + st.prefix->evictable();
   st.ctx.load->total_kv_pages = st.pages.total();
   st.ctx.load->active_rooms = uint32_t(st.rooms.size());
   std::array<uint32_t, 2> phases{};  // waiting for KV, decoding
@@ -144,8 +157,10 @@ bool revoke_fence(DecodeState& st, DecodeRoom& room) {
 void release(DecodeState& st, uint64_t id, DecodeRoom& room) {
   if (!revoke_fence(st, room))
     spdlog::error("decode: room {} released while a write under its grant is landing", id);
-  if (!room.pages.empty() && !st.pages.free(room.pages))
+  std::span<const uint32_t> own(room.pages);
+  if (!st.pages.free(own.subspan(std::min(room.prefix.size(), own.size()))))
     spdlog::error("decode: page accounting broken while freeing a room (double free refused)");
+  st.prefix->release(room.prefix);
   st.aux.free(std::span<const uint32_t>(&room.aux_slot, 1));
   room.pages.clear();
   if (room.staged) ring_changed(st, st.ring.release_room(id));
@@ -274,11 +289,18 @@ void on_submit(DecodeState& st, const Envelope& env, protocol::Submit& s) {
   room.first_index = s.resume_from;
   room.max_new = std::min<uint32_t>(s.max_tokens, m.max_seq - room.prompt_len);
   const uint32_t need = model::pages_for(st.layout, uint64_t(room.prompt_len) + room.max_new);
-  auto pages = st.pages.allocate(need);
+  // The prompt's whole pages held already: prefill writes none of them.
+  room.page_keys = page_keys(s.prompt, st.layout.page_size, model::image_token(m), std::nullopt);
+  room.prefix = st.prefix->acquire(room.page_keys, room.prompt_len / st.layout.page_size, room.prompt_len);
+  room.held_tokens = uint32_t(room.prefix.size()) * st.layout.page_size;
+  const uint32_t own = need - uint32_t(room.prefix.size());
+  if (own > st.pages.free_count()) st.pages.free(st.prefix->evict(own - st.pages.free_count()));
+  auto pages = st.pages.allocate(own);
   auto slot = st.aux.allocate(1);
   if (!pages || !slot) {
     if (pages) st.pages.free(*pages);
     if (slot) st.aux.free(*slot);
+    st.prefix->release(room.prefix);
     // Name the resource that ran out: pages, or the aux slots (one per room, `aux_slots`).
     return refuse(make_error(ErrorCode::out_of_capacity,
                              !pages ? "decode '" + st.ctx.instance->id + "' has " +
@@ -287,7 +309,9 @@ void on_submit(DecodeState& st, const Envelope& env, protocol::Submit& s) {
                                     : "decode '" + st.ctx.instance->id + "' has no free aux slot (all " +
                                           std::to_string(st.settings.aux_slots) + " hold rooms; aux_slots)"));
   }
-  room.pages = std::move(*pages);
+  room.pages = room.prefix.pages();
+  room.pages.insert(room.pages.end(), pages->begin(), pages->end());
+  room.scattered = room.held_tokens;  // a staged prefill sends only the tokens after them
   room.aux_slot = (*slot)[0];
   std::memset(st.aux_base + uint64_t(room.aux_slot) * sizeof(AuxRecord), 0, sizeof(AuxRecord));
 
@@ -297,12 +321,14 @@ void on_submit(DecodeState& st, const Envelope& env, protocol::Submit& s) {
   b.dst_pages.assign(room.pages.begin(), room.pages.begin() + prompt_pages);
   b.aux_slot = room.aux_slot;
   b.prompt_len = room.prompt_len;
-  // The grant every KV and aux write of this room presents; revoked before these pages are reused.
+  b.held_tokens = room.held_tokens;
+  // The grant every KV and aux write of this room presents; revoked before these pages are reused. Cached
+  // pages are not in it: nobody may write them.
   std::vector<uint64_t> units;
   for (uint32_t layer = 0; layer < st.layout.layers; ++layer)
     for (uint32_t kind = 0; kind < 2; ++kind)
-      for (uint32_t page : b.dst_pages)
-        units.push_back((uint64_t{layer} * 2 + kind) * st.layout.num_pages + page);
+      for (size_t i = room.prefix.size(); i < b.dst_pages.size(); ++i)
+        units.push_back((uint64_t{layer} * 2 + kind) * st.layout.num_pages + b.dst_pages[i]);
   room.fence = st.ctx.engine->grant_writes(st.kv_base, units);
   const uint64_t aux_unit = room.aux_slot;
   room.fence =
@@ -311,9 +337,9 @@ void on_submit(DecodeState& st, const Envelope& env, protocol::Submit& s) {
   room.state.advance(KvState::waiting_for_input);
   room.kv_deadline = kernel::DeadlineTimer::now(st.self) + st.settings.waiting_timeout;
   const uint64_t id = s.room;
-  spdlog::debug("decode: {} accepted: {} prompt + {} new tokens in {} pages, prefill '{}'",
-                kernel::room_tag(id, room.request_id), room.prompt_len, room.max_new, room.pages.size(),
-                room.prefill);
+  spdlog::debug("decode: {} accepted: {} prompt ({} held) + {} new tokens in {} pages, prefill '{}'",
+                kernel::room_tag(id, room.request_id), room.prompt_len, room.held_tokens, room.max_new,
+                room.pages.size(), room.prefill);
   st.rooms.insert(id, std::move(room));
   publish_load(st);
   if (!st.ctx.bridge->send(s.prefill, std::move(b))) {
@@ -327,6 +353,13 @@ void on_submit(DecodeState& st, const Envelope& env, protocol::Submit& s) {
 void start_decoding(DecodeState& st, uint64_t id, DecodeRoom& room) {
   room.state.advance(KvState::success);
   room.kv_ready = clock::now();
+  // The prompt's KV is complete and prefill writes no more: revoke its grant, and the cache may keep the
+  // whole prompt pages (the loop writes only from position prompt_len, in pages of the room's own).
+  if (revoke_fence(st, room)) {
+    std::vector<uint32_t> evicted;
+    st.prefix->adopt(room.prefix, room.page_keys, room.pages, evicted);
+    st.pages.free(evicted);
+  }
   st.self->send(st.loop, DecodeJoin{id, room.pages, room.prompt_len, room.first_token, room.first_index,
                                     room.max_new, room.router, room.sampling});
 }
@@ -430,7 +463,7 @@ void on_chunk_ready(DecodeState& st, const Envelope& env, protocol::ChunkReady& 
   const uint64_t token_bytes = model::staging_token_bytes(room->src_layout);
   if (!grant || grant->offset != c.offset || grant->round != c.round || grant->bytes != c.bytes ||
       uint64_t(c.tokens) * token_bytes != c.bytes || uint64_t(c.first_token) + c.tokens > room->prompt_len ||
-      room->ready.count(c.chunk)) {
+      c.first_token < room->held_tokens || room->ready.count(c.chunk)) {
     ++gauge(st).rejected;
     return fail_room(
         st, c.room,
@@ -614,6 +647,8 @@ caf::behavior decode_role(caf::stateful_actor<DecodeState>* self, RoleContext ct
   st.layout = settings.layout;
   st.pages = PageAllocator(settings.kv_pages);
   st.aux = PageAllocator(settings.aux_slots);
+  st.prefix = std::make_unique<PrefixCache>(settings.prefix_cache_pages);
+  export_prefix_cache(*st.ctx.metrics, st.prefix->stats());
   const auto* kv = find_local_region(*st.ctx.engine, kKvRegion);
   const auto* aux = find_local_region(*st.ctx.engine, kAuxRegion);
   st.aux_base = aux->base;
@@ -650,6 +685,9 @@ caf::behavior decode_role(caf::stateful_actor<DecodeState>* self, RoleContext ct
 }
 
 protocol::Result<RoleHandle> spawn_decode(RoleContext& ctx, DecodeSettings s) {
+  auto budget = prefix_cache_budget(s.prefix_cache_pages, s.kv_pages, "decode");
+  if (!budget) return budget.error();
+  s.prefix_cache_pages = *budget;
   const auto& layout = s.layout;
   // Both fenced: a prefill writes them only under the room's grant (BOOTSTRAP's fence).
   if (auto r = ctx.engine->allocate(kKvRegion, layout.total_bytes(), layout.page_bytes()); !r)
@@ -659,8 +697,11 @@ protocol::Result<RoleHandle> spawn_decode(RoleContext& ctx, DecodeSettings s) {
     return r.error();
   if (s.staging_ring_bytes > 0)
     if (auto r = ctx.engine->allocate(kStagingRegion, s.staging_ring_bytes); !r) return r.error();
-  spdlog::info("decode: KV pool of {} pages ({}, {} MiB), {} aux slots, staging ring of {} KiB", s.kv_pages,
-               describe_layout(layout), layout.total_bytes() >> 20, s.aux_slots, s.staging_ring_bytes >> 10);
+  spdlog::info(
+      "decode: KV pool of {} pages ({}, {} MiB), up to {} of them kept by the prefix cache, {} aux slots, "
+      "staging ring of {} KiB",
+      s.kv_pages, describe_layout(layout), layout.total_bytes() >> 20, s.prefix_cache_pages, s.aux_slots,
+      s.staging_ring_bytes >> 10);
   auto table = std::make_shared<Table>();
   table->on<protocol::Submit>(on_submit)
       .on<protocol::KvStatus>(on_kv_status)
@@ -686,7 +727,8 @@ RoleSpec decode_role_spec() {
       .ms("abort_timeout_ms", &DecodeSettings::abort_timeout)
       .u64("staging_ring_bytes", &DecodeSettings::staging_ring_bytes, 0, uint64_t{1} << 36)
       .ms("staging_scatter_delay_ms", &DecodeSettings::staging_scatter_delay)
-      .ms("step_delay_ms", &DecodeSettings::step_delay);
+      .ms("step_delay_ms", &DecodeSettings::step_delay)
+      .u32("prefix_cache_pages", &DecodeSettings::prefix_cache_pages, 0, 1u << 24);
   kernel::kv_layout_settings(settings, &DecodeSettings::layout, &DecodeSettings::kv_pages);
   return kernel::make_role_spec(
       "decode", "generates tokens from KV pages prefill wrote into its pool (continuous batching)", true,

@@ -225,6 +225,14 @@ void maybe_start(PrefillState& st, uint64_t id) {
   auto target = decode_target(st, r.decode);
   if (!target) return fail_room(st, id, target.error());
   const uint32_t need_dst = model::pages_for(target->layout, prompt.size());  // in decode's page size
+  // What decode holds already (its prefix cache): whole pages of its pool from the prompt's start.
+  if (r.boot.held_tokens > prompt.size() || r.boot.held_tokens % target->layout.page_size != 0)
+    return fail_room(
+        st, id,
+        make_error(ErrorCode::invalid_request,
+                   "BOOTSTRAP says decode holds " + std::to_string(r.boot.held_tokens) +
+                       " tokens: not whole pages of " + std::to_string(target->layout.page_size) +
+                       " within the prompt of " + std::to_string(prompt.size())));
   if (r.boot.dst_pages.size() != need_dst || r.boot.prompt_len != prompt.size())
     return fail_room(
         st, id,
@@ -254,6 +262,12 @@ void maybe_start(PrefillState& st, uint64_t id) {
   r.local_pages.insert(r.local_pages.end(), pages->begin(), pages->end());
   r.cached_tokens = uint32_t(r.prefix.size()) * st.layout.page_size;
   r.aux_src = (*aux)[0];
+  // What decode holds is not written: whole pages of decode's, which on the direct path are ours too.
+  if (r.staged)
+    r.tokens_staged = r.boot.held_tokens;
+  else
+    r.pages_sent = r.boot.held_tokens / st.layout.page_size;
+  st.prefix->stats()->bytes_not_sent += uint64_t(r.boot.held_tokens) * model::staging_token_bytes(st.layout);
   r.progress = Progress::computing;
   r.state.advance(KvState::transferring);
   r.transfer_start = clock::now();
@@ -725,11 +739,9 @@ caf::behavior prefill_role(caf::stateful_actor<PrefillState>* self, RoleContext 
 }
 
 protocol::Result<RoleHandle> spawn_prefill(RoleContext& ctx, PrefillSettings s) {
-  if (s.prefix_cache_pages == PrefillSettings::kHalfThePool) s.prefix_cache_pages = s.kv_pages / 2;
-  if (s.prefix_cache_pages > s.kv_pages)
-    return make_error(ErrorCode::config_error,
-                      "prefill: prefix_cache_pages (" + std::to_string(s.prefix_cache_pages) +
-                          ") is more than kv_pages (" + std::to_string(s.kv_pages) + ")");
+  auto budget = prefix_cache_budget(s.prefix_cache_pages, s.kv_pages, "prefill");
+  if (!budget) return budget.error();
+  s.prefix_cache_pages = *budget;
   const auto& layout = s.layout;
   const uint64_t stage_slot_bytes = uint64_t(s.chunk_tokens) * model::staging_token_bytes(layout);
   const uint64_t slot_bytes = uint64_t(ctx.model.max_image_patches) * ctx.model.d_model * sizeof(float);

@@ -32,9 +32,7 @@ struct PrefillSettings {
       10000};                                 // a chunk waiting for ring space fails its room after
   std::chrono::milliseconds report_delay{0};  // fault injection: hold failure reports (router, decode)
   uint64_t embedding_cache_bytes = uint64_t{64} << 20;  // 0: every image's embeddings are transferred
-  // Most local KV pages the prefix cache keeps; 0 turns it off. kHalfThePool: half of kv_pages.
-  static constexpr uint32_t kHalfThePool = UINT32_MAX;
-  uint32_t prefix_cache_pages = kHalfThePool;
+  uint32_t prefix_cache_pages = kPrefixCacheDefault;    // local KV pages the prefix cache may keep; 0: off
   SupervisorConfig transfer;
   protocol::KvLayout layout;  // the local pool's (kv_page_size, kv_dtype, kv_order settings)
 };

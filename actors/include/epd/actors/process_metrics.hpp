@@ -27,7 +27,7 @@ void export_load(metrics::Registry& registry, std::shared_ptr<LoadGauge> load, u
 // The embedding cache's counters and size (encoder and prefill), read at every scrape.
 void export_embedding_cache(metrics::Registry& registry, std::shared_ptr<const EmbeddingCacheStats> stats);
 
-// The prefix cache's counters and size (prefill), read at every scrape.
+// The prefix cache's counters and size (prefill and decode), read at every scrape.
 void export_prefix_cache(metrics::Registry& registry, std::shared_ptr<const PrefixCacheStats> stats);
 
 // Transfer jobs as a worker sees them (thread-safe: observed from the transport's completion threads), and

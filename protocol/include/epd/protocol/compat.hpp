@@ -17,8 +17,10 @@ namespace epd::protocol {
 //    peer would drop them.
 // 6: SUBMIT's `resume_from` (a room that goes on from tokens drawn before) and the error `handed_over`; a
 //    revision-5 prefill or decode would draw the resumed tokens at the wrong index.
-inline constexpr uint32_t kProtocolRevision = 6;
-inline constexpr uint32_t kOldestProtocolRevision = 6;
+// 7: BOOTSTRAP's `held_tokens` (decode's prefix cache holds the prompt's first pages); a revision-6 prefill
+//    would write those pages, which other rooms read.
+inline constexpr uint32_t kProtocolRevision = 7;
+inline constexpr uint32_t kOldestProtocolRevision = 7;
 
 struct Incompatibility {
   enum class Kind { protocol, model };

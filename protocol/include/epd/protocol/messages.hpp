@@ -303,6 +303,7 @@ struct Bootstrap {
   uint32_t expected_chunks = 0;
   uint32_t prompt_len = 0;
   uint64_t fence = 0;  // decode's write grant for these pages and the aux slot; every KV/aux write carries it
+  uint32_t held_tokens = 0;  // leading prompt tokens decode holds (prefix cache, whole pages): not written
 
   bool operator==(const Bootstrap&) const = default;
   template <class S, class V>
@@ -313,6 +314,7 @@ struct Bootstrap {
     v.opt("expected_chunks", s.expected_chunks);
     v.opt("prompt_len", s.prompt_len);
     v.opt("fence", s.fence);
+    v.opt("held_tokens", s.held_tokens);
   }
 };
 

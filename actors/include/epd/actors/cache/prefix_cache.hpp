@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "epd/actors/cache/content_hash.hpp"
+#include "epd/protocol/result.hpp"
 
 namespace epd::actors {
 
@@ -34,7 +35,14 @@ struct PrefixCacheStats {
   std::atomic<uint64_t> missed_tokens{0};  // prompt tokens looked up and computed
   std::atomic<uint64_t> inserted_pages{0};
   std::atomic<uint64_t> evicted_pages{0};
+  // Prefill: KV bytes of prompts that decode said it held already (BOOTSTRAP's held_tokens), not written.
+  std::atomic<uint64_t> bytes_not_sent{0};
 };
+
+// The `prefix_cache_pages` setting of prefill and decode: kPrefixCacheDefault is half of kv_pages; more
+// than kv_pages is a config_error naming both.
+inline constexpr uint32_t kPrefixCacheDefault = UINT32_MAX;
+protocol::Result<uint32_t> prefix_cache_budget(uint32_t setting, uint32_t kv_pages, std::string_view role);
 
 // One page of a prompt as the tree keys it.
 struct PageKey {
