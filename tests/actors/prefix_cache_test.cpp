@@ -6,6 +6,7 @@
 #include <set>
 
 #include "cache/page_allocator.hpp"
+#include "cache/prefix_index.hpp"
 #include "epd/actors/cache/prefix_cache.hpp"
 
 using namespace epd::actors;
@@ -252,4 +253,36 @@ TEST_CASE("prefix cache: random rooms never share a page they do not agree on, a
   CHECK(cache.evictable() == cache.pages());
   REQUIRE(alloc.free(cache.clear()));
   CHECK(alloc.free_count() == alloc.total());
+}
+
+TEST_CASE("prefix index: the router's guess matches leading blocks per instance and forgets the oldest") {
+  PrefixIndex index(4, 6);
+  auto a = prompt_of({1, 2, 3});  // 3 whole blocks + 1 token
+  auto b = prompt_of({1, 2, 4});
+  auto blocks_a = index.blocks(a, std::nullopt, 0);
+  auto blocks_b = index.blocks(b, std::nullopt, 0);
+  REQUIRE(blocks_a.size() == 3);
+  CHECK(blocks_a[0] == blocks_b[0]);
+  CHECK(blocks_a[2] != blocks_b[2]);
+  index.insert("p0", blocks_a);
+  CHECK(index.matched("p0", blocks_a) == 3);
+  CHECK(index.matched("p0", blocks_b) == 2);  // chained: block 3 differs, and nothing after it counts
+  CHECK(index.matched("p1", blocks_a) == 0);
+  // A block with an image row covers the picture: another picture, another chain from there.
+  const uint32_t img = 7;
+  std::vector<uint32_t> pic{1, 2, img, img, 5, 6, 7, 8, 9};
+  auto one = index.blocks(pic, img, 111), other = index.blocks(pic, img, 222);
+  CHECK(one[0] != other[0]);
+  CHECK(one[1] != other[1]);
+  // Bounded per instance: 6 blocks; the deepest blocks of the oldest prompt go first.
+  index.insert("p0", blocks_b);  // 4 blocks held now
+  auto c = prompt_of({9, 8, 7});
+  index.insert("p0", index.blocks(c, std::nullopt, 0));
+  CHECK(index.size("p0") == 6);
+  CHECK(index.matched("p0", index.blocks(c, std::nullopt, 0)) == 3);
+  CHECK(index.matched("p0", blocks_a) == 2);  // its third block was the oldest
+  index.forget("p0");
+  CHECK(index.matched("p0", blocks_b) == 0);
+  PrefixIndex off(4, 0);
+  CHECK(off.blocks(a, std::nullopt, 0).empty());
 }

@@ -6,6 +6,8 @@
 // and unreferenced) at the end.
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <set>
+#include <thread>
 
 #include "../launcher/test_util.hpp"
 #include "cluster.hpp"
@@ -187,4 +189,128 @@ TEST_CASE("prefix cache: a budget larger than the pool stops prefill at start, n
   CHECK(WIFEXITED(*status));
   CHECK(WEXITSTATUS(*status) != 0);
   CHECK(prefill.output().find("prefix_cache_pages (65) is more than kv_pages (64)") != std::string::npos);
+}
+
+namespace {
+
+// `n` text conversations, each with its own opening line after a shared system prompt.
+std::vector<std::vector<Case>> chats(int n, int turns) {
+  std::vector<std::vector<Case>> out(n);
+  for (int c = 0; c < n; ++c) {
+    std::string history = "system: you are a careful assistant. answer in one short line, please. user " +
+                          std::to_string(c) + " opens: hello there, I have a few questions today. ";
+    for (int t = 0; t < turns; ++t) {
+      history += "user: question " + std::to_string(t) + ", tell me more. ";
+      Case k;
+      k.prompt = history + "assistant:";
+      k.max_tokens = 4;
+      out[c].push_back(k);
+      history += "assistant: fine. ";
+    }
+  }
+  return out;
+}
+
+struct Placed {
+  double sticky = 0;                  // of turns after the first: on the prefill that served the turn before
+  double hit_ratio = 0;               // prefill prompt tokens found cached / all
+  std::set<std::string> first_turns;  // prefills that served some conversation's first turn
+};
+
+// Every conversation in its own thread, turn after turn; every answer checked against the oracle.
+Placed converse_concurrently(const std::string& router_settings) {
+  ClusterSpec spec;
+  spec.prefills = 2;
+  spec.decodes = 2;
+  spec.metrics = true;
+  spec.defaults["router"] = router_settings;
+  Cluster cluster(spec);
+  cluster.start();
+  const auto convs = chats(6, 4);
+  std::vector<std::vector<std::string>> where(convs.size());
+  std::vector<std::vector<bool>> right(convs.size());
+  std::vector<std::thread> threads;
+  for (size_t c = 0; c < convs.size(); ++c)
+    threads.emplace_back([&, c] {
+      for (const auto& turn : convs[c]) {
+        auto [status, body] = cluster.generate(request_of(turn));
+        right[c].push_back(status == 200 && body["tokens"].get<std::vector<uint32_t>>() == oracle(turn));
+        where[c].push_back(status == 200 ? body["instances"]["prefill"].get<std::string>() : "");
+      }
+    });
+  for (auto& t : threads) t.join();
+  Placed out;
+  int same = 0, later = 0;
+  for (size_t c = 0; c < convs.size(); ++c) {
+    INFO("conversation " << c);
+    CHECK(std::count(right[c].begin(), right[c].end(), true) == int(convs[c].size()));
+    out.first_turns.insert(where[c][0]);
+    for (size_t t = 1; t < where[c].size(); ++t, ++later) same += where[c][t] == where[c][t - 1];
+  }
+  out.sticky = double(same) / later;
+  double hit = 0, all = 0;
+  for (const char* id : {"prefill-0", "prefill-1"}) {
+    const std::string text = cluster.scrape(id);
+    hit += metric_sum(text, "epd_prefix_cache_hit_tokens_total");
+    all += metric_sum(text, "epd_prefix_cache_hit_tokens_total") +
+           metric_sum(text, "epd_prefix_cache_missed_tokens_total");
+  }
+  out.hit_ratio = hit / all;
+  cluster.stop();
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("prefix cache: cache-aware placement keeps each conversation where its prefix is cached",
+          "[e2e][multiproc]") {
+  const Placed aware = converse_concurrently("");
+  const Placed least_loaded = converse_concurrently("prefix_index_blocks = 0\n");
+  WARN("turns on the previous turn's prefill: cache-aware "
+       << aware.sticky << ", least-loaded " << least_loaded.sticky << "; prefill hit ratio "
+       << aware.hit_ratio << " vs " << least_loaded.hit_ratio);
+  CHECK(aware.first_turns.size() == 2);  // the first turns spread over both prefills (load)
+  CHECK(aware.sticky >= 0.8);
+  CHECK(aware.hit_ratio >= least_loaded.hit_ratio);  // least-loaded may stick by chance too
+}
+
+TEST_CASE("prefix cache: a busy prefill that holds the prefix gets part of a burst, not all of it",
+          "[e2e][multiproc]") {
+  ClusterSpec spec;
+  spec.prefills = 2;
+  spec.defaults["prefill"] = "chunk_delay_ms = 300\n";  // each room stays on its prefill a while
+  Cluster cluster(spec);
+  cluster.start();
+  const std::string prefix =
+      "system: a long shared context that every request of the burst starts with, word for word, so "
+      "one prefill holds it. ";
+  Case warm;
+  warm.prompt = prefix + "warm up.";
+  warm.max_tokens = 2;
+  auto [status, body] = cluster.generate(request_of(warm));
+  REQUIRE(status == 200);
+  const std::string holder = body["instances"]["prefill"];
+  std::vector<Case> burst;
+  for (int i = 0; i < 8; ++i) {
+    Case c;
+    c.prompt = prefix + "question " + std::to_string(i) + ": and then?";
+    c.max_tokens = 2;
+    burst.push_back(c);
+  }
+  std::vector<std::string> where(burst.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < burst.size(); ++i)
+    threads.emplace_back([&, i] {
+      auto [st, b] = cluster.generate(request_of(burst[i]));
+      CHECK(st == 200);
+      if (st == 200) {
+        CHECK(b["tokens"].get<std::vector<uint32_t>>() == oracle(burst[i]));
+        where[i] = b["instances"]["prefill"];
+      }
+    });
+  for (auto& t : threads) t.join();
+  const auto on_holder = std::count(where.begin(), where.end(), holder);
+  INFO("on the holder " << holder << ": " << on_holder << " of " << burst.size());
+  CHECK(on_holder > long(burst.size()) / 2);  // the cached prefix attracts
+  CHECK(on_holder < long(burst.size()));      // and the work queued there sends the rest elsewhere
 }

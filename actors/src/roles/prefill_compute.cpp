@@ -25,6 +25,7 @@ struct ComputeState {
   std::unique_ptr<model::ModelRunner> runner;
   std::deque<Running> queue;  // first come, first computed: the front job runs to its end
   bool stepping = false;      // a step message is queued
+  std::chrono::milliseconds chunk_delay{0};
   static inline const char* name = "prefill-compute";
 };
 
@@ -32,7 +33,10 @@ void schedule(caf::stateful_actor<ComputeState>* self) {
   auto& s = self->state;
   if (s.stepping || s.queue.empty()) return;
   s.stepping = true;
-  self->send(self, step_atom::value);  // behind whatever already arrived (a drop, another job)
+  if (s.chunk_delay.count() > 0)
+    self->delayed_send(self, s.chunk_delay, step_atom::value);
+  else
+    self->send(self, step_atom::value);  // behind whatever already arrived (a drop, another job)
 }
 
 // Computes the next chunk of the front job and reports it.
@@ -81,10 +85,11 @@ void step(caf::stateful_actor<ComputeState>* self) {
 }
 
 caf::behavior prefill_compute(caf::stateful_actor<ComputeState>* self, model::ModelConfig model,
-                              model::KvPool pool, caf::actor role) {
+                              model::KvPool pool, caf::actor role, std::chrono::milliseconds chunk_delay) {
   harden(self, "prefill-compute");
   auto& st = self->state;
   st.pool = pool;
+  st.chunk_delay = chunk_delay;
   st.role = std::move(role);
   auto runner = model::make_runner(model);
   if (!runner) {
@@ -120,8 +125,9 @@ caf::behavior prefill_compute(caf::stateful_actor<ComputeState>* self, model::Mo
 }  // namespace
 
 caf::actor spawn_prefill_compute(caf::actor_system& system, bool detached, model::ModelConfig model,
-                                 model::KvPool pool, caf::actor role) {
-  return spawn_worker_actor(system, detached, prefill_compute, std::move(model), pool, std::move(role));
+                                 model::KvPool pool, caf::actor role, std::chrono::milliseconds chunk_delay) {
+  return spawn_worker_actor(system, detached, prefill_compute, std::move(model), pool, std::move(role),
+                            chunk_delay);
 }
 
 }  // namespace epd::actors

@@ -40,9 +40,11 @@ struct ChunkComputed {
   uint64_t compute_us = 0;
 };
 
-// `detached`: RoleContext::detached_workers.
+// `detached`: RoleContext::detached_workers. `chunk_delay` (fault injection, 0 in service): a pause before
+// every chunk, so tests can hold rooms on a slow prefill.
 caf::actor spawn_prefill_compute(caf::actor_system& system, bool detached, model::ModelConfig model,
-                                 model::KvPool pool, caf::actor role);
+                                 model::KvPool pool, caf::actor role,
+                                 std::chrono::milliseconds chunk_delay = std::chrono::milliseconds{0});
 
 }  // namespace epd::actors
 

@@ -720,7 +720,7 @@ caf::behavior prefill_role(caf::stateful_actor<PrefillState>* self, RoleContext 
   st.workers.start(self, st.ctx, sc);
   st.compute = spawn_prefill_compute(*st.ctx.system, st.ctx.detached_workers, st.ctx.model,
                                      model::KvPool{reinterpret_cast<std::byte*>(kv->base), st.layout},
-                                     caf::actor_cast<caf::actor>(self));
+                                     caf::actor_cast<caf::actor>(self), settings.chunk_delay);
   self->link_to(st.compute);
   publish_load(st);
   return kernel::role_behavior(
@@ -788,6 +788,7 @@ RoleSpec prefill_role_spec() {
       .ms("bootstrap_timeout_ms", &PrefillSettings::bootstrap_timeout)
       .ms("staging_wait_timeout_ms", &PrefillSettings::staging_wait_timeout)
       .ms("report_delay_ms", &PrefillSettings::report_delay)
+      .ms("chunk_delay_ms", &PrefillSettings::chunk_delay)
       .u64("embedding_cache_bytes", &PrefillSettings::embedding_cache_bytes, 0, uint64_t{1} << 40)
       .u32("prefix_cache_pages", &PrefillSettings::prefix_cache_pages, 0, 1u << 24)
       .part(&PrefillSettings::transfer, kernel::transfer_settings());

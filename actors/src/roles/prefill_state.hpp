@@ -31,6 +31,7 @@ struct PrefillSettings {
   std::chrono::milliseconds staging_wait_timeout{
       10000};                                 // a chunk waiting for ring space fails its room after
   std::chrono::milliseconds report_delay{0};  // fault injection: hold failure reports (router, decode)
+  std::chrono::milliseconds chunk_delay{0};   // fault injection: a pause before every chunk (slow prefill)
   uint64_t embedding_cache_bytes = uint64_t{64} << 20;  // 0: every image's embeddings are transferred
   uint32_t prefix_cache_pages = kPrefixCacheDefault;    // local KV pages the prefix cache may keep; 0: off
   SupervisorConfig transfer;

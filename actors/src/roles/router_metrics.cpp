@@ -27,6 +27,14 @@ RouterMetrics::RouterMetrics(metrics::Registry& r)
       prompt_tokens_(r.counter("epd_prompt_tokens_total", "Prompt tokens of completed requests").Add({})),
       generated_tokens_(
           r.counter("epd_generation_tokens_total", "Tokens generated for completed requests").Add({})),
+      placed_tokens_(r.counter("epd_router_placed_prompt_tokens_total",
+                               "Prompt tokens of every attempt placed (the base of the placement hit ratio)")
+                         .Add({})),
+      matched_(r.counter(
+          "epd_router_placed_cached_tokens_total",
+          "Prompt tokens the chosen instance's prefix cache was believed to hold, by the instance's role")),
+      matched_prefill_(matched_.Add({{"peer_role", "prefill"}})),
+      matched_decode_(matched_.Add({{"peer_role", "decode"}})),
       in_flight_(r.gauge("epd_requests_in_flight", "Requests placed on instances now").Add({})),
       queued_(r.gauge("epd_requests_queued", "Requests waiting for an in-flight slot").Add({})) {
   for (const char* outcome : {"completed", "failed", "cancelled", "rejected"})
@@ -44,6 +52,12 @@ void RouterMetrics::failed(std::string_view code) {
 
 void RouterMetrics::retried(std::string_view code) {
   retries_.Add({{"code", std::string(code)}}).Increment();
+}
+
+void RouterMetrics::placed_prefix(uint64_t prompt_tokens, uint32_t prefill_matched, uint32_t decode_matched) {
+  placed_tokens_.Increment(double(prompt_tokens));
+  matched_prefill_.Increment(prefill_matched);
+  matched_decode_.Increment(decode_matched);
 }
 
 void RouterMetrics::resumed(uint32_t tokens) {

@@ -26,6 +26,8 @@ class RouterMetrics {
   // `count` fresh tokens arrived `gap_seconds` after the previous ones: each gets gap / count.
   void tokens_streamed(double gap_seconds, size_t count);
   void occupancy(uint64_t in_flight, uint64_t queued);
+  // An attempt placed: its prompt, and how much of it the chosen prefill and decode were believed to hold.
+  void placed_prefix(uint64_t prompt_tokens, uint32_t prefill_matched, uint32_t decode_matched);
 
  private:
   metrics::Family<metrics::Counter>& requests_;
@@ -38,6 +40,10 @@ class RouterMetrics {
   metrics::Family<metrics::Histogram>& stages_;
   metrics::Counter& prompt_tokens_;
   metrics::Counter& generated_tokens_;
+  metrics::Counter& placed_tokens_;
+  metrics::Family<metrics::Counter>& matched_;
+  metrics::Counter& matched_prefill_;
+  metrics::Counter& matched_decode_;
   metrics::Gauge& in_flight_;
   metrics::Gauge& queued_;
 };

@@ -6,6 +6,7 @@
 // max_queued more wait in arrival order; beyond that the answer is 429. Every call ends within
 // request_timeout: with tokens, cancelled by the caller, or with an error naming the cause.
 #include <spdlog/spdlog.h>
+#include <xxhash.h>
 
 #include <algorithm>
 #include <deque>
@@ -13,6 +14,7 @@
 #include <random>
 #include <set>
 
+#include "cache/prefix_index.hpp"
 #include "epd/actors/kernel/role_kernel.hpp"
 #include "epd/http/http_api.hpp"
 #include "epd/http/router_service.hpp"
@@ -59,6 +61,9 @@ struct Attempt {
   std::string encoder, prefill, decode;
   uint64_t encoder_inc = 0, prefill_inc = 0, decode_inc = 0;  // the incarnations it was placed on
   uint32_t resume_from = 0;  // tokens of the answer drawn before this attempt (its SUBMIT's resume_from)
+  // Tokens of work charged to its prefill (uncached prompt, until the first token) and decode (prompt and
+  // answer, until the attempt ends): cache-aware placement weighs them against cached prefixes.
+  uint64_t prefill_work = 0, decode_work = 0;
   clock::time_point started;
   std::optional<clock::time_point> first_token;
 };
@@ -71,6 +76,7 @@ struct Pending {
   std::optional<clock::time_point> last_streamed;  // when tokens were last passed on (inter-token latency)
   std::vector<uint32_t> prompt;
   uint32_t image_tokens = 0;
+  std::vector<uint64_t> blocks;  // the prompt's whole blocks for cache-aware placement (PrefixIndex)
   uint32_t attempts = 0;
   uint32_t capacity_waits = 0;  // attempts refused for lack of room: they do not use up max_attempts
   Attempt current;
@@ -102,6 +108,7 @@ struct RouterSettings {
   std::chrono::milliseconds drain_timeout{4000};  // SIGTERM: how long requests in flight may finish
   uint32_t http_threads = 2;
   uint32_t http_max_connections = 10000;
+  uint32_t prefix_index_blocks = 1u << 16;        // per instance; 0: least-loaded placement only
   std::shared_ptr<const http::ApiKeys> api_keys;  // api_keys_file, loaded; none: the API is open
   std::optional<http::TlsFiles> tls;              // tls_cert and tls_key; none: plain HTTP
 };
@@ -110,6 +117,7 @@ struct RouterLimits {
   uint32_t max_in_flight = 256;
   uint32_t max_queued = 1024;
   std::chrono::milliseconds unavailable_wait{5000};
+  uint32_t prefix_index_blocks = 1u << 16;
 };
 
 // The served model's text codec, built once at start. A checkpoint without a tokenizer epd can run has
@@ -127,6 +135,9 @@ struct RouterState : kernel::RoleBase {
   std::deque<uint64_t> queue;                // tickets waiting for an in-flight slot, oldest first
   uint32_t active = 0;                       // requests not queued
   std::map<std::string, uint32_t> inflight;  // rooms this router has on each instance (no zero entries)
+  std::map<std::string, uint64_t> work;      // tokens of work charged to each instance (no zero entries)
+  // What each prefill's and decode's prefix cache is believed to hold (cache-aware placement).
+  std::unique_ptr<PrefixIndex> prefix_index;
   uint64_t next_request = 1;
   std::mt19937_64 rng{std::random_device{}()};
   RouterStats stats;
@@ -157,6 +168,14 @@ int http_status_for(ErrorCode code) {
 struct Placement {
   std::string id;
   uint64_t incarnation = 0;
+  uint32_t matched_tokens = 0;  // of the prompt, believed cached there
+};
+
+// What a prefill or decode is asked to do, for cache-aware placement: the prompt's blocks, and the tokens
+// of work the room brings beyond what is cached (prefill: the prompt; decode: prompt and answer).
+struct Work {
+  std::span<const uint64_t> blocks;
+  uint64_t tokens = 0;
 };
 
 // Placeable by this router now: its last heartbeat said healthy, and this process reaches it at that
@@ -169,28 +188,55 @@ bool placeable(const PeerDirectory& peers, const RegistryEntry& e) {
   return p && p->incarnation == e.info.incarnation && peers.alive(e.info.instance_id);
 }
 
-// Least loaded placeable instance of `role`: fewest rooms in flight from this router, then most free KV
-// pages.
+// The placeable instance of `role` that failed this request least, then (with `work`, cache-aware) whose
+// cost is lowest: the tokens it would have to do that its prefix cache is not believed to hold, plus the
+// tokens of work this router has placed there already (Dynamo's KV-aware cost, in tokens); then fewest
+// rooms in flight from this router, then most free KV pages.
 std::optional<Placement> pick(RouterState& st, const std::string& role,
-                              const std::map<std::string, uint32_t>& failures) {
+                              const std::map<std::string, uint32_t>& failures, const Work* work = nullptr) {
   std::optional<Placement> best;
-  std::tuple<uint32_t, uint32_t, int64_t> best_score{UINT32_MAX, UINT32_MAX, 0};
+  std::tuple<uint32_t, uint64_t, uint32_t, int64_t> best_score{UINT32_MAX, UINT64_MAX, UINT32_MAX, 0};
+  const bool aware = work && st.prefix_index->enabled();
   for (const auto& e : st.ctx.registry->entries()) {
     if (e.info.role != role || !placeable(st.ctx.bridge->peers(), e)) continue;
-    auto n = st.inflight.find(e.info.instance_id);
-    auto f = failures.find(e.info.instance_id);
-    const std::tuple<uint32_t, uint32_t, int64_t> score{f == failures.end() ? 0 : f->second,
-                                                        n == st.inflight.end() ? 0 : n->second,
-                                                        -int64_t(e.load.free_kv_pages)};
+    const auto& id = e.info.instance_id;
+    auto n = st.inflight.find(id);
+    auto f = failures.find(id);
+    uint32_t matched = 0;
+    uint64_t cost = 0;
+    if (aware) {
+      matched = st.prefix_index->matched(id, work->blocks) * st.prefix_index->block_tokens();
+      auto w = st.work.find(id);
+      cost = work->tokens - std::min<uint64_t>(work->tokens, matched) + (w == st.work.end() ? 0 : w->second);
+    }
+    const std::tuple<uint32_t, uint64_t, uint32_t, int64_t> score{f == failures.end() ? 0 : f->second, cost,
+                                                                  n == st.inflight.end() ? 0 : n->second,
+                                                                  -int64_t(e.load.free_kv_pages)};
     if (!best || score < best_score) {
-      best = Placement{e.info.instance_id, e.info.incarnation};
+      best = Placement{id, e.info.incarnation, matched};
       best_score = score;
     }
   }
   return best;
 }
 
-void release_attempt(RouterState& st, const Attempt& a) {
+void charge(RouterState& st, const std::string& id, uint64_t tokens) {
+  if (tokens > 0) st.work[id] += tokens;
+}
+
+// Takes back a charge (once: it is zeroed).
+void discharge(RouterState& st, const std::string& id, uint64_t& tokens) {
+  auto w = st.work.find(id);
+  if (w != st.work.end()) {
+    w->second -= std::min(w->second, tokens);
+    if (w->second == 0) st.work.erase(w);  // instances may leave for good
+  }
+  tokens = 0;
+}
+
+void release_attempt(RouterState& st, Attempt& a) {
+  discharge(st, a.prefill, a.prefill_work);
+  discharge(st, a.decode, a.decode_work);
   for (const auto* id : {&a.encoder, &a.prefill, &a.decode}) {
     auto n = st.inflight.find(*id);
     if (n != st.inflight.end() && --n->second == 0) st.inflight.erase(n);  // instances may leave for good
@@ -301,8 +347,10 @@ void start_attempt(RouterState& st, uint64_t req_id) {
   a.started = kernel::DeadlineTimer::now(st.self);
   do a.room = st.rng();
   while (a.room == 0 || st.room_to_request.count(a.room));
-  auto decode = pick(st, "decode", p.failed_instances);
-  auto prefill = pick(st, "prefill", p.failed_instances);
+  const Work prefill_work{p.blocks, p.prompt.size()};
+  const Work decode_work{p.blocks, p.prompt.size() + p.request.max_tokens};
+  auto decode = pick(st, "decode", p.failed_instances, &decode_work);
+  auto prefill = pick(st, "prefill", p.failed_instances, &prefill_work);
   auto encoder = p.request.images_ppm.empty() ? std::optional<Placement>(Placement{})
                                               : pick(st, "encoder", p.failed_instances);
   if (!decode || !prefill || !encoder) {
@@ -323,6 +371,15 @@ void start_attempt(RouterState& st, uint64_t req_id) {
   a.prefill_inc = prefill->incarnation;
   a.encoder = encoder->id;
   a.encoder_inc = encoder->incarnation;
+  // Both will hold the prompt's blocks once the room ran; until prefill's first token (decode: the end)
+  // the room is work on them.
+  a.prefill_work = prefill_work.tokens - std::min<uint64_t>(prefill_work.tokens, prefill->matched_tokens);
+  a.decode_work = decode_work.tokens - std::min<uint64_t>(decode_work.tokens, decode->matched_tokens);
+  charge(st, a.prefill, a.prefill_work);
+  charge(st, a.decode, a.decode_work);
+  st.prefix_index->insert(a.prefill, p.blocks);
+  st.prefix_index->insert(a.decode, p.blocks);
+  st.metrics->placed_prefix(p.prompt.size(), prefill->matched_tokens, decode->matched_tokens);
   ++p.attempts;
   p.current = a;
   st.room_to_request[a.room] = req_id;
@@ -499,7 +556,10 @@ void on_tokens(RouterState& st, const Envelope& env, protocol::Tokens& t) {
   auto& p = st.requests.at(rit->second);
   if (env.sender != p.current.decode) return;
   const auto now = kernel::DeadlineTimer::now(st.self);
-  if (!p.current.first_token) p.current.first_token = now;
+  if (!p.current.first_token) {
+    p.current.first_token = now;
+    discharge(st, p.current.prefill, p.current.prefill_work);  // prefill's part is done
+  }
   const size_t before = p.streamed.size();
   stream_tokens(p, t.index, t.tokens);
   if (p.streamed.size() == before) return;  // nothing new (a retry regenerating what was streamed)
@@ -581,6 +641,9 @@ void on_generate(RouterState& s, uint64_t ticket, GenerateRequest& req, SinkPtr&
   p.prompt = std::move(prompt.value());
   const auto slot = model::image_token(s.ctx.model);
   p.image_tokens = slot ? uint32_t(std::count(p.prompt.begin(), p.prompt.end(), *slot)) : 0;
+  uint64_t images = 0;  // the request's pictures, for the blocks that hold their rows
+  for (const auto& ppm : p.request.images_ppm) images = XXH3_64bits_withSeed(ppm.data(), ppm.size(), images);
+  p.blocks = s.prefix_index->blocks(p.prompt, slot, images);
   p.started = kernel::DeadlineTimer::now(s.self);
   p.queued = s.active >= s.limits.max_in_flight;
   s.requests.emplace(ticket, std::move(p));
@@ -602,6 +665,7 @@ caf::behavior router(caf::stateful_actor<RouterState>* self, RoleContext ctx,
   st.limits = limits;
   st.codec = std::move(codec);
   st.metrics = std::make_unique<RouterMetrics>(*st.ctx.metrics);
+  st.prefix_index = std::make_unique<PrefixIndex>(st.ctx.model.page_size, limits.prefix_index_blocks);
   return kernel::role_behavior(
       self, table,
       {
@@ -639,8 +703,11 @@ caf::behavior router(caf::stateful_actor<RouterState>* self, RoleContext ctx,
             arm_timeout(s);
           },
           [=](PeerChanges& pc) {
-            for (const auto& c : pc.changes)
+            for (const auto& c : pc.changes) {
+              // A restarted or departed instance's cache is gone.
+              if (c.old_incarnation != 0) self->state.prefix_index->forget(c.id);
               if (c.old_incarnation != 0) on_instance_lost(self->state, c);
+            }
           },
       });
 }
@@ -735,7 +802,8 @@ protocol::Result<RoleHandle> spawn_router(RoleContext& ctx, RouterSettings setti
   http_config.tls = settings.tls;
   auto table = std::make_shared<Table>();
   table->on<protocol::Tokens>(on_tokens).on<protocol::RoomResult>(on_result);
-  RouterLimits limits{settings.max_in_flight, settings.max_queued, settings.unavailable_wait};
+  RouterLimits limits{settings.max_in_flight, settings.max_queued, settings.unavailable_wait,
+                      settings.prefix_index_blocks};
   RouterCodec codec;
   if (auto c = model::PromptCodec::for_model(ctx.model)) {
     codec.codec = std::move(*c);
@@ -839,6 +907,7 @@ RoleSpec router_role_spec() {
       .ms("drain_timeout_ms", &RouterSettings::drain_timeout)
       .u32("http_threads", &RouterSettings::http_threads, 1, 64)
       .u32("http_max_connections", &RouterSettings::http_max_connections, 1, 1u << 20)
+      .u32("prefix_index_blocks", &RouterSettings::prefix_index_blocks, 0, 1u << 24)
       .add({"api_keys_file"}, read_api_keys)
       .add({"tls_cert", "tls_key"}, read_tls);
   return kernel::make_role_spec(
