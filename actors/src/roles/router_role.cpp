@@ -371,14 +371,11 @@ void start_attempt(RouterState& st, uint64_t req_id) {
   a.prefill_inc = prefill->incarnation;
   a.encoder = encoder->id;
   a.encoder_inc = encoder->incarnation;
-  // Both will hold the prompt's blocks once the room ran; until prefill's first token (decode: the end)
-  // the room is work on them.
+  // Until prefill's first token (decode: the end) the room is work on them.
   a.prefill_work = prefill_work.tokens - std::min<uint64_t>(prefill_work.tokens, prefill->matched_tokens);
   a.decode_work = decode_work.tokens - std::min<uint64_t>(decode_work.tokens, decode->matched_tokens);
   charge(st, a.prefill, a.prefill_work);
   charge(st, a.decode, a.decode_work);
-  st.prefix_index->insert(a.prefill, p.blocks);
-  st.prefix_index->insert(a.decode, p.blocks);
   st.metrics->placed_prefix(p.prompt.size(), prefill->matched_tokens, decode->matched_tokens);
   ++p.attempts;
   p.current = a;
@@ -559,6 +556,11 @@ void on_tokens(RouterState& st, const Envelope& env, protocol::Tokens& t) {
   if (!p.current.first_token) {
     p.current.first_token = now;
     discharge(st, p.current.prefill, p.current.prefill_work);  // prefill's part is done
+    // Both hold the prompt's KV now, and their caches keep it: from here on the prompt's blocks are
+    // believed cached there. Not earlier: an attempt that fails (say, on a stalled prefill) must not make
+    // its retry look cheaper on the same instance.
+    st.prefix_index->insert(p.current.prefill, p.blocks);
+    st.prefix_index->insert(p.current.decode, p.blocks);
   }
   const size_t before = p.streamed.size();
   stream_tokens(p, t.index, t.tokens);
