@@ -63,3 +63,17 @@ TEST_CASE("only the requested logical pages are written", "[actors][plan]") {
   check_copy({0, 1, 2, 3, 4, 5}, {20, 21, 22, 23, 7, 8}, 2, 5, 3 * 2 * 2);
   check_copy({0, 1}, {0, 1}, 1, 1, 0);  // empty range, no writes
 }
+
+TEST_CASE("a prompt's partial last page is written only as far as its tokens, token-major only",
+          "[actors][plan]") {
+  KvLayout l = layout(8);  // 4 tokens a page, 2 heads x 4 dims of f32: 32 bytes a token
+  std::vector<uint32_t> src{0, 1, 2}, dst{4, 5, 6};
+  KvSide s{l, 0, src}, d{l, 1 << 20, dst};
+  auto ops = plan_kv_writes(s, d, 0, 3, 1);  // the third page holds 1 token
+  REQUIRE(ops.size() == 3 * 2);
+  for (const auto& op : ops) CHECK(op.len == 2 * l.page_bytes() + 32);
+  CHECK(plan_kv_writes(s, d, 0, 3, 0)[0].len == 3 * l.page_bytes());  // 0: whole pages
+  l.order = epd::protocol::KvDimOrder::head_token_dim;  // a token's bytes are spread over the page
+  KvSide hs{l, 0, src}, hd{l, 1 << 20, dst};
+  CHECK(plan_kv_writes(hs, hd, 0, 3, 1)[0].len == 3 * l.page_bytes());
+}

@@ -307,13 +307,15 @@ bool dispatch(PrefillState& st, uint64_t id, PrefillRoom& r, TransferJob job) {
   return true;
 }
 
-void send_pages(PrefillState& st, uint64_t id, PrefillRoom& r, uint32_t upto, uint64_t tag) {
+// `last_tokens`: the prompt's last page holds only that many tokens (0: whole pages).
+void send_pages(PrefillState& st, uint64_t id, PrefillRoom& r, uint32_t upto, uint64_t tag,
+                uint32_t last_tokens = 0) {
   if (upto <= r.pages_sent) return;
   auto target = decode_target(st, r.decode);
   if (!target) return fail_room(st, id, target.error());
   KvSide src{st.layout, st.kv_base, r.local_pages};
   KvSide dst{target->layout, target->kv_base, r.boot.dst_pages};
-  auto ops = plan_kv_writes(src, dst, r.pages_sent, upto);
+  auto ops = plan_kv_writes(src, dst, r.pages_sent, upto, upto == r.local_pages.size() ? last_tokens : 0);
   for (auto& op : ops) op.fence = r.boot.fence;
   TransferJob job{id, tag, r.decode, 0, std::move(ops), caf::actor_cast<caf::actor>(st.self)};
   r.pages_sent = upto;
@@ -355,7 +357,9 @@ void on_chunk(PrefillState& st, ChunkComputed& c) {
     stage_tokens(st, c.room, r, c.last ? uint32_t(r.submit.prompt.size()) : c.end, c.last);
   } else {
     const uint32_t complete = c.last ? uint32_t(r.local_pages.size()) : c.end / st.layout.page_size;
-    send_pages(st, c.room, r, complete, c.chunk);
+    // The last page's slots past the prompt hold nothing decode reads (it writes them as it generates).
+    send_pages(st, c.room, r, complete, c.chunk,
+               c.last ? uint32_t(r.submit.prompt.size() % st.layout.page_size) : 0);
   }
   // A failure on the way may have failed the room, and an idle failed room is reaped at once.
   if (!st.rooms.contains(c.room) || r.state.terminal()) return;
