@@ -314,3 +314,29 @@ TEST_CASE("prefix cache: a busy prefill that holds the prefix gets part of a bur
   CHECK(on_holder > long(burst.size()) / 2);  // the cached prefix attracts
   CHECK(on_holder < long(burst.size()));      // and the work queued there sends the rest elsewhere
 }
+
+TEST_CASE("prefix cache: decode keeps an answer's pages, so the next turn resends neither prompt nor answer",
+          "[e2e][multiproc]") {
+  ClusterSpec spec;
+  spec.metrics = true;
+  Cluster cluster(spec);
+  cluster.start();
+  std::vector<uint32_t> prompt;
+  for (uint32_t i = 0; i < 41; ++i) prompt.push_back(97 + i % 26);  // 2 whole pages and 9 tokens
+  auto [status, body] = cluster.generate(json{{"prompt_tokens", prompt}, {"max_tokens", 8}});
+  REQUIRE(status == 200);
+  const auto answer = body["tokens"].get<std::vector<uint32_t>>();
+  REQUIRE(answer.size() == 8);
+  // K/V of the prompt and of the answer but its last token: 48 tokens, 3 whole pages.
+  std::vector<uint32_t> next = prompt;
+  next.insert(next.end(), answer.begin(), answer.end());
+  for (uint32_t i = 0; i < 20; ++i) next.push_back(65 + i);
+  for (auto& t : next) t = t < 256 ? t : 32;  // a special token would not be a prompt token
+  auto [status2, body2] = cluster.generate(json{{"prompt_tokens", next}, {"max_tokens", 4}});
+  REQUIRE(status2 == 200);
+  const double held = metric_sum(cluster.scrape("decode-0"), "epd_prefix_cache_hit_tokens_total");
+  CHECK(held == (std::find_if(answer.begin(), answer.end() - 1, [](uint32_t t) { return t >= 256; }) ==
+                         answer.end() - 1
+                     ? 48
+                     : 32));
+}

@@ -64,6 +64,7 @@ struct DecodeRoom {
   std::vector<uint32_t> pages;
   PrefixCache::Lease prefix;
   std::vector<PageKey> page_keys;  // the prompt's whole pages, as the cache keys them
+  std::vector<uint32_t> prompt;    // with the answer, the keys of the pages it leaves behind
   uint32_t held_tokens = 0;        // prompt tokens the room found cached (BOOTSTRAP's held_tokens)
   uint32_t aux_slot = 0;
   uint64_t fence = 0;                                 // our write grant for its prompt pages and aux slot
@@ -291,6 +292,7 @@ void on_submit(DecodeState& st, const Envelope& env, protocol::Submit& s) {
   const uint32_t need = model::pages_for(st.layout, uint64_t(room.prompt_len) + room.max_new);
   // The prompt's whole pages held already: prefill writes none of them.
   room.page_keys = page_keys(s.prompt, st.layout.page_size, model::image_token(m), std::nullopt);
+  if (st.prefix->enabled()) room.prompt = s.prompt;
   room.prefix = st.prefix->acquire(room.page_keys, room.prompt_len / st.layout.page_size, room.prompt_len);
   room.held_tokens = uint32_t(room.prefix.size()) * st.layout.page_size;
   const uint32_t own = need - uint32_t(room.prefix.size());
@@ -532,10 +534,23 @@ void on_kv_status(DecodeState& st, const Envelope& env, protocol::KvStatus& kv) 
   start_decoding(st, kv.room, room);
 }
 
+// A finished answer's KV stays in its pages: the next turn of a chat resends prompt + answer, so the cache
+// keeps the whole pages of both (the loop wrote K/V for every token but the last, which it never fed).
+void keep_answer_pages(DecodeState& st, DecodeRoom& room, std::span<const uint32_t> answer) {
+  if (!st.prefix->enabled() || answer.size() < 2) return;
+  std::vector<uint32_t> seq = room.prompt;
+  seq.insert(seq.end(), answer.begin(), answer.end() - 1);
+  auto keys = page_keys(seq, st.layout.page_size, model::image_token(st.ctx.model), std::nullopt);
+  std::vector<uint32_t> evicted;
+  st.prefix->adopt(room.prefix, keys, room.pages, evicted);
+  st.pages.free(evicted);
+}
+
 void on_finished(DecodeState& st, DecodeFinished& f) {
   DecodeRoom* found = st.rooms.find(f.room);
   if (!found) return;
   DecodeRoom& room = *found;
+  if (f.ok) keep_answer_pages(st, room, f.tokens);
   if (f.ok) {
     protocol::RoomResult r;
     r.room = f.room;
