@@ -7,6 +7,7 @@
 #include "e2e_bench.hpp"
 #include "membership_bench.hpp"
 #include "model_bench.hpp"
+#include "prefix_bench.hpp"
 #include "routers_bench.hpp"
 #include "serve_bench.hpp"
 #include "soak_bench.hpp"
@@ -34,6 +35,9 @@ constexpr Subcommand kSubcommands[] = {
     {"routers", epd::bench::run_routers_cli,
      "etcd, 2 routers vs embedded, 1: start to placeable, kill -9 to routed around / gone, req/s 1 vs 2"},
     {"cache", run_cache_bench, "embedding cache: TTFT with 50% repeated images, cache off vs on"},
+    {"prefix", run_prefix_bench,
+     "multi-turn chat: prefix caches off vs on, 2 prefills least-loaded vs cache-aware; TTFT by turn, KV "
+     "bytes"},
     {"soak", run_soak_bench, "many small requests in blocks: RSS of every role per block and its growth"},
     {"serve", run_serve_bench,
      "OpenAI-API load at a Poisson rate: TTFT/ITL/E2E percentiles, throughput, errors"},

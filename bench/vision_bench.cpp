@@ -112,7 +112,8 @@ Memory memory_of(pid_t pid, const std::string& id, const std::string& lm, const 
 
 json post_generate(httplib::Client& c, const std::vector<model::Image>& images, double& latency_ms) {
   json body{{"prompt", kText}, {"max_tokens", 1}, {"images", json::array()}};
-  for (const auto& image : images) body["images"].push_back(http::base64_encode(model::encode_ppm(image)));
+  for (const auto& image : images)
+    body["images"].push_back(epd::http::base64_encode(model::encode_ppm(image)));
   const std::string text = body.dump();
   const auto start = Clock::now();
   auto r = c.Post("/v1/generate", text, "application/json");

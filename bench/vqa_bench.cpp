@@ -37,7 +37,7 @@ using model::testing::VqaQuestion;
 std::string png_uri(const fs::path& file) {
   std::ifstream in(file, std::ios::binary);
   const std::vector<uint8_t> bytes{std::istreambuf_iterator<char>(in), {}};
-  return "data:image/png;base64," + http::base64_encode(bytes);
+  return "data:image/png;base64," + epd::http::base64_encode(bytes);
 }
 
 struct ClusterAnswer {
