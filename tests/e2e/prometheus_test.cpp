@@ -14,6 +14,7 @@
 #include "epd/actors/aux_record.hpp"
 #include "epd/model/config.hpp"
 #include "epd/model/kv_cache.hpp"
+#include "epd/model/kv_staging.hpp"
 #include "epd/model/tokens.hpp"
 #include "fault_seeds.hpp"
 #include "prometheus_server.hpp"
@@ -26,8 +27,9 @@ namespace {
 
 const std::string kRules = std::string(EPD_SOURCE_DIR) + "/configs/prometheus/epd-rules.yml";
 
-// What a request must move: KV pages prefill -> decode (every layer's K and V pages of the prompt, plus the
-// aux record with the first token), and the image's embeddings encoder -> prefill.
+// What a request must move: KV prefill -> decode (every layer's K and V of the prompt's tokens: whole pages,
+// and the last page as far as the prompt goes; plus the aux record with the first token), and the image's
+// embeddings encoder -> prefill. The prompts share no whole page, so no prefix cache holds any of them.
 struct Moved {
   uint64_t kv = 0;
   uint64_t embeddings = 0;
@@ -39,9 +41,8 @@ Moved bytes_to_move(const Case& c) {
   if (c.image) dims = epd::model::ImageDims{c.image->width, c.image->height};
   const auto prompt = *epd::model::build_prompt(cfg, c.prompt, dims);
   const auto layout = epd::model::kv_layout_for(cfg, 1);
-  const uint64_t pages = (prompt.size() + layout.page_size - 1) / layout.page_size;
   Moved m;
-  m.kv = uint64_t(cfg.layers) * 2 * pages * layout.page_bytes() + sizeof(epd::actors::AuxRecord);
+  m.kv = prompt.size() * epd::model::staging_token_bytes(layout) + sizeof(epd::actors::AuxRecord);
   if (dims) m.embeddings = epd::model::image_token_count(cfg, *dims) * cfg.d_model * sizeof(float);
   return m;
 }
