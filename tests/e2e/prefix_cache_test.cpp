@@ -4,7 +4,11 @@
 // only the same picture; decode's, that it held the text pages of earlier prompts, and prefill wrote
 // exactly those bytes less. A tiny budget evicts and still answers right; every page is free (or cached
 // and unreferenced) at the end.
+#include <httplib.h>
+#include <signal.h>
 #include <catch2/catch.hpp>
+
+#include <atomic>
 #include <chrono>
 #include <set>
 #include <thread>
@@ -14,6 +18,7 @@
 #include "epd/model/kv_cache.hpp"
 #include "epd/model/kv_staging.hpp"
 #include "epd/model/tokens.hpp"
+#include "load.hpp"
 #include "workload.hpp"
 
 using namespace epd;
@@ -339,4 +344,69 @@ TEST_CASE("prefix cache: decode keeps an answer's pages, so the next turn resend
                          answer.end() - 1
                      ? 48
                      : 32));
+}
+
+TEST_CASE("prefix cache: kill -9 of a prefill and a decode and cancels racing cache hits mid-conversation",
+          "[e2e][multiproc][fault]") {
+  using namespace std::chrono_literals;
+  ClusterSpec spec = kill_spec();  // the ProcessGroup restarts a killed instance; 4 attempts a request
+  spec.prefills = 2;
+  spec.decodes = 2;
+  spec.defaults["decode"] = "step_delay_ms = 2\n";  // long answers take long enough to be cancelled
+  Cluster cluster(spec);
+  cluster.start();
+  LogDump dump{cluster, "prefix-cache-faults"};
+  const auto convs = chats(6, 6);
+  for (const auto& conv : convs)
+    for (const auto& turn : conv) oracle(turn);  // before the clock matters
+  std::atomic<int> answered{0};
+  std::vector<std::vector<std::pair<int, bool>>> got(convs.size());  // status, tokens right
+  std::vector<std::thread> threads;
+  for (size_t c = 0; c < convs.size(); ++c)
+    threads.emplace_back([&, c] {
+      for (const auto& turn : convs[c]) {
+        auto [status, body] = cluster.generate(request_of(turn));
+        got[c].emplace_back(status,
+                            status == 200 && body["tokens"].get<std::vector<uint32_t>>() == oracle(turn));
+        ++answered;
+      }
+    });
+  // Long answers on conversation 0's prefix, abandoned after 30 ms: the router cancels them while other
+  // rooms hold and hit the same cached pages.
+  std::atomic<bool> stop{false};
+  std::thread canceller([&] {
+    Case long_one = convs[0][2];
+    long_one.max_tokens = 200;
+    while (!stop) {
+      httplib::Client c("127.0.0.1", cluster.http_port());
+      c.set_read_timeout(0, 30000);
+      c.Post("/v1/generate", request_of(long_one).dump(), "application/json");
+    }
+  });
+  const auto wait_for = [&](int n) {
+    for (int i = 0; i < 600 && answered < n; ++i) std::this_thread::sleep_for(20ms);
+  };
+  wait_for(10);
+  REQUIRE(::kill(cluster.pid("prefill-0"), SIGKILL) == 0);
+  wait_for(20);
+  REQUIRE(::kill(cluster.pid("decode-0"), SIGKILL) == 0);
+  for (auto& t : threads) t.join();
+  stop = true;
+  canceller.join();
+  for (size_t c = 0; c < convs.size(); ++c) {
+    INFO("conversation " << c);
+    REQUIRE(got[c].size() == convs[c].size());
+    for (const auto& [status, right] : got[c]) {
+      CHECK(status == 200);
+      CHECK(right);
+    }
+  }
+  const json stats = cluster.stats();
+  WARN("router: " << stats.dump());
+  CHECK(stats.value("cancelled", 0) > 0);
+  // Every page is free again, or cached and referenced by no room, on the restarted instances too.
+  const json inst = cluster.wait_all_free(15000);
+  INFO(inst.dump());
+  for (const auto& i : inst) CHECK(i["free_kv_pages"] == i["total_kv_pages"]);
+  CHECK(cluster.stop_and_collect_sanitizer_reports().empty());
 }
