@@ -99,22 +99,6 @@ std::optional<std::string> variant_config(const std::string& config, uint64_t ca
   return out.string();
 }
 
-// Sum of one counter over the given instances' /metrics (0 when none serves metrics).
-double counter_sum(const config::ClusterConfig& cfg, const char* role, const std::string& name) {
-  double sum = 0;
-  for (const auto* inst : cfg.with_role(role)) {
-    if (!inst->metrics) continue;
-    httplib::Client c(inst->metrics->host, inst->metrics->port);
-    auto r = c.Get("/metrics");
-    if (!r || r->status != 200) continue;
-    std::istringstream in(r->body);
-    for (std::string line; std::getline(in, line);)
-      if (line.rfind(name + "{", 0) == 0 || line.rfind(name + " ", 0) == 0)
-        sum += std::stod(line.substr(line.rfind(' ') + 1));
-  }
-  return sum;
-}
-
 struct Run {
   std::vector<Answer> answers;
   double encoder_hits = 0, prefill_hits = 0, skipped = 0, encoder_misses = 0;
@@ -148,10 +132,10 @@ std::optional<Run> run_cluster(const std::string& config, const std::vector<Requ
     std::fprintf(stderr, "\r  cache %-4s %zu/%zu", label, i + 1, work.size());
   }
   std::fprintf(stderr, "\n");
-  run.encoder_hits = counter_sum(*cfg, "encoder", "epd_embedding_cache_hits_total");
-  run.encoder_misses = counter_sum(*cfg, "encoder", "epd_embedding_cache_misses_total");
-  run.prefill_hits = counter_sum(*cfg, "prefill", "epd_embedding_cache_hits_total");
-  run.skipped = counter_sum(*cfg, "encoder", "epd_embedding_transfers_skipped_total");
+  run.encoder_hits = metric_total(*cfg, "encoder", "epd_embedding_cache_hits_total");
+  run.encoder_misses = metric_total(*cfg, "encoder", "epd_embedding_cache_misses_total");
+  run.prefill_hits = metric_total(*cfg, "prefill", "epd_embedding_cache_hits_total");
+  run.skipped = metric_total(*cfg, "encoder", "epd_embedding_transfers_skipped_total");
   cluster->stop();
   return run;
 }
@@ -191,16 +175,9 @@ int run_cache(int argc, char** argv) {
     std::fprintf(stderr, "epd-bench cache: needs --requests >= 2, --rounds >= 1, --cache-bytes > 0\n");
     return 2;
   }
-  auto cfg = config::load_cluster_config(config);
-  if (!cfg) {
-    std::fprintf(stderr, "%s\n", cfg.error().detail.c_str());
-    return 2;
-  }
-  auto model_cfg = actors::model_for(*cfg);
-  if (!model_cfg) {
-    std::fprintf(stderr, "model: %s\n", model_cfg.error().detail.c_str());
-    return 2;
-  }
+  auto loaded = load_bench_config(config);
+  if (!loaded) return 2;
+  const auto* model_cfg = &loaded->model;
   if (side == 0) side = model_cfg->patch_size * 8;  // 64 patches
   const auto work = make_requests(requests, prompt_bytes, side);
   const fs::path dir = fs::temp_directory_path() / ("epd-bench-cache-" + std::to_string(::getpid()));

@@ -7,7 +7,10 @@
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <thread>
+
+#include "epd/actors/role_support.hpp"
 
 namespace epd::bench {
 
@@ -49,6 +52,35 @@ std::unique_ptr<launcher::ProcessGroup> start_cluster(const std::string& config,
   }
   std::fprintf(stderr, "the cluster did not become ready\n");
   return nullptr;
+}
+
+std::optional<BenchConfig> load_bench_config(const std::string& path) {
+  auto cfg = config::load_cluster_config(path);
+  if (!cfg) {
+    std::fprintf(stderr, "%s\n", cfg.error().detail.c_str());
+    return std::nullopt;
+  }
+  auto model_cfg = actors::model_for(*cfg);
+  if (!model_cfg) {
+    std::fprintf(stderr, "model: %s\n", model_cfg.error().detail.c_str());
+    return std::nullopt;
+  }
+  return BenchConfig{std::move(*cfg), std::move(*model_cfg)};
+}
+
+double metric_total(const config::ClusterConfig& cfg, const char* role, const std::string& name) {
+  double sum = 0;
+  for (const auto* inst : cfg.with_role(role)) {
+    if (!inst->metrics) continue;
+    httplib::Client c(inst->metrics->host, inst->metrics->port);
+    auto r = c.Get("/metrics");
+    if (!r || r->status != 200) continue;
+    std::istringstream in(r->body);
+    for (std::string line; std::getline(in, line);)
+      if (line.rfind(name + "{", 0) == 0 || line.rfind(name + " ", 0) == 0)
+        sum += std::stod(line.substr(line.rfind(' ') + 1));
+  }
+  return sum;
 }
 
 }  // namespace epd::bench

@@ -1,11 +1,13 @@
 #pragma once
 // Starting a cluster from a config for the benchmarks that drive the router over HTTP (e2e, soak).
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 
 #include "epd/config/cluster_config.hpp"
 #include "epd/launcher/process_group.hpp"
+#include "epd/model/config.hpp"
 
 namespace epd::bench {
 
@@ -19,5 +21,15 @@ std::pair<std::string, int> router_address(const config::ClusterConfig& cfg);
 // `instances` healthy instances. Null (with the reason on stderr) if it cannot.
 std::unique_ptr<launcher::ProcessGroup> start_cluster(const std::string& config, const std::string& host,
                                                       int port, size_t instances);
+
+// A cluster config and the model it serves; nullopt (with the reason on stderr) if either does not load.
+struct BenchConfig {
+  config::ClusterConfig cluster;
+  model::ModelConfig model;
+};
+std::optional<BenchConfig> load_bench_config(const std::string& path);
+
+// Sum of one metric over every instance of `role` that serves /metrics (0 when none does).
+double metric_total(const config::ClusterConfig& cfg, const char* role, const std::string& name);
 
 }  // namespace epd::bench

@@ -261,16 +261,9 @@ int run_e2e(int argc, char** argv) {
   }
   o.interval = rate > 0 ? std::chrono::microseconds(int64_t(1e6 / rate)) : std::chrono::microseconds(0);
 
-  auto cfg = config::load_cluster_config(config);
-  if (!cfg) {
-    std::fprintf(stderr, "%s\n", cfg.error().detail.c_str());
-    return 2;
-  }
-  auto model_cfg = actors::model_for(*cfg);
-  if (!model_cfg) {
-    std::fprintf(stderr, "model: %s\n", model_cfg.error().detail.c_str());
-    return 2;
-  }
+  auto loaded = load_bench_config(config);
+  if (!loaded) return 2;
+  const auto* model_cfg = &loaded->model;
   const uint32_t side = model_cfg->patch_size * 8;  // 64 patches
   const auto work = make_workload(requests, prompt_bytes, images, side);
   std::printf("epd-bench e2e: model '%s', %d requests, prompt %d tokens%s, %u generated tokens\n",

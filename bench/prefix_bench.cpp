@@ -112,22 +112,6 @@ std::optional<std::string> variant_config(const std::string& config, const Varia
   return out.string();
 }
 
-// Sum of one counter over every instance of `role` that serves /metrics.
-double counter_sum(const config::ClusterConfig& cfg, const char* role, const std::string& name) {
-  double sum = 0;
-  for (const auto* inst : cfg.with_role(role)) {
-    if (!inst->metrics) continue;
-    httplib::Client c(inst->metrics->host, inst->metrics->port);
-    auto r = c.Get("/metrics");
-    if (!r || r->status != 200) continue;
-    std::istringstream in(r->body);
-    for (std::string line; std::getline(in, line);)
-      if (line.rfind(name + "{", 0) == 0 || line.rfind(name + " ", 0) == 0)
-        sum += std::stod(line.substr(line.rfind(' ') + 1));
-  }
-  return sum;
-}
-
 // Every conversation in its own thread, turn after turn; a turn's prompt is the conversation so far (the
 // answers included, as a chat client resends them) plus new user tokens.
 std::optional<Outcome> run_variant(const std::string& config, const Shape& shape, const char* label) {
@@ -175,11 +159,11 @@ std::optional<Outcome> run_variant(const std::string& config, const Shape& shape
   for (auto& t : threads) t.join();
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::fprintf(stderr, "\n");
-  out.prefill_hits = counter_sum(*cfg, "prefill", "epd_prefix_cache_hit_tokens_total");
-  out.prefill_misses = counter_sum(*cfg, "prefill", "epd_prefix_cache_missed_tokens_total");
-  out.decode_hits = counter_sum(*cfg, "decode", "epd_prefix_cache_hit_tokens_total");
-  out.kv_bytes = counter_sum(*cfg, "prefill", "epd_transfer_size_bytes_sum");
-  out.not_sent = counter_sum(*cfg, "prefill", "epd_prefix_cache_kv_bytes_not_sent_total");
+  out.prefill_hits = metric_total(*cfg, "prefill", "epd_prefix_cache_hit_tokens_total");
+  out.prefill_misses = metric_total(*cfg, "prefill", "epd_prefix_cache_missed_tokens_total");
+  out.decode_hits = metric_total(*cfg, "decode", "epd_prefix_cache_hit_tokens_total");
+  out.kv_bytes = metric_total(*cfg, "prefill", "epd_transfer_size_bytes_sum");
+  out.not_sent = metric_total(*cfg, "prefill", "epd_prefix_cache_kv_bytes_not_sent_total");
   cluster->stop();
   return out;
 }
@@ -232,16 +216,9 @@ int run_prefix(int argc, char** argv) {
     std::fprintf(stderr, "epd-bench prefix: needs --conversations >= 1, --turns >= 2, --user-tokens >= 1\n");
     return 2;
   }
-  auto cfg = config::load_cluster_config(config);
-  if (!cfg) {
-    std::fprintf(stderr, "%s\n", cfg.error().detail.c_str());
-    return 2;
-  }
-  auto model_cfg = actors::model_for(*cfg);
-  if (!model_cfg) {
-    std::fprintf(stderr, "model: %s\n", model_cfg.error().detail.c_str());
-    return 2;
-  }
+  auto loaded = load_bench_config(config);
+  if (!loaded) return 2;
+  const auto* model_cfg = &loaded->model;
   const uint64_t longest =
       uint64_t(shape.system_tokens) + uint64_t(shape.turns) * (shape.user_tokens + shape.max_tokens);
   if (longest >= model_cfg->max_seq) {
