@@ -89,4 +89,10 @@ uint64_t micros_since(std::chrono::steady_clock::time_point t0) {
       std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count());
 }
 
+void publish_prefix_cache(LoadGauge& load, const PrefixCache& cache) {
+  load.cached_kv_pages = cache.pages();
+  load.prefix_hit_tokens = cache.stats()->hit_tokens.load();
+  load.prefix_missed_tokens = cache.stats()->missed_tokens.load();
+}
+
 }  // namespace epd::actors

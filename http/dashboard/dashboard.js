@@ -261,6 +261,9 @@
       ['quarantined', i.quarantined_pages],
     ].filter(([, v]) => v).map(([k, v]) => `${k} ${fmtNumber(v)}`);
     if (i.transfer_bytes) extra.push('sent ' + fmtBytes(i.transfer_bytes));
+    const lookups = (i.prefix_hit_tokens ?? 0) + (i.prefix_missed_tokens ?? 0);
+    if (lookups) extra.push(`cache hit ${Math.round((100 * i.prefix_hit_tokens) / lookups)}% of ${fmtNumber(lookups)} tokens`);
+    if (i.cached_kv_pages) extra.push(`cached ${fmtNumber(i.cached_kv_pages)} pages`);
     return el('div', {}, main, extra.length ? el('span', { class: 'sub' }, extra.join(' · ')) : null);
   }
 
@@ -274,7 +277,8 @@
           el('span', { class: 'sub', title: 'chunks staged; writers that waited for space; WATERMARK messages' },
             `chunks ${fmtNumber(st.chunks)} · waits ${fmtNumber(st.waits)} · marks ${fmtNumber(st.watermarks)}`))
         : el('span', { class: 'none' }, '—');
-      return el('tr', { data: { instance: i.id, role: i.role, healthy: String(Boolean(i.healthy)) } },
+      return el('tr', { data: { instance: i.id, role: i.role, healthy: String(Boolean(i.healthy)),
+        cacheHit: String(i.prefix_hit_tokens ?? 0), cacheLookups: String((i.prefix_hit_tokens ?? 0) + (i.prefix_missed_tokens ?? 0)) } },
         el('td', {}, el('span', { class: 'id' }, i.id), el('span', { class: 'sub' }, i.control_endpoint ?? '')),
         el('td', {}, el('span', { class: 'role role-' + i.role }, i.role)),
         el('td', {}, el('span', { class: 'health', data: { healthy: String(Boolean(i.healthy)) } },

@@ -89,6 +89,20 @@ TEST_CASE("dashboard: headless Chromium shows every instance and a streamed answ
   std::filesystem::create_directories(EPD_ARTIFACT_DIR);
   std::filesystem::remove(kScreenshot);
 
+  // The request the playground streams below, asked first at once: its answer is what the page must show,
+  // and the page's request then finds the prompt in the prefix caches.
+  const json request = {
+      {"messages",
+       json::array({{{"role", "user"},
+                     {"content", json::array({{{"type", "text"}, {"text", kPrompt}},
+                                              {{"type", "image_url"},
+                                               {"image_url", {{"url", png_data_uri(kSample)}}}}})}}})},
+      {"max_tokens", kMaxTokens},
+      {"temperature", 0}};
+  const auto [status, body] = cluster.post_raw("/v1/chat/completions", request.dump());
+  REQUIRE(status == 200);
+  const json whole = json::parse(body);
+
   const std::string url = "http://127.0.0.1:" + std::to_string(cluster.http_port()) + "/";
   const auto run = run_command({"node", node_sdk_dir() + "/dashboard.mjs", "--url", url, "--expect",
                                 join(cluster.ids()), "--image", kPng, "--sample", "1", "--prompt", kPrompt,
@@ -113,17 +127,6 @@ TEST_CASE("dashboard: headless Chromium shows every instance and a streamed answ
   CHECK(answer["state"] == "done");
   const std::string streamed = answer["text"];
   CHECK(streamed == kSampleTruth);
-  const json request = {
-      {"messages",
-       json::array({{{"role", "user"},
-                     {"content", json::array({{{"type", "text"}, {"text", kPrompt}},
-                                              {{"type", "image_url"},
-                                               {"image_url", {{"url", png_data_uri(kSample)}}}}})}}})},
-      {"max_tokens", kMaxTokens},
-      {"temperature", 0}};
-  const auto [status, body] = cluster.post_raw("/v1/chat/completions", request.dump());
-  REQUIRE(status == 200);
-  const json whole = json::parse(body);
   CHECK(whole["choices"][0]["message"]["content"] == streamed);
   CHECK(whole["choices"][0]["finish_reason"] == answer["finish_reason"]);
   CHECK(whole["usage"]["completion_tokens"] == answer["completion_tokens"]);
@@ -158,6 +161,21 @@ TEST_CASE("dashboard: headless Chromium shows every instance and a streamed answ
   }
   CHECK(saw_failure);
   CHECK(saw_answer);
+
+  // The prefix caches' figures: the page's prefill row shows the hits of the streamed answer (its prompt
+  // was computed once before), the same figures /v1/instances has.
+  bool shown_hits = false;
+  for (const auto& row : facts["instances_after"]) {
+    if (row["role"] != "prefill") continue;
+    const json api_row = cluster.instance(row["id"]);
+    INFO(row.dump() << "\n" << api_row.dump());
+    CHECK(row["cache_hit"].get<double>() > 0);
+    CHECK(row["cache_hit"] == api_row["prefix_hit_tokens"]);
+    CHECK(row["cache_lookups"].get<double>() ==
+          api_row["prefix_hit_tokens"].get<double>() + api_row["prefix_missed_tokens"].get<double>());
+    shown_hits = row["text"].get<std::string>().find("cache hit ") != std::string::npos;
+  }
+  CHECK(shown_hits);
 
   // The screenshot: a PNG of a real page, not an empty one.
   REQUIRE(std::filesystem::exists(kScreenshot));

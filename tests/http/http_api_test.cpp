@@ -352,7 +352,10 @@ TEST_CASE("GET /v1/instances and /v1/stats have the documented shape", "[http]")
                       {"sessions_recycled", 0},
                       {"quarantined_pages", 0},
                       {"fenced_writes", 0},
-                      {"cancelled_rooms", 0}}));
+                      {"cancelled_rooms", 0},
+                      {"cached_kv_pages", 0},
+                      {"prefix_hit_tokens", 0},
+                      {"prefix_missed_tokens", 0}}));
   CHECK(j[1]["id"] == "encoder-0");
   CHECK(j[1]["healthy"] == false);
   CHECK(j[1]["staging"] == json({{"ring_bytes", 4096},

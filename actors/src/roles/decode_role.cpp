@@ -117,6 +117,7 @@ void publish_load(DecodeState& st) {
   st.ctx.load->quarantined_pages = held;
   // Cached pages no room references are free for placement: a room that needs them evicts them.
   st.ctx.load->free_kv_pages = st.pages.free_count() + st.prefix->evictable();
+  publish_prefix_cache(*st.ctx.load, *st.prefix);
   st.ctx.load->total_kv_pages = st.pages.total();
   st.ctx.load->active_rooms = uint32_t(st.rooms.size());
   std::array<uint32_t, 2> phases{};  // waiting for KV, decoding

@@ -69,6 +69,7 @@ std::optional<protocol::Error> ended_cause(const PrefillState& st, uint64_t id) 
 void publish_load(PrefillState& st) {
   // Cached pages no room references are free as far as placement goes: a room that needs them evicts them.
   st.ctx.load->free_kv_pages = st.pages.free_count() + st.prefix->evictable();
+  publish_prefix_cache(*st.ctx.load, *st.prefix);
   st.ctx.load->total_kv_pages = st.pages.total();
   st.ctx.load->free_slots = st.slots.free_count();
   st.ctx.load->total_slots = st.slots.total();

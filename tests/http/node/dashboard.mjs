@@ -83,6 +83,7 @@ try {
   facts.charts = await waitForCharts(page);
   // One more poll so the failures list, the activity table and the charts all show the last request.
   await page.waitForTimeout(1200);
+  facts.instances_after = await instanceRows(page);  // with the prefix caches' figures of the answers
 
   mkdirSync(dirname(args.screenshot), { recursive: true });
   await page.screenshot({ path: args.screenshot, fullPage: true });
@@ -134,10 +135,16 @@ async function waitForInstances(page, ids) {
   await waitFor(page, `the instance table never showed ${ids.join(', ')} as healthy`, (ids) =>
     ids.every((id) => document.querySelector(`#instances tr[data-instance="${CSS.escape(id)}"]`)?.dataset.healthy === 'true'),
   ids);
+  return instanceRows(page);
+}
+
+function instanceRows(page) {
   return page.$$eval('#instances tbody tr', (rows) => rows.map((r) => ({
     id: r.dataset.instance,
     role: r.dataset.role,
     healthy: r.dataset.healthy === 'true',
+    cache_hit: Number(r.dataset.cacheHit),
+    cache_lookups: Number(r.dataset.cacheLookups),
     text: r.innerText.replace(/\s+/g, ' ').trim(),
   })));
 }

@@ -8,6 +8,8 @@
 #include <string>
 
 #include "epd/actors/bridge.hpp"
+#include "epd/actors/cache/prefix_cache.hpp"
+#include "epd/actors/load_gauge.hpp"
 #include "epd/config/cluster_config.hpp"
 #include "epd/config/settings.hpp"
 #include "epd/model/config.hpp"
@@ -55,5 +57,8 @@ caf::actor spawn_worker_actor(caf::actor_system& system, bool detached, F fn, Ts
 }
 
 uint64_t micros_since(std::chrono::steady_clock::time_point t0);
+
+// The prefix cache's size and hit counts into the load report (/v1/instances, the dashboard).
+void publish_prefix_cache(LoadGauge& load, const PrefixCache& cache);
 
 }  // namespace epd::actors

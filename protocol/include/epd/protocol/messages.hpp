@@ -119,7 +119,10 @@ struct BasicLoadReport {
   Slot<uint32_t> quarantined_pages = 0;  // pages of aborted rooms held until their writer certainly stopped
   Slot<uint64_t> fenced_writes = 0;      // writes refused because their grant was revoked (stale writers)
   Slot<uint64_t> cancelled_rooms = 0;    // live rooms ended by the router's CANCEL, since start
-  Staging staging{};                     // instances that stage (docs/staging.md)
+  Slot<uint32_t> cached_kv_pages = 0;    // KV pages the prefix cache holds (prefill, decode; docs/caches.md)
+  Slot<uint64_t> prefix_hit_tokens = 0;  // prompt tokens found in the prefix cache, since start
+  Slot<uint64_t> prefix_missed_tokens = 0;  // prompt tokens looked up there and not found, since start
+  Staging staging{};                        // instances that stage (docs/staging.md)
 
   bool operator==(const BasicLoadReport&) const = default;
   template <class S, class V>
@@ -139,6 +142,9 @@ struct BasicLoadReport {
     v.opt("quarantined_pages", s.quarantined_pages);
     v.opt("fenced_writes", s.fenced_writes);
     v.opt("cancelled_rooms", s.cancelled_rooms);
+    v.opt("cached_kv_pages", s.cached_kv_pages);
+    v.opt("prefix_hit_tokens", s.prefix_hit_tokens);
+    v.opt("prefix_missed_tokens", s.prefix_missed_tokens);
     v.opt("staging", s.staging);
   }
 };
