@@ -41,12 +41,14 @@ struct Shape {
   uint64_t seed = 1;
 };
 
-// One variant of the cluster: how many prefills, caches on or off, placement.
+// One variant of the cluster: how many prefills, caches on or off, placement, and membership in etcd with
+// two routers that a conversation's turns alternate between (each router knows only its own placements).
 struct Variant {
   const char* name;
   int prefills;
   bool caches;
   bool cache_aware;
+  bool two_routers = false;
 };
 
 struct Turn {
@@ -105,6 +107,26 @@ std::optional<std::string> variant_config(const std::string& config, const Varia
     prefill->insert_or_assign("metrics", "127.0.0.1:" + std::to_string(launcher::free_port()));
     instances->push_back(std::move(*prefill));
   }
+  if (v.two_routers) {  // membership in a local etcd that epd-cluster starts, and a second router
+    auto& cluster = *t["cluster"].as_table();
+    const auto client = std::to_string(launcher::free_port());
+    cluster.insert_or_assign("registry", "etcd");
+    cluster.insert_or_assign("etcd_endpoints", toml::array{"http://127.0.0.1:" + client});
+    cluster.insert_or_assign("etcd_prefix", "/epd/bench-prefix/");
+    cluster.insert_or_assign("etcd_lease_ttl_ms", int64_t(3000));
+    t.insert_or_assign(
+        "etcd", toml::table{{"local", true}, {"peer", "127.0.0.1:" + std::to_string(launcher::free_port())}});
+    std::optional<toml::table> router;
+    for (auto& node : *instances)
+      if (auto* inst = node.as_table(); inst && (*inst)["role"].value_or(std::string()) == "router")
+        router = *inst;
+    if (!router) return std::nullopt;
+    router->insert_or_assign("id", "router-extra");
+    router->insert_or_assign("control", "tcp://127.0.0.1:" + std::to_string(launcher::free_port()));
+    router->insert_or_assign("http", "127.0.0.1:" + std::to_string(launcher::free_port()));
+    router->erase("metrics");
+    instances->push_back(std::move(*router));
+  }
   const fs::path out = dir / (std::string(v.name) + ".toml");
   std::ofstream f(out);
   f << t << "\n";
@@ -123,6 +145,11 @@ std::optional<Outcome> run_variant(const std::string& config, const Shape& shape
   const auto [host, port] = router_address(*cfg);
   auto cluster = start_cluster(config, host, port, cfg->instances.size());
   if (!cluster) return std::nullopt;
+  std::vector<std::pair<std::string, int>> routers;  // a conversation's turns go round them
+  for (const auto* r : cfg->with_role("router")) {
+    const auto http = r->settings.get_string("http", "127.0.0.1:8080");
+    routers.emplace_back(http->substr(0, http->rfind(':')), std::stoi(http->substr(http->rfind(':') + 1)));
+  }
   Outcome out;
   out.turns.assign(shape.conversations, {});
   std::mt19937_64 shared_rng(shape.seed);
@@ -135,9 +162,13 @@ std::optional<Outcome> run_variant(const std::string& config, const Shape& shape
     threads.emplace_back([&, c] {
       std::mt19937_64 rng(shape.seed * 1000 + uint64_t(c));
       std::vector<uint32_t> history = system;
-      httplib::Client http(host, port);
-      http.set_read_timeout(300, 0);
+      std::vector<std::unique_ptr<httplib::Client>> clients;
+      for (const auto& [h, p] : routers) {
+        clients.push_back(std::make_unique<httplib::Client>(h, p));
+        clients.back()->set_read_timeout(300, 0);
+      }
       for (int t = 0; t < shape.turns; ++t) {
+        auto& http = *clients[size_t(c + t) % clients.size()];
         auto user = random_tokens(rng, shape.user_tokens);
         history.insert(history.end(), user.begin(), user.end());
         Turn turn;
@@ -231,7 +262,8 @@ int run_prefix(int argc, char** argv) {
   const Variant variants[] = {{"1 prefill, caches off", 1, false, false},
                               {"1 prefill, caches on", 1, true, true},
                               {"2 prefills, least-loaded", 2, true, false},
-                              {"2 prefills, cache-aware", 2, true, true}};
+                              {"2 prefills, cache-aware", 2, true, true},
+                              {"2 prefills, 2 routers (etcd)", 2, true, true, true}};
   std::printf(
       "epd-bench prefix: model '%s', %d conversations at once x %d turns, shared system prompt %d tokens, "
       "%d new user tokens and %u answer tokens per turn\n",
@@ -298,6 +330,13 @@ int run_prefix(int argc, char** argv) {
       on.prefill_hits / double(prompt_tokens(on)),
       ratio(outcomes[3].prefill_hits / double(prompt_tokens(outcomes[3])),
             on.prefill_hits / double(prompt_tokens(on))));
+  std::printf(
+      "2 routers over etcd, turns alternating: prefill hit ratio %.2f, %.2fx the one-router "
+      "cache-aware run; turns on the previous turn's prefill %.2f (one router %.2f)\n",
+      outcomes[4].prefill_hits / double(prompt_tokens(outcomes[4])),
+      ratio(outcomes[4].prefill_hits / double(prompt_tokens(outcomes[4])),
+            outcomes[3].prefill_hits / double(prompt_tokens(outcomes[3]))),
+      sticky(outcomes[4]), sticky(outcomes[3]));
   std::printf("%zu turns failed; %zu answers differ from the caches-off run\n", failed, differ);
   return failed || differ ? 1 : 0;
 }
