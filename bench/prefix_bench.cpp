@@ -71,8 +71,9 @@ std::vector<uint32_t> random_tokens(std::mt19937_64& rng, int n) {
   return out;
 }
 
-// The config with the variant's settings, a metrics address for every prefill and decode (their counters
-// are read after the run), and a second prefill when asked, written into `dir`.
+// The config with the variant's settings, free ports for every instance, a metrics address for every
+// prefill and decode (their counters are read after the run), and a second prefill (and router) when
+// asked, written into `dir`.
 std::optional<std::string> variant_config(const std::string& config, const Variant& v, const fs::path& dir) {
   toml::table t;
   try {
@@ -94,7 +95,12 @@ std::optional<std::string> variant_config(const std::string& config, const Varia
   std::optional<toml::table> prefill;
   for (auto& node : *instances) {
     auto* inst = node.as_table();
-    const auto role = inst ? (*inst)["role"].value_or(std::string()) : std::string();
+    if (!inst) continue;
+    // Ports of this run's own choosing: the config's fixed ones could be taken by anything else running.
+    inst->insert_or_assign("control", "tcp://127.0.0.1:" + std::to_string(launcher::free_port()));
+    if (inst->contains("http"))
+      inst->insert_or_assign("http", "127.0.0.1:" + std::to_string(launcher::free_port()));
+    const auto role = (*inst)["role"].value_or(std::string());
     if (role != "prefill" && role != "decode") continue;
     for (const char* key : {"prefix_cache_pages", "prefix_index_blocks"}) inst->erase(key);
     if (!inst->contains("metrics"))
