@@ -67,19 +67,11 @@ uint16_t free_port() {
 // address for those that have none (their cache counters are read after the run), written into `dir`.
 std::optional<std::string> variant_config(const std::string& config, uint64_t cache_bytes,
                                           const fs::path& dir, const std::string& name) {
-  toml::table t;
-  try {
-    t = toml::parse_file(config);
-  } catch (const toml::parse_error& e) {
-    std::fprintf(stderr, "%s: %s\n", config.c_str(), std::string(e.description()).c_str());
-    return std::nullopt;
-  }
-  if (!t["defaults"].as_table()) t.insert_or_assign("defaults", toml::table{});
-  auto& defaults = *t["defaults"].as_table();
-  for (const char* role : {"encoder", "prefill"}) {
-    if (!defaults[role].as_table()) defaults.insert_or_assign(role, toml::table{});
-    defaults[role].as_table()->insert_or_assign("embedding_cache_bytes", int64_t(cache_bytes));
-  }
+  auto parsed = read_config_toml(config);
+  if (!parsed) return std::nullopt;
+  toml::table& t = *parsed;
+  for (const char* role : {"encoder", "prefill"})
+    role_defaults(t, role).insert_or_assign("embedding_cache_bytes", int64_t(cache_bytes));
   if (auto* instances = t["instance"].as_array())
     for (auto& node : *instances) {
       auto* inst = node.as_table();
@@ -89,14 +81,7 @@ std::optional<std::string> variant_config(const std::string& config, uint64_t ca
       if (!inst->contains("metrics"))
         inst->insert_or_assign("metrics", "127.0.0.1:" + std::to_string(free_port()));
     }
-  const fs::path out = dir / (name + ".toml");
-  std::ofstream f(out);
-  f << t << "\n";
-  if (!f) {
-    std::fprintf(stderr, "cannot write %s\n", out.c_str());
-    return std::nullopt;
-  }
-  return out.string();
+  return write_config_toml(t, dir, name);
 }
 
 struct Run {

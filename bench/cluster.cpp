@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
@@ -66,6 +67,34 @@ std::optional<BenchConfig> load_bench_config(const std::string& path) {
     return std::nullopt;
   }
   return BenchConfig{std::move(*cfg), std::move(*model_cfg)};
+}
+
+std::optional<toml::table> read_config_toml(const std::string& path) {
+  try {
+    return toml::parse_file(path);
+  } catch (const toml::parse_error& e) {
+    std::fprintf(stderr, "%s: %s\n", path.c_str(), std::string(e.description()).c_str());
+    return std::nullopt;
+  }
+}
+
+toml::table& role_defaults(toml::table& config, const char* role) {
+  if (!config["defaults"].as_table()) config.insert_or_assign("defaults", toml::table{});
+  auto& defaults = *config["defaults"].as_table();
+  if (!defaults[role].as_table()) defaults.insert_or_assign(role, toml::table{});
+  return *defaults[role].as_table();
+}
+
+std::optional<std::string> write_config_toml(const toml::table& config, const std::filesystem::path& dir,
+                                             const std::string& name) {
+  const auto out = dir / (name + ".toml");
+  std::ofstream f(out);
+  f << config << "\n";
+  if (!f) {
+    std::fprintf(stderr, "cannot write %s\n", out.c_str());
+    return std::nullopt;
+  }
+  return out.string();
 }
 
 double metric_total(const config::ClusterConfig& cfg, const char* role, const std::string& name) {

@@ -1,5 +1,8 @@
 #pragma once
 // Starting a cluster from a config for the benchmarks that drive the router over HTTP (e2e, soak).
+#include <toml++/toml.h>
+
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
@@ -28,6 +31,14 @@ struct BenchConfig {
   model::ModelConfig model;
 };
 std::optional<BenchConfig> load_bench_config(const std::string& path);
+
+// Variant configs a bench writes: the parsed file (nullopt, with the reason on stderr, if it does not
+// parse), its [defaults.<role>] table (made if missing), and the table written to `dir`/`name`.toml (its
+// path; nullopt, with the reason on stderr, if it cannot be written).
+std::optional<toml::table> read_config_toml(const std::string& path);
+toml::table& role_defaults(toml::table& config, const char* role);
+std::optional<std::string> write_config_toml(const toml::table& config, const std::filesystem::path& dir,
+                                             const std::string& name);
 
 // Sum of one metric over every instance of `role` that serves /metrics (0 when none does).
 double metric_total(const config::ClusterConfig& cfg, const char* role, const std::string& name);

@@ -75,21 +75,13 @@ std::vector<uint32_t> random_tokens(std::mt19937_64& rng, int n) {
 // prefill and decode (their counters are read after the run), and a second prefill (and router) when
 // asked, written into `dir`.
 std::optional<std::string> variant_config(const std::string& config, const Variant& v, const fs::path& dir) {
-  toml::table t;
-  try {
-    t = toml::parse_file(config);
-  } catch (const toml::parse_error& e) {
-    std::fprintf(stderr, "%s: %s\n", config.c_str(), std::string(e.description()).c_str());
-    return std::nullopt;
-  }
-  if (!t["defaults"].as_table()) t.insert_or_assign("defaults", toml::table{});
-  auto& defaults = *t["defaults"].as_table();
-  for (const char* role : {"prefill", "decode", "router"})
-    if (!defaults[role].as_table()) defaults.insert_or_assign(role, toml::table{});
+  auto parsed = read_config_toml(config);
+  if (!parsed) return std::nullopt;
+  toml::table& t = *parsed;
   if (!v.caches)
     for (const char* role : {"prefill", "decode"})
-      defaults[role].as_table()->insert_or_assign("prefix_cache_pages", int64_t(0));
-  if (!v.cache_aware) defaults["router"].as_table()->insert_or_assign("prefix_index_blocks", int64_t(0));
+      role_defaults(t, role).insert_or_assign("prefix_cache_pages", int64_t(0));
+  if (!v.cache_aware) role_defaults(t, "router").insert_or_assign("prefix_index_blocks", int64_t(0));
   auto* instances = t["instance"].as_array();
   if (!instances) return std::nullopt;
   std::optional<toml::table> prefill;
@@ -133,11 +125,7 @@ std::optional<std::string> variant_config(const std::string& config, const Varia
     router->erase("metrics");
     instances->push_back(std::move(*router));
   }
-  const fs::path out = dir / (std::string(v.name) + ".toml");
-  std::ofstream f(out);
-  f << t << "\n";
-  if (!f) return std::nullopt;
-  return out.string();
+  return write_config_toml(t, dir, v.name);
 }
 
 // Every conversation in its own thread, turn after turn; a turn's prompt is the conversation so far (the
