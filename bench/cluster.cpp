@@ -15,12 +15,16 @@
 
 namespace epd::bench {
 
+std::pair<std::string, int> http_address(const config::InstanceConfig& router) {
+  auto http = router.settings.get_string("http", "127.0.0.1:8080");
+  return {http->substr(0, http->rfind(':')), std::stoi(http->substr(http->rfind(':') + 1))};
+}
+
 std::pair<std::string, int> router_address(const config::ClusterConfig& cfg) {
   // The embedded registry's router, or (membership in etcd) the first router.
   const auto* router = cfg.registry();
   if (!router && !cfg.with_role("router").empty()) router = cfg.with_role("router").front();
-  auto http = router ? router->settings.get_string("http", "127.0.0.1:8080") : std::string("127.0.0.1:8080");
-  return {http->substr(0, http->rfind(':')), std::stoi(http->substr(http->rfind(':') + 1))};
+  return router ? http_address(*router) : std::pair<std::string, int>{"127.0.0.1", 8080};
 }
 
 std::string sibling_executable(const std::string& name) {

@@ -17,6 +17,8 @@ namespace epd::bench {
 // The path of an executable installed next to this one (epd-cluster, epd-mtmd-reference).
 std::string sibling_executable(const std::string& name);
 
+// Where a router instance's HTTP listens: {host, port} of its `http` setting.
+std::pair<std::string, int> http_address(const config::InstanceConfig& router);
 // Where a config's router listens: {host, port}.
 std::pair<std::string, int> router_address(const config::ClusterConfig& cfg);
 

@@ -140,10 +140,7 @@ std::optional<Outcome> run_variant(const std::string& config, const Shape& shape
   auto cluster = start_cluster(config, host, port, cfg->instances.size());
   if (!cluster) return std::nullopt;
   std::vector<std::pair<std::string, int>> routers;  // a conversation's turns go round them
-  for (const auto* r : cfg->with_role("router")) {
-    const auto http = r->settings.get_string("http", "127.0.0.1:8080");
-    routers.emplace_back(http->substr(0, http->rfind(':')), std::stoi(http->substr(http->rfind(':') + 1)));
-  }
+  for (const auto* r : cfg->with_role("router")) routers.push_back(http_address(*r));
   Outcome out;
   out.turns.assign(shape.conversations, {});
   std::mt19937_64 shared_rng(shape.seed);
