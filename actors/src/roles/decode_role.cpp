@@ -551,8 +551,8 @@ void on_finished(DecodeState& st, DecodeFinished& f) {
   DecodeRoom* found = st.rooms.find(f.room);
   if (!found) return;
   DecodeRoom& room = *found;
-  if (f.ok) keep_answer_pages(st, room, f.tokens);
   if (f.ok) {
+    keep_answer_pages(st, room, f.tokens);
     protocol::RoomResult r;
     r.room = f.room;
     r.ok = true;
