@@ -286,3 +286,71 @@ TEST_CASE("prefix index: the router's guess matches leading blocks per instance 
   PrefixIndex off(4, 0);
   CHECK(off.blocks(a, std::nullopt, 0).empty());
 }
+
+TEST_CASE(
+    "prefix cache: a partial last page is keyed on request, and a page's first tokens serve a prompt "
+    "that shares them") {
+  const uint32_t img = 7;
+  ContentHash h{}, other{};
+  h[0] = 1;
+  other[0] = 2;
+  std::vector<uint32_t> seq{1, 2, 3, 4, 5, 6};  // [1 2 3 4] + [5 6]
+  CHECK(page_keys(seq, 4, std::nullopt, std::nullopt).size() == 1);
+  auto keys = page_keys(seq, 4, std::nullopt, std::nullopt, /*tail=*/true);
+  REQUIRE(keys.size() == 2);
+  CHECK(keys[1].tokens == std::vector<uint32_t>{5, 6});
+
+  // shared_tokens: tokens, and an image row only where both name the same images and row.
+  PageKey a{{5, img, 6, 8}, h, {0}}, b{{5, img, 6, 9}, h, {0}};
+  CHECK(shared_tokens(a, b, img) == 3);
+  b.images = other;
+  CHECK(shared_tokens(a, b, img) == 1);
+  CHECK(shared_tokens(a, b, std::nullopt) == 3);  // no image token: plain text
+  CHECK(shared_tokens(a, PageKey{{5, img}, h, {0}}, img) == 2);
+
+  PrefixCache cache(8);
+  PageAllocator alloc(16);
+  // An answer ended mid-page: its whole page and its partial last one are kept.
+  std::vector<uint32_t> turn1{10, 11, 12, 13, 14, 15};
+  auto keys1 = page_keys(turn1, 4, std::nullopt, std::nullopt, true);
+  auto lease = cache.acquire(keys1, 1, turn1.size());
+  CHECK(lease.empty());
+  auto own = *alloc.allocate(2);
+  std::vector<uint32_t> freed;
+  cache.adopt(lease, keys1, own, freed);
+  CHECK(cache.pages() == 2);
+  cache.release(lease);
+
+  // The next turn goes on from there: the whole page is leased, the partial one gives its 2 tokens.
+  std::vector<uint32_t> turn2{10, 11, 12, 13, 14, 15, 16, 17, 18};
+  auto keys2 = page_keys(turn2, 4, std::nullopt, std::nullopt, true);
+  auto lease2 = cache.acquire(keys2, uint32_t(turn2.size() / 4), turn2.size());
+  REQUIRE(lease2.size() == 1);
+  auto hit = cache.partial_hit(lease2, keys2[1], std::nullopt);
+  REQUIRE(hit);
+  CHECK(hit->page == own[1]);
+  CHECK(hit->tokens == 2);
+  CHECK(cache.stats()->hit_tokens == 4);  // counted once the room takes them
+  cache.count_partial(hit->tokens);
+  CHECK(cache.stats()->hit_tokens == 4 + 2);
+  CHECK(cache.stats()->missed_tokens == 6 + 3);  // turn 1 all, turn 2 the rest
+
+  // A prompt that diverges inside the partial page gets only the tokens before.
+  std::vector<uint32_t> turn3{10, 11, 12, 13, 14, 99};
+  auto keys3 = page_keys(turn3, 4, std::nullopt, std::nullopt, true);
+  auto lease3 = cache.acquire(keys3, 1, turn3.size());
+  auto hit3 = cache.partial_hit(lease3, keys3[1], std::nullopt);
+  REQUIRE(hit3);
+  CHECK(hit3->tokens == 1);
+  // A whole page that shares its first tokens serves them as well; nothing shared, no hit.
+  std::vector<uint32_t> turn4{14, 15, 16, 17};
+  auto keys4 = page_keys(turn4, 4, std::nullopt, std::nullopt, true);
+  PrefixCache::Lease none;
+  CHECK(!cache.partial_hit(none, keys4[0], std::nullopt));
+  auto hit4 = cache.partial_hit(none, PageKey{{10, 11, 77}, {}, {}}, std::nullopt);
+  REQUIRE(hit4);
+  CHECK(hit4->page == own[0]);
+  CHECK(hit4->tokens == 2);
+  // Partial pages are never leased: a prompt equal to the partial page's tokens finds only whole pages.
+  CHECK(cache.acquire(keys1, 2, turn1.size()).size() == 1);
+}

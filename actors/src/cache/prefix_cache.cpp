@@ -15,14 +15,16 @@ protocol::Result<uint32_t> prefix_cache_budget(uint32_t setting, uint32_t kv_pag
 }
 
 std::vector<PageKey> page_keys(std::span<const uint32_t> prompt, uint32_t page_size,
-                               std::optional<uint32_t> image_token,
-                               const std::optional<ContentHash>& images) {
+                               std::optional<uint32_t> image_token, const std::optional<ContentHash>& images,
+                               bool tail) {
   std::vector<PageKey> keys;
   if (page_size == 0) return keys;
   uint32_t row = 0;  // the next image token's row in the request's embeddings
-  for (size_t begin = 0; begin + page_size <= prompt.size(); begin += page_size) {
+  const size_t end = tail ? prompt.size() : prompt.size() - prompt.size() % page_size;
+  for (size_t begin = 0; begin < end; begin += page_size) {
     PageKey key;
-    key.tokens.assign(prompt.begin() + begin, prompt.begin() + begin + page_size);
+    key.tokens.assign(prompt.begin() + begin, prompt.begin() + std::min(end, begin + page_size));
+    key.partial = key.tokens.size() < page_size;
     if (image_token) {
       for (uint32_t t : key.tokens)
         if (t == *image_token) key.rows.push_back(row++);
@@ -34,6 +36,20 @@ std::vector<PageKey> page_keys(std::span<const uint32_t> prompt, uint32_t page_s
     keys.push_back(std::move(key));
   }
   return keys;
+}
+
+uint32_t shared_tokens(const PageKey& a, const PageKey& b, std::optional<uint32_t> image_token) {
+  const size_t n = std::min(a.tokens.size(), b.tokens.size());
+  size_t row = 0;  // index into both keys' rows (equal tokens so far: equal image tokens)
+  for (size_t i = 0; i < n; ++i) {
+    if (a.tokens[i] != b.tokens[i]) return uint32_t(i);
+    if (image_token && a.tokens[i] == *image_token) {
+      if (a.images != b.images || row >= a.rows.size() || row >= b.rows.size() || a.rows[row] != b.rows[row])
+        return uint32_t(i);
+      ++row;
+    }
+  }
+  return uint32_t(n);
 }
 
 std::vector<uint32_t> PrefixCache::Lease::pages() const {
@@ -79,7 +95,7 @@ PrefixCache::Lease PrefixCache::acquire(std::span<const PageKey> keys, uint32_t 
   Lease lease;
   if (!enabled()) return lease;
   Node* at = &root_;
-  for (size_t i = 0; i < keys.size() && i < max_pages; ++i) {
+  for (size_t i = 0; i < keys.size() && i < max_pages && !keys[i].partial; ++i) {
     auto found = at->children.find(keys[i]);
     if (found == at->children.end()) break;
     at = found->second.get();
@@ -122,6 +138,30 @@ void PrefixCache::adopt(Lease& lease, std::span<const PageKey> keys, std::span<c
     at = n;
   }
   publish();
+}
+
+std::optional<PrefixCache::PartialHit> PrefixCache::partial_hit(const Lease& lease, const PageKey& next,
+                                                                std::optional<uint32_t> image_token) {
+  if (!enabled()) return std::nullopt;
+  const Node* at = lease.nodes_.empty() ? &root_ : lease.nodes_.back();
+  // Keys are ordered by their tokens first, so the one sharing the longest run with `next` sits next to
+  // where `next` would go.
+  Node* best = nullptr;
+  uint32_t most = 0;
+  auto it = at->children.lower_bound(next);
+  for (auto candidate : {it, it == at->children.begin() ? at->children.end() : std::prev(it)}) {
+    if (candidate == at->children.end()) continue;
+    const uint32_t n = shared_tokens(candidate->first, next, image_token);
+    if (n > most) most = n, best = candidate->second.get();
+  }
+  if (!best) return std::nullopt;
+  touch(best);
+  return PartialHit{best->page, most};
+}
+
+void PrefixCache::count_partial(uint32_t tokens) {
+  stats_->hit_tokens += tokens;
+  stats_->missed_tokens -= tokens;  // acquire counted the whole rest of the prompt as missed
 }
 
 void PrefixCache::release(Lease& lease) {

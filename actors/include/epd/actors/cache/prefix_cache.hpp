@@ -1,12 +1,13 @@
 #pragma once
-// Prefill's prefix cache: the KV pages of prompts computed before, in a radix tree whose edges are whole
-// pages of prompt, so a prompt that starts like an earlier one computes only the rest (sglang's radix
-// cache, vLLM's automatic prefix caching, at page granularity).
+// The prefix cache of prefill and decode: the KV pages of prompts computed before, in a radix tree whose
+// edges are whole pages of prompt, so a prompt that starts like an earlier one computes (or is sent) only
+// the rest (sglang's radix cache, vLLM's automatic prefix caching, at page granularity).
 //
-// A node is one full page. Its key is the page's token ids and, where the prompt holds an image, which row
-// of which images (their content hash, docs/architecture.md "The embedding cache") lands there: the token
-// id of an image row says nothing about the picture. Keys are compared whole, never by a hash of theirs,
-// so no crafted prompt can be handed another prompt's KV.
+// A node is one full page (or, kept for partial_hit() only, the partial page that ends a sequence). Its key
+// is the page's token ids and, where the prompt holds an image, which row of which images (their content
+// hash, docs/architecture.md "The embedding cache") lands there: the token id of an image row says nothing
+// about the picture. Keys are compared whole, never by a hash of theirs, so no crafted prompt can be handed
+// another prompt's KV.
 //
 // Pages in the tree are read-only. A room that uses a node holds a reference (a Lease) until it is reaped;
 // only an unreferenced leaf can be evicted, least recently used first, so a page is never freed or reused
@@ -51,14 +52,22 @@ struct PageKey {
   // embeddings (empty when the page holds no image token).
   ContentHash images{};
   std::vector<uint32_t> rows;
+  // Fewer tokens than a page (page_keys' tail): kept for partial_hit(), never leased.
+  bool partial = false;
   auto operator<=>(const PageKey&) const = default;
 };
 
 // The keys of a prompt's full pages, in order, as far as they can be keyed: a page with an image token
 // but no images hash (an encoder that sent none) ends the list. `image_token`: the prompt's image
-// placeholder id, if the model has one.
+// placeholder id, if the model has one. `tail`: the tokens after the last whole page are keyed too, as a
+// shorter last key (a partial page).
 std::vector<PageKey> page_keys(std::span<const uint32_t> prompt, uint32_t page_size,
-                               std::optional<uint32_t> image_token, const std::optional<ContentHash>& images);
+                               std::optional<uint32_t> image_token, const std::optional<ContentHash>& images,
+                               bool tail = false);
+
+// How many leading tokens two page keys share, image rows included: a token of an image counts only where
+// both name the same images and row.
+uint32_t shared_tokens(const PageKey& a, const PageKey& b, std::optional<uint32_t> image_token);
 
 class PrefixCache {
   struct Node {
@@ -90,15 +99,31 @@ class PrefixCache {
   PrefixCache& operator=(const PrefixCache&) = delete;
 
   bool enabled() const { return budget_ > 0; }
-  // The longest cached run of `keys`, at most `max_pages` pages, with a reference to each for the room.
+  // The longest cached run of `keys`' whole pages, at most `max_pages`, with a reference to each for the
+  // room.
   // Counts the tokens found as hits and the rest of `prompt_tokens` as misses.
   Lease acquire(std::span<const PageKey> keys, uint32_t max_pages, uint64_t prompt_tokens);
   // After the room computed its prompt: pages[i] holds the KV of keys[i]. Every page past the lease that
   // the tree lacks becomes the cache's (the lease grows by it: the room no longer owns it), as long as the
   // budget allows after evicting unreferenced pages; `freed` receives those evicted pages. Stops at a key
   // the tree holds under another page (another room inserted it first): that room's page stays the room's.
+  // A last key shorter than a page (page_keys' tail) is kept too, as a partial page nobody leases: only
+  // partial_hit() reads it.
   void adopt(Lease& lease, std::span<const PageKey> keys, std::span<const uint32_t> pages,
              std::vector<uint32_t>& freed);
+  // After acquire: the cached page (whole or partial) just past the lease whose leading tokens match the
+  // most of `next` (the prompt's key there; shorter than a page at the prompt's end), and how many match.
+  // The page stays read-only and unreferenced: copy those tokens out before anything may evict it. KV of a
+  // token depends only on the tokens up to it, so a page's first tokens serve any prompt that shares them.
+  // count_partial() counts the tokens the room took from it.
+  struct PartialHit {
+    uint32_t page = 0;
+    uint32_t tokens = 0;
+  };
+  std::optional<PartialHit> partial_hit(const Lease& lease, const PageKey& next,
+                                        std::optional<uint32_t> image_token);
+  // `tokens` that acquire() counted as missed were found after all (a partial hit).
+  void count_partial(uint32_t tokens);
   // Drops the room's references (the lease is empty afterwards). Its pages stay cached.
   void release(Lease& lease);
   // Evicts up to `n` unreferenced pages, least recently used leaves first; returns them for the allocator.
