@@ -77,3 +77,23 @@ TEST_CASE("a prompt's partial last page is written only as far as its tokens, to
   KvSide hs{l, 0, src}, hd{l, 1 << 20, dst};
   CHECK(plan_kv_writes(hs, hd, 0, 3, 1)[0].len == 3 * l.page_bytes());
 }
+
+TEST_CASE("tokens decode holds at the start of the first page are not written, token-major only",
+          "[actors][plan]") {
+  KvLayout l = layout(8);  // 4 tokens a page, 32 bytes a token
+  std::vector<uint32_t> src{0, 1, 2}, dst{4, 5, 6};
+  KvSide s{l, 0, src}, d{l, 1 << 20, dst};
+  auto ops = plan_kv_writes(s, d, 1, 3, 0, 3);  // pages 1..2, decode holds page 1's first 3 tokens
+  REQUIRE(ops.size() == 3 * 2);
+  for (const auto& op : ops) {
+    CHECK(op.len == 2 * l.page_bytes() - 3 * 32);
+    CHECK((op.local_addr - l.page_offset(0, 0, 1)) % l.page_bytes() == 3 * 32);  // from the fourth token on
+    CHECK(op.remote_addr - op.local_addr == (1u << 20) + (5 - 1) * l.page_bytes());
+  }
+  // One page, held at its start and short at its end: only the tokens between.
+  ops = plan_kv_writes(s, d, 2, 3, 3, 1);
+  for (const auto& op : ops) CHECK(op.len == 2 * 32);
+  l.order = epd::protocol::KvDimOrder::head_token_dim;
+  KvSide hs{l, 0, src}, hd{l, 1 << 20, dst};
+  CHECK(plan_kv_writes(hs, hd, 1, 3, 0, 3)[0].len == 2 * l.page_bytes());
+}

@@ -17,10 +17,14 @@ struct KvSide {
 };
 
 // Requires src.layout.same_page_format(dst.layout) and first <= end <= both page lists' sizes.
-// `last_tokens` (1..page_size-1): the logical page end - 1 holds only that many tokens, and with the
-// token-major order (token_head_dim), where they are the page's first bytes, only they are written; 0 or
-// another order: whole pages.
+// With the token-major order (token_head_dim), where a page's tokens lie one after another, pages can be
+// written in part; with another order, or 0, whole pages are:
+// - `last_tokens` (1..page_size-1): the logical page end - 1 holds only that many tokens; only they are
+//   written.
+// - `held_tokens` (1..page_size-1): the destination holds the first that many tokens of page `first`
+//   already (decode's prefix cache); they are not written.
 std::vector<transport::WriteOp> plan_kv_writes(const KvSide& src, const KvSide& dst, uint32_t first,
-                                               uint32_t end, uint32_t last_tokens = 0);
+                                               uint32_t end, uint32_t last_tokens = 0,
+                                               uint32_t held_tokens = 0);
 
 }  // namespace epd::actors
