@@ -279,13 +279,13 @@ int run_prefix(int argc, char** argv) {
                   o.turns[c][t].answer != outcomes[0].turns[c][t].answer;
       }
   const uint64_t kv_per_token = model::staging_token_bytes(model::kv_layout_for(*model_cfg, 1));
-  std::printf("\n%-26s %9s %9s %9s %9s %10s %12s %9s %9s %7s\n", "variant", "t1 p50", "t1 p99", "t2+ p50",
+  std::printf("\n%-28s %9s %9s %9s %9s %10s %12s %9s %9s %7s\n", "variant", "t1 p50", "t1 p99", "t2+ p50",
               "t2+ p99", "computed", "KV MiB", "P hit", "D hit", "sticky");
   for (size_t i = 0; i < outcomes.size(); ++i) {
     const auto& o = outcomes[i];
     const double all = double(prompt_tokens(o));
     const double computed = variants[i].caches ? o.prefill_misses : all;
-    std::printf("%-26s %9.1f %9.1f %9.1f %9.1f %10.0f %12.2f %9.2f %9.2f %7.2f\n", variants[i].name,
+    std::printf("%-28s %9.1f %9.1f %9.1f %9.1f %10.0f %12.2f %9.2f %9.2f %7.2f\n", variants[i].name,
                 percentile(ttfts(o, true), 50), percentile(ttfts(o, true), 99),
                 percentile(ttfts(o, false), 50), percentile(ttfts(o, false), 99), computed,
                 o.kv_bytes / (1 << 20), o.prefill_hits / all, o.decode_hits / all,

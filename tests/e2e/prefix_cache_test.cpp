@@ -1,9 +1,9 @@
 // The prefix caches end to end: real role processes, multi-turn conversations through the router, one
 // request at a time. Every answer equals the colocated oracle (which caches nothing). Prefill's counters
 // show that each turn computed only what no earlier prompt had in whole pages, where an image's rows match
-// only the same picture; decode's, that it held the text pages of earlier prompts, and prefill wrote
-// exactly those bytes less. A tiny budget evicts and still answers right; every page is free (or cached
-// and unreferenced) at the end.
+// only the same picture; decode's, that it held every token an earlier room left behind (prompt, answer,
+// image rows, partial pages), and prefill wrote exactly those bytes less. A tiny budget evicts and still
+// answers right; every page is free (or cached and unreferenced) at the end.
 #include <httplib.h>
 #include <signal.h>
 #include <catch2/catch.hpp>
@@ -55,37 +55,58 @@ std::vector<Turn> conversations() {
   return out;
 }
 
-// What a cache must find: per turn, the longest run of whole pages that an earlier prompt had in whole
-// pages (image rows equal only for the same picture). Prefill's stops short of the prompt's last token (it
-// computes that one); decode's keys no page with an image row (it never learns the images' hash).
-enum class Side { prefill, decode };
-uint64_t expected_hits(const std::vector<Turn>& turns, uint32_t page, Side side = Side::prefill) {
+// A prompt as the caches key it: each token with the picture its image rows come from (-1: text).
+using Keyed = std::vector<std::pair<uint32_t, int>>;
+Keyed keyed_prompt(const Turn& t) {
   static const auto cfg = *model::preset("tiny");
-  std::vector<std::vector<std::pair<uint32_t, int>>> seen;
+  std::optional<model::ImageDims> dims;
+  if (t.c.image) dims = model::ImageDims{t.c.image->width, t.c.image->height};
+  auto ids = model::build_prompt(cfg, t.c.prompt, dims);
+  REQUIRE(ids);
+  Keyed p;
+  for (uint32_t id : *ids) p.emplace_back(id, id == model::kImage ? t.image_id : -1);
+  return p;
+}
+
+size_t common_prefix(const Keyed& a, const Keyed& b) {
+  size_t n = 0;
+  while (n < a.size() && n < b.size() && a[n] == b[n]) ++n;
+  return n;
+}
+
+// What prefill's cache must find: per turn, the longest run of whole pages that an earlier prompt had in
+// whole pages (image rows equal only for the same picture), short of the prompt's last token (it computes
+// that one).
+uint64_t expected_hits(const std::vector<Turn>& turns, uint32_t page) {
+  std::vector<Keyed> seen;
   uint64_t hits = 0;
   for (const auto& t : turns) {
-    std::optional<model::ImageDims> dims;
-    if (t.c.image) dims = model::ImageDims{t.c.image->width, t.c.image->height};
-    auto ids = model::build_prompt(cfg, t.c.prompt, dims);
-    REQUIRE(ids);
-    std::vector<std::pair<uint32_t, int>> p;
-    for (uint32_t id : *ids) p.emplace_back(id, id == model::kImage ? t.image_id : -1);
-    const size_t n = p.size();
-    if (side == Side::decode) {  // only the pages before the first image row are keyed
-      size_t keyed = 0;
-      while (keyed < n && p[keyed].second < 0) ++keyed;
-      p.resize(keyed - keyed % page);
-    }
+    Keyed p = keyed_prompt(t);
     size_t best = 0;
-    for (const auto& q : seen) {
-      size_t common = 0;
-      while (common < p.size() && common < q.size() && p[common] == q[common]) ++common;
-      best = std::max(best, std::min(common, q.size()) / page);
-    }
-    hits += std::min(best, side == Side::prefill ? (n - 1) / page : n / page) * page;
+    for (const auto& q : seen) best = std::max(best, std::min(common_prefix(p, q), q.size()) / page);
+    hits += std::min(best, (p.size() - 1) / page) * page;
     seen.push_back(std::move(p));
   }
   return hits;
+}
+
+// What decode's must hold: per turn, the most leading tokens an earlier room left behind — its prompt and
+// its answer but the last token (the loop never fed that one) — to the token: whole pages, then the first
+// tokens of the page after them. The router names the pictures, so image rows count too.
+uint64_t expected_held(const std::vector<Turn>& turns,
+                       const std::optional<model::KvLayoutChoice>& decode_kv = std::nullopt) {
+  std::vector<Keyed> seen;
+  uint64_t held = 0;
+  for (const auto& t : turns) {
+    Keyed p = keyed_prompt(t);
+    size_t best = 0;
+    for (const auto& q : seen) best = std::max(best, common_prefix(p, q));
+    held += best;
+    const auto& answer = oracle(t.c, decode_kv);
+    for (size_t i = 0; i + 1 < answer.size(); ++i) p.emplace_back(answer[i], -1);
+    seen.push_back(std::move(p));
+  }
+  return held;
 }
 
 uint64_t prompt_tokens(const std::vector<Turn>& turns) {
@@ -131,10 +152,9 @@ TEST_CASE("prefix cache: multi-turn conversations compute only new pages and ans
   const auto turns = conversations();
   const uint64_t total = prompt_tokens(turns);
   const uint64_t hits = expected_hits(turns, 16);
-  const uint64_t held = expected_hits(turns, 16, Side::decode);
+  const uint64_t held = expected_held(turns);
   REQUIRE(hits > total / 2);  // the workload is mostly repeated prefixes
-  REQUIRE(held > 0);
-  REQUIRE(held < hits);  // the picture conversations' pages are not keyed at decode
+  REQUIRE(held > hits);       // decode holds answers and partial pages too
   const uint64_t token_bytes = model::staging_token_bytes(model::kv_layout_for(*model::preset("tiny"), 1));
   const std::string kv_bytes = "epd_transfer_size_bytes_sum";  // on prefill: KV pages and aux records
   for (std::string backend : {"shm", "tcp"}) {
@@ -163,7 +183,7 @@ TEST_CASE("prefix cache: multi-turn conversations compute only new pages and ans
     spec.defaults["decode"] = "kv_page_size = 64\n";
     const Conversation on = converse(spec, model::KvLayoutChoice{64});
     CHECK(metric_sum(on.prefill, "epd_prefix_cache_hit_tokens_total") == double(hits));
-    const uint64_t held64 = expected_hits(turns, 64, Side::decode);
+    const uint64_t held64 = expected_held(turns, model::KvLayoutChoice{64});
     REQUIRE(held64 > 0);
     CHECK(metric_sum(on.decode, "epd_prefix_cache_hit_tokens_total") == double(held64));
     CHECK(metric_sum(on.prefill, "epd_prefix_cache_kv_bytes_not_sent_total") == double(held64 * token_bytes));
@@ -328,22 +348,22 @@ TEST_CASE("prefix cache: decode keeps an answer's pages, so the next turn resend
   cluster.start();
   std::vector<uint32_t> prompt;
   for (uint32_t i = 0; i < 41; ++i) prompt.push_back(97 + i % 26);  // 2 whole pages and 9 tokens
-  auto [status, body] = cluster.generate(json{{"prompt_tokens", prompt}, {"max_tokens", 8}});
+  auto [status, body] = cluster.generate(json{{"prompt_tokens", prompt}, {"max_tokens", 6}});
   REQUIRE(status == 200);
   const auto answer = body["tokens"].get<std::vector<uint32_t>>();
-  REQUIRE(answer.size() == 8);
-  // K/V of the prompt and of the answer but its last token: 48 tokens, 3 whole pages.
+  REQUIRE(answer.size() == 6);
+  // K/V of the prompt and of the answer but its last token: 46 tokens, 2 whole pages and 14 of the third.
   std::vector<uint32_t> next = prompt;
   next.insert(next.end(), answer.begin(), answer.end());
   for (uint32_t i = 0; i < 20; ++i) next.push_back(65 + i);
   for (auto& t : next) t = t < 256 ? t : 32;  // a special token would not be a prompt token
   auto [status2, body2] = cluster.generate(json{{"prompt_tokens", next}, {"max_tokens", 4}});
   REQUIRE(status2 == 200);
+  // Held: the prompt and the answer up to its last token or its first special one (replaced above), the
+  // partial third page included.
   const double held = metric_sum(cluster.scrape("decode-0"), "epd_prefix_cache_hit_tokens_total");
-  CHECK(held == (std::find_if(answer.begin(), answer.end() - 1, [](uint32_t t) { return t >= 256; }) ==
-                         answer.end() - 1
-                     ? 48
-                     : 32));
+  const auto kept = std::find_if(answer.begin(), answer.end() - 1, [](uint32_t t) { return t >= 256; });
+  CHECK(held == double(41 + (kept - answer.begin())));
 }
 
 TEST_CASE("prefix cache: kill -9 of a prefill and a decode and cancels racing cache hits mid-conversation",

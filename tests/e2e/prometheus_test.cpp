@@ -29,7 +29,8 @@ const std::string kRules = std::string(EPD_SOURCE_DIR) + "/configs/prometheus/ep
 
 // What a request must move: KV prefill -> decode (every layer's K and V of the prompt's tokens: whole pages,
 // and the last page as far as the prompt goes; plus the aux record with the first token), and the image's
-// embeddings encoder -> prefill. The prompts share no whole page, so no prefix cache holds any of them.
+// embeddings encoder -> prefill. Decode's prefix cache is off: the prompts share their first tokens, which it
+// would hold (docs/caches.md); prefill's moves no bytes.
 struct Moved {
   uint64_t kv = 0;
   uint64_t embeddings = 0;
@@ -72,6 +73,7 @@ TEST_CASE("prometheus: a real server scrapes every process and reads back what t
           "[metrics][multiproc]") {
   ClusterSpec spec;
   spec.metrics = true;
+  spec.defaults["decode"] = "prefix_cache_pages = 0\n";
   Cluster cluster(spec);
   cluster.start();
 

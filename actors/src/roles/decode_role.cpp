@@ -63,9 +63,10 @@ struct DecodeRoom {
   // whole prompt pages (the lease grows).
   std::vector<uint32_t> pages;
   PrefixCache::Lease prefix;
-  std::vector<PageKey> page_keys;  // the prompt's whole pages, as the cache keys them
-  std::vector<uint32_t> prompt;    // with the answer, the keys of the pages it leaves behind
-  uint32_t held_tokens = 0;        // prompt tokens the room found cached (BOOTSTRAP's held_tokens)
+  std::vector<PageKey> page_keys;     // the prompt's whole pages, as the cache keys them
+  std::vector<uint32_t> prompt;       // with the answer, the keys of the pages it leaves behind
+  std::optional<ContentHash> images;  // SUBMIT's images_key: the keys of image rows
+  uint32_t held_tokens = 0;           // prompt tokens the room found cached (BOOTSTRAP's held_tokens)
   uint32_t aux_slot = 0;
   uint64_t fence = 0;                                 // our write grant for its prompt pages and aux slot
   std::optional<protocol::SegmentDescriptor> writer;  // the prefill's segment, when it was listed
@@ -291,11 +292,32 @@ void on_submit(DecodeState& st, const Envelope& env, protocol::Submit& s) {
   room.first_index = s.resume_from;
   room.max_new = std::min<uint32_t>(s.max_tokens, m.max_seq - room.prompt_len);
   const uint32_t need = model::pages_for(st.layout, uint64_t(room.prompt_len) + room.max_new);
-  // The prompt's whole pages held already: prefill writes none of them.
-  room.page_keys = page_keys(s.prompt, st.layout.page_size, model::image_token(m), std::nullopt);
+  // The prompt's leading pages held already: prefill writes none of them. The router names the images
+  // (SUBMIT's images_key), so pages with image rows are keyed too.
+  const auto image_token = model::image_token(m);
+  room.images = content_hash_from(s.images_key);
+  room.page_keys = page_keys(s.prompt, st.layout.page_size, image_token, room.images, /*tail=*/true);
   if (st.prefix->enabled()) room.prompt = s.prompt;
   room.prefix = st.prefix->acquire(room.page_keys, room.prompt_len / st.layout.page_size, room.prompt_len);
   room.held_tokens = uint32_t(room.prefix.size()) * st.layout.page_size;
+  // Past the whole pages, a cached page that starts like the rest of the prompt (the last turn's partial
+  // page, typically) gives its first tokens too: copied into the room's first own page, which prefill then
+  // writes from that token on. Only where prefill can write a page from a token on: token-major pages, or
+  // the staged path (token by token).
+  std::vector<std::byte> carried;
+  if (room.prefix.size() < room.page_keys.size() &&
+      (room.staged || st.layout.order == protocol::KvDimOrder::token_head_dim)) {
+    auto hit = st.prefix->partial_hit(room.prefix, room.page_keys[room.prefix.size()], image_token);
+    if (hit && hit->tokens < st.layout.page_size) {
+      carried.resize(size_t(hit->tokens) * model::staging_token_bytes(st.layout));
+      if (model::gather_tokens(st.pool, std::span(&hit->page, 1), 0, hit->tokens, carried.data())) {
+        room.held_tokens += hit->tokens;
+        st.prefix->count_partial(hit->tokens);
+      } else {
+        carried.clear();
+      }
+    }
+  }
   const uint32_t own = need - uint32_t(room.prefix.size());
   if (own > st.pages.free_count()) st.pages.free(st.prefix->evict(own - st.pages.free_count()));
   auto pages = st.pages.allocate(own);
@@ -314,6 +336,11 @@ void on_submit(DecodeState& st, const Envelope& env, protocol::Submit& s) {
   }
   room.pages = room.prefix.pages();
   room.pages.insert(room.pages.end(), pages->begin(), pages->end());
+  if (!carried.empty()) {
+    const uint32_t n = room.held_tokens % st.layout.page_size;
+    if (!model::scatter_tokens(st.pool, std::span(&pages->front(), 1), 0, n, carried.data(), st.layout))
+      room.held_tokens -= n;  // cannot happen (the same layout both ways); prefill then writes them
+  }
   room.scattered = room.held_tokens;  // a staged prefill sends only the tokens after them
   room.aux_slot = (*slot)[0];
   std::memset(st.aux_base + uint64_t(room.aux_slot) * sizeof(AuxRecord), 0, sizeof(AuxRecord));
@@ -360,7 +387,9 @@ void start_decoding(DecodeState& st, uint64_t id, DecodeRoom& room) {
   // whole prompt pages (the loop writes only from position prompt_len, in pages of the room's own).
   if (revoke_fence(st, room)) {
     std::vector<uint32_t> evicted;
-    st.prefix->adopt(room.prefix, room.page_keys, room.pages, evicted);
+    const size_t whole = room.prompt_len / st.layout.page_size;  // the partial last page is still written
+    st.prefix->adopt(room.prefix, std::span(room.page_keys).first(std::min(whole, room.page_keys.size())),
+                     room.pages, evicted);
     st.pages.free(evicted);
   }
   st.self->send(st.loop, DecodeJoin{id, room.pages, room.prompt_len, room.first_token, room.first_index,
@@ -536,12 +565,14 @@ void on_kv_status(DecodeState& st, const Envelope& env, protocol::KvStatus& kv) 
 }
 
 // A finished answer's KV stays in its pages: the next turn of a chat resends prompt + answer, so the cache
-// keeps the whole pages of both (the loop wrote K/V for every token but the last, which it never fed).
+// keeps the pages of both, the partial last one too (the loop wrote K/V for every token but the last, which
+// it never fed).
 void keep_answer_pages(DecodeState& st, DecodeRoom& room, std::span<const uint32_t> answer) {
-  if (!st.prefix->enabled() || answer.size() < 2) return;
+  if (!st.prefix->enabled() || answer.empty()) return;
   std::vector<uint32_t> seq = room.prompt;
   seq.insert(seq.end(), answer.begin(), answer.end() - 1);
-  auto keys = page_keys(seq, st.layout.page_size, model::image_token(st.ctx.model), std::nullopt);
+  auto keys = page_keys(seq, st.layout.page_size, model::image_token(st.ctx.model), room.images,
+                        /*tail=*/true);
   std::vector<uint32_t> evicted;
   st.prefix->adopt(room.prefix, keys, room.pages, evicted);
   st.pages.free(evicted);

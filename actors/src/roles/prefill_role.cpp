@@ -226,14 +226,19 @@ void maybe_start(PrefillState& st, uint64_t id) {
   auto target = decode_target(st, r.decode);
   if (!target) return fail_room(st, id, target.error());
   const uint32_t need_dst = model::pages_for(target->layout, prompt.size());  // in decode's page size
-  // What decode holds already (its prefix cache): whole pages of its pool from the prompt's start.
-  if (r.boot.held_tokens > prompt.size() || r.boot.held_tokens % target->layout.page_size != 0)
+  // What decode holds already (its prefix cache), from the prompt's start: whole pages, or any number of
+  // tokens where a page can be written from a token on (token-major pages; the staged path).
+  const bool any_token = target->staged || target->layout.order == protocol::KvDimOrder::token_head_dim;
+  if (r.boot.held_tokens > prompt.size() ||
+      (!any_token && r.boot.held_tokens % target->layout.page_size != 0))
     return fail_room(
         st, id,
-        make_error(ErrorCode::invalid_request,
-                   "BOOTSTRAP says decode holds " + std::to_string(r.boot.held_tokens) +
-                       " tokens: not whole pages of " + std::to_string(target->layout.page_size) +
-                       " within the prompt of " + std::to_string(prompt.size())));
+        make_error(
+            ErrorCode::invalid_request,
+            "BOOTSTRAP says decode holds " + std::to_string(r.boot.held_tokens) + " tokens: not " +
+                (any_token ? std::string("within")
+                           : "whole pages of " + std::to_string(target->layout.page_size) + " within") +
+                " the prompt of " + std::to_string(prompt.size())));
   if (r.boot.dst_pages.size() != need_dst || r.boot.prompt_len != prompt.size())
     return fail_room(
         st, id,
@@ -263,11 +268,16 @@ void maybe_start(PrefillState& st, uint64_t id) {
   r.local_pages.insert(r.local_pages.end(), pages->begin(), pages->end());
   r.cached_tokens = uint32_t(r.prefix.size()) * st.layout.page_size;
   r.aux_src = (*aux)[0];
-  // What decode holds is not written: whole pages of decode's, which on the direct path are ours too.
-  if (r.staged)
+  // What decode holds is not written. On the direct path decode's pages are ours too: its whole pages
+  // are skipped, and the first page written starts after the tokens it holds of it.
+  if (r.staged) {
     r.tokens_staged = r.boot.held_tokens;
-  else
+  } else if (r.boot.held_tokens == prompt.size()) {
+    r.pages_sent = need_dst;
+  } else {
     r.pages_sent = r.boot.held_tokens / st.layout.page_size;
+    r.held_in_page = r.boot.held_tokens % st.layout.page_size;
+  }
   st.prefix->stats()->bytes_not_sent += uint64_t(r.boot.held_tokens) * model::staging_token_bytes(st.layout);
   r.progress = Progress::computing;
   r.state.advance(KvState::transferring);
@@ -316,7 +326,9 @@ void send_pages(PrefillState& st, uint64_t id, PrefillRoom& r, uint32_t upto, ui
   if (!target) return fail_room(st, id, target.error());
   KvSide src{st.layout, st.kv_base, r.local_pages};
   KvSide dst{target->layout, target->kv_base, r.boot.dst_pages};
-  auto ops = plan_kv_writes(src, dst, r.pages_sent, upto, upto == r.local_pages.size() ? last_tokens : 0);
+  auto ops = plan_kv_writes(src, dst, r.pages_sent, upto, upto == r.local_pages.size() ? last_tokens : 0,
+                            r.held_in_page);
+  r.held_in_page = 0;
   for (auto& op : ops) op.fence = r.boot.fence;
   TransferJob job{id, tag, r.decode, 0, std::move(ops), caf::actor_cast<caf::actor>(st.self)};
   r.pages_sent = upto;

@@ -15,6 +15,7 @@
 #include <set>
 
 #include "cache/prefix_index.hpp"
+#include "epd/actors/cache/content_hash.hpp"
 #include "epd/actors/kernel/role_kernel.hpp"
 #include "epd/http/http_api.hpp"
 #include "epd/http/router_service.hpp"
@@ -76,7 +77,8 @@ struct Pending {
   std::optional<clock::time_point> last_streamed;  // when tokens were last passed on (inter-token latency)
   std::vector<uint32_t> prompt;
   uint32_t image_tokens = 0;
-  std::vector<uint64_t> blocks;  // the prompt's whole blocks for cache-aware placement (PrefixIndex)
+  std::vector<uint64_t> blocks;     // the prompt's whole blocks for cache-aware placement (PrefixIndex)
+  std::vector<uint8_t> images_key;  // SUBMIT's: the images' hash (empty: none)
   uint32_t attempts = 0;
   uint32_t capacity_waits = 0;  // attempts refused for lack of room: they do not use up max_attempts
   Attempt current;
@@ -388,6 +390,7 @@ void start_attempt(RouterState& st, uint64_t req_id) {
   s.attempt = p.attempts;
   s.prompt = p.prompt;
   s.image_tokens = p.image_tokens;
+  s.images_key = p.images_key;
   s.max_tokens = p.request.max_tokens;
   if (const uint32_t k = resumable_tokens(st, p); k > 0) {
     // Go on from what was streamed: prefill computes prompt + those tokens, draws token k, decode the rest.
@@ -644,8 +647,15 @@ void on_generate(RouterState& s, uint64_t ticket, GenerateRequest& req, SinkPtr&
   const auto slot = model::image_token(s.ctx.model);
   p.image_tokens = slot ? uint32_t(std::count(p.prompt.begin(), p.prompt.end(), *slot)) : 0;
   uint64_t images = 0;  // the request's pictures, for the blocks that hold their rows
-  for (const auto& ppm : p.request.images_ppm) images = XXH3_64bits_withSeed(ppm.data(), ppm.size(), images);
+  std::vector<std::optional<ContentHash>> pixels;
+  for (const auto& ppm : p.request.images_ppm) {
+    images = XXH3_64bits_withSeed(ppm.data(), ppm.size(), images);
+    auto image = model::parse_ppm(ppm);
+    pixels.push_back(image ? content_hash(*image) : std::nullopt);
+  }
   p.blocks = s.prefix_index->blocks(p.prompt, slot, images);
+  // Decode's prefix cache keys image rows by the pixels' hash, as the encoder's embedding cache does.
+  if (auto key = images_hash(pixels, {})) p.images_key.assign(key->begin(), key->end());
   p.started = kernel::DeadlineTimer::now(s.self);
   p.queued = s.active >= s.limits.max_in_flight;
   s.requests.emplace(ticket, std::move(p));

@@ -19,8 +19,10 @@ namespace epd::protocol {
 //    revision-5 prefill or decode would draw the resumed tokens at the wrong index.
 // 7: BOOTSTRAP's `held_tokens` (decode's prefix cache holds the prompt's first pages); a revision-6 prefill
 //    would write those pages, which other rooms read.
-inline constexpr uint32_t kProtocolRevision = 7;
-inline constexpr uint32_t kOldestProtocolRevision = 7;
+// 8: BOOTSTRAP's `held_tokens` may end inside a page, and SUBMIT's `images_key` lets decode cache image
+//    pages; a revision-7 prefill would refuse every room whose held tokens end mid-page.
+inline constexpr uint32_t kProtocolRevision = 8;
+inline constexpr uint32_t kOldestProtocolRevision = 8;
 
 struct Incompatibility {
   enum class Kind { protocol, model };

@@ -309,7 +309,8 @@ struct Bootstrap {
   uint32_t expected_chunks = 0;
   uint32_t prompt_len = 0;
   uint64_t fence = 0;  // decode's write grant for these pages and the aux slot; every KV/aux write carries it
-  uint32_t held_tokens = 0;  // leading prompt tokens decode holds (prefix cache, whole pages): not written
+  // Whole pages, or any number where a page can be written from a token on (token-major pages, staged).
+  uint32_t held_tokens = 0;  // leading prompt tokens decode holds (its prefix cache): not written
 
   bool operator==(const Bootstrap&) const = default;
   template <class S, class V>
@@ -568,6 +569,9 @@ struct Submit {
   // `resume_from` tokens drawn before, the first token drawn here has that index, and max_tokens counts the
   // rest. 0: a new answer.
   uint32_t resume_from = 0;
+  // Decode's prefix cache keys the pages holding image rows with it (empty: no images, or not named). Every
+  // member runs the same vision tower (the model digest covers it), so the pixels decide the rows.
+  std::vector<uint8_t> images_key;  // SHA-256 of the request's images' pixels, in order (32 bytes)
 
   bool operator==(const Submit&) const = default;
   template <class S, class V>
@@ -587,6 +591,7 @@ struct Submit {
     v.opt("top_k", s.top_k);
     v.opt("seed", s.seed);
     v.opt("resume_from", s.resume_from);
+    v.opt("images_key", s.images_key);
   }
 };
 
