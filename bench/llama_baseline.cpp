@@ -23,18 +23,9 @@ std::string quoted(const std::string& s) {
   return q + "'";
 }
 
-// The directory of the built tools (scripts/llama-tools builds them the first time).
+// The directory of llama-bench and llama-batched-bench.
 std::optional<std::string> tools_dir() {
-  static const std::optional<std::string> dir = []() -> std::optional<std::string> {
-    auto [out, ok] = run(quoted(std::string(EPD_SOURCE_DIR) + "/scripts/llama-tools") +
-                         " llama-bench llama-batched-bench");
-    while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
-    if (!ok || out.empty()) {
-      std::fprintf(stderr, "epd-bench model: scripts/llama-tools could not build llama.cpp's benchmarks\n");
-      return std::nullopt;
-    }
-    return out;
-  }();
+  static const std::optional<std::string> dir = llama_tools_dir("llama-bench llama-batched-bench");
   return dir;
 }
 
@@ -50,6 +41,16 @@ std::optional<double> llama_bench(const std::string& dir, const std::string& arg
 }
 
 }  // namespace
+
+std::optional<std::string> llama_tools_dir(const std::string& targets) {
+  auto [out, ok] = run(quoted(std::string(EPD_SOURCE_DIR) + "/scripts/llama-tools") + " " + targets);
+  while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
+  if (!ok || out.empty()) {
+    std::fprintf(stderr, "epd-bench: scripts/llama-tools could not build llama.cpp's %s\n", targets.c_str());
+    return std::nullopt;
+  }
+  return out;
+}
 
 std::string llama_cpp_description() {
   return "llama-bench / llama-batched-bench, llama.cpp v0.5.0 built for this CPU (scripts/llama-tools), "

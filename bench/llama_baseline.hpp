@@ -24,6 +24,10 @@ struct ModelFigures {
 // saying why on stderr) if they cannot be built or run.
 std::optional<ModelFigures> llama_cpp_figures(const std::string& gguf, const ModelWorkload& w);
 
+// The directory of llama.cpp's programs `targets` (space-separated), built for this CPU by
+// scripts/llama-tools the first time (minutes); nullopt (after saying why on stderr) if they cannot be built.
+std::optional<std::string> llama_tools_dir(const std::string& targets);
+
 // The tools' settings, for the report: "llama-bench/llama-batched-bench (llama.cpp v0.5.0, native build,
 // F16 KV, flash attention auto)".
 std::string llama_cpp_description();

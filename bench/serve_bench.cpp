@@ -8,10 +8,13 @@
 #include <iterator>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
 
 #include "async_http.hpp"
 #include "cluster.hpp"
 #include "epd/config/cluster_config.hpp"
+#include "llama_server.hpp"
 #include "plot.hpp"
 #include "plot_kinds.hpp"
 #include "serve_runner.hpp"
@@ -108,11 +111,59 @@ std::string plot_subtitle(const std::string& rate, const RunOptions& o, const Wo
 
 struct Flags {
   std::string url, config, endpoint = "chat", rate = "inf", image, csv, json_out, extra_body, plot;
+  std::string compare, concurrency = "1,4,16";
   size_t requests = 0, max_concurrency = 0;
   double seconds = 0, timeout_s = 300;
   bool no_stream = false, quiet = false;
   WorkloadOptions w;
 };
+
+// One run of the workload against the server at `url`: what it measured. Nullopt (after saying why) if the
+// URL is not usable.
+struct Measured {
+  std::vector<RequestRecord> records;
+  Summary summary;
+  std::string model;
+};
+
+std::optional<Measured> measure(const std::string& url, const Flags& f, RunOptions o, WorkloadOptions w,
+                                bool header) {
+  const Url u = parse_url(url);
+  if (!u.ok) {
+    std::fprintf(stderr, "--url %s: %s\n", url.c_str(), u.error.c_str());
+    return std::nullopt;
+  }
+  // A base URL given as the SDKs take it (.../v1) works too.
+  o.prefix = u.prefix.size() >= 3 && u.prefix.substr(u.prefix.size() - 3) == "/v1"
+                 ? u.prefix.substr(0, u.prefix.size() - 3)
+                 : u.prefix;
+  boost::asio::io_context io;
+  boost::asio::ip::tcp::endpoint endpoint;
+  try {
+    endpoint = resolve(io, u);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "cannot resolve %s: %s\n", u.host.c_str(), e.what());
+    return std::nullopt;
+  }
+  AsyncHttp http(io, endpoint, u.host + ":" + u.port, std::chrono::milliseconds(int64_t(f.timeout_s * 1000)));
+  if (w.model.empty()) w.model = first_model(io, http, o.prefix);
+  if (w.model.empty()) {
+    std::fprintf(stderr, "GET /v1/models listed no model; naming it \"epd\" (set --model)\n");
+    w.model = "epd";
+  }
+  if (header) print_header(url, f.rate, o, w);
+  Workload workload(w);
+  Runner runner(io, http, workload, o);
+  runner.start();
+  io.run();
+  Measured m;
+  m.records = runner.records();
+  m.summary = summarize(m.records, runner.duration_s());
+  m.summary.max_in_flight = runner.max_in_flight();
+  m.summary.connections = http.connections_opened();
+  m.model = w.model;
+  return m;
+}
 
 int run(const Flags& f, RunOptions o, WorkloadOptions w) {
   std::unique_ptr<launcher::ProcessGroup> cluster;
@@ -128,41 +179,14 @@ int run(const Flags& f, RunOptions o, WorkloadOptions w) {
     if (!cluster) return 1;
     url = "http://" + host + ":" + std::to_string(port);
   }
-  const Url u = parse_url(url);
-  if (!u.ok) {
-    std::fprintf(stderr, "--url %s: %s\n", url.c_str(), u.error.c_str());
-    return 2;
-  }
-  // A base URL given as the SDKs take it (.../v1) works too.
-  o.prefix = u.prefix.size() >= 3 && u.prefix.substr(u.prefix.size() - 3) == "/v1"
-                 ? u.prefix.substr(0, u.prefix.size() - 3)
-                 : u.prefix;
-  boost::asio::io_context io;
-  boost::asio::ip::tcp::endpoint endpoint;
-  try {
-    endpoint = resolve(io, u);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "cannot resolve %s: %s\n", u.host.c_str(), e.what());
-    return 2;
-  }
-  AsyncHttp http(io, endpoint, u.host + ":" + u.port, std::chrono::milliseconds(int64_t(f.timeout_s * 1000)));
-  if (w.model.empty()) w.model = first_model(io, http, o.prefix);
-  if (w.model.empty()) {
-    std::fprintf(stderr, "GET /v1/models listed no model; naming it \"epd\" (set --model)\n");
-    w.model = "epd";
-  }
-  print_header(url, f.rate, o, w);
-  Workload workload(w);
-  Runner runner(io, http, workload, o);
-  runner.start();
-  io.run();
+  auto measured = measure(url, f, o, w, true);
   if (cluster) cluster->stop();
-
-  auto s = summarize(runner.records(), runner.duration_s());
-  s.max_in_flight = runner.max_in_flight();
-  s.connections = http.connections_opened();
+  if (!measured) return 2;
+  w.model = measured->model;
+  const Summary& s = measured->summary;
+  const auto& records = measured->records;
   print_summary(stdout, s, o.stream);
-  if (!f.csv.empty() && !write_csv(f.csv, runner.records())) {
+  if (!f.csv.empty() && !write_csv(f.csv, records)) {
     std::fprintf(stderr, "cannot write %s\n", f.csv.c_str());
     return 2;
   }
@@ -180,8 +204,8 @@ int run(const Flags& f, RunOptions o, WorkloadOptions w) {
   }
   if (!f.plot.empty()) {
     RunOptions shown = o;
-    shown.requests = runner.records().size();
-    const auto plot = serve_latency_plot(runner.records(), plot_subtitle(f.rate, shown, w));
+    shown.requests = records.size();
+    const auto plot = serve_latency_plot(records, plot_subtitle(f.rate, shown, w));
     if (auto e = render_plot(f.plot, plot); !e.empty()) {
       std::fprintf(stderr, "epd-bench serve: --plot: %s\n", e.c_str());
       return 1;
@@ -189,6 +213,127 @@ int run(const Flags& f, RunOptions o, WorkloadOptions w) {
     std::printf("plot: %s\n", (std::filesystem::path(f.plot) / plot.png_file()).c_str());
   }
   return s.failed == 0 && s.ok > 0 ? 0 : 1;
+}
+
+// The concurrency levels of --concurrency ("1,4,16"); empty if it does not parse.
+std::vector<size_t> concurrency_levels(const std::string& list) {
+  std::vector<size_t> out;
+  std::stringstream in(list);
+  for (std::string item; std::getline(in, item, ',');) {
+    try {
+      const long v = std::stol(item);
+      if (v < 1 || v > 256) return {};
+      out.push_back(size_t(v));
+    } catch (const std::exception&) {
+      return {};
+    }
+  }
+  return out;
+}
+
+void print_compare_row(size_t level, const char* server, const Summary& s) {
+  std::printf("%5zu  %-12s %7.2f %8.1f %9.1f %9.1f %8.1f %8.1f %9.1f %9.1f %6zu\n", level, server,
+              s.requests_per_s, s.output_tokens_per_s, s.ttft.p50, s.ttft.p99, s.itl.p50, s.itl.p99,
+              s.e2e.p50, s.e2e.p99, s.failed);
+}
+
+// `--compare llama-server`: the same workload against epd's cluster (--config) and against llama-server on
+// the same GGUF and mmproj, both up at once and on the same cores, at each --concurrency level (the order
+// alternating from level to level); both rows and their ratios.
+int run_compare(const Flags& f, RunOptions o, WorkloadOptions w) {
+  const auto levels = concurrency_levels(f.concurrency);
+  if (levels.empty()) {
+    std::fprintf(stderr, "--concurrency: a comma-separated list of levels in 1..256, e.g. 1,4,16\n");
+    return 2;
+  }
+  auto bc = load_bench_config(f.config);
+  if (!bc) return 2;
+  const auto& m = bc->model;
+  if (m.checkpoint.size() < 5 || m.checkpoint.substr(m.checkpoint.size() - 5) != ".gguf") {
+    std::fprintf(stderr, "--compare llama-server: %s serves no GGUF file (model.path)\n", f.config.c_str());
+    return 2;
+  }
+  const auto [host, port] = router_address(bc->cluster);
+  auto cluster = start_cluster(f.config, host, port, bc->cluster.instances.size());
+  if (!cluster) return 1;
+  const std::string epd_url = "http://" + host + ":" + std::to_string(port);
+  LlamaServerOptions lo;
+  lo.model = m.checkpoint;
+  lo.mmproj = m.mmproj;
+  lo.threads = std::max(1u, std::thread::hardware_concurrency());
+  lo.parallel = uint32_t(*std::max_element(levels.begin(), levels.end()));
+  lo.ctx_per_slot = m.max_seq;
+  lo.log_file = (std::filesystem::temp_directory_path() / "epd-bench-llama-server.log").string();
+  auto llama = LlamaServer::start(lo);
+  if (!llama) return 1;
+
+  std::printf("epd-bench serve --compare llama-server: model %s%s%s\n", m.checkpoint.c_str(),
+              m.mmproj.empty() ? "" : " + ", m.mmproj.c_str());
+  std::printf(
+      "  epd: %s, %zu role processes sharing the %u cores, %u compute thread%s each (model.threads)\n",
+      f.config.c_str(), bc->cluster.instances.size(), lo.threads, m.threads, m.threads == 1 ? "" : "s");
+  std::printf("  llama-server: %s\n", llama->command().c_str());
+  std::printf("  %s, %s, prompt %d chars, max_tokens %d, temperature %g%s\n", o.chat ? "chat" : "completions",
+              o.stream ? "streamed" : "not streamed", w.prompt.mean, w.output.mean, w.temperature,
+              w.image_uri.empty() ? ""
+                                  : (", an image in " + std::to_string(int(w.image_fraction * 100)) +
+                                     "% of requests (the same picture)")
+                                        .c_str());
+  std::fflush(stdout);
+
+  struct Row {
+    Summary epd, llama;
+  };
+  std::vector<Row> rows(levels.size());
+  for (size_t i = 0; i < levels.size(); ++i) {
+    RunOptions run = o;
+    run.max_concurrency = levels[i];
+    run.requests = f.requests ? f.requests : std::max<size_t>(16, 4 * levels[i]);
+    run.rate = std::numeric_limits<double>::infinity();
+    for (int k = 0; k < 2; ++k) {
+      const bool epd_now = (k == 0) == (i % 2 == 1);  // llama-server first at even levels
+      WorkloadOptions wl = w;
+      wl.model.clear();  // each server's own name for it
+      auto measured = measure(epd_now ? epd_url : llama->url(), f, run, wl, false);
+      if (!measured) return 2;
+      (epd_now ? rows[i].epd : rows[i].llama) = measured->summary;
+    }
+  }
+  const double epd_rss = tree_peak_rss_mib(cluster->status("epd-cluster")->pid);
+  const double llama_rss = tree_peak_rss_mib(llama->pid());
+  cluster->stop();
+  llama.reset();
+
+  std::printf("\n%5s  %-12s %7s %8s %9s %9s %8s %8s %9s %9s %6s\n", "conc", "server", "req/s", "out tok/s",
+              "TTFT p50", "TTFT p99", "ITL p50", "ITL p99", "E2E p50", "E2E p99", "failed");
+  size_t failed = 0;
+  for (size_t i = 0; i < levels.size(); ++i) {
+    print_compare_row(levels[i], "epd", rows[i].epd);
+    print_compare_row(levels[i], "llama-server", rows[i].llama);
+    failed += rows[i].epd.failed + rows[i].llama.failed;
+  }
+  auto ratio = [](double a, double b) { return b > 0 ? a / b : 0.0; };
+  std::printf(
+      "\nepd / llama-server (times in ms above; throughput ratios > 1 and latency ratios < 1 favour epd):\n");
+  for (size_t i = 0; i < levels.size(); ++i) {
+    const auto& e = rows[i].epd;
+    const auto& l = rows[i].llama;
+    std::printf(
+        "  concurrency %zu: requests/s %.2fx, output tokens/s %.2fx, TTFT p50 %.2fx p99 %.2fx, ITL p50 "
+        "%.2fx, "
+        "E2E p50 %.2fx p99 %.2fx\n",
+        levels[i], ratio(e.requests_per_s, l.requests_per_s),
+        ratio(e.output_tokens_per_s, l.output_tokens_per_s), ratio(e.ttft.p50, l.ttft.p50),
+        ratio(e.ttft.p99, l.ttft.p99), ratio(e.itl.p50, l.itl.p50), ratio(e.e2e.p50, l.e2e.p50),
+        ratio(e.e2e.p99, l.e2e.p99));
+  }
+  std::printf("peak RSS (sum over each server's processes): epd %.1f MiB, llama-server %.1f MiB (%.2fx)\n",
+              epd_rss, llama_rss, ratio(epd_rss, llama_rss));
+  const size_t top = size_t(std::max_element(levels.begin(), levels.end()) - levels.begin());
+  std::printf("goal at concurrency %zu: output tokens/s >= 1.0x (%.2fx), TTFT p99 <= 1.0x (%.2fx)\n",
+              levels[top], ratio(rows[top].epd.output_tokens_per_s, rows[top].llama.output_tokens_per_s),
+              ratio(rows[top].epd.ttft.p99, rows[top].llama.ttft.p99));
+  return failed == 0 ? 0 : 1;
 }
 
 }  // namespace
@@ -228,6 +373,11 @@ int run_serve(int argc, char** argv) {
                  "write DIR/serve-latency-cdf.png (gnuplot): CDFs of TTFT (client and router) and ITL")
       ->type_name("DIR");
   app.add_flag("--quiet", f.quiet, "no progress line on stderr");
+  app.add_option("--compare", f.compare,
+                 "llama-server: run the same workload against llama.cpp's server on the same GGUF and mmproj "
+                 "(needs --config), at each --concurrency level, and print both")
+      ->check(CLI::IsMember({"llama-server"}));
+  app.add_option("--concurrency", f.concurrency, "with --compare: the max-concurrency levels, e.g. 1,4,16");
   CLI11_PARSE(app, argc, argv);
 
   RunOptions o;
@@ -279,6 +429,13 @@ int run_serve(int argc, char** argv) {
       std::fprintf(stderr, "--image: %s\n", error.c_str());
       return 2;
     }
+  }
+  if (!f.compare.empty()) {
+    if (f.config.empty()) {
+      std::fprintf(stderr, "--compare needs --config (the cluster to start)\n");
+      return 2;
+    }
+    return run_compare(f, o, w);
   }
   return run(f, o, w);
 }
