@@ -184,6 +184,23 @@ void Matmul::multiply_block(const Out& o, size_t c0, size_t c1, size_t rows, siz
       lib_->sgemm(w.type(), c1 - c0, static_cast<int64_t>(rows), static_cast<int64_t>(in), w.row(c0),
                   w.row_bytes(), rowwise.data.data(), rowwise.row_bytes, o.y + c0, static_cast<int64_t>(ld)))
     return;
+  if (prefill && rows >= 2 && (w.type() == TensorType::f16 || w.type() == TensorType::bf16)) {
+    // A prompt through half-precision weights: tinyBLAS's float kernels need ggml's thread pool, so the
+    // block's weight rows and the input (already rounded to the weights' type, as the dot product takes it)
+    // go to f32 and through one single-threaded OpenBLAS sgemm. Half-precision products are exact in f32:
+    // the dot product's arithmetic, summed in another order.
+    thread_local std::vector<float> wf, xf;
+    wf.resize(size_t(nc) * size_t(n));
+    xf.resize(rows * size_t(n));
+    for (int c = 0; c < nc; ++c)
+      lib_->to_float(w.type(), w.row(c0 + size_t(c)), wf.data() + size_t(c) * n, n);
+    for (size_t r = 0; r < rows; ++r)
+      lib_->to_float(static_cast<TensorType>(rowwise.type), rowwise.data.data() + r * rowwise.row_bytes,
+                     xf.data() + r * size_t(n), n);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(rows), nc, n, 1.0f, xf.data(), n,
+                wf.data(), n, 0.0f, o.y + c0, static_cast<int>(ld));
+    return;
+  }
   for (size_t r0 = 0; r0 < rows; r0 += kRowTile) {
     const size_t r1 = std::min(rows, r0 + kRowTile);
     for (size_t c = c0; c < c1; ++c) {

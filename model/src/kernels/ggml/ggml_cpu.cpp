@@ -230,7 +230,8 @@ protocol::Result<const Library*> Library::load() {
   cpu_init();  // ggml's f16 tables and feature probes, before any kernel runs
   lib->cpu_ = cpu;
   lib->sgemm_ = sym<decltype(lib->sgemm_)>(cpu, "llamafile_sgemm");  // optional: row kernels otherwise
-  lib->backend_ = Backend::load(base, cpu);                          // optional: no repacking otherwise
+  lib->fp16_to_fp32_ = sym<decltype(lib->fp16_to_fp32_)>(cpu, "ggml_cpu_fp16_to_fp32");  // optional
+  lib->backend_ = Backend::load(base, cpu);  // optional: no repacking otherwise
 
   for (uint32_t t = 0; t < GGML_TYPE_COUNT && t < kTypes; ++t) {
     const ggml_type_traits* b = base_traits(static_cast<ggml_type>(t));
@@ -273,6 +274,7 @@ void Library::vec_dot(TensorType weights, int64_t n, float* s, const void* w_row
 }
 
 void Library::to_float(TensorType t, const void* x, float* y, int64_t n) const {
+  if (t == TensorType::f16 && fp16_to_fp32_) return fp16_to_fp32_(static_cast<const uint16_t*>(x), y, n);
   fns_[static_cast<uint32_t>(t)].to_float(x, y, n);
 }
 

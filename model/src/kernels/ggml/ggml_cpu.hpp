@@ -102,6 +102,8 @@ class Library {
   size_t (*quantize_chunk_)(int, const float*, void*, int64_t, int64_t, int64_t, const float*) = nullptr;
   bool (*sgemm_)(const void*, int64_t, int64_t, int64_t, const void*, int64_t, const void*, int64_t, void*,
                  int64_t, int, int, int) = nullptr;
+  // The CPU variant's f16 -> f32 row conversion (vectorised; libggml-base's to_float is a scalar loop).
+  void (*fp16_to_fp32_)(const uint16_t*, float*, int64_t) = nullptr;
   // libggml-base's tensor and buffer API and the CPU_REPACK buffer type, for repacking.
   struct Backend;
   const Backend* backend_ = nullptr;
