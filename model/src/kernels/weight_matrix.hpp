@@ -66,7 +66,8 @@ class WeightMatrix {
 // kernels as llama.cpp's CPU back end picks them on this machine, with the input rows converted once to the
 // type the weights' kernels take (Q8_0, Q8_K, F16, ...):
 // - prefill: packed matrices by ggml's GEMM over four rows at a time (GEMV for the rest), the block types
-//   llamafile tiles by its tinyBLAS, every other one by one vec_dot per element;
+//   llamafile tiles by its tinyBLAS, f16/bf16 by OpenBLAS sgemm on the block converted to f32, every other
+//   one by one vec_dot per element;
 // - decode: the same batch kernels where ggml's batch kernel gives each row exactly the bits of its one-row
 //   kernel on this CPU (checked at load, WeightMatrix::batch_agrees); elsewhere GEMV or vec_dot one sequence
 //   at a time over each block of weight rows (so the block is read from memory once per step, not once per
