@@ -113,10 +113,16 @@ int run_role(int argc, char** argv, const char* fixed_role) {
   if (!spec) return fail("unknown role '" + role + "'");
   {
     std::vector<std::string_view> keys = spec->settings;
+    keys.push_back("threads");
     if (auto st = inst->settings.only_keys(keys); !st) return fail(st.error().detail);
   }
   auto model = model_for(*cfg);
   if (!model) return fail("model: " + model.error().detail);
+  // An instance's own compute threads (`threads` in its settings, else model.threads): on a small host
+  // prefill may take two cores while decode keeps one. The results do not depend on it.
+  auto threads = inst->settings.get_uint("threads", model->threads, 1, 256);
+  if (!threads) return fail(threads.error().detail);
+  model->threads = uint32_t(*threads);
   auto identity = local_identity(*model);
   if (!identity) return fail("model fingerprint: " + identity.error().detail);
 
