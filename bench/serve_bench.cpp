@@ -88,6 +88,7 @@ void print_header(const std::string& url, const std::string& rate, const RunOpti
   std::printf("  prompt %d chars ±%g%%, max_tokens %d ±%g%%, temperature %g", w.prompt.mean,
               w.prompt.range * 100, w.output.mean, w.output.range * 100, w.temperature);
   if (!w.image_uri.empty()) std::printf(", image in %g%% of requests", w.image_fraction * 100);
+  if (w.system_chars > 0) std::printf(", a shared %d-char system prompt", w.system_chars);
   std::printf("\n");
   std::fflush(stdout);
 }
@@ -269,16 +270,22 @@ int run_compare(const Flags& f, RunOptions o, WorkloadOptions w) {
 
   std::printf("epd-bench serve --compare llama-server: model %s%s%s\n", m.checkpoint.c_str(),
               m.mmproj.empty() ? "" : " + ", m.mmproj.c_str());
+  bool own_threads = false;  // an instance sets `threads` of its own
+  for (const auto& inst : bc->cluster.instances) own_threads = own_threads || inst.settings.has("threads");
   std::printf(
-      "  epd: %s, %zu role processes sharing the %u cores, %u compute thread%s each (model.threads)\n",
-      f.config.c_str(), bc->cluster.instances.size(), lo.threads, m.threads, m.threads == 1 ? "" : "s");
+      "  epd: %s, %zu role processes sharing the %u cores, %u compute thread%s each (model.threads%s)\n",
+      f.config.c_str(), bc->cluster.instances.size(), lo.threads, m.threads, m.threads == 1 ? "" : "s",
+      own_threads ? "; some instances set their own" : "");
   std::printf("  llama-server: %s\n", llama->command().c_str());
-  std::printf("  %s, %s, prompt %d chars, max_tokens %d, temperature %g%s\n", o.chat ? "chat" : "completions",
-              o.stream ? "streamed" : "not streamed", w.prompt.mean, w.output.mean, w.temperature,
-              w.image_uri.empty() ? ""
-                                  : (", an image in " + std::to_string(int(w.image_fraction * 100)) +
-                                     "% of requests (the same picture)")
-                                        .c_str());
+  std::string shape =
+      std::string(o.chat ? "chat" : "completions") + ", " + (o.stream ? "streamed" : "not streamed");
+  shape +=
+      ", prompt " + std::to_string(w.prompt.mean) + " chars, max_tokens " + std::to_string(w.output.mean);
+  if (!w.image_uri.empty())
+    shape +=
+        ", an image in " + std::to_string(int(w.image_fraction * 100)) + "% of requests (the same picture)";
+  if (w.system_chars > 0) shape += ", a shared " + std::to_string(w.system_chars) + "-char system prompt";
+  std::printf("  %s, temperature %g\n", shape.c_str(), w.temperature);
   std::fflush(stdout);
 
   struct Row {
@@ -311,6 +318,13 @@ int run_compare(const Flags& f, RunOptions o, WorkloadOptions w) {
     print_compare_row(levels[i], "epd", rows[i].epd);
     print_compare_row(levels[i], "llama-server", rows[i].llama);
     failed += rows[i].epd.failed + rows[i].llama.failed;
+  }
+  for (size_t i = 0; i < levels.size(); ++i) {
+    const std::pair<const char*, const Summary*> servers[] = {{"epd", &rows[i].epd},
+                                                              {"llama-server", &rows[i].llama}};
+    for (const auto& [name, s] : servers)
+      for (const auto& [error, n] : s->errors)
+        std::printf("  concurrency %zu, %s: %zu x %s\n", levels[i], name, n, error.c_str());
   }
   auto ratio = [](double a, double b) { return b > 0 ? a / b : 0.0; };
   std::printf(
@@ -356,6 +370,9 @@ int run_serve(int argc, char** argv) {
   app.add_option("--prompt-len", w.prompt.mean, "prompt length in characters (1 byte = 1 token)");
   app.add_option("--prompt-len-range", w.prompt.range, "uniform spread around it: 0.5 = ±50%")
       ->check(CLI::Range(0.0, 1.0));
+  app.add_option("--system-len", w.system_chars,
+                 "a system prompt of this many characters that every request starts with (a shared prefix)")
+      ->check(CLI::Range(0, 1 << 20));
   app.add_option("--output-len", w.output.mean, "max_tokens of each request");
   app.add_option("--output-len-range", w.output.range, "uniform spread around it")
       ->check(CLI::Range(0.0, 1.0));

@@ -10,14 +10,30 @@ int LengthDist::sample(std::mt19937_64& rng) const {
   return std::max(1, int(std::lround(std::uniform_real_distribution<double>(lo, hi)(rng))));
 }
 
+namespace workload {
+
+// `n` random printable characters: 1 byte = 1 token for the byte-level model, no escaping surprises.
+std::string printable_text(size_t n, std::mt19937_64& rng) {
+  std::string text(n, ' ');
+  std::uniform_int_distribution<int> printable(0x20, 0x7e);
+  for (auto& c : text) c = char(printable(rng));
+  return text;
+}
+
+}  // namespace workload
+
+Workload::Workload(WorkloadOptions o) : o_(std::move(o)), rng_(o_.seed) {
+  // Drawn from its own stream, so adding a system prompt leaves every request's own text as it was.
+  std::mt19937_64 system_rng(o_.seed ^ 0x5ca1ab1eull);
+  system_ = workload::printable_text(size_t(std::max(0, o_.system_chars)), system_rng);
+}
+
 RequestPlan Workload::next() {
   RequestPlan p;
   p.prompt_chars = o_.prompt.sample(rng_);
   p.max_tokens = o_.output.sample(rng_);
   p.image = !o_.image_uri.empty() && std::uniform_real_distribution<double>(0, 1)(rng_) < o_.image_fraction;
-  std::string text(size_t(p.prompt_chars), ' ');
-  std::uniform_int_distribution<int> printable(0x20, 0x7e);  // 1 byte = 1 token, no escaping surprises
-  for (auto& c : text) c = char(printable(rng_));
+  const std::string text = workload::printable_text(size_t(p.prompt_chars), rng_);
   nlohmann::json body = {{"model", o_.model}, {"max_tokens", p.max_tokens}, {"temperature", o_.temperature}};
   if (o_.temperature > 0) body["seed"] = o_.seed + index_;
   if (o_.chat) {
@@ -25,9 +41,11 @@ RequestPlan Workload::next() {
     if (p.image)
       content = nlohmann::json::array({{{"type", "image_url"}, {"image_url", {{"url", o_.image_uri}}}},
                                        {{"type", "text"}, {"text", text}}});
-    body["messages"] = nlohmann::json::array({{{"role", "user"}, {"content", content}}});
+    body["messages"] = nlohmann::json::array();
+    if (!system_.empty()) body["messages"].push_back({{"role", "system"}, {"content", system_}});
+    body["messages"].push_back({{"role", "user"}, {"content", content}});
   } else {
-    body["prompt"] = text;
+    body["prompt"] = system_ + text;
   }
   if (o_.stream) {
     body["stream"] = true;

@@ -20,6 +20,7 @@ struct WorkloadOptions {
   bool chat = true;  // /v1/chat/completions, else /v1/completions
   std::string model;
   LengthDist prompt{64, 0}, output{16, 0};
+  int system_chars = 0;  // a system prompt every request starts with (a shared prefix); 0 = none
   bool stream = true;
   std::string image_uri;  // a data URI; "" = text only
   double image_fraction = 1;
@@ -36,13 +37,14 @@ struct RequestPlan {
 
 class Workload {
  public:
-  explicit Workload(WorkloadOptions o) : o_(std::move(o)), rng_(o_.seed) {}
+  explicit Workload(WorkloadOptions o);
   RequestPlan next();
   std::string path() const { return o_.chat ? "/v1/chat/completions" : "/v1/completions"; }
 
  private:
   WorkloadOptions o_;
   std::mt19937_64 rng_;
+  std::string system_;
   uint64_t index_ = 0;
 };
 
