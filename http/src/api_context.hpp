@@ -76,5 +76,7 @@ void note_finished(ApiContext& ctx, const char* route, const std::string& reques
 void handle_generate(const std::shared_ptr<ApiContext>& ctx, ExchangePtr ex);
 void handle_completions(const std::shared_ptr<ApiContext>& ctx, ExchangePtr ex);
 void handle_chat(const std::shared_ptr<ApiContext>& ctx, ExchangePtr ex);
+void handle_tokenize(ApiContext& ctx, ExchangePtr ex);
+void handle_detokenize(ApiContext& ctx, ExchangePtr ex);
 
 }  // namespace epd::http

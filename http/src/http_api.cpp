@@ -34,6 +34,8 @@ enum class Route {
   instances,
   stats,
   activity,
+  tokenize,
+  detokenize,
   dashboard
 };
 
@@ -54,6 +56,8 @@ constexpr RouteInfo kRoutes[] = {
     {"/v1/instances", Route::instances, false},
     {"/v1/stats", Route::stats, false},
     {"/v1/activity", Route::activity, false},
+    {"/tokenize", Route::tokenize, true},
+    {"/detokenize", Route::detokenize, true},
     {"/", Route::dashboard, false},
 };
 
@@ -313,6 +317,10 @@ protocol::Result<uint16_t> HttpApi::start(const std::string& host, uint16_t port
         return handle_completions(ctx, std::move(ex));
       case Route::chat:
         return handle_chat(ctx, std::move(ex));
+      case Route::tokenize:
+        return handle_tokenize(*ctx, std::move(ex));
+      case Route::detokenize:
+        return handle_detokenize(*ctx, std::move(ex));
       default:
         return handle_info(*ctx, route->route, std::move(ex));
     }

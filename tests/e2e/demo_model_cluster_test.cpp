@@ -86,6 +86,27 @@ TEST_CASE("demo model cluster: 100 held-out pictures over shm and tcp, answered 
         }
       }));
     for (auto& c : clients) c.get();
+    if (spec.backend == "shm") {
+      // POST /tokenize and /detokenize speak the model's own tokenizer (tokenizer_oracle_test holds it to
+      // llama.cpp's), as llama-server does: BOS on request, special tokens' text rendered.
+      const model::Tokenizer& tok = (*codec)->tokenizer();
+      const std::string text = questions[0].question;
+      auto ids = tok.encode(text, true);
+      REQUIRE(ids);
+      std::vector<uint32_t> expect;
+      if (tok.add_bos() && tok.bos()) expect.push_back(*tok.bos());
+      expect.insert(expect.end(), ids->begin(), ids->end());
+      auto [status, body] =
+          cluster.post_raw("/tokenize", json{{"content", text}, {"add_special", true}}.dump());
+      INFO(body);
+      REQUIRE(status == 200);
+      CHECK(json::parse(body)["tokens"].get<std::vector<uint32_t>>() == expect);
+      auto [status2, body2] = cluster.post_raw("/detokenize", json{{"tokens", *ids}}.dump());
+      INFO(body2);
+      REQUIRE(status2 == 200);
+      // SentencePiece's pieces keep the space it puts in front of the text.
+      CHECK(json::parse(body2)["content"] == (tok.strips_leading_space() ? " " : "") + text);
+    }
     size_t same = 0;
     for (size_t i = 0; i < questions.size(); ++i) {
       INFO(backend << ", scene " << questions[i].scene << ": " << replies[i].second);

@@ -174,7 +174,7 @@ TEST_CASE("wrong methods get 405, unknown paths 404, compressed bodies 415, all 
 
   check_error(cli.Get("/index.html"), 404, "no route for /index.html");  // the dashboard is at / only
   check_error(cli.Get("/v1/generate/"), 404, "POST /v1/generate, GET /v1/models");
-  check_error(cli.Get("/v2"), 404, "GET /v1/activity, GET /");
+  check_error(cli.Get("/v2"), 404, "GET /v1/activity, POST /tokenize, POST /detokenize, GET /");
   check_error(cli.Post("/v2/generate", R"({"prompt":"p"})", kJson), 404, "no route for /v2/generate");
 
   httplib::Headers gzip = {{"Content-Encoding", "gzip"}};
@@ -537,4 +537,46 @@ TEST_CASE("a large request is handled off the I/O thread so health answers meanw
   CHECK_FALSE(release);  // answered while the large request's handler was still busy
   release = true;
   big.join();
+}
+
+TEST_CASE("POST /tokenize and /detokenize answer as llama-server does, with the reference model's bytes",
+          "[http]") {
+  TestServer server;
+  auto c = server.client();
+  auto post = [&](const char* path, const json& body) { return c.Post(path, body.dump(), kJson); };
+
+  auto res = post("/tokenize", {{"content", "hi!"}});
+  REQUIRE(res);
+  CHECK(res->status == 200);
+  CHECK(json_body(res) == json{{"tokens", {104, 105, 33}}});
+  // add_special puts BOS in front; with_pieces gives each id with its text (bytes where it is not UTF-8).
+  res = post("/tokenize", {{"content", "a\xc3\xa9"}, {"add_special", true}, {"with_pieces", true}});
+  REQUIRE(res);
+  CHECK(json_body(res)["tokens"] == json::parse(R"([{"id":256,"piece":""},{"id":97,"piece":"a"},
+                                                     {"id":195,"piece":[195]},{"id":169,"piece":[169]}])"));
+  CHECK(json_body(post("/tokenize", json::object())) == json{{"tokens", json::array()}});
+
+  res = post("/detokenize", {{"tokens", {256, 104, 105, 33}}});
+  REQUIRE(res);
+  CHECK(res->status == 200);
+  CHECK(json_body(res) == json{{"content", "hi!"}});
+  // Half a UTF-8 character reads as U+FFFD: the reply is JSON text.
+  CHECK(json_body(post("/detokenize", {{"tokens", {97, 195}}}))["content"] == "a\xEF\xBF\xBD");
+
+  auto refused = [&](const char* path, const json& body, std::string_view what) {
+    auto r = post(path, body);
+    REQUIRE(r);
+    INFO(r->body);
+    CHECK(r->status == 400);
+    CHECK(json_body(r)["error"]["message"].get<std::string>().find(what) != std::string::npos);
+  };
+  refused("/tokenize", {{"content", {1, 2}}}, "\"content\" must be a string");
+  refused("/tokenize", {{"content", "x"}, {"with_pieces", "yes"}}, "\"with_pieces\" must be a boolean");
+  refused("/tokenize", {{"content", std::string(2000, 'x')}}, "longer than 1024 bytes");
+  refused("/detokenize", {{"tokens", {97, 259}}}, "not a token id of the model (0..258)");
+  refused("/detokenize", {{"tokens", {-1}}}, "not a token id");
+  refused("/detokenize", {{"tokens", "abc"}}, "must be an array");
+  auto get = c.Get("/tokenize");
+  REQUIRE(get);
+  CHECK(get->status == 405);
 }
