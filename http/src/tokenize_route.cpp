@@ -34,9 +34,13 @@ json piece_json(const std::string& piece) {
   return bytes;
 }
 
-std::variant<json, HttpError> body_of(ApiContext& ctx, Exchange& ex) {
+// The body as a JSON object; nullopt when it is not one (the 400 is sent).
+std::optional<json> body_of(ApiContext& ctx, Exchange& ex) {
   auto parsed = parse_json_object(ex.request().body, ctx.config.generate.max_json_depth);
-  if (auto* e = std::get_if<HttpError>(&parsed)) return *e;
+  if (auto* e = std::get_if<HttpError>(&parsed)) {
+    reply_error(ex, *e);
+    return std::nullopt;
+  }
   return std::get<json>(std::move(parsed));
 }
 
@@ -45,16 +49,15 @@ std::variant<json, HttpError> body_of(ApiContext& ctx, Exchange& ex) {
 void handle_tokenize(ApiContext& ctx, ExchangePtr exchange) {
   using namespace tokenize_route;
   Exchange& ex = *exchange;
-  auto parsed = body_of(ctx, ex);
-  if (auto* e = std::get_if<HttpError>(&parsed)) return reply_error(ex, *e);
-  const json& body = std::get<json>(parsed);
+  const auto body = body_of(ctx, ex);
+  if (!body) return;
   bool add_special = false, parse_special = true, with_pieces = false;
   for (auto [name, out] : {std::pair{"add_special", &add_special}, std::pair{"parse_special", &parse_special},
                            std::pair{"with_pieces", &with_pieces}})
-    if (auto e = flag(body, name, *out)) return reply_error(ex, *e);
+    if (auto e = flag(*body, name, *out)) return reply_error(ex, *e);
   json tokens = json::array();
-  auto content = body.find("content");
-  if (content != body.end()) {
+  auto content = body->find("content");
+  if (content != body->end()) {
     if (!content->is_string())
       return reply_error(
           ex, invalid("\"content\" must be a string (epd takes no mixed token arrays)", "content"));
@@ -93,14 +96,13 @@ void handle_tokenize(ApiContext& ctx, ExchangePtr exchange) {
 void handle_detokenize(ApiContext& ctx, ExchangePtr exchange) {
   using namespace tokenize_route;
   Exchange& ex = *exchange;
-  auto parsed = body_of(ctx, ex);
-  if (auto* e = std::get_if<HttpError>(&parsed)) return reply_error(ex, *e);
-  const json& body = std::get<json>(parsed);
+  const auto body = body_of(ctx, ex);
+  if (!body) return;
   const auto codec = ctx.service.codec();
   const uint32_t vocab = codec ? codec->tokenizer().vocab_size() : model::kVocab;
   std::vector<model::TokenId> ids;
-  auto tokens = body.find("tokens");
-  if (tokens != body.end()) {
+  auto tokens = body->find("tokens");
+  if (tokens != body->end()) {
     if (!tokens->is_array())
       return reply_error(ex, invalid("\"tokens\" must be an array of token ids", "tokens"));
     for (const auto& t : *tokens) {

@@ -10,20 +10,35 @@
 using namespace epd;
 using namespace epd::testing;
 
-TEST_CASE("a role refuses compute threads out of range, naming the setting", "[e2e][multiproc]") {
+namespace {
+
+// Starts instance `role`-0 of a cluster whose [defaults.<role>] holds `settings`, alone; it must exit
+// non-zero within 10 s and say `message`.
+void check_refused(const std::string& role, const std::string& settings, const std::string& message) {
   using namespace std::chrono_literals;
-  for (const char* role : {"prefill", "decode"}) {
-    ClusterSpec spec;
-    spec.defaults[role] = "threads = 0\n";
-    Cluster cluster(spec);  // only writes the config; nothing is started
-    launcher::test::Proc proc({std::string(EPD_BIN_DIR) + "/epd-" + role, "--config",
-                               cluster.config_file().string(), "--id", std::string(role) + "-0"});
-    auto status = proc.wait(10s);
-    REQUIRE(status);
-    proc.read_all(1s);
-    INFO(proc.output());
-    CHECK(WIFEXITED(*status));
-    CHECK(WEXITSTATUS(*status) != 0);
-    CHECK(proc.output().find("key 'threads' must be in [1, 256], got 0") != std::string::npos);
-  }
+  ClusterSpec spec;
+  spec.defaults[role] = settings;
+  Cluster cluster(spec);  // only writes the config; nothing is started
+  launcher::test::Proc proc({std::string(EPD_BIN_DIR) + "/epd-" + role, "--config",
+                             cluster.config_file().string(), "--id", role + "-0"});
+  auto status = proc.wait(10s);
+  REQUIRE(status);
+  proc.read_all(1s);
+  INFO(role << ": " << proc.output());
+  CHECK(WIFEXITED(*status));
+  CHECK(WEXITSTATUS(*status) != 0);
+  CHECK(proc.output().find(message) != std::string::npos);
+}
+
+}  // namespace
+
+TEST_CASE("a role refuses compute threads out of range, naming the setting", "[e2e][multiproc]") {
+  for (const char* role : {"prefill", "decode"})
+    check_refused(role, "threads = 0\n", "key 'threads' must be in [1, 256], got 0");
+}
+
+TEST_CASE("prefix cache: a budget larger than the pool stops prefill at start, naming both settings",
+          "[e2e][multiproc]") {
+  check_refused("prefill", "kv_pages = 64\nprefix_cache_pages = 65\n",
+                "prefix_cache_pages (65) is more than kv_pages (64)");
 }
