@@ -60,7 +60,7 @@ protocol::RoomResult failure_result(uint64_t room, const protocol::Error& error)
 }
 
 model::SamplingParams sampling_of(const protocol::Submit& s) {
-  return model::SamplingParams{s.temperature, s.top_p, s.top_k, s.seed};
+  return model::SamplingParams{s.temperature, s.top_p, s.top_k, s.seed, s.min_p};
 }
 
 void set_sampling(protocol::Submit& s, const model::SamplingParams& p) {
@@ -68,6 +68,7 @@ void set_sampling(protocol::Submit& s, const model::SamplingParams& p) {
   s.top_p = p.top_p;
   s.top_k = p.top_k;
   s.seed = p.seed;
+  s.min_p = p.min_p;
 }
 
 void report_failure(Bridge& bridge, const std::string& router, uint64_t room, const protocol::Error& error) {

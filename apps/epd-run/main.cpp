@@ -45,6 +45,8 @@ int main(int argc, char** argv) {
   app.add_option("--top-p", sampling.top_p,
                  "nucleus sampling: keep the tokens whose mass reaches this; (0, 1]");
   app.add_option("--top-k", sampling.top_k, "keep at most this many most likely tokens (0 = all)");
+  app.add_option("--min-p", sampling.min_p,
+                 "drop tokens less likely than this times the most likely one; [0, 1], 0 = off");
   app.add_option("--seed", sampling.seed, "seed of the sampling draws (with each token's index)");
   // Any of these runs decode in its own KV layout, converted once from prefill's (the staged path).
   auto* dps =

@@ -32,6 +32,7 @@ std::optional<HttpError> parse_sampling_fields(const json& doc, SamplingFields& 
   auto& p = out.params;
   if (auto e = number_in(doc, "temperature", 2, false, "[0, 2]", p.temperature)) return e;
   if (auto e = number_in(doc, "top_p", 1, true, "(0, 1]", p.top_p)) return e;
+  if (auto e = number_in(doc, "min_p", 1, false, "[0, 1]", p.min_p)) return e;
   if (const json* v = field(doc, "top_k")) {
     // vLLM spells "off" as -1 (older releases) or 0; both are taken.
     const char* rule = "it must be 0 or -1 (off) or a positive integer below 2^32";

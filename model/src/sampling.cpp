@@ -52,6 +52,9 @@ protocol::Status validate(const SamplingParams& p) {
   if (!(p.top_p > 0.0f && p.top_p <= 1.0f))
     return protocol::make_error(ErrorCode::invalid_request,
                                 "top_p must be a number in (0, 1], got " + show(p.top_p));
+  if (!(p.min_p >= 0.0f && p.min_p <= 1.0f))
+    return protocol::make_error(ErrorCode::invalid_request,
+                                "min_p must be a number in [0, 1], got " + show(p.min_p));
   return {};
 }
 
@@ -100,6 +103,12 @@ TokenId sample_token(std::span<const float> logits, const SamplingParams& p, uin
         break;
       }
     }
+  }
+  if (p.min_p > 0.0f) {
+    // Weights are relative to the first token's (exactly 1): min_p compares with them as they are.
+    while (keep > 1 && c[keep - 1].weight < p.min_p) --keep;
+    kept = 0;
+    for (size_t i = 0; i < keep; ++i) kept += c[i].weight;
   }
   const double u = sampling_uniform(p.seed, index) * kept;
   double cum = 0;

@@ -133,6 +133,7 @@ TEST_CASE("OpenAI SDK: completions and chat, plain and streamed, equal epd-run",
   sampled.temperature = 0.8;
   sampled.top_p = 0.9;
   sampled.top_k = 40;
+  sampled.min_p = 0.3;
   sampled.seed = 1234;
   const json image_message =
       user(json::array({{{"type", "image_url"}, {"image_url", {{"url", "@file:" + kPng}}}},

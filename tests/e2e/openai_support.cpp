@@ -82,6 +82,7 @@ Reference reference(const std::string& prompt, int max_tokens, const std::string
   if (s.temperature > 0) argv.insert(argv.end(), {"--temperature", std::to_string(s.temperature)});
   if (s.top_p) argv.insert(argv.end(), {"--top-p", std::to_string(*s.top_p)});
   if (s.top_k) argv.insert(argv.end(), {"--top-k", std::to_string(*s.top_k)});
+  if (s.min_p) argv.insert(argv.end(), {"--min-p", std::to_string(*s.min_p)});
   if (s.seed) argv.insert(argv.end(), {"--seed", std::to_string(*s.seed)});
   const auto r = run_command(argv);
   if (r.exit_code != 0) throw std::runtime_error("epd-run failed: " + r.output);
@@ -101,6 +102,7 @@ nlohmann::json sampling_body(const Sampling& s) {
   nlohmann::json j = {{"temperature", s.temperature}};
   if (s.top_p) j["top_p"] = *s.top_p;
   if (s.top_k) j["top_k"] = *s.top_k;
+  if (s.min_p) j["min_p"] = *s.min_p;
   if (s.seed) j["seed"] = *s.seed;
   return j;
 }

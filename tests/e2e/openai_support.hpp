@@ -31,6 +31,7 @@ struct Sampling {
   double temperature = 0;
   std::optional<double> top_p;
   std::optional<int> top_k;
+  std::optional<double> min_p;
   std::optional<uint64_t> seed;
 };
 

@@ -222,6 +222,11 @@ TEST_CASE("openai request: temperature, top_p, top_k, seed", "[http][openai_requ
   check(rejected(Endpoint::chat, chat({{"temperature", "1"}})), "temperature",
         "\"temperature\" must be a number in [0, 2], got string");
   check(rejected(Endpoint::chat, chat({{"top_p", 0}})), "top_p", "is 0; it must be in (0, 1]");
+  CHECK(accepted(Endpoint::chat, chat({{"min_p", 0}})).sampling.min_p == 0);
+  CHECK(accepted(Endpoint::chat, chat({{"min_p", 0.05}})).sampling.min_p == 0.05f);
+  CHECK(accepted(Endpoint::chat, chat({{"min_p", 1}})).sampling.min_p == 1);
+  check(rejected(Endpoint::chat, chat({{"min_p", 1.5}})), "min_p", "is 1.5; it must be in [0, 1]");
+  check(rejected(Endpoint::chat, chat({{"min_p", -0.1}})), "min_p", "it must be in [0, 1]");
   check(rejected(Endpoint::chat, chat({{"top_p", 1.01}})), "top_p", "(0, 1]");
   // Above 0 as a double, 0 as the float the sampler gets.
   check(rejected(Endpoint::chat, chat({{"top_p", 1e-50}})), "top_p", "it must be in (0, 1]");

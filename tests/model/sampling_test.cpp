@@ -207,6 +207,40 @@ TEST_CASE("validate: temperature from 0 to 2, top_p above 0 and at most 1, both 
     REQUIRE_FALSE(st.ok());
     CHECK_THAT(st.error().detail, Catch::Contains("top_p"));
   }
+  for (float m : {-0.01f, 1.01f, NAN}) {
+    SamplingParams p = sampled(1.0f);
+    p.min_p = m;
+    auto st = validate(p);
+    REQUIRE_FALSE(st.ok());
+    CHECK_THAT(st.error().detail, Catch::Contains("min_p must be a number in [0, 1]"));
+  }
+}
+
+TEST_CASE("min_p draws only tokens at least that likely relative to the most likely one, at the temperature",
+          "[model][sampling]") {
+  // At temperature 1 the weights relative to token 0 are 1, e^-1 = 0.37, e^-2 = 0.14 and e^-4 = 0.018.
+  const std::vector<float> logits{0.0f, -1.0f, -2.0f, -4.0f};
+  auto drawn = [&](float temperature, float min_p) {
+    SamplingParams p = sampled(temperature, 1, 0, 3);
+    p.min_p = min_p;
+    std::set<TokenId> seen;
+    for (uint32_t i = 0; i < 2000; ++i) seen.insert(sample_token(logits, p, i, TokenFilter::none));
+    return seen;
+  };
+  CHECK(drawn(1.0f, 0.0f) == std::set<TokenId>{0, 1, 2, 3});
+  CHECK(drawn(1.0f, 0.1f) == std::set<TokenId>{0, 1, 2});
+  CHECK(drawn(1.0f, 0.3f) == std::set<TokenId>{0, 1});
+  CHECK(drawn(1.0f, 1.0f) == std::set<TokenId>{0});
+  // At temperature 2 the same logits are flatter: e^-1 = 0.37 for token 2 passes 0.3 now.
+  CHECK(drawn(2.0f, 0.3f) == std::set<TokenId>{0, 1, 2});
+  // With min_p 0 the draw is exactly the one without it.
+  SamplingParams off = sampled(0.8f, 0.9f, 3, 5);
+  for (uint32_t i = 0; i < 50; ++i) {
+    SamplingParams zero = off;
+    zero.min_p = 0;
+    CHECK(sample_token(logits, off, i, TokenFilter::none) ==
+          sample_token(logits, zero, i, TokenFilter::none));
+  }
 }
 
 TEST_CASE("the runner refuses bad sampling params before writing anything", "[model][sampling]") {

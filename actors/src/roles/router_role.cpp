@@ -256,10 +256,7 @@ void start_attempt(RouterState& st, uint64_t req_id);
 // What every role needs of the client's request besides the prompt: its id (for their logs) and sampling.
 void set_request_fields(protocol::Submit& s, const GenerateRequest& r) {
   s.request_id = r.request_id;
-  s.temperature = r.sampling.temperature;
-  s.top_p = r.sampling.top_p;
-  s.top_k = r.sampling.top_k;
-  s.seed = r.sampling.seed;
+  set_sampling(s, r.sampling);
 }
 
 // Starts queued requests while in-flight slots are free.

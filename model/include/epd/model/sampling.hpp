@@ -16,19 +16,22 @@ struct SamplingParams {
   float top_p = 1;        // nucleus: keep the most likely tokens whose mass reaches top_p; in (0, 1]
   uint32_t top_k = 0;     // keep at most this many most likely tokens; 0 = no limit
   uint64_t seed = 0;      // with the token's index, the only source of randomness
+  float min_p = 0;  // drop tokens less likely than min_p x the most likely one (at the temperature); 0 = off
 
   bool greedy() const { return temperature == 0; }
   bool operator==(const SamplingParams&) const = default;
 };
 
-// invalid_request naming the field unless temperature is in [0, 2] and top_p in (0, 1] (both finite).
+// invalid_request naming the field unless temperature is in [0, 2], top_p in (0, 1] and min_p in [0, 1]
+// (all finite).
 protocol::Status validate(const SamplingParams& params);
 
 // The token at position `index` of the generated sequence (0 = the one prefill returns), from the logits
 // of the position before it (logits[t] is token t's). BOS and IMAGE are never chosen. Greedy: the allowed
 // token with the highest logit, ties to the lower id. Otherwise: softmax at `temperature` over the allowed
 // tokens, ordered by logit (ties: lower id first), cut to top_k, then to the shortest prefix whose mass
-// reaches top_p, and one draw from that prefix keyed by (seed, index). Pure; `params` must validate and
+// reaches top_p, then to the tokens at least min_p times as likely as the first, and one draw from that
+// prefix keyed by (seed, index). Pure; `params` must validate and
 // `logits` must not be empty.
 // `filter`: the reference vocabulary never draws BOS and IMAGE; a checkpoint's vocabulary (TokenFilter::none)
 // may draw any id.

@@ -564,6 +564,7 @@ struct Submit {
   float temperature = 0;   // 0 = greedy; else in (0, 2]
   float top_p = 1;         // in (0, 1]
   uint32_t top_k = 0;      // 0 = no limit
+  float min_p = 0;         // tokens less likely than min_p x the most likely are not drawn; 0 = off
   uint64_t seed = 0;       // sampling seed; with the token's index the only randomness
   // A resumed answer (its decode handed the room over, or died): the prompt ends with the first
   // `resume_from` tokens drawn before, the first token drawn here has that index, and max_tokens counts the
@@ -589,6 +590,7 @@ struct Submit {
     v.opt("temperature", s.temperature);
     v.opt("top_p", s.top_p);
     v.opt("top_k", s.top_k);
+    v.opt("min_p", s.min_p);
     v.opt("seed", s.seed);
     v.opt("resume_from", s.resume_from);
     v.opt("images_key", s.images_key);
