@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <cmath>
+
 #include "epd/model/kv_cache.hpp"
 #include "epd/model/llama.hpp"
 #include "epd/model/mmproj.hpp"
@@ -60,7 +62,15 @@ protocol::RoomResult failure_result(uint64_t room, const protocol::Error& error)
 }
 
 model::SamplingParams sampling_of(const protocol::Submit& s) {
-  return model::SamplingParams{s.temperature, s.top_p, s.top_k, s.seed, s.min_p};
+  model::SamplingParams p{s.temperature, s.top_p, s.top_k, s.seed, s.min_p, {}};
+  // Unequal lists take no bias at all; validate() then refuses the room (a NaN bias).
+  if (s.logit_bias_ids.size() != s.logit_bias_values.size()) {
+    p.logit_bias.emplace_back(0, NAN);
+    return p;
+  }
+  for (size_t i = 0; i < s.logit_bias_ids.size(); ++i)
+    p.logit_bias.emplace_back(s.logit_bias_ids[i], s.logit_bias_values[i]);
+  return p;
 }
 
 void set_sampling(protocol::Submit& s, const model::SamplingParams& p) {
@@ -69,6 +79,12 @@ void set_sampling(protocol::Submit& s, const model::SamplingParams& p) {
   s.top_k = p.top_k;
   s.seed = p.seed;
   s.min_p = p.min_p;
+  s.logit_bias_ids.clear();
+  s.logit_bias_values.clear();
+  for (const auto& [id, bias] : p.logit_bias) {
+    s.logit_bias_ids.push_back(id);
+    s.logit_bias_values.push_back(bias);
+  }
 }
 
 void report_failure(Bridge& bridge, const std::string& router, uint64_t room, const protocol::Error& error) {

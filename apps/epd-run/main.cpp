@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
   uint32_t decode_page_size = 0;
   std::string decode_dtype, decode_order;
   m::SamplingParams sampling;
+  std::vector<std::string> logit_bias;
   auto* model_opt = app.add_option(
       "--model", model_file,
       "model config TOML file, or a Llama-family checkpoint: Hugging Face directory, .gguf or .safetensors");
@@ -47,6 +48,7 @@ int main(int argc, char** argv) {
   app.add_option("--top-k", sampling.top_k, "keep at most this many most likely tokens (0 = all)");
   app.add_option("--min-p", sampling.min_p,
                  "drop tokens less likely than this times the most likely one; [0, 1], 0 = off");
+  app.add_option("--logit-bias", logit_bias, "ID=BIAS: add BIAS (-100..100) to token ID's logit; repeatable");
   app.add_option("--seed", sampling.seed, "seed of the sampling draws (with each token's index)");
   // Any of these runs decode in its own KV layout, converted once from prefill's (the staged path).
   auto* dps =
@@ -80,6 +82,16 @@ int main(int argc, char** argv) {
     }
   }
 
+  for (const auto& b : logit_bias) {
+    const auto eq = b.find('=');
+    try {
+      if (eq == std::string::npos) throw std::invalid_argument(b);
+      sampling.logit_bias.emplace_back(uint32_t(std::stoul(b.substr(0, eq))), std::stof(b.substr(eq + 1)));
+    } catch (const std::exception&) {
+      std::cerr << "epd-run: --logit-bias " << b << ": expected ID=BIAS\n";
+      return 2;
+    }
+  }
   if (auto st = m::validate(sampling); !st) {
     std::cerr << "epd-run: " << st.error().to_string() << "\n";
     return 2;

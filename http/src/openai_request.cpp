@@ -138,7 +138,6 @@ class Parser {
     }
     if (auto e = nonzero_number("presence_penalty")) return e;
     if (auto e = nonzero_number("frequency_penalty")) return e;
-    if (auto e = nonempty("logit_bias", json::value_t::object, "an object", "\"logit_bias\"")) return e;
     return endpoint_ == Endpoint::completions ? refused_completions() : refused_chat();
   }
 

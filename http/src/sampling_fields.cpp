@@ -1,7 +1,10 @@
 #include "sampling_fields.hpp"
 
+#include <cctype>
+#include <cerrno>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <string_view>
 
@@ -40,6 +43,25 @@ std::optional<HttpError> parse_sampling_fields(const json& doc, SamplingFields& 
     if (v->is_number_unsigned() ? v->get<uint64_t>() > UINT32_MAX : v->get<int64_t>() != -1)
       return invalid("top_k", "\"top_k\" is " + v->dump() + "; " + rule);
     p.top_k = v->is_number_unsigned() ? static_cast<uint32_t>(v->get<uint64_t>()) : 0;
+  }
+  if (const json* v = field(doc, "logit_bias")) {
+    // OpenAI's shape: {"<token id>": bias, ...}.
+    if (!v->is_object()) return wrong_type("logit_bias", "an object of token ids to numbers", *v);
+    if (v->size() > kMaxLogitBias)
+      return invalid("logit_bias", "\"logit_bias\" has " + std::to_string(v->size()) + " entries; at most " +
+                                       std::to_string(kMaxLogitBias) + " are taken");
+    for (const auto& [key, bias] : v->items()) {
+      char* end = nullptr;
+      errno = 0;
+      const unsigned long long id = std::strtoull(key.c_str(), &end, 10);
+      if (key.empty() || key.size() > 10 || *end != '\0' || !std::isdigit(uint8_t(key[0])) || errno != 0 ||
+          id > UINT32_MAX)
+        return invalid("logit_bias", "\"logit_bias\" key \"" + key.substr(0, 20) + "\" is not a token id");
+      if (!bias.is_number() || !(bias.get<double>() >= -100 && bias.get<double>() <= 100))
+        return invalid("logit_bias", "\"logit_bias\" of token " + key + " is " + bias.dump() +
+                                         "; it must be a number in [-100, 100]");
+      p.logit_bias.emplace_back(static_cast<uint32_t>(id), static_cast<float>(bias.get<double>()));
+    }
   }
   if (const json* v = field(doc, "seed")) {
     if (!v->is_number_integer()) return wrong_type("seed", "an integer", *v);

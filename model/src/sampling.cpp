@@ -55,6 +55,11 @@ protocol::Status validate(const SamplingParams& p) {
   if (!(p.min_p >= 0.0f && p.min_p <= 1.0f))
     return protocol::make_error(ErrorCode::invalid_request,
                                 "min_p must be a number in [0, 1], got " + show(p.min_p));
+  for (const auto& [id, bias] : p.logit_bias)
+    if (!(bias >= -100.0f && bias <= 100.0f))
+      return protocol::make_error(
+          ErrorCode::invalid_request,
+          "logit_bias of token " + std::to_string(id) + " must be in [-100, 100], got " + show(bias));
   return {};
 }
 
@@ -67,6 +72,14 @@ double sampling_uniform(uint64_t seed, uint32_t index) {
 
 TokenId sample_token(std::span<const float> logits, const SamplingParams& p, uint32_t index, TokenFilter f) {
   if (logits.empty()) return 0;
+  if (!p.logit_bias.empty()) {
+    std::vector<float> biased(logits.begin(), logits.end());
+    for (const auto& [id, bias] : p.logit_bias)
+      if (id < biased.size()) biased[id] += bias;
+    SamplingParams rest = p;
+    rest.logit_bias.clear();
+    return sample_token(biased, rest, index, f);
+  }
   if (p.greedy()) return argmax(logits, f);
 
   std::vector<Candidate> c;

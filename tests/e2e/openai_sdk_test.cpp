@@ -135,6 +135,9 @@ TEST_CASE("OpenAI SDK: completions and chat, plain and streamed, equal epd-run",
   sampled.top_k = 40;
   sampled.min_p = 0.3;
   sampled.seed = 1234;
+  // Greedy, with the byte "e" banned and "z" pushed: the answer must change where they were or would be.
+  Sampling biased;
+  biased.logit_bias = {{uint32_t('e'), -100.0}, {uint32_t('z'), 5.0}};
   const json image_message =
       user(json::array({{{"type", "image_url"}, {"image_url", {{"url", "@file:" + kPng}}}},
                         {{"type", "text"}, {"text", "What is it?"}}}));
@@ -147,6 +150,7 @@ TEST_CASE("OpenAI SDK: completions and chat, plain and streamed, equal epd-run",
         {"max_tokens", 10}},
        {}},
       {"chat seeded sampling", true, {{"messages", {user("Tell me a story.")}}, {"max_tokens", 10}}, sampled},
+      {"completion greedy with logit_bias", false, {{"prompt", "Hello, epd!"}, {"max_tokens", 12}}, biased},
       {"chat with a PNG image", true, {{"messages", {image_message}}, {"max_tokens", 8}}, {}, true},
       {"completion with a multi-byte character in its answer",
        false,

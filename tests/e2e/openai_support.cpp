@@ -83,6 +83,8 @@ Reference reference(const std::string& prompt, int max_tokens, const std::string
   if (s.top_p) argv.insert(argv.end(), {"--top-p", std::to_string(*s.top_p)});
   if (s.top_k) argv.insert(argv.end(), {"--top-k", std::to_string(*s.top_k)});
   if (s.min_p) argv.insert(argv.end(), {"--min-p", std::to_string(*s.min_p)});
+  for (const auto& [id, bias] : s.logit_bias)
+    argv.insert(argv.end(), {"--logit-bias", std::to_string(id) + "=" + std::to_string(bias)});
   if (s.seed) argv.insert(argv.end(), {"--seed", std::to_string(*s.seed)});
   const auto r = run_command(argv);
   if (r.exit_code != 0) throw std::runtime_error("epd-run failed: " + r.output);
@@ -103,6 +105,10 @@ nlohmann::json sampling_body(const Sampling& s) {
   if (s.top_p) j["top_p"] = *s.top_p;
   if (s.top_k) j["top_k"] = *s.top_k;
   if (s.min_p) j["min_p"] = *s.min_p;
+  if (!s.logit_bias.empty()) {
+    j["logit_bias"] = nlohmann::json::object();
+    for (const auto& [id, bias] : s.logit_bias) j["logit_bias"][std::to_string(id)] = bias;
+  }
   if (s.seed) j["seed"] = *s.seed;
   return j;
 }

@@ -1,6 +1,7 @@
 #pragma once
 // Helpers of the OpenAI API tests: running commands (node, curl, epd-run, epd-bench) and reading their
 // output, reference tokens from epd-run, and checking raw SSE framing.
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -32,6 +33,7 @@ struct Sampling {
   std::optional<double> top_p;
   std::optional<int> top_k;
   std::optional<double> min_p;
+  std::map<uint32_t, double> logit_bias;
   std::optional<uint64_t> seed;
 };
 

@@ -289,9 +289,26 @@ TEST_CASE("openai request: n and the completions fields epd cannot honour", "[ht
         "not supported");
   check(rejected(Endpoint::completions, completion({{"frequency_penalty", "0"}})), "frequency_penalty",
         "must be a number");
-  check(rejected(Endpoint::completions, completion({{"logit_bias", {{"50256", -100}}}})), "logit_bias",
-        "not supported");
+}
+
+TEST_CASE("openai request: logit_bias, token ids to biases in [-100, 100]", "[http][openai_request]") {
+  using Bias = std::vector<std::pair<uint32_t, float>>;
+  CHECK(accepted(Endpoint::completions, completion({{"logit_bias", {{"50256", -100}, {"7", 2.5}}}}))
+            .sampling.logit_bias == Bias{{50256, -100.0f}, {7, 2.5f}});
+  CHECK(accepted(Endpoint::chat, chat({{"logit_bias", json::object()}})).sampling.logit_bias.empty());
   check(rejected(Endpoint::completions, completion({{"logit_bias", 1}})), "logit_bias", "must be an object");
+  check(rejected(Endpoint::chat, chat({{"logit_bias", {{"x1", 1}}}})), "logit_bias",
+        "key \"x1\" is not a token id");
+  check(rejected(Endpoint::chat, chat({{"logit_bias", {{"-1", 1}}}})), "logit_bias", "is not a token id");
+  check(rejected(Endpoint::chat, chat({{"logit_bias", {{"4294967296", 1}}}})), "logit_bias",
+        "is not a token id");
+  check(rejected(Endpoint::chat, chat({{"logit_bias", {{"5", 101}}}})), "logit_bias",
+        "of token 5 is 101; it must be a number in [-100, 100]");
+  check(rejected(Endpoint::chat, chat({{"logit_bias", {{"5", "1"}}}})), "logit_bias", "must be a number");
+  json many = json::object();
+  for (int i = 0; i < 1025; ++i) many[std::to_string(i)] = 1;
+  check(rejected(Endpoint::chat, chat({{"logit_bias", many}})), "logit_bias",
+        "has 1025 entries; at most 1024");
 }
 
 TEST_CASE("openai request: chat fields epd cannot honour", "[http][openai_request]") {

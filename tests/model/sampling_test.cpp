@@ -216,6 +216,22 @@ TEST_CASE("validate: temperature from 0 to 2, top_p above 0 and at most 1, both 
   }
 }
 
+TEST_CASE("logit_bias is added before anything else: it moves the greedy token and bans or forces one",
+          "[model][sampling]") {
+  const std::vector<float> logits{0.0f, 1.0f, 3.0f, 2.0f};
+  SamplingParams p;
+  CHECK(sample_token(logits, p, 0, TokenFilter::none) == 2);
+  p.logit_bias = {{2, -100.0f}};
+  CHECK(sample_token(logits, p, 0, TokenFilter::none) == 3);  // banned: the next best
+  p.logit_bias = {{0, 3.5f}, {99, 100.0f}};                   // an id past the logits is ignored
+  CHECK(sample_token(logits, p, 0, TokenFilter::none) == 0);
+  SamplingParams warm = sampled(1.0f, 1, 0, 9);
+  warm.logit_bias = {{1, 100.0f}};  // forced, whatever the draw
+  for (uint32_t i = 0; i < 200; ++i) CHECK(sample_token(logits, warm, i, TokenFilter::none) == 1);
+  warm.logit_bias = {{1, 100.5f}};
+  CHECK_THAT(validate(warm).error().detail, Catch::Contains("logit_bias of token 1 must be in [-100, 100]"));
+}
+
 TEST_CASE("min_p draws only tokens at least that likely relative to the most likely one, at the temperature",
           "[model][sampling]") {
   // At temperature 1 the weights relative to token 0 are 1, e^-1 = 0.37, e^-2 = 0.14 and e^-4 = 0.018.

@@ -5,6 +5,8 @@
 // generate() all pick the same token. docs/model.md ("Sampling") gives the exact rule.
 #include <cstdint>
 #include <span>
+#include <utility>
+#include <vector>
 
 #include "epd/model/tokens.hpp"
 #include "epd/protocol/result.hpp"
@@ -17,13 +19,16 @@ struct SamplingParams {
   uint32_t top_k = 0;     // keep at most this many most likely tokens; 0 = no limit
   uint64_t seed = 0;      // with the token's index, the only source of randomness
   float min_p = 0;  // drop tokens less likely than min_p x the most likely one (at the temperature); 0 = off
+  // Added to those tokens' logits before anything else (greedy too), each in [-100, 100]: OpenAI's
+  // logit_bias. Ids past the logits are ignored.
+  std::vector<std::pair<TokenId, float>> logit_bias{};
 
   bool greedy() const { return temperature == 0; }
   bool operator==(const SamplingParams&) const = default;
 };
 
-// invalid_request naming the field unless temperature is in [0, 2], top_p in (0, 1] and min_p in [0, 1]
-// (all finite).
+// invalid_request naming the field unless temperature is in [0, 2], top_p in (0, 1], min_p in [0, 1] and
+// every logit bias in [-100, 100] (all finite).
 protocol::Status validate(const SamplingParams& params);
 
 // The token at position `index` of the generated sequence (0 = the one prefill returns), from the logits

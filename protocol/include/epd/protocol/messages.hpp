@@ -565,7 +565,9 @@ struct Submit {
   float top_p = 1;         // in (0, 1]
   uint32_t top_k = 0;      // 0 = no limit
   float min_p = 0;         // tokens less likely than min_p x the most likely are not drawn; 0 = off
-  uint64_t seed = 0;       // sampling seed; with the token's index the only randomness
+  std::vector<uint32_t> logit_bias_ids;  // tokens whose logits get logit_bias_values[i] added (OpenAI's)
+  std::vector<float> logit_bias_values;  // as many as logit_bias_ids, each in [-100, 100]
+  uint64_t seed = 0;                     // sampling seed; with the token's index the only randomness
   // A resumed answer (its decode handed the room over, or died): the prompt ends with the first
   // `resume_from` tokens drawn before, the first token drawn here has that index, and max_tokens counts the
   // rest. 0: a new answer.
@@ -591,6 +593,8 @@ struct Submit {
     v.opt("top_p", s.top_p);
     v.opt("top_k", s.top_k);
     v.opt("min_p", s.min_p);
+    v.opt("logit_bias_ids", s.logit_bias_ids);
+    v.opt("logit_bias_values", s.logit_bias_values);
     v.opt("seed", s.seed);
     v.opt("resume_from", s.resume_from);
     v.opt("images_key", s.images_key);
