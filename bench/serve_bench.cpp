@@ -306,7 +306,8 @@ int run_compare(const Flags& f, RunOptions o, WorkloadOptions w) {
       (epd_now ? rows[i].epd : rows[i].llama) = measured->summary;
     }
   }
-  const double epd_rss = tree_peak_rss_mib(cluster->status("epd-cluster")->pid);
+  const auto launcher = cluster->status("epd-cluster");
+  const double epd_rss = launcher ? tree_peak_rss_mib(launcher->pid) : 0;
   const double llama_rss = tree_peak_rss_mib(llama->pid());
   cluster->stop();
   llama.reset();
