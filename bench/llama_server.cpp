@@ -6,9 +6,6 @@
 
 #include <chrono>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
-#include <map>
 #include <thread>
 #include <vector>
 
@@ -68,49 +65,6 @@ std::unique_ptr<LlamaServer> LlamaServer::start(const LlamaServerOptions& o) {
 pid_t LlamaServer::pid() const {
   auto st = group_->status("llama-server");
   return st ? st->pid : 0;
-}
-
-namespace proc_tree {
-
-// A /proc/PID/status field in kB ("VmHWM:   1234 kB"), 0 when absent.
-uint64_t status_kb(pid_t pid, const std::string& field) {
-  std::ifstream f("/proc/" + std::to_string(pid) + "/status");
-  for (std::string line; std::getline(f, line);)
-    if (line.rfind(field + ":", 0) == 0) return std::stoull(line.substr(field.size() + 1));
-  return 0;
-}
-
-// The parent of `pid` (/proc/PID/stat's fourth field; the name in parentheses may hold spaces).
-pid_t parent_of(pid_t pid) {
-  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
-  std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  const auto close = stat.rfind(')');
-  if (close == std::string::npos) return 0;
-  char state = 0;
-  int ppid = 0;
-  return std::sscanf(stat.c_str() + close + 1, " %c %d", &state, &ppid) == 2 ? ppid : 0;
-}
-
-}  // namespace proc_tree
-
-double tree_peak_rss_mib(pid_t root) {
-  std::multimap<pid_t, pid_t> children;
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator("/proc", ec)) {
-    const std::string name = e.path().filename().string();
-    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
-    const pid_t pid = std::stoi(name);
-    children.emplace(proc_tree::parent_of(pid), pid);
-  }
-  uint64_t kb = 0;
-  std::vector<pid_t> todo{root};
-  while (!todo.empty()) {
-    const pid_t p = todo.back();
-    todo.pop_back();
-    kb += proc_tree::status_kb(p, "VmHWM");
-    for (auto [it, end] = children.equal_range(p); it != end; ++it) todo.push_back(it->second);
-  }
-  return double(kb) / 1024;
 }
 
 }  // namespace epd::bench

@@ -1,7 +1,6 @@
 #pragma once
 // llama.cpp's llama-server, the program a CPU user would run instead of epd, started on the same GGUF and
-// mmproj for `epd-bench serve --compare llama-server`; and the peak memory of a process tree, to put the
-// two side by side.
+// mmproj for `epd-bench serve --compare llama-server`.
 #include <sys/types.h>
 
 #include <cstdint>
@@ -37,9 +36,5 @@ class LlamaServer {
   int port_ = 0;
   std::string command_;
 };
-
-// The peak resident set size (VmHWM) of `root` and of every process below it, summed, in MiB: what the
-// processes of one server held at their most (a sum of peaks, an upper bound of the peak of the sum).
-double tree_peak_rss_mib(pid_t root);
 
 }  // namespace epd::bench

@@ -17,6 +17,7 @@
 #include "llama_server.hpp"
 #include "plot.hpp"
 #include "plot_kinds.hpp"
+#include "process_stats.hpp"
 #include "serve_runner.hpp"
 
 namespace epd::bench {
@@ -238,6 +239,52 @@ void print_compare_row(size_t level, const char* server, const Summary& s) {
               s.e2e.p50, s.e2e.p99, s.failed);
 }
 
+// One --concurrency level of --compare: each server's figures.
+struct Compared {
+  Summary epd, llama;
+};
+
+// The comparison's table, errors, ratios and memory; returns the failed requests of both servers.
+size_t print_comparison(const std::vector<size_t>& levels, const std::vector<Compared>& rows, double epd_rss,
+                        double llama_rss) {
+  std::printf("\n%5s  %-12s %7s %8s %9s %9s %8s %8s %9s %9s %6s\n", "conc", "server", "req/s", "out tok/s",
+              "TTFT p50", "TTFT p99", "ITL p50", "ITL p99", "E2E p50", "E2E p99", "failed");
+  size_t failed = 0;
+  for (size_t i = 0; i < levels.size(); ++i) {
+    print_compare_row(levels[i], "epd", rows[i].epd);
+    print_compare_row(levels[i], "llama-server", rows[i].llama);
+    failed += rows[i].epd.failed + rows[i].llama.failed;
+  }
+  for (size_t i = 0; i < levels.size(); ++i) {
+    const std::pair<const char*, const Summary*> servers[] = {{"epd", &rows[i].epd},
+                                                              {"llama-server", &rows[i].llama}};
+    for (const auto& [name, s] : servers)
+      for (const auto& [error, n] : s->errors)
+        std::printf("  concurrency %zu, %s: %zu x %s\n", levels[i], name, n, error.c_str());
+  }
+  auto ratio = [](double a, double b) { return b > 0 ? a / b : 0.0; };
+  std::printf(
+      "\nepd / llama-server (times in ms above; throughput ratios > 1 and latency ratios < 1 favour epd):\n");
+  for (size_t i = 0; i < levels.size(); ++i) {
+    const auto& e = rows[i].epd;
+    const auto& l = rows[i].llama;
+    std::printf(
+        "  concurrency %zu: requests/s %.2fx, output tokens/s %.2fx, TTFT p50 %.2fx p99 %.2fx, "
+        "ITL p50 %.2fx, E2E p50 %.2fx p99 %.2fx\n",
+        levels[i], ratio(e.requests_per_s, l.requests_per_s),
+        ratio(e.output_tokens_per_s, l.output_tokens_per_s), ratio(e.ttft.p50, l.ttft.p50),
+        ratio(e.ttft.p99, l.ttft.p99), ratio(e.itl.p50, l.itl.p50), ratio(e.e2e.p50, l.e2e.p50),
+        ratio(e.e2e.p99, l.e2e.p99));
+  }
+  std::printf("peak RSS (sum over each server's processes): epd %.1f MiB, llama-server %.1f MiB (%.2fx)\n",
+              epd_rss, llama_rss, ratio(epd_rss, llama_rss));
+  const size_t top = size_t(std::max_element(levels.begin(), levels.end()) - levels.begin());
+  std::printf("goal at concurrency %zu: output tokens/s >= 1.0x (%.2fx), TTFT p99 <= 1.0x (%.2fx)\n",
+              levels[top], ratio(rows[top].epd.output_tokens_per_s, rows[top].llama.output_tokens_per_s),
+              ratio(rows[top].epd.ttft.p99, rows[top].llama.ttft.p99));
+  return failed;
+}
+
 // `--compare llama-server`: the same workload against epd's cluster (--config) and against llama-server on
 // the same GGUF and mmproj, both up at once and on the same cores, at each --concurrency level (the order
 // alternating from level to level); both rows and their ratios.
@@ -288,10 +335,7 @@ int run_compare(const Flags& f, RunOptions o, WorkloadOptions w) {
   std::printf("  %s, temperature %g\n", shape.c_str(), w.temperature);
   std::fflush(stdout);
 
-  struct Row {
-    Summary epd, llama;
-  };
-  std::vector<Row> rows(levels.size());
+  std::vector<Compared> rows(levels.size());
   for (size_t i = 0; i < levels.size(); ++i) {
     RunOptions run = o;
     run.max_concurrency = levels[i];
@@ -312,43 +356,7 @@ int run_compare(const Flags& f, RunOptions o, WorkloadOptions w) {
   cluster->stop();
   llama.reset();
 
-  std::printf("\n%5s  %-12s %7s %8s %9s %9s %8s %8s %9s %9s %6s\n", "conc", "server", "req/s", "out tok/s",
-              "TTFT p50", "TTFT p99", "ITL p50", "ITL p99", "E2E p50", "E2E p99", "failed");
-  size_t failed = 0;
-  for (size_t i = 0; i < levels.size(); ++i) {
-    print_compare_row(levels[i], "epd", rows[i].epd);
-    print_compare_row(levels[i], "llama-server", rows[i].llama);
-    failed += rows[i].epd.failed + rows[i].llama.failed;
-  }
-  for (size_t i = 0; i < levels.size(); ++i) {
-    const std::pair<const char*, const Summary*> servers[] = {{"epd", &rows[i].epd},
-                                                              {"llama-server", &rows[i].llama}};
-    for (const auto& [name, s] : servers)
-      for (const auto& [error, n] : s->errors)
-        std::printf("  concurrency %zu, %s: %zu x %s\n", levels[i], name, n, error.c_str());
-  }
-  auto ratio = [](double a, double b) { return b > 0 ? a / b : 0.0; };
-  std::printf(
-      "\nepd / llama-server (times in ms above; throughput ratios > 1 and latency ratios < 1 favour epd):\n");
-  for (size_t i = 0; i < levels.size(); ++i) {
-    const auto& e = rows[i].epd;
-    const auto& l = rows[i].llama;
-    std::printf(
-        "  concurrency %zu: requests/s %.2fx, output tokens/s %.2fx, TTFT p50 %.2fx p99 %.2fx, ITL p50 "
-        "%.2fx, "
-        "E2E p50 %.2fx p99 %.2fx\n",
-        levels[i], ratio(e.requests_per_s, l.requests_per_s),
-        ratio(e.output_tokens_per_s, l.output_tokens_per_s), ratio(e.ttft.p50, l.ttft.p50),
-        ratio(e.ttft.p99, l.ttft.p99), ratio(e.itl.p50, l.itl.p50), ratio(e.e2e.p50, l.e2e.p50),
-        ratio(e.e2e.p99, l.e2e.p99));
-  }
-  std::printf("peak RSS (sum over each server's processes): epd %.1f MiB, llama-server %.1f MiB (%.2fx)\n",
-              epd_rss, llama_rss, ratio(epd_rss, llama_rss));
-  const size_t top = size_t(std::max_element(levels.begin(), levels.end()) - levels.begin());
-  std::printf("goal at concurrency %zu: output tokens/s >= 1.0x (%.2fx), TTFT p99 <= 1.0x (%.2fx)\n",
-              levels[top], ratio(rows[top].epd.output_tokens_per_s, rows[top].llama.output_tokens_per_s),
-              ratio(rows[top].epd.ttft.p99, rows[top].llama.ttft.p99));
-  return failed == 0 ? 0 : 1;
+  return print_comparison(levels, rows, epd_rss, llama_rss) == 0 ? 0 : 1;
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include "cluster.hpp"
 #include "plot.hpp"
 #include "plot_kinds.hpp"
+#include "process_stats.hpp"
 
 namespace epd::bench {
 namespace {
@@ -26,29 +27,17 @@ struct Process {
   pid_t pid = 0;
 };
 
-// The role processes epd-cluster started: its children (of any of its threads), named by their --id argument.
+// The role processes epd-cluster started, named by their --id argument.
 std::vector<Process> role_processes(pid_t cluster) {
   std::vector<Process> out;
-  const auto tasks = std::filesystem::path("/proc") / std::to_string(cluster) / "task";
-  for (const auto& task : std::filesystem::directory_iterator(tasks)) {
-    std::ifstream children(task.path() / "children");
-    for (pid_t pid; children >> pid;) {
-      std::ifstream f("/proc/" + std::to_string(pid) + "/cmdline");
-      std::vector<std::string> args;
-      for (std::string a; std::getline(f, a, '\0');) args.push_back(a);
-      for (size_t i = 0; i + 1 < args.size(); ++i)
-        if (args[i] == "--id") out.push_back({args[i + 1], pid});
-    }
+  for (pid_t pid : child_pids(cluster)) {
+    std::ifstream f("/proc/" + std::to_string(pid) + "/cmdline");
+    std::vector<std::string> args;
+    for (std::string a; std::getline(f, a, '\0');) args.push_back(a);
+    for (size_t i = 0; i + 1 < args.size(); ++i)
+      if (args[i] == "--id") out.push_back({args[i + 1], pid});
   }
   return out;
-}
-
-// Resident set size in MiB (VmRSS from /proc/<pid>/status), 0 if the process is gone.
-double rss_mib(pid_t pid) {
-  std::ifstream f("/proc/" + std::to_string(pid) + "/status");
-  for (std::string line; std::getline(f, line);)
-    if (line.rfind("VmRSS:", 0) == 0) return double(std::stoull(line.substr(6))) / 1024;  // kB
-  return 0;
 }
 
 struct Block {
@@ -133,7 +122,7 @@ int run_soak(int argc, char** argv) {
     failed += r.failed;
     std::printf("%5d %9d %7zu %9.1f", b + 1, n, r.failed, double(n) / r.wall_s);
     for (size_t i = 0; i < procs.size(); ++i) {
-      rss[i].push_back(rss_mib(procs[i].pid));
+      rss[i].push_back(status_mib(procs[i].pid, "VmRSS"));
       std::printf(" %12.1f", rss[i].back());
     }
     std::printf("\n");
