@@ -1,10 +1,8 @@
 #include "sampling_fields.hpp"
 
-#include <cctype>
-#include <cerrno>
+#include <charconv>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <string>
 #include <string_view>
 
@@ -51,16 +49,14 @@ std::optional<HttpError> parse_sampling_fields(const json& doc, SamplingFields& 
       return invalid("logit_bias", "\"logit_bias\" has " + std::to_string(v->size()) + " entries; at most " +
                                        std::to_string(kMaxLogitBias) + " are taken");
     for (const auto& [key, bias] : v->items()) {
-      char* end = nullptr;
-      errno = 0;
-      const unsigned long long id = std::strtoull(key.c_str(), &end, 10);
-      if (key.empty() || key.size() > 10 || *end != '\0' || !std::isdigit(uint8_t(key[0])) || errno != 0 ||
-          id > UINT32_MAX)
+      uint32_t id = 0;
+      const auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), id);
+      if (key.empty() || ec != std::errc{} || end != key.data() + key.size())
         return invalid("logit_bias", "\"logit_bias\" key \"" + key.substr(0, 20) + "\" is not a token id");
       if (!bias.is_number() || !(bias.get<double>() >= -100 && bias.get<double>() <= 100))
         return invalid("logit_bias", "\"logit_bias\" of token " + key + " is " + bias.dump() +
                                          "; it must be a number in [-100, 100]");
-      p.logit_bias.emplace_back(static_cast<uint32_t>(id), static_cast<float>(bias.get<double>()));
+      p.logit_bias.emplace_back(id, static_cast<float>(bias.get<double>()));
     }
   }
   if (const json* v = field(doc, "seed")) {
