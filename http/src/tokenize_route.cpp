@@ -7,22 +7,19 @@
 #include "epd/model/prompt_codec.hpp"
 #include "epd/model/tokens.hpp"
 #include "json_body.hpp"
+#include "openai_fields.hpp"
 
 namespace epd::http {
 namespace tokenize_route {
 
-using nlohmann::json;
-
-HttpError invalid(std::string message, std::string param) {
-  return HttpError{400, "invalid_request", std::move(message), std::move(param)};
-}
+using namespace openai::fields;
 
 // An optional boolean field; a present non-boolean is an error.
-std::optional<HttpError> flag(const json& body, const char* name, bool& out) {
-  auto it = body.find(name);
-  if (it == body.end()) return std::nullopt;
-  if (!it->is_boolean()) return invalid(std::string("\"") + name + "\" must be a boolean", name);
-  out = it->get<bool>();
+Failure flag(const json& body, const char* name, bool& out) {
+  const json* v = field(body, name);
+  if (!v) return std::nullopt;
+  if (!v->is_boolean()) return wrong_type(name, "a boolean", *v);
+  out = v->get<bool>();
   return std::nullopt;
 }
 
@@ -56,22 +53,20 @@ void handle_tokenize(ApiContext& ctx, ExchangePtr exchange) {
                            std::pair{"with_pieces", &with_pieces}})
     if (auto e = flag(*body, name, *out)) return reply_error(ex, *e);
   json tokens = json::array();
-  auto content = body->find("content");
-  if (content != body->end()) {
+  if (const json* content = field(*body, "content")) {
     if (!content->is_string())
-      return reply_error(
-          ex, invalid("\"content\" must be a string (epd takes no mixed token arrays)", "content"));
+      return reply_error(ex, wrong_type("content", "a string (epd takes no mixed token arrays)", *content));
     const auto& text = content->get_ref<const std::string&>();
     if (text.size() > ctx.config.generate.max_prompt_bytes)
-      return reply_error(ex, invalid("\"content\" is longer than " +
-                                         std::to_string(ctx.config.generate.max_prompt_bytes) + " bytes",
-                                     "content"));
+      return reply_error(
+          ex, invalid("content", "\"content\" is longer than " +
+                                     std::to_string(ctx.config.generate.max_prompt_bytes) + " bytes"));
     const auto codec = ctx.service.codec();
     std::vector<model::TokenId> ids;
     if (codec) {
       const model::Tokenizer& tok = codec->tokenizer();
       auto encoded = tok.encode(text, parse_special);
-      if (!encoded) return reply_error(ex, invalid(encoded.error().detail, "content"));
+      if (!encoded) return reply_error(ex, invalid("content", encoded.error().detail));
       if (add_special && tok.add_bos() && tok.bos()) ids.push_back(*tok.bos());
       ids.insert(ids.end(), encoded->begin(), encoded->end());
     } else {
@@ -101,16 +96,13 @@ void handle_detokenize(ApiContext& ctx, ExchangePtr exchange) {
   const auto codec = ctx.service.codec();
   const uint32_t vocab = codec ? codec->tokenizer().vocab_size() : model::kVocab;
   std::vector<model::TokenId> ids;
-  auto tokens = body->find("tokens");
-  if (tokens != body->end()) {
-    if (!tokens->is_array())
-      return reply_error(ex, invalid("\"tokens\" must be an array of token ids", "tokens"));
+  if (const json* tokens = field(*body, "tokens")) {
+    if (!tokens->is_array()) return reply_error(ex, wrong_type("tokens", "an array of token ids", *tokens));
     for (const auto& t : *tokens) {
       if (!t.is_number_unsigned() || t.get<uint64_t>() >= vocab)
-        return reply_error(
-            ex, invalid("\"tokens\" holds " + t.dump().substr(0, 40) + ", not a token id of the model (0.." +
-                            std::to_string(vocab - 1) + ")",
-                        "tokens"));
+        return reply_error(ex, invalid("tokens", "\"tokens\" holds " + t.dump().substr(0, 40) +
+                                                     ", not a token id of the model (0.." +
+                                                     std::to_string(vocab - 1) + ")"));
       ids.push_back(t.get<model::TokenId>());
     }
   }
