@@ -4,9 +4,12 @@
 // instance (sglang's cache-aware router keeps the same kind of approximate tree). It is never trusted for
 // correctness: an instance checks its own exact keys (docs/caches.md), so a wrong guess, a collision or a
 // lost entry costs a cache miss, nothing more. Owned by the router actor (not thread-safe).
+//
+// What an instance holds is prefix-closed: a block is always more recent than every later block of its
+// chain (insert touches a prompt's blocks deepest first, and every prompt holding a block holds the ones
+// before it), so eviction takes the deepest first. matched() and deepest() rely on it to binary-search.
 #include <cstdint>
 #include <list>
-#include <map>
 #include <optional>
 #include <span>
 #include <string>
@@ -26,22 +29,43 @@ class PrefixIndex {
   // also covers `images` (a hash of the request's image bytes), so other pictures make other blocks.
   std::vector<uint64_t> blocks(std::span<const uint32_t> prompt, std::optional<uint32_t> image_token,
                                uint64_t images) const;
-  // How many leading blocks `instance` is believed to hold.
+  // How many leading blocks `instance` is believed to hold: O(log blocks).
   uint32_t matched(const std::string& instance, std::span<const uint64_t> blocks) const;
+  // How many leading blocks some instance is believed to hold: O(log blocks).
+  uint32_t deepest(std::span<const uint64_t> blocks) const;
+  // Calls `f(instance)` for each instance believed to hold `block`.
+  template <class F>
+  void for_each_holder(uint64_t block, F&& f) const {
+    auto it = holders_.find(block);
+    if (it == holders_.end()) return;
+    for (uint32_t slot : it->second) f(names_[slot]);
+  }
+  size_t holder_count(uint64_t block) const;
+  // The smallest j in [1, depth] whose block j-1 has as many holders as block depth-1. Holders nest (each
+  // instance's blocks are prefix-closed), so blocks j-1 .. depth-1 all have the same holders.
+  uint32_t same_holders_from(std::span<const uint64_t> blocks, uint32_t depth) const;
   // The instance will hold these blocks (it was given the prompt): they become its most recently used.
   void insert(const std::string& instance, std::span<const uint64_t> blocks);
   // The instance restarted or left: its cache is gone.
-  void forget(const std::string& instance) { instances_.erase(instance); }
+  void forget(const std::string& instance);
   size_t size(const std::string& instance) const;
 
  private:
   struct Held {
+    uint32_t slot = 0;        // its index in names_
     std::list<uint64_t> lru;  // most recently used first
     std::unordered_map<uint64_t, std::list<uint64_t>::iterator> index;
   };
+  bool holds(const Held& h, uint64_t block) const { return h.index.count(block) > 0; }
+  void drop_holder(uint64_t block, uint32_t slot);
+
   uint32_t block_;
   uint32_t max_blocks_;
-  std::map<std::string, Held> instances_;
+  std::unordered_map<std::string, Held> instances_;
+  // Who holds each block (by slot: an instance keeps its slot, and its name, for the router's lifetime).
+  std::unordered_map<uint64_t, std::vector<uint32_t>> holders_;
+  std::vector<std::string> names_;
+  std::unordered_map<std::string, uint32_t> slots_;
 };
 
 }  // namespace epd::actors

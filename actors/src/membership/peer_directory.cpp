@@ -117,6 +117,14 @@ bool PeerDirectory::alive(const std::string& id) const {
   return d == dead_.end() || d->second != it->second.incarnation;
 }
 
+bool PeerDirectory::reaches(const std::string& id, uint64_t incarnation) const {
+  std::lock_guard lock(mu_);
+  auto it = peers_.find(id);
+  if (it == peers_.end() || it->second.incarnation != incarnation) return false;
+  auto d = dead_.find(id);
+  return d == dead_.end() || d->second != incarnation;
+}
+
 void PeerDirectory::upsert(const protocol::PeerInfo& peer) {
   std::lock_guard lock(mu_);
   peers_[peer.instance_id] = peer;

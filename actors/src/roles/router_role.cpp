@@ -24,6 +24,7 @@
 #include "epd/model/mmproj.hpp"
 #include "epd/model/prompt_codec.hpp"
 #include "epd/model/tokens.hpp"
+#include "roles/placement_index.hpp"
 #include "roles/roles.hpp"
 #include "router_metrics.hpp"
 
@@ -134,10 +135,10 @@ struct RouterState : kernel::RoleBase {
   // By ticket. Tickets are handed out in arrival order (nearly: by several HTTP threads), so the first
   // entry is the next to time out.
   std::map<uint64_t, Pending> requests;
-  std::deque<uint64_t> queue;                // tickets waiting for an in-flight slot, oldest first
-  uint32_t active = 0;                       // requests not queued
-  std::map<std::string, uint32_t> inflight;  // rooms this router has on each instance (no zero entries)
-  std::map<std::string, uint64_t> work;      // tokens of work charged to each instance (no zero entries)
+  std::deque<uint64_t> queue;  // tickets waiting for an in-flight slot, oldest first
+  uint32_t active = 0;         // requests not queued
+  // The registry's instances with this router's rooms and tokens of work on each, ordered for placement.
+  PlacementIndex placement;
   // What each prefill's and decode's prefix cache is believed to hold (cache-aware placement).
   std::unique_ptr<PrefixIndex> prefix_index;
   uint64_t next_request = 1;
@@ -167,82 +168,40 @@ int http_status_for(ErrorCode code) {
   }
 }
 
-struct Placement {
-  std::string id;
-  uint64_t incarnation = 0;
-  uint32_t matched_tokens = 0;  // of the prompt, believed cached there
-};
-
-// What a prefill or decode is asked to do, for cache-aware placement: the prompt's blocks, and the tokens
-// of work the room brings beyond what is cached (prefill: the prompt; decode: prompt and answer).
-struct Work {
-  std::span<const uint64_t> blocks;
-  uint64_t tokens = 0;
-};
-
 // Placeable by this router now: its last heartbeat said healthy, and this process reaches it at that
 // incarnation (the registry view may be a PEERS ahead). A broken control connection is noticed in
 // milliseconds; silent heartbeats only after interval x misses. Placement, /v1/instances, readiness and the
 // epd_instances gauge all use this, so they agree.
 bool placeable(const PeerDirectory& peers, const RegistryEntry& e) {
-  if (!e.load.healthy || e.load.draining) return false;
-  auto p = peers.find(e.info.instance_id);
-  return p && p->incarnation == e.info.incarnation && peers.alive(e.info.instance_id);
+  return e.load.healthy && !e.load.draining && peers.reaches(e.info.instance_id, e.info.incarnation);
+}
+
+// The registry's changes since the last placement, into the placement index (O(changes)).
+void follow_registry(RouterState& st) {
+  st.ctx.registry->take_changes([&](const std::string& id, const RegistryEntry* e) {
+    if (e)
+      st.placement.update(*e);
+    else
+      st.placement.erase(id);
+  });
 }
 
 // The placeable instance of `role` that failed this request least, then (with `work`, cache-aware) whose
-// cost is lowest: the tokens it would have to do that its prefix cache is not believed to hold, plus the
-// tokens of work this router has placed there already (Dynamo's KV-aware cost, in tokens); then fewest
-// rooms in flight from this router, then most free KV pages.
+// cost in tokens is lowest, then with fewest rooms in flight from this router, then most free KV pages
+// (placement_index.hpp gives the exact rule).
 std::optional<Placement> pick(RouterState& st, const std::string& role,
-                              const std::map<std::string, uint32_t>& failures, const Work* work = nullptr) {
-  std::optional<Placement> best;
-  std::tuple<uint32_t, uint64_t, uint32_t, int64_t> best_score{UINT32_MAX, UINT64_MAX, UINT32_MAX, 0};
-  const bool aware = work && st.prefix_index->enabled();
-  for (const auto& e : st.ctx.registry->entries()) {
-    if (e.info.role != role || !placeable(st.ctx.bridge->peers(), e)) continue;
-    const auto& id = e.info.instance_id;
-    auto n = st.inflight.find(id);
-    auto f = failures.find(id);
-    uint32_t matched = 0;
-    uint64_t cost = 0;
-    if (aware) {
-      matched = st.prefix_index->matched(id, work->blocks) * st.prefix_index->block_tokens();
-      auto w = st.work.find(id);
-      cost = work->tokens - std::min<uint64_t>(work->tokens, matched) + (w == st.work.end() ? 0 : w->second);
-    }
-    const std::tuple<uint32_t, uint64_t, uint32_t, int64_t> score{f == failures.end() ? 0 : f->second, cost,
-                                                                  n == st.inflight.end() ? 0 : n->second,
-                                                                  -int64_t(e.load.free_kv_pages)};
-    if (!best || score < best_score) {
-      best = Placement{id, e.info.incarnation, matched};
-      best_score = score;
-    }
-  }
-  return best;
-}
-
-void charge(RouterState& st, const std::string& id, uint64_t tokens) {
-  if (tokens > 0) st.work[id] += tokens;
-}
-
-// Takes back a charge (once: it is zeroed).
-void discharge(RouterState& st, const std::string& id, uint64_t& tokens) {
-  auto w = st.work.find(id);
-  if (w != st.work.end()) {
-    w->second -= std::min(w->second, tokens);
-    if (w->second == 0) st.work.erase(w);  // instances may leave for good
-  }
-  tokens = 0;
+                              const std::map<std::string, uint32_t>& failures,
+                              const PlacementWork* work = nullptr) {
+  const PeerDirectory& peers = st.ctx.bridge->peers();
+  return st.placement.pick(role, failures, work, *st.prefix_index,
+                           [&](const std::string& id, uint64_t inc) { return peers.reaches(id, inc); });
 }
 
 void release_attempt(RouterState& st, Attempt& a) {
-  discharge(st, a.prefill, a.prefill_work);
-  discharge(st, a.decode, a.decode_work);
-  for (const auto* id : {&a.encoder, &a.prefill, &a.decode}) {
-    auto n = st.inflight.find(*id);
-    if (n != st.inflight.end() && --n->second == 0) st.inflight.erase(n);  // instances may leave for good
-  }
+  st.placement.discharge(a.prefill, a.prefill_work);
+  st.placement.discharge(a.decode, a.decode_work);
+  for (const auto* id : {&a.encoder, &a.prefill, &a.decode})
+    if (!id->empty()) st.placement.remove_room(*id);
   st.room_to_request.erase(a.room);
 }
 
@@ -346,8 +305,9 @@ void start_attempt(RouterState& st, uint64_t req_id) {
   a.started = kernel::DeadlineTimer::now(st.self);
   do a.room = st.rng();
   while (a.room == 0 || st.room_to_request.count(a.room));
-  const Work prefill_work{p.blocks, p.prompt.size()};
-  const Work decode_work{p.blocks, p.prompt.size() + p.request.max_tokens};
+  const PlacementWork prefill_work{p.blocks, p.prompt.size()};
+  const PlacementWork decode_work{p.blocks, p.prompt.size() + p.request.max_tokens};
+  follow_registry(st);
   auto decode = pick(st, "decode", p.failed_instances, &decode_work);
   auto prefill = pick(st, "prefill", p.failed_instances, &prefill_work);
   auto encoder = p.request.images_ppm.empty() ? std::optional<Placement>(Placement{})
@@ -373,14 +333,14 @@ void start_attempt(RouterState& st, uint64_t req_id) {
   // Until prefill's first token (decode: the end) the room is work on them.
   a.prefill_work = prefill_work.tokens - std::min<uint64_t>(prefill_work.tokens, prefill->matched_tokens);
   a.decode_work = decode_work.tokens - std::min<uint64_t>(decode_work.tokens, decode->matched_tokens);
-  charge(st, a.prefill, a.prefill_work);
-  charge(st, a.decode, a.decode_work);
+  st.placement.charge(a.prefill, a.prefill_work);
+  st.placement.charge(a.decode, a.decode_work);
   st.metrics->placed_prefix(p.prompt.size(), prefill->matched_tokens, decode->matched_tokens);
   ++p.attempts;
   p.current = a;
   st.room_to_request[a.room] = req_id;
   for (const auto* id : {&a.encoder, &a.prefill, &a.decode})
-    if (!id->empty()) ++st.inflight[*id];
+    if (!id->empty()) st.placement.add_room(*id);
 
   protocol::Submit s;
   s.room = a.room;
@@ -555,7 +515,7 @@ void on_tokens(RouterState& st, const Envelope& env, protocol::Tokens& t) {
   const auto now = kernel::DeadlineTimer::now(st.self);
   if (!p.current.first_token) {
     p.current.first_token = now;
-    discharge(st, p.current.prefill, p.current.prefill_work);  // prefill's part is done
+    st.placement.discharge(p.current.prefill, p.current.prefill_work);  // prefill's part is done
     // Both hold the prompt's KV now, and their caches keep it: from here on the prompt's blocks are
     // believed cached there. Not earlier: an attempt that fails (say, on a stalled prefill) must not make
     // its retry look cheaper on the same instance.
@@ -698,7 +658,7 @@ caf::behavior router(caf::stateful_actor<RouterState>* self, RoleContext ctx,
             out.tables = {{"requests", s.requests.size()},
                           {"rooms", s.room_to_request.size()},
                           {"queue", s.queue.size()},
-                          {"instances_in_flight", s.inflight.size()},
+                          {"instances_in_flight", s.placement.instances_in_flight()},
                           {"timeout_timers", s.deadline.armed() ? 1 : 0}};
             done(std::move(out));
           },

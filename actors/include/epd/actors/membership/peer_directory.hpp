@@ -52,6 +52,8 @@ class PeerDirectory {
   bool revive(const std::string& id, uint64_t incarnation);
   // Listed and not marked dead.
   bool alive(const std::string& id) const;
+  // Listed at `incarnation` and not marked dead (placement: one lock, no copy).
+  bool reaches(const std::string& id, uint64_t incarnation) const;
   std::optional<std::string> endpoint_of(const std::string& id) const;
   std::vector<protocol::PeerInfo> with_role(const std::string& role) const;
   uint64_t version() const;
