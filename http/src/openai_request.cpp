@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "json_body.hpp"
+#include "llama_server_fields.hpp"
 #include "openai_fields.hpp"
 #include "openai_messages.hpp"
 #include "sampling_fields.hpp"
@@ -138,6 +139,7 @@ class Parser {
     }
     if (auto e = nonzero_number("presence_penalty")) return e;
     if (auto e = nonzero_number("frequency_penalty")) return e;
+    if (auto e = refuse_llama_server_fields(doc_)) return e;
     return endpoint_ == Endpoint::completions ? refused_completions() : refused_chat();
   }
 

@@ -4,6 +4,8 @@
 
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
+#include <tuple>
+#include <vector>
 
 #include "epd/http/base64.hpp"
 
@@ -289,6 +291,86 @@ TEST_CASE("openai request: n and the completions fields epd cannot honour", "[ht
         "not supported");
   check(rejected(Endpoint::completions, completion({{"frequency_penalty", "0"}})), "frequency_penalty",
         "must be a number");
+}
+
+TEST_CASE("openai request: llama-server's fields are honoured, harmless or refused by name",
+          "[http][openai_request]") {
+  // Each at llama-server's "off" value, and the knobs of samplers that are off: accepted on both routes.
+  const json harmless = {{"grammar", ""},
+                         {"mirostat", 0},
+                         {"typical_p", 1.0},
+                         {"repeat_penalty", 1},
+                         {"dry_multiplier", 0},
+                         {"xtc_probability", 0.0},
+                         {"dynatemp_range", 0},
+                         {"min_keep", 0},
+                         {"n_probs", 0},
+                         {"post_sampling_probs", false},
+                         {"ignore_eos", false},
+                         {"n_predict", -1},
+                         {"n_cmpl", 1},
+                         {"n_indent", 0},
+                         {"t_max_predict_ms", 0},
+                         {"return_tokens", false},
+                         {"timings_per_token", false},
+                         {"return_progress", false},
+                         {"response_fields", json::array()},
+                         {"lora", json::array()},
+                         {"image_data", json::array()},
+                         {"chat_template_kwargs", json::object()},
+                         {"repeat_last_n", 64},
+                         {"dry_base", 1.75},
+                         {"dry_allowed_length", 2},
+                         {"dry_penalty_last_n", 64},
+                         {"dry_sequence_breakers", {"\n"}},
+                         {"xtc_threshold", 0.1},
+                         {"mirostat_tau", 5.0},
+                         {"mirostat_eta", 0.1},
+                         {"dynatemp_exponent", 1.0},
+                         {"n_keep", 4},
+                         {"cache_prompt", true},
+                         {"n_cache_reuse", 0},
+                         {"id_slot", -1},
+                         {"sse_ping_interval", 10}};
+  accepted(Endpoint::completions, completion(harmless));
+  accepted(Endpoint::chat, chat(harmless));
+  // Anything that would change the answer is refused, naming the field and what it asks for.
+  const std::vector<std::tuple<std::string, json, std::string>> refused{
+      {"grammar", "root ::= \"a\"", "GBNF"},
+      {"json_schema", json::object(), "constrained decoding"},
+      {"samplers", {"top_k", "temperature"}, "one fixed order"},
+      {"mirostat", 2, "mirostat"},
+      {"typical_p", 0.5, "typical_p"},
+      {"repeat_penalty", 1.1, "repeat_last_n"},
+      {"dry_multiplier", 0.8, "DRY"},
+      {"xtc_probability", 0.5, "XTC"},
+      {"dynatemp_range", 0.5, "dynamic temperature"},
+      {"min_keep", 2, "min_keep"},
+      {"n_probs", 5, "token probabilities"},
+      {"post_sampling_probs", true, "post_sampling_probs"},
+      {"ignore_eos", true, "ignore_eos"},
+      {"n_predict", 32, "send max_tokens"},
+      {"n_cmpl", 2, "n_cmpl"},
+      {"n_indent", 4, "n_indent"},
+      {"t_max_predict_ms", 100, "time limit"},
+      {"return_tokens", true, "return_tokens"},
+      {"timings_per_token", true, "timings_per_token"},
+      {"return_progress", true, "return_progress"},
+      {"response_fields", {"content"}, "response_fields"},
+      {"lora", {{{"id", 0}, {"scale", 0.5}}}, "LoRA"},
+      {"image_data", {{{"data", "x"}, {"id", 1}}}, "image_url"},
+      {"chat_template_kwargs", {{"enable_thinking", false}}, "chat_template_kwargs"},
+  };
+  for (const auto& [name, value, what] : refused) {
+    INFO(name);
+    check(rejected(Endpoint::chat, chat({{name, value}})), name, what);
+    check(rejected(Endpoint::completions, completion({{name, value}})), name, "is not supported by epd");
+  }
+  // Wrong types are named too, even for the fields without effect; null means absent.
+  check(rejected(Endpoint::chat, chat({{"mirostat", "2"}})), "mirostat", "must be an integer");
+  check(rejected(Endpoint::chat, chat({{"cache_prompt", 1}})), "cache_prompt", "must be a boolean");
+  check(rejected(Endpoint::chat, chat({{"grammar", 5}})), "grammar", "must be a string");
+  accepted(Endpoint::chat, chat({{"grammar", nullptr}, {"json_schema", nullptr}}));
 }
 
 TEST_CASE("openai request: logit_bias, token ids to biases in [-100, 100]", "[http][openai_request]") {
