@@ -260,8 +260,8 @@ TEST_CASE("min_p draws only tokens at least that likely relative to the most lik
 }
 
 // Greedy draws over a few tokens (any id may win) with `history` before them, `generated` of it the answer.
-TokenId greedy_pick(std::vector<float> logits, const SamplingParams& p, std::vector<TokenId> history,
-                    uint32_t generated) {
+static TokenId greedy_pick(std::vector<float> logits, const SamplingParams& p, std::vector<TokenId> history,
+                           uint32_t generated) {
   return sample_token(logits, p, generated, TokenFilter::none, history);
 }
 

@@ -48,7 +48,7 @@ protocol::Status validate(const SamplingParams& params);
 // token with the highest logit, ties to the lower id. Otherwise: softmax at `temperature` over the allowed
 // tokens, ordered by logit (ties: lower id first), cut to top_k, then to the shortest prefix whose mass
 // reaches top_p, then to the tokens at least min_p times as likely as the first, and one draw from that
-// prefix keyed by (seed, index). Pure; `params` must validate and
+// prefix keyed by (seed, index). Pure (with `history` an input); `params` must validate and
 // `logits` must not be empty.
 // `filter`: the reference vocabulary never draws BOS and IMAGE; a checkpoint's vocabulary (TokenFilter::none)
 // may draw any id.
