@@ -63,6 +63,9 @@ protocol::RoomResult failure_result(uint64_t room, const protocol::Error& error)
 
 model::SamplingParams sampling_of(const protocol::Submit& s) {
   model::SamplingParams p{s.temperature, s.top_p, s.top_k, s.seed, s.min_p, {}};
+  p.presence_penalty = s.presence_penalty;
+  p.frequency_penalty = s.frequency_penalty;
+  p.repetition_penalty = s.repetition_penalty;
   // Unequal lists take no bias at all; validate() then refuses the room (a NaN bias).
   if (s.logit_bias_ids.size() != s.logit_bias_values.size()) {
     p.logit_bias.emplace_back(0, NAN);
@@ -79,6 +82,9 @@ void set_sampling(protocol::Submit& s, const model::SamplingParams& p) {
   s.top_k = p.top_k;
   s.seed = p.seed;
   s.min_p = p.min_p;
+  s.presence_penalty = p.presence_penalty;
+  s.frequency_penalty = p.frequency_penalty;
+  s.repetition_penalty = p.repetition_penalty;
   s.logit_bias_ids.clear();
   s.logit_bias_values.clear();
   for (const auto& [id, bias] : p.logit_bias) {

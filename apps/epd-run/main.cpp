@@ -49,6 +49,13 @@ int main(int argc, char** argv) {
   app.add_option("--min-p", sampling.min_p,
                  "drop tokens less likely than this times the most likely one; [0, 1], 0 = off");
   app.add_option("--logit-bias", logit_bias, "ID=BIAS: add BIAS (-100..100) to token ID's logit; repeatable");
+  app.add_option("--presence-penalty", sampling.presence_penalty,
+                 "subtract this from tokens the answer already has; [-2, 2], 0 = off");
+  app.add_option("--frequency-penalty", sampling.frequency_penalty,
+                 "subtract this times its count in the answer so far from each token; [-2, 2], 0 = off");
+  app.add_option(
+      "--repetition-penalty", sampling.repetition_penalty,
+      "divide positive logits (multiply negative ones) of prompt and answer tokens; (0, 2], 1 = off");
   app.add_option("--seed", sampling.seed, "seed of the sampling draws (with each token's index)");
   // Any of these runs decode in its own KV layout, converted once from prefill's (the staged path).
   auto* dps =

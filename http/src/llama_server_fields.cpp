@@ -33,7 +33,8 @@ const std::vector<Rule>& rules() {
       {"mirostat", Type::integer, Effect::if_neutral, 0, "\"mirostat\" sampling"},
       {"typical_p", Type::number, Effect::if_neutral, 1, "\"typical_p\" other than 1"},
       {"repeat_penalty", Type::number, Effect::if_neutral, 1,
-       "\"repeat_penalty\" other than 1 (llama.cpp's, over the last repeat_last_n tokens)"},
+       "\"repeat_penalty\" other than 1 (llama.cpp's, over the last repeat_last_n tokens; "
+       "repetition_penalty covers the prompt and answer)"},
       {"dry_multiplier", Type::number, Effect::if_neutral, 0,
        "DRY sampling (\"dry_multiplier\" other than 0)"},
       {"xtc_probability", Type::number, Effect::if_neutral, 0,

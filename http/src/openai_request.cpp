@@ -137,8 +137,6 @@ class Parser {
         return invalid("n", "\"n\" is " + v->dump() + "; epd gives one choice per request: send n requests");
       }
     }
-    if (auto e = nonzero_number("presence_penalty")) return e;
-    if (auto e = nonzero_number("frequency_penalty")) return e;
     if (auto e = refuse_llama_server_fields(doc_)) return e;
     return endpoint_ == Endpoint::completions ? refused_completions() : refused_chat();
   }
@@ -223,14 +221,6 @@ class Parser {
                                 std::to_string(limits_.max_stop_bytes) + " bytes");
     }
     out_.stop.push_back(s);
-    return {};
-  }
-
-  Failure nonzero_number(const std::string& name) {
-    const json* v = field(doc_, name);
-    if (!v) return {};
-    if (!v->is_number()) return wrong_type(name, "a number", *v);
-    if (v->get<double>() != 0) return unsupported(name, in_quotes(name) + " other than 0");
     return {};
   }
 

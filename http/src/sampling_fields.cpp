@@ -13,7 +13,7 @@ namespace {
 
 using namespace openai::fields;
 
-Failure number_in(const json& doc, const std::string& name, double high, bool low_open,
+Failure number_in(const json& doc, const std::string& name, double low, double high, bool low_open,
                   std::string_view range, float& out) {
   const json* v = field(doc, name);
   if (!v) return {};
@@ -21,7 +21,7 @@ Failure number_in(const json& doc, const std::string& name, double high, bool lo
   const double x = v->get<double>();
   // Checked as the float the sampler gets: 1e-50 is above 0 but its float is not.
   const float f = static_cast<float>(x);
-  if (!std::isfinite(x) || x < 0 || (low_open && f == 0) || x > high)
+  if (!std::isfinite(x) || x < low || (low_open && f == static_cast<float>(low)) || x > high)
     return invalid(name, in_quotes(name) + " is " + v->dump() + "; it must be in " + std::string(range));
   out = f;
   return {};
@@ -31,9 +31,12 @@ Failure number_in(const json& doc, const std::string& name, double high, bool lo
 
 std::optional<HttpError> parse_sampling_fields(const json& doc, SamplingFields& out) {
   auto& p = out.params;
-  if (auto e = number_in(doc, "temperature", 2, false, "[0, 2]", p.temperature)) return e;
-  if (auto e = number_in(doc, "top_p", 1, true, "(0, 1]", p.top_p)) return e;
-  if (auto e = number_in(doc, "min_p", 1, false, "[0, 1]", p.min_p)) return e;
+  if (auto e = number_in(doc, "temperature", 0, 2, false, "[0, 2]", p.temperature)) return e;
+  if (auto e = number_in(doc, "top_p", 0, 1, true, "(0, 1]", p.top_p)) return e;
+  if (auto e = number_in(doc, "min_p", 0, 1, false, "[0, 1]", p.min_p)) return e;
+  if (auto e = number_in(doc, "presence_penalty", -2, 2, false, "[-2, 2]", p.presence_penalty)) return e;
+  if (auto e = number_in(doc, "frequency_penalty", -2, 2, false, "[-2, 2]", p.frequency_penalty)) return e;
+  if (auto e = number_in(doc, "repetition_penalty", 0, 2, true, "(0, 2]", p.repetition_penalty)) return e;
   if (const json* v = field(doc, "top_k")) {
     // vLLM spells "off" as -1 (older releases) or 0; both are taken.
     const char* rule = "it must be 0 or -1 (off) or a positive integer below 2^32";

@@ -2,7 +2,8 @@
 // The sampling fields that /v1/generate and the OpenAI routes both take, with one set of types and ranges
 // (docs/http-api.md): temperature in [0, 2], top_p in (0, 1], min_p in [0, 1], top_k 0..2^32-1 (0 or -1:
 // off), seed any integer (a negative one is its 64-bit two's complement), logit_bias {"<id>": [-100, 100]}
-// with at most kMaxLogitBias entries.
+// with at most kMaxLogitBias entries, presence_penalty and frequency_penalty in [-2, 2], repetition_penalty
+// in (0, 2].
 #include <nlohmann/json.hpp>
 #include <optional>
 

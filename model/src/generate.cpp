@@ -136,6 +136,7 @@ static protocol::Status run_prompt(ModelRunner& runner, GenerateResult& res, con
         slice_prompt(res.prompt, emb.data, cfg.d_model, begin, end, image_token(cfg).value_or(kImage));
     c.sampling = opts.sampling;
     c.generated = opts.first_index;
+    c.history = std::span(res.prompt).first(end);
     auto r = runner.prefill_chunk(pool, pages, begin, c);
     if (!r) return r.error();
     next = *r;
@@ -160,8 +161,15 @@ static protocol::Status run_prompt(ModelRunner& runner, GenerateResult& res, con
 
   t0 = clock::now();
   DecodeSeq seq{dpages, n, next, opts.sampling, opts.first_index + 1};
+  // The penalties read prompt + answer through last_token, contiguous; kept only when they are on.
+  std::vector<TokenId> history;
+  if (opts.sampling.penalized()) history = res.prompt;
   while (max_new > 0) {
     res.tokens.push_back(seq.last_token);
+    if (opts.sampling.penalized()) {
+      history.push_back(seq.last_token);
+      seq.history = history;
+    }
     const bool ends = reference ? seq.last_token == kEos
                                 : std::find(opts.stop_tokens.begin(), opts.stop_tokens.end(),
                                             seq.last_token) != opts.stop_tokens.end();

@@ -60,6 +60,18 @@ protocol::Status validate(const SamplingParams& p) {
       return protocol::make_error(
           ErrorCode::invalid_request,
           "logit_bias of token " + std::to_string(id) + " must be in [-100, 100], got " + show(bias));
+  if (!(p.presence_penalty >= -2.0f && p.presence_penalty <= 2.0f))
+    return protocol::make_error(
+        ErrorCode::invalid_request,
+        "presence_penalty must be a number in [-2, 2], got " + show(p.presence_penalty));
+  if (!(p.frequency_penalty >= -2.0f && p.frequency_penalty <= 2.0f))
+    return protocol::make_error(
+        ErrorCode::invalid_request,
+        "frequency_penalty must be a number in [-2, 2], got " + show(p.frequency_penalty));
+  if (!(p.repetition_penalty > 0.0f && p.repetition_penalty <= 2.0f))
+    return protocol::make_error(
+        ErrorCode::invalid_request,
+        "repetition_penalty must be a number in (0, 2], got " + show(p.repetition_penalty));
   return {};
 }
 
@@ -70,16 +82,55 @@ double sampling_uniform(uint64_t seed, uint32_t index) {
   return static_cast<double>(bits >> 11) * 0x1.0p-53;
 }
 
-TokenId sample_token(std::span<const float> logits, const SamplingParams& p, uint32_t index, TokenFilter f) {
-  if (logits.empty()) return 0;
-  if (!p.logit_bias.empty()) {
-    std::vector<float> biased(logits.begin(), logits.end());
-    for (const auto& [id, bias] : p.logit_bias)
-      if (id < biased.size()) biased[id] += bias;
-    SamplingParams rest = p;
-    rest.logit_bias.clear();
-    return sample_token(biased, rest, index, f);
+namespace {
+
+// vLLM's order: the repetition penalty over every token of the sequence, then frequency and presence over
+// the generated ones. Sorted copies give each distinct token once (and its count) without a vocab-sized
+// table.
+void apply_penalties(std::vector<float>& x, const SamplingParams& p, uint32_t index,
+                     std::span<const TokenId> history) {
+  if (p.repetition_penalty != 1.0f) {
+    std::vector<TokenId> seen(history.begin(), history.end());
+    std::sort(seen.begin(), seen.end());
+    seen.erase(std::unique(seen.begin(), seen.end()), seen.end());
+    for (TokenId t : seen)
+      if (t < x.size()) x[t] = x[t] > 0.0f ? x[t] / p.repetition_penalty : x[t] * p.repetition_penalty;
   }
+  if (p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) {
+    const size_t g = std::min<size_t>(index, history.size());
+    std::vector<TokenId> gen(history.end() - g, history.end());
+    std::sort(gen.begin(), gen.end());
+    for (size_t i = 0; i < gen.size();) {
+      size_t j = i;
+      while (j < gen.size() && gen[j] == gen[i]) ++j;
+      if (const TokenId t = gen[i]; t < x.size()) {
+        x[t] -= p.frequency_penalty * static_cast<float>(j - i);
+        x[t] -= p.presence_penalty;
+      }
+      i = j;
+    }
+  }
+}
+
+TokenId draw(std::span<const float> logits, const SamplingParams& p, uint32_t index, TokenFilter f);
+
+}  // namespace
+
+TokenId sample_token(std::span<const float> logits, const SamplingParams& p, uint32_t index, TokenFilter f,
+                     std::span<const TokenId> history) {
+  if (logits.empty()) return 0;
+  if (p.logit_bias.empty() && !p.penalized()) return draw(logits, p, index, f);
+  std::vector<float> x(logits.begin(), logits.end());
+  for (const auto& [id, bias] : p.logit_bias)
+    if (id < x.size()) x[id] += bias;
+  if (p.penalized()) apply_penalties(x, p, index, history);
+  return draw(x, p, index, f);
+}
+
+namespace {
+
+// Everything after logit_bias and the penalties.
+TokenId draw(std::span<const float> logits, const SamplingParams& p, uint32_t index, TokenFilter f) {
   if (p.greedy()) return argmax(logits, f);
 
   std::vector<Candidate> c;
@@ -134,5 +185,7 @@ TokenId sample_token(std::span<const float> logits, const SamplingParams& p, uin
   }
   return last;  // u * kept rounded up to kept: the last token with weight
 }
+
+}  // namespace
 
 }  // namespace epd::model

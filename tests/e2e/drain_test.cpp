@@ -87,11 +87,13 @@ TEST_CASE("drain: a decode that cannot finish in time hands its rooms over and e
   LogDump dump{cluster, "hand-over"};
   // Twelve answers under way on both decodes when one stops: 4 streamed completions (the client's view), 8
   // on /v1/generate (token ids, to compare exactly); 9 of 12 sampled, widely, so a token drawn at the wrong
-  // index shows.
+  // index shows. All but the first (a streamed one) penalized too, so the resumed answer the exact comparison
+  // covers is one: a resumed attempt must count the same answer so far (its first tokens now end the prompt).
   std::vector<nlohmann::json> bodies;
   for (int i = 0; i < 12; ++i) {
     nlohmann::json b = {{"prompt", "hand over " + std::to_string(i)}, {"max_tokens", 40}};
     if (i % 4) b.update({{"temperature", 1.5}, {"seed", 100 + i}});
+    if (i > 0) b.update({{"frequency_penalty", 0.8}, {"presence_penalty", 0.4}, {"repetition_penalty", 1.2}});
     bodies.push_back(b);
   }
   auto streamed = [](size_t i) { return i % 3 == 0; };

@@ -138,6 +138,27 @@ TEST_CASE("OpenAI SDK: completions and chat, plain and streamed, equal epd-run",
   // Greedy, with the byte "e" banned and "z" pushed: the answer must change where they were or would be.
   Sampling biased;
   biased.logit_bias = {{uint32_t('e'), -100.0}, {uint32_t('z'), 5.0}};
+  // The penalties read the prompt (repetition) and the answer so far (all three): prefill's first token and
+  // decode's must count the same tokens as epd-run's.
+  Sampling penalized;
+  penalized.frequency_penalty = 0.8;
+  penalized.presence_penalty = 0.5;
+  penalized.repetition_penalty = 1.3;
+  Sampling sampled_penalized = sampled;
+  sampled_penalized.presence_penalty = 1.5;
+  sampled_penalized.frequency_penalty = -0.4;
+  sampled_penalized.repetition_penalty = 1.6;
+  // Each penalty alone changes this greedy answer (24 tokens of it repeat some), so the cluster's equality
+  // below is no accident.
+  const std::string penalty_prompt = "Say it again #0";
+  const auto plain_answer = reference(penalty_prompt, 24).tokens;
+  for (int which = 0; which < 3; ++which) {
+    Sampling one;
+    (which == 0 ? one.frequency_penalty : which == 1 ? one.presence_penalty : one.repetition_penalty) = 1.5;
+    INFO("penalty " << which);
+    CHECK(reference(penalty_prompt, 24, "", one).tokens != plain_answer);
+  }
+  CHECK(reference(penalty_prompt, 24, "", penalized).tokens != plain_answer);
   const json image_message =
       user(json::array({{{"type", "image_url"}, {"image_url", {{"url", "@file:" + kPng}}}},
                         {{"type", "text"}, {"text", "What is it?"}}}));
@@ -151,6 +172,14 @@ TEST_CASE("OpenAI SDK: completions and chat, plain and streamed, equal epd-run",
        {}},
       {"chat seeded sampling", true, {{"messages", {user("Tell me a story.")}}, {"max_tokens", 10}}, sampled},
       {"completion greedy with logit_bias", false, {{"prompt", "Hello, epd!"}, {"max_tokens", 12}}, biased},
+      {"completion greedy with penalties",
+       false,
+       {{"prompt", penalty_prompt}, {"max_tokens", 24}},
+       penalized},
+      {"chat seeded sampling with penalties",
+       true,
+       {{"messages", {user("Tell me a story.")}}, {"max_tokens", 24}},
+       sampled_penalized},
       {"chat with a PNG image", true, {{"messages", {image_message}}, {"max_tokens", 8}}, {}, true},
       {"completion with a multi-byte character in its answer",
        false,

@@ -85,6 +85,12 @@ Reference reference(const std::string& prompt, int max_tokens, const std::string
   if (s.min_p) argv.insert(argv.end(), {"--min-p", std::to_string(*s.min_p)});
   for (const auto& [id, bias] : s.logit_bias)
     argv.insert(argv.end(), {"--logit-bias", std::to_string(id) + "=" + std::to_string(bias)});
+  if (s.presence_penalty)
+    argv.insert(argv.end(), {"--presence-penalty", std::to_string(*s.presence_penalty)});
+  if (s.frequency_penalty)
+    argv.insert(argv.end(), {"--frequency-penalty", std::to_string(*s.frequency_penalty)});
+  if (s.repetition_penalty)
+    argv.insert(argv.end(), {"--repetition-penalty", std::to_string(*s.repetition_penalty)});
   if (s.seed) argv.insert(argv.end(), {"--seed", std::to_string(*s.seed)});
   const auto r = run_command(argv);
   if (r.exit_code != 0) throw std::runtime_error("epd-run failed: " + r.output);
@@ -109,6 +115,9 @@ nlohmann::json sampling_body(const Sampling& s) {
     j["logit_bias"] = nlohmann::json::object();
     for (const auto& [id, bias] : s.logit_bias) j["logit_bias"][std::to_string(id)] = bias;
   }
+  if (s.presence_penalty) j["presence_penalty"] = *s.presence_penalty;
+  if (s.frequency_penalty) j["frequency_penalty"] = *s.frequency_penalty;
+  if (s.repetition_penalty) j["repetition_penalty"] = *s.repetition_penalty;
   if (s.seed) j["seed"] = *s.seed;
   return j;
 }

@@ -34,6 +34,9 @@ struct Sampling {
   std::optional<int> top_k;
   std::optional<double> min_p;
   std::map<uint32_t, double> logit_bias;
+  std::optional<double> presence_penalty;
+  std::optional<double> frequency_penalty;
+  std::optional<double> repetition_penalty;
   std::optional<uint64_t> seed;
 };
 

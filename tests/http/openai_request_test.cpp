@@ -285,12 +285,36 @@ TEST_CASE("openai request: n and the completions fields epd cannot honour", "[ht
   check(rejected(Endpoint::completions, completion({{"suffix", "end"}})), "suffix", "not supported");
   check(rejected(Endpoint::completions, completion({{"logprobs", 1}})), "logprobs", "log probabilities");
   check(rejected(Endpoint::completions, completion({{"logprobs", true}})), "logprobs", "must be an integer");
-  check(rejected(Endpoint::completions, completion({{"presence_penalty", 0.5}})), "presence_penalty",
-        "\"presence_penalty\" other than 0 is not supported by epd");
-  check(rejected(Endpoint::completions, completion({{"frequency_penalty", -1}})), "frequency_penalty",
-        "not supported");
-  check(rejected(Endpoint::completions, completion({{"frequency_penalty", "0"}})), "frequency_penalty",
-        "must be a number");
+}
+
+TEST_CASE("openai request: presence, frequency and repetition penalties, with their ranges",
+          "[http][openai_request]") {
+  for (Endpoint e : {Endpoint::completions, Endpoint::chat}) {
+    auto body = [&](json fields) { return e == Endpoint::chat ? chat(fields) : completion(fields); };
+    const auto s =
+        accepted(e,
+                 body({{"presence_penalty", 0.5}, {"frequency_penalty", -1.25}, {"repetition_penalty", 1.1}}))
+            .sampling;
+    CHECK(s.presence_penalty == 0.5f);
+    CHECK(s.frequency_penalty == -1.25f);
+    CHECK(s.repetition_penalty == 1.1f);
+    const auto none = accepted(e, body({{"presence_penalty", nullptr}})).sampling;
+    CHECK_FALSE(none.penalized());
+    CHECK(none.repetition_penalty == 1);
+    CHECK(accepted(e, body({{"presence_penalty", -2}, {"frequency_penalty", 2}, {"repetition_penalty", 2}}))
+              .sampling.penalized());
+    check(rejected(e, body({{"presence_penalty", 2.5}})), "presence_penalty",
+          "\"presence_penalty\" is 2.5; it must be in [-2, 2]");
+    check(rejected(e, body({{"frequency_penalty", -2.01}})), "frequency_penalty", "it must be in [-2, 2]");
+    check(rejected(e, body({{"frequency_penalty", "0"}})), "frequency_penalty",
+          "\"frequency_penalty\" must be a number in [-2, 2], got string");
+    check(rejected(e, body({{"repetition_penalty", 0}})), "repetition_penalty",
+          "\"repetition_penalty\" is 0; it must be in (0, 2]");
+    check(rejected(e, body({{"repetition_penalty", -1}})), "repetition_penalty", "it must be in (0, 2]");
+    check(rejected(e, body({{"repetition_penalty", 2.5}})), "repetition_penalty", "it must be in (0, 2]");
+    check(rejected(e, body({{"repetition_penalty", 1e-50}})), "repetition_penalty", "it must be in (0, 2]");
+    check(rejected(e, body({{"repetition_penalty", true}})), "repetition_penalty", "must be a number");
+  }
 }
 
 TEST_CASE("openai request: llama-server's fields are honoured, harmless or refused by name",

@@ -152,6 +152,14 @@ TEST_CASE("generate request: sampling fields, their types and ranges", "[http][r
     CHECK(says(rejected(std::string(R"({"prompt":"p","top_k":)") + v + "}"), "it must be 0 or -1 (off)"));
   }
   CHECK(says(rejected(R"({"prompt":"p","seed":1.5})"), "\"seed\" must be an integer"));
+  const auto pen =
+      accepted(R"({"prompt":"p","presence_penalty":-0.5,"frequency_penalty":1,"repetition_penalty":1.3})")
+          .sampling;
+  CHECK(pen.presence_penalty == -0.5f);
+  CHECK(pen.frequency_penalty == 1.0f);
+  CHECK(pen.repetition_penalty == 1.3f);
+  CHECK(says(rejected(R"({"prompt":"p","presence_penalty":3})"), "it must be in [-2, 2]"));
+  CHECK(says(rejected(R"({"prompt":"p","repetition_penalty":0})"), "it must be in (0, 2]"));
 }
 
 TEST_CASE("generate request: image type, base64, PPM magic and size", "[http][request]") {

@@ -259,6 +259,135 @@ TEST_CASE("min_p draws only tokens at least that likely relative to the most lik
   }
 }
 
+// Greedy draws over a few tokens (any id may win) with `history` before them, `generated` of it the answer.
+static TokenId greedy_pick(std::vector<float> logits, const SamplingParams& p, std::vector<TokenId> history,
+                           uint32_t generated) {
+  return sample_token(logits, p, generated, TokenFilter::none, history);
+}
+
+TEST_CASE("presence and frequency penalties: logit minus frequency x count minus presence, answer only",
+          "[model][sampling]") {
+  const std::vector<float> logits{3.0f, 2.5f, 2.0f, 0.0f};
+  SamplingParams presence;
+  presence.presence_penalty = 1.0f;
+  CHECK(greedy_pick(logits, {}, {1, 0}, 1) == 0);
+  CHECK(greedy_pick(logits, presence, {1, 0}, 1) == 1);  // 3 - 1 = 2 < 2.5
+  // The same token in the prompt only: not penalized (OpenAI's and vLLM's rule).
+  CHECK(greedy_pick(logits, presence, {0, 1}, 0) == 0);
+  CHECK(greedy_pick(logits, presence, {0, 0, 0, 1}, 1) == 0);  // 1 is the answer; 0s are the prompt
+  // Presence counts a token once, frequency once per occurrence.
+  SamplingParams p03;
+  p03.presence_penalty = 0.3f;
+  CHECK(greedy_pick(logits, p03, {7, 0, 0}, 2) == 0);  // 3 - 0.3 = 2.7
+  SamplingParams f03;
+  f03.frequency_penalty = 0.3f;
+  CHECK(greedy_pick(logits, f03, {7, 0}, 1) == 0);     // 3 - 0.3 = 2.7 > 2.5
+  CHECK(greedy_pick(logits, f03, {7, 0, 0}, 2) == 1);  // 3 - 0.6 = 2.4 < 2.5
+  CHECK(greedy_pick(logits, f03, {0, 0, 7}, 1) == 0);  // the 0s are the prompt's
+  // Negative values favour what was generated.
+  SamplingParams favour;
+  favour.presence_penalty = -1.5f;
+  CHECK(greedy_pick(logits, favour, {2}, 1) == 2);  // 2 + 1.5 = 3.5
+  favour.presence_penalty = 0;
+  favour.frequency_penalty = -0.6f;
+  CHECK(greedy_pick(logits, favour, {2, 2}, 2) == 2);  // 2 + 1.2 = 3.2
+  CHECK(greedy_pick(logits, favour, {2, 2}, 1) == 0);  // 2 + 0.6 = 2.6
+  // Both, by the formula: 3 - 0.2 x 2 - 0.15 = 2.45 < 2.5, which neither alone reaches.
+  SamplingParams both;
+  both.frequency_penalty = 0.2f;
+  both.presence_penalty = 0.15f;
+  CHECK(greedy_pick(logits, both, {0, 0}, 2) == 1);
+  both.presence_penalty = 0;
+  CHECK(greedy_pick(logits, both, {0, 0}, 2) == 0);
+}
+
+TEST_CASE("repetition_penalty divides positive and multiplies negative logits of prompt and answer tokens",
+          "[model][sampling]") {
+  SamplingParams r;
+  r.repetition_penalty = 1.5f;
+  const std::vector<float> pos{2.0f, 1.8f, 1.0f};
+  CHECK(greedy_pick(pos, r, {}, 0) == 0);
+  CHECK(greedy_pick(pos, r, {0}, 0) == 1);     // in the prompt: 2 / 1.5 = 1.33
+  CHECK(greedy_pick(pos, r, {5, 0}, 1) == 1);  // in the answer too
+  CHECK(greedy_pick(pos, r, {0, 1}, 0) == 0);  // both penalized: 1.33 > 1.2
+  const std::vector<float> neg{-1.0f, -1.2f};
+  CHECK(greedy_pick(neg, r, {0}, 0) == 1);  // -1 x 1.5 = -1.5 < -1.2 (dividing would keep 0 ahead)
+  // Once per distinct token, however often it occurs: 2 / 1.5 = 1.33 > 1, not 2 / 1.5^3 = 0.59.
+  CHECK(greedy_pick({2.0f, 1.0f}, r, {0, 0, 0}, 1) == 0);
+  // Below 1 it favours them.
+  r.repetition_penalty = 0.5f;
+  CHECK(greedy_pick({2.0f, 1.5f}, r, {1}, 0) == 1);  // 1.5 / 0.5 = 3
+}
+
+TEST_CASE("penalties: the draw equals one over the logits adjusted by hand, after logit_bias",
+          "[model][sampling]") {
+  // The tokens the history names lead, so how each is adjusted decides the draws.
+  std::vector<float> logits = random_logits(5, 3.0f);
+  for (auto [t, v] :
+       std::map<TokenId, float>{{'a', 5.0f}, {'b', 4.6f}, {'c', 4.8f}, {'x', 3.6f}, {'y', 4.9f}})
+    logits[t] = v;
+  const std::vector<TokenId> history{'a', 'b', 'c', 'a', 'x', 'y', 'x', 'x', 'b', 300, kBos};
+  const uint32_t generated =
+      7;  // x y x x b 300 (past the vocab: ignored) and BOS; the first x is the prompt's
+  for (SamplingParams p : {SamplingParams{}, sampled(1.0f, 0.95f, 50, 3)}) {
+    p.logit_bias = {{'x', 1.5f}};
+    p.repetition_penalty = 1.3f;
+    p.frequency_penalty = 0.4f;
+    p.presence_penalty = -0.25f;
+    std::vector<float> hand = logits;
+    hand['x'] += 1.5f;
+    for (TokenId t : {TokenId('a'), TokenId('b'), TokenId('c'), TokenId('x'), TokenId('y'), kBos})
+      hand[t] = hand[t] > 0 ? hand[t] / 1.3f : hand[t] * 1.3f;
+    for (auto [t, count] : std::map<TokenId, int>{{'x', 3}, {'y', 1}, {'b', 1}, {kBos, 1}}) {
+      hand[t] -= 0.4f * float(count);
+      hand[t] -= -0.25f;
+    }
+    SamplingParams plain = p;
+    plain.logit_bias.clear();
+    plain.repetition_penalty = 1;
+    plain.frequency_penalty = plain.presence_penalty = 0;
+    for (uint32_t i = 0; i < 300; ++i)
+      CHECK(sample_token(logits, p, generated, TokenFilter::reference, history) ==
+            sample_token(hand, plain, generated, TokenFilter::reference));
+  }
+}
+
+TEST_CASE("no penalty: the draw is the one without history, and validate bounds each penalty",
+          "[model][sampling]") {
+  const std::vector<TokenId> history{'a', 'a', 'b', 'a'};
+  for (uint64_t k = 0; k < 20; ++k) {
+    const std::vector<float> logits = random_logits(100 + k);
+    SamplingParams p = k % 2 ? sampled(0.9f, 0.9f, 0, k) : SamplingParams{};
+    REQUIRE_FALSE(p.penalized());
+    CHECK(sample_token(logits, p, 2, TokenFilter::reference, history) ==
+          sample_token(logits, p, 2, TokenFilter::reference));
+  }
+  auto refused = [](SamplingParams p, const char* what) {
+    auto st = validate(p);
+    REQUIRE_FALSE(st.ok());
+    CHECK_THAT(st.error().detail, Catch::Contains(what));
+  };
+  for (float v : {-2.01f, 2.01f, NAN, INFINITY}) {
+    SamplingParams p;
+    p.presence_penalty = v;
+    refused(p, "presence_penalty must be a number in [-2, 2]");
+    p = {};
+    p.frequency_penalty = v;
+    refused(p, "frequency_penalty must be a number in [-2, 2]");
+  }
+  for (float v : {0.0f, -1.0f, 2.01f, NAN}) {
+    SamplingParams p;
+    p.repetition_penalty = v;
+    refused(p, "repetition_penalty must be a number in (0, 2]");
+  }
+  for (float v : {-2.0f, 2.0f}) {
+    SamplingParams p;
+    p.presence_penalty = p.frequency_penalty = v;
+    p.repetition_penalty = v > 0 ? v : 0.01f;
+    CHECK(validate(p).ok());
+  }
+}
+
 TEST_CASE("the runner refuses bad sampling params before writing anything", "[model][sampling]") {
   auto r = runner_for("tiny");
   const Request req = make_request(*r, "hi", nullptr);
@@ -276,6 +405,15 @@ TEST_CASE("the runner refuses bad sampling params before writing anything", "[mo
   GenerateOptions o;
   o.sampling = sampled(NAN);
   CHECK_FALSE(generate(*r, "hi", nullptr, o).ok());
+  // A penalty without the tokens it counts would draw what no other role draws.
+  c.sampling = {};
+  c.sampling.frequency_penalty = 0.5f;
+  auto missing = r->prefill_chunk(tp.pool, pages, 0, c);
+  REQUIRE_FALSE(missing.ok());
+  CHECK_THAT(missing.error().detail, Catch::Contains("history tokens"));
+  s.sampling = c.sampling;
+  CHECK_FALSE(r->decode_step(tp.pool, {&s, 1}, {&next, 1}).ok());
+  CHECK(tp.all_zero());
 }
 
 TEST_CASE("sampled generation: chunked prefill, batched decode and generate() draw the same tokens",
@@ -356,7 +494,16 @@ TEST_CASE("a resumed answer, from prompt + its first k tokens, draws the rest of
           "[model][sampling]") {
   auto r = runner_for("tiny");
   const Image img = make_test_image(24, 16, 4);
-  for (const SamplingParams& p : {SamplingParams{}, sampled(0.8f, 0.9f, 40, 11)}) {
+  // The penalties count the answer so far: on a resumed attempt its first k tokens end the prompt.
+  SamplingParams penalized_greedy;
+  penalized_greedy.frequency_penalty = 0.7f;
+  penalized_greedy.presence_penalty = 0.3f;
+  penalized_greedy.repetition_penalty = 1.2f;
+  SamplingParams penalized_sampled = sampled(0.8f, 0.9f, 40, 11);
+  penalized_sampled.presence_penalty = 1.0f;
+  penalized_sampled.repetition_penalty = 1.3f;
+  for (const SamplingParams& p :
+       {SamplingParams{}, sampled(0.8f, 0.9f, 40, 11), penalized_greedy, penalized_sampled}) {
     const GenerateOptions o = answer_of_24(p);
     auto whole = generate(*r, "describe", &img, o);
     REQUIRE(whole.ok());
@@ -375,6 +522,12 @@ TEST_CASE("a resumed answer, from prompt + its first k tokens, draws the rest of
       CHECK(resumed->kv_digest == whole->kv_digest);
     }
   }
+  // The penalties did change those answers, so the loop above resumed answers they shaped.
+  auto plain = generate(*r, "describe", &img, answer_of_24({}));
+  auto penalized = generate(*r, "describe", &img, answer_of_24(penalized_greedy));
+  REQUIRE(plain.ok());
+  REQUIRE(penalized.ok());
+  CHECK(penalized->tokens != plain->tokens);
   // The index matters: the same prompt drawn as a new answer (index 0 onwards) is another answer.
   GenerateOptions o;
   o.max_tokens = 8;

@@ -17,6 +17,8 @@ struct Sequence {
   DecodeJoin join;
   std::vector<uint32_t> tokens;
   std::chrono::steady_clock::time_point started;
+  // With a penalty: the prompt, then every token drawn here (DecodeSeq::history); else empty.
+  std::vector<uint32_t> history{};
 };
 
 struct LoopState {
@@ -62,6 +64,7 @@ void step(caf::event_based_actor* self, LoopState& st) {
     batch[i].last_token = s.tokens.back();
     batch[i].sampling = s.join.sampling;
     batch[i].generated = s.join.first_index + uint32_t(s.tokens.size());  // the index this step draws
+    batch[i].history = s.history;
   }
   auto status = st.runner->decode_step(st.config.pool, batch, next);
   std::deque<Sequence> rest;
@@ -75,6 +78,7 @@ void step(caf::event_based_actor* self, LoopState& st) {
         continue;
       }
       s.tokens.push_back(next[i]);
+      if (s.join.sampling.penalized()) s.history.push_back(next[i]);
       stream(st, s);
       if (finished(st, s)) {
         finish(self, st, s, true);
@@ -120,6 +124,10 @@ caf::behavior decode_loop(caf::stateful_actor<LoopState>* self, BridgePtr bridge
         auto& s = self->state;
         Sequence seq{std::move(join), {}, std::chrono::steady_clock::now()};
         seq.tokens.push_back(seq.join.first_token);
+        if (seq.join.sampling.penalized()) {
+          seq.history = std::move(seq.join.prompt);
+          seq.history.push_back(seq.join.first_token);
+        }
         stream(s, seq);
         if (finished(s, seq)) {
           finish(self, s, seq, true);

@@ -21,6 +21,7 @@ struct DecodeJoin {
   uint32_t max_new = 0;      // tokens this room draws, prefill's included
   std::string router;
   model::SamplingParams sampling;
+  std::vector<uint32_t> prompt{};  // SUBMIT's, when a penalty reads it (sampling.penalized()); else empty
 };
 
 struct DecodeDrop {

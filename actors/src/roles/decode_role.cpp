@@ -64,7 +64,7 @@ struct DecodeRoom {
   std::vector<uint32_t> pages;
   PrefixCache::Lease prefix;
   std::vector<PageKey> page_keys;     // the prompt's whole pages, as the cache keys them
-  std::vector<uint32_t> prompt;       // with the answer, the keys of the pages it leaves behind
+  std::vector<uint32_t> prompt;       // with the answer, the keys of the pages it leaves behind; penalties
   std::optional<ContentHash> images;  // SUBMIT's images_key: the keys of image rows
   uint32_t held_tokens = 0;           // prompt tokens the room found cached (BOOTSTRAP's held_tokens)
   uint32_t aux_slot = 0;
@@ -297,7 +297,7 @@ void on_submit(DecodeState& st, const Envelope& env, protocol::Submit& s) {
   const auto image_token = model::image_token(m);
   room.images = content_hash_from(s.images_key);
   room.page_keys = page_keys(s.prompt, st.layout.page_size, image_token, room.images, /*tail=*/true);
-  if (st.prefix->enabled()) room.prompt = s.prompt;
+  if (st.prefix->enabled() || room.sampling.penalized()) room.prompt = s.prompt;
   room.prefix = st.prefix->acquire(room.page_keys, room.prompt_len / st.layout.page_size, room.prompt_len);
   room.held_tokens = uint32_t(room.prefix.size()) * st.layout.page_size;
   // Past the whole pages, a cached page that starts like the rest of the prompt (the last turn's partial
@@ -392,8 +392,10 @@ void start_decoding(DecodeState& st, uint64_t id, DecodeRoom& room) {
                      room.pages, evicted);
     st.pages.free(evicted);
   }
+  // The penalties count the prompt's tokens (a resumed answer's first ones end it).
+  std::vector<uint32_t> prompt = room.sampling.penalized() ? room.prompt : std::vector<uint32_t>{};
   st.self->send(st.loop, DecodeJoin{id, room.pages, room.prompt_len, room.first_token, room.first_index,
-                                    room.max_new, room.router, room.sampling});
+                                    room.max_new, room.router, room.sampling, std::move(prompt)});
 }
 
 // Logs and answers a staging message that matches no room or chunk here.

@@ -63,6 +63,7 @@ void step(caf::stateful_actor<ComputeState>* self) {
                                                     model::image_token(cfg).value_or(model::kImage));
     chunk.sampling = job.sampling;
     chunk.generated = job.first_index;
+    chunk.history = std::span<const uint32_t>(job.prompt).first(end);  // a resumed answer's tokens end it
     auto r = s.runner->prefill_chunk(s.pool, job.pages, run.begin, chunk);
     if (!r) {
       c.ok = false;

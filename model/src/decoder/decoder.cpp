@@ -74,6 +74,10 @@ class Decoder final : public LlamaRunner {
       if (t >= cfg_.vocab && !(opts_.image_token && t == *opts_.image_token))
         return invalid("token id " + std::to_string(t) + " outside vocab");
     if (auto st = validate(chunk.sampling); !st) return st.error();
+    // A penalty without the tokens it counts would silently draw something else than every other role.
+    if (chunk.sampling.penalized() && chunk.history.size() != uint64_t{start} + n)
+      return invalid("penalized prefill chunk ending at " + std::to_string(uint64_t{start} + n) + " has " +
+                     std::to_string(chunk.history.size()) + " history tokens");
     if (auto st = check_embeddings(chunk); !st) return st.error();
 
     x_.resize(n * d);
@@ -91,7 +95,7 @@ class Decoder final : public LlamaRunner {
     const size_t first = keep_all_ ? 0 : n - 1;
     compute_logits(&x_[first * d], n - first);
     return sample_token(std::span(logits_).subspan((n - 1 - first) * cfg_.vocab, cfg_.vocab), chunk.sampling,
-                        chunk.generated, opts_.filter);
+                        chunk.generated, opts_.filter, chunk.history);
   }
 
   protocol::Status decode_step(const KvPool& pool, std::span<const DecodeSeq> batch,
@@ -108,6 +112,9 @@ class Decoder final : public LlamaRunner {
         return invalid("decode input token " + std::to_string(s.last_token) + " is not a text token");
       if (auto st = check_pages(pool.layout, s.pages, uint64_t{s.length} + 1); !st) return st;
       if (auto st = validate(s.sampling); !st) return st;
+      if (s.sampling.penalized() && s.history.size() != uint64_t{s.length} + 1)
+        return invalid("penalized decode sequence of length " + std::to_string(s.length) + " has " +
+                       std::to_string(s.history.size()) + " history tokens");
     }
     x_.resize(n * d);
     targets_.resize(n);
@@ -119,7 +126,7 @@ class Decoder final : public LlamaRunner {
     compute_logits(x_.data(), n);
     for (size_t i = 0; i < n; ++i)
       next[i] = sample_token(std::span(logits_).subspan(i * cfg_.vocab, cfg_.vocab), batch[i].sampling,
-                             batch[i].generated, opts_.filter);
+                             batch[i].generated, opts_.filter, batch[i].history);
     return {};
   }
 

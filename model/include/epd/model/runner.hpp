@@ -40,6 +40,9 @@ struct PrefillChunk {
   std::span<const float> embeddings;
   SamplingParams sampling;
   uint32_t generated = 0;  // the draw's index (sampling is a function of seed and index)
+  // With a penalty (sampling.penalized()): the prompt's tokens up to the chunk's end, [0, start + size),
+  // whose last `generated` are a resumed answer's (sample_token's history). Unread otherwise.
+  std::span<const TokenId> history{};
 };
 
 // The chunk [begin, end) of a full prompt, with the embedding rows of its image tokens (greedy sampling:
@@ -64,6 +67,9 @@ struct DecodeSeq {
   TokenId last_token = 0;
   SamplingParams sampling;
   uint32_t generated = 0;  // index of the token this step predicts (prefill's was 0: the first step is 1)
+  // With a penalty (sampling.penalized()): the sequence's length + 1 tokens, the prompt then the answer
+  // through last_token, whose last `generated` are the answer's (sample_token's history). Unread otherwise.
+  std::span<const TokenId> history{};
 };
 
 // A model's vision tower alone: what the encoder role runs. It holds none of the language model's weights.

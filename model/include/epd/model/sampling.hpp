@@ -1,8 +1,8 @@
 #pragma once
 // Choosing the next token from the logits: greedy, or temperature / top-k / top-p sampling with a
-// counter-based random draw. A draw depends only on (logits, params, index), never on earlier draws, so
-// prefill (the first token), decode (the rest), a retried room on another instance and the colocated
-// generate() all pick the same token. docs/model.md ("Sampling") gives the exact rule.
+// counter-based random draw. A draw depends only on (logits, params, index, history), never on earlier
+// draws, so prefill (the first token), decode (the rest), a retried room on another instance and the
+// colocated generate() all pick the same token. docs/model.md ("Sampling") gives the exact rule.
 #include <cstdint>
 #include <span>
 #include <utility>
@@ -22,13 +22,25 @@ struct SamplingParams {
   // Added to those tokens' logits before anything else (greedy too), each in [-100, 100]: OpenAI's
   // logit_bias. Ids past the logits are ignored.
   std::vector<std::pair<TokenId, float>> logit_bias{};
+  // OpenAI's, in [-2, 2]: logit -= frequency x count + presence x (count > 0), counting each token among
+  // those generated so far in this answer (not the prompt).
+  float presence_penalty = 0;
+  float frequency_penalty = 0;
+  // vLLM's and HF's, in (0, 2], 1 = off: a token of the prompt or the answer so far has a positive logit
+  // divided by it, a negative one multiplied.
+  float repetition_penalty = 1;
 
   bool greedy() const { return temperature == 0; }
+  // The draw reads the sequence's tokens (sample_token's `history`).
+  bool penalized() const {
+    return presence_penalty != 0 || frequency_penalty != 0 || repetition_penalty != 1;
+  }
   bool operator==(const SamplingParams&) const = default;
 };
 
-// invalid_request naming the field unless temperature is in [0, 2], top_p in (0, 1], min_p in [0, 1] and
-// every logit bias in [-100, 100] (all finite).
+// invalid_request naming the field unless temperature is in [0, 2], top_p in (0, 1], min_p in [0, 1],
+// every logit bias in [-100, 100], presence and frequency penalties in [-2, 2] and the repetition penalty in
+// (0, 2] (all finite).
 protocol::Status validate(const SamplingParams& params);
 
 // The token at position `index` of the generated sequence (0 = the one prefill returns), from the logits
@@ -36,13 +48,17 @@ protocol::Status validate(const SamplingParams& params);
 // token with the highest logit, ties to the lower id. Otherwise: softmax at `temperature` over the allowed
 // tokens, ordered by logit (ties: lower id first), cut to top_k, then to the shortest prefix whose mass
 // reaches top_p, then to the tokens at least min_p times as likely as the first, and one draw from that
-// prefix keyed by (seed, index). Pure; `params` must validate and
+// prefix keyed by (seed, index). Pure (with `history` an input); `params` must validate and
 // `logits` must not be empty.
 // `filter`: the reference vocabulary never draws BOS and IMAGE; a checkpoint's vocabulary (TokenFilter::none)
 // may draw any id.
+// `history`: the sequence's tokens before the drawn one, the prompt then the answer so far; its last `index`
+// tokens are the generated ones (a resumed answer's earlier tokens end its prompt, and the index counts
+// them, so a retry sees the same). Read only when params.penalized(); logit_bias and the penalties change
+// the logits first, in that order (they are copied only then).
 enum class TokenFilter : uint8_t { reference, none };
 TokenId sample_token(std::span<const float> logits, const SamplingParams& params, uint32_t index,
-                     TokenFilter filter = TokenFilter::reference);
+                     TokenFilter filter = TokenFilter::reference, std::span<const TokenId> history = {});
 
 // The uniform draw in [0, 1) used for token `index` (53 random bits): exposed for tests and docs.
 double sampling_uniform(uint64_t seed, uint32_t index);

@@ -567,7 +567,10 @@ struct Submit {
   float min_p = 0;         // tokens less likely than min_p x the most likely are not drawn; 0 = off
   std::vector<uint32_t> logit_bias_ids;  // tokens whose logits get logit_bias_values[i] added (OpenAI's)
   std::vector<float> logit_bias_values;  // as many as logit_bias_ids, each in [-100, 100]
-  uint64_t seed = 0;                     // sampling seed; with the token's index the only randomness
+  float presence_penalty = 0;            // in [-2, 2]: minus this for each token the answer so far has
+  float frequency_penalty = 0;           // in [-2, 2]: minus this x the times the answer so far has the token
+  float repetition_penalty = 1;  // in (0, 2], 1 = off: prompt and answer tokens' logit / it (x it if <= 0)
+  uint64_t seed = 0;             // sampling seed; with the token's index the only randomness
   // A resumed answer (its decode handed the room over, or died): the prompt ends with the first
   // `resume_from` tokens drawn before, the first token drawn here has that index, and max_tokens counts the
   // rest. 0: a new answer.
@@ -595,6 +598,9 @@ struct Submit {
     v.opt("min_p", s.min_p);
     v.opt("logit_bias_ids", s.logit_bias_ids);
     v.opt("logit_bias_values", s.logit_bias_values);
+    v.opt("presence_penalty", s.presence_penalty);
+    v.opt("frequency_penalty", s.frequency_penalty);
+    v.opt("repetition_penalty", s.repetition_penalty);
     v.opt("seed", s.seed);
     v.opt("resume_from", s.resume_from);
     v.opt("images_key", s.images_key);
