@@ -7,6 +7,7 @@
 #include "e2e_bench.hpp"
 #include "membership_bench.hpp"
 #include "model_bench.hpp"
+#include "placement_bench.hpp"
 #include "prefix_bench.hpp"
 #include "routers_bench.hpp"
 #include "serve_bench.hpp"
@@ -32,6 +33,8 @@ constexpr Subcommand kSubcommands[] = {
      "BOOTSTRAP -> KV_STATUS latency and rooms/s vs a bare ZeroMQ round trip (plain and CURVE)"},
     {"membership", epd::bench::run_membership_cli,
      "membership of 200-1,000 simulated instances (embedded registry, etcd): convergence, bytes, CPU"},
+    {"placement", run_placement_bench,
+     "the router's placement cost per request at 10-5,000 instances per role: index vs scoring every one"},
     {"routers", epd::bench::run_routers_cli,
      "etcd, 2 routers vs embedded, 1: start to placeable, kill -9 to routed around / gone, req/s 1 vs 2"},
     {"cache", run_cache_bench, "embedding cache: TTFT with 50% repeated images, cache off vs on"},
