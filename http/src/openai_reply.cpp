@@ -39,14 +39,14 @@ json extras_json(const Extras& e) {
 }
 
 // A choice of a streamed chunk: a completions chunk carries "text", a chat chunk a "delta".
-json chunk_choice(Endpoint endpoint, json text_or_delta, json finish_reason) {
+json chunk_choice(Endpoint endpoint, uint32_t index, json text_or_delta, json finish_reason) {
   if (endpoint == Endpoint::completions) {
     return {{"text", std::move(text_or_delta)},
-            {"index", 0},
+            {"index", index},
             {"logprobs", nullptr},
             {"finish_reason", std::move(finish_reason)}};
   }
-  return {{"index", 0},
+  return {{"index", index},
           {"delta", std::move(text_or_delta)},
           {"logprobs", nullptr},
           {"finish_reason", std::move(finish_reason)}};
@@ -72,30 +72,43 @@ std::string response_id(Endpoint endpoint, std::string_view unique) {
   return (endpoint == Endpoint::completions ? "cmpl-" : "chatcmpl-") + std::string(unique);
 }
 
+std::string completion_body(const ResponseHead& head, std::span<const Choice> choices, const Usage& usage) {
+  json body = head_json(head, false);
+  body["choices"] = json::array();
+  for (size_t i = 0; i < choices.size(); ++i) {
+    const Choice& c = choices[i];
+    if (head.endpoint == Endpoint::completions) {
+      body["choices"].push_back(
+          {{"text", c.text}, {"index", i}, {"logprobs", nullptr}, {"finish_reason", finish_name(c.finish)}});
+    } else {
+      body["choices"].push_back({{"index", i},
+                                 {"message", {{"role", "assistant"}, {"content", c.text}}},
+                                 {"logprobs", nullptr},
+                                 {"finish_reason", finish_name(c.finish)}});
+    }
+  }
+  body["usage"] = usage_json(usage);
+  if (!choices.empty()) body["epd"] = extras_json(choices[0].extras);
+  if (choices.size() > 1) {
+    json each = json::array();
+    for (const Choice& c : choices) each.push_back(extras_json(c.extras));
+    body["epd"]["choices"] = std::move(each);
+  }
+  return dump(body);
+}
+
 std::string completion_body(const ResponseHead& head, std::string_view text, FinishReason finish,
                             const Usage& usage, const Extras& extras) {
-  json choice;
-  if (head.endpoint == Endpoint::completions) {
-    choice = {{"text", text}, {"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish_name(finish)}};
-  } else {
-    choice = {{"index", 0},
-              {"message", {{"role", "assistant"}, {"content", text}}},
-              {"logprobs", nullptr},
-              {"finish_reason", finish_name(finish)}};
-  }
-  json body = head_json(head, false);
-  body["choices"] = json::array({std::move(choice)});
-  body["usage"] = usage_json(usage);
-  body["epd"] = extras_json(extras);
-  return dump(body);
+  const Choice one{std::string(text), finish, extras};
+  return completion_body(head, std::span(&one, 1), usage);
 }
 
 std::string sse_data(std::string_view json) {
   return "data: " + std::string(json) + "\n\n";
 }
 
-StreamRenderer::StreamRenderer(ResponseHead head, bool include_usage)
-    : head_(std::move(head)), include_usage_(include_usage) {}
+StreamRenderer::StreamRenderer(ResponseHead head, bool include_usage, uint32_t choices)
+    : head_(std::move(head)), include_usage_(include_usage), choices_(choices) {}
 
 std::string StreamRenderer::start() {
   return role_if_not_sent();
@@ -105,31 +118,45 @@ std::string StreamRenderer::role_if_not_sent() {
   if (started_) return {};
   started_ = true;
   if (head_.endpoint == Endpoint::completions) return {};  // its chunks carry no role
-  json chunk = head_json(head_, true);
-  chunk["choices"] =
-      json::array({chunk_choice(head_.endpoint, {{"role", "assistant"}, {"content", ""}}, nullptr)});
-  if (include_usage_) chunk["usage"] = nullptr;
-  return sse_data(dump(chunk));
+  std::string out;
+  for (uint32_t i = 0; i < choices_; ++i) {
+    json chunk = head_json(head_, true);
+    chunk["choices"] =
+        json::array({chunk_choice(head_.endpoint, i, {{"role", "assistant"}, {"content", ""}}, nullptr)});
+    if (include_usage_) chunk["usage"] = nullptr;
+    out += sse_data(dump(chunk));
+  }
+  return out;
 }
 
-std::string StreamRenderer::text(std::string_view delta) {
+std::string StreamRenderer::text(std::string_view delta, uint32_t index) {
   std::string out = role_if_not_sent();
   if (delta.empty()) return out;
   json payload = head_.endpoint == Endpoint::completions ? json(delta) : json{{"content", delta}};
   json chunk = head_json(head_, true);
-  chunk["choices"] = json::array({chunk_choice(head_.endpoint, std::move(payload), nullptr)});
+  chunk["choices"] = json::array({chunk_choice(head_.endpoint, index, std::move(payload), nullptr)});
   if (include_usage_) chunk["usage"] = nullptr;
   return out + sse_data(dump(chunk));
 }
 
-std::string StreamRenderer::finish(FinishReason reason, const Usage& usage, const Extras& extras) {
+std::string StreamRenderer::finish_choice(uint32_t index, FinishReason reason, const Extras& extras) {
   std::string out = role_if_not_sent();
   json payload = head_.endpoint == Endpoint::completions ? json("") : json::object();
   json chunk = head_json(head_, true);
-  chunk["choices"] = json::array({chunk_choice(head_.endpoint, std::move(payload), finish_name(reason))});
+  chunk["choices"] =
+      json::array({chunk_choice(head_.endpoint, index, std::move(payload), finish_name(reason))});
   if (include_usage_) chunk["usage"] = nullptr;
   chunk["epd"] = extras_json(extras);
-  out += sse_data(dump(chunk));
+  return out + sse_data(dump(chunk));
+}
+
+std::string StreamRenderer::finish(FinishReason reason, const Usage& usage, const Extras& extras) {
+  std::string out = finish_choice(0, reason, extras);  // first: the operands of + run in any order
+  return out + end(usage);
+}
+
+std::string StreamRenderer::end(const Usage& usage) {
+  std::string out = role_if_not_sent();
   if (include_usage_) {
     json last = head_json(head_, true);
     last["choices"] = json::array();

@@ -133,9 +133,10 @@ class Parser {
   Failure refused() {
     if (const json* v = field(doc_, "n")) {
       if (!v->is_number_integer()) return wrong_type("n", "an integer", *v);
-      if (!v->is_number_unsigned() || v->get<uint64_t>() != 1) {
-        return invalid("n", "\"n\" is " + v->dump() + "; epd gives one choice per request: send n requests");
+      if (!v->is_number_unsigned() || v->get<uint64_t>() < 1 || v->get<uint64_t>() > kMaxChoices) {
+        return invalid("n", "\"n\" is " + v->dump() + "; it must be in 1.." + std::to_string(kMaxChoices));
       }
+      out_.n = v->get<uint32_t>();
     }
     if (auto e = refuse_llama_server_fields(doc_)) return e;
     return endpoint_ == Endpoint::completions ? refused_completions() : refused_chat();

@@ -21,115 +21,184 @@ using openai::FinishReason;
 
 constexpr const char* kJson = "application/json";
 
-// Hears one generation's tokens (router thread) and writes the answer; a stop string or the client's
-// departure ends it early. All state under one lock: the ticket arrives from the HTTP thread.
-class OpenAiSink final : public GenerationSink {
+// One answer of n choices. Each choice is a generation of its own (seed + its index), so the router places,
+// retries and cancels it alone; choice 0 goes first and the rest start at its first token, when the
+// prompt's KV is in the prefix caches it filled. Tokens arrive on the router's thread, the tickets and a
+// disconnect on HTTP threads: all state is under one lock. A stop string ends its choice only; a choice
+// that fails (after the router's retries) fails the answer and cancels the others.
+class OpenAiAnswer final : public std::enable_shared_from_this<OpenAiAnswer> {
  public:
-  OpenAiSink(std::shared_ptr<ApiContext> ctx, ExchangePtr ex, openai::ResponseHead head, bool stream,
-             bool include_usage, std::vector<std::string> stop, std::string request_id)
+  OpenAiAnswer(std::shared_ptr<ApiContext> ctx, ExchangePtr ex, openai::ResponseHead head, bool stream,
+               bool include_usage, GenerateRequest request, uint32_t n, std::vector<std::string> stop)
       : ctx_(std::move(ctx)),
         ex_(std::move(ex)),
         head_(head),
         stream_(stream),
-        renderer_(std::move(head), include_usage),
-        text_(std::move(stop)),
-        tokens_text_(ctx_->service.codec()),
-        request_id_(std::move(request_id)) {}
-
-  void set_ticket(uint64_t ticket) {
-    std::lock_guard lock(mu_);
-    ticket_ = ticket;
-    if (cancel_wanted_) ctx_->service.cancel(ticket_, "a stop string ended the answer");
+        renderer_(std::move(head), include_usage, n),
+        request_(std::move(request)) {
+    for (uint32_t i = 0; i < n; ++i) choices_.emplace_back(stop, ctx_->service.codec());
   }
 
-  void on_tokens(std::span<const uint32_t> tokens) override {
+  // Starts choice 0 (the rest follow it).
+  void start() {
     std::lock_guard lock(mu_);
-    if (answered_ || stopped_) return;
+    launch(0);
+  }
+
+  // The client went away: every choice stops, and none starts.
+  void disconnected() {
+    std::lock_guard lock(mu_);
+    gone_ = true;
+    for (auto& c : choices_)
+      if (c.launched && !c.done) ctx_->service.cancel(c.ticket, "the client disconnected");
+  }
+
+  void on_tokens(uint32_t i, std::span<const uint32_t> tokens) {
+    std::lock_guard lock(mu_);
+    Choice& c = choices_[i];
+    if (answered_ || c.stopped) return;
     for (uint32_t t : tokens) {
-      ++completion_tokens_;
-      const model::TokenId id = t;
-      auto delta = text_.push(tokens_text_.push(id));
-      emit(delta.text);
+      ++c.completion_tokens;
+      auto delta = c.text.push(c.tokens_text.push(model::TokenId(t)));
+      emit(i, delta.text);
       if (delta.stopped) {
-        stop_early();
-        return;
+        stop_early(c);
+        break;
       }
     }
+    if (i == 0) launch_rest();
   }
 
-  void on_done(GenerateResponse r) override {
+  void on_done(uint32_t i, GenerateResponse r) {
     std::lock_guard lock(mu_);
     ctx_->finished();
+    Choice& c = choices_[i];
+    c.done = true;
     if (answered_) return;
-    answered_ = true;
-    openai::Extras extras;
-    extras.request_id = request_id_;
-    extras.room = r.room;
-    extras.attempts = r.attempts;
-    extras.first_token_ms = r.timings.first_token_ms;
-    extras.total_ms = r.timings.total_ms;
-    // Noted before the answer goes out, so a client that reads /v1/activity after its answer finds it.
-    if (stopped_) {
-      note(r, nullptr);
-      return complete(FinishReason::stop, {r.prompt_tokens, completion_tokens_}, extras);
+    if (r.http_status != 200 && !c.stopped) return fail(r);
+    c.extras.request_id = request_.request_id;
+    c.extras.room = r.room;
+    c.extras.attempts = r.attempts;
+    c.extras.first_token_ms = r.timings.first_token_ms;
+    c.extras.total_ms = r.timings.total_ms;
+    c.reason = FinishReason::stop;
+    if (!c.stopped) {
+      emit(i, c.text.push(c.tokens_text.finish()).text);  // a character the last token left unfinished
+      auto tail = c.text.finish();
+      emit(i, tail.text);
+      c.reason = tail.stopped || r.ended_at_eos ? FinishReason::stop : FinishReason::length;
     }
-    if (r.http_status != 200) {
-      const HttpError failure = failure_error(r);
-      note(r, &failure);
-      if (headers_sent_) {
-        ex_->send(renderer_.error(failure_error(r)));
-        ex_->end_stream();
-      } else {
-        reply_failure(*ex_, r, {{"X-Request-Id", request_id_}});
-      }
-      return;
+    prompt_tokens_ = r.prompt_tokens;
+    if (stream_) {
+      emit(i, {});  // a stream that produced no text still sends its head and role chunks
+      ex_->send(renderer_.finish_choice(i, c.reason, c.extras));
     }
-    note(r, nullptr);
-    emit(text_.push(tokens_text_.finish()).text);  // a character the last token left unfinished
-    auto tail = text_.finish();                    // stopped already: no text, stopped
-    emit(tail.text);
-    const FinishReason reason = tail.stopped || r.ended_at_eos ? FinishReason::stop : FinishReason::length;
-    complete(reason, {r.prompt_tokens, completion_tokens_}, extras);
+    if (i == 0) launch_rest();
+    if (++finished_ == choices_.size()) complete(r);
   }
 
  private:
-  void note(const GenerateResponse& r, const HttpError* failure) {
-    const char* route = head_.endpoint == Endpoint::chat ? "/v1/chat/completions" : "/v1/completions";
-    note_finished(*ctx_, route, request_id_, stream_, r, completion_tokens_, failure);
+  struct Choice {
+    Choice(const std::vector<std::string>& stop, std::shared_ptr<const model::PromptCodec> codec)
+        : text(stop), tokens_text(std::move(codec)) {}
+    TextStream text;                    // stop strings, on the text
+    model::GenerationText tokens_text;  // tokens to text, with the model's detokenizer
+    std::string body;                   // the answer so far, when not streaming
+    uint64_t ticket = 0;
+    bool launched = false, done = false;
+    bool stopped = false;  // a stop string was reached; the rest of its tokens are not wanted
+    uint32_t completion_tokens = 0;
+    FinishReason reason = FinishReason::stop;
+    openai::Extras extras;
+  };
+
+  // Hears one choice's generation for the answer.
+  class Sink final : public GenerationSink {
+   public:
+    Sink(std::shared_ptr<OpenAiAnswer> answer, uint32_t index) : answer_(std::move(answer)), index_(index) {}
+    void on_tokens(std::span<const uint32_t> tokens) override { answer_->on_tokens(index_, tokens); }
+    void on_done(GenerateResponse r) override { answer_->on_done(index_, std::move(r)); }
+
+   private:
+    std::shared_ptr<OpenAiAnswer> answer_;
+    uint32_t index_;
+  };
+
+  void launch(uint32_t i) {
+    Choice& c = choices_[i];
+    GenerateRequest request = request_;
+    request.sampling.seed += i;  // choice i answers as a single request with seed + i would
+    c.launched = true;
+    ctx_->started();
+    // Never re-entrant: the router hears of the generation by message, after this returns.
+    c.ticket = ctx_->service.generate(std::move(request), std::make_shared<Sink>(shared_from_this(), i));
   }
 
-  void emit(const std::string& text) {
+  void launch_rest() {
+    if (rest_launched_ || gone_ || answered_) return;
+    rest_launched_ = true;
+    for (uint32_t i = 1; i < choices_.size(); ++i) launch(i);
+  }
+
+  void emit(uint32_t i, const std::string& text) {
     if (!stream_) {
-      body_ += text;
+      choices_[i].body += text;
       return;
     }
     if (!headers_sent_) {
-      ex_->begin_stream(200, "text/event-stream", {{"X-Request-Id", request_id_}});
+      ex_->begin_stream(200, "text/event-stream", {{"X-Request-Id", request_.request_id}});
       ex_->send(renderer_.start());
       headers_sent_ = true;
     }
-    if (!text.empty()) ex_->send(renderer_.text(text));
+    if (!text.empty()) ex_->send(renderer_.text(text, i));
   }
 
-  // A stop string was reached: stop the router's work; its answer to the cancel (with the prompt's length
-  // and the room) completes ours, one actor round trip later.
-  void stop_early() {
-    stopped_ = true;
-    if (ticket_ != 0)
-      ctx_->service.cancel(ticket_, "a stop string ended the answer");
-    else
-      cancel_wanted_ = true;
+  // A stop string ended the choice: its generation stops; the router's answer to the cancel (with the
+  // prompt's length and the room) finishes the choice, one actor round trip later.
+  void stop_early(Choice& c) {
+    c.stopped = true;
+    ctx_->service.cancel(c.ticket, "a stop string ended the answer");
   }
 
-  void complete(FinishReason reason, const openai::Usage& usage, const openai::Extras& extras) {
+  uint32_t completion_tokens() const {
+    uint32_t n = 0;
+    for (const auto& c : choices_) n += c.completion_tokens;
+    return n;
+  }
+
+  void note(const GenerateResponse& r, const HttpError* failure) {
+    const char* route = head_.endpoint == Endpoint::chat ? "/v1/chat/completions" : "/v1/completions";
+    note_finished(*ctx_, route, request_.request_id, stream_, r, completion_tokens(), failure);
+  }
+
+  void fail(const GenerateResponse& r) {
+    answered_ = true;
+    const HttpError failure = failure_error(r);
+    note(r, &failure);
+    for (auto& c : choices_)
+      if (c.launched && !c.done) ctx_->service.cancel(c.ticket, "another choice of the answer failed");
+    if (headers_sent_) {
+      ex_->send(renderer_.error(failure));
+      ex_->end_stream();
+    } else {
+      reply_failure(*ex_, r, {{"X-Request-Id", request_.request_id}});
+    }
+  }
+
+  // Noted before the answer goes out, so a client that reads /v1/activity after its answer finds it.
+  void complete(const GenerateResponse& last) {
+    answered_ = true;
+    note(last, nullptr);
+    const openai::Usage usage{prompt_tokens_, completion_tokens()};
     if (stream_) {
-      emit({});  // a stream that produced no text still sends its head and role chunk
-      ex_->send(renderer_.finish(reason, usage, extras));
+      ex_->send(renderer_.end(usage));
       ex_->end_stream();
       return;
     }
-    ex_->respond(200, openai::completion_body(head_, body_, reason, usage, extras), kJson,
-                 {{"X-Request-Id", request_id_}});
+    std::vector<openai::Choice> out;
+    for (auto& c : choices_) out.push_back({std::move(c.body), c.reason, c.extras});
+    ex_->respond(200, openai::completion_body(head_, out, usage), kJson,
+                 {{"X-Request-Id", request_.request_id}});
   }
 
   std::mutex mu_;
@@ -138,16 +207,14 @@ class OpenAiSink final : public GenerationSink {
   const openai::ResponseHead head_;
   const bool stream_;
   openai::StreamRenderer renderer_;
-  TextStream text_;                    // stop strings, on the text
-  model::GenerationText tokens_text_;  // tokens to text, with the model's detokenizer
-  const std::string request_id_;
-  std::string body_;  // the answer so far, when not streaming
-  uint64_t ticket_ = 0;
-  bool cancel_wanted_ = false;
+  const GenerateRequest request_;  // choice 0's; choice i's differs in its seed
+  std::vector<Choice> choices_;
+  uint32_t finished_ = 0;
+  uint32_t prompt_tokens_ = 0;
+  bool rest_launched_ = false;
+  bool gone_ = false;  // the client disconnected
   bool headers_sent_ = false;
   bool answered_ = false;
-  bool stopped_ = false;  // a stop string was reached; the rest of the tokens are not wanted
-  uint32_t completion_tokens_ = 0;
 };
 
 // The chat messages as the model's turns, each image decoded and shipped as PPM; the model's codec decides
@@ -214,12 +281,10 @@ void handle_openai(const std::shared_ptr<ApiContext>& ctx, ExchangePtr ex, Endpo
   head.id = openai::response_id(endpoint, random_hex(24));
   head.created = int64_t(std::time(nullptr));
   head.model = model;
-  auto sink = std::make_shared<OpenAiSink>(ctx, ex, std::move(head), in.stream, in.include_usage,
-                                           std::move(in.stop), *id);
-  ctx->started();
-  const uint64_t ticket = ctx->service.generate(std::move(request), sink);
-  sink->set_ticket(ticket);
-  ex->on_disconnect([ctx, ticket] { ctx->service.cancel(ticket, "the client disconnected"); });
+  auto answer = std::make_shared<OpenAiAnswer>(ctx, ex, std::move(head), in.stream, in.include_usage,
+                                               std::move(request), in.n, std::move(in.stop));
+  answer->start();
+  ex->on_disconnect([answer] { answer->disconnected(); });
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "cluster.hpp"
 #include "openai_support.hpp"
@@ -61,6 +62,7 @@ struct SpecCase {
   json params;  // prompt or messages, max_tokens
   Sampling sampling;
   bool image = false;
+  int n = 1;  // choices: choice i must equal a single request with seed + i
 };
 
 // The cases with their reference tokens, as generate.mjs reads them.
@@ -72,11 +74,25 @@ json make_spec(const std::vector<SpecCase>& cases) {
     const int max_tokens = params["max_tokens"];
     const std::string prompt = c.chat ? chat_prompt(params["messages"]) : params["prompt"].get<std::string>();
     const auto ref = reference(prompt, max_tokens, c.image ? kPpm : "", c.sampling);
-    spec["cases"].push_back({{"name", c.name},
-                             {"endpoint", c.chat ? "chat" : "completions"},
-                             {"params", params},
-                             {"expect_tokens", ref.tokens},
-                             {"prompt_tokens", ref.prompt_tokens}});
+    json one = {{"name", c.name},
+                {"endpoint", c.chat ? "chat" : "completions"},
+                {"params", params},
+                {"expect_tokens", ref.tokens},
+                {"prompt_tokens", ref.prompt_tokens}};
+    if (c.n > 1) {
+      one["params"]["n"] = c.n;
+      one["expect_choices"] = json::array({ref.tokens});
+      for (int i = 1; i < c.n; ++i) {
+        Sampling s = c.sampling;
+        s.seed = s.seed.value_or(0) + uint64_t(i);
+        one["expect_choices"].push_back(reference(prompt, max_tokens, c.image ? kPpm : "", s).tokens);
+      }
+      // Choices that all agreed would not show each one drawn with its own seed.
+      std::set<json> distinct(one["expect_choices"].begin(), one["expect_choices"].end());
+      INFO(c.name);
+      CHECK(distinct.size() > 1);
+    }
+    spec["cases"].push_back(std::move(one));
   }
   return spec;
 }
@@ -159,6 +175,9 @@ TEST_CASE("OpenAI SDK: completions and chat, plain and streamed, equal epd-run",
     CHECK(reference(penalty_prompt, 24, "", one).tokens != plain_answer);
   }
   CHECK(reference(penalty_prompt, 24, "", penalized).tokens != plain_answer);
+  Sampling hot;  // a picture's answers differ little at sampled's temperature
+  hot.temperature = 1.5;
+  hot.seed = 99;
   const json image_message =
       user(json::array({{{"type", "image_url"}, {"image_url", {{"url", "@file:" + kPng}}}},
                         {{"type", "text"}, {"text", "What is it?"}}}));
@@ -185,6 +204,20 @@ TEST_CASE("OpenAI SDK: completions and chat, plain and streamed, equal epd-run",
        false,
        {{"prompt", multibyte_prompt(16)}, {"max_tokens", 16}},
        {}},
+      // n choices, each equal to a single request with seed + its index.
+      {"chat n = 8 seeded sampling",
+       true,
+       {{"messages", {user("Tell me a story.")}}, {"max_tokens", 6}},
+       sampled,
+       false,
+       8},
+      {"completion n = 3 with penalties",
+       false,
+       {{"prompt", penalty_prompt}, {"max_tokens", 10}},
+       sampled_penalized,
+       false,
+       3},
+      {"chat n = 3 with a PNG image", true, {{"messages", {image_message}}, {"max_tokens", 8}}, hot, true, 3},
   };
   const auto r = run_node("generate.mjs", cluster, make_spec(cases));
   INFO(r.output);

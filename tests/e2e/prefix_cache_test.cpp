@@ -412,3 +412,23 @@ TEST_CASE("prefix cache: kill -9 of a prefill and a decode and cancels racing ca
   for (const auto& i : inst) CHECK(i["free_kv_pages"] == i["total_kv_pages"]);
   CHECK(cluster.stop_and_collect_sanitizer_reports().empty());
 }
+
+TEST_CASE("prefix cache: n choices compute their prompt once, the others find it cached",
+          "[e2e][multiproc]") {
+  ClusterSpec spec;
+  spec.metrics = true;
+  Cluster cluster(spec);
+  cluster.start();
+  const std::string prompt(40, 'q');  // BOS and 40 bytes: 2 whole pages and 9 tokens
+  auto [status, raw] = cluster.post_raw(
+      "/v1/completions",
+      json{{"prompt", prompt}, {"max_tokens", 4}, {"n", 4}, {"temperature", 0.9}, {"seed", 5}}.dump());
+  REQUIRE(status == 200);
+  const auto body = json::parse(raw);
+  REQUIRE(body["choices"].size() == 4);
+  CHECK(body["usage"]["prompt_tokens"] == 41);
+  // Choices 1..3 start once choice 0's first token is out: its whole pages are in prefill's cache then.
+  CHECK(metric_sum(cluster.scrape("prefill-0"), "epd_prefix_cache_hit_tokens_total") == 3 * 32);
+  INFO(cluster.logs());
+  CHECK(cluster.wait_all_free().size() == 4);
+}

@@ -169,3 +169,42 @@ TEST_CASE("openai reply: an answer with no text still starts, finishes and ends"
   CHECK(e[1]["choices"][0]["finish_reason"] == "stop");
   CHECK(e[2] == "[DONE]");
 }
+
+TEST_CASE("openai reply: n choices, each with its index, one usage for all", "[http][openai_reply]") {
+  Extras second = extras();
+  second.room = 9;
+  const std::vector<Choice> choices{{"a", FinishReason::stop, extras()},
+                                    {"bc", FinishReason::length, second}};
+  auto j = ordered::parse(completion_body(head(Endpoint::chat), choices, {4, 3}));
+  REQUIRE(j["choices"].size() == 2);
+  CHECK(j["choices"][1]["index"] == 1);
+  CHECK(j["choices"][1]["message"]["content"] == "bc");
+  CHECK(j["choices"][1]["finish_reason"] == "length");
+  CHECK(j["usage"]["total_tokens"] == 7);
+  CHECK(j["epd"]["room"] == extras().room);  // the first choice's, and each one's under "choices"
+  CHECK(j["epd"]["choices"][1]["room"] == 9);
+  CHECK(ordered::parse(completion_body(head(Endpoint::completions), choices, {4, 3}))["choices"][1]["text"] ==
+        "bc");
+
+  // Streamed: a role chunk per choice first, then the choices' chunks in any order, each finish on its own,
+  // then the usage and [DONE].
+  StreamRenderer r(head(Endpoint::chat), true, 2);
+  std::string sse = r.text("x", 1);
+  sse += r.finish_choice(1, FinishReason::length, second);
+  sse += r.text("y", 0);
+  sse += r.finish_choice(0, FinishReason::stop, extras());
+  sse += r.end({4, 2});
+  auto e = events(sse);
+  REQUIRE(e.size() == 8);
+  CHECK(e[0]["choices"][0]["index"] == 0);
+  CHECK(e[1]["choices"][0]["index"] == 1);
+  CHECK(e[1]["choices"][0]["delta"]["role"] == "assistant");
+  CHECK(e[2]["choices"][0]["index"] == 1);
+  CHECK(e[2]["choices"][0]["delta"]["content"] == "x");
+  CHECK(e[3]["choices"][0]["finish_reason"] == "length");
+  CHECK(e[3]["epd"]["room"] == 9);
+  CHECK(e[4]["choices"][0]["index"] == 0);
+  CHECK(e[5]["choices"][0]["finish_reason"] == "stop");
+  CHECK(e[6]["usage"]["completion_tokens"] == 2);
+  CHECK(e[7] == "[DONE]");
+}

@@ -272,8 +272,12 @@ TEST_CASE("openai request: stream and stream_options", "[http][openai_request]")
         "stream_options.include_usage", "must be a boolean, got number");
 }
 
-TEST_CASE("openai request: n and the completions fields epd cannot honour", "[http][openai_request]") {
-  check(rejected(Endpoint::completions, completion({{"n", 2}})), "n", "\"n\" is 2; epd gives one choice");
+TEST_CASE("openai request: n from 1 to 8, and the completions fields epd cannot honour",
+          "[http][openai_request]") {
+  CHECK(accepted(Endpoint::completions, completion({{"n", 2}})).n == 2);
+  CHECK(accepted(Endpoint::chat, chat({{"n", 8}})).n == 8);
+  CHECK(accepted(Endpoint::chat, chat()).n == 1);
+  check(rejected(Endpoint::completions, completion({{"n", 9}})), "n", "\"n\" is 9; it must be in 1..8");
   check(rejected(Endpoint::chat, chat({{"n", 0}})), "n", "\"n\" is 0");
   check(rejected(Endpoint::chat, chat({{"n", -1}})), "n", "\"n\" is -1");
   check(rejected(Endpoint::chat, chat({{"n", "1"}})), "n", "must be an integer");
@@ -579,7 +583,7 @@ TEST_CASE("openai request: every rejection is 400 or 413 with a param", "[http][
   std::vector<std::pair<Endpoint, json>> bodies = {
       {Endpoint::completions, {{"prompt", 1}}},
       {Endpoint::completions, completion({{"max_tokens", 0}})},
-      {Endpoint::chat, chat({{"n", 3}})},
+      {Endpoint::chat, chat({{"n", 9}})},
       {Endpoint::chat, chat({{"stop", {"", "x"}}})},
       {Endpoint::chat, user({{{"type", "image_url"}, {"image_url", "http://x"}}})},
   };

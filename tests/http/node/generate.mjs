@@ -5,7 +5,8 @@
 // cases.json: {"model"?: id, "cases": [{"name", "endpoint": "completions"|"chat", "params": {request body
 // without model/stream}, "expect_tokens": [token ids of the reference run], "prompt_tokens"?: n,
 // "expect_text"?: the answer's text (else the reference model's bytes of expect_tokens), "expect_finish"?:
-// "stop" | "length"}]}.
+// "stop" | "length", "expect_choices"?: with params.n > 1, each choice's reference token ids in index
+// order (instead of expect_tokens)}]}.
 // An image_url whose url is "@file:PATH" is replaced by PATH's data URI.
 import assert from 'node:assert/strict';
 import { Checks, imageDataUri, makeClient, parseArgs, readSpec, textOfTokens } from './lib.mjs';
@@ -39,9 +40,14 @@ function checkEpd(epd) {
   assert.equal(typeof epd.request_id, 'string', 'epd.request_id');
 }
 
+// Each choice's expected text, in index order.
+const expectedChoices = (c) => (c.expect_choices ? c.expect_choices.map(textOfTokens) : [expectedText(c)]);
+const expectedCompletionTokens = (c) =>
+  (c.expect_choices ?? [c.expect_tokens]).reduce((sum, tokens) => sum + tokens.length, 0);
+
 function checkUsage(usage, c) {
   assert.ok(usage, 'usage is missing');
-  assert.equal(usage.completion_tokens, c.expect_tokens.length, 'usage.completion_tokens');
+  assert.equal(usage.completion_tokens, expectedCompletionTokens(c), 'usage.completion_tokens');
   if (c.prompt_tokens !== undefined) assert.equal(usage.prompt_tokens, c.prompt_tokens, 'usage.prompt_tokens');
   assert.equal(usage.total_tokens, usage.prompt_tokens + usage.completion_tokens, 'usage.total_tokens');
 }
@@ -55,24 +61,22 @@ function checkFinish(finish, c) {
 
 async function plain(c, model) {
   const params = { model, ...withImages(c.params) };
-  const expected = expectedText(c);
-  if (c.endpoint === 'chat') {
-    const res = await client.chat.completions.create(params);
-    assert.equal(res.object, 'chat.completion');
-    assert.equal(res.choices.length, 1);
-    assert.equal(res.choices[0].message.role, 'assistant');
-    assert.equal(res.choices[0].message.content, expected);
-    checkFinish(res.choices[0].finish_reason, c);
-    checkUsage(res.usage, c);
-    checkEpd(res.epd);
-  } else {
-    const res = await client.completions.create(params);
-    assert.equal(res.object, 'text_completion');
-    assert.equal(res.choices.length, 1);
-    assert.equal(res.choices[0].text, expected);
-    checkFinish(res.choices[0].finish_reason, c);
-    checkUsage(res.usage, c);
-    checkEpd(res.epd);
+  const expected = expectedChoices(c);
+  const chat = c.endpoint === 'chat';
+  const res = chat ? await client.chat.completions.create(params) : await client.completions.create(params);
+  assert.equal(res.object, chat ? 'chat.completion' : 'text_completion');
+  assert.equal(res.choices.length, expected.length, 'choices');
+  res.choices.forEach((choice, i) => {
+    assert.equal(choice.index, i, 'choices in index order');
+    if (chat) assert.equal(choice.message.role, 'assistant');
+    assert.equal(chat ? choice.message.content : choice.text, expected[i], `choice ${i}`);
+    checkFinish(choice.finish_reason, c);
+  });
+  checkUsage(res.usage, c);
+  checkEpd(res.epd);
+  if (expected.length > 1) {
+    res.epd.choices.forEach(checkEpd);
+    assert.equal(new Set(res.epd.choices.map((e) => String(e.room))).size, expected.length, 'a room per choice');
   }
 }
 
@@ -80,15 +84,15 @@ async function streamed(c, model) {
   const params = { model, ...withImages(c.params), stream: true, stream_options: { include_usage: true } };
   const chat = c.endpoint === 'chat';
   const stream = chat ? await client.chat.completions.create(params) : await client.completions.create(params);
-  let text = '';
-  let chunks = 0;
-  let finish = null;
+  const expected = expectedChoices(c);
+  const text = expected.map(() => '');
+  const finish = expected.map(() => null);
+  const roleSent = expected.map(() => false);
   let usage = null;
   let epd = null;
   for await (const chunk of stream) {
     assert.equal(chunk.object, chat ? 'chat.completion.chunk' : 'text_completion');
     assert.equal(usage, null, 'a chunk after the usage chunk');
-    if (chunks++ === 0 && chat) assert.equal(chunk.choices[0]?.delta?.role, 'assistant', 'the first chunk names the role');
     if (chunk.epd) epd = chunk.epd;
     if (chunk.usage) {
       usage = chunk.usage;
@@ -96,12 +100,22 @@ async function streamed(c, model) {
       continue;
     }
     const choice = chunk.choices[0];
-    assert.equal(finish, null, 'a content chunk after the finish chunk');
-    text += (chat ? choice.delta?.content : choice.text) ?? '';
-    if (choice.finish_reason) finish = choice.finish_reason;
+    const i = choice.index;
+    assert.ok(i >= 0 && i < expected.length, `choice index ${i}`);
+    // Chat: each choice's first chunk names the role.
+    if (chat && !roleSent[i]) assert.equal(choice.delta?.role, 'assistant', `choice ${i}'s first chunk names the role`);
+    roleSent[i] = true;
+    assert.equal(finish[i], null, `a chunk of choice ${i} after its finish chunk`);
+    text[i] += (chat ? choice.delta?.content : choice.text) ?? '';
+    if (choice.finish_reason) {
+      finish[i] = choice.finish_reason;
+      checkEpd(chunk.epd);
+    }
   }
-  assert.equal(text, expectedText(c));
-  checkFinish(finish, c);
+  expected.forEach((t, i) => {
+    assert.equal(text[i], t, `choice ${i}`);
+    checkFinish(finish[i], c);
+  });
   checkUsage(usage, c);
   checkEpd(epd);
 }

@@ -4,6 +4,7 @@
 // id, creation time and model, and per event the text, finish reason and usage; docs/http-api.md shows each
 // body. Text is put into JSON by nlohmann, never escaped by hand.
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -51,7 +52,18 @@ struct ResponseHead {
 // "cmpl-<unique>" or "chatcmpl-<unique>", the prefixes OpenAI's ids carry.
 std::string response_id(Endpoint endpoint, std::string_view unique);
 
-// A non-streamed answer: a "text_completion" or a "chat.completion" object.
+// One choice of a non-streamed answer.
+struct Choice {
+  std::string text;
+  FinishReason finish = FinishReason::stop;
+  Extras extras;
+};
+
+// A non-streamed answer: a "text_completion" or a "chat.completion" object with the choices in order (their
+// `index`), the usage of all of them, and the first choice's "epd" (with n > 1 each choice's too, under
+// "epd": {"choices": [...]}).
+std::string completion_body(const ResponseHead& head, std::span<const Choice> choices, const Usage& usage);
+// One choice.
 std::string completion_body(const ResponseHead& head, std::string_view text, FinishReason finish,
                             const Usage& usage, const Extras& extras);
 
@@ -59,19 +71,23 @@ std::string completion_body(const ResponseHead& head, std::string_view text, Fin
 std::string sse_data(std::string_view json);
 inline constexpr std::string_view kSseDone = "data: [DONE]\n\n";
 
-// The events of one streamed answer, each call returning bytes ready to write. Order: start() (chat's role
-// chunk; nothing for completions), text() per delta, then finish() (the finish chunk with "epd", the usage
-// chunk if asked for, [DONE]) or error().
+// The events of one streamed answer of `choices` choices, each call returning bytes ready to write. Order:
+// start() (chat: a role chunk per choice; nothing for completions), text() per delta of any choice, one
+// finish_choice() per choice, then end(); or error() at any point. finish() is finish_choice(0) + end().
 class StreamRenderer {
  public:
-  StreamRenderer(ResponseHead head, bool include_usage);
+  StreamRenderer(ResponseHead head, bool include_usage, uint32_t choices = 1);
 
-  // Chat: {"delta": {"role": "assistant", "content": ""}}. text() and finish() send it first if it was not.
+  // Chat: {"delta": {"role": "assistant", "content": ""}} per choice. text() and finish_choice() send them
+  // first if they were not.
   std::string start();
-  // One chunk with this text; nothing for an empty delta (OpenAI sends no empty text chunks).
-  std::string text(std::string_view delta);
-  // The chunk with finish_reason and "epd" (chat: {"delta": {}}, completions: "text": ""); with
-  // include_usage, then a chunk with "choices": [] and the usage; then [DONE].
+  // One chunk with this text of choice `index`; nothing for an empty delta (OpenAI sends no empty chunks).
+  std::string text(std::string_view delta, uint32_t index = 0);
+  // The chunk with choice `index`'s finish_reason and its "epd" (chat: {"delta": {}}, completions: "text":
+  // "").
+  std::string finish_choice(uint32_t index, FinishReason reason, const Extras& extras);
+  // With include_usage, a chunk with "choices": [] and the usage of every choice; then [DONE].
+  std::string end(const Usage& usage);
   std::string finish(FinishReason reason, const Usage& usage, const Extras& extras);
   // A failure after the 200 and its headers went out: the error body as an event, then [DONE].
   std::string error(const HttpError& e) const;
@@ -81,6 +97,7 @@ class StreamRenderer {
 
   ResponseHead head_;
   bool include_usage_;
+  uint32_t choices_;
   bool started_ = false;
 };
 

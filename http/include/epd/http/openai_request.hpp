@@ -41,7 +41,10 @@ struct Request {
   std::vector<std::string> stop;  // 0..4 non-empty strings
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
+  uint32_t n = 1;              // choices, 1..kMaxChoices; choice i is drawn with seed + i
 };
+
+inline constexpr uint32_t kMaxChoices = 8;
 
 struct Limits {
   size_t max_prompt_bytes = 64 * 1024;        // the prompt, or all messages' text together
