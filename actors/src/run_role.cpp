@@ -113,7 +113,7 @@ int run_role(int argc, char** argv, const char* fixed_role) {
   if (!spec) return fail("unknown role '" + role + "'");
   {
     std::vector<std::string_view> keys = spec->settings;
-    keys.push_back("threads");
+    if (spec->runs_model) keys.push_back("threads");
     if (auto st = inst->settings.only_keys(keys); !st) return fail(st.error().detail);
   }
   auto model = model_for(*cfg);

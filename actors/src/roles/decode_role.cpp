@@ -779,9 +779,11 @@ RoleSpec decode_role_spec() {
       .ms("step_delay_ms", &DecodeSettings::step_delay)
       .u32("prefix_cache_pages", &DecodeSettings::prefix_cache_pages, 0, 1u << 24);
   kernel::kv_layout_settings(settings, &DecodeSettings::layout, &DecodeSettings::kv_pages);
-  return kernel::make_role_spec(
+  RoleSpec spec = kernel::make_role_spec(
       "decode", "generates tokens from KV pages prefill wrote into its pool (continuous batching)", true,
       std::move(settings), spawn_decode);
+  spec.runs_model = true;
+  return spec;
 }
 
 }  // namespace epd::actors

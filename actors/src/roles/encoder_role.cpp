@@ -453,9 +453,11 @@ RoleSpec encoder_role_spec() {
       .ms("encode_delay_ms", &EncoderSettings::encode_delay)
       .u64("embedding_cache_bytes", &EncoderSettings::embedding_cache_bytes, 0, uint64_t{1} << 40)
       .part(&EncoderSettings::transfer, kernel::transfer_settings());
-  return kernel::make_role_spec("encoder",
-                                "turns images into embeddings and writes them into prefill's landing slots",
-                                true, std::move(settings), spawn_encoder);
+  RoleSpec spec = kernel::make_role_spec(
+      "encoder", "turns images into embeddings and writes them into prefill's landing slots", true,
+      std::move(settings), spawn_encoder);
+  spec.runs_model = true;
+  return spec;
 }
 
 }  // namespace epd::actors

@@ -810,8 +810,11 @@ RoleSpec prefill_role_spec() {
       .u32("prefix_cache_pages", &PrefillSettings::prefix_cache_pages, 0, 1u << 24)
       .part(&PrefillSettings::transfer, kernel::transfer_settings());
   kernel::kv_layout_settings(settings, &PrefillSettings::layout, &PrefillSettings::kv_pages);
-  return kernel::make_role_spec("prefill", "runs chunked prefill and writes KV pages into decode's pool",
-                                true, std::move(settings), prefill::spawn_prefill);
+  RoleSpec spec =
+      kernel::make_role_spec("prefill", "runs chunked prefill and writes KV pages into decode's pool", true,
+                             std::move(settings), prefill::spawn_prefill);
+  spec.runs_model = true;
+  return spec;
 }
 
 }  // namespace epd::actors

@@ -16,6 +16,7 @@ struct RoleSpec {
   std::string name;
   std::string summary;
   bool needs_engine = false;               // the runner creates a transfer engine for it
+  bool runs_model = false;                 // computes with the model: takes a per-instance `threads`
   std::vector<std::string_view> settings;  // keys allowed in [defaults.<role>] / the instance table
   std::function<protocol::Result<RoleHandle>(RoleContext&)> spawn;
 };
