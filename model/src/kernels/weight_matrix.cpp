@@ -151,6 +151,22 @@ void Matmul::run_ggml(const float* x, size_t rows, size_t in, std::span<const Ou
     }
   });
 
+  // A prompt through half-precision weights takes its input, rounded to their type, in f32 (multiply_block):
+  // converted back once here, not in every block of columns.
+  for (size_t c = 0; c < n_converted_; ++c) {
+    Converted& cv = converted_[c];
+    const auto t = static_cast<TensorType>(cv.type);
+    cv.as_f32.clear();
+    if (!prefill || rows < 2 || cv.interleaved || cv.first_row != 0 ||
+        (t != TensorType::f16 && t != TensorType::bf16))
+      continue;
+    cv.as_f32.resize(rows * in);
+    threads_.run(rows, [&](size_t b, size_t e, unsigned) {
+      for (size_t r = b; r < e; ++r)
+        lib_->to_float(t, cv.data.data() + r * cv.row_bytes, cv.as_f32.data() + r * in, int64_t(in));
+    });
+  }
+
   // Fixed blocks of output columns of every matrix, handed out to whichever thread is free.
   blocks_.clear();
   for (size_t k = 0; k < outs.size(); ++k)
@@ -184,21 +200,17 @@ void Matmul::multiply_block(const Out& o, size_t c0, size_t c1, size_t rows, siz
       lib_->sgemm(w.type(), c1 - c0, static_cast<int64_t>(rows), static_cast<int64_t>(in), w.row(c0),
                   w.row_bytes(), rowwise.data.data(), rowwise.row_bytes, o.y + c0, static_cast<int64_t>(ld)))
     return;
-  if (prefill && rows >= 2 && (w.type() == TensorType::f16 || w.type() == TensorType::bf16)) {
+  if (!rowwise.as_f32.empty() && (w.type() == TensorType::f16 || w.type() == TensorType::bf16)) {
     // A prompt through half-precision weights: tinyBLAS's float kernels need ggml's thread pool, so the
-    // block's weight rows and the input (already rounded to the weights' type, as the dot product takes it)
-    // go to f32 and through one single-threaded OpenBLAS sgemm. Half-precision products are exact in f32:
-    // the dot product's arithmetic, summed in another order.
-    thread_local std::vector<float> wf, xf;
+    // block's weight rows go to f32 and, with the input (already rounded to the weights' type, as the dot
+    // product takes it, and back in f32: run_ggml), through one single-threaded OpenBLAS sgemm.
+    // Half-precision products are exact in f32: the dot product's arithmetic, summed in another order.
+    thread_local std::vector<float> wf;
     wf.resize(size_t(nc) * size_t(n));
-    xf.resize(rows * size_t(n));
     for (int c = 0; c < nc; ++c)
       lib_->to_float(w.type(), w.row(c0 + size_t(c)), wf.data() + size_t(c) * n, n);
-    for (size_t r = 0; r < rows; ++r)
-      lib_->to_float(static_cast<TensorType>(rowwise.type), rowwise.data.data() + r * rowwise.row_bytes,
-                     xf.data() + r * size_t(n), n);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(rows), nc, n, 1.0f, xf.data(), n,
-                wf.data(), n, 0.0f, o.y + c0, static_cast<int>(ld));
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(rows), nc, n, 1.0f,
+                rowwise.as_f32.data(), n, wf.data(), n, 0.0f, o.y + c0, static_cast<int>(ld));
     return;
   }
   for (size_t r0 = 0; r0 < rows; r0 += kRowTile) {

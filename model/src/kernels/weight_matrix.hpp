@@ -99,6 +99,7 @@ class Matmul {
     size_t first_row = 0;                            // row by row: rows before it are not needed
     size_t row_bytes = 0;
     std::vector<std::byte> data;
+    std::vector<float> as_f32;  // f16/bf16 rows of a prompt back in f32, for the prompt GEMM (else empty)
   };
   // The index of the input in `type`, row by row, or (gemm set) interleaved for that packing's GEMM.
   size_t converted(uint32_t type, const ggml::Packing* gemm, size_t rows, size_t in);
