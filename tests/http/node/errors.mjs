@@ -29,12 +29,12 @@ async function expectError(type, status, param, call) {
   });
 }
 
-await checks.run('chat n=2 is a BadRequestError (400) naming n', () =>
-  expectError(OpenAI.BadRequestError, 400, 'n', () => client.chat.completions.create({ ...chat, n: 2 })),
+await checks.run('chat n=9 is a BadRequestError (400) naming n', () =>
+  expectError(OpenAI.BadRequestError, 400, 'n', () => client.chat.completions.create({ ...chat, n: 9 })),
 );
-await checks.run('completions n=2 is a BadRequestError (400) naming n', () =>
+await checks.run('completions n=9 is a BadRequestError (400) naming n', () =>
   expectError(OpenAI.BadRequestError, 400, 'n', () =>
-    client.completions.create({ model, prompt: 'Hello', max_tokens: 2, n: 2 }),
+    client.completions.create({ model, prompt: 'Hello', max_tokens: 2, n: 9 }),
   ),
 );
 await checks.run('chat without messages is a BadRequestError (400)', () =>
@@ -73,7 +73,7 @@ await checks.run('X-Request-Id is echoed on a stream', async () => {
 await checks.run('X-Request-Id is echoed on an error', async () => {
   const id = `sdk-error-${process.pid}`;
   await assert.rejects(
-    () => client.chat.completions.create({ ...chat, n: 2 }, { headers: { 'X-Request-Id': id } }),
+    () => client.chat.completions.create({ ...chat, n: 9 }, { headers: { 'X-Request-Id': id } }),
     (err) => {
       assert.ok(err instanceof OpenAI.BadRequestError);
       assert.equal(err.headers?.get('x-request-id'), id);
