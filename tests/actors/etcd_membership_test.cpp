@@ -158,18 +158,18 @@ TEST_CASE("etcd membership: a batch of watch events is one delta listed as a ful
   (void)f.view_changes();
   etcd_backend::Changes c;
   c.changes.push_back({"decode-0050", test::peer("decode-0050", "decode", 1)});   // new
-  c.changes.push_back({"decode-0008", test::peer("decode-0008", "decode", 11)});  // restarted
-  c.changes.push_back({"decode-0002", std::nullopt});                             // gone
+  c.changes.push_back({"decode-0008", std::nullopt});                             // gone
+  c.changes.push_back({"decode-0002", test::peer("decode-0002", "decode", 11)});  // restarted
   caf::anon_send(f.membership, std::move(c));
   f.h.run();
   REQUIRE(f.got->size() == 1);
   const auto& ch = f.got->at(0).changes;
   REQUIRE(ch.size() == 3);
-  CHECK(is(ch[0], "decode-0002", 10, 0));  // known peers first, by id, then the new ones
-  CHECK(is(ch[1], "decode-0008", 10, 11));
+  CHECK(is(ch[0], "decode-0002", 10, 11));  // known peers first, by id, then the new ones
+  CHECK(is(ch[1], "decode-0008", 10, 0));
   CHECK(is(ch[2], "decode-0050", 0, 1));
   CHECK(f.view_changes() ==
-        std::map<std::string, bool>{{"decode-0002", false}, {"decode-0008", true}, {"decode-0050", true}});
+        std::map<std::string, bool>{{"decode-0002", true}, {"decode-0008", false}, {"decode-0050", true}});
   CHECK(f.bridge->peers().version() == 2);
 }
 
