@@ -173,6 +173,24 @@ TEST_CASE("etcd membership: a batch of watch events is one delta listed as a ful
   CHECK(f.bridge->peers().version() == 2);
 }
 
+TEST_CASE("etcd membership: a deleted record of a live instance goes after the grace period as one change") {
+  EtcdRouterFixture f;
+  f.list(5);
+  f.heartbeat("decode-0001", 10);
+  f.got->clear();
+  (void)f.view_changes();
+  f.watch("decode-0001", std::nullopt);  // it still heartbeats: its lease may have expired in an etcd outage
+  CHECK(f.got->empty());
+  CHECK(f.view_changes().empty());
+  f.h.advance(1100ms, 50ms);  // the lease TTL passes and it did not put its record again
+  REQUIRE(f.got->size() == 1);
+  REQUIRE(f.got->at(0).changes.size() == 1);
+  CHECK(is(f.got->at(0).changes[0], "decode-0001", 10, 0));
+  CHECK(f.view_changes() == std::map<std::string, bool>{{"decode-0001", false}});
+  CHECK_FALSE(f.bridge->peers().find("decode-0001"));
+  CHECK(f.bridge->peers().version() == 2);
+}
+
 TEST_CASE("etcd membership: the tick puts only the instances whose heartbeats stopped") {
   EtcdRouterFixture f;
   f.list(20);
