@@ -2,9 +2,13 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <set>
+
 #include "epd/actors/membership/membership.hpp"
 #include "epd/actors/role_support.hpp"
 #include "etcd_agent.hpp"
+#include "etcd_membership_actor.hpp"
 #include "membership/compat_gate.hpp"
 #include "membership/peer_change_log.hpp"
 
@@ -38,6 +42,9 @@ struct EtcdMembershipState {
   std::map<std::string, uint64_t> pending_delete;
   std::map<std::string, LoadSeen> loads;  // routers: the last HEARTBEAT of each instance
   std::map<std::string, std::string> roles;
+  // Routers: whether each instance went into the view healthy, so the tick puts only those whose heartbeats
+  // stopped since (not the whole table).
+  std::map<std::string, bool> shown_healthy;
   CompatGate gate;  // records of builds we may not work with are not ours to use
   bool listed = false;
   uint64_t version = 0;
@@ -56,6 +63,13 @@ std::chrono::milliseconds load_limit(const EtcdMembershipState& st) {
   return st.config.heartbeat_interval * st.config.heartbeat_misses;
 }
 
+// What placement may rely on: its last heartbeat is of this incarnation, said healthy and is recent.
+bool healthy_now(const EtcdMembershipState& st, const protocol::PeerInfo& info, clock::time_point now) {
+  auto l = st.loads.find(info.instance_id);
+  return l != st.loads.end() && l->second.incarnation == info.incarnation && l->second.load.healthy &&
+         now - l->second.at <= load_limit(st);
+}
+
 RegistryEntry entry_of(const EtcdMembershipState& st, const protocol::PeerInfo& info, clock::time_point now) {
   RegistryEntry e;
   e.info = info;
@@ -64,24 +78,55 @@ RegistryEntry entry_of(const EtcdMembershipState& st, const protocol::PeerInfo& 
   if (l != st.loads.end() && l->second.incarnation == info.incarnation) {
     e.load = l->second.load;
     e.last_seen = l->second.at;
-    if (now - l->second.at > load_limit(st)) e.load.healthy = false;  // its heartbeats stopped
-  } else {
-    e.load.healthy = false;  // not placed before its first heartbeat
   }
+  e.load.healthy = healthy_now(st, info, now);  // not placed before its first heartbeat, nor once they stop
   return e;
 }
 
-void refresh_view(EtcdMembershipState& st) {
+// One instance's entry into the view (routers): O(log N).
+void show_entry(EtcdMembershipState& st, const protocol::PeerInfo& info, clock::time_point now) {
+  auto e = entry_of(st, info, now);
+  st.shown_healthy[info.instance_id] = e.load.healthy;
+  st.view->put(info.instance_id, std::move(e));
+}
+
+// The whole table into the view, after a listing.
+void show_all(EtcdMembershipState& st) {
   if (!st.view) return;
   const auto now = st.now();
   std::map<std::string, RegistryEntry> entries;
-  for (const auto& [id, info] : st.records) entries[id] = entry_of(st, info, now);
+  st.shown_healthy.clear();
+  for (const auto& [id, info] : st.records) {
+    auto& e = entries[id] = entry_of(st, info, now);
+    st.shown_healthy[id] = e.load.healthy;
+  }
   st.view->set(std::move(entries));
 }
 
-// The records as a full list into the peer directory (a local O(N) step; etcd sent only the delta), and
-// what changed to the role: the same PeerChanges a PEERS of the embedded registry produces.
-void publish(caf::stateful_actor<EtcdMembershipState>* self) {
+// Per heartbeat tick: instances whose heartbeats stopped turn unhealthy. O(N) comparisons per tick, but only
+// the entries whose health changed are put (each is a change the router's placement index follows).
+void refresh_health(EtcdMembershipState& st) {
+  if (!st.view) return;
+  const auto now = st.now();
+  for (const auto& [id, info] : st.records) {
+    auto shown = st.shown_healthy.find(id);
+    if (shown == st.shown_healthy.end() || shown->second != healthy_now(st, info, now))
+      show_entry(st, info, now);
+  }
+}
+
+void report_changes(caf::stateful_actor<EtcdMembershipState>* self,
+                    std::vector<PeerDirectory::Change> changes) {
+  auto& st = self->state;
+  for (const auto& c : changes)
+    report_peer_change(c, st.bridge->instance_id(), role_of(st, c.id), st.config.metrics.get(),
+                       "(its etcd record is gone)");
+  if (!changes.empty() && st.role) self->send(st.role, PeerChanges{std::move(changes)});
+}
+
+// The records as a full list into the peer directory (an O(N) diff), and what changed to the role: the same
+// PeerChanges a PEERS of the embedded registry produces. Only after a listing (start, compacted revision).
+void publish_all(caf::stateful_actor<EtcdMembershipState>* self) {
   auto& st = self->state;
   std::vector<protocol::PeerInfo> peers;
   peers.reserve(st.records.size());
@@ -89,12 +134,52 @@ void publish(caf::stateful_actor<EtcdMembershipState>* self) {
     peers.push_back(info);
     st.roles[id] = info.role;
   }
-  auto changes = st.bridge->peers().replace(++st.version, peers);
-  for (const auto& c : changes)
-    report_peer_change(c, st.bridge->instance_id(), role_of(st, c.id), st.config.metrics.get(),
-                       "(its etcd record is gone)");
-  if (!changes.empty() && st.role) self->send(st.role, PeerChanges{std::move(changes)});
-  refresh_view(st);
+  report_changes(self, st.bridge->peers().replace(++st.version, peers));
+  show_all(st);
+}
+
+// The records of `ids` (each put, changed or gone from st.records since the last publish) into the peer
+// directory as one delta, and into the view entry by entry: O(log N) per id, whatever N. The version, the
+// PeerChanges (in the order a full replace() lists them) and the metrics are those publish_all() would give.
+void publish_delta(caf::stateful_actor<EtcdMembershipState>* self, const std::set<std::string>& ids) {
+  auto& st = self->state;
+  std::vector<protocol::PeerInfo> upserts;
+  std::vector<std::string> left;
+  for (const auto& id : ids) {
+    auto it = st.records.find(id);
+    if (it == st.records.end()) {
+      left.push_back(id);
+      continue;
+    }
+    upserts.push_back(it->second);
+    st.roles[id] = it->second.role;
+  }
+  auto& dir = st.bridge->peers();
+  const uint64_t version = ++st.version;
+  std::vector<PeerDirectory::Change> changes;
+  if (dir.version() + 1 == version) {
+    changes = dir.apply_delta(version, upserts, left).changes;
+  } else {  // only this actor writes the directory, so never; but a delta on anything else would be wrong
+    std::vector<protocol::PeerInfo> peers;
+    for (const auto& [_, info] : st.records) peers.push_back(info);
+    changes = dir.replace(version, peers);
+  }
+  std::sort(changes.begin(), changes.end(), [](const auto& a, const auto& b) {
+    const bool a_new = a.old_incarnation == 0, b_new = b.old_incarnation == 0;
+    return a_new != b_new ? b_new : a.id < b.id;
+  });
+  report_changes(self, std::move(changes));
+  if (!st.view) return;
+  const auto now = st.now();
+  for (const auto& id : ids) {
+    auto it = st.records.find(id);
+    if (it != st.records.end()) {
+      show_entry(st, it->second, now);
+    } else {
+      st.view->erase(id);
+      st.shown_healthy.erase(id);
+    }
+  }
 }
 
 // etcd deleted `id`'s record. An instance that is already dead to us (or, in a router, whose heartbeats
@@ -175,7 +260,7 @@ caf::behavior etcd_membership(caf::stateful_actor<EtcdMembershipState>* self, Br
       [=](tick_atom) {
         auto& s = self->state;
         send_heartbeats(s);
-        refresh_view(s);  // instances whose heartbeats stopped turn unhealthy
+        refresh_health(s);  // instances whose heartbeats stopped turn unhealthy
         self->delayed_send(self, s.config.heartbeat_interval, tick_atom::value);
       },
       [=](Listing& listing) {
@@ -193,14 +278,16 @@ caf::behavior etcd_membership(caf::stateful_actor<EtcdMembershipState>* self, Br
         if (!s.listed)
           spdlog::info("membership: {} instance(s) in etcd at revision {}", listed.size(), listing.revision);
         s.listed = true;
-        if (changed || s.version == 0) publish(self);
+        if (changed || s.version == 0) publish_all(self);
       },
       [=](Changes& changes) {
         auto& s = self->state;
-        bool changed = false;
-        for (auto& c : changes.changes)
-          changed = (c.info ? on_put(s, std::move(*c.info)) : on_deleted(self, c.id)) || changed;
-        if (changed) publish(self);
+        std::set<std::string> touched;
+        for (auto& c : changes.changes) {
+          std::string id = c.info ? c.info->instance_id : c.id;
+          if (c.info ? on_put(s, std::move(*c.info)) : on_deleted(self, id)) touched.insert(std::move(id));
+        }
+        if (!touched.empty()) publish_delta(self, touched);
       },
       [=](gone_atom, const std::string& id, uint64_t incarnation) {
         auto& s = self->state;
@@ -212,7 +299,7 @@ caf::behavior etcd_membership(caf::stateful_actor<EtcdMembershipState>* self, Br
         spdlog::warn("membership: '{}' did not register again within {} ms; dropped", id,
                      s.config.lease_ttl.count());
         s.records.erase(it);
-        publish(self);
+        publish_delta(self, {id});
       },
       [=](SessionNews& news) {
         if (!news.registered) spdlog::warn("membership: etcd session in trouble: {}", news.detail);
@@ -241,7 +328,7 @@ caf::behavior etcd_membership(caf::stateful_actor<EtcdMembershipState>* self, Br
           // etcd already dropped it and now its connection broke too: gone, no grace needed.
           s.pending_delete.erase(p);
           s.records.erase(ev.id);
-          publish(self);
+          publish_delta(self, {ev.id});
           return;
         }
         // Only our connection broke: if it still holds its lease once that would have expired, it lives
@@ -260,7 +347,7 @@ caf::behavior etcd_membership(caf::stateful_actor<EtcdMembershipState>* self, Br
         const auto now = s.now();
         auto& seen = s.loads[env.sender];
         seen = {hb->load, env.incarnation, now};
-        s.view->put(env.sender, entry_of(s, it->second, now));
+        show_entry(s, it->second, now);
       },
   };
 }
@@ -287,6 +374,22 @@ class EtcdMembershipImpl final : public EtcdMembership {
 
 }  // namespace
 
+protocol::Result<caf::actor> etcd_backend::spawn_etcd_membership(caf::actor_system& system, BridgePtr bridge,
+                                                                 EtcdMembershipConfig config,
+                                                                 std::shared_ptr<LoadGauge> load,
+                                                                 caf::actor role,
+                                                                 std::shared_ptr<RegistryView> view) {
+  auto a = system.spawn(etcd_membership, bridge, std::move(config), std::move(load), std::move(role),
+                        std::move(view));
+  // Every instance takes HEARTBEATs: routers keep the loads in them, the others drop the routers' ones.
+  if (auto st = bridge->subscribe(MessageType::heartbeat, a); !st) {
+    caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+    return st.error();
+  }
+  bridge->subscribe_liveness(a);
+  return a;
+}
+
 protocol::Result<std::unique_ptr<EtcdMembership>> start_etcd_membership(
     caf::actor_system& system, BridgePtr bridge, EtcdMembershipConfig config, std::shared_ptr<LoadGauge> load,
     caf::actor role, std::shared_ptr<RegistryView> view) {
@@ -297,14 +400,10 @@ protocol::Result<std::unique_ptr<EtcdMembership>> start_etcd_membership(
   ac.lease_ttl = config.lease_ttl;
   ac.watch_idle = std::max(std::chrono::milliseconds(30000), config.lease_ttl * 10);
   protocol::PeerInfo self_record = config.self;
-  auto a = system.spawn(etcd_membership, bridge, std::move(config), std::move(load), std::move(role),
-                        std::move(view));
-  // Every instance takes HEARTBEATs: routers keep the loads in them, the others drop the routers' ones.
-  if (auto st = bridge->subscribe(MessageType::heartbeat, a); !st) {
-    caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
-    return st.error();
-  }
-  bridge->subscribe_liveness(a);
+  auto spawned = etcd_backend::spawn_etcd_membership(system, std::move(bridge), std::move(config),
+                                                     std::move(load), std::move(role), std::move(view));
+  if (!spawned) return spawned.error();
+  auto a = std::move(spawned).value();
   auto agent = std::make_unique<etcd_backend::Agent>(std::move(*client), ac, std::move(self_record), a);
   agent->start();
   return std::unique_ptr<EtcdMembership>(new EtcdMembershipImpl(a, std::move(agent)));
