@@ -9,13 +9,16 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdio>
+#include <map>
 #include <regex>
 #include <sstream>
 #include <thread>
 
 #include "cluster.hpp"
+#include "epd/http/utf8.hpp"
 #include "fault_seeds.hpp"
 #include "load.hpp"
+#include "openai_support.hpp"
 #include "workload.hpp"
 
 using namespace epd::testing;
@@ -254,6 +257,57 @@ TEST_CASE("fault 5a: kill -9 the encoder under load, nothing is lost, it restart
 TEST_CASE("fault 5b: kill -9 one of two decodes under load, nothing is lost, it restarts and serves",
           "[fault][multiproc]") {
   kill_scenario("5b", 2, "decode-1", "prefill-0");
+}
+
+TEST_CASE("fault 7: kill -9 a decode under an n = 4 answer: its choices are retried alone, all four right",
+          "[fault][multiproc]") {
+  ClusterSpec spec;
+  spec.decodes = 2;
+  spec.defaults["decode"] = "step_delay_ms = 25\n";  // ~1 s per choice: time to kill a decode mid-answer
+  Cluster cluster(spec);
+  cluster.start();
+  LogDump dump{cluster, "fault-7"};
+  const std::string prompt = "Four answers, please";
+  constexpr int kTokens = 40;
+  Sampling sampling;
+  sampling.temperature = 0.9;
+  sampling.seed = 11;
+  json body = sampling_body(sampling);
+  body.update({{"prompt", prompt}, {"max_tokens", kTokens}, {"n", 4}});
+  std::pair<int, std::string> answer;
+  std::jthread client([&] { answer = cluster.post_raw("/v1/completions", body.dump()); });
+  // Once both decodes run choices of the answer (a choice may end early at the end token), kill the busier.
+  std::string victim;
+  for (int i = 0; i < 400 && victim.empty(); ++i) {
+    std::map<std::string, int> rooms;
+    for (const auto& inst : cluster.instances())
+      if (inst.value("role", "") == "decode") rooms[inst.value("id", "")] = inst.value("active_rooms", 0);
+    if (rooms.size() == 2 && rooms.begin()->second > 0 && rooms.rbegin()->second > 0)
+      victim = rooms.begin()->second >= rooms.rbegin()->second ? rooms.begin()->first : rooms.rbegin()->first;
+    else
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  REQUIRE_FALSE(victim.empty());
+  REQUIRE(::kill(cluster.pid(victim), SIGKILL) == 0);
+  client.join();
+  INFO("killed " << victim << "; answer: " << answer.second);
+  REQUIRE(answer.first == 200);
+  const json j = json::parse(answer.second);
+  REQUIRE(j["choices"].size() == 4);
+  int retried = 0;
+  for (int i = 0; i < 4; ++i) {
+    Sampling s = sampling;
+    s.seed = 11 + uint64_t(i);
+    std::string bytes;  // the tiny model's tokens are bytes, then its end token (257)
+    for (int t : reference(prompt, kTokens, "", s).tokens) {
+      if (t == 257) break;
+      if (t < 256) bytes += char(t);
+    }
+    CHECK(j["choices"][i]["text"] == epd::http::to_valid_utf8(bytes));
+    retried += j["epd"]["choices"][i]["attempts"].get<int>() > 1;
+  }
+  CHECK(retried >= 1);  // the killed decode held at least one choice...
+  CHECK(retried <= 3);  // ...and the others went on where they were
 }
 
 TEST_CASE("fault 6: a peer restarted with a new incarnation is detected, its stale sessions are not reused",
