@@ -185,8 +185,9 @@ TEST_CASE("prefix index: holders of each block nest, and forgetting an instance 
   CHECK(prefix.same_holders_from(a, 5) == 3);  // blocks 2..4 are held by x and y alike
   CHECK(prefix.same_holders_from(a, 2) == 1);
   std::set<std::string> holders;
-  prefix.for_each_holder(a[4], [&](const std::string& id) { holders.insert(id); });
+  CHECK(prefix.for_each_holder(a[4], 2, [&](const std::string& id) { holders.insert(id); }));
   CHECK(holders == std::set<std::string>{"x", "y"});
+  CHECK_FALSE(prefix.for_each_holder(a[4], 1, [&](const std::string&) { FAIL("called over the limit"); }));
   prefix.forget("x");
   prefix.forget("y");
   CHECK(prefix.deepest(a) == 2);

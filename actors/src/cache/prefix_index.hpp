@@ -33,12 +33,15 @@ class PrefixIndex {
   uint32_t matched(const std::string& instance, std::span<const uint64_t> blocks) const;
   // How many leading blocks some instance is believed to hold: O(log blocks).
   uint32_t deepest(std::span<const uint64_t> blocks) const;
-  // Calls `f(instance)` for each instance believed to hold `block`.
+  // Calls `f(instance)` for each instance believed to hold `block`, unless more than `limit` do: then it
+  // calls nothing and returns false.
   template <class F>
-  void for_each_holder(uint64_t block, F&& f) const {
+  bool for_each_holder(uint64_t block, size_t limit, F&& f) const {
     auto it = holders_.find(block);
-    if (it == holders_.end()) return;
+    if (it == holders_.end()) return true;
+    if (it->second.size() > limit) return false;
     for (uint32_t slot : it->second) f(names_[slot]);
+    return true;
   }
   size_t holder_count(uint64_t block) const;
   // The smallest j in [1, depth] whose block j-1 has as many holders as block depth-1. Holders nest (each

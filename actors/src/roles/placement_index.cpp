@@ -1,6 +1,7 @@
 #include "roles/placement_index.hpp"
 
 #include <algorithm>
+#include <optional>
 #include <vector>
 
 namespace epd::actors {
@@ -22,7 +23,8 @@ class PlacementIndex::Scorer {
   bool aware() const { return work_ != nullptr; }
   size_t scored() const { return seen_.size(); }
 
-  void consider(const Entry& e) {
+  // `held`: how many of the prompt's blocks it holds, when the caller knows.
+  void consider(const Entry& e, std::optional<uint32_t> held = std::nullopt) {
     const Record& r = e.second;
     if (!r.eligible || r.role != role_ || listed(seen_, &e) || listed(excluded_, &e)) return;
     seen_.push_back(&e);
@@ -30,7 +32,7 @@ class PlacementIndex::Scorer {
     uint32_t matched = 0;
     uint64_t cost = 0;
     if (work_) {
-      matched = prefix_.matched(e.first, work_->blocks) * prefix_.block_tokens();
+      matched = (held ? *held : prefix_.matched(e.first, work_->blocks)) * prefix_.block_tokens();
       cost = work_->tokens - std::min<uint64_t>(work_->tokens, matched) + r.work;
     }
     const Score s{failures_of(e.first), cost, {r.rooms, -int64_t(r.free_pages), &e}};
@@ -207,12 +209,16 @@ void PlacementIndex::aware_pick(const Roles& sets, const PlacementWork& work, co
   const uint64_t least_work = sets.by_work.begin()->work;
   uint32_t at_most = prefix.deepest(work.blocks);  // blocks an instance not scored may hold
   while (at_most > 0 && !scorer.settled(cost_if_holding(at_most, least_work))) {
-    const uint64_t b = work.blocks[at_most - 1];
-    if (prefix.holder_count(b) > kMaxScored) break;
-    prefix.for_each_holder(b, [&](const std::string& id) {
-      if (auto it = records_.find(id); it != records_.end()) scorer.consider(*it);
+    // The holders of every deeper block are scored, so one not scored yet holds exactly at_most blocks.
+    const bool few = prefix.for_each_holder(work.blocks[at_most - 1], kMaxScored, [&](const std::string& id) {
+      if (auto it = records_.find(id); it != records_.end()) scorer.consider(*it, at_most);
     });
-    at_most = prefix.same_holders_from(work.blocks, at_most) - 1;  // shallower blocks with these holders
+    if (!few) break;
+    // Whoever is left holds fewer blocks. Skipping the shallower blocks with these same holders (a binary
+    // search) pays only if the pick goes on.
+    if (!scorer.settled(cost_if_holding(at_most - 1, least_work)))
+      at_most = prefix.same_holders_from(work.blocks, at_most);
+    --at_most;
   }
   for (const ByWork& k : sets.by_work) {
     if (scorer.settled(cost_if_holding(at_most, k.work), &k.rest)) break;
