@@ -7,7 +7,19 @@ namespace epd::http::openai {
 // Named, not anonymous: the file shares a unity source with the other request parsers.
 namespace llama_fields {
 
-enum class Type { number, integer, boolean, string, array, object, any };
+// A field's JSON type: what a refusal calls it, and the test.
+struct Type {
+  const char* text;
+  bool (*fits)(const nlohmann::json&);
+};
+using Json = nlohmann::json;
+constexpr Type kNumber{"a number", [](const Json& v) { return v.is_number(); }};
+constexpr Type kInteger{"an integer", [](const Json& v) { return v.is_number_integer(); }};
+constexpr Type kBoolean{"a boolean", [](const Json& v) { return v.is_boolean(); }};
+constexpr Type kString{"a string", [](const Json& v) { return v.is_string(); }};
+constexpr Type kArray{"an array", [](const Json& v) { return v.is_array(); }};
+constexpr Type kObject{"an object", [](const Json& v) { return v.is_object(); }};
+constexpr Type kAny{"a value", [](const Json&) { return true; }};
 
 // What a value of a field does to epd's answer.
 enum class Effect {
@@ -27,92 +39,50 @@ struct Rule {
 const std::vector<Rule>& rules() {
   using nlohmann::json;
   static const std::vector<Rule> table{
-      {"grammar", Type::string, Effect::if_neutral, "", "a GBNF \"grammar\""},
-      {"json_schema", Type::any, Effect::refused, nullptr, "\"json_schema\" (constrained decoding)"},
-      {"samplers", Type::any, Effect::refused, nullptr, "\"samplers\" (epd applies one fixed order)"},
-      {"mirostat", Type::integer, Effect::if_neutral, 0, "\"mirostat\" sampling"},
-      {"typical_p", Type::number, Effect::if_neutral, 1, "\"typical_p\" other than 1"},
-      {"repeat_penalty", Type::number, Effect::if_neutral, 1,
+      {"grammar", kString, Effect::if_neutral, "", "a GBNF \"grammar\""},
+      {"json_schema", kAny, Effect::refused, nullptr, "\"json_schema\" (constrained decoding)"},
+      {"samplers", kAny, Effect::refused, nullptr, "\"samplers\" (epd applies one fixed order)"},
+      {"mirostat", kInteger, Effect::if_neutral, 0, "\"mirostat\" sampling"},
+      {"typical_p", kNumber, Effect::if_neutral, 1, "\"typical_p\" other than 1"},
+      {"repeat_penalty", kNumber, Effect::if_neutral, 1,
        "\"repeat_penalty\" other than 1 (llama.cpp's, over the last repeat_last_n tokens; "
        "repetition_penalty covers the prompt and answer)"},
-      {"dry_multiplier", Type::number, Effect::if_neutral, 0,
-       "DRY sampling (\"dry_multiplier\" other than 0)"},
-      {"xtc_probability", Type::number, Effect::if_neutral, 0,
-       "XTC sampling (\"xtc_probability\" other than 0)"},
-      {"dynatemp_range", Type::number, Effect::if_neutral, 0, "dynamic temperature (\"dynatemp_range\")"},
-      {"min_keep", Type::integer, Effect::if_neutral, 0, "\"min_keep\" other than 0"},
-      {"n_probs", Type::integer, Effect::if_neutral, 0, "\"n_probs\" (token probabilities)"},
-      {"post_sampling_probs", Type::boolean, Effect::if_neutral, false, "\"post_sampling_probs\""},
-      {"ignore_eos", Type::boolean, Effect::if_neutral, false, "\"ignore_eos\": true"},
-      {"n_predict", Type::integer, Effect::if_neutral, -1, "\"n_predict\" (send max_tokens)"},
-      {"n_cmpl", Type::integer, Effect::if_neutral, 1, "\"n_cmpl\" other than 1"},
-      {"n_indent", Type::integer, Effect::if_neutral, 0, "\"n_indent\" other than 0"},
-      {"t_max_predict_ms", Type::integer, Effect::if_neutral, 0, "a time limit (\"t_max_predict_ms\")"},
-      {"return_tokens", Type::boolean, Effect::if_neutral, false, "\"return_tokens\": true"},
-      {"timings_per_token", Type::boolean, Effect::if_neutral, false, "\"timings_per_token\": true"},
-      {"return_progress", Type::boolean, Effect::if_neutral, false, "\"return_progress\": true"},
-      {"response_fields", Type::array, Effect::if_neutral, json::array(), "\"response_fields\""},
-      {"lora", Type::array, Effect::if_neutral, json::array(), "LoRA adapters (\"lora\")"},
-      {"image_data", Type::array, Effect::if_neutral, json::array(),
+      {"dry_multiplier", kNumber, Effect::if_neutral, 0, "DRY sampling (\"dry_multiplier\" other than 0)"},
+      {"xtc_probability", kNumber, Effect::if_neutral, 0, "XTC sampling (\"xtc_probability\" other than 0)"},
+      {"dynatemp_range", kNumber, Effect::if_neutral, 0, "dynamic temperature (\"dynatemp_range\")"},
+      {"min_keep", kInteger, Effect::if_neutral, 0, "\"min_keep\" other than 0"},
+      {"n_probs", kInteger, Effect::if_neutral, 0, "\"n_probs\" (token probabilities)"},
+      {"post_sampling_probs", kBoolean, Effect::if_neutral, false, "\"post_sampling_probs\""},
+      {"ignore_eos", kBoolean, Effect::if_neutral, false, "\"ignore_eos\": true"},
+      {"n_predict", kInteger, Effect::if_neutral, -1, "\"n_predict\" (send max_tokens)"},
+      {"n_cmpl", kInteger, Effect::if_neutral, 1, "\"n_cmpl\" other than 1"},
+      {"n_indent", kInteger, Effect::if_neutral, 0, "\"n_indent\" other than 0"},
+      {"t_max_predict_ms", kInteger, Effect::if_neutral, 0, "a time limit (\"t_max_predict_ms\")"},
+      {"return_tokens", kBoolean, Effect::if_neutral, false, "\"return_tokens\": true"},
+      {"timings_per_token", kBoolean, Effect::if_neutral, false, "\"timings_per_token\": true"},
+      {"return_progress", kBoolean, Effect::if_neutral, false, "\"return_progress\": true"},
+      {"response_fields", kArray, Effect::if_neutral, json::array(), "\"response_fields\""},
+      {"lora", kArray, Effect::if_neutral, json::array(), "LoRA adapters (\"lora\")"},
+      {"image_data", kArray, Effect::if_neutral, json::array(),
        "\"image_data\" (send images as image_url content parts)"},
-      {"chat_template_kwargs", Type::object, Effect::if_neutral, json::object(), "\"chat_template_kwargs\""},
+      {"chat_template_kwargs", kObject, Effect::if_neutral, json::object(), "\"chat_template_kwargs\""},
       // Switched off unless their sampler is on (refused above), or without effect on the answer.
-      {"repeat_last_n", Type::integer, Effect::none, nullptr, ""},
-      {"dry_base", Type::number, Effect::none, nullptr, ""},
-      {"dry_allowed_length", Type::integer, Effect::none, nullptr, ""},
-      {"dry_penalty_last_n", Type::integer, Effect::none, nullptr, ""},
-      {"dry_sequence_breakers", Type::array, Effect::none, nullptr, ""},
-      {"xtc_threshold", Type::number, Effect::none, nullptr, ""},
-      {"mirostat_tau", Type::number, Effect::none, nullptr, ""},
-      {"mirostat_eta", Type::number, Effect::none, nullptr, ""},
-      {"dynatemp_exponent", Type::number, Effect::none, nullptr, ""},
-      {"n_keep", Type::integer, Effect::none, nullptr, ""},            // epd never shifts the context
-      {"cache_prompt", Type::boolean, Effect::none, nullptr, ""},      // the prefix cache keeps answers equal
-      {"n_cache_reuse", Type::integer, Effect::none, nullptr, ""},     // likewise
-      {"id_slot", Type::integer, Effect::none, nullptr, ""},           // no slots: the router places
-      {"sse_ping_interval", Type::number, Effect::none, nullptr, ""},  // transport only
+      {"repeat_last_n", kInteger, Effect::none, nullptr, ""},
+      {"dry_base", kNumber, Effect::none, nullptr, ""},
+      {"dry_allowed_length", kInteger, Effect::none, nullptr, ""},
+      {"dry_penalty_last_n", kInteger, Effect::none, nullptr, ""},
+      {"dry_sequence_breakers", kArray, Effect::none, nullptr, ""},
+      {"xtc_threshold", kNumber, Effect::none, nullptr, ""},
+      {"mirostat_tau", kNumber, Effect::none, nullptr, ""},
+      {"mirostat_eta", kNumber, Effect::none, nullptr, ""},
+      {"dynatemp_exponent", kNumber, Effect::none, nullptr, ""},
+      {"n_keep", kInteger, Effect::none, nullptr, ""},            // epd never shifts the context
+      {"cache_prompt", kBoolean, Effect::none, nullptr, ""},      // the prefix cache keeps answers equal
+      {"n_cache_reuse", kInteger, Effect::none, nullptr, ""},     // likewise
+      {"id_slot", kInteger, Effect::none, nullptr, ""},           // no slots: the router places
+      {"sse_ping_interval", kNumber, Effect::none, nullptr, ""},  // transport only
   };
   return table;
-}
-
-const char* type_text(Type t) {
-  switch (t) {
-    case Type::number:
-      return "a number";
-    case Type::integer:
-      return "an integer";
-    case Type::boolean:
-      return "a boolean";
-    case Type::string:
-      return "a string";
-    case Type::array:
-      return "an array";
-    case Type::object:
-      return "an object";
-    case Type::any:
-      break;
-  }
-  return "a value";
-}
-
-bool has_type(const nlohmann::json& v, Type t) {
-  switch (t) {
-    case Type::number:
-      return v.is_number();
-    case Type::integer:
-      return v.is_number_integer();
-    case Type::boolean:
-      return v.is_boolean();
-    case Type::string:
-      return v.is_string();
-    case Type::array:
-      return v.is_array();
-    case Type::object:
-      return v.is_object();
-    case Type::any:
-      break;
-  }
-  return true;
 }
 
 bool neutral(const nlohmann::json& v, const nlohmann::json& n) {
@@ -128,7 +98,7 @@ fields::Failure refuse_llama_server_fields(const nlohmann::json& body) {
   for (const Rule& r : rules()) {
     const nlohmann::json* v = field(body, r.name);
     if (!v) continue;
-    if (!has_type(*v, r.type)) return wrong_type(r.name, type_text(r.type), *v);
+    if (!r.type.fits(*v)) return wrong_type(r.name, r.type.text, *v);
     if (r.effect == Effect::refused || (r.effect == Effect::if_neutral && !neutral(*v, r.neutral)))
       return unsupported(r.name, r.what);
   }
