@@ -9,6 +9,7 @@
 #include "epd/actors/role_support.hpp"
 #include "epd/model/llama.hpp"
 #include "epd/model/prompt_codec.hpp"
+#include "roles/logprobs_wire.hpp"
 
 namespace epd::actors {
 namespace {
@@ -19,6 +20,8 @@ struct Sequence {
   std::chrono::steady_clock::time_point started;
   // With a penalty: the prompt, then every token drawn here (DecodeSeq::history); else empty.
   std::vector<uint32_t> history{};
+  // With sampling.logprobs: one per token of `tokens` (TOKENS streams each, RESULT repeats them all).
+  std::vector<model::TokenLogprobs> logprobs{};
 };
 
 struct LoopState {
@@ -43,11 +46,13 @@ void stream(LoopState& st, const Sequence& s) {
   t.room = s.join.room;
   t.index = s.join.first_index + uint32_t(s.tokens.size() - 1);
   t.tokens = {s.tokens.back()};
+  if (s.join.sampling.logprobs) t.logprobs = to_wire({&s.logprobs.back(), 1}, s.join.sampling.top_logprobs);
   st.bridge->send(s.join.router, std::move(t));
 }
 
 void finish(caf::event_based_actor* self, LoopState& st, Sequence& s, bool ok, protocol::Error error = {}) {
-  DecodeFinished f{s.join.room, ok, std::move(error), std::move(s.tokens), micros_since(s.started)};
+  DecodeFinished f{s.join.room,          ok, std::move(error), std::move(s.tokens), micros_since(s.started),
+                   std::move(s.logprobs)};
   self->send(st.role, std::move(f));
 }
 
@@ -57,6 +62,10 @@ void step(caf::event_based_actor* self, LoopState& st) {
   const size_t n = std::min<size_t>(st.active.size(), st.config.max_batch);
   std::vector<model::DecodeSeq> batch(n);
   std::vector<model::TokenId> next(n);
+  // Only a batch where some sequence asks for logprobs computes any (each costs a pass over the vocabulary).
+  std::vector<model::TokenLogprobs> logprobs;
+  for (size_t i = 0; i < n; ++i)
+    if (st.active[i].join.sampling.logprobs) logprobs.resize(n);
   for (size_t i = 0; i < n; ++i) {
     const Sequence& s = st.active[i];
     batch[i].pages = s.join.pages;
@@ -66,7 +75,7 @@ void step(caf::event_based_actor* self, LoopState& st) {
     batch[i].generated = s.join.first_index + uint32_t(s.tokens.size());  // the index this step draws
     batch[i].history = s.history;
   }
-  auto status = st.runner->decode_step(st.config.pool, batch, next);
+  auto status = st.runner->decode_step(st.config.pool, batch, next, logprobs);
   std::deque<Sequence> rest;
   size_t stepped = 0;  // survivors among the first n
   const bool overfull = st.active.size() > n;
@@ -78,6 +87,7 @@ void step(caf::event_based_actor* self, LoopState& st) {
         continue;
       }
       s.tokens.push_back(next[i]);
+      if (s.join.sampling.logprobs) s.logprobs.push_back(std::move(logprobs[i]));
       if (s.join.sampling.penalized()) s.history.push_back(next[i]);
       stream(st, s);
       if (finished(st, s)) {
@@ -124,6 +134,7 @@ caf::behavior decode_loop(caf::stateful_actor<LoopState>* self, BridgePtr bridge
         auto& s = self->state;
         Sequence seq{std::move(join), {}, std::chrono::steady_clock::now()};
         seq.tokens.push_back(seq.join.first_token);
+        if (seq.join.sampling.logprobs) seq.logprobs.push_back(std::move(seq.join.first_logprobs));
         if (seq.join.sampling.penalized()) {
           seq.history = std::move(seq.join.prompt);
           seq.history.push_back(seq.join.first_token);

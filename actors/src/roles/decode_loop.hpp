@@ -22,6 +22,7 @@ struct DecodeJoin {
   std::string router;
   model::SamplingParams sampling;
   std::vector<uint32_t> prompt{};  // SUBMIT's, when a penalty reads it (sampling.penalized()); else empty
+  model::TokenLogprobs first_logprobs{};  // first_token's (prefill's), with sampling.logprobs
 };
 
 struct DecodeDrop {
@@ -37,6 +38,7 @@ struct DecodeFinished {
   protocol::Error error;
   std::vector<uint32_t> tokens;
   uint64_t decode_us = 0;
+  std::vector<model::TokenLogprobs> logprobs{};  // one per token, with sampling.logprobs
 };
 
 struct DecodeLoopConfig {

@@ -64,6 +64,7 @@ void step(caf::stateful_actor<ComputeState>* self) {
     chunk.sampling = job.sampling;
     chunk.generated = job.first_index;
     chunk.history = std::span<const uint32_t>(job.prompt).first(end);  // a resumed answer's tokens end it
+    chunk.logprobs = &c.first_logprobs;                                // only the last chunk's draw counts
     auto r = s.runner->prefill_chunk(s.pool, job.pages, run.begin, chunk);
     if (!r) {
       c.ok = false;
