@@ -207,8 +207,8 @@ void serve_through_sdk(const std::string& backend, const std::string& decode_lin
   // them (staged into fp16 pages too: the colocated run stages the same way), each token and alternative
   // spelled by its piece's bytes. The first token's are equal bit for bit; decode's too when the colocated
   // run decodes in decode's KV layout (the staged case: measured 0). Unstaged, the colocated run decodes in
-  // prefill's pages, whose other page size changes the fast kernels' attention in the last bits (measured
-  // 1.9e-6; the tokens never differ), so decode's are compared within 1e-4.
+  // prefill's pages and decode's differ in the last bits (measured 1.9e-6; the tokens never differ), so
+  // they are compared within 1e-4.
   {
     const Case& c = cases[3];
     model::SamplingParams asked;
