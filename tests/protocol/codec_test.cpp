@@ -330,4 +330,12 @@ TEST_CASE("logprobs: a SUBMIT without the keys asks for none, and logprobs_fit c
   auto back = decode(encode(Envelope{"decode-0", 1, t}));
   REQUIRE(back.ok());
   CHECK(std::get<Tokens>(back->body) == t);
+
+  // Not asked for: no key on the wire (a TOKENS per token costs nothing more), and none decodes as none.
+  const Tokens plain{.room = 3, .index = 4, .tokens = {5, 6}};
+  const auto bytes = encode(Envelope{"decode-0", 1, plain});
+  CHECK(std::string(bytes.begin(), bytes.end()).find("logprobs") == std::string::npos);
+  auto none = decode(bytes);
+  REQUIRE(none.ok());
+  CHECK_FALSE(std::get<Tokens>(none->body).logprobs.has_value());
 }

@@ -396,7 +396,7 @@ void start_decoding(DecodeState& st, uint64_t id, DecodeRoom& room) {
   // The penalties count the prompt's tokens (a resumed answer's first ones end it).
   std::vector<uint32_t> prompt = room.sampling.penalized() ? room.prompt : std::vector<uint32_t>{};
   model::TokenLogprobs first_logprobs;
-  if (room.sampling.logprobs) first_logprobs = std::move(from_wire(room.kv.first_logprobs).front());
+  if (room.sampling.logprobs) first_logprobs = std::move(from_wire(*room.kv.first_logprobs).front());
   st.self->send(st.loop,
                 DecodeJoin{id, room.pages, room.prompt_len, room.first_token, room.first_index, room.max_new,
                            room.router, room.sampling, std::move(prompt), std::move(first_logprobs)});
@@ -555,7 +555,8 @@ void on_kv_status(DecodeState& st, const Envelope& env, protocol::KvStatus& kv) 
     return;
   }
   // The first token's log-probabilities come with the news that it is there (prefill drew it).
-  if (room.sampling.logprobs && !protocol::logprobs_fit(kv.first_logprobs, 1, room.sampling.top_logprobs)) {
+  if (room.sampling.logprobs &&
+      !(kv.first_logprobs && protocol::logprobs_fit(*kv.first_logprobs, 1, room.sampling.top_logprobs))) {
     room.state.advance(KvState::transferring);
     fail_room(st, kv.room,
               make_error(ErrorCode::corrupt_kv,

@@ -439,7 +439,7 @@ void on_instance_lost(RouterState& st, const PeerDirectory::Change& c) {
 // difference is logged, since it would mean two instances computed different answers. Skipped tokens keep
 // the log-probabilities they were streamed with.
 void stream_tokens(Pending& p, uint32_t index, std::span<const uint32_t> tokens,
-                   const protocol::Logprobs& logprobs) {
+                   const std::optional<protocol::Logprobs>& logprobs) {
   const size_t have = p.streamed.size();
   if (index > have) return;  // a gap (a lost TOKENS frame): the RESULT carries them all
   for (size_t i = 0; i < tokens.size() && index + i < have; ++i)
@@ -452,7 +452,7 @@ void stream_tokens(Pending& p, uint32_t index, std::span<const uint32_t> tokens,
   auto fresh = tokens.subspan(have - index);
   p.streamed.insert(p.streamed.end(), fresh.begin(), fresh.end());
   if (p.request.sampling.logprobs) {
-    auto all = from_wire(logprobs);
+    auto all = from_wire(*logprobs);
     const size_t before = p.logprobs.size();
     p.logprobs.insert(p.logprobs.end(), std::make_move_iterator(all.begin() + (have - index)),
                       std::make_move_iterator(all.end()));
@@ -462,8 +462,9 @@ void stream_tokens(Pending& p, uint32_t index, std::span<const uint32_t> tokens,
 }
 
 // TOKENS or RESULT carries a log-probability for each of its tokens, when the request asked for them.
-bool logprobs_ok(const Pending& p, const protocol::Logprobs& l, size_t tokens) {
-  return !p.request.sampling.logprobs || protocol::logprobs_fit(l, tokens, p.request.sampling.top_logprobs);
+bool logprobs_ok(const Pending& p, const std::optional<protocol::Logprobs>& l, size_t tokens) {
+  return !p.request.sampling.logprobs ||
+         (l && protocol::logprobs_fit(*l, tokens, p.request.sampling.top_logprobs));
 }
 
 void on_result(RouterState& st, const Envelope& env, protocol::RoomResult& res) {
@@ -487,7 +488,7 @@ void on_result(RouterState& st, const Envelope& env, protocol::RoomResult& res) 
     res.tokens.insert(res.tokens.begin(), p.streamed.begin(), p.streamed.begin() + k);
     if (p.request.sampling.logprobs) {
       protocol::Logprobs before = to_wire(std::span(p.logprobs).first(k), p.request.sampling.top_logprobs);
-      for (auto& x : from_wire(res.logprobs)) append_logprobs(before, x, p.request.sampling.top_logprobs);
+      for (auto& x : from_wire(*res.logprobs)) append_logprobs(before, x, p.request.sampling.top_logprobs);
       res.logprobs = std::move(before);
     }
     stream_tokens(p, 0, res.tokens, res.logprobs);

@@ -298,15 +298,15 @@ struct Goodbye {
 
 // Nested in KV_STATUS, TOKENS and RESULT: the log-probabilities of consecutive generated tokens (OpenAI's
 // logprobs, docs/model.md "Log probabilities"), flattened so a token costs no map: `chosen[i]` is token i's,
-// and its `top` most likely alternatives are [i * top, (i + 1) * top) of `top_ids` and `top_values`. Empty:
-// the room asked for none. logprobs_fit() says whether it describes a given number of tokens.
+// and its `top` most likely alternatives are [i * top, (i + 1) * top) of `top_ids` and `top_values`. The
+// messages hold it as an optional key, absent when the room asked for none (so they cost nothing then).
+// logprobs_fit() says whether it describes a given number of tokens.
 struct Logprobs {
   std::vector<float> chosen{};
   uint32_t top = 0;
   std::vector<uint32_t> top_ids{};
   std::vector<float> top_values{};
 
-  bool empty() const { return chosen.empty(); }
   bool operator==(const Logprobs&) const = default;
   template <class S, class V>
   static void fields(S& s, V& v) {
@@ -363,7 +363,8 @@ struct KvStatus {
   uint64_t transfer_us = 0;
   // The first token travels in the aux record, its log-probabilities (too large for it) here; decode streams
   // them with it.
-  Logprobs first_logprobs{};  // with `success`, when SUBMIT asked for logprobs: the first token's
+  std::optional<Logprobs>
+      first_logprobs{};  // with `success`, when SUBMIT asked for logprobs: the first token's
 
   bool operator==(const KvStatus&) const = default;
   template <class S, class V>
@@ -648,7 +649,7 @@ struct Tokens {
   uint64_t room = 0;
   uint32_t index = 0;  // position of tokens[0] in the generated sequence
   std::vector<uint32_t> tokens;
-  Logprobs logprobs{};  // SUBMIT asked for them: one entry per token; else empty
+  std::optional<Logprobs> logprobs{};  // SUBMIT asked for them: one entry per token; else absent
 
   bool operator==(const Tokens&) const = default;
   template <class S, class V>
@@ -675,7 +676,7 @@ struct RoomResult {
   uint64_t transfer_us = 0;
   uint64_t first_token_us = 0;
   uint64_t decode_us = 0;
-  Logprobs logprobs{};  // SUBMIT asked for them: one entry per token of `tokens`; else empty
+  std::optional<Logprobs> logprobs{};  // SUBMIT asked for them: one entry per token of `tokens`; else absent
 
   bool operator==(const RoomResult&) const = default;
   template <class S, class V>
