@@ -86,7 +86,8 @@ class Bridge {
                                                          std::string bind_endpoint,
                                                          protocol::CodecLimits limits = {},
                                                          LivenessConfig liveness = {},
-                                                         std::optional<transport::CurveConfig> curve = {});
+                                                         std::optional<transport::CurveConfig> curve = {},
+                                                         std::shared_ptr<transport::ChannelHub> hub = {});
   // A bridge without sockets or I/O thread, for deterministic in-process tests of the actors (CAF's test
   // coordinator runs them on the test's thread; a ZeroMQ thread would make the order of events random).
   // Outbound frames are encoded as usual and collected in `outbox()`; inbound frames are handed in by
