@@ -95,6 +95,43 @@ TEST_CASE("registry: HELLO is acknowledged with the full list and every other me
   CHECK(test::of_type<protocol::Peers>(out).empty());
 }
 
+// At a cluster's start hundreds of HELLOs wait in the registry's mailbox at once: one delta per member for
+// all of them, not one per HELLO (which made a start O(N^2) messages).
+TEST_CASE("registry: changes waiting together go out as one version - a full list to joiners and one delta") {
+  RegistryFixture f;
+  f.hello("a", 10);
+  f.hello("b", 20);
+  test::sent(*f.bridge);
+  auto hello = [&](const std::string& id, uint64_t inc) {
+    protocol::Hello m;
+    m.role = "prefill";
+    m.control_endpoint = "offline://" + id;
+    m.identity = protocol::current_protocol_identity();
+    test::deliver(*f.bridge, id, inc, m);
+  };
+  hello("c", 30);
+  hello("d", 40);
+  protocol::Goodbye bye;
+  test::deliver(*f.bridge, "a", 10, bye);
+  f.h.run();
+  const auto out = test::sent(*f.bridge);
+  CHECK(test::of_type<protocol::HelloAck>(out).size() == 2);
+  auto peers = peers_by_endpoint(out);
+  CHECK(test::of_type<protocol::Peers>(out).size() == 3);  // b, c, d: one each
+  REQUIRE(peers.size() == 3);
+  const auto& delta = peers["offline://b"];
+  CHECK_FALSE(delta.full);
+  CHECK(delta.version == 3);
+  CHECK(ids(delta) == std::vector<std::string>{"c", "d"});
+  CHECK(delta.left == std::vector<std::string>{"a"});
+  for (const char* joiner : {"offline://c", "offline://d"}) {
+    CHECK(peers[joiner].full);
+    CHECK(peers[joiner].version == 3);
+    CHECK(ids(peers[joiner]) == std::vector<std::string>{"b", "c", "d"});
+  }
+  CHECK(f.view->entries().size() == 3);
+}
+
 TEST_CASE("registry: HEARTBEATs update the view in place and send no PEERS") {
   RegistryFixture f;
   f.hello("a", 10);
