@@ -146,6 +146,15 @@ void Bridge::send_to_endpoint(const std::string& endpoint, protocol::Body body) 
   transmit(false, endpoint, encode(std::move(body)));
 }
 
+void Bridge::send_to_endpoints(const std::vector<std::string>& endpoints, protocol::Body body) {
+  if (endpoints.empty()) return;
+  const auto frame = encode(std::move(body));
+  for (const auto& endpoint : endpoints) {
+    ++sent_;
+    transmit(false, endpoint, frame);
+  }
+}
+
 void Bridge::reply(const std::string& routing_id, protocol::Body body) {
   ++sent_;
   transmit(true, routing_id, encode(std::move(body)));

@@ -22,15 +22,16 @@ struct RegistryState {
   std::shared_ptr<RegistryView> view;
   std::map<std::string, RegistryEntry> entries;
   uint64_t version = 0;
-  caf::local_actor* self = nullptr;
+  caf::event_based_actor* self = nullptr;
   clock::time_point last_tick;
   CompatGate gate;
   // Changes not yet sent: the ids whose entry changed (listed now: an upsert; gone: left), and the ids that
   // joined (they get the full list instead). Sent by one `peers_atom` message the actor sends itself at the
-  // first change: everything already in the mailbox then (a burst of HELLOs at a cluster's start, a
-  // rack's kills) goes out as one delta per member, not one per change.
+  // first change, at once or at the end of the publish window: everything that arrives until then (a burst
+  // of HELLOs at a cluster's start, a rack's kills) goes out as one delta per member, not one per change.
   std::set<std::string> changed, joiners;
   bool flush_queued = false;
+  clock::time_point last_flush{};
   // The actor system's clock (steady_clock; simulated under the test coordinator, so expiry is testable).
   clock::time_point now() const { return self->clock().now(); }
   static inline const char* name = "registry";
@@ -65,13 +66,19 @@ void publish(RegistryState& st, const std::optional<std::string>& joined,
     st.changed.insert(*left);
     st.joiners.erase(*left);
   }
-  if (!std::exchange(st.flush_queued, true))
-    caf::anon_send(caf::actor_cast<caf::actor>(st.self), peers_atom::value);
+  if (std::exchange(st.flush_queued, true)) return;
+  // A lone change goes out at once; in a burst, at most one version per publish window.
+  const auto due = st.last_flush + st.config.publish_window;
+  if (st.now() >= due)
+    st.self->send(st.self, peers_atom::value);
+  else
+    st.self->delayed_send(st.self, due - st.now(), peers_atom::value);
 }
 
 // Every change since the last flush as one version: the joiners get the full list, everyone else one delta.
 void flush(RegistryState& st) {
   st.flush_queued = false;
+  st.last_flush = st.now();
   if (st.changed.empty()) return;
   ++st.version;
   protocol::Peers delta;
@@ -84,8 +91,11 @@ void flush(RegistryState& st) {
       delta.left.push_back(id);
   std::optional<protocol::Peers> full;
   if (!st.joiners.empty()) full = full_list(st);
+  std::vector<std::string> to_joiners, to_others;
   for (const auto& [id, e] : st.entries)
-    st.bridge->send_to_endpoint(e.info.control_endpoint, st.joiners.count(id) ? *full : delta);
+    (st.joiners.count(id) ? to_joiners : to_others).push_back(e.info.control_endpoint);
+  st.bridge->send_to_endpoints(to_others, std::move(delta));
+  if (full) st.bridge->send_to_endpoints(to_joiners, std::move(*full));
   st.changed.clear();
   st.joiners.clear();
 }
