@@ -1,6 +1,8 @@
 // Control channels sharing a hub (one ZeroMQ context, one I/O thread): hundreds of them cost no thread
 // each, every frame still arrives on the channel it was sent to, a lost connection is still reported, and
 // a channel stopped while others send to it leaves the rest working.
+#include <fcntl.h>
+#include <sys/resource.h>
 #include <catch2/catch.hpp>
 
 #include <atomic>
@@ -151,4 +153,28 @@ TEST_CASE("channel hub: a CURVE channel cannot share one", "[channel]") {
   auto c = ControlChannel::start(cfg, [](const std::string&, bool, std::vector<uint8_t>) {});
   REQUIRE_FALSE(c);
   CHECK(c.error().to_string().find("hub") != std::string::npos);
+}
+
+// Thousands of channels in one process can run it out of descriptors: starting one more is then an error
+// naming the cause, for a standalone channel (its ZeroMQ context needs one) and one on a hub alike.
+TEST_CASE("channel: a start without free descriptors is an error, not a crash", "[channel]") {
+  auto hub = ChannelHub::start();
+  REQUIRE(hub);
+  rlimit before{};
+  REQUIRE(getrlimit(RLIMIT_NOFILE, &before) == 0);
+  int lowest_free = 0;  // the next descriptor opened gets this number: a limit here makes it fail
+  while (fcntl(lowest_free, F_GETFD) != -1) ++lowest_free;
+  rlimit tight = before;
+  tight.rlim_cur = rlim_t(lowest_free);
+  REQUIRE(setrlimit(RLIMIT_NOFILE, &tight) == 0);
+  auto alone =
+      ControlChannel::start(on_hub("alone", nullptr), [](const std::string&, bool, std::vector<uint8_t>) {});
+  auto shared =
+      ControlChannel::start(on_hub("shared", *hub), [](const std::string&, bool, std::vector<uint8_t>) {});
+  REQUIRE(setrlimit(RLIMIT_NOFILE, &before) == 0);
+  REQUIRE_FALSE(alone);
+  CHECK(alone.error().code == epd::protocol::ErrorCode::io_error);
+  REQUIRE_FALSE(shared);
+  CHECK(shared.error().code == epd::protocol::ErrorCode::io_error);
+  CHECK(ControlChannel::start(on_hub("later", *hub), [](const std::string&, bool, std::vector<uint8_t>) {}));
 }

@@ -78,10 +78,11 @@ struct ControlChannel::Impl final : detail::HubMember {
   DisconnectHandler on_disconnect;
   // Sockets: the registry's process holds a DEALER and its monitor per member, which passes ZeroMQ's
   // default of 1,023 per context at about 500 members (epd-bench membership runs up to 10,000).
-  zmq::context_t own_ctx{1, 1 << 15};
+  // Made only without a hub: a context costs a descriptor (its mailbox) even with no socket in it.
+  std::unique_ptr<zmq::context_t> own_ctx;
   std::shared_ptr<ChannelHub> hub;  // set: the hub's context and thread instead of ours
   uint64_t hub_key = 0;
-  zmq::context_t* ctx = &own_ctx;
+  zmq::context_t* ctx = nullptr;
   zmq::socket_t router;
   zmq::socket_t zap;             // REP at zap_endpoint (CURVE only)
   zmq::socket_t router_monitor;  // handshake failures on the ROUTER (CURVE only)
@@ -574,6 +575,13 @@ Result<std::unique_ptr<ControlChannel>> ControlChannel::start(ChannelConfig conf
                         "control: a CURVE channel cannot share a hub (one ZAP handler per ZeroMQ context)");
     impl->hub = impl->config.hub;
     impl->ctx = &impl->hub->impl().ctx;
+  } else {
+    try {
+      impl->own_ctx = std::make_unique<zmq::context_t>(1, 1 << 15);  // sockets: see own_ctx
+    } catch (const zmq::error_t& e) {  // out of descriptors: an error to report, not a crash
+      return make_error(ErrorCode::io_error, std::string("cannot make a ZeroMQ context: ") + e.what());
+    }
+    impl->ctx = impl->own_ctx.get();
   }
   impl->handler = std::move(handler);
   impl->on_disconnect = std::move(on_disconnect);
@@ -654,7 +662,7 @@ void ControlChannel::stop() {
   }
   impl_->wake();
   if (impl_->io.joinable()) impl_->io.join();
-  impl_->own_ctx.close();
+  impl_->own_ctx->close();
 }
 
 }  // namespace epd::transport
