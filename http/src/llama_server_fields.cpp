@@ -39,8 +39,6 @@ struct Rule {
 const std::vector<Rule>& rules() {
   using nlohmann::json;
   static const std::vector<Rule> table{
-      {"grammar", kString, Effect::if_neutral, "", "a GBNF \"grammar\""},
-      {"json_schema", kAny, Effect::refused, nullptr, "\"json_schema\" (constrained decoding)"},
       {"samplers", kAny, Effect::refused, nullptr, "\"samplers\" (epd applies one fixed order)"},
       {"mirostat", kInteger, Effect::if_neutral, 0, "\"mirostat\" sampling"},
       {"typical_p", kNumber, Effect::if_neutral, 1, "\"typical_p\" other than 1"},
