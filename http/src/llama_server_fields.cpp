@@ -39,6 +39,9 @@ struct Rule {
 const std::vector<Rule>& rules() {
   using nlohmann::json;
   static const std::vector<Rule> table{
+      {"grammar_lazy", kBoolean, Effect::if_neutral, false, "lazy grammars (\"grammar_lazy\")"},
+      {"grammar_triggers", kArray, Effect::if_neutral, json::array(), "\"grammar_triggers\" (lazy grammars)"},
+      {"preserved_tokens", kArray, Effect::if_neutral, json::array(), "\"preserved_tokens\""},
       {"samplers", kAny, Effect::refused, nullptr, "\"samplers\" (epd applies one fixed order)"},
       {"mirostat", kInteger, Effect::if_neutral, 0, "\"mirostat\" sampling"},
       {"typical_p", kNumber, Effect::if_neutral, 1, "\"typical_p\" other than 1"},

@@ -325,6 +325,9 @@ TEST_CASE("openai request: llama-server's fields are honoured, harmless or refus
           "[http][openai_request]") {
   // Each at llama-server's "off" value, and the knobs of samplers that are off: accepted on both routes.
   const json harmless = {{"grammar", ""},
+                         {"grammar_lazy", false},
+                         {"grammar_triggers", json::array()},
+                         {"preserved_tokens", json::array()},
                          {"mirostat", 0},
                          {"typical_p", 1.0},
                          {"repeat_penalty", 1},
@@ -364,6 +367,9 @@ TEST_CASE("openai request: llama-server's fields are honoured, harmless or refus
   accepted(Endpoint::chat, chat(harmless));
   // Anything that would change the answer is refused, naming the field and what it asks for.
   const std::vector<std::tuple<std::string, json, std::string>> refused{
+      {"grammar_lazy", true, "lazy grammars"},
+      {"grammar_triggers", {{{"type", 0}, {"value", "<tool>"}}}, "grammar_triggers"},
+      {"preserved_tokens", {"<tool>"}, "preserved_tokens"},
       {"samplers", {"top_k", "temperature"}, "one fixed order"},
       {"mirostat", 2, "mirostat"},
       {"typical_p", 0.5, "typical_p"},
