@@ -173,6 +173,19 @@ void serve(const Served& s, const std::vector<Case>& cases, bool with_refusals) 
   INFO(cluster.logs());
   CHECK(r.exit_code == 0);
   CHECK(r.output.find(" 0 failed") != std::string::npos);
+  if (with_refusals) {
+    // Refused at the router before any room: no prefill or decode ever saw a bad grammar (llama.cpp's parser
+    // prints its complaint to the stderr of the process that parses).
+    const std::string logs = cluster.logs();
+    CHECK(logs.find("error parsing grammar") != std::string::npos);  // the router's
+    for (size_t pos = 0; pos < logs.size();) {
+      const size_t end = std::min(logs.find('\n', pos), logs.size());
+      const std::string line = logs.substr(pos, end - pos);
+      pos = end + 1;
+      if (line.starts_with("[prefill") || line.starts_with("[decode"))
+        CHECK(line.find("grammar") == std::string::npos);
+    }
+  }
   cluster.wait_all_free();
   const std::string reports = cluster.stop_and_collect_sanitizer_reports();
   INFO(reports);
