@@ -194,15 +194,17 @@ TEST_CASE("grammar refuses invalid grammars with a reason") {
     CHECK_THAT(g.error().detail, Catch::Contains(why));
     CHECK_FALSE(check_grammar(v.vocab, gbnf).ok());
   };
-  refused("root ::= \"a", "invalid grammar");
-  refused("root ::= missing", "invalid grammar");
-  refused("other ::= \"a\"", "invalid grammar");
-  refused("root ::= root \"a\" | \"a\"", "invalid grammar");  // left recursion
+  refused("root ::= \"a", "invalid grammar: unexpected end of input");
+  refused("root ::= missing", "invalid grammar: undefined rule 'missing'");
+  refused("root ::= [a", "invalid grammar");
+  refused("root = \"a\"", "invalid grammar: expecting ::= at");
+  refused("other ::= \"a\"", "does not contain a 'root' symbol");
+  refused("root ::= root \"a\" | \"a\"", "left recursion");
   refused("root ::= a\na ::= b \"x\"\nb ::= a \"y\" | \"z\"", "invalid grammar");
   refused("", "empty");
   refused("root ::= " + std::string(65, '(') + "\"a\"" + std::string(65, ')'), "deeper than 64");
   refused("root ::= \"" + std::string(kMaxGrammarBytes, 'a') + "\"", "limit");
-  refused("root ::= \"a\"{100000}", "invalid grammar");
+  refused("root ::= \"a\"{100000}", "invalid grammar: number of repetitions exceeds sane defaults");
   // Parentheses in strings, classes and comments do not count as nesting.
   CHECK(Grammar::make(v.vocab, "root ::= \"" + std::string(100, '(') + "\" [(] # ((((\n").ok());
   CHECK(check_grammar(v.vocab, json_object_grammar()).ok());

@@ -1,8 +1,10 @@
 // libllama's grammar sampler over a vocabulary-only llama_model (docs/model.md, "Grammars").
 #include "epd/model/grammar.hpp"
 
+#include <llama-grammar.h>
 #include <llama.h>
 
+#include <algorithm>
 #include <cmath>
 #include <mutex>
 #include <string>
@@ -77,6 +79,31 @@ protocol::Status check_shape(std::string_view g) {
   return {};
 }
 
+// llama.cpp's own parser, run the way llama_grammar_parser::parse runs it but keeping the reason of a syntax
+// error (parse() prints it, with the whole grammar, to stderr and returns false): the exported class of the
+// same tag (its header is the bundle's, checked in cmake/deps.cmake).
+std::string syntax_error(const llama_vocab* vocab, const std::string& gbnf) {
+  auto skip_space = [](const char* pos) {
+    while (*pos == ' ' || *pos == '\t' || *pos == '#' || *pos == '\r' || *pos == '\n') {
+      if (*pos == '#')
+        while (*pos && *pos != '\r' && *pos != '\n') ++pos;
+      else
+        ++pos;
+    }
+    return pos;
+  };
+  llama_grammar_parser parser(vocab);
+  try {
+    for (const char* pos = skip_space(gbnf.c_str()); *pos;) pos = parser.parse_rule(pos);
+    for (const auto& [name, id] : parser.symbol_ids)
+      if (id >= parser.rules.size() || parser.rules[id].empty()) return "undefined rule '" + name + "'";
+  } catch (const std::exception& e) {
+    std::string what = e.what();
+    return what.size() > 120 ? what.substr(0, 120) + "..." : what;
+  }
+  return {};
+}
+
 struct ModelFree {
   void operator()(llama_model* m) const { llama_model_free(m); }
 };
@@ -98,6 +125,21 @@ protocol::Result<std::shared_ptr<const GrammarVocab>> load_grammar_vocab(const M
   if (path.empty()) return invalid("model " + cfg.name + " (the reference model) takes no grammar");
   if (path.size() < 5 || path.substr(path.size() - 5) != ".gguf")
     return invalid("model " + cfg.name + " takes no grammar: grammars need the checkpoint as a GGUF file");
+  auto vocab = load_grammar_vocab_file(path);
+  if (!vocab) return vocab.error();
+  const uint32_t n = vocab_size(**vocab);
+  if (n != cfg.vocab)
+    return protocol::make_error(ErrorCode::config_error, "llama.cpp reads " + std::to_string(n) +
+                                                             " tokens from " + path + ", epd " +
+                                                             std::to_string(cfg.vocab));
+  return vocab;
+}
+
+uint32_t vocab_size(const GrammarVocab& vocab) {
+  return uint32_t(std::max(0, llama_vocab_n_tokens(vocab.get())));
+}
+
+protocol::Result<std::shared_ptr<const GrammarVocab>> load_grammar_vocab_file(const std::string& path) {
   install_log();
   llama_model_params params = llama_model_default_params();
   params.vocab_only = true;
@@ -106,13 +148,7 @@ protocol::Result<std::shared_ptr<const GrammarVocab>> load_grammar_vocab(const M
   llama_model* model = llama_model_load_from_file(path.c_str(), params);
   t_capture = nullptr;
   if (!model) return invalid("llama.cpp cannot read the vocabulary of " + path + ": " + first_line(log));
-  auto vocab = std::make_shared<const GrammarVocab>(model);
-  const int32_t n = llama_vocab_n_tokens(vocab->get());
-  if (n < 0 || uint32_t(n) != cfg.vocab)
-    return protocol::make_error(ErrorCode::config_error, "llama.cpp reads " + std::to_string(n) +
-                                                             " tokens from " + path + ", epd " +
-                                                             std::to_string(cfg.vocab));
-  return std::shared_ptr<const GrammarVocab>(std::move(vocab));
+  return std::shared_ptr<const GrammarVocab>(std::make_shared<const GrammarVocab>(model));
 }
 
 struct Grammar::Impl {
@@ -149,6 +185,8 @@ protocol::Result<std::unique_ptr<Grammar>> Grammar::make(std::shared_ptr<const G
   if (auto st = check_shape(gbnf); !st) return st.error();
   install_log();
   const std::string text(gbnf);
+  if (std::string why = syntax_error(vocab->get(), text); !why.empty())
+    return invalid("invalid grammar: " + why);
   std::string log;
   t_capture = &log;
   llama_sampler* sampler = nullptr;

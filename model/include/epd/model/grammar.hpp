@@ -31,6 +31,9 @@ class GrammarVocab;
 // whose vocabulary llama.cpp cannot read (the reference model, a Hugging Face directory): grammars need a
 // GGUF file.
 protocol::Result<std::shared_ptr<const GrammarVocab>> load_grammar_vocab(const ModelConfig& cfg);
+// Any GGUF's vocabulary, unchecked (benchmarks: llama.cpp's vocab-only files), and its size.
+protocol::Result<std::shared_ptr<const GrammarVocab>> load_grammar_vocab_file(const std::string& gguf);
+uint32_t vocab_size(const GrammarVocab& vocab);
 
 class Grammar final : public TokenConstraint {
  public:
