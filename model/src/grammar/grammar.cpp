@@ -154,9 +154,8 @@ protocol::Result<std::shared_ptr<const GrammarVocab>> load_grammar_vocab_file(co
 struct Grammar::Impl {
   std::shared_ptr<const GrammarVocab> vocab;
   llama_sampler* sampler = nullptr;
-  std::vector<llama_token_data> cells;  // apply()'s array, kept between steps
-  llama_token end = LLAMA_TOKEN_NULL;   // an end-of-generation token, to ask whether one may come
-  bool broken = false;                  // an accept failed: every token is forbidden
+  llama_token end = LLAMA_TOKEN_NULL;  // an end-of-generation token, to ask whether one may come
+  bool broken = false;                 // an accept failed: every token is forbidden
 
   ~Impl() {
     if (sampler) llama_sampler_free(sampler);
@@ -225,9 +224,12 @@ void Grammar::apply(std::span<float> logits) {
     for (float& x : logits) x = -INFINITY;
     return;
   }
-  m.cells.resize(logits.size());
-  for (size_t i = 0; i < logits.size(); ++i) m.cells[i] = {llama_token(i), logits[i], 0.0f};
-  llama_token_data_array all{m.cells.data(), m.cells.size(), -1, false};
+  // One array per thread, not per room: a room's state stays small (12 bytes a token would be 1.5 MB a room
+  // on a 128k vocabulary).
+  thread_local std::vector<llama_token_data> cells;
+  cells.resize(logits.size());
+  for (size_t i = 0; i < logits.size(); ++i) cells[i] = {llama_token(i), logits[i], 0.0f};
+  llama_token_data_array all{cells.data(), cells.size(), -1, false};
   try {
     llama_sampler_apply(m.sampler, &all);
   } catch (...) {
@@ -237,7 +239,7 @@ void Grammar::apply(std::span<float> logits) {
   }
   // The sampler only lowers logits to -infinity, in place (the array is not reordered: sorted stays false).
   for (size_t i = 0; i < logits.size(); ++i)
-    if (m.cells[i].logit == -INFINITY) logits[i] = -INFINITY;
+    if (cells[i].logit == -INFINITY) logits[i] = -INFINITY;
 }
 
 bool Grammar::allows(TokenId token) {
