@@ -8,12 +8,14 @@
 #include <cmath>
 #include <filesystem>
 #include <optional>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "epd/model/grammar.hpp"
 #include "epd/model/llama.hpp"
 #include "epd/model/prompt_codec.hpp"
+#include "epd/model/sampling.hpp"
 #include "llama_checkpoint.hpp"
 
 using namespace epd;
@@ -246,4 +248,41 @@ TEST_CASE("grammar from JSON schemas and refusals of bad ones") {
   bad(R"({"$ref":"#"})");
   bad(R"({"type":"object","properties":{"a":{"$ref":"https://example.com/schema"}}})");
   bad(std::string(kMaxGrammarBytes + 1, ' '));
+}
+
+TEST_CASE("grammar greedy draws take the unmasked argmax only when allowed and equal the masked draw") {
+  const Vocab& v = demo();
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal;
+  SamplingParams greedy;
+  SamplingParams biased;
+  biased.logit_bias = {{3, 5.0f}};
+  biased.repetition_penalty = 1.3f;
+  for (const SamplingParams* p : {&greedy, &biased}) {
+    auto fast = make(v, json_object_grammar());
+    auto full = make(v, json_object_grammar());
+    std::vector<TokenId> history = {1, 2, 3};
+    int fast_hits = 0;
+    for (uint32_t i = 0; i < 60 && !full->complete(); ++i) {
+      std::vector<float> logits(v.cfg.vocab);
+      for (float& x : logits) x = normal(rng);
+      // Half the steps: the model's choice is one the grammar allows, so the fast path is taken.
+      std::optional<TokenId> boosted;
+      if (i % 2 == 0) {
+        boosted = allowed(*full, v.cfg.vocab).back();
+        logits[*boosted] = 50.0f;
+      }
+      std::vector<float> masked = logits;
+      full->apply(masked);
+      const TokenId want = sample_token(masked, *p, i, TokenFilter::none, history);
+      const TokenId got = sample_constrained(logits, *p, i, TokenFilter::none, history, fast.get());
+      INFO("step " << i);
+      REQUIRE(got == want);
+      fast_hits += boosted && got == *boosted;
+      REQUIRE(full->accept(want).ok());
+      REQUIRE(fast->accept(got).ok());
+      history.push_back(got);
+    }
+    CHECK(fast_hits > 0);
+  }
 }

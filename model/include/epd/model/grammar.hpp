@@ -57,7 +57,7 @@ class Grammar final : public TokenConstraint {
   void apply(std::span<float> logits) override;
   // An end-of-generation token is accepted (and changes nothing) when the grammar is complete.
   protocol::Status accept(TokenId token) override;
-  bool allows(TokenId token);
+  bool allows(TokenId token) override;
   // The text so far is a complete sentence: an end-of-generation token may come.
   bool complete();
 
