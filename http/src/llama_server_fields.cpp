@@ -16,7 +16,6 @@ using Json = nlohmann::json;
 constexpr Type kNumber{"a number", [](const Json& v) { return v.is_number(); }};
 constexpr Type kInteger{"an integer", [](const Json& v) { return v.is_number_integer(); }};
 constexpr Type kBoolean{"a boolean", [](const Json& v) { return v.is_boolean(); }};
-constexpr Type kString{"a string", [](const Json& v) { return v.is_string(); }};
 constexpr Type kArray{"an array", [](const Json& v) { return v.is_array(); }};
 constexpr Type kObject{"an object", [](const Json& v) { return v.is_object(); }};
 constexpr Type kAny{"a value", [](const Json&) { return true; }};
