@@ -244,6 +244,16 @@ void demo_model() {
        150,
        true,
        kShapeSchema},
+      // Sampled: every draw pays the full mask (greedy ones mostly keep the model's own choice).
+      {"a sampled json_schema answer",
+       true,
+       "Describe the picture.",
+       "",
+       {{"json_schema", kShapeSchema}, {"temperature", 0.8}, {"seed", 3}},
+       {"--json-schema", kShapeSchema.dump(), "--temperature", "0.8", "--seed", "3"},
+       150,
+       true,
+       kShapeSchema},
   };
   serve(s, cases, true);
 }
