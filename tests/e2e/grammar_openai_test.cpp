@@ -361,3 +361,18 @@ TEST_CASE("structured output survives a decode killed mid-answer: resumed with t
           "[fault][multiproc]") {
   grammar_e2e::resumed_after_decode_kill();
 }
+
+TEST_CASE("structured output on the reference model is a 400: it has no vocabulary llama.cpp reads") {
+  epd::testing::ClusterSpec cs;  // the tiny preset
+  epd::testing::Cluster cluster(cs);
+  cluster.start();
+  for (const json& extra :
+       {json{{"grammar", "root ::= \"a\""}}, json{{"response_format", {{"type", "json_object"}}}}}) {
+    json body = {{"prompt", "x"}, {"max_tokens", 4}};
+    body.update(extra);
+    const auto [status, reply] = cluster.post_raw("/v1/completions", body.dump());
+    INFO(reply);
+    CHECK(status == 400);
+    CHECK_THAT(reply, Catch::Contains("takes no grammar"));
+  }
+}
