@@ -137,6 +137,7 @@ static protocol::Status run_prompt(ModelRunner& runner, GenerateResult& res, con
     c.sampling = opts.sampling;
     c.generated = opts.first_index;
     c.history = std::span(res.prompt).first(end);
+    if (end == n) c.constraint = opts.constraint;
     auto r = runner.prefill_chunk(pool, pages, begin, c);
     if (!r) return r.error();
     next = *r;
@@ -161,6 +162,7 @@ static protocol::Status run_prompt(ModelRunner& runner, GenerateResult& res, con
 
   t0 = clock::now();
   DecodeSeq seq{dpages, n, next, opts.sampling, opts.first_index + 1};
+  seq.constraint = opts.constraint;
   // The penalties read prompt + answer through last_token, contiguous; kept only when they are on.
   std::vector<TokenId> history;
   if (opts.sampling.penalized()) history = res.prompt;
@@ -178,6 +180,8 @@ static protocol::Status run_prompt(ModelRunner& runner, GenerateResult& res, con
       break;
     }
     if (res.tokens.size() >= max_new) break;
+    if (opts.constraint)
+      if (auto st = opts.constraint->accept(seq.last_token); !st) return st.error();
     TokenId out = 0;
     if (auto st = runner.decode_step(dpool, {&seq, 1}, {&out, 1}); !st) return st.error();
     seq.length += 1;

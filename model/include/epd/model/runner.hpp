@@ -11,6 +11,7 @@
 #include "epd/model/image.hpp"
 #include "epd/model/kv_cache.hpp"
 #include "epd/model/sampling.hpp"
+#include "epd/model/token_constraint.hpp"
 #include "epd/model/tokens.hpp"
 #include "epd/protocol/result.hpp"
 
@@ -43,6 +44,8 @@ struct PrefillChunk {
   // With a penalty (sampling.penalized()): the prompt's tokens up to the chunk's end, [0, start + size),
   // whose last `generated` are a resumed answer's (sample_token's history). Unread otherwise.
   std::span<const TokenId> history{};
+  // Set: masks the logits of the token after the chunk before the draw (a grammar). Not advanced here.
+  TokenConstraint* constraint{};
 };
 
 // The chunk [begin, end) of a full prompt, with the embedding rows of its image tokens (greedy sampling:
@@ -70,6 +73,8 @@ struct DecodeSeq {
   // With a penalty (sampling.penalized()): the sequence's length + 1 tokens, the prompt then the answer
   // through last_token, whose last `generated` are the answer's (sample_token's history). Unread otherwise.
   std::span<const TokenId> history{};
+  // Set: masks the logits before the draw (a grammar). Not advanced here: the caller accepts the token.
+  TokenConstraint* constraint{};
 };
 
 // A model's vision tower alone: what the encoder role runs. It holds none of the language model's weights.

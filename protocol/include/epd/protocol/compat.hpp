@@ -20,9 +20,9 @@ namespace epd::protocol {
 // 7: BOOTSTRAP's `held_tokens` (decode's prefix cache holds the prompt's first pages); a revision-6 prefill
 //    would write those pages, which other rooms read.
 // 8: BOOTSTRAP's `held_tokens` may end inside a page, and SUBMIT's `images_key` lets decode cache image
-//    pages, `min_p`, `logit_bias_*` and the `*_penalty` fields change the draw; a revision-7 prefill would
-//    refuse every room whose held tokens end mid-page, and a revision-7 prefill or decode would draw
-//    without them.
+//    pages, `min_p`, `logit_bias_*`, the `*_penalty` fields and `grammar` change the draw; a revision-7
+//    prefill would refuse every room whose held tokens end mid-page, and a revision-7 prefill or decode
+//    would draw without them.
 inline constexpr uint32_t kProtocolRevision = 8;
 inline constexpr uint32_t kOldestProtocolRevision = 8;
 

@@ -578,6 +578,9 @@ struct Submit {
   // Decode's prefix cache keys the pages holding image rows with it (empty: no images, or not named). Every
   // member runs the same vision tower (the model digest covers it), so the pixels decide the rows.
   std::vector<uint8_t> images_key;  // SHA-256 of the request's images' pixels, in order (32 bytes)
+  // Constrained decoding (the router converts JSON schemas and checks the grammar); prefill and decode
+  // rebuild its state from a resumed answer's tokens.
+  std::string grammar{};  // GBNF (llama.cpp's) every generated token follows, <= 64 KiB; empty: none
 
   bool operator==(const Submit&) const = default;
   template <class S, class V>
@@ -604,6 +607,7 @@ struct Submit {
     v.opt("seed", s.seed);
     v.opt("resume_from", s.resume_from);
     v.opt("images_key", s.images_key);
+    v.opt("grammar", s.grammar);
   }
 };
 

@@ -1,0 +1,16 @@
+#include "epd/model/token_constraint.hpp"
+
+namespace epd::model {
+
+TokenId sample_constrained(std::span<float> logits, const SamplingParams& params, uint32_t index,
+                           TokenFilter filter, std::span<const TokenId> history,
+                           TokenConstraint* constraint) {
+  if (constraint && params.greedy()) {
+    const TokenId t = sample_token(logits, params, index, filter, history);
+    if (constraint->allows(t)) return t;
+  }
+  if (constraint) constraint->apply(logits);
+  return sample_token(logits, params, index, filter, history);
+}
+
+}  // namespace epd::model
