@@ -5,6 +5,7 @@
 #include "cache_bench.hpp"
 #include "control_plane_bench.hpp"
 #include "e2e_bench.hpp"
+#include "grammar_bench.hpp"
 #include "membership_bench.hpp"
 #include "model_bench.hpp"
 #include "placement_bench.hpp"
@@ -45,6 +46,8 @@ constexpr Subcommand kSubcommands[] = {
     {"serve", run_serve_bench,
      "OpenAI-API load at a Poisson rate: TTFT/ITL/E2E percentiles, throughput, errors"},
     {"vision", run_vision_bench, "mmproj towers: encode ms/image and TTFT vs llama.cpp, encoder RSS vs LM"},
+    {"grammar", run_grammar_bench,
+     "constrained decoding: the grammar mask's and accept's cost per token on vocabularies of 0.5k-152k"},
     {"vqa", run_vqa_bench,
      "the demo model's accuracy per question type: cluster, colocated, llama.cpp; agreement, images/s, TTFT"},
 };

@@ -24,6 +24,9 @@ struct MembershipOptions {
   uint32_t misses = 3;
   std::chrono::milliseconds lease_ttl{2000};  // etcd: short, so a killed instance's record goes soon
   std::vector<std::string> backends{"router-full", "router", "etcd"};
+  // The simulated instances' control channels share one ZeroMQ context and one reading thread (a
+  // ChannelHub); false: each has its own, as a real process does (the simulation before, for A/B runs).
+  bool shared_threads = true;
 };
 
 // One simulated instance's part in membership.

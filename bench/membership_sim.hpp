@@ -2,7 +2,10 @@
 // The simulated instances of `epd-bench membership`: each a bridge plus its backend's membership side (no
 // model, no engine, no role), all in this process on one small actor system. The first
 // `backend.routers()` are routers: they keep a RegistryView from the heartbeats they receive, as a real
-// router does.
+// router does. Each instance has its own control channel (ROUTER, DEALERs, TCP connections) and speaks the
+// real protocol; with MembershipOptions::shared_threads their sockets share one ZeroMQ context and one
+// reading thread (transport::ChannelHub), so thousands fit in one process. With etcd each instance still
+// runs its own two etcd threads (lease session, watch) and HTTP connections.
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -12,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "epd/transport/control_channel.hpp"
 #include "membership_backend.hpp"
 
 namespace epd::bench {
@@ -38,6 +42,8 @@ class Simulation {
   bool unlisted_by_routers(const std::string& id) const;
   // Every router would place on `id`: a healthy entry of its live incarnation.
   bool placeable_everywhere(const std::string& id) const;
+  // Every router would place on every live instance.
+  bool all_placeable_everywhere() const;
   bool has_routers() const { return !routers_.empty(); }
 
   struct Traffic {
@@ -52,10 +58,12 @@ class Simulation {
     std::shared_ptr<actors::RegistryView> view;  // routers only
   };
   void retire(Member& m);
+  std::chrono::microseconds poll_interval() const;
 
   MembershipOptions opt_;
   RegistryBackend& backend_;
   std::unique_ptr<caf::actor_system> system_;
+  std::shared_ptr<transport::ChannelHub> hub_;  // every bridge's sockets, read by one thread
   std::map<std::string, Member> live_;
   std::vector<std::string> routers_;
   Traffic retired_;

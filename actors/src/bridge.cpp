@@ -19,7 +19,8 @@ Bridge::~Bridge() {
 protocol::Result<std::shared_ptr<Bridge>> Bridge::start(std::string instance_id, uint64_t incarnation,
                                                         std::string bind_endpoint,
                                                         protocol::CodecLimits limits, LivenessConfig liveness,
-                                                        std::optional<transport::CurveConfig> curve) {
+                                                        std::optional<transport::CurveConfig> curve,
+                                                        std::shared_ptr<transport::ChannelHub> hub) {
   std::shared_ptr<Bridge> bridge(new Bridge(instance_id, incarnation, limits));
   transport::ChannelConfig cc;
   cc.identity = instance_id;
@@ -27,6 +28,7 @@ protocol::Result<std::shared_ptr<Bridge>> Bridge::start(std::string instance_id,
   cc.max_frame_bytes = int64_t(limits.max_frame_bytes);
   cc.heartbeat_ivl_ms = int(liveness.heartbeat_interval.count());
   cc.heartbeat_timeout_ms = int(liveness.heartbeat_interval.count() * liveness.misses);
+  cc.hub = std::move(hub);
   Bridge* raw = bridge.get();  // the channel stops (joins its thread) before the bridge is destroyed
   if (curve) {
     // A peer's key by the endpoint PEERS lists for it (it may differ in spelling from the config's, e.g. a
@@ -142,6 +144,15 @@ bool Bridge::send(const std::string& peer_id, protocol::Body body) {
 void Bridge::send_to_endpoint(const std::string& endpoint, protocol::Body body) {
   ++sent_;
   transmit(false, endpoint, encode(std::move(body)));
+}
+
+void Bridge::send_to_endpoints(const std::vector<std::string>& endpoints, protocol::Body body) {
+  if (endpoints.empty()) return;
+  const auto frame = encode(std::move(body));
+  for (const auto& endpoint : endpoints) {
+    ++sent_;
+    transmit(false, endpoint, frame);
+  }
 }
 
 void Bridge::reply(const std::string& routing_id, protocol::Body body) {

@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "epd/model/generate.hpp"
+#include "epd/model/grammar.hpp"
 #include "epd/model/image_codec.hpp"
 #include "epd/model/llama.hpp"
 #include "epd/model/mmproj.hpp"
@@ -69,6 +70,15 @@ int main(int argc, char** argv) {
   auto* dord =
       app.add_option("--decode-kv-order", decode_order, "decode KV order: token_head_dim | head_token_dim");
   app.add_flag("--json", json, "print {\"tokens\":[...],\"text\":...} plus timings");
+  // Constrained decoding (a GGUF checkpoint), as the router does it for grammar / response_format.
+  std::string grammar, json_schema;
+  bool json_object = false;
+  auto* grammar_opt = app.add_option("--grammar", grammar, "a GBNF grammar (llama.cpp's) the answer follows");
+  auto* schema_opt =
+      app.add_option("--json-schema", json_schema, "a JSON schema the answer follows")->excludes(grammar_opt);
+  app.add_flag("--json-object", json_object, "the answer is a JSON object")
+      ->excludes(grammar_opt)
+      ->excludes(schema_opt);
   CLI11_PARSE(app, argc, argv);
 
   std::optional<m::KvLayoutChoice> decode_kv;
@@ -156,6 +166,26 @@ int main(int argc, char** argv) {
     return 2;
   }
   m::GenerateOptions opts;
+  std::unique_ptr<m::Grammar> constraint;
+  if (grammar_opt->count() || schema_opt->count() || json_object) {
+    std::string gbnf = json_object ? m::json_object_grammar() : grammar;
+    if (schema_opt->count()) {
+      auto g = m::json_schema_grammar(json_schema);
+      if (!g) {
+        std::cerr << "epd-run: --json-schema: " << g.error().to_string() << "\n";
+        return 2;
+      }
+      gbnf = std::move(*g);
+    }
+    auto vocab = m::load_grammar_vocab(*cfg);
+    auto made = vocab ? m::Grammar::make(*vocab, gbnf) : vocab.error();
+    if (!made) {
+      std::cerr << "epd-run: " << made.error().to_string() << "\n";
+      return 2;
+    }
+    constraint = std::move(*made);
+    opts.constraint = constraint.get();
+  }
   opts.max_tokens = max_tokens;
   opts.chunk = chunk;
   opts.decode_kv = decode_kv;

@@ -65,10 +65,17 @@ HttpConnection::~HttpConnection() {
 
 protocol::Result<HttpReply> HttpConnection::post(const std::string& target, const std::string& body,
                                                  std::chrono::milliseconds timeout) {
-  bool reused_and_unsent = false;
-  auto reply = attempt(target, body, timeout, &reused_and_unsent);
-  if (!reply && reused_and_unsent) reply = attempt(target, body, timeout, &reused_and_unsent);
-  return reply;
+  // Asio throws when it cannot even make its descriptors (EMFILE at thousands of connections): a failed
+  // call like any other, which the caller retries, never an exception that ends its thread.
+  try {
+    bool reused_and_unsent = false;
+    auto reply = attempt(target, body, timeout, &reused_and_unsent);
+    if (!reply && reused_and_unsent) reply = attempt(target, body, timeout, &reused_and_unsent);
+    return reply;
+  } catch (const std::exception& e) {
+    io_->drop();
+    return make_error(ErrorCode::peer_unreachable, ep_.text() + ": " + e.what());
+  }
 }
 
 protocol::Result<HttpReply> HttpConnection::attempt(const std::string& target, const std::string& body,
@@ -146,10 +153,10 @@ protocol::Result<HttpReply> http_post(const Endpoint& ep, const std::string& tar
   return HttpConnection(ep).post(target, body, timeout);
 }
 
-StreamEnd http_post_stream(const Endpoint& ep, const std::string& target, const std::string& body,
-                           std::chrono::milliseconds timeout, std::chrono::milliseconds idle_timeout,
-                           const std::atomic<bool>& stop,
-                           const std::function<bool(std::string_view)>& on_line) {
+namespace {
+StreamEnd post_stream(const Endpoint& ep, const std::string& target, const std::string& body,
+                      std::chrono::milliseconds timeout, std::chrono::milliseconds idle_timeout,
+                      const std::atomic<bool>& stop, const std::function<bool(std::string_view)>& on_line) {
   asio::io_context ioc;
   beast::tcp_stream stream(ioc);
   beast::error_code ec;
@@ -249,6 +256,19 @@ StreamEnd http_post_stream(const Endpoint& ep, const std::string& target, const 
       close();
       return {StreamEnd::Why::failed, status, ep.text() + target + ": " + ec.message()};
     }
+  }
+}
+
+}  // namespace
+
+StreamEnd http_post_stream(const Endpoint& ep, const std::string& target, const std::string& body,
+                           std::chrono::milliseconds timeout, std::chrono::milliseconds idle_timeout,
+                           const std::atomic<bool>& stop,
+                           const std::function<bool(std::string_view)>& on_line) {
+  try {
+    return post_stream(ep, target, body, timeout, idle_timeout, stop, on_line);
+  } catch (const std::exception& e) {  // as in HttpConnection::post: a failure, not the thread's end
+    return {StreamEnd::Why::failed, 0, ep.text() + target + ": " + e.what()};
   }
 }
 

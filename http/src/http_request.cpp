@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "epd/http/base64.hpp"
+#include "epd/http/openai_request.hpp"
 #include "json_body.hpp"
 #include "sampling_fields.hpp"
 
@@ -81,6 +82,17 @@ std::variant<GenerateRequest, HttpError> parse_generate_request(std::string_view
   SamplingFields sampling;
   if (auto e = parse_sampling_fields(doc, sampling)) return *e;
   request.sampling = sampling.params;
+
+  // A GBNF grammar the answer follows (llama-server's "grammar"); the router parses it.
+  if (auto it = doc.find("grammar"); it != doc.end() && !it->is_null()) {
+    if (!it->is_string())
+      return bad_request(std::string("\"grammar\" must be a string (GBNF), got ") + type_name(*it));
+    const auto& g = it->get_ref<const std::string&>();
+    if (g.size() > openai::kMaxConstraintBytes)
+      return bad_request("\"grammar\" is " + std::to_string(g.size()) + " bytes; the limit is " +
+                         std::to_string(openai::kMaxConstraintBytes) + " bytes");
+    request.grammar = g;
+  }
 
   // "image": one PPM, or "images": several (a model with an mmproj takes them in order, before the text).
   auto one = doc.find("image");

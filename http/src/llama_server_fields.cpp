@@ -16,7 +16,6 @@ using Json = nlohmann::json;
 constexpr Type kNumber{"a number", [](const Json& v) { return v.is_number(); }};
 constexpr Type kInteger{"an integer", [](const Json& v) { return v.is_number_integer(); }};
 constexpr Type kBoolean{"a boolean", [](const Json& v) { return v.is_boolean(); }};
-constexpr Type kString{"a string", [](const Json& v) { return v.is_string(); }};
 constexpr Type kArray{"an array", [](const Json& v) { return v.is_array(); }};
 constexpr Type kObject{"an object", [](const Json& v) { return v.is_object(); }};
 constexpr Type kAny{"a value", [](const Json&) { return true; }};
@@ -39,8 +38,9 @@ struct Rule {
 const std::vector<Rule>& rules() {
   using nlohmann::json;
   static const std::vector<Rule> table{
-      {"grammar", kString, Effect::if_neutral, "", "a GBNF \"grammar\""},
-      {"json_schema", kAny, Effect::refused, nullptr, "\"json_schema\" (constrained decoding)"},
+      {"grammar_lazy", kBoolean, Effect::if_neutral, false, "lazy grammars (\"grammar_lazy\")"},
+      {"grammar_triggers", kArray, Effect::if_neutral, json::array(), "\"grammar_triggers\" (lazy grammars)"},
+      {"preserved_tokens", kArray, Effect::if_neutral, json::array(), "\"preserved_tokens\""},
       {"samplers", kAny, Effect::refused, nullptr, "\"samplers\" (epd applies one fixed order)"},
       {"mirostat", kInteger, Effect::if_neutral, 0, "\"mirostat\" sampling"},
       {"typical_p", kNumber, Effect::if_neutral, 1, "\"typical_p\" other than 1"},

@@ -6,6 +6,7 @@
 #include <string>
 #include <string_view>
 
+#include "constraint_fields.hpp"
 #include "json_body.hpp"
 #include "llama_server_fields.hpp"
 #include "openai_fields.hpp"
@@ -96,6 +97,8 @@ class Parser {
     out_.seed_given = fields.seed_given;
     return {};
   }
+
+  Failure constraint() { return parse_constraint_fields(doc_, out_.constraint); }
 
   Failure stop() {
     const json* v = field(doc_, "stop");
@@ -208,17 +211,6 @@ class Parser {
         return unsupported(name, in_quotes(name) + " (function calling)");
       }
     }
-    if (const json* v = field(doc_, "response_format")) {
-      if (!v->is_object()) return wrong_type("response_format", "an object", *v);
-      const json* type = field(*v, "type");
-      if (!type || !type->is_string()) {
-        return invalid("response_format.type", "\"response_format.type\" is required (a string)");
-      }
-      if (*type != "text") {
-        return unsupported("response_format.type",
-                           "\"response_format\" of type " + clip(type->get<std::string>()));
-      }
-    }
     if (field(doc_, "audio")) return unsupported("audio", "\"audio\" output");
     if (const json* v = field(doc_, "modalities")) {
       if (!v->is_array()) return wrong_type("modalities", "an array of strings", *v);
@@ -282,7 +274,7 @@ std::variant<Request, HttpError> parse_request(Endpoint endpoint, std::string_vi
   Parser p(endpoint, doc, limits, request);
   auto input = endpoint == Endpoint::completions ? &Parser::prompt : &Parser::messages;
   for (auto step : {&Parser::model, input, &Parser::max_tokens, &Parser::sampling, &Parser::logprobs,
-                    &Parser::stop, &Parser::stream, &Parser::refused}) {
+                    &Parser::stop, &Parser::stream, &Parser::refused, &Parser::constraint}) {
     if (auto e = (p.*step)()) return std::move(*e);
   }
   return request;

@@ -10,6 +10,7 @@
 #include "epd/http/openai_reply.hpp"
 #include "epd/http/openai_request.hpp"
 #include "epd/http/text_stream.hpp"
+#include "epd/model/grammar.hpp"
 #include "epd/model/image_codec.hpp"
 #include "epd/model/prompt_codec.hpp"
 
@@ -284,6 +285,20 @@ std::optional<HttpError> to_turns(openai::Request& in, const GenerateLimits& lim
   return std::nullopt;
 }
 
+// The request's constraint as GBNF, converted here once (a JSON schema by llama.cpp's converter); the router
+// parses the grammar before it makes a room.
+std::optional<HttpError> to_grammar(const openai::Constraint& c, GenerateRequest& out) {
+  using Kind = openai::Constraint::Kind;
+  if (c.kind == Kind::grammar) out.grammar = c.text;
+  if (c.kind == Kind::json_object) out.grammar = model::json_object_grammar();
+  if (c.kind == Kind::json_schema) {
+    auto g = model::json_schema_grammar(c.text);
+    if (!g) return HttpError{400, "invalid_request", g.error().detail, c.param};
+    out.grammar = std::move(*g);
+  }
+  return std::nullopt;
+}
+
 void handle_openai(const std::shared_ptr<ApiContext>& ctx, ExchangePtr ex, Endpoint endpoint) {
   auto id = admit_generation(*ctx, *ex);
   if (!id) return;
@@ -312,6 +327,7 @@ void handle_openai(const std::shared_ptr<ApiContext>& ctx, ExchangePtr ex, Endpo
   request.sampling = in.sampling;
   if (auto bad = model::validate(request.sampling); !bad)
     return reply_error(*ex, {400, "invalid_request", bad.error().detail}, std::move(headers));
+  if (auto err = to_grammar(in.constraint, request)) return reply_error(*ex, *err, std::move(headers));
   if (endpoint == Endpoint::chat) {
     if (auto err = to_turns(in, g, request)) return reply_error(*ex, *err, std::move(headers));
   } else {

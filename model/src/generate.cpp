@@ -139,6 +139,7 @@ static protocol::Status run_prompt(ModelRunner& runner, GenerateResult& res, con
     c.generated = opts.first_index;
     c.history = std::span(res.prompt).first(end);
     c.logprobs = &next_logprobs;
+    if (end == n) c.constraint = opts.constraint;
     auto r = runner.prefill_chunk(pool, pages, begin, c);
     if (!r) return r.error();
     next = *r;
@@ -163,6 +164,7 @@ static protocol::Status run_prompt(ModelRunner& runner, GenerateResult& res, con
 
   t0 = clock::now();
   DecodeSeq seq{dpages, n, next, opts.sampling, opts.first_index + 1};
+  seq.constraint = opts.constraint;
   // The penalties read prompt + answer through last_token, contiguous; kept only when they are on.
   std::vector<TokenId> history;
   if (opts.sampling.penalized()) history = res.prompt;
@@ -181,6 +183,8 @@ static protocol::Status run_prompt(ModelRunner& runner, GenerateResult& res, con
       break;
     }
     if (res.tokens.size() >= max_new) break;
+    if (opts.constraint)
+      if (auto st = opts.constraint->accept(seq.last_token); !st) return st.error();
     TokenId out = 0;
     if (auto st = runner.decode_step(dpool, {&seq, 1}, {&out, 1}, {&next_logprobs, 1}); !st)
       return st.error();

@@ -19,6 +19,7 @@ RegistryConfig registry_config() {
   RegistryConfig c;
   c.heartbeat_interval = 100ms;
   c.misses = 3;
+  c.publish_window = 0ms;  // every change out at once, unless changes wait in the mailbox together
   return c;
 }
 
@@ -93,6 +94,77 @@ TEST_CASE("registry: HELLO is acknowledged with the full list and every other me
   out = test::sent(*f.bridge);
   CHECK(test::of_type<protocol::HelloAck>(out).size() == 1);
   CHECK(test::of_type<protocol::Peers>(out).empty());
+}
+
+// At a cluster's start hundreds of HELLOs wait in the registry's mailbox at once: one delta per member for
+// all of them, not one per HELLO (which made a start O(N^2) messages).
+TEST_CASE("registry: changes waiting together go out as one version - a full list to joiners and one delta") {
+  RegistryFixture f;
+  f.hello("a", 10);
+  f.hello("b", 20);
+  test::sent(*f.bridge);
+  auto hello = [&](const std::string& id, uint64_t inc) {
+    protocol::Hello m;
+    m.role = "prefill";
+    m.control_endpoint = "offline://" + id;
+    m.identity = protocol::current_protocol_identity();
+    test::deliver(*f.bridge, id, inc, m);
+  };
+  hello("c", 30);
+  hello("d", 40);
+  protocol::Goodbye bye;
+  test::deliver(*f.bridge, "a", 10, bye);
+  f.h.run();
+  const auto out = test::sent(*f.bridge);
+  CHECK(test::of_type<protocol::HelloAck>(out).size() == 2);
+  auto peers = peers_by_endpoint(out);
+  CHECK(test::of_type<protocol::Peers>(out).size() == 3);  // b, c, d: one each
+  REQUIRE(peers.size() == 3);
+  const auto& delta = peers["offline://b"];
+  CHECK_FALSE(delta.full);
+  CHECK(delta.version == 3);
+  CHECK(ids(delta) == std::vector<std::string>{"c", "d"});
+  CHECK(delta.left == std::vector<std::string>{"a"});
+  for (const char* joiner : {"offline://c", "offline://d"}) {
+    CHECK(peers[joiner].full);
+    CHECK(peers[joiner].version == 3);
+    CHECK(ids(peers[joiner]) == std::vector<std::string>{"b", "c", "d"});
+  }
+  CHECK(f.view->entries().size() == 3);
+}
+
+TEST_CASE("registry: a change within the publish window waits for its end and goes out with the next") {
+  test::Harness h;
+  auto bridge = h.offline_bridge("router", 1);
+  auto view = std::make_shared<RegistryView>();
+  auto cfg = registry_config();
+  cfg.publish_window = 50ms;
+  h.keep(spawn_registry(h.system(), bridge, cfg, view));
+  h.run();
+  auto hello = [&](const std::string& id, uint64_t inc) {
+    protocol::Hello m;
+    m.role = "decode";
+    m.control_endpoint = "offline://" + id;
+    m.identity = protocol::current_protocol_identity();
+    test::deliver(*bridge, id, inc, m);
+    h.run();
+  };
+  hello("a", 10);  // the first change: out at once
+  CHECK(peers_by_endpoint(test::sent(*bridge)).at("offline://a").version == 1);
+  hello("b", 20);
+  h.advance(20ms, 10ms);
+  hello("c", 30);
+  auto out = test::sent(*bridge);
+  CHECK(test::of_type<protocol::HelloAck>(out).size() == 2);
+  CHECK(test::of_type<protocol::Peers>(out).empty());  // the window is still open
+  CHECK(view->entries().size() == 3);                  // the router's view does not wait
+  h.advance(40ms, 10ms);
+  auto peers = peers_by_endpoint(test::sent(*bridge));
+  REQUIRE(peers.size() == 3);
+  CHECK(peers["offline://a"].version == 2);
+  CHECK(ids(peers["offline://a"]) == std::vector<std::string>{"b", "c"});
+  CHECK(peers["offline://b"].full);
+  CHECK(peers["offline://c"].full);
 }
 
 TEST_CASE("registry: HEARTBEATs update the view in place and send no PEERS") {

@@ -106,4 +106,10 @@ TEST_CASE("peer directory reports joins, departures and restarts", "[actors][pee
   CHECK(d.replace(1, {}).empty());  // stale version ignored
   CHECK(d.find("a")->incarnation == 2);
   CHECK_FALSE(d.endpoint_of("b"));
+  // What epd-bench membership asks thousands of directories: exactly these ids at these incarnations.
+  CHECK(d.lists_exactly({{"a", 2}, {"c", 1}}));
+  CHECK_FALSE(d.lists_exactly({{"a", 1}, {"c", 1}}));
+  CHECK_FALSE(d.lists_exactly({{"a", 2}}));
+  CHECK_FALSE(d.lists_exactly({{"a", 2}, {"b", 1}}));
+  CHECK_FALSE(d.lists_exactly({{"a", 2}, {"c", 1}, {"d", 1}}));
 }

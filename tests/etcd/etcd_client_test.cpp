@@ -1,6 +1,10 @@
 // The etcd client against a real etcd: every call the membership backend makes, leases expiring, watches
 // resuming and hitting compaction, and failover between endpoints.
+#include <fcntl.h>
+#include <sys/resource.h>
 #include <catch2/catch.hpp>
+
+#include <atomic>
 #include <chrono>
 #include <thread>
 
@@ -254,4 +258,31 @@ TEST_CASE("etcd client keeps its connection alive across calls and copies, and r
   REQUIRE(c.put("/k/b", "b"));
   CHECK(traffic->connections == 2);
   CHECK(traffic->calls == 23);
+}
+
+// A process out of descriptors (thousands of connections) cannot even make the HTTP client's epoll set:
+// Asio throws there, and a throw out of the membership's etcd threads ended the whole process. Every call
+// must fail like any other etcd trouble instead, and work again once descriptors are free.
+TEST_CASE("etcd client calls fail cleanly without descriptors and recover after") {
+  testing::EtcdServer server;
+  server.start();
+  auto c = client_for({server.url()});
+  REQUIRE(c.put("/fd/a", "1"));
+  rlimit before{};
+  REQUIRE(getrlimit(RLIMIT_NOFILE, &before) == 0);
+  int lowest_free = 0;  // the next descriptor opened gets this number: a limit here makes it fail
+  while (fcntl(lowest_free, F_GETFD) != -1) ++lowest_free;
+  rlimit tight = before;
+  tight.rlim_cur = rlim_t(lowest_free);
+  REQUIRE(setrlimit(RLIMIT_NOFILE, &tight) == 0);
+  EtcdClient fresh = client_for({server.url()});  // no kept connection: it must open one
+  auto put = fresh.put("/fd/b", "2");
+  std::atomic<bool> stop{false};
+  auto watched = fresh.watch_prefix(
+      "/fd/", 1, [](std::vector<WatchEvent>, int64_t) {}, stop, 1s);
+  REQUIRE(setrlimit(RLIMIT_NOFILE, &before) == 0);
+  REQUIRE_FALSE(put);
+  CHECK(put.error().detail.find(server.url().substr(7)) != std::string::npos);  // names the endpoint
+  CHECK(watched.why == WatchEnd::Why::failed);
+  CHECK(fresh.put("/fd/b", "2"));
 }

@@ -361,6 +361,9 @@ TEST_CASE("openai request: llama-server's fields are honoured, harmless or refus
           "[http][openai_request]") {
   // Each at llama-server's "off" value, and the knobs of samplers that are off: accepted on both routes.
   const json harmless = {{"grammar", ""},
+                         {"grammar_lazy", false},
+                         {"grammar_triggers", json::array()},
+                         {"preserved_tokens", json::array()},
                          {"mirostat", 0},
                          {"typical_p", 1.0},
                          {"repeat_penalty", 1},
@@ -400,8 +403,9 @@ TEST_CASE("openai request: llama-server's fields are honoured, harmless or refus
   accepted(Endpoint::chat, chat(harmless));
   // Anything that would change the answer is refused, naming the field and what it asks for.
   const std::vector<std::tuple<std::string, json, std::string>> refused{
-      {"grammar", "root ::= \"a\"", "GBNF"},
-      {"json_schema", json::object(), "constrained decoding"},
+      {"grammar_lazy", true, "lazy grammars"},
+      {"grammar_triggers", {{{"type", 0}, {"value", "<tool>"}}}, "grammar_triggers"},
+      {"preserved_tokens", {"<tool>"}, "preserved_tokens"},
       {"samplers", {"top_k", "temperature"}, "one fixed order"},
       {"mirostat", 2, "mirostat"},
       {"typical_p", 0.5, "typical_p"},
@@ -432,7 +436,7 @@ TEST_CASE("openai request: llama-server's fields are honoured, harmless or refus
   // Wrong types are named too, even for the fields without effect; null means absent.
   check(rejected(Endpoint::chat, chat({{"mirostat", "2"}})), "mirostat", "must be an integer");
   check(rejected(Endpoint::chat, chat({{"cache_prompt", 1}})), "cache_prompt", "must be a boolean");
-  check(rejected(Endpoint::chat, chat({{"grammar", 5}})), "grammar", "must be a string");
+  check(rejected(Endpoint::chat, chat({{"grammar", 5}})), "grammar", "must be a string (GBNF)");
   accepted(Endpoint::chat, chat({{"grammar", nullptr}, {"json_schema", nullptr}}));
 }
 
@@ -473,8 +477,8 @@ TEST_CASE("openai request: chat fields epd cannot honour", "[http][openai_reques
   check(rejected(Endpoint::chat, chat({{"functions", {tool}}})), "functions", "not supported");
   check(rejected(Endpoint::chat, chat({{"tool_choice", "required"}})), "tool_choice", "function calling");
   check(rejected(Endpoint::chat, chat({{"tool_choice", tool}})), "tool_choice", "function calling");
-  check(rejected(Endpoint::chat, chat({{"response_format", {{"type", "json_object"}}}})),
-        "response_format.type", "\"response_format\" of type \"json_object\" is not supported");
+  check(rejected(Endpoint::chat, chat({{"response_format", {{"type", "xml"}}}})), "response_format.type",
+        "\"response_format\" of type \"xml\" is not supported");
   check(rejected(Endpoint::chat, chat({{"response_format", json::object()}})), "response_format.type",
         "is required");
   check(rejected(Endpoint::chat, chat({{"response_format", "json"}})), "response_format",
@@ -623,4 +627,75 @@ TEST_CASE("openai request: every rejection is 400 or 413 with a param", "[http][
     INFO(body.dump());
     CHECK_FALSE(rejected(endpoint, body).param.empty());
   }
+}
+
+TEST_CASE("openai request: response_format, grammar and json_schema constrain the answer",
+          "[http][openai_request]") {
+  using Kind = Constraint::Kind;
+  const json schema = {{"type", "object"}, {"properties", {{"a", {{"type", "integer"}}}}}};
+  for (Endpoint e : {Endpoint::completions, Endpoint::chat}) {
+    auto body = [&](json extra) {
+      return e == Endpoint::chat ? chat(std::move(extra)) : completion(std::move(extra));
+    };
+    CHECK(accepted(e, body(json::object())).constraint.kind == Kind::none);
+    CHECK(accepted(e, body({{"response_format", {{"type", "text"}}}})).constraint.kind == Kind::none);
+    CHECK(accepted(e, body({{"grammar", ""}})).constraint.kind == Kind::none);
+    auto g = accepted(e, body({{"grammar", "root ::= \"yes\" | \"no\""}})).constraint;
+    CHECK(g.kind == Kind::grammar);
+    CHECK(g.text == "root ::= \"yes\" | \"no\"");
+    CHECK(accepted(e, body({{"response_format", {{"type", "json_object"}}}})).constraint.kind ==
+          Kind::json_object);
+    auto s = accepted(e, body({{"response_format",
+                                {{"type", "json_schema"},
+                                 {"json_schema", {{"name", "n"}, {"strict", true}, {"schema", schema}}}}}}))
+                 .constraint;
+    CHECK(s.kind == Kind::json_schema);
+    CHECK(json::parse(s.text) == schema);
+    CHECK(s.param == "response_format.json_schema.schema");
+    auto ls = accepted(e, body({{"json_schema", schema}})).constraint;  // llama-server's
+    CHECK(ls.kind == Kind::json_schema);
+    CHECK(ls.param == "json_schema");
+    // llama-server's schema inside a json_object response_format.
+    CHECK(accepted(e, body({{"response_format", {{"type", "json_object"}, {"schema", schema}}}}))
+              .constraint.kind == Kind::json_schema);
+  }
+}
+
+TEST_CASE("openai request: constraints of the wrong shape, too large or two at once are refused",
+          "[http][openai_request]") {
+  const json schema = {{"type", "object"}};
+  auto js = [](json inner) {
+    return json{{"response_format", {{"type", "json_schema"}, {"json_schema", inner}}}};
+  };
+  check(rejected(Endpoint::chat, chat(js(json::object()))), "response_format.json_schema.schema",
+        "is required");
+  check(rejected(Endpoint::chat, chat({{"response_format", {{"type", "json_schema"}}}})),
+        "response_format.json_schema", "is required");
+  check(rejected(Endpoint::chat, chat(js({{"schema", "object"}}))), "response_format.json_schema.schema",
+        "must be an object (a JSON schema), got string");
+  check(rejected(Endpoint::chat, chat(js({{"schema", schema}, {"name", 3}}))),
+        "response_format.json_schema.name", "must be a string");
+  check(rejected(Endpoint::chat, chat(js({{"schema", schema}, {"strict", "yes"}}))),
+        "response_format.json_schema.strict", "must be a boolean");
+  check(rejected(Endpoint::chat, chat({{"json_schema", 5}})), "json_schema", "must be an object");
+  check(rejected(Endpoint::chat, chat({{"grammar", "root ::= \"a\""}, {"json_schema", schema}})),
+        "json_schema", "\"grammar\" and \"json_schema\" both constrain the answer");
+  check(rejected(Endpoint::chat,
+                 chat({{"json_schema", schema}, {"response_format", {{"type", "json_object"}}}})),
+        "response_format", "both constrain the answer");
+  // Sizes: the grammar's text and the schema's JSON text, each at most kMaxConstraintBytes.
+  Limits big = request_limits();
+  const std::string long_grammar = "root ::= \"" + std::string(kMaxConstraintBytes, 'a') + "\"";
+  auto r = parse_request(Endpoint::chat, chat({{"grammar", long_grammar}}).dump(), big);
+  REQUIRE(std::holds_alternative<HttpError>(r));
+  check(std::get<HttpError>(r), "grammar", "the limit is 65536 bytes");
+  json wide = {{"type", "object"}, {"properties", json::object()}};
+  for (int i = 0; i < 4000; ++i) wide["properties"]["p" + std::to_string(i)] = {{"type", "string"}};
+  r = parse_request(Endpoint::chat, chat({{"json_schema", wide}}).dump(), big);
+  REQUIRE(std::holds_alternative<HttpError>(r));
+  check(std::get<HttpError>(r), "json_schema", "the limit is 65536 bytes");
+  // Nesting deeper than the body's limit is refused before any schema is looked at.
+  json deep = schema;
+  for (int i = 0; i < 40; ++i) deep = {{"type", "array"}, {"items", deep}};
+  CHECK(rejected(Endpoint::chat, chat({{"json_schema", deep}})).message.find("nest") != std::string::npos);
 }

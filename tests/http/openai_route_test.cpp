@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "epd/http/base64.hpp"
+#include "epd/model/grammar.hpp"
 #include "test_server.hpp"
 
 using namespace epd::http;
@@ -329,4 +330,44 @@ TEST_CASE("openai route: logprobs, one entry per counted token, streamed as non-
   CHECK(plain[3]["token"] == "\xEF\xBF\xBD");
   CHECK(plain[3]["bytes"] == json::array({0xC3}));
   CHECK(plain[9]["token"] == "P");
+}
+
+TEST_CASE("openai route: constraints reach the router as GBNF, a schema converted once",
+          "[http][openai_route]") {
+  TestServer server;
+  auto cli = server.client();
+  auto post = [&](const json& extra) {
+    json body = {{"prompt", "x"}, {"max_tokens", 4}};
+    body.update(extra);
+    auto res = cli.Post("/v1/completions", body.dump(), kJson);
+    REQUIRE(res);
+    return std::pair{res->status, json::parse(res->body)};
+  };
+  CHECK(post({{"grammar", "root ::= \"yes\" | \"no\""}}).first == 200);
+  CHECK(server.service.last_request().grammar == "root ::= \"yes\" | \"no\"");
+  CHECK(post({{"response_format", {{"type", "json_object"}}}}).first == 200);
+  CHECK(server.service.last_request().grammar == epd::model::json_object_grammar());
+  const json schema = {{"type", "object"},
+                       {"properties", {{"ok", {{"type", "boolean"}}}}},
+                       {"required", {"ok"}},
+                       {"additionalProperties", false}};
+  CHECK(post({{"response_format",
+               {{"type", "json_schema"}, {"json_schema", {{"name", "s"}, {"schema", schema}}}}}})
+            .first == 200);
+  const std::string gbnf = server.service.last_request().grammar;
+  CHECK(gbnf.find("root ::=") != std::string::npos);
+  CHECK(gbnf.find("\"\\\"ok\\\"\"") != std::string::npos);
+  CHECK(post({{"json_schema", schema}}).first == 200);
+  CHECK(server.service.last_request().grammar == gbnf);
+  CHECK(post(json::object()).first == 200);
+  CHECK(server.service.last_request().grammar.empty());
+
+  // A schema llama.cpp's converter refuses is a 400 naming the field, before the router sees it.
+  for (const json& bad : {json{{"$ref", "#/$defs/missing"}}, json{{"$ref", "https://example.com/s.json"}}}) {
+    INFO(bad.dump());
+    const auto [status, body] = post({{"json_schema", bad}});
+    CHECK(status == 400);
+    CHECK(body["error"]["param"] == "json_schema");
+    CHECK(body["error"]["message"].get<std::string>().find("JSON schema") != std::string::npos);
+  }
 }

@@ -192,3 +192,12 @@ TEST_CASE("generate body with prompt_tokens instead of text") {
   CHECK(rejected(json{{"prompt_tokens", std::vector<int>(26, 7)}}.dump()).status == 413);
   CHECK(rejected(R"({"prompt_tokens": null})").message == R"("prompt" is required (a non-empty string))");
 }
+
+TEST_CASE("generate request: a GBNF grammar, a string of at most 64 KiB", "[http][request]") {
+  CHECK(accepted(R"({"prompt":"a"})").grammar.empty());
+  CHECK(accepted(R"({"prompt":"a","grammar":null})").grammar.empty());
+  CHECK(accepted(R"({"prompt":"a","grammar":"root ::= \"x\""})").grammar == "root ::= \"x\"");
+  CHECK(says(rejected(R"({"prompt":"a","grammar":5})"), "\"grammar\" must be a string (GBNF)"));
+  const std::string big = "{\"prompt\":\"a\",\"grammar\":\"" + std::string(65 * 1024, 'a') + "\"}";
+  CHECK(says(rejected(big), "the limit is 65536 bytes"));
+}

@@ -6,6 +6,7 @@
 #include "epd/model/generate.hpp"
 #include "epd/model/rng.hpp"
 #include "epd/model/sampling.hpp"
+#include "epd/model/token_constraint.hpp"
 #include "helpers.hpp"
 
 using namespace epd::model;
@@ -217,5 +218,40 @@ TEST_CASE("generate: one logprob per token, prefill's first too, the same chunke
     }
     batch[0].last_token = next[0];
     batch[1].last_token = next[1];
+  }
+}
+
+namespace logprobs_test {
+
+// Allows the even ids only.
+struct EvenOnly final : TokenConstraint {
+  void apply(std::span<float> logits) override {
+    for (size_t t = 1; t < logits.size(); t += 2) logits[t] = -INFINITY;
+  }
+  bool allows(TokenId t) override { return t % 2 == 0; }
+  epd::protocol::Status accept(TokenId) override { return {}; }
+};
+
+}  // namespace logprobs_test
+
+TEST_CASE("logprobs under a grammar: those of the masked logits, the token the one drawn without them",
+          "[model][sampling][logprobs]") {
+  EvenOnly even;
+  for (const SamplingParams& p : {asking(4), asking(4, 0.8f, 21)}) {
+    for (uint32_t index = 0; index < 50; ++index) {
+      auto l = logits_of(index + 500);
+      SamplingParams plain = p;
+      plain.logprobs = false;
+      plain.top_logprobs = 0;
+      auto a = l, b = l;
+      TokenLogprobs lp;
+      const TokenId with = sample_constrained(a, p, index, TokenFilter::reference, {}, &even, &lp);
+      CHECK(with == sample_constrained(b, plain, index, TokenFilter::reference, {}, &even));
+      CHECK(with % 2 == 0);
+      auto masked = l;
+      even.apply(masked);
+      CHECK(lp == token_logprobs(masked, with, 4));
+      for (const TopLogprob& alt : lp.top) CHECK(alt.id % 2 == 0);  // forbidden tokens are not listed
+    }
   }
 }

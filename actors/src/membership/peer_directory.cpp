@@ -159,6 +159,17 @@ std::map<std::string, uint64_t> PeerDirectory::incarnations() const {
   return out;
 }
 
+bool PeerDirectory::lists_exactly(const std::map<std::string, uint64_t>& expected) const {
+  std::lock_guard lock(mu_);
+  if (peers_.size() != expected.size()) return false;
+  auto e = expected.begin();
+  for (const auto& [id, p] : peers_) {
+    if (id != e->first || p.incarnation != e->second) return false;
+    ++e;
+  }
+  return true;
+}
+
 uint64_t PeerDirectory::version() const {
   std::lock_guard lock(mu_);
   return version_;

@@ -2,6 +2,9 @@
 
 #include <spdlog/spdlog.h>
 
+#include <set>
+#include <utility>
+
 #include "epd/actors/role_support.hpp"
 #include "membership/compat_gate.hpp"
 
@@ -19,9 +22,16 @@ struct RegistryState {
   std::shared_ptr<RegistryView> view;
   std::map<std::string, RegistryEntry> entries;
   uint64_t version = 0;
-  caf::local_actor* self = nullptr;
+  caf::event_based_actor* self = nullptr;
   clock::time_point last_tick;
   CompatGate gate;
+  // Changes not yet sent: the ids whose entry changed (listed now: an upsert; gone: left), and the ids that
+  // joined (they get the full list instead). Sent by one `peers_atom` message the actor sends itself at the
+  // first change, at once or at the end of the publish window: everything that arrives until then (a burst
+  // of HELLOs at a cluster's start, a rack's kills) goes out as one delta per member, not one per change.
+  std::set<std::string> changed, joiners;
+  bool flush_queued = false;
+  clock::time_point last_flush{};
   // The actor system's clock (steady_clock; simulated under the test coordinator, so expiry is testable).
   clock::time_point now() const { return self->clock().now(); }
   static inline const char* name = "registry";
@@ -35,32 +45,59 @@ protocol::Peers full_list(const RegistryState& st) {
   return peers;
 }
 
-// One membership change: `joined` (a new or restarted member, which gets the full list) or `left`. Every
-// other member gets a delta of one entry.
+// One membership change: `joined` (a new or restarted member, which gets the full list) or `left`. The view
+// changes now; the members hear of it in the next flush (a delta for all but the joiners).
 void publish(RegistryState& st, const std::optional<std::string>& joined,
              const std::optional<std::string>& left) {
-  ++st.version;
   if (st.config.full_lists) {
+    ++st.version;
     st.view->set(st.entries);
     const auto peers = full_list(st);
     for (const auto& [_, e] : st.entries) st.bridge->send_to_endpoint(e.info.control_endpoint, peers);
     return;
   }
-  protocol::Peers delta;
-  delta.version = st.version;
-  delta.full = false;
   if (joined) {
-    const auto& e = st.entries.at(*joined);
-    st.view->upsert(e);
-    delta.peers.push_back(e.info);
-    st.bridge->send_to_endpoint(e.info.control_endpoint, full_list(st));
+    st.view->upsert(st.entries.at(*joined));
+    st.changed.insert(*joined);
+    st.joiners.insert(*joined);
   }
   if (left) {
     st.view->erase(*left);
-    delta.left.push_back(*left);
+    st.changed.insert(*left);
+    st.joiners.erase(*left);
   }
+  if (std::exchange(st.flush_queued, true)) return;
+  // A lone change goes out at once; in a burst, at most one version per publish window.
+  const auto due = st.last_flush + st.config.publish_window;
+  if (st.now() >= due)
+    st.self->send(st.self, peers_atom::value);
+  else
+    st.self->delayed_send(st.self, due - st.now(), peers_atom::value);
+}
+
+// Every change since the last flush as one version: the joiners get the full list, everyone else one delta.
+void flush(RegistryState& st) {
+  st.flush_queued = false;
+  st.last_flush = st.now();
+  if (st.changed.empty()) return;
+  ++st.version;
+  protocol::Peers delta;
+  delta.version = st.version;
+  delta.full = false;
+  for (const auto& id : st.changed)
+    if (auto it = st.entries.find(id); it != st.entries.end())
+      delta.peers.push_back(it->second.info);
+    else
+      delta.left.push_back(id);
+  std::optional<protocol::Peers> full;
+  if (!st.joiners.empty()) full = full_list(st);
+  std::vector<std::string> to_joiners, to_others;
   for (const auto& [id, e] : st.entries)
-    if (!joined || id != *joined) st.bridge->send_to_endpoint(e.info.control_endpoint, delta);
+    (st.joiners.count(id) ? to_joiners : to_others).push_back(e.info.control_endpoint);
+  st.bridge->send_to_endpoints(to_others, std::move(delta));
+  if (full) st.bridge->send_to_endpoints(to_joiners, std::move(*full));
+  st.changed.clear();
+  st.joiners.clear();
 }
 
 protocol::HelloAck ack(const RegistryState& st, bool accepted, std::string reason = "") {
@@ -154,6 +191,7 @@ caf::behavior registry(caf::stateful_actor<RegistryState>* self, BridgePtr bridg
   st.gate = CompatGate(st.bridge->instance_id(), st.config.identity, st.config.metrics);
   self->delayed_send(self, st.config.heartbeat_interval, tick_atom::value);
   return {
+      [=](peers_atom) { flush(self->state); },
       [=](tick_atom) {
         auto& s = self->state;
         const auto limit = s.config.heartbeat_interval * s.config.misses;

@@ -21,6 +21,9 @@ struct RegistryConfig {
   // The behaviour before deltas, kept as epd-bench membership's baseline: the full list to every member after
   // each change (health changes included) and the whole table copied into the view on every HEARTBEAT.
   bool full_lists = false;
+  // Changes within this long after a PEERS version go out together as the next one (a lone change goes at
+  // once): a start or a rack's failure costs one delta per member per window, not one per change.
+  std::chrono::milliseconds publish_window{50};
   // Ours: a HELLO from a build with no protocol revision in common, or another model, is refused (and
   // counted in `metrics`, which may be null).
   protocol::BuildIdentity identity = protocol::current_protocol_identity();

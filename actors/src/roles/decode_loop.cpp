@@ -10,6 +10,7 @@
 #include "epd/model/llama.hpp"
 #include "epd/model/prompt_codec.hpp"
 #include "roles/logprobs_wire.hpp"
+#include "roles/room_grammar.hpp"
 
 namespace epd::actors {
 namespace {
@@ -22,6 +23,7 @@ struct Sequence {
   std::vector<uint32_t> history{};
   // With sampling.logprobs: one per token of `tokens` (TOKENS streams each, RESULT repeats them all).
   std::vector<model::TokenLogprobs> logprobs{};
+  std::unique_ptr<model::Grammar> grammar{};  // with a grammar: its state after every token drawn so far
 };
 
 struct LoopState {
@@ -31,6 +33,7 @@ struct LoopState {
   std::unique_ptr<model::ModelRunner> runner;
   std::shared_ptr<const model::PromptCodec> codec;  // what ends a generation; none: only max_new does
   std::deque<Sequence> active;                      // rotated each step so a full batch is fair
+  std::unique_ptr<RoomGrammars> grammars;
   bool stepping = false;
   static inline const char* name = "decode-loop";
 };
@@ -74,6 +77,7 @@ void step(caf::event_based_actor* self, LoopState& st) {
     batch[i].sampling = s.join.sampling;
     batch[i].generated = s.join.first_index + uint32_t(s.tokens.size());  // the index this step draws
     batch[i].history = s.history;
+    batch[i].constraint = s.grammar.get();
   }
   auto status = st.runner->decode_step(st.config.pool, batch, next, logprobs);
   std::deque<Sequence> rest;
@@ -94,6 +98,11 @@ void step(caf::event_based_actor* self, LoopState& st) {
         finish(self, st, s, true);
         continue;
       }
+      if (s.grammar)
+        if (auto ok = s.grammar->accept(next[i]); !ok) {
+          finish(self, st, s, false, ok.error());
+          continue;
+        }
       ++stepped;
     }
     rest.push_back(std::move(s));
@@ -129,12 +138,27 @@ caf::behavior decode_loop(caf::stateful_actor<LoopState>* self, BridgePtr bridge
     st.codec = std::move(*codec);
   else  // the router refuses text for it too; prompts by token ids still run, to max_new
     spdlog::warn("decode-loop: no end-of-generation tokens: {}", codec.error().to_string());
+  st.grammars = std::make_unique<RoomGrammars>(st.config.model);
   return {
       [=](DecodeJoin& join) {
         auto& s = self->state;
         Sequence seq{std::move(join), {}, std::chrono::steady_clock::now()};
         seq.tokens.push_back(seq.join.first_token);
         if (seq.join.sampling.logprobs) seq.logprobs.push_back(std::move(seq.join.first_logprobs));
+        // The grammar's state after the answer so far: a resumed answer's tokens (the prompt's last
+        // first_index), then prefill's. An answer that ends here needs none.
+        std::unique_ptr<model::Grammar> grammar;
+        if (!seq.join.grammar.empty() && !finished(s, seq)) {
+          const auto& p = seq.join.prompt;
+          std::vector<uint32_t> answer(p.end() - std::min<size_t>(seq.join.first_index, p.size()), p.end());
+          answer.push_back(seq.join.first_token);
+          auto g = s.grammars->state(seq.join.grammar, answer);
+          if (!g) {
+            finish(self, s, seq, false, g.error());
+            return;
+          }
+          seq.grammar = std::move(*g);
+        }
         if (seq.join.sampling.penalized()) {
           seq.history = std::move(seq.join.prompt);
           seq.history.push_back(seq.join.first_token);

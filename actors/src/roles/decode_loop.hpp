@@ -21,7 +21,10 @@ struct DecodeJoin {
   uint32_t max_new = 0;      // tokens this room draws, prefill's included
   std::string router;
   model::SamplingParams sampling;
-  std::vector<uint32_t> prompt{};  // SUBMIT's, when a penalty reads it (sampling.penalized()); else empty
+  // SUBMIT's, when a penalty reads it (sampling.penalized()) or a grammar is rebuilt from a resumed
+  // answer's tokens at its end; else empty.
+  std::vector<uint32_t> prompt{};
+  std::string grammar{};                  // SUBMIT's: every token follows it
   model::TokenLogprobs first_logprobs{};  // first_token's (prefill's), with sampling.logprobs
 };
 

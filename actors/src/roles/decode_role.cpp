@@ -74,6 +74,7 @@ struct DecodeRoom {
   bool holding_logged = false;                        // "still holding" said once per quarantined room
   uint32_t prompt_len = 0;
   uint32_t first_index = 0;  // SUBMIT's resume_from
+  std::string grammar{};     // SUBMIT's
   uint32_t max_new = 0;
   protocol::KvStatus kv;          // timings prefill reported
   clock::time_point kv_deadline;  // waiting_timeout after SUBMIT
@@ -298,7 +299,8 @@ void on_submit(DecodeState& st, const Envelope& env, protocol::Submit& s) {
   const auto image_token = model::image_token(m);
   room.images = content_hash_from(s.images_key);
   room.page_keys = page_keys(s.prompt, st.layout.page_size, image_token, room.images, /*tail=*/true);
-  if (st.prefix->enabled() || room.sampling.penalized()) room.prompt = s.prompt;
+  room.grammar = s.grammar;
+  if (st.prefix->enabled() || room.sampling.penalized() || !room.grammar.empty()) room.prompt = s.prompt;
   room.prefix = st.prefix->acquire(room.page_keys, room.prompt_len / st.layout.page_size, room.prompt_len);
   room.held_tokens = uint32_t(room.prefix.size()) * st.layout.page_size;
   // Past the whole pages, a cached page that starts like the rest of the prompt (the last turn's partial
@@ -394,12 +396,14 @@ void start_decoding(DecodeState& st, uint64_t id, DecodeRoom& room) {
     st.pages.free(evicted);
   }
   // The penalties count the prompt's tokens (a resumed answer's first ones end it).
-  std::vector<uint32_t> prompt = room.sampling.penalized() ? room.prompt : std::vector<uint32_t>{};
-  model::TokenLogprobs first_logprobs;
-  if (room.sampling.logprobs) first_logprobs = std::move(from_wire(*room.kv.first_logprobs).front());
-  st.self->send(st.loop,
-                DecodeJoin{id, room.pages, room.prompt_len, room.first_token, room.first_index, room.max_new,
-                           room.router, room.sampling, std::move(prompt), std::move(first_logprobs)});
+  // A grammar's state is rebuilt from a resumed answer's tokens, which end the prompt.
+  std::vector<uint32_t> prompt =
+      room.sampling.penalized() || !room.grammar.empty() ? room.prompt : std::vector<uint32_t>{};
+  DecodeJoin join{id,           room.pages,  room.prompt_len, room.first_token, room.first_index,
+                  room.max_new, room.router, room.sampling,   std::move(prompt)};
+  join.grammar = room.grammar;
+  if (room.sampling.logprobs) join.first_logprobs = std::move(from_wire(*room.kv.first_logprobs).front());
+  st.self->send(st.loop, std::move(join));
 }
 
 // Logs and answers a staging message that matches no room or chunk here.

@@ -8,6 +8,7 @@
 #include "epd/actors/role_support.hpp"
 #include "epd/model/llama.hpp"
 #include "epd/model/mmproj.hpp"
+#include "roles/room_grammar.hpp"
 
 namespace epd::actors {
 namespace {
@@ -26,6 +27,7 @@ struct ComputeState {
   std::deque<Running> queue;  // first come, first computed: the front job runs to its end
   bool stepping = false;      // a step message is queued
   std::chrono::milliseconds chunk_delay{0};
+  std::unique_ptr<RoomGrammars> grammars;  // with the runner
   static inline const char* name = "prefill-compute";
 };
 
@@ -65,7 +67,15 @@ void step(caf::stateful_actor<ComputeState>* self) {
     chunk.generated = job.first_index;
     chunk.history = std::span<const uint32_t>(job.prompt).first(end);  // a resumed answer's tokens end it
     chunk.logprobs = &c.first_logprobs;                                // only the last chunk's draw counts
-    auto r = s.runner->prefill_chunk(s.pool, job.pages, run.begin, chunk);
+    // The first token's draw follows the grammar, from the state after a resumed answer's tokens.
+    protocol::Result<std::unique_ptr<model::Grammar>> grammar = std::unique_ptr<model::Grammar>{};
+    if (end == n && !job.grammar.empty()) {
+      const uint32_t answer = std::min(job.first_index, n);
+      grammar = s.grammars->state(job.grammar, std::span<const uint32_t>(job.prompt).last(answer));
+      if (grammar) chunk.constraint = grammar->get();
+    }
+    auto r = grammar ? s.runner->prefill_chunk(s.pool, job.pages, run.begin, chunk)
+                     : protocol::Result<model::TokenId>(grammar.error());
     if (!r) {
       c.ok = false;
       c.error = r.error();
@@ -100,6 +110,7 @@ caf::behavior prefill_compute(caf::stateful_actor<ComputeState>* self, model::Mo
     return {};
   }
   st.runner = std::move(runner.value());
+  st.grammars = std::make_unique<RoomGrammars>(model);
   return {
       [=](PrefillJob& job) {
         const uint32_t start = job.start;

@@ -5,6 +5,7 @@
 // mid-prompt stops the room before its next chunk.
 #include <caf/all.hpp>
 #include <deque>
+#include <string>
 #include <vector>
 
 #include "epd/model/runner.hpp"
@@ -21,6 +22,7 @@ struct PrefillJob {
   uint32_t chunk_tokens = 64;
   model::SamplingParams sampling;  // draws the first generated token
   uint32_t first_index = 0;        // its index: 0, or SUBMIT's resume_from
+  std::string grammar{};           // SUBMIT's: the first token follows it (after a resumed answer's)
 };
 
 // The room ended: compute no more of it. If its job is still queued or running, it ends with a last

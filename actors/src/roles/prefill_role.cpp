@@ -295,6 +295,7 @@ void maybe_start(PrefillState& st, uint64_t id) {
   job.chunk_tokens = st.settings.chunk_tokens;
   job.sampling = sampling_of(r.submit);
   job.first_index = r.submit.resume_from;
+  job.grammar = r.submit.grammar;
   publish_load(st);
   spdlog::debug("prefill: {} starts: {} prompt tokens ({} cached) for decode '{}'{}",
                 kernel::room_tag(id, r.request_id()), prompt.size(), r.cached_tokens, r.decode,

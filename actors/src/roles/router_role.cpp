@@ -27,6 +27,7 @@
 #include "roles/logprobs_wire.hpp"
 #include "roles/placement_index.hpp"
 #include "roles/roles.hpp"
+#include "roles/room_grammar.hpp"
 #include "router_metrics.hpp"
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(epd::http::GenerateRequest)
@@ -149,6 +150,7 @@ struct RouterState : kernel::RoleBase {
   std::unique_ptr<RouterMetrics> metrics;  // counted at the same points as `stats`
   RouterLimits limits;
   RouterCodec codec;
+  std::unique_ptr<RoomGrammars> grammars;  // parses each request's grammar once, before its rooms
   static inline const char* name = "router";
 };
 
@@ -218,6 +220,7 @@ void start_attempt(RouterState& st, uint64_t req_id);
 void set_request_fields(protocol::Submit& s, const GenerateRequest& r) {
   s.request_id = r.request_id;
   set_sampling(s, r.sampling);
+  s.grammar = r.grammar;
 }
 
 // Starts queued requests while in-flight slots are free.
@@ -635,6 +638,12 @@ void on_generate(RouterState& s, uint64_t ticket, GenerateRequest& req, SinkPtr&
     count_failure(s, name);
     return reject(code == ErrorCode::config_error ? 422 : 400, name, prompt.error().detail);
   }
+  if (!req.grammar.empty()) {  // parsed here once, so a bad one is a 400 and never a failed room
+    if (auto g = s.grammars->state(req.grammar, {}); !g) {
+      count_failure(s, "invalid_request");
+      return reject(400, "invalid_request", g.error().detail);
+    }
+  }
   Pending p;
   p.sink = std::move(sink);
   p.request = std::move(req);
@@ -671,6 +680,7 @@ caf::behavior router(caf::stateful_actor<RouterState>* self, RoleContext ctx,
   auto& st = kernel::start(self, std::move(ctx));
   st.limits = limits;
   st.codec = std::move(codec);
+  st.grammars = std::make_unique<RoomGrammars>(st.ctx.model);
   st.metrics = std::make_unique<RouterMetrics>(*st.ctx.metrics);
   st.prefix_index = std::make_unique<PrefixIndex>(st.ctx.model.page_size, limits.prefix_index_blocks);
   return kernel::role_behavior(

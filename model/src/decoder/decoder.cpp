@@ -94,8 +94,9 @@ class Decoder final : public LlamaRunner {
     forward(pool, n, /*prefill=*/true);
     const size_t first = keep_all_ ? 0 : n - 1;
     compute_logits(&x_[first * d], n - first);
-    return sample_token(std::span(logits_).subspan((n - 1 - first) * cfg_.vocab, cfg_.vocab), chunk.sampling,
-                        chunk.generated, opts_.filter, chunk.history, chunk.logprobs);
+    return sample_constrained(std::span(logits_).subspan((n - 1 - first) * cfg_.vocab, cfg_.vocab),
+                              chunk.sampling, chunk.generated, opts_.filter, chunk.history, chunk.constraint,
+                              chunk.logprobs);
   }
 
   protocol::Status decode_step(const KvPool& pool, std::span<const DecodeSeq> batch, std::span<TokenId> next,
@@ -127,9 +128,9 @@ class Decoder final : public LlamaRunner {
     forward(pool, n, /*prefill=*/false);
     compute_logits(x_.data(), n);
     for (size_t i = 0; i < n; ++i)
-      next[i] = sample_token(std::span(logits_).subspan(i * cfg_.vocab, cfg_.vocab), batch[i].sampling,
-                             batch[i].generated, opts_.filter, batch[i].history,
-                             logprobs.empty() ? nullptr : &logprobs[i]);
+      next[i] = sample_constrained(std::span(logits_).subspan(i * cfg_.vocab, cfg_.vocab), batch[i].sampling,
+                                   batch[i].generated, opts_.filter, batch[i].history, batch[i].constraint,
+                                   logprobs.empty() ? nullptr : &logprobs[i]);
     return {};
   }
 

@@ -1,10 +1,11 @@
 #include "epd/transport/control_channel.hpp"
 
-#include <poll.h>
 #include <spdlog/spdlog.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <map>
@@ -12,6 +13,8 @@
 #include <set>
 #include <thread>
 #include <zmq.hpp>
+
+#include "hub_member.hpp"
 
 namespace epd::transport {
 namespace {
@@ -69,14 +72,18 @@ std::string z85_of(const zmq::message_t& raw) {
 // sockets' ZMQ_FDs without the lock, then takes it to read what arrived, and calls the handler after it is
 // released (a handler may send). A socket's ZMQ_FD signals only "look at ZMQ_EVENTS", and any operation on
 // the socket may consume that signal, so a caller whose send leaves a socket readable wakes the I/O thread.
-struct ControlChannel::Impl {
+struct ControlChannel::Impl final : detail::HubMember {
   ChannelConfig config;
   Handler handler;
   DisconnectHandler on_disconnect;
   // Sockets: the registry's process holds a DEALER and its monitor per member, which passes ZeroMQ's
-  // default of 1,023 per context at about 500 members (epd-bench membership runs 1,000).
-  zmq::context_t ctx{1, 8192};
-  zmq::socket_t router{ctx, zmq::socket_type::router};
+  // default of 1,023 per context at about 500 members (epd-bench membership runs up to 10,000).
+  // Made only without a hub: a context costs a descriptor (its mailbox) even with no socket in it.
+  std::unique_ptr<zmq::context_t> own_ctx;
+  std::shared_ptr<ChannelHub> hub;  // set: the hub's context and thread instead of ours
+  uint64_t hub_key = 0;
+  zmq::context_t* ctx = nullptr;
+  zmq::socket_t router;
   zmq::socket_t zap;             // REP at zap_endpoint (CURVE only)
   zmq::socket_t router_monitor;  // handshake failures on the ROUTER (CURVE only)
   std::string bound;
@@ -93,6 +100,7 @@ struct ControlChannel::Impl {
   uint64_t monitors = 0;
   bool poll_set_changed = true;  // a dealer came or went: the I/O thread rebuilds what it polls
   bool look_at_all = true;       // a caller may have consumed a socket's signal: read every socket once
+  bool look_at_router = false;   // ... the ROUTER's (answers go out on it): read it once
   bool closed = false;           // stop() closed the sockets: sends are dropped
 
   ~Impl() {
@@ -114,7 +122,7 @@ struct ControlChannel::Impl {
   Dealer* dealer_for(const std::string& endpoint) {
     auto it = dealers.find(endpoint);
     if (it != dealers.end()) return &it->second;
-    zmq::socket_t s(ctx, zmq::socket_type::dealer);
+    zmq::socket_t s(*ctx, zmq::socket_type::dealer);
     if (config.curve) {
       const std::string server = config.curve->server_key ? config.curve->server_key(endpoint) : "";
       if (server.empty()) {
@@ -136,13 +144,14 @@ struct ControlChannel::Impl {
       s.set(zmq::sockopt::heartbeat_ttl, config.heartbeat_timeout_ms);
     }
     // The monitor must be attached before connect so no disconnect can be missed.
-    const std::string addr = "inproc://epd-monitor-" + std::to_string(++monitors);
+    const uint64_t number = hub ? ++hub->impl().monitors : ++monitors;
+    const std::string addr = "inproc://epd-monitor-" + std::to_string(number);
     // A failed handshake (the peer refused our key, or it is not who we think) is reported like a disconnect:
     // the peer is unreachable to us, and that must show rather than frames queueing forever.
     const int events = ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
                        ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL;
     if (zmq_socket_monitor(s.handle(), addr.c_str(), events) != 0) throw zmq::error_t();
-    zmq::socket_t mon(ctx, zmq::socket_type::pair);
+    zmq::socket_t mon(*ctx, zmq::socket_type::pair);
     mon.set(zmq::sockopt::linger, 0);
     mon.connect(addr);
     s.connect(endpoint);
@@ -179,8 +188,8 @@ struct ControlChannel::Impl {
         return;
       }
       zmq::socket_t* used = use();
-      if (used && readable(*used)) look_at_all = true;
-      wake_io = look_at_all || poll_set_changed;
+      if (used && readable(*used)) (used == &router ? look_at_router : look_at_all) = true;
+      wake_io = look_at_all || look_at_router || poll_set_changed;
     }
     if (wake_io) wake();
   }
@@ -351,11 +360,11 @@ struct ControlChannel::Impl {
   }
 
   // Under mu: what the I/O thread polls (outside the lock), rebuilt when a dealer came or went.
-  void rebuild_poll_set(std::vector<pollfd>& fds, std::vector<Watched>& watched) {
+  void rebuild_poll_set(std::vector<int>& fds, std::vector<Watched>& watched) {
     fds.clear();
     watched.clear();
     auto add = [&](int fd, Watch kind, const std::string& endpoint = {}) {
-      fds.push_back({fd, POLLIN, 0});
+      fds.push_back(fd);
       watched.push_back({kind, endpoint});
     };
     add(wake_fd, Watch::wake);
@@ -413,34 +422,89 @@ struct ControlChannel::Impl {
     return true;
   }
 
+  // Hands what arrived to the handlers, outside the lock (a handler may send).
+  void dispatch(std::vector<Inbound>& inbox, std::vector<std::string>& lost) {
+    for (auto& in : inbox) deliver(in);
+    inbox.clear();
+    for (const auto& ep : lost) {
+      if (!on_disconnect) continue;
+      try {
+        on_disconnect(ep);
+      } catch (const std::exception& e) {
+        spdlog::error("control: disconnect handler failed for {}: {}", ep, e.what());
+      }
+    }
+    lost.clear();
+  }
+
+  void drain_wake() {
+    uint64_t counter;
+    [[maybe_unused]] auto n = ::read(wake_fd, &counter, sizeof counter);
+  }
+
+  // The I/O thread waits on an epoll set rebuilt whenever a dealer comes or goes, so a wake-up costs what
+  // is ready, not every socket: the registry's process holds two sockets per member, and a poll() of all
+  // of them per heartbeat made each heartbeat O(members).
   void loop() {
-    std::vector<pollfd> fds;
+    std::vector<int> fds;
     std::vector<Watched> watched;
     std::vector<Inbound> inbox;
     std::vector<std::string> lost;
-    bool more = false;  // a socket had more than reads_per_wake messages: look again without sleeping
+    std::vector<epoll_event> events(256);
+    std::vector<size_t> ready, busy;  // indices into watched: signalled; had more than one turn's reads
+    int ep = -1;
     while (!stopping.load()) {
+      bool rebuilt = false, look_now = false;
       {
         std::lock_guard lock(mu);
         retired.clear();  // not polled since the last rebuild below
-        if (poll_set_changed) rebuild_poll_set(fds, watched);
+        if (poll_set_changed) {
+          rebuild_poll_set(fds, watched);
+          rebuilt = true;
+          busy.clear();  // its indices are the old set's; the rebuild makes every socket be read
+        }
+        look_now = look_at_all || look_at_router;
       }
-      const bool again = more;
-      const int rc = ::poll(fds.data(), fds.size(), again ? 0 : 200);
-      if (rc < 0 && errno != EINTR) spdlog::error("control: poll failed: {}", std::strerror(errno));
-      if (fds[0].revents & POLLIN) {
-        uint64_t counter;
-        [[maybe_unused]] auto n = ::read(wake_fd, &counter, sizeof counter);
+      if (rebuilt) {
+        if (ep >= 0) ::close(ep);
+        ep = ::epoll_create1(EPOLL_CLOEXEC);
+        for (size_t i = 0; i < fds.size(); ++i) {
+          epoll_event ev{};
+          ev.events = EPOLLIN;
+          ev.data.u64 = i;
+          if (::epoll_ctl(ep, EPOLL_CTL_ADD, fds[i], &ev) != 0)
+            spdlog::error("control: cannot poll descriptor {}: {}", fds[i], std::strerror(errno));
+        }
       }
-      more = false;
+      const bool again = !busy.empty() || look_now;
+      const int rc = ::epoll_wait(ep, events.data(), int(events.size()), again ? 0 : 200);
+      if (rc < 0 && errno != EINTR) spdlog::error("control: epoll_wait failed: {}", std::strerror(errno));
+      ready.swap(busy);
+      busy.clear();
+      for (int i = 0; i < rc; ++i) {
+        const size_t w = events[i].data.u64;
+        if (w == 0)
+          drain_wake();
+        else
+          ready.push_back(w);
+      }
       {
         std::lock_guard lock(mu);
         // On the idle tick every socket is looked at too: a safety net. What it finds waited for the
         // tick, which means a lost signal (a defect): counted, logged once.
-        const bool tick = rc == 0 && !again && !look_at_all;
-        const bool all = std::exchange(look_at_all, false) || again || rc == 0;
-        for (size_t i = 0; i < watched.size(); ++i)
-          if (all || fds[i].revents) more |= read_watched(watched[i], inbox, lost);
+        const bool tick = rc == 0 && !again && !look_at_all && !look_at_router;
+        const bool all = std::exchange(look_at_all, false) || (rc == 0 && !again);
+        if (std::exchange(look_at_router, false)) ready.push_back(router_index(watched));
+        if (all) {
+          ready.resize(watched.size());
+          for (size_t i = 0; i < ready.size(); ++i) ready[i] = i;
+        } else {
+          // In the order they are listed: ZAP before the ROUTER, so a handshake never waits on frames.
+          std::sort(ready.begin(), ready.end());
+          ready.erase(std::unique(ready.begin(), ready.end()), ready.end());
+        }
+        for (size_t i : ready)
+          if (read_watched(watched[i], inbox, lost)) busy.push_back(i);
         if (tick && !inbox.empty()) {
           late_reads += inbox.size();
           if (first_time("late reads"))
@@ -448,23 +512,50 @@ struct ControlChannel::Impl {
                          inbox.size());
         }
       }
-      for (auto& in : inbox) deliver(in);
-      inbox.clear();
-      for (const auto& ep : lost) {
-        if (!on_disconnect) continue;
-        try {
-          on_disconnect(ep);
-        } catch (const std::exception& e) {
-          spdlog::error("control: disconnect handler failed for {}: {}", ep, e.what());
-        }
-      }
-      lost.clear();
+      ready.clear();
+      dispatch(inbox, lost);
     }
+    if (ep >= 0) ::close(ep);
+    close_sockets();
+  }
+
+  static size_t router_index(const std::vector<Watched>& watched) {
+    for (size_t i = 0; i < watched.size(); ++i)
+      if (watched[i].kind == Watch::router) return i;
+    return 0;
+  }
+
+  // On the hub's thread. A channel on a hub has a handful of sockets: every one is read each time.
+  bool service(const std::function<void(const std::vector<int>&)>& watch, bool tick) override {
+    std::vector<Inbound> inbox;
+    std::vector<std::string> lost;
+    bool more = false;
+    drain_wake();
+    {
+      std::lock_guard lock(mu);
+      if (closed || stopping.load()) return false;
+      if (poll_set_changed) {
+        rebuild_poll_set(hub_fds, hub_watched);
+        watch(hub_fds);  // before the retired sockets close: their descriptors may be reused at once
+      }
+      retired.clear();
+      look_at_all = look_at_router = false;
+      for (const auto& w : hub_watched) more |= read_watched(w, inbox, lost);
+      if (tick && !inbox.empty()) late_reads += inbox.size();
+    }
+    dispatch(inbox, lost);
+    return more;
+  }
+  std::vector<int> hub_fds;  // what the hub polls for this channel (its thread only)
+  std::vector<Watched> hub_watched;
+
+  // Closes every socket; later sends are dropped. Queued frames still go out, bounded by linger.
+  void close_sockets() {
     std::lock_guard lock(mu);
     closed = true;
     retired.clear();
     for (auto& [_, d] : dealers) zmq_socket_monitor(d.socket.handle(), nullptr, 0);
-    dealers.clear();  // queued frames still go out, bounded by linger
+    dealers.clear();
     if (router_monitor) zmq_socket_monitor(router.handle(), nullptr, 0);
     router.close();
     router_monitor.close();
@@ -478,11 +569,26 @@ Result<std::unique_ptr<ControlChannel>> ControlChannel::start(ChannelConfig conf
                                                               DisconnectHandler on_disconnect) {
   auto impl = std::make_unique<Impl>();
   impl->config = std::move(config);
+  if (impl->config.hub) {
+    if (impl->config.curve)
+      return make_error(ErrorCode::config_error,
+                        "control: a CURVE channel cannot share a hub (one ZAP handler per ZeroMQ context)");
+    impl->hub = impl->config.hub;
+    impl->ctx = &impl->hub->impl().ctx;
+  } else {
+    try {
+      impl->own_ctx = std::make_unique<zmq::context_t>(1, 1 << 15);  // sockets: see own_ctx
+    } catch (const zmq::error_t& e) {  // out of descriptors: an error to report, not a crash
+      return make_error(ErrorCode::io_error, std::string("cannot make a ZeroMQ context: ") + e.what());
+    }
+    impl->ctx = impl->own_ctx.get();
+  }
   impl->handler = std::move(handler);
   impl->on_disconnect = std::move(on_disconnect);
   impl->wake_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (impl->wake_fd < 0) return make_error(ErrorCode::io_error, "eventfd failed");
   try {
+    impl->router = zmq::socket_t(*impl->ctx, zmq::socket_type::router);
     impl->router.set(zmq::sockopt::linger, impl->config.linger_ms);
     impl->router.set(zmq::sockopt::router_mandatory, 1);
     // A peer's new connection takes its routing id over from an old one we have not seen close yet (it
@@ -495,7 +601,7 @@ Result<std::unique_ptr<ControlChannel>> ControlChannel::start(ChannelConfig conf
       auto& c = *impl->config.curve;
       // The ZAP handler is bound before the ROUTER: libzmq admits every CURVE client when no handler
       // listens, so no connection may be accepted before it does.
-      impl->zap = zmq::socket_t(impl->ctx, zmq::socket_type::rep);
+      impl->zap = zmq::socket_t(*impl->ctx, zmq::socket_type::rep);
       impl->zap.set(zmq::sockopt::linger, 0);
       impl->zap.bind(zap_endpoint);
       impl->router.set(zmq::sockopt::curve_server, 1);
@@ -506,7 +612,7 @@ Result<std::unique_ptr<ControlChannel>> ControlChannel::start(ChannelConfig conf
                              ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
                                  ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) != 0)
         throw zmq::error_t();
-      impl->router_monitor = zmq::socket_t(impl->ctx, zmq::socket_type::pair);
+      impl->router_monitor = zmq::socket_t(*impl->ctx, zmq::socket_type::pair);
       impl->router_monitor.set(zmq::sockopt::linger, 0);
       impl->router_monitor.connect(mon);
     }
@@ -517,7 +623,10 @@ Result<std::unique_ptr<ControlChannel>> ControlChannel::start(ChannelConfig conf
                       "cannot bind control endpoint " + impl->config.bind_endpoint + ": " + e.what());
   }
   Impl* raw = impl.get();
-  impl->io = std::thread([raw] { raw->loop(); });
+  if (impl->hub)
+    impl->hub_key = impl->hub->impl().attach(raw);
+  else
+    impl->io = std::thread([raw] { raw->loop(); });
   return std::unique_ptr<ControlChannel>(new ControlChannel(std::move(impl)));
 }
 
@@ -546,9 +655,14 @@ ChannelStats ControlChannel::stats() const {
 
 void ControlChannel::stop() {
   if (!impl_ || impl_->stopping.exchange(true)) return;
+  if (impl_->hub) {
+    impl_->hub->impl().detach(impl_->hub_key);
+    impl_->close_sockets();
+    return;  // the context is the hub's
+  }
   impl_->wake();
   if (impl_->io.joinable()) impl_->io.join();
-  impl_->ctx.close();
+  impl_->own_ctx->close();
 }
 
 }  // namespace epd::transport

@@ -86,7 +86,8 @@ class Bridge {
                                                          std::string bind_endpoint,
                                                          protocol::CodecLimits limits = {},
                                                          LivenessConfig liveness = {},
-                                                         std::optional<transport::CurveConfig> curve = {});
+                                                         std::optional<transport::CurveConfig> curve = {},
+                                                         std::shared_ptr<transport::ChannelHub> hub = {});
   // A bridge without sockets or I/O thread, for deterministic in-process tests of the actors (CAF's test
   // coordinator runs them on the test's thread; a ZeroMQ thread would make the order of events random).
   // Outbound frames are encoded as usual and collected in `outbox()`; inbound frames are handed in by
@@ -113,6 +114,8 @@ class Bridge {
   bool send(const std::string& peer_id, protocol::Body body);
   // Sends to an endpoint directly (e.g. the registry, before any PEERS arrived).
   void send_to_endpoint(const std::string& endpoint, protocol::Body body);
+  // The same message to many endpoints, encoded once (the registry's PEERS to every member).
+  void send_to_endpoints(const std::vector<std::string>& endpoints, protocol::Body body);
   // Answers a peer that reached our ROUTER (routing id = its instance id), even if it is not registered.
   void reply(const std::string& routing_id, protocol::Body body);
   // Answers the sender of `env`: through its registered endpoint, or straight back through our ROUTER when

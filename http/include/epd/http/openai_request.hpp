@@ -28,6 +28,18 @@ struct Message {
   std::vector<std::vector<uint8_t>> images;  // raw PNG/JPEG/PPM bytes from data: URIs, in order (user only)
 };
 
+// GBNF and a schema's JSON text are each at most this long (model::kMaxGrammarBytes, the limit SUBMIT
+// carries).
+inline constexpr size_t kMaxConstraintBytes = 64 * 1024;
+
+// Constrained decoding (docs/http-api.md, "Structured output"): the answer follows a grammar.
+struct Constraint {
+  enum class Kind { none, grammar, json_object, json_schema };
+  Kind kind = Kind::none;
+  std::string text{};   // grammar: the GBNF; json_schema: the schema's JSON text
+  std::string param{};  // the field it came from ("grammar", "response_format.json_schema.schema", ...)
+};
+
 struct Request {
   Endpoint endpoint = Endpoint::completions;
   std::string model;              // as given; empty if absent
@@ -42,6 +54,7 @@ struct Request {
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   uint32_t n = 1;              // choices, 1..kMaxChoices; choice i is drawn with seed + i
+  Constraint constraint{};     // response_format, or llama-server's grammar / json_schema
 };
 
 inline constexpr uint32_t kMaxChoices = 8;

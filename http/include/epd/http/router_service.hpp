@@ -30,6 +30,9 @@ struct GenerateRequest {
   std::vector<std::vector<uint8_t>> images_ppm;
   uint32_t max_tokens = 16;
   model::SamplingParams sampling;
+  // Constrained decoding: a GBNF grammar (llama.cpp's) the answer follows, JSON schemas already converted;
+  // empty: none. The router refuses one that does not parse with 400 before any room is made.
+  std::string grammar{};
   std::string request_id;  // X-Request-Id: written by every role in the log lines of this request's rooms
 };
 

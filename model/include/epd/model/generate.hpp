@@ -29,6 +29,9 @@ struct GenerateOptions {
   // A resumed answer: the prompt ends with the first `first_index` tokens drawn before, and the first token
   // drawn here has that index (as a router resumes a handed-over room). max_tokens counts the rest.
   uint32_t first_index = 0;
+  // Set: masks every draw (a grammar, epd/model/grammar.hpp) and is told each drawn token that does not end
+  // the answer. Owned by the caller, in the state after the answer's first `first_index` tokens.
+  TokenConstraint* constraint{};
   DType dtype = DType::f32;
   KvDimOrder order = KvDimOrder::token_head_dim;
   // Set: mirror the disaggregated staged path. Prefill runs in the pool above (model page size), the prompt's

@@ -11,6 +11,7 @@
 #include "epd/model/image.hpp"
 #include "epd/model/kv_cache.hpp"
 #include "epd/model/sampling.hpp"
+#include "epd/model/token_constraint.hpp"
 #include "epd/model/tokens.hpp"
 #include "epd/protocol/result.hpp"
 
@@ -45,6 +46,8 @@ struct PrefillChunk {
   std::span<const TokenId> history{};
   // With sampling.logprobs: receives the drawn token's log-probabilities (sample_token's). Unread otherwise.
   TokenLogprobs* logprobs = nullptr;
+  // Set: masks the logits of the token after the chunk before the draw (a grammar). Not advanced here.
+  TokenConstraint* constraint{};
 };
 
 // The chunk [begin, end) of a full prompt, with the embedding rows of its image tokens (greedy sampling:
@@ -72,6 +75,8 @@ struct DecodeSeq {
   // With a penalty (sampling.penalized()): the sequence's length + 1 tokens, the prompt then the answer
   // through last_token, whose last `generated` are the answer's (sample_token's history). Unread otherwise.
   std::span<const TokenId> history{};
+  // Set: masks the logits before the draw (a grammar). Not advanced here: the caller accepts the token.
+  TokenConstraint* constraint{};
 };
 
 // A model's vision tower alone: what the encoder role runs. It holds none of the language model's weights.

@@ -611,6 +611,9 @@ struct Submit {
   // RESULT. They never change the draw.
   bool logprobs = false;      // each generated token's log-probability
   uint32_t top_logprobs = 0;  // and this many most likely alternatives with theirs, 0..20 (with logprobs)
+  // Constrained decoding (the router converts JSON schemas and checks the grammar); prefill and decode
+  // rebuild its state from a resumed answer's tokens.
+  std::string grammar{};  // GBNF (llama.cpp's) every generated token follows, <= 64 KiB; empty: none
 
   bool operator==(const Submit&) const = default;
   template <class S, class V>
@@ -639,6 +642,7 @@ struct Submit {
     v.opt("images_key", s.images_key);
     v.opt("logprobs", s.logprobs);
     v.opt("top_logprobs", s.top_logprobs);
+    v.opt("grammar", s.grammar);
   }
 };
 

@@ -59,6 +59,9 @@ class PeerDirectory {
   uint64_t version() const;
   // Every listed peer's incarnation (epd-bench membership compares directories with it).
   std::map<std::string, uint64_t> incarnations() const;
+  // Lists exactly these peers at these incarnations (no copy: epd-bench membership asks thousands of
+  // directories every millisecond).
+  bool lists_exactly(const std::map<std::string, uint64_t>& expected) const;
 
  private:
   mutable std::mutex mu_;

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_set>
 #include <vector>
@@ -79,6 +80,12 @@ class RegistryView {
       on_change(id, it == entries_.end() ? nullptr : &it->second);
     }
     changed_.clear();
+  }
+  std::optional<RegistryEntry> find(const std::string& id) const {
+    std::lock_guard lock(mu_);
+    auto it = entries_.find(id);
+    if (it == entries_.end()) return std::nullopt;
+    return it->second;
   }
   std::vector<RegistryEntry> entries() const {
     std::lock_guard lock(mu_);

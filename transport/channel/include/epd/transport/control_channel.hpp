@@ -18,6 +18,8 @@
 
 namespace epd::transport {
 
+class ChannelHub;
+
 // CURVE on every socket of the channel (docs/architecture.md, "Control plane authentication"): the ROUTER
 // is a CURVE server that admits, through a ZAP handler on the channel's I/O thread, only clients whose public
 // key is in `allowed`, and only under the routing id that key belongs to; each DEALER is a CURVE client that
@@ -41,6 +43,9 @@ struct ChannelConfig {
   int heartbeat_ivl_ms = 0;
   int heartbeat_timeout_ms = 0;
   std::optional<CurveConfig> curve;  // none: plain ZMTP (the config allows that on loopback only)
+  // Set: the channel uses the hub's ZeroMQ context and I/O thread (channel_hub.hpp), not its own. Plain
+  // channels only.
+  std::shared_ptr<ChannelHub> hub{};
 };
 
 struct ChannelStats {
