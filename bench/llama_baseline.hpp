@@ -14,6 +14,7 @@ struct ModelWorkload {
   uint32_t depth = 512;       // decode: sequences already this many tokens long
   uint32_t steps = 64;        // decode steps timed
   int repeat = 3;
+  int logprobs = -1;  // epd's decode steps report each token's logprobs with this many alternatives; -1: none
 };
 
 struct ModelFigures {

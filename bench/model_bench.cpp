@@ -113,11 +113,14 @@ std::optional<EpdRun> measure_epd(m::ModelConfig cfg, const ModelWorkload& w, m:
         const auto prompt = make_prompt(cfg, w.depth, b);
         auto tok = r.prefill_chunk(p.pool, pages[b], 0, {prompt, {}});
         seqs[b] = m::DecodeSeq{pages[b], w.depth, tok ? *tok : m::TokenId{'a'}};
+        seqs[b].sampling.logprobs = w.logprobs >= 0;
+        seqs[b].sampling.top_logprobs = uint32_t(std::max(0, w.logprobs));
       }
       std::vector<m::TokenId> next(batch);
+      std::vector<m::TokenLogprobs> logprobs(w.logprobs >= 0 ? batch : 0);
       auto t0 = clock_type::now();
       for (uint32_t i = 0; i < w.steps; ++i) {
-        if (auto st = r.decode_step(p.pool, seqs, next); !st) {
+        if (auto st = r.decode_step(p.pool, seqs, next, logprobs); !st) {
           std::fprintf(stderr, "decode: %s\n", st.error().to_string().c_str());
           break;
         }
@@ -291,6 +294,10 @@ int run_model_bench(int argc, char** argv) {
   app.add_option("--depth", w.depth, "decode: tokens already in each sequence")->check(CLI::Range(1u, 8000u));
   app.add_option("--steps", w.steps, "decode steps per measurement")->check(CLI::Range(1u, 1000u));
   app.add_option("--repeat", w.repeat, "repetitions (best is reported)")->check(CLI::Range(1, 100));
+  app.add_option("--logprobs", w.logprobs,
+                 "epd's decode steps also compute each token's logprobs and this many alternatives (0..20), "
+                 "as a request with logprobs does: their cost")
+      ->check(CLI::Range(0, 20));
   app.add_option("--threads", w.threads, "compute threads of checkpoint runs (epd and llama.cpp)")
       ->check(CLI::Range(1u, 256u));
   app.add_option("--kv-dtype", kv, "epd's KV cache element type: f32, f16 or bf16")

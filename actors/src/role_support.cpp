@@ -66,6 +66,8 @@ model::SamplingParams sampling_of(const protocol::Submit& s) {
   p.presence_penalty = s.presence_penalty;
   p.frequency_penalty = s.frequency_penalty;
   p.repetition_penalty = s.repetition_penalty;
+  p.logprobs = s.logprobs;
+  p.top_logprobs = s.top_logprobs;
   // Unequal lists take no bias at all; validate() then refuses the room (a NaN bias).
   if (s.logit_bias_ids.size() != s.logit_bias_values.size()) {
     p.logit_bias.emplace_back(0, NAN);
@@ -85,6 +87,8 @@ void set_sampling(protocol::Submit& s, const model::SamplingParams& p) {
   s.presence_penalty = p.presence_penalty;
   s.frequency_penalty = p.frequency_penalty;
   s.repetition_penalty = p.repetition_penalty;
+  s.logprobs = p.logprobs;
+  s.top_logprobs = p.top_logprobs;
   s.logit_bias_ids.clear();
   s.logit_bias_values.clear();
   for (const auto& [id, bias] : p.logit_bias) {

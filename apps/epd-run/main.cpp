@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> image_files;
   uint32_t max_tokens = 16, chunk = 0, threads = 1;
   bool json = false, chat = false;
+  std::optional<uint32_t> top_logprobs;  // --logprobs N
   uint32_t decode_page_size = 0;
   std::string decode_dtype, decode_order;
   m::SamplingParams sampling;
@@ -58,6 +59,9 @@ int main(int argc, char** argv) {
       "--repetition-penalty", sampling.repetition_penalty,
       "divide positive logits (multiply negative ones) of prompt and answer tokens; (0, 2], 1 = off");
   app.add_option("--seed", sampling.seed, "seed of the sampling draws (with each token's index)");
+  app.add_option("--logprobs", top_logprobs,
+                 "with --json, each token's log-probability and this many alternatives (0..20): the oracle "
+                 "of the API's logprobs");
   // Any of these runs decode in its own KV layout, converted once from prefill's (the staged path).
   auto* dps =
       app.add_option("--decode-page-size", decode_page_size, "decode KV page size in tokens (1..4096)")
@@ -108,6 +112,10 @@ int main(int argc, char** argv) {
       std::cerr << "epd-run: --logit-bias " << b << ": expected ID=BIAS\n";
       return 2;
     }
+  }
+  if (top_logprobs) {
+    sampling.logprobs = true;
+    sampling.top_logprobs = *top_logprobs;
   }
   if (auto st = m::validate(sampling); !st) {
     std::cerr << "epd-run: " << st.error().to_string() << "\n";

@@ -51,7 +51,6 @@ const std::vector<Rule>& rules() {
       {"xtc_probability", kNumber, Effect::if_neutral, 0, "XTC sampling (\"xtc_probability\" other than 0)"},
       {"dynatemp_range", kNumber, Effect::if_neutral, 0, "dynamic temperature (\"dynatemp_range\")"},
       {"min_keep", kInteger, Effect::if_neutral, 0, "\"min_keep\" other than 0"},
-      {"n_probs", kInteger, Effect::if_neutral, 0, "\"n_probs\" (token probabilities)"},
       {"post_sampling_probs", kBoolean, Effect::if_neutral, false, "\"post_sampling_probs\""},
       {"ignore_eos", kBoolean, Effect::if_neutral, false, "\"ignore_eos\": true"},
       {"n_predict", kInteger, Effect::if_neutral, -1, "\"n_predict\" (send max_tokens)"},
@@ -81,6 +80,7 @@ const std::vector<Rule>& rules() {
       {"n_cache_reuse", kInteger, Effect::none, nullptr, ""},     // likewise
       {"id_slot", kInteger, Effect::none, nullptr, ""},           // no slots: the router places
       {"sse_ping_interval", kNumber, Effect::none, nullptr, ""},  // transport only
+      {"n_probs", kInteger, Effect::none, nullptr, ""},           // logprobs: openai_request.cpp takes it
   };
   return table;
 }

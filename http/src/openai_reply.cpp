@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "epd/http/utf8.hpp"
+
 namespace epd::http::openai {
 namespace {
 
@@ -39,17 +41,63 @@ json extras_json(const Extras& e) {
 }
 
 // A choice of a streamed chunk: a completions chunk carries "text", a chat chunk a "delta".
-json chunk_choice(Endpoint endpoint, uint32_t index, json text_or_delta, json finish_reason) {
+json chunk_choice(Endpoint endpoint, uint32_t index, json text_or_delta, json finish_reason,
+                  json logprobs = nullptr) {
   if (endpoint == Endpoint::completions) {
     return {{"text", std::move(text_or_delta)},
             {"index", index},
-            {"logprobs", nullptr},
+            {"logprobs", std::move(logprobs)},
             {"finish_reason", std::move(finish_reason)}};
   }
   return {{"index", index},
           {"delta", std::move(text_or_delta)},
-          {"logprobs", nullptr},
+          {"logprobs", std::move(logprobs)},
           {"finish_reason", std::move(finish_reason)}};
+}
+
+// Code points of valid UTF-8 (every byte but continuation bytes starts one).
+size_t code_points(std::string_view s) {
+  size_t n = 0;
+  for (unsigned char c : s) n += (c & 0xC0) != 0x80;
+  return n;
+}
+
+// Chat's {"token", "logprob", "bytes"} of one token.
+json chat_entry(const LogprobEntry& e) {
+  json bytes = json::array();
+  for (unsigned char c : e.bytes) bytes.push_back(int(c));
+  return {{"token", to_valid_utf8(e.bytes)}, {"logprob", double(e.logprob)}, {"bytes", std::move(bytes)}};
+}
+
+// The "logprobs" of a choice or chunk. Completions' text_offset counts code points of the tokens' texts
+// from `offset` on, which it advances.
+json logprobs_json(Endpoint endpoint, std::span<const TokenLogprob> entries, size_t& offset) {
+  if (endpoint == Endpoint::chat) {
+    json content = json::array();
+    for (const TokenLogprob& t : entries) {
+      json e = chat_entry(t.chosen);
+      json top = json::array();
+      for (const LogprobEntry& alt : t.top) top.push_back(chat_entry(alt));
+      e["top_logprobs"] = std::move(top);
+      content.push_back(std::move(e));
+    }
+    return {{"content", std::move(content)}, {"refusal", nullptr}};
+  }
+  json tokens = json::array(), values = json::array(), tops = json::array(), offsets = json::array();
+  for (const TokenLogprob& t : entries) {
+    const std::string text = to_valid_utf8(t.chosen.bytes);
+    tokens.push_back(text);
+    values.push_back(double(t.chosen.logprob));
+    json top = json::object();  // two alternatives with the same text keep the likelier (listed first)
+    for (const LogprobEntry& alt : t.top) top.emplace(to_valid_utf8(alt.bytes), double(alt.logprob));
+    tops.push_back(std::move(top));
+    offsets.push_back(offset);
+    offset += code_points(text);
+  }
+  return {{"tokens", std::move(tokens)},
+          {"token_logprobs", std::move(values)},
+          {"top_logprobs", std::move(tops)},
+          {"text_offset", std::move(offsets)}};
 }
 
 }  // namespace
@@ -77,13 +125,17 @@ std::string completion_body(const ResponseHead& head, std::span<const Choice> ch
   body["choices"] = json::array();
   for (size_t i = 0; i < choices.size(); ++i) {
     const Choice& c = choices[i];
+    size_t offset = 0;
+    json logprobs = c.logprobs ? logprobs_json(head.endpoint, *c.logprobs, offset) : json(nullptr);
     if (head.endpoint == Endpoint::completions) {
-      body["choices"].push_back(
-          {{"text", c.text}, {"index", i}, {"logprobs", nullptr}, {"finish_reason", finish_name(c.finish)}});
+      body["choices"].push_back({{"text", c.text},
+                                 {"index", i},
+                                 {"logprobs", std::move(logprobs)},
+                                 {"finish_reason", finish_name(c.finish)}});
     } else {
       body["choices"].push_back({{"index", i},
                                  {"message", {{"role", "assistant"}, {"content", c.text}}},
-                                 {"logprobs", nullptr},
+                                 {"logprobs", std::move(logprobs)},
                                  {"finish_reason", finish_name(c.finish)}});
     }
   }
@@ -107,8 +159,12 @@ std::string sse_data(std::string_view json) {
   return "data: " + std::string(json) + "\n\n";
 }
 
-StreamRenderer::StreamRenderer(ResponseHead head, bool include_usage, uint32_t choices)
-    : head_(std::move(head)), include_usage_(include_usage), choices_(choices) {}
+StreamRenderer::StreamRenderer(ResponseHead head, bool include_usage, uint32_t choices, bool logprobs)
+    : head_(std::move(head)),
+      include_usage_(include_usage),
+      choices_(choices),
+      logprobs_(logprobs),
+      text_offset_(choices, 0) {}
 
 std::string StreamRenderer::start() {
   return role_if_not_sent();
@@ -129,22 +185,28 @@ std::string StreamRenderer::role_if_not_sent() {
   return out;
 }
 
-std::string StreamRenderer::text(std::string_view delta, uint32_t index) {
+std::string StreamRenderer::text(std::string_view delta, uint32_t index,
+                                 std::span<const TokenLogprob> logprobs) {
   std::string out = role_if_not_sent();
   if (delta.empty()) return out;
   json payload = head_.endpoint == Endpoint::completions ? json(delta) : json{{"content", delta}};
+  json lp = logprobs_ ? logprobs_json(head_.endpoint, logprobs, text_offset_.at(index)) : json(nullptr);
   json chunk = head_json(head_, true);
-  chunk["choices"] = json::array({chunk_choice(head_.endpoint, index, std::move(payload), nullptr)});
+  chunk["choices"] =
+      json::array({chunk_choice(head_.endpoint, index, std::move(payload), nullptr, std::move(lp))});
   if (include_usage_) chunk["usage"] = nullptr;
   return out + sse_data(dump(chunk));
 }
 
-std::string StreamRenderer::finish_choice(uint32_t index, FinishReason reason, const Extras& extras) {
+std::string StreamRenderer::finish_choice(uint32_t index, FinishReason reason, const Extras& extras,
+                                          std::span<const TokenLogprob> logprobs) {
   std::string out = role_if_not_sent();
   json payload = head_.endpoint == Endpoint::completions ? json("") : json::object();
+  json lp = logprobs_ && !logprobs.empty() ? logprobs_json(head_.endpoint, logprobs, text_offset_.at(index))
+                                           : json(nullptr);
   json chunk = head_json(head_, true);
-  chunk["choices"] =
-      json::array({chunk_choice(head_.endpoint, index, std::move(payload), finish_name(reason))});
+  chunk["choices"] = json::array(
+      {chunk_choice(head_.endpoint, index, std::move(payload), finish_name(reason), std::move(lp))});
   if (include_usage_) chunk["usage"] = nullptr;
   chunk["epd"] = extras_json(extras);
   return out + sse_data(dump(chunk));

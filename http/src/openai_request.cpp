@@ -18,7 +18,8 @@ namespace {
 
 using namespace fields;
 
-constexpr size_t kMaxStops = 4;  // OpenAI's limit
+constexpr size_t kMaxStops = 4;                 // OpenAI's limit
+constexpr uint32_t kMaxCompletionLogprobs = 5;  // OpenAI's limit of the completions route's "logprobs"
 
 class Parser {
  public:
@@ -132,6 +133,37 @@ class Parser {
     return {};
   }
 
+  // Chat: "logprobs" (boolean) and "top_logprobs" (0..20, only with logprobs); completions: "logprobs"
+  // (0..5 alternatives; any integer asks for the chosen tokens' too). llama-server's "n_probs" (0..20) asks
+  // for them with that many alternatives on either route, and must agree with the OpenAI fields if both are
+  // sent. docs/http-api.md, "Log probabilities".
+  Failure logprobs() {
+    model::SamplingParams& p = out_.sampling;
+    if (endpoint_ == Endpoint::chat) {
+      if (const json* v = field(doc_, "logprobs")) {
+        if (!v->is_boolean()) return wrong_type("logprobs", "a boolean", *v);
+        p.logprobs = v->get<bool>();
+      }
+      if (auto e = count("top_logprobs", model::kMaxTopLogprobs, p.top_logprobs)) return e;
+      if (p.top_logprobs > 0 && !p.logprobs)
+        return invalid("top_logprobs", "\"top_logprobs\" needs \"logprobs\": true");
+    } else if (field(doc_, "logprobs")) {
+      if (auto e = count("logprobs", kMaxCompletionLogprobs, p.top_logprobs)) return e;
+      p.logprobs = true;
+    }
+    uint32_t n_probs = 0;
+    if (auto e = count("n_probs", model::kMaxTopLogprobs, n_probs)) return e;
+    if (n_probs == 0) return {};
+    if (p.logprobs && p.top_logprobs != n_probs)
+      return invalid("n_probs",
+                     "\"n_probs\" (" + std::to_string(n_probs) +
+                         ") asks for other log probabilities than \"logprobs\"/\"top_logprobs\" (" +
+                         std::to_string(p.top_logprobs) + " alternatives); send one of them");
+    p.logprobs = true;
+    p.top_logprobs = n_probs;
+    return {};
+  }
+
   // Known fields that would change the answer in ways epd cannot honour.
   Failure refused() {
     if (const json* v = field(doc_, "n")) {
@@ -161,26 +193,10 @@ class Parser {
       if (!v->is_string()) return wrong_type("suffix", "a string", *v);
       if (!v->get_ref<const std::string&>().empty()) return unsupported("suffix", "\"suffix\" (insertion)");
     }
-    if (const json* v = field(doc_, "logprobs")) {
-      if (!v->is_number_integer()) return wrong_type("logprobs", "an integer", *v);
-      if (!v->is_number_unsigned() || v->get<uint64_t>() != 0) {
-        return unsupported("logprobs", "\"logprobs\" (token log probabilities)");
-      }
-    }
     return {};
   }
 
   Failure refused_chat() {
-    if (const json* v = field(doc_, "logprobs")) {
-      if (!v->is_boolean()) return wrong_type("logprobs", "a boolean", *v);
-      if (v->get<bool>()) return unsupported("logprobs", "\"logprobs\" (token log probabilities)");
-    }
-    if (const json* v = field(doc_, "top_logprobs")) {
-      if (!v->is_number_integer()) return wrong_type("top_logprobs", "an integer", *v);
-      if (!v->is_number_unsigned() || v->get<uint64_t>() != 0) {
-        return unsupported("top_logprobs", "\"top_logprobs\" (token log probabilities)");
-      }
-    }
     for (const std::string name : {"tools", "functions"}) {
       if (auto e =
               nonempty(name, json::value_t::array, "an array", in_quotes(name) + " (function calling)")) {
@@ -217,6 +233,18 @@ class Parser {
     return {};
   }
 
+  // An integer field in 0..max into `out`; absent: `out` unchanged.
+  Failure count(const std::string& name, uint32_t max, uint32_t& out) {
+    const json* v = field(doc_, name);
+    if (!v) return {};
+    const std::string range = "an integer in 0.." + std::to_string(max);
+    if (!v->is_number_integer()) return wrong_type(name, range, *v);
+    if (!v->is_number_unsigned() || v->get<uint64_t>() > max)
+      return invalid(name, in_quotes(name) + " is " + v->dump() + "; it must be " + range);
+    out = uint32_t(v->get<uint64_t>());
+    return {};
+  }
+
   // A field that is harmless only when empty; `what` names it in the refusal.
   Failure nonempty(const std::string& name, json::value_t type, std::string_view type_text,
                    std::string_view what) {
@@ -245,8 +273,8 @@ std::variant<Request, HttpError> parse_request(Endpoint endpoint, std::string_vi
   request.endpoint = endpoint;
   Parser p(endpoint, doc, limits, request);
   auto input = endpoint == Endpoint::completions ? &Parser::prompt : &Parser::messages;
-  for (auto step : {&Parser::model, input, &Parser::max_tokens, &Parser::sampling, &Parser::stop,
-                    &Parser::stream, &Parser::refused, &Parser::constraint}) {
+  for (auto step : {&Parser::model, input, &Parser::max_tokens, &Parser::sampling, &Parser::logprobs,
+                    &Parser::stop, &Parser::stream, &Parser::refused, &Parser::constraint}) {
     if (auto e = (p.*step)()) return std::move(*e);
   }
   return request;

@@ -35,7 +35,8 @@ class OpenAiAnswer final : public std::enable_shared_from_this<OpenAiAnswer> {
         ex_(std::move(ex)),
         head_(head),
         stream_(stream),
-        renderer_(std::move(head), include_usage, n),
+        renderer_(std::move(head), include_usage, n, request.sampling.logprobs),
+        logprobs_(request.sampling.logprobs),
         request_(std::move(request)) {
     for (uint32_t i = 0; i < n; ++i) choices_.emplace_back(stop, ctx_->service.codec());
   }
@@ -54,12 +55,22 @@ class OpenAiAnswer final : public std::enable_shared_from_this<OpenAiAnswer> {
       if (c.launched && !c.done) ctx_->service.cancel(c.ticket, "the client disconnected");
   }
 
+  // The router's log-probabilities of the tokens of the next on_tokens.
+  void on_logprobs(uint32_t i, std::span<const model::TokenLogprobs> logprobs) {
+    std::lock_guard lock(mu_);
+    choices_[i].incoming.assign(logprobs.begin(), logprobs.end());
+  }
+
   void on_tokens(uint32_t i, std::span<const uint32_t> tokens) {
     std::lock_guard lock(mu_);
     Choice& c = choices_[i];
     if (answered_ || c.stopped) return;
-    for (uint32_t t : tokens) {
+    for (size_t j = 0; j < tokens.size(); ++j) {
+      const uint32_t t = tokens[j];
       ++c.completion_tokens;
+      // Each counted token has its entry (a stop string's last token too); it goes out with the next text.
+      if (logprobs_)
+        c.pending.push_back(entry(t, j < c.incoming.size() ? c.incoming[j] : model::TokenLogprobs{}));
       auto delta = c.text.push(c.tokens_text.push(model::TokenId(t)));
       emit(i, delta.text);
       if (delta.stopped) {
@@ -92,7 +103,9 @@ class OpenAiAnswer final : public std::enable_shared_from_this<OpenAiAnswer> {
     prompt_tokens_ = r.prompt_tokens;
     if (stream_) {
       emit(i, {});  // a stream that produced no text still sends its head and role chunks
-      ex_->send(renderer_.finish_choice(i, c.reason, c.extras));
+      // Tokens without text left to send (an end token) have their entries in the finish chunk.
+      ex_->send(renderer_.finish_choice(i, c.reason, c.extras, c.pending));
+      c.pending.clear();
     }
     if (i == 0) launch_rest();
     if (++finished_ == choices_.size()) complete(r);
@@ -105,6 +118,10 @@ class OpenAiAnswer final : public std::enable_shared_from_this<OpenAiAnswer> {
     TextStream text;                    // stop strings, on the text
     model::GenerationText tokens_text;  // tokens to text, with the model's detokenizer
     std::string body;                   // the answer so far, when not streaming
+    // With logprobs: the router's for the tokens of the next on_tokens, and the entries of counted tokens
+    // not sent yet (streamed: until a chunk with text carries them; else: the whole answer's).
+    std::vector<model::TokenLogprobs> incoming;
+    std::vector<openai::TokenLogprob> pending;
     uint64_t ticket = 0;
     bool launched = false, done = false;
     bool stopped = false;  // a stop string was reached; the rest of its tokens are not wanted
@@ -117,6 +134,9 @@ class OpenAiAnswer final : public std::enable_shared_from_this<OpenAiAnswer> {
   class Sink final : public GenerationSink {
    public:
     Sink(std::shared_ptr<OpenAiAnswer> answer, uint32_t index) : answer_(std::move(answer)), index_(index) {}
+    void on_logprobs(std::span<const model::TokenLogprobs> logprobs) override {
+      answer_->on_logprobs(index_, logprobs);
+    }
     void on_tokens(std::span<const uint32_t> tokens) override { answer_->on_tokens(index_, tokens); }
     void on_done(GenerateResponse r) override { answer_->on_done(index_, std::move(r)); }
 
@@ -142,8 +162,9 @@ class OpenAiAnswer final : public std::enable_shared_from_this<OpenAiAnswer> {
   }
 
   void emit(uint32_t i, const std::string& text) {
+    Choice& c = choices_[i];
     if (!stream_) {
-      choices_[i].body += text;
+      c.body += text;
       return;
     }
     if (!headers_sent_) {
@@ -151,7 +172,23 @@ class OpenAiAnswer final : public std::enable_shared_from_this<OpenAiAnswer> {
       ex_->send(renderer_.start());
       headers_sent_ = true;
     }
-    if (!text.empty()) ex_->send(renderer_.text(text, i));
+    if (text.empty()) return;
+    ex_->send(renderer_.text(text, i, c.pending));
+    c.pending.clear();
+  }
+
+  // A token's logprobs entry: the token and its alternatives as the model's detokenizer spells them.
+  openai::TokenLogprob entry(uint32_t token, const model::TokenLogprobs& lp) const {
+    openai::TokenLogprob e{{piece(token), lp.logprob}};
+    for (const auto& alt : lp.top) e.top.push_back({piece(alt.id), alt.logprob});
+    return e;
+  }
+
+  // A token's bytes: a checkpoint's piece (special tokens by their text), the reference model's byte.
+  std::string piece(uint32_t token) const {
+    const auto id = model::TokenId(token);
+    return codec_ ? codec_->tokenizer().piece(id, /*render_special=*/true)
+                  : model::decode_text(std::span(&id, 1));
   }
 
   // A stop string ended the choice: its generation stops; the router's answer to the cancel (with the
@@ -197,7 +234,10 @@ class OpenAiAnswer final : public std::enable_shared_from_this<OpenAiAnswer> {
       return;
     }
     std::vector<openai::Choice> out;
-    for (auto& c : choices_) out.push_back({std::move(c.body), c.reason, c.extras});
+    for (auto& c : choices_) {
+      out.push_back({std::move(c.body), c.reason, c.extras});
+      if (logprobs_) out.back().logprobs = std::move(c.pending);
+    }
     ex_->respond(200, openai::completion_body(head_, out, usage), kJson,
                  {{"X-Request-Id", request_.request_id}});
   }
@@ -208,6 +248,8 @@ class OpenAiAnswer final : public std::enable_shared_from_this<OpenAiAnswer> {
   const openai::ResponseHead head_;
   const bool stream_;
   openai::StreamRenderer renderer_;
+  const bool logprobs_;  // the request asked for them
+  const std::shared_ptr<const model::PromptCodec> codec_ = ctx_->service.codec();
   const GenerateRequest request_;  // choice 0's; choice i's differs in its seed
   std::vector<Choice> choices_;
   uint32_t finished_ = 0;

@@ -130,6 +130,7 @@ static protocol::Status run_prompt(ModelRunner& runner, GenerateResult& res, con
   auto t0 = clock::now();
   const uint32_t chunk = opts.chunk == 0 ? n : opts.chunk;
   TokenId next = 0;
+  TokenLogprobs next_logprobs;  // the drawn token's, with opts.sampling.logprobs
   for (uint32_t begin = 0; begin < n; begin += chunk) {
     const uint32_t end = std::min(n, begin + chunk);
     PrefillChunk c =
@@ -137,6 +138,7 @@ static protocol::Status run_prompt(ModelRunner& runner, GenerateResult& res, con
     c.sampling = opts.sampling;
     c.generated = opts.first_index;
     c.history = std::span(res.prompt).first(end);
+    c.logprobs = &next_logprobs;
     if (end == n) c.constraint = opts.constraint;
     auto r = runner.prefill_chunk(pool, pages, begin, c);
     if (!r) return r.error();
@@ -168,6 +170,7 @@ static protocol::Status run_prompt(ModelRunner& runner, GenerateResult& res, con
   if (opts.sampling.penalized()) history = res.prompt;
   while (max_new > 0) {
     res.tokens.push_back(seq.last_token);
+    if (opts.sampling.logprobs) res.logprobs.push_back(std::move(next_logprobs));
     if (opts.sampling.penalized()) {
       history.push_back(seq.last_token);
       seq.history = history;
@@ -183,7 +186,8 @@ static protocol::Status run_prompt(ModelRunner& runner, GenerateResult& res, con
     if (opts.constraint)
       if (auto st = opts.constraint->accept(seq.last_token); !st) return st.error();
     TokenId out = 0;
-    if (auto st = runner.decode_step(dpool, {&seq, 1}, {&out, 1}); !st) return st.error();
+    if (auto st = runner.decode_step(dpool, {&seq, 1}, {&out, 1}, {&next_logprobs, 1}); !st)
+      return st.error();
     seq.length += 1;
     seq.generated += 1;
     seq.last_token = out;
@@ -212,7 +216,29 @@ std::string to_json(const GenerateResult& r) {
   }
   char digest[17];
   std::snprintf(digest, sizeof digest, "%016llx", static_cast<unsigned long long>(r.kv_digest));
-  os << "\",\"prompt_tokens\":" << r.prompt.size()
+  os << "\"";
+  if (!r.logprobs.empty()) {
+    // Nine significant digits read back as the same float, so a test can compare exact values.
+    auto num = [&](float v) {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%.9g", static_cast<double>(v));
+      os << buf;
+    };
+    os << ",\"logprobs\":[";
+    for (size_t i = 0; i < r.logprobs.size(); ++i) {
+      os << (i ? "," : "") << "{\"logprob\":";
+      num(r.logprobs[i].logprob);
+      os << ",\"top\":[";
+      for (size_t j = 0; j < r.logprobs[i].top.size(); ++j) {
+        os << (j ? "," : "") << "[" << r.logprobs[i].top[j].id << ",";
+        num(r.logprobs[i].top[j].logprob);
+        os << "]";
+      }
+      os << "]}";
+    }
+    os << "]";
+  }
+  os << ",\"prompt_tokens\":" << r.prompt.size()
      << ",\"stopped_at_eos\":" << (r.stopped_at_eos ? "true" : "false") << ",\"kv_digest\":\"" << digest
      << "\""
      << ",\"timings_ms\":{\"encode\":" << r.encode_ms << ",\"prefill\":" << r.prefill_ms

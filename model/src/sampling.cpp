@@ -72,6 +72,11 @@ protocol::Status validate(const SamplingParams& p) {
     return protocol::make_error(
         ErrorCode::invalid_request,
         "repetition_penalty must be a number in (0, 2], got " + show(p.repetition_penalty));
+  if (p.top_logprobs > (p.logprobs ? kMaxTopLogprobs : 0))
+    return protocol::make_error(ErrorCode::invalid_request, "top_logprobs must be in 0.." +
+                                                                std::to_string(kMaxTopLogprobs) +
+                                                                (p.logprobs ? "" : " and needs logprobs") +
+                                                                ", got " + std::to_string(p.top_logprobs));
   return {};
 }
 
@@ -117,14 +122,20 @@ TokenId draw(std::span<const float> logits, const SamplingParams& p, uint32_t in
 }  // namespace
 
 TokenId sample_token(std::span<const float> logits, const SamplingParams& p, uint32_t index, TokenFilter f,
-                     std::span<const TokenId> history) {
+                     std::span<const TokenId> history, TokenLogprobs* logprobs) {
   if (logits.empty()) return 0;
-  if (p.logit_bias.empty() && !p.penalized()) return draw(logits, p, index, f);
+  // The draw, then (when asked) the log-probabilities of the very logits it was drawn from.
+  auto drawn = [&](std::span<const float> x) {
+    const TokenId t = draw(x, p, index, f);
+    if (logprobs && p.logprobs) *logprobs = token_logprobs(x, t, p.top_logprobs, f);
+    return t;
+  };
+  if (p.logit_bias.empty() && !p.penalized()) return drawn(logits);
   std::vector<float> x(logits.begin(), logits.end());
   for (const auto& [id, bias] : p.logit_bias)
     if (id < x.size()) x[id] += bias;
   if (p.penalized()) apply_penalties(x, p, index, history);
-  return draw(x, p, index, f);
+  return drawn(x);
 }
 
 namespace {

@@ -21,6 +21,11 @@ std::string_view type_name(MessageType type) {
   return name;
 }
 
+bool logprobs_fit(const Logprobs& l, size_t tokens, uint32_t max_top) {
+  return l.chosen.size() == tokens && l.top <= max_top && l.top_ids.size() == uint64_t{l.top} * tokens &&
+         l.top_values.size() == l.top_ids.size();
+}
+
 bool is_known_type(uint64_t raw) {
   return raw <= 0xffff && type_name(static_cast<MessageType>(raw)) != "UNKNOWN";
 }

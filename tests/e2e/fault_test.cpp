@@ -273,7 +273,9 @@ TEST_CASE("fault 7: kill -9 a decode under an n = 4 answer: its choices are retr
   sampling.temperature = 0.9;
   sampling.seed = 11;
   json body = sampling_body(sampling);
-  body.update({{"prompt", prompt}, {"max_tokens", kTokens}, {"n", 4}});
+  // With logprobs: a resumed choice's tokens already streamed keep theirs, the rest are drawn (and their
+  // logprobs computed) again, the first of them by the new prefill; all must equal epd-run's.
+  body.update({{"prompt", prompt}, {"max_tokens", kTokens}, {"n", 4}, {"logprobs", 2}});
   std::pair<int, std::string> answer;
   std::jthread client([&] { answer = cluster.post_raw("/v1/completions", body.dump()); });
   // Once both decodes run choices of the answer (a choice may end early at the end token), kill the busier.
@@ -298,12 +300,21 @@ TEST_CASE("fault 7: kill -9 a decode under an n = 4 answer: its choices are retr
   for (int i = 0; i < 4; ++i) {
     Sampling s = sampling;
     s.seed = 11 + uint64_t(i);
+    s.logprobs = 2;
+    const Reference ref = reference(prompt, kTokens, "", s);
     std::string bytes;  // the tiny model's tokens are bytes, then its end token (257)
-    for (int t : reference(prompt, kTokens, "", s).tokens) {
+    for (int t : ref.tokens) {
       if (t == 257) break;
       if (t < 256) bytes += char(t);
     }
     CHECK(j["choices"][i]["text"] == epd::http::to_valid_utf8(bytes));
+    const json& lp = j["choices"][i]["logprobs"];
+    REQUIRE(lp["token_logprobs"].size() == ref.tokens.size());
+    for (size_t t = 0; t < ref.tokens.size(); ++t) {
+      INFO("choice " << i << " token " << t);
+      CHECK(float(lp["token_logprobs"][t].get<double>()) == float(ref.logprobs[t]["logprob"].get<double>()));
+      CHECK(lp["top_logprobs"][t].size() >= 1);
+    }
     retried += j["epd"]["choices"][i]["attempts"].get<int>() > 1;
   }
   CHECK(retried >= 1);  // the killed decode held at least one choice...

@@ -227,6 +227,110 @@ TEST_CASE("OpenAI SDK: completions and chat, plain and streamed, equal epd-run",
   CHECK(cluster.wait_all_free().size() == 4);
 }
 
+namespace sdk_logprobs {
+
+struct LogprobsCase {
+  std::string name;
+  bool chat;
+  json params;  // prompt or messages, max_tokens, and the endpoint's logprobs fields
+  Sampling sampling;
+  int top = 0;  // alternatives the fields ask for
+  bool image = false;
+  int n = 1;
+};
+
+// Each case with epd-run's tokens and log-probabilities for every choice (seed + i), as logprobs.mjs reads.
+json make_spec(const std::vector<LogprobsCase>& cases) {
+  json spec = {{"cases", json::array()}};
+  for (const auto& c : cases) {
+    json params = c.params;
+    params.update(sampling_body(c.sampling));
+    if (c.n > 1) params["n"] = c.n;
+    const std::string prompt = c.chat ? chat_prompt(params["messages"]) : params["prompt"].get<std::string>();
+    json one = {{"name", c.name},
+                {"endpoint", c.chat ? "chat" : "completions"},
+                {"params", params},
+                {"top", c.top},
+                {"greedy", c.sampling.temperature == 0},
+                {"expect_choices", json::array()},
+                {"expect_logprobs", json::array()}};
+    for (int i = 0; i < c.n; ++i) {
+      Sampling s = c.sampling;
+      if (i > 0) s.seed = s.seed.value_or(0) + uint64_t(i);
+      s.logprobs = c.top;
+      const auto ref = reference(prompt, params["max_tokens"], c.image ? kPpm : "", s);
+      INFO(c.name);
+      REQUIRE(ref.logprobs.size() == ref.tokens.size());
+      one["expect_choices"].push_back(ref.tokens);
+      one["expect_logprobs"].push_back(ref.logprobs);
+    }
+    spec["cases"].push_back(std::move(one));
+  }
+  return spec;
+}
+
+}  // namespace sdk_logprobs
+
+TEST_CASE("OpenAI SDK: logprobs and top_logprobs equal epd-run's for every token including the first",
+          "[e2e][multiproc][openai][logprobs]") {
+  require_node_sdk();
+  Cluster cluster(ClusterSpec{});
+  cluster.start();
+  Sampling sampled;
+  sampled.temperature = 0.9;
+  sampled.top_k = 50;
+  sampled.seed = 77;
+  Sampling shaped = sampled;  // the logprobs are those after the bias and the penalties
+  shaped.logit_bias = {{uint32_t('e'), -100.0}, {uint32_t('a'), 3.0}};
+  shaped.presence_penalty = 0.7;
+  shaped.repetition_penalty = 1.4;
+  const json image_message =
+      user(json::array({{{"type", "image_url"}, {"image_url", {{"url", "@file:" + kPng}}}},
+                        {{"type", "text"}, {"text", "What is it?"}}}));
+  using sdk_logprobs::LogprobsCase;
+  const std::vector<LogprobsCase> cases = {
+      {"chat greedy, top_logprobs 5",
+       true,
+       {{"messages", {user("Name a colour.")}}, {"max_tokens", 12}, {"logprobs", true}, {"top_logprobs", 5}},
+       {},
+       5},
+      {"chat sampled, logprobs without alternatives",
+       true,
+       {{"messages", {user("Tell me a story.")}}, {"max_tokens", 10}, {"logprobs", true}},
+       sampled,
+       0},
+      {"completion sampled with bias and penalties, logprobs 3",
+       false,
+       {{"prompt", "Say it again #0"}, {"max_tokens", 16}, {"logprobs", 3}},
+       shaped,
+       3},
+      {"completion greedy, logprobs 5",
+       false,
+       {{"prompt", "Hello, epd!"}, {"max_tokens", 12}, {"logprobs", 5}},
+       {},
+       5},
+      {"chat with a PNG image, top_logprobs 20",
+       true,
+       {{"messages", {image_message}}, {"max_tokens", 8}, {"logprobs", true}, {"top_logprobs", 20}},
+       {},
+       20,
+       true},
+      {"chat n = 3 sampled, llama-server's n_probs 4",
+       true,
+       {{"messages", {user("Tell me a story.")}}, {"max_tokens", 8}, {"n_probs", 4}},
+       sampled,
+       4,
+       false,
+       3},
+  };
+  const auto r = run_node("logprobs.mjs", cluster, sdk_logprobs::make_spec(cases));
+  INFO(r.output);
+  CHECK(r.exit_code == 0);
+  CHECK(r.output.find(" 0 failed") != std::string::npos);
+  INFO(cluster.logs());
+  CHECK(cluster.wait_all_free().size() == 4);
+}
+
 TEST_CASE("OpenAI SDK: errors are typed, X-Request-Id is echoed", "[e2e][multiproc][openai]") {
   require_node_sdk();
   Cluster cluster(ClusterSpec{});

@@ -92,6 +92,7 @@ Reference reference(const std::string& prompt, int max_tokens, const std::string
   if (s.repetition_penalty)
     argv.insert(argv.end(), {"--repetition-penalty", std::to_string(*s.repetition_penalty)});
   if (s.seed) argv.insert(argv.end(), {"--seed", std::to_string(*s.seed)});
+  if (s.logprobs) argv.insert(argv.end(), {"--logprobs", std::to_string(*s.logprobs)});
   const auto r = run_command(argv);
   if (r.exit_code != 0) throw std::runtime_error("epd-run failed: " + r.output);
   // --json prints one object on its own line; anything else on the output is a log line.
@@ -101,7 +102,8 @@ Reference reference(const std::string& prompt, int max_tokens, const std::string
     pos = end == std::string::npos ? r.output.size() : end + 1;
     const auto j = nlohmann::json::parse(line, nullptr, false);
     if (j.is_object() && j.contains("tokens"))
-      return {j["tokens"].get<std::vector<int>>(), j.value("prompt_tokens", 0)};
+      return {j["tokens"].get<std::vector<int>>(), j.value("prompt_tokens", 0),
+              j.value("logprobs", nlohmann::json())};
   }
   throw std::runtime_error("epd-run printed no tokens: " + r.output);
 }

@@ -38,11 +38,14 @@ struct Sampling {
   std::optional<double> frequency_penalty;
   std::optional<double> repetition_penalty;
   std::optional<uint64_t> seed;
+  // Not a sampling field of the request (each endpoint spells it its own way): epd-run --logprobs N.
+  std::optional<int> logprobs;
 };
 
 struct Reference {
   std::vector<int> tokens;  // generated
   int prompt_tokens = 0;    // BOS, image placeholders and text
+  nlohmann::json logprobs;  // with Sampling::logprobs: per token {"logprob": x, "top": [[id, x], ...]}
 };
 
 // What the colocated runner (epd-run, tiny preset) generates; throws if it fails.

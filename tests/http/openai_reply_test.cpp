@@ -208,3 +208,74 @@ TEST_CASE("openai reply: n choices, each with its index, one usage for all", "[h
   CHECK(e[6]["usage"]["completion_tokens"] == 2);
   CHECK(e[7] == "[DONE]");
 }
+
+namespace reply_logprobs_test {
+
+// Values exact in binary, so the JSON text is predictable.
+std::vector<TokenLogprob> two_tokens() {
+  return {{{"Hi", -0.5f}, {{"Hi", -0.5f}, {"Ho", -1.25f}}},
+          {{"\xC3\xA9!", -0.25f}, {{"\xC3\xA9!", -0.25f}, {"\xFF", -2.0f}}}};
+}
+
+}  // namespace reply_logprobs_test
+
+TEST_CASE("openai reply: chat logprobs in OpenAI's shape, with each token's bytes", "[http][openai_reply]") {
+  Choice c{"Hié!", FinishReason::stop, extras(), reply_logprobs_test::two_tokens()};
+  auto body = ordered::parse(completion_body(head(Endpoint::chat), std::span(&c, 1), {3, 2}));
+  CHECK(body["choices"][0]["logprobs"].dump() ==
+        R"({"content":[{"token":"Hi","logprob":-0.5,"bytes":[72,105],"top_logprobs":[)"
+        R"({"token":"Hi","logprob":-0.5,"bytes":[72,105]},{"token":"Ho","logprob":-1.25,"bytes":[72,111]}]},)"
+        R"({"token":"é!","logprob":-0.25,"bytes":[195,169,33],"top_logprobs":[)"
+        R"({"token":"é!","logprob":-0.25,"bytes":[195,169,33]},)"
+        R"({"token":"�","logprob":-2.0,"bytes":[255]}]}],"refusal":null})");
+  // Not asked for: null, as before.
+  Choice plain{"Hi", FinishReason::stop, extras()};
+  CHECK(ordered::parse(
+            completion_body(head(Endpoint::chat), std::span(&plain, 1), {3, 1}))["choices"][0]["logprobs"]
+            .is_null());
+}
+
+TEST_CASE("openai reply: completions logprobs, four lists with text offsets in code points",
+          "[http][openai_reply]") {
+  Choice c{"Hié!", FinishReason::length, extras(), reply_logprobs_test::two_tokens()};
+  auto body = ordered::parse(completion_body(head(Endpoint::completions), std::span(&c, 1), {3, 2}));
+  CHECK(body["choices"][0]["logprobs"].dump() ==
+        R"({"tokens":["Hi","é!"],"token_logprobs":[-0.5,-0.25],)"
+        R"("top_logprobs":[{"Hi":-0.5,"Ho":-1.25},{"é!":-0.25,"�":-2.0}],"text_offset":[0,2]})");
+}
+
+TEST_CASE("openai reply: streamed logprobs ride with their text, the rest with the finish chunk",
+          "[http][openai_reply]") {
+  const auto both = reply_logprobs_test::two_tokens();
+  for (Endpoint endpoint : {Endpoint::chat, Endpoint::completions}) {
+    StreamRenderer r(head(endpoint), false, 1, /*logprobs=*/true);
+    std::string sse = r.start();
+    sse += r.text("Hi", 0, std::span(both).first(1));
+    sse += r.text("é", 0, {});  // text whose token's entry went out before: an empty list
+    sse += r.finish_choice(0, FinishReason::stop, extras(), std::span(both).subspan(1));
+    sse += r.end({3, 2});
+    auto e = events(sse);
+    const size_t first = endpoint == Endpoint::chat ? 1 : 0;  // the role chunk
+    REQUIRE(e.size() == first + 4);
+    const auto& lp0 = e[first]["choices"][0]["logprobs"];
+    const auto& lp1 = e[first + 1]["choices"][0]["logprobs"];
+    const auto& lp2 = e[first + 2]["choices"][0]["logprobs"];
+    if (endpoint == Endpoint::chat) {
+      CHECK(e[0]["choices"][0]["logprobs"].is_null());
+      CHECK(lp0["content"].size() == 1);
+      CHECK(lp0["content"][0]["token"] == "Hi");
+      CHECK(lp1["content"].empty());
+      CHECK(lp2["content"][0]["token"] == "é!");
+      CHECK(lp2["content"][0]["top_logprobs"].size() == 2);
+    } else {
+      CHECK(lp0["text_offset"] == ordered::array({0}));
+      CHECK(lp1["tokens"].empty());
+      CHECK(lp2["tokens"] == ordered::array({"é!"}));
+      CHECK(lp2["text_offset"] == ordered::array({2}));  // counts on from the earlier chunks
+    }
+  }
+  // A finish chunk with no entries left says null.
+  StreamRenderer r(head(Endpoint::chat), false, 1, true);
+  auto e = events(r.finish_choice(0, FinishReason::stop, extras(), {}));
+  CHECK(e.back()["choices"][0]["logprobs"].is_null());
+}

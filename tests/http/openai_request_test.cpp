@@ -135,8 +135,7 @@ TEST_CASE("openai request: defaults, and null meaning absent", "[http][openai_re
   CHECK(r.max_tokens == 16);
   CHECK_FALSE(r.seed_given);
   // Values that ask for nothing unusual are fine.
-  accepted(Endpoint::completions, completion({{"logprobs", 0},
-                                              {"echo", false},
+  accepted(Endpoint::completions, completion({{"echo", false},
                                               {"best_of", 1},
                                               {"suffix", ""},
                                               {"presence_penalty", 0},
@@ -287,8 +286,45 @@ TEST_CASE("openai request: n from 1 to 8, and the completions fields epd cannot 
         "\"echo\": true is not supported");
   check(rejected(Endpoint::completions, completion({{"echo", 1}})), "echo", "must be a boolean");
   check(rejected(Endpoint::completions, completion({{"suffix", "end"}})), "suffix", "not supported");
-  check(rejected(Endpoint::completions, completion({{"logprobs", 1}})), "logprobs", "log probabilities");
+}
+
+TEST_CASE("openai request: logprobs and top_logprobs, n_probs, with their ranges", "[http][openai_request]") {
+  // Completions: an integer 0..5, the alternatives; any integer asks for the chosen tokens' logprobs.
+  auto r = accepted(Endpoint::completions, completion());
+  CHECK_FALSE(r.sampling.logprobs);
+  r = accepted(Endpoint::completions, completion({{"logprobs", 0}}));
+  CHECK(r.sampling.logprobs);
+  CHECK(r.sampling.top_logprobs == 0);
+  r = accepted(Endpoint::completions, completion({{"logprobs", 5}}));
+  CHECK(r.sampling.logprobs);
+  CHECK(r.sampling.top_logprobs == 5);
+  check(rejected(Endpoint::completions, completion({{"logprobs", 6}})), "logprobs",
+        "\"logprobs\" is 6; it must be an integer in 0..5");
+  check(rejected(Endpoint::completions, completion({{"logprobs", -1}})), "logprobs", "in 0..5");
   check(rejected(Endpoint::completions, completion({{"logprobs", true}})), "logprobs", "must be an integer");
+  // Chat: a boolean, and top_logprobs 0..20 with it.
+  r = accepted(Endpoint::chat, chat({{"logprobs", true}, {"top_logprobs", 20}}));
+  CHECK(r.sampling.logprobs);
+  CHECK(r.sampling.top_logprobs == 20);
+  r = accepted(Endpoint::chat, chat({{"logprobs", false}, {"top_logprobs", 0}}));
+  CHECK_FALSE(r.sampling.logprobs);
+  check(rejected(Endpoint::chat, chat({{"logprobs", 1}})), "logprobs", "must be a boolean");
+  check(rejected(Endpoint::chat, chat({{"logprobs", true}, {"top_logprobs", 21}})), "top_logprobs",
+        "\"top_logprobs\" is 21; it must be an integer in 0..20");
+  check(rejected(Endpoint::chat, chat({{"logprobs", true}, {"top_logprobs", 1.5}})), "top_logprobs",
+        "must be an integer");
+  check(rejected(Endpoint::chat, chat({{"top_logprobs", 3}})), "top_logprobs", "needs \"logprobs\": true");
+  // llama-server's n_probs asks for that many alternatives, on either route; with the OpenAI fields it
+  // must agree.
+  r = accepted(Endpoint::chat, chat({{"n_probs", 7}}));
+  CHECK(r.sampling.logprobs);
+  CHECK(r.sampling.top_logprobs == 7);
+  r = accepted(Endpoint::completions, completion({{"n_probs", 3}, {"logprobs", 3}}));
+  CHECK(r.sampling.top_logprobs == 3);
+  check(rejected(Endpoint::completions, completion({{"n_probs", 3}, {"logprobs", 2}})), "n_probs",
+        "send one of them");
+  check(rejected(Endpoint::chat, chat({{"n_probs", 21}})), "n_probs", "in 0..20");
+  check(rejected(Endpoint::chat, chat({{"n_probs", "5"}})), "n_probs", "must be an integer");
 }
 
 TEST_CASE("openai request: presence, frequency and repetition penalties, with their ranges",
@@ -378,7 +414,6 @@ TEST_CASE("openai request: llama-server's fields are honoured, harmless or refus
       {"xtc_probability", 0.5, "XTC"},
       {"dynatemp_range", 0.5, "dynamic temperature"},
       {"min_keep", 2, "min_keep"},
-      {"n_probs", 5, "token probabilities"},
       {"post_sampling_probs", true, "post_sampling_probs"},
       {"ignore_eos", true, "ignore_eos"},
       {"n_predict", 32, "send max_tokens"},
@@ -435,9 +470,6 @@ TEST_CASE("openai request: chat fields epd cannot honour", "[http][openai_reques
                                  {"modalities", {"text"}},
                                  {"parallel_tool_calls", false},
                                  {"echo", true}}));  // not a chat field in OpenAI's API: ignored
-  check(rejected(Endpoint::chat, chat({{"logprobs", true}})), "logprobs", "log probabilities");
-  check(rejected(Endpoint::chat, chat({{"logprobs", 1}})), "logprobs", "must be a boolean");
-  check(rejected(Endpoint::chat, chat({{"top_logprobs", 3}})), "top_logprobs", "not supported");
   json tool = {{"type", "function"}, {"function", {{"name", "f"}}}};
   check(rejected(Endpoint::chat, chat({{"tools", {tool}}})), "tools",
         "\"tools\" (function calling) is not supported by epd");

@@ -273,6 +273,65 @@ TEST_CASE("openai route: what the route itself refuses", "[http][openai_route]")
   CHECK(res->status == 400);
 }
 
+TEST_CASE("openai route: logprobs, one entry per counted token, streamed as non-streamed",
+          "[http][openai_route]") {
+  FakeRouterService* service = nullptr;
+  TestServer server(small_config(), [&](FakeRouterService& s) {
+    service = &s;
+    s.drive = [&](const GenerateRequest& request, GenerationSink& sink) {
+      CHECK(request.sampling.logprobs);
+      CHECK(request.sampling.top_logprobs == 2);
+      // Token t's logprob is -t/256, its alternatives t and t+1; an "\xC3" "\xA9" pair splits a character.
+      for (const std::string& piece : {std::string("ab \xC3"), std::string("\xA9 ST"), std::string("OP x")}) {
+        auto tokens = bytes_of(piece);
+        std::vector<epd::model::TokenLogprobs> lp;
+        for (uint32_t t : tokens)
+          lp.push_back({-float(t) / 256, {{t, -float(t) / 256}, {t + 1, -float(t + 1) / 256}}});
+        sink.on_logprobs(lp);
+        sink.on_tokens(tokens);
+      }
+      GenerateResponse r;
+      r.http_status = service->cancelled(std::chrono::seconds(2)) ? 499 : 200;
+      r.error_code = "aborted";
+      r.prompt_tokens = 11;
+      sink.on_done(r);
+    };
+  });
+  const std::string extra = R"(,"stop":["STOP"],"logprobs":true,"top_logprobs":2)";
+  json plain, streamed = json::array();
+  for (bool stream : {false, true}) {
+    auto res = server.client().Post("/v1/chat/completions", chat_body(stream, extra), kJson);
+    REQUIRE(res);
+    CHECK(res->status == 200);
+    if (!stream) {
+      auto j = json::parse(res->body);
+      plain = j["choices"][0]["logprobs"]["content"];
+      CHECK(j["usage"]["completion_tokens"] == plain.size());
+      continue;
+    }
+    bool done = false;
+    for (const auto& e : events(res->body, &done)) {
+      if (e["choices"].empty() || e["choices"][0]["logprobs"].is_null()) continue;
+      const auto& c = e["choices"][0];
+      // A chunk's entries are those of the tokens whose text it carries (or, finishing, of none).
+      if (c["delta"].contains("content") && !c["delta"]["content"].get<std::string>().empty())
+        CHECK_FALSE(c["logprobs"]["content"].empty());
+      for (const auto& entry : c["logprobs"]["content"]) streamed.push_back(entry);
+    }
+    CHECK(done);
+  }
+  // "ab é STOP": every token through the P that completed the stop string, the split character's bytes as
+  // U+FFFD each with its own bytes.
+  REQUIRE(plain.size() == 10);
+  CHECK(plain == streamed);
+  CHECK(plain[0] == json::parse(R"({"token":"a","logprob":-0.37890625,"bytes":[97],"top_logprobs":[)"
+                                R"({"token":"a","logprob":-0.37890625,"bytes":[97]},)"
+                                R"({"token":"b","logprob":-0.3828125,"bytes":[98]}]})"));
+  CHECK(plain[3]["token"] == "\xEF\xBF\xBD");
+  CHECK(plain[3]["bytes"] == json::array({0xC3}));
+  CHECK(plain[9]["token"] == "P");
+}
+
 TEST_CASE("openai route: constraints reach the router as GBNF, a schema converted once",
           "[http][openai_route]") {
   TestServer server;

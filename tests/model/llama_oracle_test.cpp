@@ -5,6 +5,7 @@
 // 64-token prompt, and the same 32 greedy tokens, from both files. Then GGUF files in F16, Q8_0, Q4_0 and
 // Q4_K_M (quantized by llama.cpp's own quantizer) against llama.cpp on the same file.
 #include <unistd.h>
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdio>
@@ -48,6 +49,7 @@ json run_oracle(const json& spec, const fs::path& dir) {
 struct EpdRun {
   std::vector<std::vector<float>> prompt_logits;
   std::vector<TokenId> greedy;
+  TokenLogprobs first_logprobs;  // the first token's, with 20 alternatives, as prefill reports them
 };
 
 EpdRun run_epd(const std::string& path, const std::vector<TokenId>& prompt, uint32_t generate) {
@@ -61,7 +63,11 @@ EpdRun run_epd(const std::string& path, const std::vector<TokenId>& prompt, uint
   for (PageId i = 0; i < 16; ++i) pages[i] = i;
   EpdRun out;
   runner.keep_all_logits(true);
-  auto first = runner.prefill_chunk(pool.pool, pages, 0, PrefillChunk{prompt, {}});
+  PrefillChunk chunk{prompt, {}};
+  chunk.sampling.logprobs = true;  // never changes the draw: greedy tokens are compared below
+  chunk.sampling.top_logprobs = kMaxTopLogprobs;
+  chunk.logprobs = &out.first_logprobs;
+  auto first = runner.prefill_chunk(pool.pool, pages, 0, chunk);
   REQUIRE(first.ok());
   const auto all = runner.last_logits();
   for (size_t i = 0; i < prompt.size(); ++i)
@@ -101,12 +107,35 @@ void compare_with_oracle(const std::string& path, const std::vector<TokenId>& pr
   INFO("largest logit difference relative to the largest logit: " << worst);
   CHECK(worst <= tolerance);
   CHECK(got.greedy == ref_greedy);
+  // The first token's logprobs (OpenAI's logprobs, prefill's) against the log-softmax of llama.cpp's last
+  // prompt logits, computed here in double: within what the logit gap allows (a logprob moves by at most
+  // twice the largest logit difference), and the 20 alternatives are llama.cpp's 20 most likely.
+  const auto& last = ref_logits.back();
+  float top = 0;
+  for (float v : last) top = std::max(top, std::fabs(v));
+  const double m = *std::max_element(last.begin(), last.end());
+  double sum = 0;
+  for (float v : last) sum += std::exp(double(v) - m);
+  auto ref_lp = [&](TokenId t) { return double(last[t]) - m - std::log(sum); };
+  const double lp_tolerance = 2 * tolerance * top + 1e-6;
+  std::vector<double> sorted;
+  for (TokenId t = 0; t < last.size(); ++t) sorted.push_back(ref_lp(t));
+  std::sort(sorted.rbegin(), sorted.rend());
+  double lp_worst = std::fabs(got.first_logprobs.logprob - ref_lp(ref_greedy[0]));
+  REQUIRE(got.first_logprobs.top.size() == kMaxTopLogprobs);
+  CHECK(got.first_logprobs.top[0].id == ref_greedy[0]);
+  for (const TopLogprob& alt : got.first_logprobs.top) {
+    lp_worst = std::max(lp_worst, std::fabs(alt.logprob - ref_lp(alt.id)));
+    CHECK(ref_lp(alt.id) >= sorted[kMaxTopLogprobs - 1] - 2 * lp_tolerance);  // among llama.cpp's best 20
+  }
+  INFO("largest first-token logprob difference: " << lp_worst << " (allowed " << lp_tolerance << ")");
+  CHECK(lp_worst <= lp_tolerance);
   // The comparison means something: the greedy continuation is not one repeated token.
   CHECK(std::set<TokenId>(ref_greedy.begin(), ref_greedy.end()).size() > 3);
   std::printf(
       "llama.cpp oracle, %s: max |logit diff| / max |logit| = %.3g over %zu positions, %zu greedy "
-      "tokens equal\n",
-      path.c_str(), worst, prompt.size(), got.greedy.size());
+      "tokens equal, first token's logprobs within %.3g\n",
+      path.c_str(), worst, prompt.size(), got.greedy.size(), lp_worst);
 }
 
 std::vector<TokenId> oracle_prompt(uint32_t vocab) {

@@ -299,3 +299,43 @@ TEST_CASE("decoder rejects bad bodies with the field named", "[protocol][codec]"
     CHECK(std::get<Heartbeat>(r->body).seq == 3);
   }
 }
+
+TEST_CASE("logprobs: a SUBMIT without the keys asks for none, and logprobs_fit checks the flattened shape",
+          "[protocol][codec][logprobs]") {
+  auto env = decode(frame_of(MessageType::submit, pack([](auto& pk) {
+                               pk.pack_map(1);
+                               pk.pack("room");
+                               pk.pack(uint64_t{9});
+                             })));
+  REQUIRE(env.ok());
+  CHECK_FALSE(std::get<Submit>(env->body).logprobs);
+  CHECK(std::get<Submit>(env->body).top_logprobs == 0);
+
+  Logprobs l;
+  CHECK(logprobs_fit(l, 0, 20));
+  CHECK_FALSE(logprobs_fit(l, 1, 20));  // a token without its logprob
+  l.chosen = {-0.5f, -1.5f};
+  l.top = 2;
+  l.top_ids = {1, 2, 3, 4};
+  l.top_values = {-0.5f, -1.0f, -1.5f, -2.0f};
+  CHECK(logprobs_fit(l, 2, 20));
+  CHECK_FALSE(logprobs_fit(l, 2, 1));  // more alternatives than asked for
+  CHECK_FALSE(logprobs_fit(l, 3, 20));
+  l.top_values.pop_back();
+  CHECK_FALSE(logprobs_fit(l, 2, 20));
+
+  // TOKENS carries them through the codec unchanged, floats bit for bit.
+  l.top_values.push_back(-1e-7f);
+  Tokens t{.room = 3, .index = 4, .tokens = {5, 6}, .logprobs = l};
+  auto back = decode(encode(Envelope{"decode-0", 1, t}));
+  REQUIRE(back.ok());
+  CHECK(std::get<Tokens>(back->body) == t);
+
+  // Not asked for: no key on the wire (a TOKENS per token costs nothing more), and none decodes as none.
+  const Tokens plain{.room = 3, .index = 4, .tokens = {5, 6}};
+  const auto bytes = encode(Envelope{"decode-0", 1, plain});
+  CHECK(std::string(bytes.begin(), bytes.end()).find("logprobs") == std::string::npos);
+  auto none = decode(bytes);
+  REQUIRE(none.ok());
+  CHECK_FALSE(std::get<Tokens>(none->body).logprobs.has_value());
+}

@@ -9,6 +9,7 @@
 #include "epd/actors/role_support.hpp"
 #include "epd/model/llama.hpp"
 #include "epd/model/prompt_codec.hpp"
+#include "roles/logprobs_wire.hpp"
 #include "roles/room_grammar.hpp"
 
 namespace epd::actors {
@@ -20,6 +21,8 @@ struct Sequence {
   std::chrono::steady_clock::time_point started;
   // With a penalty: the prompt, then every token drawn here (DecodeSeq::history); else empty.
   std::vector<uint32_t> history{};
+  // With sampling.logprobs: one per token of `tokens` (TOKENS streams each, RESULT repeats them all).
+  std::vector<model::TokenLogprobs> logprobs{};
   std::unique_ptr<model::Grammar> grammar{};  // with a grammar: its state after every token drawn so far
 };
 
@@ -46,11 +49,13 @@ void stream(LoopState& st, const Sequence& s) {
   t.room = s.join.room;
   t.index = s.join.first_index + uint32_t(s.tokens.size() - 1);
   t.tokens = {s.tokens.back()};
+  if (s.join.sampling.logprobs) t.logprobs = to_wire({&s.logprobs.back(), 1}, s.join.sampling.top_logprobs);
   st.bridge->send(s.join.router, std::move(t));
 }
 
 void finish(caf::event_based_actor* self, LoopState& st, Sequence& s, bool ok, protocol::Error error = {}) {
-  DecodeFinished f{s.join.room, ok, std::move(error), std::move(s.tokens), micros_since(s.started)};
+  DecodeFinished f{s.join.room,          ok, std::move(error), std::move(s.tokens), micros_since(s.started),
+                   std::move(s.logprobs)};
   self->send(st.role, std::move(f));
 }
 
@@ -60,6 +65,10 @@ void step(caf::event_based_actor* self, LoopState& st) {
   const size_t n = std::min<size_t>(st.active.size(), st.config.max_batch);
   std::vector<model::DecodeSeq> batch(n);
   std::vector<model::TokenId> next(n);
+  // Only a batch where some sequence asks for logprobs computes any (each costs a pass over the vocabulary).
+  std::vector<model::TokenLogprobs> logprobs;
+  for (size_t i = 0; i < n; ++i)
+    if (st.active[i].join.sampling.logprobs) logprobs.resize(n);
   for (size_t i = 0; i < n; ++i) {
     const Sequence& s = st.active[i];
     batch[i].pages = s.join.pages;
@@ -70,7 +79,7 @@ void step(caf::event_based_actor* self, LoopState& st) {
     batch[i].history = s.history;
     batch[i].constraint = s.grammar.get();
   }
-  auto status = st.runner->decode_step(st.config.pool, batch, next);
+  auto status = st.runner->decode_step(st.config.pool, batch, next, logprobs);
   std::deque<Sequence> rest;
   size_t stepped = 0;  // survivors among the first n
   const bool overfull = st.active.size() > n;
@@ -82,6 +91,7 @@ void step(caf::event_based_actor* self, LoopState& st) {
         continue;
       }
       s.tokens.push_back(next[i]);
+      if (s.join.sampling.logprobs) s.logprobs.push_back(std::move(logprobs[i]));
       if (s.join.sampling.penalized()) s.history.push_back(next[i]);
       stream(st, s);
       if (finished(st, s)) {
@@ -134,6 +144,7 @@ caf::behavior decode_loop(caf::stateful_actor<LoopState>* self, BridgePtr bridge
         auto& s = self->state;
         Sequence seq{std::move(join), {}, std::chrono::steady_clock::now()};
         seq.tokens.push_back(seq.join.first_token);
+        if (seq.join.sampling.logprobs) seq.logprobs.push_back(std::move(seq.join.first_logprobs));
         // The grammar's state after the answer so far: a resumed answer's tokens (the prompt's last
         // first_index), then prefill's. An answer that ends here needs none.
         std::unique_ptr<model::Grammar> grammar;

@@ -24,7 +24,8 @@ struct DecodeJoin {
   // SUBMIT's, when a penalty reads it (sampling.penalized()) or a grammar is rebuilt from a resumed
   // answer's tokens at its end; else empty.
   std::vector<uint32_t> prompt{};
-  std::string grammar{};  // SUBMIT's: every token follows it
+  std::string grammar{};                  // SUBMIT's: every token follows it
+  model::TokenLogprobs first_logprobs{};  // first_token's (prefill's), with sampling.logprobs
 };
 
 struct DecodeDrop {
@@ -40,6 +41,7 @@ struct DecodeFinished {
   protocol::Error error;
   std::vector<uint32_t> tokens;
   uint64_t decode_us = 0;
+  std::vector<model::TokenLogprobs> logprobs{};  // one per token, with sampling.logprobs
 };
 
 struct DecodeLoopConfig {

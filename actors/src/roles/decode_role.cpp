@@ -24,6 +24,7 @@
 #include "epd/model/kv_staging.hpp"
 #include "epd/model/mmproj.hpp"
 #include "roles/decode_loop.hpp"
+#include "roles/logprobs_wire.hpp"
 #include "roles/roles.hpp"
 
 namespace epd::actors {
@@ -401,6 +402,7 @@ void start_decoding(DecodeState& st, uint64_t id, DecodeRoom& room) {
   DecodeJoin join{id,           room.pages,  room.prompt_len, room.first_token, room.first_index,
                   room.max_new, room.router, room.sampling,   std::move(prompt)};
   join.grammar = room.grammar;
+  if (room.sampling.logprobs) join.first_logprobs = std::move(from_wire(*room.kv.first_logprobs).front());
   st.self->send(st.loop, std::move(join));
 }
 
@@ -556,6 +558,15 @@ void on_kv_status(DecodeState& st, const Envelope& env, protocol::KvStatus& kv) 
     fail_room(st, kv.room, make_error(ErrorCode::corrupt_kv, "first token out of vocabulary"));
     return;
   }
+  // The first token's log-probabilities come with the news that it is there (prefill drew it).
+  if (room.sampling.logprobs &&
+      !(kv.first_logprobs && protocol::logprobs_fit(*kv.first_logprobs, 1, room.sampling.top_logprobs))) {
+    room.state.advance(KvState::transferring);
+    fail_room(st, kv.room,
+              make_error(ErrorCode::corrupt_kv,
+                         "KV_STATUS Success from '" + env.sender + "' lacks the first token's logprobs"));
+    return;
+  }
   room.kv = kv;
   room.first_token = aux.first_token;
   if (room.staged && room.scattered < room.prompt_len) {
@@ -600,6 +611,7 @@ void on_finished(DecodeState& st, DecodeFinished& f) {
     r.prefill_us = room.kv.prefill_us;
     r.transfer_us = room.kv.transfer_us;
     r.decode_us = f.decode_us;
+    if (room.sampling.logprobs) r.logprobs = to_wire(f.logprobs, room.sampling.top_logprobs);
     spdlog::debug("decode: {} done: {} tokens", kernel::room_tag(f.room, room.request_id), r.tokens.size());
     st.ctx.bridge->send(room.router, std::move(r));
   } else if (f.error.code != ErrorCode::aborted) {

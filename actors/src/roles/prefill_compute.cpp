@@ -66,6 +66,7 @@ void step(caf::stateful_actor<ComputeState>* self) {
     chunk.sampling = job.sampling;
     chunk.generated = job.first_index;
     chunk.history = std::span<const uint32_t>(job.prompt).first(end);  // a resumed answer's tokens end it
+    chunk.logprobs = &c.first_logprobs;                                // only the last chunk's draw counts
     // The first token's draw follows the grammar, from the state after a resumed answer's tokens.
     protocol::Result<std::unique_ptr<model::Grammar>> grammar = std::unique_ptr<model::Grammar>{};
     if (end == n && !job.grammar.empty()) {

@@ -38,7 +38,8 @@ struct ChunkComputed {
   bool last = false;
   bool ok = true;
   protocol::Error error;
-  uint32_t first_token = 0;  // valid when last
+  uint32_t first_token = 0;               // valid when last
+  model::TokenLogprobs first_logprobs{};  // first_token's, when the job's sampling asks for logprobs
   uint64_t compute_us = 0;
 };
 

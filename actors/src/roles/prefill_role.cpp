@@ -18,6 +18,7 @@
 #include "epd/model/mmproj.hpp"
 #include "prefill_state.hpp"
 #include "roles/kv_write_plan.hpp"
+#include "roles/logprobs_wire.hpp"
 #include "roles/prefill_compute.hpp"
 #include "roles/roles.hpp"
 
@@ -359,6 +360,7 @@ void on_chunk(PrefillState& st, ChunkComputed& c) {
   if (c.last) {  // compute reads nothing of the room any more; the aux record goes once all is written
     r.progress = Progress::computed;
     r.first_token = c.first_token;
+    r.first_logprobs = std::move(c.first_logprobs);
   }
   if (c.last && c.ok) {  // every whole page holds its prompt's KV now: the cache may keep them
     std::vector<uint32_t> evicted;
@@ -411,6 +413,8 @@ void on_transfer_done(PrefillState& st, TransferDone& d) {
     kv.encode_us = r.encode_us;
     kv.prefill_us = r.prefill_us;
     kv.transfer_us = r.transfer_us;
+    // The first token travels in the aux record; its log-probabilities, which do not fit there, here.
+    if (r.submit.logprobs) kv.first_logprobs = to_wire({&r.first_logprobs, 1}, r.submit.top_logprobs);
     r.news = DecodeNews::none;
     st.ctx.bridge->send(r.decode, std::move(kv));
     spdlog::debug("prefill: {} KV written to '{}'", kernel::room_tag(d.room, r.request_id()), r.decode);

@@ -15,6 +15,7 @@
 #include "epd/actors/kernel/role_kernel.hpp"
 #include "epd/actors/kernel/transfer_workers.hpp"
 #include "epd/actors/room.hpp"
+#include "epd/model/sampling.hpp"
 
 namespace epd::actors::prefill {
 
@@ -98,6 +99,7 @@ struct PrefillRoom {
   uint32_t pages_sent = 0;
   uint32_t held_in_page = 0;  // decode holds the first this many tokens of page pages_sent (held_tokens)
   uint32_t first_token = 0;
+  model::TokenLogprobs first_logprobs{};  // first_token's, when SUBMIT asked for logprobs
   uint64_t prefill_us = 0;
   clock::time_point transfer_start;
   uint64_t transfer_us = 0;

@@ -24,6 +24,7 @@
 #include "epd/model/mmproj.hpp"
 #include "epd/model/prompt_codec.hpp"
 #include "epd/model/tokens.hpp"
+#include "roles/logprobs_wire.hpp"
 #include "roles/placement_index.hpp"
 #include "roles/roles.hpp"
 #include "roles/room_grammar.hpp"
@@ -76,6 +77,7 @@ struct Pending {
   GenerateRequest request;
   bool queued = false;                             // waiting for an in-flight slot
   std::vector<uint32_t> streamed;                  // tokens passed to the sink so far (any attempt)
+  std::vector<model::TokenLogprobs> logprobs;      // theirs, when the request asked (request.sampling)
   std::optional<clock::time_point> last_streamed;  // when tokens were last passed on (inter-token latency)
   std::vector<uint32_t> prompt;
   uint32_t image_tokens = 0;
@@ -282,6 +284,7 @@ void respond_error(RouterState& st, uint64_t req_id, const protocol::Error& e) {
   r.error_code = std::string(protocol::error_name(e.code));
   r.error = e.detail;
   r.tokens = it->second.streamed;
+  r.logprobs = it->second.logprobs;
   count_failure(st, r.error_code);
   spdlog::warn("router: request {} [req {}] failed after {} attempt(s): {}", req_id,
                it->second.request.request_id, it->second.attempts, e.to_string());
@@ -433,10 +436,13 @@ void on_instance_lost(RouterState& st, const PeerDirectory::Change& c) {
   for (uint64_t req_id : hit) attempt_failed(st, req_id, kernel::peer_lost_error(c), c.id, false);
 }
 
-// Passes on the tokens of [index, index + n) the sink has not seen. A retried room starts again at 0 and
+// Passes on the tokens of [index, index + n) the sink has not seen, with their log-probabilities when the
+// request asked (`logprobs` then fits them: the caller checked). A retried room starts again at 0 and
 // regenerates what was streamed (sampling is a function of seed and position): those are skipped, and a
-// difference is logged, since it would mean two instances computed different answers.
-void stream_tokens(Pending& p, uint32_t index, std::span<const uint32_t> tokens) {
+// difference is logged, since it would mean two instances computed different answers. Skipped tokens keep
+// the log-probabilities they were streamed with.
+void stream_tokens(Pending& p, uint32_t index, std::span<const uint32_t> tokens,
+                   const std::optional<protocol::Logprobs>& logprobs) {
   const size_t have = p.streamed.size();
   if (index > have) return;  // a gap (a lost TOKENS frame): the RESULT carries them all
   for (size_t i = 0; i < tokens.size() && index + i < have; ++i)
@@ -448,7 +454,20 @@ void stream_tokens(Pending& p, uint32_t index, std::span<const uint32_t> tokens)
   if (index + tokens.size() <= have) return;
   auto fresh = tokens.subspan(have - index);
   p.streamed.insert(p.streamed.end(), fresh.begin(), fresh.end());
+  if (p.request.sampling.logprobs) {
+    auto all = from_wire(*logprobs);
+    const size_t before = p.logprobs.size();
+    p.logprobs.insert(p.logprobs.end(), std::make_move_iterator(all.begin() + (have - index)),
+                      std::make_move_iterator(all.end()));
+    p.sink->on_logprobs(std::span(p.logprobs).subspan(before));
+  }
   p.sink->on_tokens(fresh);
+}
+
+// TOKENS or RESULT carries a log-probability for each of its tokens, when the request asked for them.
+bool logprobs_ok(const Pending& p, const std::optional<protocol::Logprobs>& l, size_t tokens) {
+  return !p.request.sampling.logprobs ||
+         (l && protocol::logprobs_fit(*l, tokens, p.request.sampling.top_logprobs));
 }
 
 void on_result(RouterState& st, const Envelope& env, protocol::RoomResult& res) {
@@ -460,14 +479,27 @@ void on_result(RouterState& st, const Envelope& env, protocol::RoomResult& res) 
   if (res.ok) {
     if (env.sender != p.current.decode) return;
     const auto now = kernel::DeadlineTimer::now(st.self);
-    // A resumed attempt reports the tokens it drew; the answer starts with those it went on from.
+    if (!logprobs_ok(p, res.logprobs, res.tokens.size()))
+      return attempt_failed(st, req_id,
+                            make_error(ErrorCode::internal, "'" + env.sender +
+                                                                "': RESULT's logprobs do not "
+                                                                "match its tokens"),
+                            env.sender, true);
+    // A resumed attempt reports the tokens it drew; the answer starts with those it went on from (and
+    // their log-probabilities, as they were streamed).
     const uint32_t k = std::min<uint32_t>(p.current.resume_from, uint32_t(p.streamed.size()));
     res.tokens.insert(res.tokens.begin(), p.streamed.begin(), p.streamed.begin() + k);
-    stream_tokens(p, 0, res.tokens);
+    if (p.request.sampling.logprobs) {
+      protocol::Logprobs before = to_wire(std::span(p.logprobs).first(k), p.request.sampling.top_logprobs);
+      for (auto& x : from_wire(*res.logprobs)) append_logprobs(before, x, p.request.sampling.top_logprobs);
+      res.logprobs = std::move(before);
+    }
+    stream_tokens(p, 0, res.tokens, res.logprobs);
     st.metrics->completed(ms_between(p.started, p.current.first_token.value_or(now)) / 1000,
                           ms_between(p.started, now) / 1000, res, uint32_t(p.prompt.size()));
     GenerateResponse r;
     r.tokens = std::move(res.tokens);
+    r.logprobs = p.logprobs;
     if (const auto& codec = st.codec.codec) {
       r.text = codec->text(r.tokens);
       r.ended_at_eos = !r.tokens.empty() && codec->ends_generation(r.tokens.back());
@@ -526,7 +558,12 @@ void on_tokens(RouterState& st, const Envelope& env, protocol::Tokens& t) {
     st.prefix_index->insert(p.current.decode, p.blocks);
   }
   const size_t before = p.streamed.size();
-  stream_tokens(p, t.index, t.tokens);
+  if (!logprobs_ok(p, t.logprobs, t.tokens.size())) {  // as a lost frame: RESULT carries them all
+    spdlog::error("router: room {} [req {}] TOKENS from '{}' without their logprobs", t.room,
+                  p.request.request_id, env.sender);
+    return;
+  }
+  stream_tokens(p, t.index, t.tokens, t.logprobs);
   if (p.streamed.size() == before) return;  // nothing new (a retry regenerating what was streamed)
   if (p.last_streamed)
     st.metrics->tokens_streamed(ms_between(*p.last_streamed, now) / 1000, p.streamed.size() - before);
@@ -546,6 +583,7 @@ void cancel_request(RouterState& st, uint64_t ticket, const std::string& reason)
   r.error_code = std::string(protocol::error_name(ErrorCode::aborted));
   r.error = "cancelled: " + reason;
   r.tokens = it->second.streamed;
+  r.logprobs = it->second.logprobs;
   finish(st, it, std::move(r));
 }
 

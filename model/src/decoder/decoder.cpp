@@ -95,13 +95,16 @@ class Decoder final : public LlamaRunner {
     const size_t first = keep_all_ ? 0 : n - 1;
     compute_logits(&x_[first * d], n - first);
     return sample_constrained(std::span(logits_).subspan((n - 1 - first) * cfg_.vocab, cfg_.vocab),
-                              chunk.sampling, chunk.generated, opts_.filter, chunk.history, chunk.constraint);
+                              chunk.sampling, chunk.generated, opts_.filter, chunk.history, chunk.constraint,
+                              chunk.logprobs);
   }
 
-  protocol::Status decode_step(const KvPool& pool, std::span<const DecodeSeq> batch,
-                               std::span<TokenId> next) override {
+  protocol::Status decode_step(const KvPool& pool, std::span<const DecodeSeq> batch, std::span<TokenId> next,
+                               std::span<TokenLogprobs> logprobs = {}) override {
     if (auto st = check_pool(cfg_, pool); !st) return st;
     if (next.size() < batch.size()) return invalid("decode output span smaller than batch");
+    if (!logprobs.empty() && logprobs.size() < batch.size())
+      return invalid("decode logprobs span smaller than batch");
     if (batch.empty()) return {};
     const size_t n = batch.size(), d = cfg_.d_model;
     for (const DecodeSeq& s : batch) {
@@ -126,7 +129,8 @@ class Decoder final : public LlamaRunner {
     compute_logits(x_.data(), n);
     for (size_t i = 0; i < n; ++i)
       next[i] = sample_constrained(std::span(logits_).subspan(i * cfg_.vocab, cfg_.vocab), batch[i].sampling,
-                                   batch[i].generated, opts_.filter, batch[i].history, batch[i].constraint);
+                                   batch[i].generated, opts_.filter, batch[i].history, batch[i].constraint,
+                                   logprobs.empty() ? nullptr : &logprobs[i]);
     return {};
   }
 

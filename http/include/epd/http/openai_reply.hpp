@@ -4,9 +4,11 @@
 // id, creation time and model, and per event the text, finish reason and usage; docs/http-api.md shows each
 // body. Text is put into JSON by nlohmann, never escaped by hand.
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "epd/http/http_request.hpp"
 #include "epd/http/openai_request.hpp"
@@ -52,11 +54,28 @@ struct ResponseHead {
 // "cmpl-<unique>" or "chatcmpl-<unique>", the prefixes OpenAI's ids carry.
 std::string response_id(Endpoint endpoint, std::string_view unique);
 
+// A token as logprobs show it: its bytes as the model's detokenizer gives them (the text is those bytes
+// as valid UTF-8, a byte that is not is U+FFFD; `bytes` lists them as they are) and its log-probability.
+struct LogprobEntry {
+  std::string bytes;
+  float logprob = 0;
+};
+
+// One generated token's entry: the token, then its most likely alternatives, most likely first.
+struct TokenLogprob {
+  LogprobEntry chosen;
+  std::vector<LogprobEntry> top{};
+};
+
 // One choice of a non-streamed answer.
 struct Choice {
   std::string text;
   FinishReason finish = FinishReason::stop;
   Extras extras;
+  // One per generated token when the request asked for logprobs; nullopt: "logprobs": null. Chat renders
+  // {"content": [{"token", "logprob", "bytes", "top_logprobs": [...]}], "refusal": null}, completions
+  // {"tokens", "token_logprobs", "top_logprobs": [{token: logprob}], "text_offset"}.
+  std::optional<std::vector<TokenLogprob>> logprobs{};
 };
 
 // A non-streamed answer: a "text_completion" or a "chat.completion" object with the choices in order (their
@@ -74,18 +93,23 @@ inline constexpr std::string_view kSseDone = "data: [DONE]\n\n";
 // The events of one streamed answer of `choices` choices, each call returning bytes ready to write. Order:
 // start() (chat: a role chunk per choice; nothing for completions), text() per delta of any choice, one
 // finish_choice() per choice, then end(); or error() at any point. finish() is finish_choice(0) + end().
+//
+// With `logprobs`, each chunk's "logprobs" holds the entries of the tokens whose text it carries (chat:
+// {"content": [...]}; completions: the four lists, text_offset counting on from the choice's earlier
+// chunks), and a finish chunk those of tokens that had no text left to send (an end token's); else null.
 class StreamRenderer {
  public:
-  StreamRenderer(ResponseHead head, bool include_usage, uint32_t choices = 1);
+  StreamRenderer(ResponseHead head, bool include_usage, uint32_t choices = 1, bool logprobs = false);
 
   // Chat: {"delta": {"role": "assistant", "content": ""}} per choice. text() and finish_choice() send them
   // first if they were not.
   std::string start();
   // One chunk with this text of choice `index`; nothing for an empty delta (OpenAI sends no empty chunks).
-  std::string text(std::string_view delta, uint32_t index = 0);
+  std::string text(std::string_view delta, uint32_t index = 0, std::span<const TokenLogprob> logprobs = {});
   // The chunk with choice `index`'s finish_reason and its "epd" (chat: {"delta": {}}, completions: "text":
   // "").
-  std::string finish_choice(uint32_t index, FinishReason reason, const Extras& extras);
+  std::string finish_choice(uint32_t index, FinishReason reason, const Extras& extras,
+                            std::span<const TokenLogprob> logprobs = {});
   // With include_usage, a chunk with "choices": [] and the usage of every choice; then [DONE].
   std::string end(const Usage& usage);
   std::string finish(FinishReason reason, const Usage& usage, const Extras& extras);
@@ -98,6 +122,8 @@ class StreamRenderer {
   ResponseHead head_;
   bool include_usage_;
   uint32_t choices_;
+  bool logprobs_;
+  std::vector<size_t> text_offset_;  // completions: per choice, the text_offset of its next token
   bool started_ = false;
 };
 

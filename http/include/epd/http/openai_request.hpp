@@ -4,7 +4,7 @@
 // unit-testable; docs/http-api.md ("OpenAI-compatible API") lists the fields taken, ignored and refused.
 //
 // Unknown fields are ignored, as OpenAI-compatible servers do, so clients that send extras keep working.
-// Known fields epd cannot honour (n > 1, logprobs, tools, penalties, ...) are refused, never ignored: a
+// Known fields epd cannot honour (tools, echo, best_of, ...) are refused, never ignored: a
 // client that asked for them would otherwise get an answer that silently is not what it asked for.
 #include <cstddef>
 #include <cstdint>
@@ -47,7 +47,7 @@ struct Request {
   std::vector<Message> messages;  // chat
   uint32_t max_tokens = 0;  // max_tokens or max_completion_tokens; Limits::default_max_tokens if neither
   // Greedy unless "temperature" > 0 (OpenAI's default is 1; epd's is deterministic). A negative JSON seed
-  // is taken as its 64-bit two's complement.
+  // is taken as its 64-bit two's complement. `logprobs` and `top_logprobs` say what the answer reports.
   model::SamplingParams sampling;
   bool seed_given = false;
   std::vector<std::string> stop;  // 0..4 non-empty strings

@@ -53,6 +53,9 @@ struct GenerateResponse {
   uint32_t retry_after_s = 0;    // with 429/503: when to try again
   std::string text;              // the tokens as text (the model's detokenizer), up to the end token
   std::vector<uint32_t> tokens;  // every generated token (also those already streamed)
+  // With the request's sampling.logprobs: one per token of `tokens`, each computed where the token was drawn
+  // (prefill's first, decode's others; a resumed attempt's from its own draws). Else empty.
+  std::vector<model::TokenLogprobs> logprobs;
   bool ended_at_eos = false;  // at an end-of-generation token; else max_tokens (or cut short by the client)
   uint32_t prompt_tokens = 0;
   StageTimings timings;
@@ -67,6 +70,9 @@ struct GenerateResponse {
 class GenerationSink {
  public:
   virtual ~GenerationSink() = default;
+  // With the request's sampling.logprobs, right before each on_tokens: its tokens' log-probabilities, one
+  // per token. Sinks that ask for none need not override it.
+  virtual void on_logprobs(std::span<const model::TokenLogprobs> /*logprobs*/) {}
   virtual void on_tokens(std::span<const uint32_t> tokens) = 0;
   virtual void on_done(GenerateResponse response) = 0;
 };

@@ -41,7 +41,8 @@ struct GenerateOptions {
 
 struct GenerateResult {
   std::vector<TokenId> prompt;
-  std::vector<TokenId> tokens;  // generated
+  std::vector<TokenId> tokens;          // generated
+  std::vector<TokenLogprobs> logprobs;  // one per token, with opts.sampling.logprobs; else empty
   std::string text;             // decode_text(tokens) for the reference model; a checkpoint's caller decodes
   bool stopped_at_eos = false;  // the last token ended generation (else max_tokens or max_seq)
   uint64_t kv_digest = 0;       // kv_digest() of the sequence's pages in the decode pool after generation
@@ -58,7 +59,7 @@ protocol::Result<GenerateResult> generate_tokens(ModelRunner& runner, std::vecto
                                                  const GenerateOptions& opts,
                                                  std::span<const Image> images = {});
 
-// {"tokens":[...],"text":"...","prompt_tokens":N,"stopped_at_eos":B,"kv_digest":"hex","timings_ms":{...}};
+// {"tokens":[...],"text":"...",["logprobs":[{"logprob":x,"top":[[id,x],...]},...],]"prompt_tokens":N,"stopped_at_eos":B,"kv_digest":"hex","timings_ms":{...}};
 // the text is escaped so any byte sequence gives valid JSON (bytes >= 0x80 as \u00XX).
 std::string to_json(const GenerateResult& r);
 

@@ -44,6 +44,8 @@ struct PrefillChunk {
   // With a penalty (sampling.penalized()): the prompt's tokens up to the chunk's end, [0, start + size),
   // whose last `generated` are a resumed answer's (sample_token's history). Unread otherwise.
   std::span<const TokenId> history{};
+  // With sampling.logprobs: receives the drawn token's log-probabilities (sample_token's). Unread otherwise.
+  TokenLogprobs* logprobs = nullptr;
   // Set: masks the logits of the token after the chunk before the draw (a grammar). Not advanced here.
   TokenConstraint* constraint{};
 };
@@ -109,9 +111,11 @@ class ModelRunner {
                                                   uint32_t start, const PrefillChunk& chunk) = 0;
 
   // One step for every sequence in `batch`; next[i] receives sequence i's token, sampled with its own
-  // params at index `generated`. Per-sequence results are bit-identical to decoding it alone.
+  // params at index `generated`. Per-sequence results are bit-identical to decoding it alone. `logprobs`
+  // (empty, or one per sequence): logprobs[i] receives sequence i's log-probabilities when its
+  // sampling.logprobs is set.
   virtual protocol::Status decode_step(const KvPool& pool, std::span<const DecodeSeq> batch,
-                                       std::span<TokenId> next) = 0;
+                                       std::span<TokenId> next, std::span<TokenLogprobs> logprobs = {}) = 0;
 };
 
 // The seeded reference transformer. Not thread-safe (scratch buffers): one runner per thread.

@@ -29,6 +29,11 @@ struct SamplingParams {
   // vLLM's and HF's, in (0, 2], 1 = off: a token of the prompt or the answer so far has a positive logit
   // divided by it, a negative one multiplied.
   float repetition_penalty = 1;
+  // What to report with each drawn token (token_logprobs); never changes which token is drawn. `logprobs`:
+  // the drawn token's log-probability; `top_logprobs` (0..kMaxTopLogprobs, only with `logprobs`): that many
+  // most likely tokens with theirs. OpenAI's fields of the same names.
+  bool logprobs = false;
+  uint32_t top_logprobs = 0;
 
   bool greedy() const { return temperature == 0; }
   // The draw reads the sequence's tokens (sample_token's `history`).
@@ -38,9 +43,29 @@ struct SamplingParams {
   bool operator==(const SamplingParams&) const = default;
 };
 
+// The most alternatives a token may report (OpenAI's top_logprobs limit).
+inline constexpr uint32_t kMaxTopLogprobs = 20;
+
+struct TopLogprob {
+  TokenId id = 0;
+  float logprob = 0;
+  bool operator==(const TopLogprob&) const = default;
+};
+
+// A drawn token's log-probability and the most likely tokens with theirs (docs/model.md, "Log
+// probabilities").
+struct TokenLogprobs {
+  float logprob = 0;
+  std::vector<TopLogprob> top{};  // most likely first (ties: lower id first); empty unless asked for
+  bool operator==(const TokenLogprobs&) const = default;
+};
+
+// The floor of a reported log-probability (OpenAI's): a token with no weight at all reports this, never -inf.
+inline constexpr float kLogprobFloor = -9999.0f;
+
 // invalid_request naming the field unless temperature is in [0, 2], top_p in (0, 1], min_p in [0, 1],
-// every logit bias in [-100, 100], presence and frequency penalties in [-2, 2] and the repetition penalty in
-// (0, 2] (all finite).
+// every logit bias in [-100, 100], presence and frequency penalties in [-2, 2], the repetition penalty in
+// (0, 2] (all finite) and top_logprobs in 0..kMaxTopLogprobs (0 unless logprobs).
 protocol::Status validate(const SamplingParams& params);
 
 // The token at position `index` of the generated sequence (0 = the one prefill returns), from the logits
@@ -56,9 +81,21 @@ protocol::Status validate(const SamplingParams& params);
 // tokens are the generated ones (a resumed answer's earlier tokens end its prompt, and the index counts
 // them, so a retry sees the same). Read only when params.penalized(); logit_bias and the penalties change
 // the logits first, in that order (they are copied only then).
+// `logprobs`: when set and params.logprobs, receives token_logprobs() of the adjusted logits for the drawn
+// token (params.top_logprobs alternatives). It is computed after the draw, from the same logits: the token
+// is the one drawn without it.
 enum class TokenFilter : uint8_t { reference, none };
 TokenId sample_token(std::span<const float> logits, const SamplingParams& params, uint32_t index,
-                     TokenFilter filter = TokenFilter::reference, std::span<const TokenId> history = {});
+                     TokenFilter filter = TokenFilter::reference, std::span<const TokenId> history = {},
+                     TokenLogprobs* logprobs = nullptr);
+
+// Log-probabilities of `logits` (after logit_bias and the penalties) at temperature 1, over the tokens
+// `filter` allows, before top_k, top_p and min_p: log_softmax(logits)[chosen] and the `top` most likely
+// tokens (ordered by logit, ties by lower id, as the draw orders them), each at least kLogprobFloor.
+// Deterministic across hosts: the model's own exp and log, sums in double in id order. O(vocab) and no
+// allocation beyond the `top` entries.
+TokenLogprobs token_logprobs(std::span<const float> logits, TokenId chosen, uint32_t top,
+                             TokenFilter filter = TokenFilter::reference);
 
 // The uniform draw in [0, 1) used for token `index` (53 random bits): exposed for tests and docs.
 double sampling_uniform(uint64_t seed, uint32_t index);

@@ -20,9 +20,10 @@ namespace epd::protocol {
 // 7: BOOTSTRAP's `held_tokens` (decode's prefix cache holds the prompt's first pages); a revision-6 prefill
 //    would write those pages, which other rooms read.
 // 8: BOOTSTRAP's `held_tokens` may end inside a page, and SUBMIT's `images_key` lets decode cache image
-//    pages, `min_p`, `logit_bias_*`, the `*_penalty` fields and `grammar` change the draw; a revision-7
-//    prefill would refuse every room whose held tokens end mid-page, and a revision-7 prefill or decode
-//    would draw without them.
+//    pages, `min_p`, `logit_bias_*`, the `*_penalty` fields and `grammar` change the draw, and SUBMIT's
+//    `logprobs` and `top_logprobs` ask for log-probabilities (KV_STATUS's `first_logprobs`, TOKENS' and
+//    RESULT's `logprobs` carry them); a revision-7 prefill would refuse every room whose held tokens end
+//    mid-page, and a revision-7 prefill or decode would draw without the new fields, or report no logprobs.
 inline constexpr uint32_t kProtocolRevision = 8;
 inline constexpr uint32_t kOldestProtocolRevision = 8;
 

@@ -296,6 +296,30 @@ struct Goodbye {
   }
 };
 
+// Nested in KV_STATUS, TOKENS and RESULT: the log-probabilities of consecutive generated tokens (OpenAI's
+// logprobs, docs/model.md "Log probabilities"), flattened so a token costs no map: `chosen[i]` is token i's,
+// and its `top` most likely alternatives are [i * top, (i + 1) * top) of `top_ids` and `top_values`. The
+// messages hold it as an optional key, absent when the room asked for none (so they cost nothing then).
+// logprobs_fit() says whether it describes a given number of tokens.
+struct Logprobs {
+  std::vector<float> chosen{};
+  uint32_t top = 0;
+  std::vector<uint32_t> top_ids{};
+  std::vector<float> top_values{};
+
+  bool operator==(const Logprobs&) const = default;
+  template <class S, class V>
+  static void fields(S& s, V& v) {
+    v.opt("chosen", s.chosen);
+    v.opt("top", s.top);
+    v.opt("top_ids", s.top_ids);
+    v.opt("top_values", s.top_values);
+  }
+};
+
+// `l` holds one entry per token of `tokens` tokens, each with `l.top` alternatives (at most `max_top`).
+bool logprobs_fit(const Logprobs& l, size_t tokens, uint32_t max_top);
+
 // ---- KV ---------------------------------------------------------------------------------------------------
 
 // Decode → prefill: decode's pre-allocation for a room (destination pages in token order, the aux slot, how
@@ -337,6 +361,10 @@ struct KvStatus {
   uint64_t encode_us = 0;  // stage times of the room so far, for the router's report
   uint64_t prefill_us = 0;
   uint64_t transfer_us = 0;
+  // The first token travels in the aux record, its log-probabilities (too large for it) here; decode streams
+  // them with it.
+  std::optional<Logprobs>
+      first_logprobs{};  // with `success`, when SUBMIT asked for logprobs: the first token's
 
   bool operator==(const KvStatus&) const = default;
   template <class S, class V>
@@ -348,6 +376,7 @@ struct KvStatus {
     v.opt("encode_us", s.encode_us);
     v.opt("prefill_us", s.prefill_us);
     v.opt("transfer_us", s.transfer_us);
+    v.opt("first_logprobs", s.first_logprobs);
   }
 };
 
@@ -578,6 +607,10 @@ struct Submit {
   // Decode's prefix cache keys the pages holding image rows with it (empty: no images, or not named). Every
   // member runs the same vision tower (the model digest covers it), so the pixels decide the rows.
   std::vector<uint8_t> images_key;  // SHA-256 of the request's images' pixels, in order (32 bytes)
+  // Prefill reports the first token's log-probabilities in KV_STATUS, decode every token's in TOKENS and
+  // RESULT. They never change the draw.
+  bool logprobs = false;      // each generated token's log-probability
+  uint32_t top_logprobs = 0;  // and this many most likely alternatives with theirs, 0..20 (with logprobs)
   // Constrained decoding (the router converts JSON schemas and checks the grammar); prefill and decode
   // rebuild its state from a resumed answer's tokens.
   std::string grammar{};  // GBNF (llama.cpp's) every generated token follows, <= 64 KiB; empty: none
@@ -607,6 +640,8 @@ struct Submit {
     v.opt("seed", s.seed);
     v.opt("resume_from", s.resume_from);
     v.opt("images_key", s.images_key);
+    v.opt("logprobs", s.logprobs);
+    v.opt("top_logprobs", s.top_logprobs);
     v.opt("grammar", s.grammar);
   }
 };
@@ -618,6 +653,7 @@ struct Tokens {
   uint64_t room = 0;
   uint32_t index = 0;  // position of tokens[0] in the generated sequence
   std::vector<uint32_t> tokens;
+  std::optional<Logprobs> logprobs{};  // SUBMIT asked for them: one entry per token; else absent
 
   bool operator==(const Tokens&) const = default;
   template <class S, class V>
@@ -625,6 +661,7 @@ struct Tokens {
     v.req("room", s.room);
     v.req("index", s.index);
     v.req("tokens", s.tokens);
+    v.opt("logprobs", s.logprobs);
   }
 };
 
@@ -643,6 +680,7 @@ struct RoomResult {
   uint64_t transfer_us = 0;
   uint64_t first_token_us = 0;
   uint64_t decode_us = 0;
+  std::optional<Logprobs> logprobs{};  // SUBMIT asked for them: one entry per token of `tokens`; else absent
 
   bool operator==(const RoomResult&) const = default;
   template <class S, class V>
@@ -657,6 +695,7 @@ struct RoomResult {
     v.opt("transfer_us", s.transfer_us);
     v.opt("first_token_us", s.first_token_us);
     v.opt("decode_us", s.decode_us);
+    v.opt("logprobs", s.logprobs);
   }
 };
 
