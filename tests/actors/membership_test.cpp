@@ -27,18 +27,23 @@ struct RegistryFixture {
   test::Harness h;
   BridgePtr bridge = h.offline_bridge("router", 1);
   std::shared_ptr<RegistryView> view = std::make_shared<RegistryView>();
-  caf::actor registry = h.keep(spawn_registry(h.system(), bridge, registry_config(), view));
+  caf::actor registry;
 
-  RegistryFixture() { h.run(); }
+  explicit RegistryFixture(const RegistryConfig& config = registry_config())
+      : registry(h.keep(spawn_registry(h.system(), bridge, config, view))) {
+    h.run();
+  }
 
-  void hello(const std::string& id, uint64_t incarnation, const std::string& role = "decode") {
+  // Handled at once, or with `queued` at the next run(): several HELLOs then wait in the mailbox together.
+  void hello(const std::string& id, uint64_t incarnation, const std::string& role = "decode",
+             bool queued = false) {
     protocol::Hello m;
     m.role = role;
     m.control_endpoint = "offline://" + id;
     m.kv_pages_total = 8;
     m.identity = protocol::current_protocol_identity();
     test::deliver(*bridge, id, incarnation, m);
-    h.run();
+    if (!queued) h.run();
   }
   void heartbeat(const std::string& id, uint64_t incarnation, bool healthy = true) {
     protocol::Heartbeat hb;
@@ -103,15 +108,8 @@ TEST_CASE("registry: changes waiting together go out as one version - a full lis
   f.hello("a", 10);
   f.hello("b", 20);
   test::sent(*f.bridge);
-  auto hello = [&](const std::string& id, uint64_t inc) {
-    protocol::Hello m;
-    m.role = "prefill";
-    m.control_endpoint = "offline://" + id;
-    m.identity = protocol::current_protocol_identity();
-    test::deliver(*f.bridge, id, inc, m);
-  };
-  hello("c", 30);
-  hello("d", 40);
+  f.hello("c", 30, "prefill", true);
+  f.hello("d", 40, "prefill", true);
   protocol::Goodbye bye;
   test::deliver(*f.bridge, "a", 10, bye);
   f.h.run();
@@ -134,26 +132,17 @@ TEST_CASE("registry: changes waiting together go out as one version - a full lis
 }
 
 TEST_CASE("registry: a change within the publish window waits for its end and goes out with the next") {
-  test::Harness h;
-  auto bridge = h.offline_bridge("router", 1);
-  auto view = std::make_shared<RegistryView>();
   auto cfg = registry_config();
   cfg.publish_window = 50ms;
-  h.keep(spawn_registry(h.system(), bridge, cfg, view));
-  h.run();
-  auto hello = [&](const std::string& id, uint64_t inc) {
-    protocol::Hello m;
-    m.role = "decode";
-    m.control_endpoint = "offline://" + id;
-    m.identity = protocol::current_protocol_identity();
-    test::deliver(*bridge, id, inc, m);
-    h.run();
-  };
-  hello("a", 10);  // the first change: out at once
+  RegistryFixture f(cfg);
+  auto& h = f.h;
+  auto& bridge = f.bridge;
+  auto& view = f.view;
+  f.hello("a", 10);  // the first change: out at once
   CHECK(peers_by_endpoint(test::sent(*bridge)).at("offline://a").version == 1);
-  hello("b", 20);
+  f.hello("b", 20);
   h.advance(20ms, 10ms);
-  hello("c", 30);
+  f.hello("c", 30);
   auto out = test::sent(*bridge);
   CHECK(test::of_type<protocol::HelloAck>(out).size() == 2);
   CHECK(test::of_type<protocol::Peers>(out).empty());  // the window is still open
@@ -201,21 +190,13 @@ TEST_CASE("registry: a HEARTBEAT asking for a resync gets the full list at the c
 }
 
 TEST_CASE("registry: with full_lists every member gets the whole list after each change (the baseline)") {
-  test::Harness h;
-  BridgePtr bridge = h.offline_bridge("router", 1);
-  auto view = std::make_shared<RegistryView>();
   RegistryConfig config = registry_config();
   config.full_lists = true;
-  h.keep(spawn_registry(h.system(), bridge, config, view));
-  h.run();
-  for (const auto& [id, inc] : std::vector<std::pair<std::string, uint64_t>>{{"a", 10}, {"b", 20}}) {
-    protocol::Hello m;
-    m.role = "decode";
-    m.control_endpoint = "offline://" + id;
-    m.identity = protocol::current_protocol_identity();
-    test::deliver(*bridge, id, inc, m);
-    h.run();
-  }
+  RegistryFixture f(config);
+  auto& bridge = f.bridge;
+  auto& view = f.view;
+  f.hello("a", 10);
+  f.hello("b", 20);
   auto peers = peers_by_endpoint(test::sent(*bridge));
   REQUIRE(peers.size() == 2);
   for (const auto& [_, p] : peers) {

@@ -1,13 +1,12 @@
 // The etcd client against a real etcd: every call the membership backend makes, leases expiring, watches
 // resuming and hitting compaction, and failover between endpoints.
-#include <fcntl.h>
-#include <sys/resource.h>
 #include <catch2/catch.hpp>
 
 #include <atomic>
 #include <chrono>
 #include <thread>
 
+#include "../common/no_free_descriptors.hpp"
 #include "epd/etcd/etcd_client.hpp"
 #include "etcd_server.hpp"
 
@@ -268,19 +267,16 @@ TEST_CASE("etcd client calls fail cleanly without descriptors and recover after"
   server.start();
   auto c = client_for({server.url()});
   REQUIRE(c.put("/fd/a", "1"));
-  rlimit before{};
-  REQUIRE(getrlimit(RLIMIT_NOFILE, &before) == 0);
-  int lowest_free = 0;  // the next descriptor opened gets this number: a limit here makes it fail
-  while (fcntl(lowest_free, F_GETFD) != -1) ++lowest_free;
-  rlimit tight = before;
-  tight.rlim_cur = rlim_t(lowest_free);
-  REQUIRE(setrlimit(RLIMIT_NOFILE, &tight) == 0);
-  EtcdClient fresh = client_for({server.url()});  // no kept connection: it must open one
+  auto made = EtcdClient::create({{server.url()}, 2000ms});
+  REQUIRE(made);
+  EtcdClient fresh = std::move(*made);  // no kept connection: it must open one
+  testing::NoFreeDescriptors none;
+  REQUIRE(none.active());
   auto put = fresh.put("/fd/b", "2");
   std::atomic<bool> stop{false};
   auto watched = fresh.watch_prefix(
       "/fd/", 1, [](std::vector<WatchEvent>, int64_t) {}, stop, 1s);
-  REQUIRE(setrlimit(RLIMIT_NOFILE, &before) == 0);
+  none.restore();
   REQUIRE_FALSE(put);
   CHECK(put.error().detail.find(server.url().substr(7)) != std::string::npos);  // names the endpoint
   CHECK(watched.why == WatchEnd::Why::failed);

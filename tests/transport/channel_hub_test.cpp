@@ -1,8 +1,6 @@
 // Control channels sharing a hub (one ZeroMQ context, one I/O thread): hundreds of them cost no thread
 // each, every frame still arrives on the channel it was sent to, a lost connection is still reported, and
 // a channel stopped while others send to it leaves the rest working.
-#include <fcntl.h>
-#include <sys/resource.h>
 #include <catch2/catch.hpp>
 
 #include <atomic>
@@ -15,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "../common/no_free_descriptors.hpp"
 #include "epd/transport/channel_hub.hpp"
 #include "epd/transport/control_channel.hpp"
 
@@ -160,18 +159,13 @@ TEST_CASE("channel hub: a CURVE channel cannot share one", "[channel]") {
 TEST_CASE("channel: a start without free descriptors is an error, not a crash", "[channel]") {
   auto hub = ChannelHub::start();
   REQUIRE(hub);
-  rlimit before{};
-  REQUIRE(getrlimit(RLIMIT_NOFILE, &before) == 0);
-  int lowest_free = 0;  // the next descriptor opened gets this number: a limit here makes it fail
-  while (fcntl(lowest_free, F_GETFD) != -1) ++lowest_free;
-  rlimit tight = before;
-  tight.rlim_cur = rlim_t(lowest_free);
-  REQUIRE(setrlimit(RLIMIT_NOFILE, &tight) == 0);
+  epd::testing::NoFreeDescriptors none;
+  REQUIRE(none.active());
   auto alone =
       ControlChannel::start(on_hub("alone", nullptr), [](const std::string&, bool, std::vector<uint8_t>) {});
   auto shared =
       ControlChannel::start(on_hub("shared", *hub), [](const std::string&, bool, std::vector<uint8_t>) {});
-  REQUIRE(setrlimit(RLIMIT_NOFILE, &before) == 0);
+  none.restore();
   REQUIRE_FALSE(alone);
   CHECK(alone.error().code == epd::protocol::ErrorCode::io_error);
   REQUIRE_FALSE(shared);

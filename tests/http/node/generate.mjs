@@ -9,26 +9,12 @@
 // order (instead of expect_tokens)}]}.
 // An image_url whose url is "@file:PATH" is replaced by PATH's data URI.
 import assert from 'node:assert/strict';
-import { Checks, imageDataUri, makeClient, parseArgs, readSpec, textOfTokens } from './lib.mjs';
+import { Checks, makeClient, parseArgs, readSpec, textOfTokens, withImages } from './lib.mjs';
 
 const args = parseArgs();
 const spec = readSpec(args.spec);
 const client = makeClient(args.baseUrl);
 const checks = new Checks();
-
-function withImages(params) {
-  if (!params.messages) return params;
-  const messages = params.messages.map((m) => {
-    if (!Array.isArray(m.content)) return m;
-    const content = m.content.map((part) =>
-      part.type === 'image_url' && part.image_url.url.startsWith('@file:')
-        ? { ...part, image_url: { ...part.image_url, url: imageDataUri(part.image_url.url.slice(6)) } }
-        : part,
-    );
-    return { ...m, content };
-  });
-  return { ...params, messages };
-}
 
 // The router's own figures, on the final answer or the finish chunk.
 function checkEpd(epd) {

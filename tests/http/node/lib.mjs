@@ -44,6 +44,21 @@ export function imageDataUri(path) {
   return `data:${type};base64,${bytes.toString('base64')}`;
 }
 
+// A chat request whose image_url parts with a url "@file:PATH" carry PATH's data URI instead.
+export function withImages(params) {
+  if (!params.messages) return params;
+  const messages = params.messages.map((m) => {
+    if (!Array.isArray(m.content)) return m;
+    const content = m.content.map((part) =>
+      part.type === 'image_url' && part.image_url.url.startsWith('@file:')
+        ? { ...part, image_url: { ...part.image_url, url: imageDataUri(part.image_url.url.slice(6)) } }
+        : part,
+    );
+    return { ...m, content };
+  });
+  return { ...params, messages };
+}
+
 // The text a byte-level model's tokens read as: bytes up to EOS (257), invalid UTF-8 replaced by U+FFFD.
 export function textOfTokens(tokens) {
   const bytes = [];

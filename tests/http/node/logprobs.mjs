@@ -11,27 +11,13 @@
 // prints nine digits, the router the float's double); the alternatives as many as asked, most likely first,
 // equal to epd-run's; a greedy token first among them; the streamed entries joined equal to the answer's.
 import assert from 'node:assert/strict';
-import { Checks, imageDataUri, makeClient, parseArgs, readSpec } from './lib.mjs';
+import { Checks, makeClient, parseArgs, readSpec, withImages } from './lib.mjs';
 
 const args = parseArgs();
 const spec = readSpec(args.spec);
 const client = makeClient(args.baseUrl);
 const checks = new Checks();
 const f32 = Math.fround;
-
-function withImages(params) {
-  if (!params.messages) return params;
-  const messages = params.messages.map((m) => {
-    if (!Array.isArray(m.content)) return m;
-    const content = m.content.map((part) =>
-      part.type === 'image_url' && part.image_url.url.startsWith('@file:')
-        ? { ...part, image_url: { ...part.image_url, url: imageDataUri(part.image_url.url.slice(6)) } }
-        : part,
-    );
-    return { ...m, content };
-  });
-  return { ...params, messages };
-}
 
 // The reference model's bytes of a token: ids below 256 are bytes, its special tokens are spelled out as the
 // tokenizer renders them (POST /tokenize's pieces).

@@ -10,29 +10,12 @@
 // "params", "expect_message": a part of the 400's message}]}.
 // An image_url whose url is "@file:PATH" is replaced by PATH's data URI.
 import assert from 'node:assert/strict';
-import { Checks, imageDataUri, makeClient, parseArgs, readSpec } from './lib.mjs';
+import { Checks, makeClient, parseArgs, readSpec, withImages } from './lib.mjs';
 
 const args = parseArgs();
 const spec = readSpec(args.spec);
 const client = makeClient(args.baseUrl);
 const checks = new Checks();
-
-function withImages(params) {
-  if (!params.messages) return params;
-  const messages = params.messages.map((m) =>
-    Array.isArray(m.content)
-      ? {
-          ...m,
-          content: m.content.map((p) =>
-            p.type === 'image_url' && p.image_url.url.startsWith('@file:')
-              ? { ...p, image_url: { url: imageDataUri(p.image_url.url.slice(6)) } }
-              : p,
-          ),
-        }
-      : m,
-  );
-  return { ...params, messages };
-}
 
 // A small JSON Schema validator for what the cases use: type (one or a list), enum, const, properties,
 // required, additionalProperties (false or a schema), items, minItems/maxItems, minLength/maxLength,
