@@ -96,12 +96,12 @@ bool ChannelHub::Impl::start() {
       ::epoll_ctl(state->epoll_fd, EPOLL_CTL_ADD, state->stop_fd, &ev) != 0)
     return false;
   thread = std::thread([this] { loop(); });
+  state->thread_id = thread.get_id();  // read by detach(), only after a channel attached
   return true;
 }
 
 void ChannelHub::Impl::loop() {
   State& s = *state;
-  s.thread_id = std::this_thread::get_id();
   std::vector<epoll_event> events(256);
   auto next_tick = std::chrono::steady_clock::now() + config.idle_tick;
   while (!s.stopping.load()) {

@@ -88,6 +88,7 @@ struct ControlChannel::Impl final : detail::HubMember {
   zmq::socket_t router_monitor;  // handshake failures on the ROUTER (CURVE only)
   std::string bound;
   int wake_fd = -1;
+  int ep = -1;  // the channel thread's epoll set (standalone channels)
   std::thread io;
   std::atomic<bool> stopping{false};
   std::atomic<uint64_t> received{0}, sent{0}, dropped_send{0}, dropped_recv{0}, refused_peers{0},
@@ -105,6 +106,7 @@ struct ControlChannel::Impl final : detail::HubMember {
 
   ~Impl() {
     if (wake_fd >= 0) ::close(wake_fd);
+    if (ep >= 0) ::close(ep);
   }
 
   void wake() {
@@ -452,7 +454,7 @@ struct ControlChannel::Impl final : detail::HubMember {
     std::vector<std::string> lost;
     std::vector<epoll_event> events(256);
     std::vector<size_t> ready, busy;  // indices into watched: signalled; had more than one turn's reads
-    int ep = -1;
+    std::vector<int> polled;          // what the epoll set holds
     while (!stopping.load()) {
       bool rebuilt = false, look_now = false;
       {
@@ -466,8 +468,11 @@ struct ControlChannel::Impl final : detail::HubMember {
         look_now = look_at_all || look_at_router;
       }
       if (rebuilt) {
-        if (ep >= 0) ::close(ep);
-        ep = ::epoll_create1(EPOLL_CLOEXEC);
+        // One set for the channel's life (made at start, so no descriptor is needed here): every old
+        // entry out, every new one in. A retired socket's descriptor is closed already, and its number
+        // may be a new socket's now: removing by number then misses, and adding it again is right.
+        for (int fd : polled) ::epoll_ctl(ep, EPOLL_CTL_DEL, fd, nullptr);
+        polled = fds;
         for (size_t i = 0; i < fds.size(); ++i) {
           epoll_event ev{};
           ev.events = EPOLLIN;
@@ -515,7 +520,6 @@ struct ControlChannel::Impl final : detail::HubMember {
       ready.clear();
       dispatch(inbox, lost);
     }
-    if (ep >= 0) ::close(ep);
     close_sockets();
   }
 
@@ -587,6 +591,8 @@ Result<std::unique_ptr<ControlChannel>> ControlChannel::start(ChannelConfig conf
   impl->on_disconnect = std::move(on_disconnect);
   impl->wake_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (impl->wake_fd < 0) return make_error(ErrorCode::io_error, "eventfd failed");
+  if (!impl->hub && (impl->ep = ::epoll_create1(EPOLL_CLOEXEC)) < 0)
+    return make_error(ErrorCode::io_error, std::string("epoll_create1 failed: ") + std::strerror(errno));
   try {
     impl->router = zmq::socket_t(*impl->ctx, zmq::socket_type::router);
     impl->router.set(zmq::sockopt::linger, impl->config.linger_ms);
