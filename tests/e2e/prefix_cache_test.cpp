@@ -9,6 +9,7 @@
 #include <catch2/catch.hpp>
 
 #include <atomic>
+#include <barrier>
 #include <chrono>
 #include <set>
 #include <thread>
@@ -201,11 +202,18 @@ TEST_CASE("prefix cache: multi-turn conversations compute only new pages and ans
 namespace {
 
 // `n` text conversations, each with its own opening line after a shared system prompt.
-std::vector<std::vector<Case>> chats(int n, int turns) {
+std::vector<std::vector<Case>> chats(int n, int turns, int background = 0) {
   std::vector<std::vector<Case>> out(n);
   for (int c = 0; c < n; ++c) {
+    // `background` sentences make a long opening and short turns: what a turn saves by its cached prefix
+    // (hundreds of tokens) outweighs the other turns in flight on the same prefill (tens of tokens each),
+    // so a move is a placement decision, not a race.
     std::string history = "system: you are a careful assistant. answer in one short line, please. user " +
                           std::to_string(c) + " opens: hello there, I have a few questions today. ";
+    for (int i = 0; i < background; ++i)
+      history += "background " + std::to_string(i) +
+                 ": the project under review moves data between "
+                 "processes, and the questions are all about how it keeps what it already computed. ";
     for (int t = 0; t < turns; ++t) {
       history += "user: question " + std::to_string(t) + ", tell me more. ";
       Case k;
@@ -233,16 +241,20 @@ Placed converse_concurrently(const std::string& router_settings) {
   spec.defaults["router"] = router_settings;
   Cluster cluster(spec);
   cluster.start();
-  const auto convs = chats(6, 4);
+  const auto convs = chats(8, 4, 4);
   std::vector<std::vector<std::string>> where(convs.size());
   std::vector<std::vector<bool>> right(convs.size());
   std::vector<std::thread> threads;
+  // Every first turn (the whole opening is new work) is answered before any later turn starts: a later turn
+  // then competes only with other later turns.
+  std::barrier first_turns_done(std::ptrdiff_t(convs.size()));
   for (size_t c = 0; c < convs.size(); ++c)
     threads.emplace_back([&, c] {
       for (const auto& turn : convs[c]) {
         auto [status, body] = cluster.generate(request_of(turn));
         right[c].push_back(status == 200 && body["tokens"].get<std::vector<uint32_t>>() == oracle(turn));
         where[c].push_back(status == 200 ? body["instances"]["prefill"].get<std::string>() : "");
+        if (where[c].size() == 1) first_turns_done.arrive_and_wait();
       }
     });
   for (auto& t : threads) t.join();
@@ -277,7 +289,7 @@ TEST_CASE("prefix cache: cache-aware placement keeps each conversation where its
        << aware.sticky << ", least-loaded " << least_loaded.sticky << "; prefill hit ratio "
        << aware.hit_ratio << " vs " << least_loaded.hit_ratio);
   CHECK(aware.first_turns.size() == 2);  // the first turns spread over both prefills (load)
-  CHECK(aware.sticky >= 0.8);
+  CHECK(aware.sticky == 1.0);  // least-loaded kept 0.63–0.83 of them in trial runs (once all, by chance)
   CHECK(aware.hit_ratio >= least_loaded.hit_ratio);  // least-loaded may stick by chance too
 }
 
