@@ -25,7 +25,12 @@ class EtcdMember final : public MemberLink {
 
 class EtcdBackend final : public RegistryBackend {
  public:
-  std::string describe() const override { return "etcd (leases + watch, heartbeats in-band to 2 routers)"; }
+  explicit EtcdBackend(bool routers_watch) : routers_watch_(routers_watch) {}
+  std::string describe() const override {
+    return routers_watch_ ? "etcd (leases; the 2 routers watch and send RECORDS; heartbeats in-band to them)"
+                          : "etcd (leases + watch, heartbeats in-band to 2 routers)";
+  }
+  bool relays_through_bridges() const override { return routers_watch_; }
 
   bool start(const MembershipOptions& opt) override {
     opt_ = opt;
@@ -50,6 +55,7 @@ class EtcdBackend final : public RegistryBackend {
     ec.self.incarnation = bridge->incarnation();
     ec.self.identity = protocol::current_protocol_identity();
     ec.traffic = traffic_;
+    ec.routers_watch = routers_watch_;
     auto m = actors::start_etcd_membership(system, bridge, std::move(ec),
                                            std::make_shared<actors::LoadGauge>(), {}, std::move(view));
     if (!m) {
@@ -83,6 +89,7 @@ class EtcdBackend final : public RegistryBackend {
   }
 
  private:
+  bool routers_watch_ = false;
   MembershipOptions opt_;
   LocalEtcdRun etcd_;
   std::shared_ptr<etcd::Traffic> traffic_ = std::make_shared<etcd::Traffic>();
@@ -90,8 +97,8 @@ class EtcdBackend final : public RegistryBackend {
 
 }  // namespace
 
-std::unique_ptr<RegistryBackend> make_etcd_backend() {
-  return std::make_unique<EtcdBackend>();
+std::unique_ptr<RegistryBackend> make_etcd_backend(bool routers_watch) {
+  return std::make_unique<EtcdBackend>(routers_watch);
 }
 
 }  // namespace epd::bench

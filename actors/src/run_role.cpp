@@ -230,6 +230,7 @@ int run_role(int argc, char** argv, const char* fixed_role) {
     ec.endpoints = cfg->cluster.etcd_endpoints;
     ec.prefix = cfg->cluster.etcd_prefix;
     ec.lease_ttl = cfg->cluster.etcd_lease_ttl;
+    ec.routers_watch = cfg->cluster.etcd_routers_watch;
     ec.heartbeat_interval = cfg->cluster.heartbeat_interval;
     ec.heartbeat_misses = cfg->cluster.heartbeat_misses;
     ec.self.instance_id = id;
@@ -251,8 +252,9 @@ int run_role(int argc, char** argv, const char* fixed_role) {
     etcd_membership = std::move(*m);
     std::string endpoints;
     for (const auto& e : cfg->cluster.etcd_endpoints) endpoints += (endpoints.empty() ? "" : ", ") + e;
-    spdlog::info("{} '{}': membership in etcd ({}), prefix {}, lease TTL {} ms", role, id, endpoints,
-                 cfg->cluster.etcd_prefix, cfg->cluster.etcd_lease_ttl.count());
+    spdlog::info("{} '{}': membership in etcd ({}), prefix {}, lease TTL {} ms, {} watch", role, id,
+                 endpoints, cfg->cluster.etcd_prefix, cfg->cluster.etcd_lease_ttl.count(),
+                 cfg->cluster.etcd_routers_watch ? "routers" : "every instance");
   } else {
     mc.registry_endpoint = cfg->registry()->control;
     mc.role = role;

@@ -57,12 +57,12 @@ protocol::Status check_etcd_url(const std::string& url, const std::filesystem::p
   return {};
 }
 
-// [cluster] etcd_endpoints / etcd_prefix / etcd_lease_ttl_ms: required and checked with registry = "etcd",
-// refused without it (they would be silently ignored).
+// [cluster] etcd_endpoints / etcd_prefix / etcd_lease_ttl_ms / etcd_watch: required and checked with registry
+// = "etcd", refused without it (they would be silently ignored).
 protocol::Status parse_etcd_keys(toml::table& root, const Settings& s, ClusterSection& c,
                                  const std::filesystem::path& file) {
   const bool etcd = c.registry == "etcd";
-  for (auto key : {"etcd_endpoints", "etcd_prefix", "etcd_lease_ttl_ms"})
+  for (auto key : {"etcd_endpoints", "etcd_prefix", "etcd_lease_ttl_ms", "etcd_watch"})
     if (!etcd && s.has(key)) return bad(file, std::string("[cluster] ") + key + " needs registry = \"etcd\"");
   if (!etcd) return {};
   const toml::node* list = root["cluster"]["etcd_endpoints"].node();
@@ -75,9 +75,17 @@ protocol::Status parse_etcd_keys(toml::table& root, const Settings& s, ClusterSe
     c.etcd_endpoints.push_back(std::move(url));
   }
   protocol::FirstError e;
+  std::string watch;
   e.take(c.etcd_prefix, s.get_string("etcd_prefix", "/epd/" + c.name + "/"))
-      .take(c.etcd_lease_ttl, s.get_ms("etcd_lease_ttl_ms", c.etcd_lease_ttl));
+      .take(c.etcd_lease_ttl, s.get_ms("etcd_lease_ttl_ms", c.etcd_lease_ttl))
+      .take(watch, s.get_string("etcd_watch", "instances"));
   if (!e.status()) return e.status().error();
+  if (watch != "instances" && watch != "routers")
+    return bad(file,
+               "[cluster] etcd_watch must be \"instances\" (every instance watches etcd) or \"routers\" "
+               "(routers watch and pass the records on), got '" +
+                   watch + "'");
+  c.etcd_routers_watch = watch == "routers";
   if (c.etcd_prefix.empty() || c.etcd_prefix.front() != '/' || c.etcd_prefix.back() != '/')
     return bad(file, "[cluster] etcd_prefix must start and end with '/', got '" + c.etcd_prefix + "'");
   // etcd grants whole seconds and raises anything below its minimum (1.5 election timeouts) to it.
@@ -165,7 +173,7 @@ Result<ClusterConfig> parse_cluster_config(std::string_view text, const std::fil
     auto s = settings_of(root["cluster"].as_table(), file.string() + " [cluster]");
     if (auto st = s.only_keys({"name", "registry", "heartbeat_interval_ms", "heartbeat_misses",
                                "request_timeout_ms", "max_attempts", "etcd_endpoints", "etcd_prefix",
-                               "etcd_lease_ttl_ms", "drain_timeout_ms"});
+                               "etcd_lease_ttl_ms", "etcd_watch", "drain_timeout_ms"});
         !st)
       return st.error();
     auto& c = cfg.cluster;

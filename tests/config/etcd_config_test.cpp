@@ -49,6 +49,7 @@ etcd_endpoints = ["http://127.0.0.1:2379", "http://10.0.0.2:2379/"]
         std::vector<std::string>{"http://127.0.0.1:2379", "http://10.0.0.2:2379/"});
   CHECK(cfg->cluster.etcd_prefix == "/epd/c1/");
   CHECK(cfg->cluster.etcd_lease_ttl == std::chrono::milliseconds(5000));
+  CHECK_FALSE(cfg->cluster.etcd_routers_watch);  // every instance watches unless told otherwise
   CHECK_FALSE(cfg->etcd.local);
 
   cfg = parse_cluster_config(R"([cluster]
@@ -56,6 +57,7 @@ registry = "etcd"
 etcd_endpoints = ["http://127.0.0.1:2379"]
 etcd_prefix = "/prod/a/"
 etcd_lease_ttl_ms = 2000
+etcd_watch = "routers"
 [etcd]
 local = true
 peer = "127.0.0.1:2380"
@@ -65,6 +67,7 @@ data_dir = "etcd-data"
   REQUIRE(cfg.ok());
   CHECK(cfg->cluster.etcd_prefix == "/prod/a/");
   CHECK(cfg->cluster.etcd_lease_ttl == std::chrono::milliseconds(2000));
+  CHECK(cfg->cluster.etcd_routers_watch);
   CHECK(cfg->etcd.local);
   CHECK(cfg->etcd.peer.port == 2380);
   CHECK(cfg->etcd.data_dir == "/etc/epd/etcd-data");
@@ -90,6 +93,11 @@ TEST_CASE("registry etcd refuses missing or malformed etcd keys by name", "[conf
   check_etcd_refused(
       "[cluster]\nregistry = \"etcd\"\netcd_endpoints = [\"http://h:1\"]\netcd_lease_ttl_ms = 1000\n",
       {"etcd_lease_ttl_ms", "2000"});
+  check_etcd_refused(
+      "[cluster]\nregistry = \"etcd\"\netcd_endpoints = [\"http://h:1\"]\netcd_watch = \"all\"\n",
+      {"etcd_watch", "'all'", "\"routers\""});
+  check_etcd_refused("[cluster]\nregistry = \"router-0\"\netcd_watch = \"routers\"\n",
+                     {"etcd_watch", "registry = \"etcd\""});
   // etcd keys without registry = "etcd" would be ignored silently: refused instead.
   check_etcd_refused("[cluster]\nregistry = \"router-0\"\netcd_endpoints = [\"http://h:1\"]\n",
                      {"etcd_endpoints", "registry = \"etcd\""});

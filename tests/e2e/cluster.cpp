@@ -84,6 +84,7 @@ Cluster::Cluster(ClusterSpec spec) : spec_(std::move(spec)) {
     for (size_t i = 0; i < spec_.etcd_endpoints.size(); ++i)
       cfg << (i ? ", " : "") << "\"" << spec_.etcd_endpoints[i] << "\"";
     cfg << "]\netcd_lease_ttl_ms = " << spec_.etcd_lease_ttl_ms << "\n";
+    if (!spec_.etcd_watch.empty()) cfg << "etcd_watch = \"" << spec_.etcd_watch << "\"\n";
   }
   cfg << "heartbeat_interval_ms = " << spec_.heartbeat_ms << "\nheartbeat_misses = " << spec_.heartbeat_misses
       << "\nrequest_timeout_ms = " << spec_.request_timeout_ms << "\nmax_attempts = " << spec_.max_attempts

@@ -60,6 +60,7 @@ struct ClusterSpec {
   // Membership in etcd ([cluster] registry = "etcd" with these endpoints) instead of the router's registry.
   std::vector<std::string> etcd_endpoints;
   int etcd_lease_ttl_ms = 2000;
+  std::string etcd_watch;  // [cluster] etcd_watch: empty for the default (every instance watches)
 };
 
 // What a build of this tree serving the tiny preset says in HELLO (docs/protocol.md, "Compatibility"): what

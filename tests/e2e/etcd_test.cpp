@@ -139,21 +139,32 @@ struct LoadLoop {
   }
 };
 
-}  // namespace
+// etcd's count of watchers (its /metrics), -1 if it cannot be read.
+double etcd_watchers(const EtcdServer& etcd) {
+  httplib::Client c("127.0.0.1", etcd.client_port());
+  c.set_read_timeout(5, 0);
+  auto r = c.Get("/metrics");
+  if (!r || r->status != 200) return -1;
+  const std::string name = "\netcd_debugging_mvcc_watcher_total ";
+  const auto at = r->body.find(name);
+  return at == std::string::npos ? -1 : std::stod(r->body.substr(at + name.size()));
+}
 
-TEST_CASE(
-    "etcd membership: both routers answer like epd-run and a router kill loses only its in-flight "
-    "requests") {
+// `watch`: [cluster] etcd_watch ("" for the default, every instance watching).
+void serve_through_two_routers_and_kill_one(const std::string& watch) {
   EtcdServer etcd;
   etcd.start();
   TwoRouters setup(etcd, 2);
+  setup.spec.etcd_watch = watch;
   Cluster cluster(setup.spec);
-  LogDump dump{cluster, "etcd-routers"};
+  LogDump dump{cluster, "etcd-routers" + (watch.empty() ? "" : "-" + watch)};
   cluster.start();
   const std::set<std::string> all = {"router", "router-b", "encoder-0", "prefill-0", "decode-0", "decode-1"};
   REQUIRE(wait_until([&] { return healthy_ids(setup.second_http) == all; }, 20s) >= 0);
   auto client = client_of(etcd);
   CHECK(etcd_ids(client) == all);
+  // Who watches etcd: every instance, or the two routers alone (they send the others RECORDS).
+  CHECK(etcd_watchers(etcd) == (watch == "routers" ? 2 : double(all.size())));
 
   // Through either router: the colocated run's tokens.
   for (int port : {cluster.http_port(), setup.second_http}) {
@@ -222,6 +233,22 @@ TEST_CASE(
     REQUIRE(status == 200);
     CHECK(body["tokens"].get<std::vector<uint32_t>>() == oracle(c));
   }
+}
+
+}  // namespace
+
+TEST_CASE(
+    "etcd membership: both routers answer like epd-run and a router kill loses only its in-flight "
+    "requests") {
+  serve_through_two_routers_and_kill_one("");
+}
+
+// The same with etcd_watch = "routers": the instances learn every record (the decode that another router
+// placed, the kill of a router, the expiry of a killed decode's lease) from the routers' RECORDS alone.
+TEST_CASE(
+    "etcd membership with routers watching: both routers answer like epd-run and a router kill loses only "
+    "its in-flight requests") {
+  serve_through_two_routers_and_kill_one("routers");
 }
 
 TEST_CASE("etcd membership: etcd frozen for 10 s under load fails no request and restarts nothing") {

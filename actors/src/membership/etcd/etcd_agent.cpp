@@ -33,7 +33,7 @@ Agent::~Agent() {
 
 void Agent::start() {
   session_ = std::thread([this] { run_session(); });
-  watcher_ = std::thread([this] { run_watcher(); });
+  if (config_.watch) watcher_ = std::thread([this] { run_watcher(); });
 }
 
 void Agent::stop(bool revoke) {
@@ -163,7 +163,7 @@ void Agent::run_watcher() {
               auto id = id_of_key(config_.prefix, ev.kv.key);
               if (!id) continue;
               if (ev.type == etcd::WatchEvent::Type::del) {
-                out.changes.push_back({*id, std::nullopt});
+                out.changes.push_back({*id, std::nullopt, ev.kv.mod_revision});
                 continue;
               }
               auto info = decode_record(*id, ev.kv.value);
@@ -171,7 +171,7 @@ void Agent::run_watcher() {
                 spdlog::warn("etcd: ignoring {}: {}", ev.kv.key, info.error().detail);
                 continue;
               }
-              out.changes.push_back({*id, std::move(*info)});
+              out.changes.push_back({*id, std::move(*info), ev.kv.mod_revision});
             }
             if (failing) spdlog::info("etcd: watching {} again from revision {}", prefix, revision + 1);
             failing = false;

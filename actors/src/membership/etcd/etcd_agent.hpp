@@ -3,7 +3,8 @@
 //  - the session keeps this instance's record alive: grants a lease, puts the record under it, renews the
 //    lease every TTL/3, and when etcd says the lease is gone (it expired while etcd was unreachable, or
 //    etcd lost it) grants a new one and puts the record again;
-//  - the watcher lists `<prefix>instances/` and watches it from the listing's revision; after a broken
+//  - the watcher (unless routers watch for everyone) lists `<prefix>instances/` and watches it from the
+//  listing's revision; after a broken
 //    stream it watches again from the last revision it saw (nothing is missed), after a compaction it lists
 //    again. Both post what they learn to the membership actor and retry forever: etcd trouble never stops
 //    the instance.
@@ -26,10 +27,12 @@ struct Listing {
   int64_t revision = 0;
 };
 
-// Changes seen by the watch, in order: a record put (info set) or deleted (info empty).
+// Changes seen by the watch, in order: a record put (info set) or deleted (info empty) at `revision` (etcd's
+// mod_revision of the key: routers pass it on in RECORDS).
 struct Change {
   std::string id;
   std::optional<protocol::PeerInfo> info;
+  int64_t revision = 0;
 };
 struct Changes {
   std::vector<Change> changes;
@@ -47,6 +50,8 @@ struct AgentConfig {
   std::chrono::milliseconds lease_ttl{5000};
   std::chrono::milliseconds retry{500};  // between attempts while etcd is unreachable
   std::chrono::milliseconds watch_idle{60000};
+  bool watch =
+      true;  // false: only the session runs (etcd_watch = "routers" on an instance that is no router)
 };
 
 class Agent {

@@ -11,6 +11,7 @@
 #include "etcd_membership_actor.hpp"
 #include "membership/compat_gate.hpp"
 #include "membership/peer_change_log.hpp"
+#include "record_relay.hpp"
 
 namespace epd::actors {
 namespace {
@@ -23,6 +24,17 @@ using protocol::MessageType;
 using clock = std::chrono::steady_clock;
 using revive_atom = caf::atom_constant<caf::atom("revive")>;
 using gone_atom = caf::atom_constant<caf::atom("gone")>;
+using flush_atom = caf::atom_constant<caf::atom("flush")>;
+using etcd_backend::RecordFollower;
+using etcd_backend::RecordMirror;
+
+// A router's last full RECORDS to an instance that has not sent a heartbeat since: sent again after `wait`,
+// which doubles up to 30 s (a list lost on the way would otherwise leave it knowing nobody, not even us).
+struct FullSent {
+  uint64_t incarnation = 0;
+  clock::time_point at;
+  std::chrono::milliseconds wait{2000};
+};
 
 struct LoadSeen {
   protocol::LoadReport load;
@@ -46,6 +58,14 @@ struct EtcdMembershipState {
   // stopped since (not the whole table).
   std::map<std::string, bool> shown_healthy;
   CompatGate gate;  // records of builds we may not work with are not ours to use
+  // etcd_watch = "routers". Routers: the records to pass on, when the last delta went, whether one waits.
+  std::optional<RecordMirror> mirror;
+  clock::time_point last_flush;
+  bool flush_waiting = false;
+  std::map<std::string, FullSent> full_sent;
+  // The others: where we are in the routers' RECORDS, and the routers to ask for a full list.
+  std::optional<RecordFollower> follower;
+  std::set<std::string> resync_from;
   bool listed = false;
   uint64_t version = 0;
   uint64_t seq = 0;
@@ -227,6 +247,36 @@ bool on_put(EtcdMembershipState& st, protocol::PeerInfo info) {
   return true;
 }
 
+// The whole membership as listed (by our watch, or by a router's full RECORDS).
+void apply_listing(caf::stateful_actor<EtcdMembershipState>* self, Listing listing) {
+  auto& st = self->state;
+  std::set<std::string> listed;
+  bool changed = false;
+  for (auto& info : listing.peers) {
+    listed.insert(info.instance_id);
+    changed = on_put(st, std::move(info)) || changed;
+  }
+  std::vector<std::string> missing;
+  for (const auto& [id, _] : st.records)
+    if (!listed.count(id)) missing.push_back(id);
+  for (const auto& id : missing) changed = on_deleted(self, id) || changed;
+  if (!st.listed)
+    spdlog::info("membership: {} instance(s) in etcd at revision {}", listed.size(), listing.revision);
+  st.listed = true;
+  if (changed || st.version == 0) publish_all(self);
+}
+
+// Watch events, in etcd's order (ours, or a router's delta RECORDS).
+void apply_changes(caf::stateful_actor<EtcdMembershipState>* self, Changes changes) {
+  auto& st = self->state;
+  std::set<std::string> touched;
+  for (auto& c : changes.changes) {
+    std::string id = c.info ? c.info->instance_id : c.id;
+    if (c.info ? on_put(st, std::move(*c.info)) : on_deleted(self, id)) touched.insert(std::move(id));
+  }
+  if (!touched.empty()) publish_delta(self, touched);
+}
+
 void send_heartbeats(EtcdMembershipState& st) {
   protocol::Heartbeat hb;
   hb.seq = ++st.seq;
@@ -238,9 +288,77 @@ void send_heartbeats(EtcdMembershipState& st) {
   // frozen instance in milliseconds (a broken connection, ZMTP heartbeats). Without it, a router that never
   // sent an instance anything would learn of its death only when its heartbeats went silent.
   const bool router = st.view != nullptr;
-  for (const auto& [id, info] : st.records)
-    if ((router || info.role == "router") && st.bridge->peers().alive(id))
-      st.bridge->send_to_endpoint(info.control_endpoint, hb);
+  for (const auto& [id, info] : st.records) {
+    if (!(router || info.role == "router") || !st.bridge->peers().alive(id)) continue;
+    if (st.resync_from.erase(id)) {
+      auto ask = hb;
+      ask.resync = true;
+      st.bridge->send_to_endpoint(info.control_endpoint, std::move(ask));
+      continue;
+    }
+    st.bridge->send_to_endpoint(info.control_endpoint, hb);
+  }
+}
+
+// ---- etcd_watch = "routers"
+// --------------------------------------------------------------------------------
+
+// Remembers that `id` got the full list now, so that it gets it again if it stays silent.
+void sent_full(EtcdMembershipState& st, const std::string& id, clock::time_point now) {
+  const auto* info = st.mirror->member(id);
+  if (!info) return;
+  auto& f = st.full_sent[id];
+  if (f.incarnation != info->incarnation) f = FullSent{info->incarnation, now};
+  f.at = now;
+}
+
+// The events gathered since the last flush: one delta to the instances that hold a list, the full list to
+// the new ones.
+void flush_records(caf::stateful_actor<EtcdMembershipState>* self) {
+  auto& st = self->state;
+  st.flush_waiting = false;
+  st.last_flush = st.now();
+  auto f = st.mirror->flush();
+  if (!f.delta_to.empty()) st.bridge->send_to_endpoints(f.delta_to, std::move(f.delta));
+  if (f.full_to.empty()) return;
+  st.bridge->send_to_endpoints(f.full_to, st.mirror->full());
+  for (const auto& id : f.full_ids) sent_full(st, id, st.last_flush);
+}
+
+// A lone event goes at once; those that follow within the window wait for its end, together.
+void schedule_flush(caf::stateful_actor<EtcdMembershipState>* self) {
+  auto& st = self->state;
+  if (st.flush_waiting || !st.mirror->pending()) return;
+  const auto due = st.last_flush + st.config.records_window;
+  if (st.now() >= due) return flush_records(self);
+  st.flush_waiting = true;
+  self->delayed_send(self, std::chrono::duration_cast<std::chrono::milliseconds>(due - st.now()),
+                     flush_atom::value);
+}
+
+// The full list again to instances that have sent no heartbeat since theirs (lost, or they were slow).
+void resend_full_lists(EtcdMembershipState& st) {
+  const auto now = st.now();
+  std::optional<protocol::Records> full;  // made once per tick, if anyone needs it
+  for (auto it = st.full_sent.begin(); it != st.full_sent.end();) {
+    auto& [id, f] = *it;
+    const auto* info = st.mirror->member(id);
+    auto seen = st.loads.find(id);
+    const bool heard = seen != st.loads.end() && seen->second.incarnation == f.incarnation;
+    if (!info || info->incarnation != f.incarnation || heard) {
+      it = st.full_sent.erase(it);
+      continue;
+    }
+    if (now - f.at >= f.wait) {
+      spdlog::info("membership: '{}' sent no heartbeat {} ms after its list of instances; sending it again",
+                   id, std::chrono::duration_cast<std::chrono::milliseconds>(now - f.at).count());
+      if (!full) full = st.mirror->full();
+      st.bridge->send_to_endpoint(info->control_endpoint, *full);
+      f.at = now;
+      f.wait = std::min(f.wait * 2, std::chrono::milliseconds(30000));
+    }
+    ++it;
+  }
 }
 
 caf::behavior etcd_membership(caf::stateful_actor<EtcdMembershipState>* self, BridgePtr bridge,
@@ -255,40 +373,37 @@ caf::behavior etcd_membership(caf::stateful_actor<EtcdMembershipState>* self, Br
   st.role = std::move(role);
   st.view = std::move(view);
   st.gate = CompatGate(st.bridge->instance_id(), st.config.self.identity, st.config.metrics);
+  if (st.config.routers_watch) {
+    if (st.view)
+      st.mirror.emplace();
+    else
+      st.follower.emplace();
+  }
   self->delayed_send(self, st.config.heartbeat_interval, tick_atom::value);
   return {
       [=](tick_atom) {
         auto& s = self->state;
         send_heartbeats(s);
         refresh_health(s);  // instances whose heartbeats stopped turn unhealthy
+        if (s.mirror) resend_full_lists(s);
         self->delayed_send(self, s.config.heartbeat_interval, tick_atom::value);
       },
       [=](Listing& listing) {
         auto& s = self->state;
-        std::set<std::string> listed;
-        bool changed = false;
-        for (auto& info : listing.peers) {
-          listed.insert(info.instance_id);
-          changed = on_put(s, std::move(info)) || changed;
+        if (s.mirror) {  // a router that passes the records on: everyone gets the new list
+          const auto to = s.mirror->list(listing);
+          if (!to.empty()) s.bridge->send_to_endpoints(to, s.mirror->full());
+          for (const auto& id : s.mirror->members()) sent_full(s, id, s.now());
         }
-        std::vector<std::string> missing;
-        for (const auto& [id, _] : s.records)
-          if (!listed.count(id)) missing.push_back(id);
-        for (const auto& id : missing) changed = on_deleted(self, id) || changed;
-        if (!s.listed)
-          spdlog::info("membership: {} instance(s) in etcd at revision {}", listed.size(), listing.revision);
-        s.listed = true;
-        if (changed || s.version == 0) publish_all(self);
+        apply_listing(self, std::move(listing));
       },
       [=](Changes& changes) {
         auto& s = self->state;
-        std::set<std::string> touched;
-        for (auto& c : changes.changes) {
-          std::string id = c.info ? c.info->instance_id : c.id;
-          if (c.info ? on_put(s, std::move(*c.info)) : on_deleted(self, id)) touched.insert(std::move(id));
-        }
-        if (!touched.empty()) publish_delta(self, touched);
+        if (s.mirror) s.mirror->watch(changes);
+        apply_changes(self, std::move(changes));
+        if (s.mirror) schedule_flush(self);
       },
+      [=](flush_atom) { flush_records(self); },
       [=](gone_atom, const std::string& id, uint64_t incarnation) {
         auto& s = self->state;
         auto p = s.pending_delete.find(id);
@@ -339,8 +454,25 @@ caf::behavior etcd_membership(caf::stateful_actor<EtcdMembershipState>* self, Br
       },
       [=](Envelope& env) {
         auto& s = self->state;
+        if (auto* records = std::get_if<protocol::Records>(&env.body); records && s.follower) {
+          auto step = s.follower->take(*records);
+          if (step.listing) apply_listing(self, std::move(*step.listing));
+          if (step.changes) apply_changes(self, std::move(*step.changes));
+          if (step.gap && s.resync_from.insert(env.sender).second)
+            spdlog::info(
+                "membership: RECORDS from '{}' start at revision {}, after ours ({}); asking it for the "
+                "full list",
+                env.sender, records->since, s.follower->revision());
+          return;
+        }
         auto* hb = std::get_if<protocol::Heartbeat>(&env.body);
         if (!hb || !s.view) return;
+        if (hb->resync && s.mirror) {
+          if (const auto* info = s.mirror->member(env.sender)) {
+            s.bridge->send_to_endpoint(info->control_endpoint, s.mirror->full());
+            sent_full(s, env.sender, s.now());
+          }
+        }
         auto it = s.records.find(env.sender);
         // Not (yet) in our watch, or an older incarnation: its next heartbeat counts.
         if (it == s.records.end() || it->second.incarnation != env.incarnation) return;
@@ -379,10 +511,15 @@ protocol::Result<caf::actor> etcd_backend::spawn_etcd_membership(caf::actor_syst
                                                                  std::shared_ptr<LoadGauge> load,
                                                                  caf::actor role,
                                                                  std::shared_ptr<RegistryView> view) {
+  const bool follows = config.routers_watch && !view;  // takes RECORDS from the routers
   auto a = system.spawn(etcd_membership, bridge, std::move(config), std::move(load), std::move(role),
                         std::move(view));
   // Every instance takes HEARTBEATs: routers keep the loads in them, the others drop the routers' ones.
   if (auto st = bridge->subscribe(MessageType::heartbeat, a); !st) {
+    caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+    return st.error();
+  }
+  if (auto st = follows ? bridge->subscribe(MessageType::records, a) : protocol::Status{}; !st) {
     caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
     return st.error();
   }
@@ -399,6 +536,7 @@ protocol::Result<std::unique_ptr<EtcdMembership>> start_etcd_membership(
   ac.prefix = config.prefix;
   ac.lease_ttl = config.lease_ttl;
   ac.watch_idle = std::max(std::chrono::milliseconds(30000), config.lease_ttl * 10);
+  ac.watch = !config.routers_watch || view != nullptr;
   protocol::PeerInfo self_record = config.self;
   auto spawned = etcd_backend::spawn_etcd_membership(system, std::move(bridge), std::move(config),
                                                      std::move(load), std::move(role), std::move(view));

@@ -26,6 +26,9 @@ struct ClusterSection {
   std::vector<std::string> etcd_endpoints;         // http://HOST:PORT of etcd members (registry = "etcd")
   std::string etcd_prefix;                         // keys live under it; default "/epd/<name>/"
   std::chrono::milliseconds etcd_lease_ttl{5000};  // whole seconds, >= 2 s
+  // etcd_watch = "routers": only routers watch etcd and send the others RECORDS (fleets of hundreds and
+  // more); "instances" (default): every instance watches.
+  bool etcd_routers_watch = false;
   std::chrono::milliseconds heartbeat_interval{500};
   uint32_t heartbeat_misses = 3;  // a peer silent for this many intervals is dead
   std::chrono::milliseconds request_timeout{60000};

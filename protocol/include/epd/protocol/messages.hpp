@@ -22,6 +22,7 @@ enum class MessageType : uint16_t {
   peers = 3,
   heartbeat = 4,
   goodbye = 5,
+  records = 6,
   // KV (decode <-> prefill)
   bootstrap = 16,
   kv_status = 17,
@@ -265,14 +266,54 @@ struct Peers {
   }
 };
 
+// Nested in RECORDS: one instance record etcd put (info set) or deleted (info absent) at `revision` (etcd's
+// mod_revision of the key).
+struct RecordChange {
+  std::string id;
+  uint64_t revision = 0;
+  std::optional<PeerInfo> info;
+
+  bool operator==(const RecordChange&) const = default;
+  template <class S, class V>
+  static void fields(S& s, V& v) {
+    v.req("id", s.id);
+    v.req("revision", s.revision);
+    v.opt("info", s.info);
+  }
+};
+
+// Router → instance, with registry = "etcd" and etcd_watch = "routers": the instance records as the router's
+// etcd watch saw them, so instances need no watch of their own. Full: every record at `revision` (to a new
+// instance, after the router listed etcd again, or on a heartbeat's resync). Delta: the events in
+// (since, revision], in etcd's order. Every router sends them; a receiver applies what is newer than what it
+// has, whoever sent it, and asks for a full list when a delta starts after it.
+struct Records {
+  static constexpr MessageType kType = MessageType::records;
+  static constexpr std::string_view kName = "RECORDS";
+  uint64_t revision = 0;
+  bool full = true;
+  uint64_t since = 0;  // delta: the revision it follows
+  std::vector<RecordChange> changes;
+
+  bool operator==(const Records&) const = default;
+  template <class S, class V>
+  static void fields(S& s, V& v) {
+    v.req("revision", s.revision);
+    v.opt("full", s.full);
+    v.opt("since", s.since);
+    v.req("changes", s.changes);
+  }
+};
+
 // Instance → registry, every heartbeat interval; carries its `LoadReport` so the router can pick the least
 // loaded instance.
 struct Heartbeat {
   static constexpr MessageType kType = MessageType::heartbeat;
   static constexpr std::string_view kName = "HEARTBEAT";
   uint64_t seq = 0;
-  LoadReport load{};    // the sender's figures now
-  bool resync = false;  // its PEERS version has a gap (a delta was lost): send the full list
+  LoadReport load{};  // the sender's figures now
+  bool resync =
+      false;  // its PEERS version (RECORDS revision) has a gap (a delta was lost): send the full list
 
   bool operator==(const Heartbeat&) const = default;
   template <class S, class V>
@@ -734,9 +775,9 @@ struct ErrorReply {
   }
 };
 
-using Body = std::variant<Hello, HelloAck, Peers, Heartbeat, Goodbye, Bootstrap, KvStatus, ChunkReady, Abort,
-                          AbortAck, StagingReq, StagingRsp, Watermark, EmbedMeta, EmbedPull, EmbedDone,
-                          Submit, Tokens, RoomResult, Cancel, ErrorReply>;
+using Body = std::variant<Hello, HelloAck, Peers, Records, Heartbeat, Goodbye, Bootstrap, KvStatus,
+                          ChunkReady, Abort, AbortAck, StagingReq, StagingRsp, Watermark, EmbedMeta,
+                          EmbedPull, EmbedDone, Submit, Tokens, RoomResult, Cancel, ErrorReply>;
 
 MessageType type_of(const Body& body);
 std::string_view type_name(MessageType type);

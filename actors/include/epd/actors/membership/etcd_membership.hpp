@@ -1,7 +1,8 @@
 #pragma once
 // Membership kept in etcd (registry = "etcd"), in place of the embedded registry and its client: every
-// instance registers its record under a lease and watches every other record (docs/architecture.md,
-// "Membership in etcd"). The actor turns what the watch sees into the same PeerDirectory updates and
+// instance registers its record under a lease and watches every other record, or (etcd_watch = "routers")
+// only routers watch and pass the records on to the others in RECORDS (docs/architecture.md, "Membership in
+// etcd"). The actor turns what the watch sees into the same PeerDirectory updates and
 // PeerChanges the embedded registry's PEERS produce, so roles do not know which backend runs. Load stays
 // off etcd: each instance sends HEARTBEATs with its LoadReport to every router it sees, and a router keeps
 // its RegistryView (placement, /v1/instances) from the records plus those heartbeats.
@@ -34,6 +35,10 @@ struct EtcdMembershipConfig {
   transport::Engine* engine = nullptr;         // write-fence figures go into heartbeats (may be null)
   std::shared_ptr<MembershipMetrics> metrics;  // may be null
   std::shared_ptr<etcd::Traffic> traffic{};    // what etcd's answers cost (may be null; epd-bench membership)
+  // etcd_watch = "routers": only routers watch etcd; they send every other instance RECORDS, gathering the
+  // events of `records_window` after a send into the next one.
+  bool routers_watch = false;
+  std::chrono::milliseconds records_window{50};
 };
 
 // Stops the etcd threads (revoking our lease, so our record goes at once) and the actor.

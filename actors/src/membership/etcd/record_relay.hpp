@@ -1,0 +1,69 @@
+#pragma once
+// etcd_watch = "routers": only routers watch etcd, and pass what their watch sees on to every other instance
+// as RECORDS (epd/protocol/messages.hpp). An event then reaches N instances as one message encoded once per
+// router, instead of N watch streams that etcd's JSON gateway encodes one by one (docs/architecture.md,
+// "Membership in etcd"). Neither class does I/O: the membership actor sends what they build.
+#include <chrono>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "epd/protocol/messages.hpp"
+#include "etcd_agent.hpp"
+
+namespace epd::actors::etcd_backend {
+
+// A router's copy of etcd's records, and the RECORDS that keep the other instances' copies equal to it.
+class RecordMirror {
+ public:
+  // What to send: `delta` to `delta_to` (instances that hold an earlier list), the full list to `full_to`
+  // (instances new since the last flush, or of a new incarnation). Endpoints, ready for send_to_endpoints.
+  struct Flush {
+    protocol::Records delta;
+    std::vector<std::string> delta_to;
+    std::vector<std::string> full_to;
+    std::vector<std::string> full_ids;  // the instances of full_to
+  };
+
+  // A listing replaces everything (the router started, or its watch revision was compacted): every
+  // instance gets the full list (returned: the endpoints), and nothing pending is sent.
+  std::vector<std::string> list(const Listing& listing);
+  // Watch events, in order: kept for the next flush.
+  void watch(const Changes& changes);
+  bool pending() const { return !pending_.empty(); }
+  // The events since the last flush as one delta, and who gets the full list instead.
+  Flush flush();
+  // Every record at the newest revision seen.
+  protocol::Records full() const;
+  // The record of an instance that needs RECORDS (not a router), if etcd holds one.
+  const protocol::PeerInfo* member(const std::string& id) const;
+  // The instances that need RECORDS, by id.
+  std::vector<std::string> members() const;
+  uint64_t revision() const { return revision_; }
+
+ private:
+  std::map<std::string, protocol::PeerInfo> records_;
+  uint64_t revision_ = 0;
+  uint64_t since_ = 0;  // where the pending delta starts
+  std::vector<protocol::RecordChange> pending_;
+  std::set<std::string> fresh_;  // need the full list at the next flush
+};
+
+// An instance's position in the routers' streams: which RECORDS to apply, whichever router sent them.
+class RecordFollower {
+ public:
+  struct Step {
+    std::optional<Listing> listing;  // a full list newer than ours
+    std::optional<Changes> changes;  // the events of a delta that are newer than ours
+    bool gap = false;                // a delta that starts after our revision: ask its sender for the list
+  };
+  Step take(const protocol::Records& records);
+  uint64_t revision() const { return at_; }
+
+ private:
+  uint64_t at_ = 0;  // our records equal etcd's at this revision
+};
+
+}  // namespace epd::actors::etcd_backend

@@ -1,0 +1,256 @@
+// etcd_watch = "routers" under CAF's test coordinator: a router passes its watch on to the other instances as
+// RECORDS (the full list to a new instance, deltas gathered over a window to the rest, the full list again on
+// a resync or to one that stays silent), and an instance applies what is newer than what it holds, whichever
+// router sent it, and asks for the full list when a delta starts after it.
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <set>
+
+#include "epd/actors/membership/membership.hpp"
+#include "membership/etcd/etcd_agent.hpp"
+#include "membership/etcd/etcd_membership_actor.hpp"
+#include "role_harness.hpp"
+
+using namespace epd;
+using namespace epd::actors;
+using namespace std::chrono_literals;
+
+namespace etcd_relay {
+
+EtcdMembershipConfig relay_config(const protocol::PeerInfo& self) {
+  EtcdMembershipConfig c;
+  c.prefix = "/epd/t/";
+  c.lease_ttl = 1000ms;
+  c.heartbeat_interval = 100ms;
+  c.heartbeat_misses = 3;
+  c.routers_watch = true;
+  c.records_window = 50ms;
+  c.self = self;
+  return c;
+}
+
+// One instance's membership actor on an offline bridge: a router (with a view) or another instance.
+struct Node {
+  test::Harness h;
+  BridgePtr bridge;
+  std::shared_ptr<std::vector<PeerChanges>> got = std::make_shared<std::vector<PeerChanges>>();
+  caf::actor membership;
+
+  Node(const std::string& id, const std::string& role) : bridge(h.offline_bridge(id, 1)) {
+    auto view = role == "router" ? std::make_shared<RegistryView>() : nullptr;
+    auto sink = h.keep(h.system().spawn(
+        [](std::shared_ptr<std::vector<PeerChanges>> out) -> caf::behavior {
+          return {[out](PeerChanges& pc) { out->push_back(pc); }};
+        },
+        got));
+    auto a = etcd_backend::spawn_etcd_membership(h.system(), bridge, relay_config(test::peer(id, role, 1)),
+                                                 std::make_shared<LoadGauge>(), sink, view);
+    REQUIRE(a);
+    membership = h.keep(*a);
+    h.run();
+  }
+  void list(std::vector<protocol::PeerInfo> peers, int64_t revision) {
+    caf::anon_send(membership, etcd_backend::Listing{std::move(peers), revision});
+    h.run();
+  }
+  void watch(std::vector<etcd_backend::Change> changes, int64_t revision) {
+    caf::anon_send(membership, etcd_backend::Changes{std::move(changes), revision});
+    h.run();
+  }
+  // The RECORDS sent since last asked, by destination endpoint.
+  std::multimap<std::string, protocol::Records> records() {
+    std::multimap<std::string, protocol::Records> out;
+    for (const auto& s : test::sent(*bridge))
+      if (const auto* r = s.as<protocol::Records>()) out.emplace(s.to, *r);
+    return out;
+  }
+  // The HEARTBEATs sent since last asked, by destination endpoint.
+  std::map<std::string, protocol::Heartbeat> heartbeats() {
+    std::map<std::string, protocol::Heartbeat> out;
+    for (const auto& s : test::sent(*bridge))
+      if (const auto* hb = s.as<protocol::Heartbeat>()) out[s.to] = *hb;
+    return out;
+  }
+};
+
+protocol::PeerInfo decode(int i, uint64_t incarnation = 10) {
+  return test::peer("decode-" + std::to_string(i), "decode", incarnation);
+}
+
+std::string at(const std::string& id) {
+  return "offline://" + id;
+}
+
+std::set<std::string> ids_of(const protocol::Records& r) {
+  std::set<std::string> out;
+  for (const auto& c : r.changes) out.insert(c.id);
+  return out;
+}
+
+std::set<std::string> endpoints(const std::multimap<std::string, protocol::Records>& sent) {
+  std::set<std::string> out;
+  for (const auto& [to, _] : sent) out.insert(to);
+  return out;
+}
+
+protocol::Records full(uint64_t revision, const std::vector<protocol::PeerInfo>& peers) {
+  protocol::Records r;
+  r.revision = revision;
+  for (const auto& p : peers) r.changes.push_back({p.instance_id, revision, p});
+  return r;
+}
+
+protocol::Records delta(uint64_t since, uint64_t revision, std::vector<protocol::RecordChange> changes) {
+  protocol::Records r;
+  r.full = false;
+  r.since = since;
+  r.revision = revision;
+  r.changes = std::move(changes);
+  return r;
+}
+
+}  // namespace etcd_relay
+
+using namespace etcd_relay;
+
+TEST_CASE("etcd relay: a router sends the full list to new instances and one delta per window to the rest") {
+  Node r("router-0", "router");
+  r.list({test::peer("router-0", "router", 1), test::peer("router-1", "router", 1), decode(1), decode(2)}, 5);
+  auto sent = r.records();
+  // The decodes get the full list; routers watch etcd themselves.
+  CHECK(endpoints(sent) == std::set<std::string>{at("decode-1"), at("decode-2")});
+  for (const auto& [to, rec] : sent) {
+    CHECK(rec.full);
+    CHECK(rec.revision == 5);
+    CHECK(ids_of(rec) == std::set<std::string>{"router-0", "router-1", "decode-1", "decode-2"});
+  }
+
+  // A lone event goes at once: a delta to those holding a list, the full list to the new instance.
+  r.watch({{"decode-3", decode(3), 6}}, 6);
+  sent = r.records();
+  REQUIRE(sent.size() == 3);
+  for (const auto& [to, rec] : sent) {
+    INFO(to);
+    if (to == at("decode-3")) {
+      CHECK(rec.full);
+      CHECK(rec.revision == 6);
+      CHECK(ids_of(rec).size() == 5);
+    } else {
+      CHECK_FALSE(rec.full);
+      CHECK(rec.since == 5);
+      CHECK(rec.revision == 6);
+      CHECK(ids_of(rec) == std::set<std::string>{"decode-3"});
+    }
+  }
+
+  // Events within the window wait for its end and go together.
+  r.watch({{"decode-1", std::nullopt, 7}}, 7);
+  r.watch({{"decode-2", decode(2, 11), 8}}, 8);  // restarted: a new process holds no list
+  CHECK(r.records().empty());
+  r.h.advance(60ms, 10ms);
+  sent = r.records();
+  CHECK(endpoints(sent) == std::set<std::string>{at("decode-2"), at("decode-3")});
+  for (const auto& [to, rec] : sent) {
+    INFO(to);
+    if (to == at("decode-2")) {
+      CHECK(rec.full);
+      CHECK(ids_of(rec) == std::set<std::string>{"router-0", "router-1", "decode-2", "decode-3"});
+    } else {
+      CHECK_FALSE(rec.full);
+      CHECK(rec.since == 6);
+      CHECK(rec.revision == 8);
+      REQUIRE(rec.changes.size() == 2);
+      CHECK(rec.changes[0].id == "decode-1");
+      CHECK_FALSE(rec.changes[0].info);
+      CHECK(rec.changes[1].revision == 8);
+    }
+  }
+}
+
+TEST_CASE("etcd relay: a router sends the full list again on a resync and to an instance that stays silent") {
+  Node r("router-0", "router");
+  r.list({test::peer("router-0", "router", 1), decode(1), decode(2)}, 5);
+  (void)r.records();
+  protocol::Heartbeat hb;
+  hb.load.healthy = true;
+  test::deliver(*r.bridge, "decode-1", 10, hb);  // decode-1 got its list; decode-2 says nothing
+  r.h.run();
+  hb.resync = true;
+  test::deliver(*r.bridge, "decode-1", 10, hb);
+  r.h.run();
+  auto sent = r.records();
+  REQUIRE(sent.size() == 1);
+  CHECK(sent.begin()->first == at("decode-1"));
+  CHECK(sent.begin()->second.full);
+
+  r.h.advance(1900ms, 100ms);
+  CHECK(r.records().empty());
+  r.h.advance(200ms, 100ms);  // 2 s after its list: decode-2 gets it again, then after 4 s more
+  sent = r.records();
+  REQUIRE(sent.size() == 1);
+  CHECK(sent.begin()->first == at("decode-2"));
+  r.h.advance(3800ms, 100ms);
+  CHECK(r.records().empty());
+  r.h.advance(300ms, 100ms);
+  CHECK(r.records().size() == 1);
+  hb.resync = false;
+  test::deliver(*r.bridge, "decode-2", 10, hb);  // heard from at last: no more
+  r.h.advance(10000ms, 500ms);
+  CHECK(r.records().empty());
+}
+
+TEST_CASE("etcd relay: an instance applies what is newer whoever sent it and asks for the list after a gap") {
+  Node d("decode-1", "decode");
+  const auto router0 = test::peer("router-0", "router", 1);
+  const auto router1 = test::peer("router-1", "router", 1);
+  test::deliver(*d.bridge, "router-0", 1, full(5, {router0, router1, decode(1), decode(2)}));
+  d.h.run();
+  REQUIRE(d.got->size() == 1);
+  CHECK(d.bridge->peers().incarnations().size() == 4);
+  d.got->clear();
+
+  SECTION("a full list no newer than ours changes nothing") {
+    test::deliver(*d.bridge, "router-1", 1, full(5, {router0, decode(1)}));
+    d.h.run();
+    CHECK(d.got->empty());
+    CHECK(d.bridge->peers().incarnations().size() == 4);
+  }
+  SECTION("the same events from both routers, in different batches, apply once and in order") {
+    // router-0 batched revisions 6..7; router-1 sends 6 alone, then 6..8.
+    test::deliver(*d.bridge, "router-0", 1,
+                  delta(5, 7, {{"decode-3", 6, decode(3)}, {"decode-3", 7, std::nullopt}}));
+    d.h.run();
+    CHECK_FALSE(d.bridge->peers().find("decode-3"));
+    test::deliver(*d.bridge, "router-1", 1, delta(5, 6, {{"decode-3", 6, decode(3)}}));
+    d.h.run();
+    CHECK_FALSE(d.bridge->peers().find("decode-3"));  // revision 6 is old news: 7 deleted it
+    test::deliver(*d.bridge, "router-1", 1,
+                  delta(6, 8, {{"decode-3", 7, std::nullopt}, {"decode-4", 8, decode(4)}}));
+    d.h.run();
+    CHECK_FALSE(d.bridge->peers().find("decode-3"));
+    CHECK(d.bridge->peers().find("decode-4"));
+    std::set<std::string> changed;
+    for (const auto& pc : *d.got)
+      for (const auto& c : pc.changes) changed.insert(c.id);
+    CHECK(changed == std::set<std::string>{"decode-4"});  // decode-3 came and went in one batch
+  }
+  SECTION("a delta after a gap is not applied, and the next heartbeat to its sender asks for the list") {
+    test::deliver(*d.bridge, "router-1", 1, delta(9, 10, {{"decode-5", 10, decode(5)}}));
+    d.h.run();
+    CHECK_FALSE(d.bridge->peers().find("decode-5"));
+    d.h.advance(110ms, 10ms);
+    auto hbs = d.heartbeats();
+    REQUIRE(hbs.count(at("router-1")));
+    CHECK(hbs.at(at("router-1")).resync);
+    REQUIRE(hbs.count(at("router-0")));
+    CHECK_FALSE(hbs.at(at("router-0")).resync);
+    d.h.advance(110ms, 10ms);
+    hbs = d.heartbeats();
+    CHECK_FALSE(hbs.at(at("router-1")).resync);  // asked once
+    test::deliver(*d.bridge, "router-1", 1, full(10, {router0, router1, decode(1), decode(5)}));
+    d.h.run();
+    CHECK(d.bridge->peers().find("decode-5"));
+    d.h.advance(1100ms, 100ms);  // decode-2 still looked alive to us: it goes after the grace period
+    CHECK_FALSE(d.bridge->peers().find("decode-2"));
+  }
+}
