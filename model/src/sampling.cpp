@@ -121,6 +121,19 @@ TokenId draw(std::span<const float> logits, const SamplingParams& p, uint32_t in
 
 }  // namespace
 
+std::vector<float> adjusted_logits(std::span<const float> logits, const SamplingParams& p, uint32_t index,
+                                   std::span<const TokenId> history) {
+  std::vector<float> x(logits.begin(), logits.end());
+  for (const auto& [id, bias] : p.logit_bias)
+    if (id < x.size()) x[id] += bias;
+  if (p.penalized()) apply_penalties(x, p, index, history);
+  return x;
+}
+
+bool filter_allows(TokenId t, TokenFilter f) {
+  return allowed(t, f);
+}
+
 TokenId sample_token(std::span<const float> logits, const SamplingParams& p, uint32_t index, TokenFilter f,
                      std::span<const TokenId> history, TokenLogprobs* logprobs) {
   if (logits.empty()) return 0;
@@ -131,11 +144,7 @@ TokenId sample_token(std::span<const float> logits, const SamplingParams& p, uin
     return t;
   };
   if (p.logit_bias.empty() && !p.penalized()) return drawn(logits);
-  std::vector<float> x(logits.begin(), logits.end());
-  for (const auto& [id, bias] : p.logit_bias)
-    if (id < x.size()) x[id] += bias;
-  if (p.penalized()) apply_penalties(x, p, index, history);
-  return drawn(x);
+  return drawn(adjusted_logits(logits, p, index, history));
 }
 
 namespace {

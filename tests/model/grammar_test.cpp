@@ -286,3 +286,73 @@ TEST_CASE("grammar greedy draws take the unmasked argmax only when allowed and e
     CHECK(fast_hits > 0);
   }
 }
+
+// Counts the full masks, so a test sees which way a draw went.
+class CountingConstraint final : public TokenConstraint {
+ public:
+  explicit CountingConstraint(TokenConstraint& inner) : inner_(inner) {}
+  void apply(std::span<float> logits) override {
+    ++masks;
+    inner_.apply(logits);
+  }
+  bool allows(TokenId token) override { return inner_.allows(token); }
+  protocol::Status accept(TokenId token) override { return inner_.accept(token); }
+  int masks = 0;
+
+ private:
+  TokenConstraint& inner_;
+};
+
+TEST_CASE("grammar sampled top_k draws skip the full mask when enough top tokens are allowed and equal it") {
+  // A vocabulary large enough for the shortcut (on a small one the mask is cheap and always taken):
+  // llama.cpp's vocab-only Llama 2 file, 32,000 tokens.
+  auto vocab = load_grammar_vocab_file(std::string(EPD_LLAMA_CPP_MODELS) + "/ggml-vocab-llama-spm.gguf");
+  REQUIRE(vocab.ok());
+  const uint32_t n = vocab_size(**vocab);
+  auto grammar = [&](const std::string& gbnf) {
+    auto g = Grammar::make(*vocab, gbnf);
+    REQUIRE(g.ok());
+    return std::move(*g);
+  };
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal;
+  // Twenty letters: many tokens are allowed at every step, and the shortcut is taken. A JSON object: at its
+  // start and end few are, and the draw masks.
+  std::string letters = "root ::=";
+  for (int w = 0; w < 20; ++w) letters += " [a-z]";
+  for (const std::string& gbnf : {letters, json_object_grammar()})
+    for (uint32_t top_k : {1u, 5u, 40u}) {
+      SamplingParams p;
+      p.temperature = 0.8f;
+      p.top_k = top_k;
+      p.top_p = 0.95f;
+      p.seed = 7;
+      p.frequency_penalty = 2.0f;
+      auto fast = grammar(gbnf);
+      auto full = grammar(gbnf);
+      // A bias on every third token the grammar allows at first: the order the shortcut asks in must be
+      // the draw's, after the bias and the penalties.
+      const auto first_allowed = allowed(*full, n);
+      for (size_t j = 0; j < first_allowed.size(); j += 3) p.logit_bias.push_back({first_allowed[j], 3.0f});
+      CountingConstraint counted(*fast);
+      std::vector<TokenId> history = {1, 2, 3};
+      int steps = 0;
+      for (uint32_t i = 0; i < 12 && !full->complete(); ++i, ++steps) {
+        std::vector<float> logits(n);
+        for (float& x : logits) x = normal(rng);
+        // The model prefers what the grammar allows, as a trained one mostly does.
+        for (TokenId t : allowed(*full, n)) logits[t] += 3.0f;
+        std::vector<float> masked = logits;
+        full->apply(masked);
+        const TokenId want = sample_token(masked, p, i, TokenFilter::none, history);
+        const TokenId got = sample_constrained(logits, p, i, TokenFilter::none, history, &counted);
+        INFO(gbnf << ", top_k " << top_k << ", step " << i);
+        REQUIRE(got == want);
+        REQUIRE(full->accept(want).ok());
+        REQUIRE(counted.accept(got).ok());
+        history.push_back(got);
+      }
+      INFO("top_k " << top_k << ": " << counted.masks << " full masks in " << steps << " draws");
+      if (gbnf == letters) CHECK(counted.masks < steps);  // the shortcut was taken
+    }
+}

@@ -89,6 +89,12 @@ TokenId sample_token(std::span<const float> logits, const SamplingParams& params
                      TokenFilter filter = TokenFilter::reference, std::span<const TokenId> history = {},
                      TokenLogprobs* logprobs = nullptr);
 
+// The logits the draw orders: `logits` after logit_bias and the penalties (a copy; sample_token's steps).
+std::vector<float> adjusted_logits(std::span<const float> logits, const SamplingParams& params,
+                                   uint32_t index, std::span<const TokenId> history = {});
+// Whether `filter` lets token `t` be drawn at all.
+bool filter_allows(TokenId t, TokenFilter filter);
+
 // Log-probabilities of `logits` (after logit_bias and the penalties) at temperature 1, over the tokens
 // `filter` allows, before top_k, top_p and min_p: log_softmax(logits)[chosen] and the `top` most likely
 // tokens (ordered by logit, ties by lower id, as the draw orders them), each at least kLogprobFloor.

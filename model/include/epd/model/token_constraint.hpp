@@ -27,9 +27,11 @@ class TokenConstraint {
 // logits may be changed. Greedy draws first take the unmasked argmax and keep it when the constraint allows
 // it: the masked argmax is then the same token (masking only lowers others; ties still go to the lower id),
 // so the full mask, one pass of the grammar over the vocabulary, is only paid when the model's choice is
-// forbidden. Sampled draws always mask first, and so do draws that report logprobs (sample_token's
-// `logprobs`, with params.logprobs): theirs are those of the masked logits, the tokens the grammar forbids
-// left out (docs/model.md, "Log probabilities").
+// forbidden. Sampled draws with top_k ask about the most likely tokens one at a time until top_k are allowed
+// (at most 256 checks): only those can be drawn, so the draw on them alone equals the masked one. Other
+// sampled draws mask first, and so do draws that report logprobs (sample_token's `logprobs`, with
+// params.logprobs): theirs are those of the masked logits, the tokens the grammar forbids left out
+// (docs/model.md, "Log probabilities").
 TokenId sample_constrained(std::span<float> logits, const SamplingParams& params, uint32_t index,
                            TokenFilter filter, std::span<const TokenId> history, TokenConstraint* constraint,
                            TokenLogprobs* logprobs = nullptr);
