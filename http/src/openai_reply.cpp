@@ -39,7 +39,12 @@ json tool_call_json(const model::ToolCall& c, std::optional<size_t> index = std:
 json chat_message(const Choice& c) {
   json m = {{"role", "assistant"}, {"content", c.text}};
   if (c.tool_calls.empty()) return m;
-  if (c.text.find_first_not_of(" \t\n\r") == std::string::npos) m["content"] = nullptr;
+  // Next to calls, the text between them and the model's line breaks is trimmed; none at all is null.
+  const size_t b = c.text.find_first_not_of(" \t\n\r");
+  if (b == std::string::npos)
+    m["content"] = nullptr;
+  else
+    m["content"] = c.text.substr(b, c.text.find_last_not_of(" \t\n\r") - b + 1);
   json calls = json::array();
   for (const auto& call : c.tool_calls) calls.push_back(tool_call_json(call));
   m["tool_calls"] = std::move(calls);

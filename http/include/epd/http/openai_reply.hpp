@@ -77,8 +77,7 @@ struct Choice {
   // {"content": [{"token", "logprob", "bytes", "top_logprobs": [...]}], "refusal": null}, completions
   // {"tokens", "token_logprobs", "top_logprobs": [{token: logprob}], "text_offset"}.
   std::optional<std::vector<TokenLogprob>> logprobs{};
-  // Chat: the calls the answer made (ids given); "content" is then null unless `text` has more than
-  // whitespace.
+  // Chat: the calls the answer made (ids given); "content" is then `text` trimmed, null if that is empty.
   std::vector<model::ToolCall> tool_calls{};
 };
 
