@@ -4,11 +4,13 @@
 // "required" and a named function give tool_calls whose arguments validate against the tool's schema and
 // equal epd-run --tools', plain and streamed, with n = 2; "auto" equals epd-run's answer whatever it is; a
 // conversation with a past call and its tool result renders and answers with a call; hostile tools are a 400.
+#include <signal.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "cluster.hpp"
 #include "epd/http/utf8.hpp"
@@ -187,15 +189,85 @@ void serve(const std::string& gguf, const std::string& prompt, bool with_refusal
   CHECK(reports.empty());
 }
 
+// A generated checkpoint with room for the tools prompt, removed at the end.
+struct Checkpoint {
+  fs::path dir = fs::temp_directory_path() / ("epd-e2e-tools-" + std::to_string(::getpid()));
+  std::string gguf;
+  Checkpoint() {
+    model::testing::CheckpointSpec spec;
+    spec.chat = true;
+    spec.context = 2048;  // the tools' system turn is ~1,000 tokens of this mostly byte-level vocabulary
+    auto p = model::testing::write_llama_checkpoint(spec, dir);
+    REQUIRE(p.ok());
+    gguf = p->gguf;
+  }
+  ~Checkpoint() { fs::remove_all(dir); }
+};
+
+// kill -9 the decode in the middle of a streamed, forced call: the router resumes it on the other decode
+// with the grammar rebuilt from the tokens so far, and the text held back before the kill is still there:
+// the call equals epd-run's.
+void resumed_after_decode_kill() {
+  const Checkpoint ckpt;
+  auto cfg = model::load_model_path(ckpt.gguf);
+  REQUIRE(cfg.ok());
+  auto codec = model::PromptCodec::for_model(*cfg);
+  REQUIRE(codec.ok());
+  const fs::path tools_file = ckpt.dir / "tools.json";
+  std::ofstream(tools_file) << kTools.dump();
+  const json want =
+      expectation(ckpt.gguf, **codec, tools_file, {"resumed", "w300 w271", "required", "required"});
+  ClusterSpec cs;
+  cs.model_path = ckpt.gguf;
+  cs.backend = "shm";
+  cs.decodes = 2;
+  cs.defaults["decode"] = "step_delay_ms = 25\n";  // a few seconds per answer: time to kill mid-answer
+  Cluster cluster(cs);
+  cluster.start();
+  json body = want["params"];
+  body["stream"] = true;
+  std::pair<int, std::string> answer;
+  std::jthread client([&] { answer = cluster.post_raw("/v1/chat/completions", body.dump()); });
+  std::string victim;
+  for (int i = 0; i < 400 && victim.empty(); ++i) {
+    for (const auto& inst : cluster.instances())
+      if (inst.value("role", "") == "decode" && inst.value("active_rooms", 0) > 0)
+        victim = inst.value("id", "");
+    if (victim.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  REQUIRE_FALSE(victim.empty());
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // part of the call out, held back
+  REQUIRE(::kill(cluster.pid(victim), SIGKILL) == 0);
+  client.join();
+  INFO("killed " << victim << "; answer: " << answer.second << "\nwant: " << want.dump());
+  REQUIRE(answer.first == 200);
+  json calls = json::array();
+  int attempts = 0;
+  std::string finish;
+  for (size_t at = 0; (at = answer.second.find("data: ", at)) != std::string::npos;) {
+    const size_t end = answer.second.find("\n\n", at);
+    const json chunk = json::parse(answer.second.substr(at + 6, end - at - 6), nullptr, false);
+    at = end;
+    if (!chunk.is_object() || !chunk.contains("choices") || chunk["choices"].empty()) continue;
+    const json& c = chunk["choices"][0];
+    for (const auto& d : c["delta"].value("tool_calls", json::array()))
+      calls.push_back({{"name", d["function"]["name"]}, {"arguments", d["function"]["arguments"]}});
+    if (c["finish_reason"].is_string()) finish = c["finish_reason"];
+    if (chunk.contains("epd")) attempts = chunk["epd"]["attempts"];
+  }
+  CHECK(calls == want["expect"]["tool_calls"]);
+  CHECK(finish == "tool_calls");
+  CHECK(attempts >= 2);
+}
+
 }  // namespace tools_e2e
 
 TEST_CASE("tool calls on a generated ChatML checkpoint through the OpenAI SDK equal epd-run and validate") {
-  const fs::path dir = fs::temp_directory_path() / ("epd-e2e-tools-" + std::to_string(::getpid()));
-  model::testing::CheckpointSpec spec;
-  spec.chat = true;
-  spec.context = 2048;  // the tools' system turn is ~1,000 tokens of this mostly byte-level vocabulary
-  auto p = model::testing::write_llama_checkpoint(spec, dir);
-  REQUIRE(p.ok());
-  tools_e2e::serve(p->gguf, "w300 w271", true);
-  fs::remove_all(dir);
+  const tools_e2e::Checkpoint ckpt;
+  tools_e2e::serve(ckpt.gguf, "w300 w271", true);
+}
+
+TEST_CASE("a forced tool call survives a decode killed mid-answer: resumed with the held text kept",
+          "[fault][multiproc]") {
+  tools_e2e::resumed_after_decode_kill();
 }
