@@ -12,6 +12,7 @@
 #include "epd/model/mmproj.hpp"
 #include "epd/model/prompt_codec.hpp"
 #include "epd/model/vision.hpp"
+#include "tools_file.hpp"
 
 namespace m = epd::model;
 
@@ -79,6 +80,16 @@ int main(int argc, char** argv) {
   app.add_flag("--json-object", json_object, "the answer is a JSON object")
       ->excludes(grammar_opt)
       ->excludes(schema_opt);
+  // Function calling, as /v1/chat/completions does it: the tools in the template, a forced call by grammar.
+  std::string tools_file, tool_choice = "auto";
+  bool one_tool_call = false;
+  auto* tools_opt =
+      app.add_option("--tools", tools_file, "a JSON file with OpenAI's \"tools\" array (with --chat)")
+          ->needs(chat_opt);
+  app.add_option("--tool-choice", tool_choice, "auto (default) | none | required | a function's name")
+      ->needs(tools_opt);
+  app.add_flag("--one-tool-call", one_tool_call, "parallel_tool_calls false: at most one call")
+      ->needs(tools_opt);
   CLI11_PARSE(app, argc, argv);
 
   std::optional<m::KvLayoutChoice> decode_kv;
@@ -165,10 +176,52 @@ int main(int argc, char** argv) {
     std::cerr << "epd-run: " << runner.error().to_string() << "\n";
     return 2;
   }
+  // The tools the prompt lists (none for --tool-choice none) and, for a forced call, its grammar.
+  std::vector<m::ChatTool> tools;
+  m::ToolFormat tool_format = m::ToolFormat::none;
+  std::string tool_gbnf;
+  if (tools_opt->count() && tool_choice != "none") {
+    auto t = epd::run::read_tools_file(tools_file);
+    if (!t) {
+      std::cerr << "epd-run: " << t.error().to_string() << "\n";
+      return 2;
+    }
+    tools = std::move(*t);
+    if (cfg->checkpoint.empty()) {
+      tool_format = m::ToolFormat::hermes;  // the reference model's byte-level ChatML
+    } else if (auto c = m::PromptCodec::for_model(*cfg); c) {
+      tool_format = (*c)->tool_format();
+    }
+    if (tool_format == m::ToolFormat::none) {
+      std::cerr << "epd-run: the model's chat template has no tool-call format\n";
+      return 2;
+    }
+    if (tool_choice != "auto") {
+      std::vector<m::ChatTool> callable;
+      for (const auto& tool : tools)
+        if (tool_choice == "required" || tool.name == tool_choice) callable.push_back(tool);
+      if (callable.empty()) {
+        std::cerr << "epd-run: --tool-choice " << tool_choice << " names no tool of --tools\n";
+        return 2;
+      }
+      auto g = m::tool_call_grammar(tool_format, callable, !one_tool_call);
+      if (!g) {
+        std::cerr << "epd-run: --tools: " << g.error().to_string() << "\n";
+        return 2;
+      }
+      tool_gbnf = std::move(*g);
+    }
+  }
+  const bool forced_call = !tool_gbnf.empty();
+  if (forced_call && (grammar_opt->count() || schema_opt->count() || json_object)) {
+    std::cerr << "epd-run: a forced tool call and a grammar both constrain the answer; give one\n";
+    return 2;
+  }
+
   m::GenerateOptions opts;
   std::unique_ptr<m::Grammar> constraint;
-  if (grammar_opt->count() || schema_opt->count() || json_object) {
-    std::string gbnf = json_object ? m::json_object_grammar() : grammar;
+  if (grammar_opt->count() || schema_opt->count() || json_object || forced_call) {
+    std::string gbnf = forced_call ? tool_gbnf : json_object ? m::json_object_grammar() : grammar;
     if (schema_opt->count()) {
       auto g = m::json_schema_grammar(json_schema);
       if (!g) {
@@ -222,7 +275,7 @@ int main(int argc, char** argv) {
       opts.stop_tokens.assign(codec->stop_tokens().begin(), codec->stop_tokens().end());
     }
     if (text_opt->count() > 0) {
-      auto p = chat ? codec->chat(turns, dims) : codec->prompt(prompt, dims);
+      auto p = chat ? codec->chat(turns, dims, tools) : codec->prompt(prompt, dims);
       if (!p) {
         std::cerr << "epd-run: " << p.error().to_string() << "\n";
         return 1;
@@ -230,6 +283,14 @@ int main(int argc, char** argv) {
       ids = std::move(*p);
     }
   } else if (chat) {
+    if (!tools.empty()) {
+      auto t = m::hermes_turns(turns, tools);
+      if (!t) {
+        std::cerr << "epd-run: " << t.error().to_string() << "\n";
+        return 1;
+      }
+      turns = std::move(*t);
+    }
     auto text = m::render_chat(*cfg, turns);
     if (!text) {
       std::cerr << "epd-run: " << text.error().to_string() << "\n";
@@ -249,7 +310,8 @@ int main(int argc, char** argv) {
   }
   if (codec) res->text = codec->text(res->tokens);
   if (json) {
-    std::cout << m::to_json(*res) << "\n";
+    std::cout << epd::run::with_tool_calls(m::to_json(*res), tool_format, tools, res->text, !one_tool_call)
+              << "\n";
   } else {
     std::cout << m::escape_text(res->text) << std::endl;  // before the stderr timings
     std::fprintf(stderr,

@@ -1,13 +1,13 @@
 #include "openai_messages.hpp"
 
-#include "epd/model/chat.hpp"
-
 #include <string>
 #include <string_view>
 
 #include "epd/http/data_uri.hpp"
 #include "epd/model/chat.hpp"
+#include "json_body.hpp"
 #include "openai_fields.hpp"
+#include "tool_fields.hpp"
 
 namespace epd::http::openai {
 namespace {
@@ -34,6 +34,7 @@ class MessagesParser {
       Message m;
       if (auto e = message((*v)[i], at, m)) return e;
       text_bytes += m.text.size();
+      for (const auto& c : m.tool_calls) text_bytes += c.arguments.size();
       if (text_bytes > limits_.max_prompt_bytes) {
         return oversized("messages", "the messages' text exceeds the limit of " +
                                          std::to_string(limits_.max_prompt_bytes) + " bytes (at " + at + ")");
@@ -51,24 +52,33 @@ class MessagesParser {
     if (!role) return invalid(role_param, in_quotes(role_param) + " is required");
     if (!role->is_string()) return wrong_type(role_param, "a string", *role);
     out.role = role->get<std::string>();
-    if (out.role == "tool" || out.role == "function") {
-      return unsupported(role_param, "role " + in_quotes(out.role) + " (function calling)");
-    }
-    if (out.role != "system" && out.role != "developer" && out.role != "user" && out.role != "assistant") {
+    if (out.role == "function")
+      return invalid(role_param, "role \"function\" is not supported by epd; send role \"tool\"");
+    if (out.role != "system" && out.role != "developer" && out.role != "user" && out.role != "assistant" &&
+        out.role != "tool") {
       return invalid(role_param, in_quotes(role_param) + " is " + clip(out.role) +
-                                     "; it must be \"system\", \"developer\", \"user\" or \"assistant\"");
+                                     "; it must be \"system\", \"developer\", \"user\", \"assistant\" or "
+                                     "\"tool\"");
     }
-    for (const std::string name : {"tool_calls", "function_call"}) {
-      const json* v = field(m, name);
-      if (v && !(v->is_array() && v->empty())) {
-        return unsupported(at + "." + name, in_quotes(name) + " (function calling)");
-      }
+    if (field(m, "function_call"))
+      return invalid(at + ".function_call", "\"function_call\" is not supported by epd; send \"tool_calls\"");
+    if (const json* v = field(m, "tool_calls")) {
+      if (out.role != "assistant")
+        return invalid(at + ".tool_calls", "only assistant messages carry \"tool_calls\"");
+      if (auto e = tool_calls(*v, at + ".tool_calls", out)) return e;
+    }
+    if (out.role == "tool") {
+      const std::string id_param = at + ".tool_call_id";
+      const json* id = field(m, "tool_call_id");
+      if (!id) return invalid(id_param, in_quotes(id_param) + " is required");
+      if (!id->is_string()) return wrong_type(id_param, "a string", *id);
+      out.tool_call_id = id->get<std::string>();
     }
 
     const std::string content_param = at + ".content";
     const json* content = field(m, "content");
     if (!content) {
-      if (out.role == "assistant") return {};  // OpenAI allows an assistant turn without content
+      if (out.role == "assistant") return {};  // OpenAI allows an assistant turn without content (calls)
       return invalid(content_param, in_quotes(content_param) + " is required");
     }
     if (content->is_string()) {
@@ -95,6 +105,46 @@ class MessagesParser {
       if (after_text) out.text += '\n';
       out.text += text;
       after_text = true;
+    }
+    return {};
+  }
+
+  // [{"id", "type": "function", "function": {"name", "arguments": a JSON object's text}}].
+  Failure tool_calls(const json& v, const std::string& at, Message& out) {
+    if (!v.is_array()) return wrong_type(at, "an array of tool calls", v);
+    if (v.size() > kMaxTools)
+      return invalid(at, in_quotes(at) + " holds " + std::to_string(v.size()) + " calls; the limit is " +
+                             std::to_string(kMaxTools));
+    for (size_t i = 0; i < v.size(); ++i) {
+      const std::string ati = at + "[" + std::to_string(i) + "]";
+      const json& c = v[i];
+      if (!c.is_object()) return wrong_type(ati, "an object", c);
+      model::ToolCall call;
+      if (const json* id = field(c, "id")) {
+        if (!id->is_string()) return wrong_type(ati + ".id", "a string", *id);
+        call.id = id->get<std::string>();
+      }
+      if (const json* type = field(c, "type"); type && *type != "function")
+        return invalid(ati + ".type", in_quotes(ati + ".type") + " must be \"function\"");
+      const json* f = field(c, "function");
+      if (!f || !f->is_object())
+        return invalid(ati + ".function", in_quotes(ati + ".function") + " must be an object");
+      const json* name = field(*f, "name");
+      if (!name || !name->is_string() || !valid_function_name(name->get_ref<const std::string&>()))
+        return invalid(ati + ".function.name", in_quotes(ati + ".function.name") +
+                                                   " must be a name of 1 to 64 of a-z, A-Z, 0-9, _ and -");
+      call.name = name->get<std::string>();
+      const json* args = field(*f, "arguments");
+      if (!args || !args->is_string())
+        return invalid(ati + ".function.arguments",
+                       in_quotes(ati + ".function.arguments") + " must be a string (a JSON object's text)");
+      call.arguments = args->get<std::string>();
+      // Parsed again by the prompt's renderer with its keys in order; here only checked, within the depth
+      // limit.
+      if (std::holds_alternative<HttpError>(parse_json_object(call.arguments, limits_.max_json_depth)))
+        return invalid(ati + ".function.arguments",
+                       in_quotes(ati + ".function.arguments") + " must be a JSON object's text");
+      out.tool_calls.push_back(std::move(call));
     }
     return {};
   }

@@ -16,7 +16,39 @@ std::string dump(const json& j) {
 }
 
 const char* finish_name(FinishReason r) {
-  return r == FinishReason::length ? "length" : "stop";
+  switch (r) {
+    case FinishReason::length:
+      return "length";
+    case FinishReason::tool_calls:
+      return "tool_calls";
+    case FinishReason::stop:
+      break;
+  }
+  return "stop";
+}
+
+// A call as OpenAI writes it; a streamed one starts with its "index" among the choice's calls.
+json tool_call_json(const model::ToolCall& c, std::optional<size_t> index = std::nullopt) {
+  json out = index ? json{{"index", *index}} : json::object();
+  out["id"] = c.id;
+  out["type"] = "function";
+  out["function"] = {{"name", c.name}, {"arguments", c.arguments}};
+  return out;
+}
+
+json chat_message(const Choice& c) {
+  json m = {{"role", "assistant"}, {"content", c.text}};
+  if (c.tool_calls.empty()) return m;
+  // Next to calls, the text between them and the model's line breaks is trimmed; none at all is null.
+  const size_t b = c.text.find_first_not_of(" \t\n\r");
+  if (b == std::string::npos)
+    m["content"] = nullptr;
+  else
+    m["content"] = c.text.substr(b, c.text.find_last_not_of(" \t\n\r") - b + 1);
+  json calls = json::array();
+  for (const auto& call : c.tool_calls) calls.push_back(tool_call_json(call));
+  m["tool_calls"] = std::move(calls);
+  return m;
 }
 
 json head_json(const ResponseHead& h, bool chunk) {
@@ -134,7 +166,7 @@ std::string completion_body(const ResponseHead& head, std::span<const Choice> ch
                                  {"finish_reason", finish_name(c.finish)}});
     } else {
       body["choices"].push_back({{"index", i},
-                                 {"message", {{"role", "assistant"}, {"content", c.text}}},
+                                 {"message", chat_message(c)},
                                  {"logprobs", std::move(logprobs)},
                                  {"finish_reason", finish_name(c.finish)}});
     }
@@ -196,6 +228,19 @@ std::string StreamRenderer::text(std::string_view delta, uint32_t index,
       json::array({chunk_choice(head_.endpoint, index, std::move(payload), nullptr, std::move(lp))});
   if (include_usage_) chunk["usage"] = nullptr;
   return out + sse_data(dump(chunk));
+}
+
+std::string StreamRenderer::tool_calls(std::span<const model::ToolCall> calls, uint32_t index) {
+  std::string out = role_if_not_sent();
+  for (size_t k = 0; k < calls.size(); ++k) {
+    json call = tool_call_json(calls[k], k);
+    json chunk = head_json(head_, true);
+    chunk["choices"] = json::array(
+        {chunk_choice(head_.endpoint, index, {{"tool_calls", json::array({std::move(call)})}}, nullptr)});
+    if (include_usage_) chunk["usage"] = nullptr;
+    out += sse_data(dump(chunk));
+  }
+  return out;
 }
 
 std::string StreamRenderer::finish_choice(uint32_t index, FinishReason reason, const Extras& extras,

@@ -12,6 +12,7 @@
 #include "openai_fields.hpp"
 #include "openai_messages.hpp"
 #include "sampling_fields.hpp"
+#include "tool_fields.hpp"
 
 namespace epd::http::openai {
 namespace {
@@ -23,8 +24,8 @@ constexpr uint32_t kMaxCompletionLogprobs = 5;  // OpenAI's limit of the complet
 
 class Parser {
  public:
-  Parser(Endpoint endpoint, const json& doc, const Limits& limits, Request& out)
-      : endpoint_(endpoint), doc_(doc), limits_(limits), out_(out) {}
+  Parser(Endpoint endpoint, const json& doc, std::string_view body, const Limits& limits, Request& out)
+      : endpoint_(endpoint), doc_(doc), body_(body), limits_(limits), out_(out) {}
 
   Failure model() {
     const json* v = field(doc_, "model");
@@ -99,6 +100,19 @@ class Parser {
   }
 
   Failure constraint() { return parse_constraint_fields(doc_, out_.constraint); }
+
+  // Chat only (completions ignores them as unknown fields). A forced call is a grammar of its own.
+  Failure tools() {
+    if (endpoint_ != Endpoint::chat) return {};
+    if (auto e = parse_tool_fields(doc_, body_, out_.tools)) return e;
+    const auto c = out_.tools.choice;
+    if ((c == Tools::Choice::required || c == Tools::Choice::named) &&
+        out_.constraint.kind != Constraint::Kind::none)
+      return invalid("tool_choice", "\"tool_choice\" forces a tool call and " +
+                                        in_quotes(out_.constraint.param) +
+                                        " constrains the answer; send one of them");
+    return {};
+  }
 
   Failure stop() {
     const json* v = field(doc_, "stop");
@@ -197,20 +211,6 @@ class Parser {
   }
 
   Failure refused_chat() {
-    for (const std::string name : {"tools", "functions"}) {
-      if (auto e =
-              nonempty(name, json::value_t::array, "an array", in_quotes(name) + " (function calling)")) {
-        return e;
-      }
-    }
-    // Without tools, "none" and "auto" both mean plain text.
-    for (const std::string name : {"tool_choice", "function_call"}) {
-      const json* v = field(doc_, name);
-      if (!v) continue;
-      if (!(v->is_string() && (*v == "none" || *v == "auto"))) {
-        return unsupported(name, in_quotes(name) + " (function calling)");
-      }
-    }
     if (field(doc_, "audio")) return unsupported("audio", "\"audio\" output");
     if (const json* v = field(doc_, "modalities")) {
       if (!v->is_array()) return wrong_type("modalities", "an array of strings", *v);
@@ -245,18 +245,9 @@ class Parser {
     return {};
   }
 
-  // A field that is harmless only when empty; `what` names it in the refusal.
-  Failure nonempty(const std::string& name, json::value_t type, std::string_view type_text,
-                   std::string_view what) {
-    const json* v = field(doc_, name);
-    if (!v) return {};
-    if (v->type() != type) return wrong_type(name, type_text, *v);
-    if (!v->empty()) return unsupported(name, what);
-    return {};
-  }
-
   Endpoint endpoint_;
   const json& doc_;
+  std::string_view body_;
   const Limits& limits_;
   Request& out_;
 };
@@ -271,10 +262,10 @@ std::variant<Request, HttpError> parse_request(Endpoint endpoint, std::string_vi
 
   Request request;
   request.endpoint = endpoint;
-  Parser p(endpoint, doc, limits, request);
+  Parser p(endpoint, doc, body, limits, request);
   auto input = endpoint == Endpoint::completions ? &Parser::prompt : &Parser::messages;
   for (auto step : {&Parser::model, input, &Parser::max_tokens, &Parser::sampling, &Parser::logprobs,
-                    &Parser::stop, &Parser::stream, &Parser::refused, &Parser::constraint}) {
+                    &Parser::stop, &Parser::stream, &Parser::refused, &Parser::constraint, &Parser::tools}) {
     if (auto e = (p.*step)()) return std::move(*e);
   }
   return request;

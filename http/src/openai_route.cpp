@@ -22,6 +22,13 @@ using openai::FinishReason;
 
 constexpr const char* kJson = "application/json";
 
+// An answer's tool calls: the model's format and the tools it may call (none: answers are plain text).
+struct AnswerTools {
+  model::ToolFormat format = model::ToolFormat::none;
+  std::vector<model::ChatTool> tools{};
+  bool parallel = true;
+};
+
 // One answer of n choices. Each choice is a generation of its own (seed + its index), so the router places,
 // retries and cancels it alone; choice 0 goes first and the rest start at its first token, when the
 // prompt's KV is in the prefix caches it filled. Tokens arrive on the router's thread, the tickets and a
@@ -30,7 +37,8 @@ constexpr const char* kJson = "application/json";
 class OpenAiAnswer final : public std::enable_shared_from_this<OpenAiAnswer> {
  public:
   OpenAiAnswer(std::shared_ptr<ApiContext> ctx, ExchangePtr ex, openai::ResponseHead head, bool stream,
-               bool include_usage, GenerateRequest request, uint32_t n, std::vector<std::string> stop)
+               bool include_usage, GenerateRequest request, uint32_t n, std::vector<std::string> stop,
+               AnswerTools tools)
       : ctx_(std::move(ctx)),
         ex_(std::move(ex)),
         head_(head),
@@ -38,7 +46,11 @@ class OpenAiAnswer final : public std::enable_shared_from_this<OpenAiAnswer> {
         renderer_(std::move(head), include_usage, n, request.sampling.logprobs),
         logprobs_(request.sampling.logprobs),
         request_(std::move(request)) {
-    for (uint32_t i = 0; i < n; ++i) choices_.emplace_back(stop, ctx_->service.codec());
+    for (uint32_t i = 0; i < n; ++i) {
+      choices_.emplace_back(stop, ctx_->service.codec());
+      if (tools.format != model::ToolFormat::none) choices_.back().calls.emplace(tools.format, tools.tools);
+    }
+    parallel_ = tools.parallel;
   }
 
   // Starts choice 0 (the rest follow it).
@@ -72,7 +84,7 @@ class OpenAiAnswer final : public std::enable_shared_from_this<OpenAiAnswer> {
       if (logprobs_)
         c.pending.push_back(entry(t, j < c.incoming.size() ? c.incoming[j] : model::TokenLogprobs{}));
       auto delta = c.text.push(c.tokens_text.push(model::TokenId(t)));
-      emit(i, delta.text);
+      emit(i, content(c, delta.text));
       if (delta.stopped) {
         stop_early(c);
         break;
@@ -95,14 +107,17 @@ class OpenAiAnswer final : public std::enable_shared_from_this<OpenAiAnswer> {
     c.extras.total_ms = r.timings.total_ms;
     c.reason = FinishReason::stop;
     if (!c.stopped) {
-      emit(i, c.text.push(c.tokens_text.finish()).text);  // a character the last token left unfinished
+      // a character the last token left unfinished
+      emit(i, content(c, c.text.push(c.tokens_text.finish()).text));
       auto tail = c.text.finish();
-      emit(i, tail.text);
+      emit(i, content(c, tail.text));
       c.reason = tail.stopped || r.ended_at_eos ? FinishReason::stop : FinishReason::length;
     }
+    take_calls(i);
     prompt_tokens_ = r.prompt_tokens;
     if (stream_) {
       emit(i, {});  // a stream that produced no text still sends its head and role chunks
+      if (!c.tool_calls.empty()) ex_->send(renderer_.tool_calls(c.tool_calls, i));
       // Tokens without text left to send (an end token) have their entries in the finish chunk.
       ex_->send(renderer_.finish_choice(i, c.reason, c.extras, c.pending));
       c.pending.clear();
@@ -128,7 +143,27 @@ class OpenAiAnswer final : public std::enable_shared_from_this<OpenAiAnswer> {
     uint32_t completion_tokens = 0;
     FinishReason reason = FinishReason::stop;
     openai::Extras extras;
+    std::optional<model::ToolCallText> calls;  // with tools: text that could be a call is held back
+    std::vector<model::ToolCall> tool_calls;   // the answer's, once it ended
   };
+
+  // The text of a choice that may go out as content now.
+  static std::string content(Choice& c, const std::string& text) {
+    return c.calls ? c.calls->push(text) : text;
+  }
+
+  // The choice ended: what was held back is either its calls (each given an id) or more content.
+  void take_calls(uint32_t i) {
+    Choice& c = choices_[i];
+    if (!c.calls) return;
+    auto end = c.calls->finish();
+    emit(i, end.text);
+    if (end.calls.empty()) return;
+    if (!parallel_) end.calls.resize(1);
+    for (auto& call : end.calls) call.id = "call_" + random_hex(24);
+    c.tool_calls = std::move(end.calls);
+    c.reason = FinishReason::tool_calls;
+  }
 
   // Hears one choice's generation for the answer.
   class Sink final : public GenerationSink {
@@ -237,6 +272,7 @@ class OpenAiAnswer final : public std::enable_shared_from_this<OpenAiAnswer> {
     for (auto& c : choices_) {
       out.push_back({std::move(c.body), c.reason, c.extras});
       if (logprobs_) out.back().logprobs = std::move(c.pending);
+      out.back().tool_calls = std::move(c.tool_calls);
     }
     ex_->respond(200, openai::completion_body(head_, out, usage), kJson,
                  {{"X-Request-Id", request_.request_id}});
@@ -258,6 +294,7 @@ class OpenAiAnswer final : public std::enable_shared_from_this<OpenAiAnswer> {
   bool gone_ = false;  // the client disconnected
   bool headers_sent_ = false;
   bool answered_ = false;
+  bool parallel_ = true;  // parallel_tool_calls: else only an answer's first call is kept
 };
 
 // The chat messages as the model's turns, each image decoded and shipped as PPM; the model's codec decides
@@ -269,6 +306,7 @@ std::optional<HttpError> to_turns(openai::Request& in, const GenerateLimits& lim
     turn.role = m.role == "developer" ? "system" : m.role;  // OpenAI's newer name for the system turn
     turn.text = std::move(m.text);
     turn.image = !m.images.empty();
+    turn.tool_calls = std::move(m.tool_calls);
     if (out.images_ppm.size() + m.images.size() > limits.max_images)
       return HttpError{400, "invalid_request",
                        "a request may carry at most " + std::to_string(limits.max_images) + " images",
@@ -296,6 +334,28 @@ std::optional<HttpError> to_grammar(const openai::Constraint& c, GenerateRequest
     if (!g) return HttpError{400, "invalid_request", g.error().detail, c.param};
     out.grammar = std::move(*g);
   }
+  return std::nullopt;
+}
+
+// The tools in the prompt, unless tool_choice is "none" (then the model is shown none and its answer is
+// text); "required" and a named function force the call by a grammar built from the tools' schemas.
+std::optional<HttpError> to_tools(const openai::Tools& in,
+                                  const std::shared_ptr<const model::PromptCodec>& codec,
+                                  GenerateRequest& out, AnswerTools& answer) {
+  using Choice = openai::Tools::Choice;
+  if (in.choice == Choice::none || in.tools.empty()) return std::nullopt;
+  const model::ToolFormat format = codec ? codec->tool_format() : model::ToolFormat::hermes;
+  if (format == model::ToolFormat::none)
+    return HttpError{400, "invalid_request", "the model's chat template has no tool-call format", "tools"};
+  out.tools = in.tools;
+  answer = {format, in.tools, in.parallel};
+  std::vector<model::ChatTool> callable;
+  for (const auto& t : in.tools)
+    if (in.choice != Choice::named || t.name == in.named) callable.push_back(t);
+  // Converted for "auto" too: a schema llama.cpp refuses is a 400 whatever the choice, never a prompt.
+  auto grammar = model::tool_call_grammar(format, callable, in.parallel);
+  if (!grammar) return HttpError{400, "invalid_request", "tools: " + grammar.error().detail, "tools"};
+  if (in.choice != Choice::automatic) out.grammar = std::move(*grammar);
   return std::nullopt;
 }
 
@@ -328,8 +388,11 @@ void handle_openai(const std::shared_ptr<ApiContext>& ctx, ExchangePtr ex, Endpo
   if (auto bad = model::validate(request.sampling); !bad)
     return reply_error(*ex, {400, "invalid_request", bad.error().detail}, std::move(headers));
   if (auto err = to_grammar(in.constraint, request)) return reply_error(*ex, *err, std::move(headers));
+  AnswerTools tools;
   if (endpoint == Endpoint::chat) {
     if (auto err = to_turns(in, g, request)) return reply_error(*ex, *err, std::move(headers));
+    if (auto err = to_tools(in.tools, ctx->service.codec(), request, tools))
+      return reply_error(*ex, *err, std::move(headers));
   } else {
     request.prompt = std::move(in.prompt);
   }
@@ -339,8 +402,9 @@ void handle_openai(const std::shared_ptr<ApiContext>& ctx, ExchangePtr ex, Endpo
   head.id = openai::response_id(endpoint, random_hex(24));
   head.created = int64_t(std::time(nullptr));
   head.model = model;
-  auto answer = std::make_shared<OpenAiAnswer>(ctx, ex, std::move(head), in.stream, in.include_usage,
-                                               std::move(request), in.n, std::move(in.stop));
+  auto answer =
+      std::make_shared<OpenAiAnswer>(ctx, ex, std::move(head), in.stream, in.include_usage,
+                                     std::move(request), in.n, std::move(in.stop), std::move(tools));
   answer->start();
   ex->on_disconnect([answer] { answer->disconnected(); });
 }

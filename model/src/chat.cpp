@@ -31,6 +31,42 @@ size_t count_image_markers(std::span<const ChatTurn> turns) {
   return n;
 }
 
+bool has_tool_parts(std::span<const ChatTurn> turns, std::span<const ChatTool> tools) {
+  if (!tools.empty()) return true;
+  for (const ChatTurn& t : turns)
+    if (t.role == "tool" || !t.tool_calls.empty()) return true;
+  return false;
+}
+
+protocol::Result<std::vector<ChatTurn>> hermes_turns(std::span<const ChatTurn> turns,
+                                                     std::span<const ChatTool> tools) {
+  std::vector<ChatTurn> out;
+  size_t i = 0;
+  if (!tools.empty()) {  // as Qwen2.5's template: the first system turn takes the tools block
+    const bool has_system = !turns.empty() && turns[0].role == "system";
+    out.push_back({"system", hermes_system_text(has_system ? turns[0].text : "", tools)});
+    i = has_system ? 1 : 0;
+  }
+  for (; i < turns.size(); ++i) {
+    const ChatTurn& t = turns[i];
+    if (t.role == "tool") {
+      const bool joins = i > 0 && turns[i - 1].role == "tool";
+      if (!joins) out.push_back({"user", ""});
+      out.back().text += (joins ? "\n" : "") + hermes_tool_response(t.text);
+      continue;
+    }
+    if (!t.tool_calls.empty()) {
+      if (t.role != "assistant") return invalid("chat: only assistant messages carry tool calls");
+      auto text = hermes_assistant_text(t.text, t.tool_calls);
+      if (!text) return text.error();
+      out.push_back({t.role, std::move(*text)});
+      continue;
+    }
+    out.push_back({t.role, t.text, t.image});
+  }
+  return out;
+}
+
 protocol::Result<std::string> render_chat(const ModelConfig& cfg, std::span<const ChatTurn> turns) {
   if (turns.empty()) return invalid("chat: no messages");
   std::string out;

@@ -279,3 +279,44 @@ TEST_CASE("openai reply: streamed logprobs ride with their text, the rest with t
   auto e = events(r.finish_choice(0, FinishReason::stop, extras(), {}));
   CHECK(e.back()["choices"][0]["logprobs"].is_null());
 }
+
+TEST_CASE("openai reply: tool calls with null content and finish_reason tool_calls",
+          "[http][openai_reply][tools]") {
+  std::vector<Choice> choices(2);
+  choices[0].finish = FinishReason::tool_calls;
+  choices[0].text = " \n";
+  choices[0].tool_calls = {{"call_a", "get_weather", R"({"city":"Paris"})"}, {"call_b", "add", "{}"}};
+  choices[1].text = "Plain.";
+  auto j = ordered::parse(completion_body(head(Endpoint::chat), choices, {5, 9}));
+  CHECK(
+      j["choices"][0]["message"].dump() ==
+      R"({"role":"assistant","content":null,"tool_calls":[)"
+      R"({"id":"call_a","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Paris\"}"}},)"
+      R"({"id":"call_b","type":"function","function":{"name":"add","arguments":"{}"}}]})");
+  CHECK(j["choices"][0]["finish_reason"] == "tool_calls");
+  CHECK(j["choices"][1]["message"].dump() == R"({"role":"assistant","content":"Plain."})");
+  // Text next to the calls stays the content.
+  choices[0].text = "Checking.";
+  auto k = ordered::parse(completion_body(head(Endpoint::chat), choices, {5, 9}));
+  CHECK(k["choices"][0]["message"]["content"] == "Checking.");
+}
+
+TEST_CASE("openai reply: streamed tool calls go out one chunk per call with its index",
+          "[http][openai_reply][tools]") {
+  StreamRenderer r(head(Endpoint::chat), false, 2);
+  std::string sse = r.start();
+  const std::vector<epd::model::ToolCall> calls = {{"call_a", "f", R"({"x":1})"}, {"call_b", "g", "{}"}};
+  sse += r.tool_calls(calls, 1);
+  sse += r.finish_choice(1, FinishReason::tool_calls, extras());
+  auto e = events(sse);
+  REQUIRE(e.size() == 5);
+  const std::string prefix = R"({"id":"chatcmpl-42","object":"chat.completion.chunk","created":1700000000,)"
+                             R"("model":"epd-tiny","choices":[{"index":1,)";
+  CHECK(e[2].dump() ==
+        prefix +
+            R"("delta":{"tool_calls":[{"index":0,"id":"call_a","type":"function",)"
+            R"("function":{"name":"f","arguments":"{\"x\":1}"}}]},"logprobs":null,"finish_reason":null}]})");
+  CHECK(e[3]["choices"][0]["delta"]["tool_calls"][0]["index"] == 1);
+  CHECK(e[3]["choices"][0]["delta"]["tool_calls"][0]["id"] == "call_b");
+  CHECK(e[4]["choices"][0]["finish_reason"] == "tool_calls");
+}

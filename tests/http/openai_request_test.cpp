@@ -471,12 +471,10 @@ TEST_CASE("openai request: chat fields epd cannot honour", "[http][openai_reques
                                  {"parallel_tool_calls", false},
                                  {"echo", true}}));  // not a chat field in OpenAI's API: ignored
   json tool = {{"type", "function"}, {"function", {{"name", "f"}}}};
-  check(rejected(Endpoint::chat, chat({{"tools", {tool}}})), "tools",
-        "\"tools\" (function calling) is not supported by epd");
-  check(rejected(Endpoint::chat, chat({{"tools", tool}})), "tools", "must be an array, got object");
-  check(rejected(Endpoint::chat, chat({{"functions", {tool}}})), "functions", "not supported");
-  check(rejected(Endpoint::chat, chat({{"tool_choice", "required"}})), "tool_choice", "function calling");
-  check(rejected(Endpoint::chat, chat({{"tool_choice", tool}})), "tool_choice", "function calling");
+  check(rejected(Endpoint::chat, chat({{"tools", tool}})), "tools", "must be an array of tools, got object");
+  check(rejected(Endpoint::chat, chat({{"functions", {tool}}})), "functions", "send \"tools\"");
+  check(rejected(Endpoint::chat, chat({{"function_call", "f"}})), "function_call", "send \"tool_choice\"");
+  check(rejected(Endpoint::chat, chat({{"tool_choice", "required"}})), "tool_choice", "needs \"tools\"");
   check(rejected(Endpoint::chat, chat({{"response_format", {{"type", "xml"}}}})), "response_format.type",
         "\"response_format\" of type \"xml\" is not supported");
   check(rejected(Endpoint::chat, chat({{"response_format", json::object()}})), "response_format.type",
@@ -558,13 +556,8 @@ TEST_CASE("openai request: the messages array and each message's role", "[http][
   check(rejected(Endpoint::chat, {{"messages", {{{"role", 1}, {"content", "hi"}}}}}), "messages[0].role",
         "must be a string, got number");
   check(rejected(Endpoint::chat, {{"messages", {{{"role", "robot"}, {"content", "hi"}}}}}),
-        "messages[0].role", "is \"robot\"; it must be \"system\", \"developer\", \"user\" or \"assistant\"");
-  check(rejected(Endpoint::chat,
-                 {{"messages", {{{"role", "tool"}, {"content", "42"}, {"tool_call_id", "c"}}}}}),
-        "messages[0].role", "role \"tool\" (function calling) is not supported");
-  json call = {{"id", "c"}, {"type", "function"}, {"function", {{"name", "f"}, {"arguments", "{}"}}}};
-  check(rejected(Endpoint::chat, {{"messages", {{{"role", "assistant"}, {"tool_calls", {call}}}}}}),
-        "messages[0].tool_calls", "not supported");
+        "messages[0].role",
+        "is \"robot\"; it must be \"system\", \"developer\", \"user\", \"assistant\" or \"tool\"");
   check(rejected(Endpoint::chat, {{"messages", {{{"role", "user"}}}}}), "messages[0].content", "is required");
   check(rejected(Endpoint::chat, {{"messages", {{{"role", "system"}, {"content", nullptr}}}}}),
         "messages[0].content", "is required");
@@ -698,4 +691,153 @@ TEST_CASE("openai request: constraints of the wrong shape, too large or two at o
   json deep = schema;
   for (int i = 0; i < 40; ++i) deep = {{"type", "array"}, {"items", deep}};
   CHECK(rejected(Endpoint::chat, chat({{"json_schema", deep}})).message.find("nest") != std::string::npos);
+}
+
+namespace tool_requests {
+
+json tool(const std::string& name, json parameters = nullptr) {
+  json f = {{"name", name}, {"description", "d"}};
+  if (!parameters.is_null()) f["parameters"] = std::move(parameters);
+  return {{"type", "function"}, {"function", std::move(f)}};
+}
+
+const json kParams = json::parse(R"({"type":"object","properties":{"city":{"type":"string"}}})");
+
+}  // namespace tool_requests
+
+TEST_CASE("openai request: tools, tool_choice and parallel_tool_calls", "[http][openai_request][tools]") {
+  using namespace tool_requests;
+  // Keys keep the client's order in the tool's text (the prompt shows it as sent).
+  auto r = parse_request(
+      Endpoint::chat,
+      R"({"messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":)"
+      R"({"name":"get_weather","parameters":{"type":"object","properties":{"z":{},"a":{}}}}}]})",
+      request_limits());
+  REQUIRE(std::holds_alternative<Request>(r));
+  const Tools& t = std::get<Request>(r).tools;
+  REQUIRE(t.tools.size() == 1);
+  CHECK(t.tools[0].name == "get_weather");
+  CHECK(
+      t.tools[0].json ==
+      R"({"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":{"z":{},"a":{}}}}})");
+  CHECK(t.tools[0].parameters == R"({"type":"object","properties":{"z":{},"a":{}}})");
+  CHECK(t.choice == Tools::Choice::automatic);
+  CHECK(t.parallel);
+
+  auto none = accepted(Endpoint::chat, chat({{"tools", {tool("f")}}, {"tool_choice", "none"}}));
+  CHECK(none.tools.choice == Tools::Choice::none);
+  CHECK(none.tools.tools[0].parameters == R"({"type": "object"})");
+  auto req = accepted(Endpoint::chat, chat({{"tools", {tool("f"), tool("g-2", kParams)}},
+                                            {"tool_choice", "required"},
+                                            {"parallel_tool_calls", false}}));
+  CHECK(req.tools.choice == Tools::Choice::required);
+  CHECK_FALSE(req.tools.parallel);
+  auto named = accepted(Endpoint::chat,
+                        chat({{"tools", {tool("f"), tool("g")}},
+                              {"tool_choice", {{"type", "function"}, {"function", {{"name", "g"}}}}}}));
+  CHECK(named.tools.choice == Tools::Choice::named);
+  CHECK(named.tools.named == "g");
+  // Without tools, "none" and "auto" are plain text, as before.
+  CHECK(accepted(Endpoint::chat, chat({{"tool_choice", "auto"}})).tools.choice == Tools::Choice::none);
+  // The completions route knows no tools: they are unknown fields there.
+  CHECK(accepted(Endpoint::completions, completion({{"tools", 5}})).tools.tools.empty());
+}
+
+TEST_CASE("openai request: malformed and hostile tools are refused naming the field",
+          "[http][openai_request][tools]") {
+  using namespace tool_requests;
+  check(rejected(Endpoint::chat, chat({{"tools", {5}}})), "tools[0]", "must be an object");
+  check(rejected(Endpoint::chat, chat({{"tools", {{{"type", "code"}, {"function", {{"name", "f"}}}}}}})),
+        "tools[0].type", "must be \"function\"");
+  check(rejected(Endpoint::chat, chat({{"tools", {{{"type", "function"}}}}})), "tools[0].function",
+        "is required");
+  check(rejected(Endpoint::chat, chat({{"tools", {tool("f"), tool("bad name")}}})), "tools[1].function.name",
+        "a name is 1 to 64");
+  check(rejected(Endpoint::chat, chat({{"tools", {tool(std::string(65, 'a'))}}})), "tools[0].function.name",
+        "a name is 1 to 64");
+  check(rejected(Endpoint::chat, chat({{"tools", {tool("f"), tool("f")}}})), "tools[1].function.name",
+        "two tools are named \"f\"");
+  check(rejected(Endpoint::chat, chat({{"tools", {tool("f", "string")}}})), "tools[0].function.parameters",
+        "must be an object");
+  json strict = tool("f");
+  strict["function"]["strict"] = "yes";
+  check(rejected(Endpoint::chat, chat({{"tools", {strict}}})), "tools[0].function.strict",
+        "must be a boolean");
+  json many = json::array();
+  for (size_t i = 0; i <= kMaxTools; ++i) many.push_back(tool("f" + std::to_string(i)));
+  check(rejected(Endpoint::chat, chat({{"tools", many}})), "tools", "the limit is 128");
+  json huge = tool("f");
+  huge["function"]["description"] = std::string(kMaxToolsBytes, 'x');
+  Limits roomy = request_limits();
+  auto big = parse_request(Endpoint::chat, chat({{"tools", {huge}}}).dump(), roomy);
+  REQUIRE(std::holds_alternative<HttpError>(big));
+  check(std::get<HttpError>(big), "tools", "bytes of JSON; the limit is 65536");
+  // Deeper than the body's limit: refused while parsing, before any tool is read.
+  std::string deep = std::string(40, '[') + std::string(40, ']');
+  auto d =
+      parse_request(Endpoint::chat,
+                    R"({"messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":)"
+                    R"({"name":"f","parameters":{"type":"object","default":)" +
+                        deep + "}}}]}",
+                    roomy);
+  REQUIRE(std::holds_alternative<HttpError>(d));
+  CHECK(std::get<HttpError>(d).message.find("nested deeper") != std::string::npos);
+
+  check(rejected(Endpoint::chat, chat({{"tools", {tool("f")}}, {"tool_choice", "sometimes"}})), "tool_choice",
+        "it must be \"none\", \"auto\", \"required\"");
+  check(rejected(Endpoint::chat,
+                 chat({{"tools", {tool("f")}},
+                       {"tool_choice", {{"type", "function"}, {"function", {{"name", "g"}}}}}})),
+        "tool_choice.function.name", "\"g\", which is not in \"tools\"");
+  check(rejected(Endpoint::chat, chat({{"tools", {tool("f")}}, {"tool_choice", {{"type", "function"}}}})),
+        "tool_choice.function", "must be an object");
+  check(rejected(Endpoint::chat, chat({{"tools", {tool("f")}}, {"parallel_tool_calls", 1}})),
+        "parallel_tool_calls", "must be a boolean");
+  // A forced call is a grammar: another constraint with it is ambiguous.
+  check(rejected(Endpoint::chat, chat({{"tools", {tool("f")}},
+                                       {"tool_choice", "required"},
+                                       {"response_format", {{"type", "json_object"}}}})),
+        "tool_choice", "send one of them");
+  accepted(Endpoint::chat, chat({{"tools", {tool("f")}}, {"response_format", {{"type", "json_object"}}}}));
+}
+
+TEST_CASE("openai request: assistant tool_calls and tool messages", "[http][openai_request][tools]") {
+  json call = {{"id", "call_1"},
+               {"type", "function"},
+               {"function", {{"name", "f"}, {"arguments", "{\"b\":1,\"a\":2}"}}}};
+  auto r = accepted(Endpoint::chat, {{"messages",
+                                      {{{"role", "user"}, {"content", "hi"}},
+                                       {{"role", "assistant"}, {"content", nullptr}, {"tool_calls", {call}}},
+                                       {{"role", "tool"}, {"tool_call_id", "call_1"}, {"content", "42"}}}}});
+  REQUIRE(r.messages.size() == 3);
+  REQUIRE(r.messages[1].tool_calls.size() == 1);
+  CHECK(r.messages[1].tool_calls[0].id == "call_1");
+  CHECK(r.messages[1].tool_calls[0].name == "f");
+  CHECK(r.messages[1].tool_calls[0].arguments == "{\"b\":1,\"a\":2}");
+  CHECK(r.messages[2].role == "tool");
+  CHECK(r.messages[2].tool_call_id == "call_1");
+  CHECK(r.messages[2].text == "42");
+
+  auto msgs = [](json m) { return json{{"messages", {std::move(m)}}}; };
+  check(rejected(Endpoint::chat, msgs({{"role", "tool"}, {"content", "42"}})), "messages[0].tool_call_id",
+        "is required");
+  check(rejected(Endpoint::chat, msgs({{"role", "function"}, {"content", "42"}, {"name", "f"}})),
+        "messages[0].role", "send role \"tool\"");
+  check(rejected(Endpoint::chat, msgs({{"role", "user"}, {"content", "x"}, {"tool_calls", {call}}})),
+        "messages[0].tool_calls", "only assistant messages");
+  check(rejected(Endpoint::chat, msgs({{"role", "assistant"}, {"function_call", {{"name", "f"}}}})),
+        "messages[0].function_call", "send \"tool_calls\"");
+  json bad = call;
+  bad["function"]["arguments"] = "[1, 2]";
+  check(rejected(Endpoint::chat, msgs({{"role", "assistant"}, {"tool_calls", {bad}}})),
+        "messages[0].tool_calls[0].function.arguments", "a JSON object's text");
+  bad["function"]["arguments"] = json::object();
+  check(rejected(Endpoint::chat, msgs({{"role", "assistant"}, {"tool_calls", {bad}}})),
+        "messages[0].tool_calls[0].function.arguments", "must be a string");
+  bad = call;
+  bad["function"]["name"] = "a b";
+  check(rejected(Endpoint::chat, msgs({{"role", "assistant"}, {"tool_calls", {bad}}})),
+        "messages[0].tool_calls[0].function.name", "1 to 64");
+  check(rejected(Endpoint::chat, msgs({{"role", "assistant"}, {"tool_calls", "x"}})),
+        "messages[0].tool_calls", "must be an array of tool calls");
 }

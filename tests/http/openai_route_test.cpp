@@ -371,3 +371,134 @@ TEST_CASE("openai route: constraints reach the router as GBNF, a schema converte
     CHECK(body["error"]["message"].get<std::string>().find("JSON schema") != std::string::npos);
   }
 }
+
+namespace tool_route {
+
+const std::string kTools =
+    R"(,"tools":[{"type":"function","function":{"name":"add","parameters":{"type":"object","properties":)"
+    R"({"a":{"type":"integer"}},"required":["a"]}}}])";
+const std::string kCallText =
+    "Sure.\n<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 3}}\n</tool_call>";
+
+// Tokens of `text` in pieces of 3 bytes, so the call's marker arrives split.
+void drive_text(const std::string& text, GenerationSink& sink) {
+  const auto all = bytes_of(text);
+  for (size_t at = 0; at < all.size(); at += 3)
+    sink.on_tokens(std::span(all).subspan(at, std::min<size_t>(3, all.size() - at)));
+  GenerateResponse r = ok_answer({});
+  r.ended_at_eos = true;
+  sink.on_done(std::move(r));
+}
+
+}  // namespace tool_route
+
+TEST_CASE("openai route: a call in the answer becomes tool_calls, plain and streamed",
+          "[http][openai_route][tools]") {
+  using namespace tool_route;
+  TestServer server;
+  server.service.drive = [](const GenerateRequest&, GenerationSink& sink) { drive_text(kCallText, sink); };
+  auto cli = server.client();
+
+  auto res = cli.Post("/v1/chat/completions", chat_body(false, kTools + R"(,"n":2)"), kJson);
+  REQUIRE(res);
+  REQUIRE(res->status == 200);
+  const json j = json::parse(res->body);
+  REQUIRE(j["choices"].size() == 2);
+  for (const auto& c : j["choices"]) {
+    INFO(c.dump());
+    CHECK(c["finish_reason"] == "tool_calls");
+    CHECK(c["message"]["content"] == "Sure.");
+    REQUIRE(c["message"]["tool_calls"].size() == 1);
+    const json& call = c["message"]["tool_calls"][0];
+    CHECK(call["type"] == "function");
+    CHECK(call["id"].get<std::string>().starts_with("call_"));
+    CHECK(call["function"]["name"] == "add");
+    CHECK(call["function"]["arguments"] == R"({"a":3})");
+  }
+  // The router was given the tools to render and, for "auto", no grammar.
+  const GenerateRequest seen = server.service.last_request();
+  REQUIRE(seen.tools.size() == 1);
+  CHECK(seen.tools[0].name == "add");
+  CHECK(seen.grammar.empty());
+
+  auto streamed = cli.Post("/v1/chat/completions", chat_body(true, kTools), kJson);
+  REQUIRE(streamed);
+  bool done = false;
+  const auto e = events(streamed->body, &done);
+  CHECK(done);
+  std::string content;
+  json calls = json::array();
+  std::string finish;
+  for (const auto& chunk : e) {
+    const json& d = chunk["choices"][0]["delta"];
+    if (d.contains("content")) content += d["content"].get<std::string>();
+    if (d.contains("tool_calls")) calls.push_back(d["tool_calls"][0]);
+    if (chunk["choices"][0]["finish_reason"].is_string()) finish = chunk["choices"][0]["finish_reason"];
+  }
+  CHECK(content == "Sure.\n");  // the text before the call streams; the call is held back
+  REQUIRE(calls.size() == 1);
+  CHECK(calls[0]["index"] == 0);
+  CHECK(calls[0]["function"]["name"] == "add");
+  CHECK(calls[0]["function"]["arguments"] == R"({"a":3})");
+  CHECK(finish == "tool_calls");
+}
+
+TEST_CASE("openai route: no calls with tool_choice none, text that is no call is sent whole",
+          "[http][openai_route][tools]") {
+  using namespace tool_route;
+  TestServer server;
+  const std::string broken = "a <tool_call> that never closes";
+  std::string text = kCallText;
+  server.service.drive = [&text](const GenerateRequest&, GenerationSink& sink) { drive_text(text, sink); };
+  auto cli = server.client();
+  auto res = cli.Post("/v1/chat/completions", chat_body(false, kTools + R"(,"tool_choice":"none")"), kJson);
+  REQUIRE(res);
+  json j = json::parse(res->body);
+  CHECK(j["choices"][0]["message"]["content"] == kCallText);
+  CHECK_FALSE(j["choices"][0]["message"].contains("tool_calls"));
+  CHECK(j["choices"][0]["finish_reason"] == "stop");
+  CHECK(server.service.last_request().tools.empty());  // nothing of the tools in the prompt
+
+  text = broken;
+  auto s = cli.Post("/v1/chat/completions", chat_body(true, kTools), kJson);
+  REQUIRE(s);
+  bool done = false;
+  std::string content;
+  for (const auto& chunk : events(s->body, &done)) {
+    CHECK_FALSE(chunk["choices"][0]["delta"].contains("tool_calls"));
+    if (chunk["choices"][0]["delta"].contains("content")) content += chunk["choices"][0]["delta"]["content"];
+  }
+  CHECK(content == broken);
+}
+
+TEST_CASE("openai route: required and named calls reach the router as a grammar of the tools",
+          "[http][openai_route][tools]") {
+  using namespace tool_route;
+  TestServer server;
+  auto cli = server.client();
+  auto res =
+      cli.Post("/v1/chat/completions", chat_body(false, kTools + R"(,"tool_choice":"required")"), kJson);
+  REQUIRE(res);
+  CHECK(res->status == 200);
+  const std::string gbnf = server.service.last_request().grammar;
+  CHECK(gbnf.find("<tool_call>") != std::string::npos);
+  CHECK(gbnf.find("\"\\\"add\\\"\"") != std::string::npos);
+  auto named =
+      cli.Post("/v1/chat/completions",
+               chat_body(false, kTools + R"(,"tool_choice":{"type":"function","function":{"name":"add"}},)"
+                                         R"("parallel_tool_calls":false)"),
+               kJson);
+  REQUIRE(named);
+  CHECK(named->status == 200);
+  CHECK_FALSE(server.service.last_request().grammar.empty());
+  // A schema llama.cpp refuses is a 400 even for "auto", before the router sees the request.
+  const int before = server.service.generate_calls;
+  auto bad = cli.Post("/v1/chat/completions",
+                      chat_body(false, R"(,"tools":[{"type":"function","function":{"name":"f","parameters":)"
+                                       R"({"$ref":"#/$defs/missing"}}}])"),
+                      kJson);
+  REQUIRE(bad);
+  CHECK(bad->status == 400);
+  CHECK(json::parse(bad->body)["error"]["param"] == "tools");
+  CHECK(server.service.generate_calls == before);
+}

@@ -356,3 +356,48 @@ TEST_CASE("grammar sampled top_k draws skip the full mask when enough top tokens
       if (gbnf == letters) CHECK(counted.masks < steps);  // the shortcut was taken
     }
 }
+
+TEST_CASE("grammar of forced tool calls takes calls of the offered tools with valid arguments only") {
+  const std::vector<ChatTool> tools = {
+      {"get_weather", "{}",
+       R"({"type":"object","properties":{"city":{"type":"string","maxLength":12}},"required":["city"]})"},
+      {"add", "{}", R"({"type":"object","properties":{"a":{"type":"integer"}},"required":["a"]})"},
+  };
+  const std::string weather =
+      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
+  const std::string add = "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 3}}\n</tool_call>";
+  // The demo model only, as the JSON schema test: the generated checkpoint's vocabulary spells a space as
+  // SentencePiece's U+2581 in byte tokens, which JSON's whitespace rules do not take.
+  for (const Vocab* v : {&demo()}) {
+    auto complete = [&](const std::string& gbnf, const std::string& text) {
+      INFO(text);
+      auto g = Grammar::rebuild(v->vocab, gbnf, encode(*v, text));
+      return g.ok() && (*g)->complete();
+    };
+    auto one = tool_call_grammar(ToolFormat::hermes, tools, /*parallel=*/false);
+    REQUIRE(one.ok());
+    CHECK(complete(*one, weather));
+    CHECK(complete(*one, add));
+    CHECK_FALSE(complete(*one, weather + "\n" + add));
+    CHECK_FALSE(complete(*one, "<tool_call>\n{\"name\": \"sub\", \"arguments\": {\"a\": 3}}\n</tool_call>"));
+    CHECK_FALSE(
+        complete(*one, "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": \"x\"}}\n</tool_call>"));
+    CHECK_FALSE(complete(*one, "Sure. " + add));
+    auto several = tool_call_grammar(ToolFormat::hermes, tools, /*parallel=*/true);
+    REQUIRE(several.ok());
+    CHECK(complete(*several, weather + "\n" + add));
+    // A named function: the others are not callable.
+    auto named = tool_call_grammar(ToolFormat::hermes, std::span(tools).subspan(1), false);
+    REQUIRE(named.ok());
+    CHECK(complete(*named, add));
+    CHECK_FALSE(complete(*named, weather));
+    auto llama3 = tool_call_grammar(ToolFormat::llama3, tools, false);
+    REQUIRE(llama3.ok());
+    CHECK(complete(*llama3, "{\"name\": \"add\", \"parameters\": {\"a\": 3}}"));
+    CHECK_FALSE(complete(*llama3, "{\"name\": \"add\", \"arguments\": {\"a\": 3}}"));
+  }
+  CHECK_FALSE(tool_call_grammar(ToolFormat::none, tools, false).ok());
+  CHECK_FALSE(tool_call_grammar(ToolFormat::hermes, {}, false).ok());
+  const std::vector<ChatTool> bad = {{"f", "{}", R"({"$ref":"#/$defs/missing"})"}};
+  CHECK_FALSE(tool_call_grammar(ToolFormat::hermes, bad, false).ok());
+}

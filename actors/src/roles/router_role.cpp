@@ -627,7 +627,7 @@ void on_generate(RouterState& s, uint64_t ticket, GenerateRequest& req, SinkPtr&
         400, "invalid_request",
         "model " + s.ctx.model.name + " takes only \"prompt_tokens\" (token ids): " + s.codec.missing);
   } else if (!req.messages.empty()) {
-    prompt = s.codec.codec->chat(req.messages, dims);
+    prompt = s.codec.codec->chat(req.messages, dims, req.tools);
   } else {
     prompt = s.codec.codec->prompt(req.prompt, dims);
   }

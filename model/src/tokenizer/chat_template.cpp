@@ -40,11 +40,13 @@ class Builder {
   std::vector<ChatSegment> out_;
 };
 
-protocol::Status check_turns(std::span<const ChatTurn> turns) {
+protocol::Status check_turns(std::span<const ChatTurn> turns, bool tool_turns) {
   if (turns.empty()) return invalid("chat: no messages");
   for (size_t i = 0; i < turns.size(); ++i) {
     const ChatTurn& t = turns[i];
-    if (t.role != "system" && t.role != "user" && t.role != "assistant")
+    if (!t.tool_calls.empty() && t.role != "assistant")
+      return invalid("chat message " + std::to_string(i) + ": only assistant messages carry tool calls");
+    if (t.role != "system" && t.role != "user" && t.role != "assistant" && !(tool_turns && t.role == "tool"))
       return invalid("chat message " + std::to_string(i) + ": role '" + t.role +
                      "' is not supported (system, user or assistant)");
     if ((t.image || t.text.find(kImageMarker) != std::string::npos) && t.role != "user")
@@ -77,6 +79,61 @@ void llama3(Builder& b, std::span<const ChatTurn> turns, std::string_view bos) {
   b.text("assistant");
   b.special("<|end_header_id|>");
   b.text("\n\n");
+}
+
+void header(Builder& b, std::string_view role) {
+  b.special("<|start_header_id|>");
+  b.text(role);
+  b.special("<|end_header_id|>");
+}
+
+// Llama-3.1's layout with tools (its JSON tool calling): the date header in the system turn, the tools in
+// the first user turn, calls as {"name", "parameters"}, results as ipython turns.
+protocol::Status llama3_tools(Builder& b, std::span<const ChatTurn> turns, std::string_view bos,
+                              std::span<const ChatTool> tools) {
+  b.special(bos);
+  size_t i = 0;
+  std::string system;
+  if (turns[0].role == "system") {
+    system = trim(turns[0].text);
+    i = 1;
+  }
+  header(b, "system");
+  b.text(std::string("\n\n") + (tools.empty() ? "" : "Environment: ipython\n") +
+         "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n" + system);
+  b.special("<|eot_id|>");
+  if (!tools.empty()) {
+    if (i == turns.size() || turns[i].role != "user")
+      return invalid(
+          "chat: Llama-3 puts the tools in the first user message; the conversation must start "
+          "with one (after an optional system message)");
+    header(b, "user");
+    b.text("\n\n" + llama3_tools_preamble(tools) + trim(turns[i].text));
+    b.special("<|eot_id|>");
+    ++i;
+  }
+  for (; i < turns.size(); ++i) {
+    const ChatTurn& t = turns[i];
+    if (t.role == "tool") {
+      header(b, "ipython");
+      b.text("\n\n" + llama3_tool_result_text(t.text));
+    } else if (!t.tool_calls.empty()) {
+      if (t.tool_calls.size() != 1)
+        return invalid("chat message " + std::to_string(i) +
+                       ": Llama-3 takes one tool call per assistant message");
+      auto call = llama3_call_text(t.tool_calls[0]);
+      if (!call) return call.error();
+      header(b, "assistant");
+      b.text("\n\n" + *call);
+    } else {
+      header(b, t.role);
+      b.text("\n\n" + trim(t.text));
+    }
+    b.special("<|eot_id|>");
+  }
+  header(b, "assistant");
+  b.text("\n\n");
+  return {};
 }
 
 protocol::Status llama2(Builder& b, std::span<const ChatTurn> turns, std::string_view bos,
@@ -137,10 +194,35 @@ protocol::Result<ChatStyle> pick_chat_style(std::string_view jinja, const Tokeni
                                     "(Llama-2 [INST], Llama-3 <|start_header_id|>, ChatML <|im_start|>)");
 }
 
+ToolFormat tool_format(ChatStyle style) {
+  switch (style) {
+    case ChatStyle::chatml:
+      return ToolFormat::hermes;
+    case ChatStyle::llama3:
+      return ToolFormat::llama3;
+    case ChatStyle::llama2:
+      return ToolFormat::none;
+  }
+  return ToolFormat::none;
+}
+
 protocol::Result<std::vector<ChatSegment>> render_chat_segments(ChatStyle style,
                                                                 std::span<const ChatTurn> turns,
-                                                                std::string_view bos, std::string_view eos) {
-  if (auto st = check_turns(turns); !st) return st.error();
+                                                                std::string_view bos, std::string_view eos,
+                                                                std::span<const ChatTool> tools) {
+  const bool tooling = has_tool_parts(turns, tools);
+  if (tooling && style == ChatStyle::llama2)
+    return invalid(
+        "chat: the Llama-2 chat template has no tool-call format (tools, tool calls and tool "
+        "messages are refused)");
+  std::vector<ChatTurn> rewritten;
+  if (tooling && style == ChatStyle::chatml) {
+    auto r = hermes_turns(turns, tools);
+    if (!r) return r.error();
+    rewritten = std::move(*r);
+    turns = rewritten;
+  }
+  if (auto st = check_turns(turns, tooling && style == ChatStyle::llama3); !st) return st.error();
   Builder b;
   switch (style) {
     case ChatStyle::chatml:
@@ -148,7 +230,11 @@ protocol::Result<std::vector<ChatSegment>> render_chat_segments(ChatStyle style,
       chatml(b, turns);
       break;
     case ChatStyle::llama3:
-      llama3(b, turns, bos);
+      if (!tooling) {
+        llama3(b, turns, bos);
+      } else if (auto st = llama3_tools(b, turns, bos, tools); !st) {
+        return st.error();
+      }
       break;
     case ChatStyle::llama2:
       if (auto st = llama2(b, turns, bos, eos); !st) return st.error();
@@ -158,8 +244,9 @@ protocol::Result<std::vector<ChatSegment>> render_chat_segments(ChatStyle style,
 }
 
 protocol::Result<std::string> render_chat_text(ChatStyle style, std::span<const ChatTurn> turns,
-                                               std::string_view bos, std::string_view eos) {
-  auto segs = render_chat_segments(style, turns, bos, eos);
+                                               std::string_view bos, std::string_view eos,
+                                               std::span<const ChatTool> tools) {
+  auto segs = render_chat_segments(style, turns, bos, eos, tools);
   if (!segs) return segs.error();
   std::string out;
   for (const ChatSegment& s : *segs) out += s.text;
@@ -168,7 +255,8 @@ protocol::Result<std::string> render_chat_text(ChatStyle style, std::span<const 
 
 protocol::Result<std::vector<TokenId>> encode_chat(const Tokenizer& tok, ChatStyle style,
                                                    std::span<const ChatTurn> turns,
-                                                   std::span<const std::vector<TokenId>> images) {
+                                                   std::span<const std::vector<TokenId>> images,
+                                                   std::span<const ChatTool> tools) {
   if (count_image_markers(turns) != images.size())
     return invalid(images.empty() ? "this model takes no images"
                                   : "chat: " + std::to_string(count_image_markers(turns)) +
@@ -187,7 +275,7 @@ protocol::Result<std::vector<TokenId>> encode_chat(const Tokenizer& tok, ChatSty
       return protocol::make_error(protocol::ErrorCode::config_error, "chat: the tokenizer has no EOS");
     eos = tok.piece(*tok.eos(), true);
   }
-  auto segs = render_chat_segments(style, turns, bos, eos);
+  auto segs = render_chat_segments(style, turns, bos, eos, tools);
   if (!segs) return segs.error();
   std::vector<TokenId> out;
   size_t image = 0;

@@ -137,9 +137,17 @@ protocol::Result<std::vector<TokenId>> PromptCodec::prompt(std::string_view text
 }
 
 protocol::Result<std::vector<TokenId>> PromptCodec::chat(std::span<const ChatTurn> turns,
-                                                         std::span<const ImageDims> images) const {
+                                                         std::span<const ImageDims> images,
+                                                         std::span<const ChatTool> tools) const {
   if (auto st = check_images(images.size()); !st) return st.error();
   if (reference_) {
+    std::vector<ChatTurn> rewritten;
+    if (has_tool_parts(turns, tools)) {
+      auto r = hermes_turns(turns, tools);
+      if (!r) return r.error();
+      rewritten = std::move(*r);
+      turns = rewritten;
+    }
     auto text = render_chat(cfg_, turns);
     if (!text) return text.error();
     return build_prompt(cfg_, *text, images.empty() ? std::nullopt : std::optional(images[0]));
@@ -151,7 +159,7 @@ protocol::Result<std::vector<TokenId>> PromptCodec::chat(std::span<const ChatTur
     if (!rows) return rows.error();
     image_ids.push_back(std::move(*rows));
   }
-  auto ids = encode_chat(*tok_, *style_, turns, image_ids);
+  auto ids = encode_chat(*tok_, *style_, turns, image_ids, tools);
   if (!ids) return ids.error();
   return fits(std::move(*ids));
 }

@@ -97,3 +97,60 @@ export class Checks {
     process.exit(this.failed ? 1 : 0);
   }
 }
+
+// A small JSON Schema validator for what the cases use: type (one or a list), enum, const, properties,
+// required, additionalProperties (false or a schema), items, minItems/maxItems, minLength/maxLength,
+// minimum/maximum, anyOf, $ref to #/$defs/... Returns the first violation, or null.
+export function violation(value, schema, root = schema, path = '$') {
+  if (schema === true || schema === undefined) return null;
+  if (schema === false) return `${path}: no value is allowed`;
+  if (schema.$ref) {
+    const m = /^#\/(\$defs|definitions)\/(.+)$/.exec(schema.$ref);
+    if (!m) return `${path}: unsupported $ref ${schema.$ref}`;
+    return violation(value, root[m[1]][m[2]], root, path);
+  }
+  if (schema.anyOf) {
+    return schema.anyOf.some((s) => violation(value, s, root, path) === null) ? null : `${path}: matches no anyOf`;
+  }
+  if ('const' in schema && JSON.stringify(value) !== JSON.stringify(schema.const)) return `${path}: not the const`;
+  if (schema.enum && !schema.enum.some((e) => JSON.stringify(e) === JSON.stringify(value)))
+    return `${path}: ${JSON.stringify(value)} is not in the enum`;
+  if (schema.type) {
+    const types = Array.isArray(schema.type) ? schema.type : [schema.type];
+    const kind =
+      value === null
+        ? 'null'
+        : Array.isArray(value)
+          ? 'array'
+          : Number.isInteger(value)
+            ? 'integer'
+            : typeof value;
+    const ok = types.some((t) => t === kind || (t === 'number' && kind === 'integer'));
+    if (!ok) return `${path}: ${kind} is not ${types.join('|')}`;
+  }
+  if (typeof value === 'string') {
+    if (schema.minLength !== undefined && [...value].length < schema.minLength) return `${path}: too short`;
+    if (schema.maxLength !== undefined && [...value].length > schema.maxLength) return `${path}: too long`;
+  }
+  if (typeof value === 'number') {
+    if (schema.minimum !== undefined && value < schema.minimum) return `${path}: below the minimum`;
+    if (schema.maximum !== undefined && value > schema.maximum) return `${path}: above the maximum`;
+  }
+  if (Array.isArray(value)) {
+    if (schema.minItems !== undefined && value.length < schema.minItems) return `${path}: too few items`;
+    if (schema.maxItems !== undefined && value.length > schema.maxItems) return `${path}: too many items`;
+    for (let i = 0; i < value.length; i++) {
+      const v = violation(value[i], schema.items, root, `${path}[${i}]`);
+      if (v) return v;
+    }
+  } else if (value !== null && typeof value === 'object') {
+    for (const key of schema.required ?? []) if (!(key in value)) return `${path}: "${key}" is missing`;
+    for (const [key, v] of Object.entries(value)) {
+      const sub = schema.properties?.[key] ?? schema.additionalProperties;
+      if (sub === false) return `${path}: "${key}" is not allowed`;
+      const bad = violation(v, sub, root, `${path}.${key}`);
+      if (bad) return bad;
+    }
+  }
+  return null;
+}

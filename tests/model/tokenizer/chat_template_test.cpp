@@ -83,7 +83,10 @@ TEST_CASE("Llama-2 conversations must alternate and end with the user") {
 TEST_CASE("chat prompts refuse images outside user turns, unknown roles and empty conversations") {
   std::vector<ChatTurn> image = {{"user", "x", false}, {"assistant", "look<__media__>", true}};
   std::vector<ChatTurn> user_image = {{"user", " look at <__media__> this ", true}};
+  std::vector<ChatTurn> robot = {{"robot", "x", false}};
+  // A tool result is a turn of the families with a tool format (chat_tools_test.cpp); Llama-2 has none.
   std::vector<ChatTurn> tool = {{"tool", "x", false}};
+  CHECK_FALSE(render_chat_text(ChatStyle::llama2, tool, "<s>", "</s>").ok());
   for (auto style : {ChatStyle::chatml, ChatStyle::llama2, ChatStyle::llama3}) {
     CHECK_FALSE(render_chat_text(style, image, "<s>", "</s>").ok());
     // A user turn's image stays where its marker stands, through the template's trimming too.
@@ -93,7 +96,7 @@ TEST_CASE("chat prompts refuse images outside user turns, unknown roles and empt
     auto segs = render_chat_segments(style, user_image, "<s>", "</s>");
     REQUIRE(segs.ok());
     CHECK(std::count_if(segs->begin(), segs->end(), [](const ChatSegment& s) { return s.image; }) == 1);
-    CHECK_FALSE(render_chat_text(style, tool, "<s>", "</s>").ok());
+    CHECK_FALSE(render_chat_text(style, robot, "<s>", "</s>").ok());
     CHECK_FALSE(render_chat_text(style, {}, "<s>", "</s>").ok());
   }
 }

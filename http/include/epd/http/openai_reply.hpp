@@ -24,8 +24,9 @@ std::string_view error_type(int status);
 std::string error_body(const HttpError& e);
 
 enum class FinishReason {
-  stop,    // the model's end of text, or a stop string
-  length,  // max_tokens reached
+  stop,        // the model's end of text, or a stop string
+  length,      // max_tokens reached
+  tool_calls,  // the answer is tool calls (chat)
 };
 
 struct Usage {
@@ -76,6 +77,8 @@ struct Choice {
   // {"content": [{"token", "logprob", "bytes", "top_logprobs": [...]}], "refusal": null}, completions
   // {"tokens", "token_logprobs", "top_logprobs": [{token: logprob}], "text_offset"}.
   std::optional<std::vector<TokenLogprob>> logprobs{};
+  // Chat: the calls the answer made (ids given); "content" is then `text` trimmed, null if that is empty.
+  std::vector<model::ToolCall> tool_calls{};
 };
 
 // A non-streamed answer: a "text_completion" or a "chat.completion" object with the choices in order (their
@@ -106,6 +109,9 @@ class StreamRenderer {
   std::string start();
   // One chunk with this text of choice `index`; nothing for an empty delta (OpenAI sends no empty chunks).
   std::string text(std::string_view delta, uint32_t index = 0, std::span<const TokenLogprob> logprobs = {});
+  // Chat: one chunk per call of choice `index`, {"delta": {"tool_calls": [{"index", "id", "type", "function":
+  // {"name", "arguments"}}]}}, the whole arguments in it.
+  std::string tool_calls(std::span<const model::ToolCall> calls, uint32_t index = 0);
   // The chunk with choice `index`'s finish_reason and its "epd" (chat: {"delta": {}}, completions: "text":
   // "").
   std::string finish_choice(uint32_t index, FinishReason reason, const Extras& extras,

@@ -4,7 +4,7 @@
 // unit-testable; docs/http-api.md ("OpenAI-compatible API") lists the fields taken, ignored and refused.
 //
 // Unknown fields are ignored, as OpenAI-compatible servers do, so clients that send extras keep working.
-// Known fields epd cannot honour (tools, echo, best_of, ...) are refused, never ignored: a
+// Known fields epd cannot honour (echo, best_of, ...) are refused, never ignored: a
 // client that asked for them would otherwise get an answer that silently is not what it asked for.
 #include <cstddef>
 #include <cstdint>
@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "epd/http/http_request.hpp"
+#include "epd/model/chat_tools.hpp"
 #include "epd/model/sampling.hpp"
 
 namespace epd::http::openai {
@@ -21,12 +22,27 @@ namespace epd::http::openai {
 enum class Endpoint { completions, chat };
 
 struct Message {
-  std::string role;  // "system", "developer", "user" or "assistant", as given
+  std::string role;  // "system", "developer", "user", "assistant" or "tool", as given
   // The text parts joined with "\n" (a string content is one part), each image as model::kImageMarker
   // where it stood, with no "\n" next to it (as llama-server joins them).
   std::string text;
-  std::vector<std::vector<uint8_t>> images;  // raw PNG/JPEG/PPM bytes from data: URIs, in order (user only)
+  std::vector<std::vector<uint8_t>> images;   // raw PNG/JPEG/PPM bytes from data: URIs, in order (user only)
+  std::vector<model::ToolCall> tool_calls{};  // an assistant's "tool_calls", arguments checked to be objects
+  std::string tool_call_id{};                 // a tool message's
 };
+
+// Function calling (docs/http-api.md, "Tool calls"): the tools offered, and whether the model may, must or
+// must not call them.
+struct Tools {
+  enum class Choice { none, automatic, required, named };
+  std::vector<model::ChatTool> tools{};
+  Choice choice = Choice::none;  // "auto" when tools are given without tool_choice
+  std::string named{};           // Choice::named: the function
+  bool parallel = true;          // parallel_tool_calls: several calls in one answer
+};
+
+inline constexpr size_t kMaxTools = 128;             // tools in a request, and calls in one assistant message
+inline constexpr size_t kMaxToolsBytes = 64 * 1024;  // the tools' JSON text together
 
 // GBNF and a schema's JSON text are each at most this long (model::kMaxGrammarBytes, the limit SUBMIT
 // carries).
@@ -55,6 +71,7 @@ struct Request {
   bool include_usage = false;  // stream_options.include_usage
   uint32_t n = 1;              // choices, 1..kMaxChoices; choice i is drawn with seed + i
   Constraint constraint{};     // response_format, or llama-server's grammar / json_schema
+  Tools tools{};               // chat
 };
 
 inline constexpr uint32_t kMaxChoices = 8;

@@ -25,6 +25,8 @@ struct GenerateRequest {
   // and `messages` are unused.
   std::vector<uint32_t> prompt_tokens;
   std::vector<model::ChatTurn> messages;  // chat: the router applies the model's chat template
+  // chat: the tools the template lists for the model (model/chat_tools.hpp); empty: none.
+  std::vector<model::ChatTool> tools{};
   // Binary PPMs (P6), in order: a chat's images stand at the kImageMarker of their turns, a prompt's go
   // before its text. None = no image.
   std::vector<std::vector<uint8_t>> images_ppm;

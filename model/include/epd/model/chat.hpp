@@ -4,7 +4,9 @@
 // model answers. The model has no special tokens for it: the markers are plain bytes.
 #include <span>
 #include <string>
+#include <vector>
 
+#include "epd/model/chat_tools.hpp"
 #include "epd/model/config.hpp"
 #include "epd/protocol/result.hpp"
 
@@ -15,10 +17,19 @@ namespace epd::model {
 inline constexpr std::string_view kImageMarker = "<__media__>";
 
 struct ChatTurn {
-  std::string role;    // "system", "user" or "assistant"
-  std::string text;    // with one kImageMarker per image of the turn, where it stood
-  bool image = false;  // the turn carried an image (user turns only)
+  std::string role;                    // "system", "user", "assistant" or "tool" (a call's result, in `text`)
+  std::string text;                    // with one kImageMarker per image of the turn, where it stood
+  bool image = false;                  // the turn carried an image (user turns only)
+  std::vector<ToolCall> tool_calls{};  // an assistant turn's calls (chat_tools.hpp)
 };
+
+// The turns with the tools and the calls written in as the Hermes format has them (chat_tools.hpp): the
+// tools block in the first system turn (one made if there is none), each assistant turn's calls in its
+// text, each run of tool turns one user turn of <tool_response> blocks. The result has plain turns only.
+protocol::Result<std::vector<ChatTurn>> hermes_turns(std::span<const ChatTurn> turns,
+                                                     std::span<const ChatTool> tools);
+// Whether the turns need hermes_turns: tools, a call, or a tool turn.
+bool has_tool_parts(std::span<const ChatTurn> turns, std::span<const ChatTool> tools);
 
 // `text` without its image markers.
 std::string without_image_markers(std::string_view text);

@@ -18,6 +18,9 @@ namespace epd::model {
 enum class ChatStyle { chatml, llama2, llama3 };
 
 std::string_view chat_style_name(ChatStyle style);
+// The tool-call format a family was trained on (chat_tools.hpp): ChatML Hermes, Llama-3 its JSON calls,
+// Llama-2 none.
+ToolFormat tool_format(ChatStyle style);
 
 // The family of a Jinja chat template, by its markers (Llama-3's header, ChatML's im_start, Llama-2's
 // [INST]). An empty template means the checkpoint has none: ChatML when the tokenizer has <|im_start|> and
@@ -35,19 +38,24 @@ struct ChatSegment {
 // The conversation in the style's layout, ending where the assistant's answer starts; the turns' image
 // markers become image segments. invalid_request for no turns, an unknown role, and, for Llama-2, turns that
 // do not alternate user/assistant after an optional first system turn or that end with the assistant.
+// With tools, calls or tool turns (chat_tools.hpp): ChatML in the Hermes format (hermes_turns), Llama-3 as
+// Llama-3.1's JSON tool calling, Llama-2 refused (no format).
 protocol::Result<std::vector<ChatSegment>> render_chat_segments(ChatStyle style,
                                                                 std::span<const ChatTurn> turns,
-                                                                std::string_view bos, std::string_view eos);
+                                                                std::string_view bos, std::string_view eos,
+                                                                std::span<const ChatTool> tools = {});
 
 // The same as one string (specials spelled out), as a Jinja rendering of the original template gives it.
 protocol::Result<std::string> render_chat_text(ChatStyle style, std::span<const ChatTurn> turns,
-                                               std::string_view bos, std::string_view eos);
+                                               std::string_view bos, std::string_view eos,
+                                               std::span<const ChatTool> tools = {});
 
 // Token ids of the conversation, ready for prefill. BOS/EOS spellings come from the tokenizer. Image i's
 // tokens are images[i] (its layout, epd/model/mmproj.hpp); invalid_request if the turns hold another
 // number of image markers, or an image outside a user turn.
 protocol::Result<std::vector<TokenId>> encode_chat(const Tokenizer& tok, ChatStyle style,
                                                    std::span<const ChatTurn> turns,
-                                                   std::span<const std::vector<TokenId>> images = {});
+                                                   std::span<const std::vector<TokenId>> images = {},
+                                                   std::span<const ChatTool> tools = {});
 
 }  // namespace epd::model

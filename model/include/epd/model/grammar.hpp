@@ -13,6 +13,7 @@
 #include <string>
 #include <string_view>
 
+#include "epd/model/chat_tools.hpp"
 #include "epd/model/config.hpp"
 #include "epd/model/token_constraint.hpp"
 #include "epd/protocol/result.hpp"
@@ -78,5 +79,11 @@ const std::string& json_object_grammar();
 // that is not JSON, a schema the converter refuses (unsupported keywords, unresolvable or recursive-only
 // $ref, ...) or a grammar over kMaxGrammarBytes. The schema must come from a parser with a depth limit.
 protocol::Result<std::string> json_schema_grammar(std::string_view schema_json);
+
+// Forced tool calls (chat_tools.hpp): an answer that is a call of one of `tools` in `format` (each call's
+// arguments valid against its tool's `parameters`), or with `parallel` one or more Hermes calls (Llama-3
+// answers one). invalid_request for ToolFormat::none, no tools, or a schema the converter refuses.
+protocol::Result<std::string> tool_call_grammar(ToolFormat format, std::span<const ChatTool> tools,
+                                                bool parallel);
 
 }  // namespace epd::model

@@ -40,8 +40,11 @@ class PromptCodec {
   // The conversation in the model's chat template, ending where the assistant answers, each image where
   // its marker stands (ChatTurn); same errors, and config_error when the checkpoint's template is of no
   // supported family.
+  // `tools` (and the turns' calls and tool turns) are written in the family's tool format (chat_tools.hpp);
+  // invalid_request for a family without one.
   protocol::Result<std::vector<TokenId>> chat(std::span<const ChatTurn> turns,
-                                              std::span<const ImageDims> images) const;
+                                              std::span<const ImageDims> images,
+                                              std::span<const ChatTool> tools = {}) const;
   // An image's tokens: its layout (mmproj.hpp) with the vocabulary's marker ids and image_token() rows.
   // Only for a model with an mmproj.
   protocol::Result<std::vector<TokenId>> image_tokens(ImageDims dims) const;
@@ -56,6 +59,8 @@ class PromptCodec {
   std::string text(std::span<const TokenId> tokens) const;
   const Tokenizer& tokenizer() const { return *tok_; }
   std::optional<ChatStyle> chat_style() const { return style_; }
+  // The reference model: Hermes in its byte-level ChatML; a checkpoint: its family's (none if it has none).
+  ToolFormat tool_format() const { return style_ ? model::tool_format(*style_) : ToolFormat::none; }
 
  private:
   PromptCodec() = default;
