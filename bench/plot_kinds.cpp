@@ -253,11 +253,11 @@ Plot serve_latency_plot(const std::vector<RequestRecord>& records, const std::st
 
 namespace compare_plot {
 
-// "1.59x", or "-" where a figure is missing (a ratio over nothing).
+// "1.59x" ("0.0043x" below 0.1, so a tiny ratio does not read as 0), or "-" where a figure is missing.
 std::string ratio_label(double epd, double llama) {
   if (!(llama > 0) || !(epd > 0)) return "-";
   char b[32];
-  std::snprintf(b, sizeof b, "%.2fx", epd / llama);
+  std::snprintf(b, sizeof b, epd / llama < 0.1 ? "%.2gx" : "%.2fx", epd / llama);
   return b;
 }
 

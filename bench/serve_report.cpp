@@ -151,7 +151,8 @@ bool write_csv(const std::string& path, const std::vector<RequestRecord>& record
   if (!f) return false;
   std::fprintf(f,
                "index,start_ms,queued_ms,status,error,ttft_ms,router_ttft_ms,e2e_ms,itl_mean_ms,deltas,"
-               "output_tokens,prompt_tokens,prompt_chars,max_tokens,image,request_id,conversation,turn\n");
+               "output_tokens,prompt_tokens,prompt_chars,max_tokens,image,request_id,conversation,turn,"
+               "answer_bytes\n");
   for (size_t i = 0; i < records.size(); ++i) {
     const auto& r = records[i];
     double itl = 0;
@@ -159,10 +160,10 @@ bool write_csv(const std::string& path, const std::vector<RequestRecord>& record
     if (!r.itl_ms.empty()) itl /= double(r.itl_ms.size());
     std::string err = r.error;  // quoted CSV field
     for (size_t p = 0; (p = err.find('"', p)) != std::string::npos; p += 2) err.insert(p, 1, '"');
-    std::fprintf(f, "%zu,%.3f,%.3f,%u,\"%s\",%.3f,%.3f,%.3f,%.3f,%d,%d,%d,%d,%d,%d,%s,%ld,%d\n", i,
+    std::fprintf(f, "%zu,%.3f,%.3f,%u,\"%s\",%.3f,%.3f,%.3f,%.3f,%d,%d,%d,%d,%d,%d,%s,%ld,%d,%zu\n", i,
                  r.start_ms, r.queued_ms, r.status, err.c_str(), r.ttft_ms, r.router_ttft_ms, r.e2e_ms, itl,
                  r.deltas, r.output_tokens, r.prompt_tokens, r.prompt_chars, r.max_tokens, int(r.image),
-                 r.request_id.c_str(), r.conversation, r.turn);
+                 r.request_id.c_str(), r.conversation, r.turn, r.answer_bytes);
   }
   return std::fclose(f) == 0;
 }

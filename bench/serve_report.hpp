@@ -24,6 +24,7 @@ struct RequestRecord {
   std::string request_id;
   long conversation = -1;  // with --turns: which conversation, and its turn (0 = the first)
   int turn = 0;
+  size_t answer_bytes = 0;  // the content received (the text a conversation resends)
 };
 
 struct Dist {

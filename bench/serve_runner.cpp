@@ -204,6 +204,7 @@ void Runner::complete(Live& live, const std::string& transport_error) {
       live.answer = string_at(j, o_.chat ? "/choices/0/message/content" : "/choices/0/text");
     }
   }
+  r.answer_bytes = live.answer.size();
   --in_flight_;
   ++done_;
   last_done_ = now;

@@ -14,8 +14,10 @@
 #include <chrono>
 #include <cstring>
 
+#include <algorithm>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 
 #include "cluster.hpp"
@@ -255,7 +257,8 @@ std::vector<std::vector<std::string>> csv_rows(const std::filesystem::path& file
   return rows;
 }
 
-constexpr size_t kOutputTokens = 10, kPromptTokens = 11, kPromptChars = 12, kConversation = 16, kTurn = 17;
+constexpr size_t kOutputTokens = 10, kPromptTokens = 11, kPromptChars = 12, kConversation = 16, kTurn = 17,
+                 kAnswerBytes = 18;
 
 // Every request the recorder saw belongs to a conversation whose earlier answers it carries exactly as the
 // recorder streamed them: the assistant message after k user turns is the answer to the request that held
@@ -276,6 +279,8 @@ std::map<size_t, size_t> check_histories(const std::vector<epd::testing::Recordi
       CHECK(m[i]["content"] == answer_to[before.dump()]);
     }
     CHECK(m.back()["role"] == "user");
+    CHECK(size_t(std::count_if(m.begin(), m.end(), [](const auto& x) { return x["role"] == "assistant"; })) ==
+          users - 1);  // every answer before this turn
     ++by_turns[users];
   }
   return by_turns;
@@ -315,7 +320,7 @@ TEST_CASE("epd-bench serve --turns resends each conversation's history with the 
   REQUIRE(rows.size() == 12);
   std::map<std::string, std::vector<int>> turns;  // conversation -> its turns in the order they were sent
   for (const auto& row : rows) {
-    REQUIRE(row.size() == 18);
+    REQUIRE(row.size() == 19);
     turns[row[kConversation]].push_back(std::stoi(row[kTurn]));
     CHECK(std::stoi(row[kPromptTokens]) == 20 + 20 * std::stoi(row[kTurn]));
   }
@@ -340,18 +345,22 @@ TEST_CASE("epd-bench serve --turns on a real cluster: each turn's prompt holds t
   std::map<std::string, std::map<int, std::vector<std::string>>> by_conversation;
   for (const auto& row : rows) by_conversation[row[kConversation]][std::stoi(row[kTurn])] = row;
   REQUIRE(by_conversation.size() == 3);
+  // The reference model's tokens are bytes: what a turn adds to the prompt the router counted is the new
+  // message, the answer before it as streamed and the template's markers around them, the same every turn.
+  std::set<int> template_bytes;
   for (const auto& [c, turns] : by_conversation) {
     REQUIRE(turns.size() == 3);
     for (int t = 1; t < 3; ++t) {
       const auto& before = turns.at(t - 1);
       const auto& now = turns.at(t);
-      INFO("conversation " << c << " turn " << t);
       CHECK(std::stoi(before[kOutputTokens]) > 0);
-      // The router counted the earlier prompt, the answer and the new message (1 byte = 1 token) in it.
-      CHECK(std::stoi(now[kPromptTokens]) >= std::stoi(before[kPromptTokens]) + std::stoi(now[kPromptChars]) +
-                                                 std::stoi(before[kOutputTokens]) / 2);
+      CHECK(std::stoi(before[kAnswerBytes]) > 0);
+      template_bytes.insert(std::stoi(now[kPromptTokens]) - std::stoi(before[kPromptTokens]) -
+                            std::stoi(now[kPromptChars]) - std::stoi(before[kAnswerBytes]));
     }
   }
+  CHECK(template_bytes.size() == 1);
+  CHECK(*template_bytes.begin() > 0);
 }
 
 TEST_CASE("epd-bench serve --turns refuses conversations the model's context cannot hold",
