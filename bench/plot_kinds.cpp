@@ -363,9 +363,11 @@ Plot serve_compare_plot(const std::vector<CompareLevel>& levels, const std::stri
   pair_panel(throughput, "throughput: requests/s", "successful requests/s", 3);
   pair_panel(throughput, "throughput: output tokens/s", "output tokens/s", 6);
   pair_panel(rss, "peak RSS of each server's processes, so far", "MiB (sum of VmHWM)", 3);
-  latency_panel(ttft, "time to first token: p50, p99", "TTFT (ms)");
-  latency_panel(itl, "inter-token latency: p50, p99", "ITL (ms)");
-  latency_panel(e2e, "end to end: p50, p99", "E2E (ms)");
+  // Log scale: a server that stalls under load has tails 100x its median, which would flatten the rest.
+  s << "set logscale y 10\nset yrange [*:*]\nset offsets 0, 0, graph 0.12, 0\nset format y '%g'\n";
+  latency_panel(ttft, "time to first token: p50, p99", "TTFT (ms, log scale)");
+  latency_panel(itl, "inter-token latency: p50, p99", "ITL (ms, log scale)");
+  latency_panel(e2e, "end to end: p50, p99", "E2E (ms, log scale)");
   s << "unset multiplot\nunset output\n";
   p.script = s.str();
   return p;
