@@ -44,15 +44,17 @@ void Conversation::answered(const std::string& text) {
     prompt_ += text;
 }
 
-namespace {
+namespace conversation_budget {
 
+// The longest a length distribution draws.
 int most(const LengthDist& d) {
   return d.range <= 0 ? std::max(1, d.mean) : std::max(1, int(std::lround(d.mean * (1 + d.range))));
 }
 
-}  // namespace
+}  // namespace conversation_budget
 
 int conversation_token_bound(const WorkloadOptions& o) {
+  using conversation_budget::most;
   const int turns = std::max(1, o.turns), user = most(o.prompt), answer = most(o.output);
   const int per_message = o.chat ? kTemplateTokens : 0;
   int tokens = 1;  // a BOS token
