@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <set>
 #include <sstream>
 
@@ -69,12 +70,16 @@ std::string preamble(const Plot& p, const std::string& what, int width, int heig
 
 // Panels side by side with the same margins, so their plot areas line up whatever their keys and tic labels;
 // `bottom_px` leaves room for tic labels, the x label and a key below.
-std::string multiplot(int panels, int width, int bottom_px, const std::string& title_text) {
+// `rows` > 1 stacks rows of `panels` each, `row_gap_px` apart (room for the upper row's tics and labels).
+std::string multiplot(int panels, int width, int bottom_px, const std::string& title_text, int rows = 1,
+                      int height = kHeight, int row_gap_px = 0) {
   auto frac = [](double px, double of) { return num(px / of); };
   std::ostringstream s;
-  s << "set multiplot layout 1," << panels << " margins " << frac(75, width) << "," << num(1 - 25.0 / width)
-    << "," << frac(bottom_px, kHeight) << "," << num(1 - 80.0 / kHeight) << " spacing " << frac(85, width)
-    << " title " << title_text << "\n";
+  s << "set multiplot layout " << rows << "," << panels << " margins " << frac(75, width) << ","
+    << num(1 - 25.0 / width) << "," << frac(bottom_px, height) << "," << num(1 - 80.0 / height) << " spacing "
+    << frac(85, width);
+  if (rows > 1) s << "," << frac(row_gap_px, height);
+  s << " title " << title_text << "\n";
   return s.str();
 }
 
@@ -241,6 +246,128 @@ Plot serve_latency_plot(const std::vector<RequestRecord>& records, const std::st
          "below'\n"
       << "plot " << quote(itl_file) << " using 1:2 with steps lw 2 lc 3 title "
       << quote(cdf_title("ITL", itl)) << "\n";
+  s << "unset multiplot\nunset output\n";
+  p.script = s.str();
+  return p;
+}
+
+namespace compare_plot {
+
+// "1.59x" ("0.0043x" below 0.1, so a tiny ratio does not read as 0), or "-" where a figure is missing.
+std::string ratio_label(double epd, double llama) {
+  if (!(llama > 0) || !(epd > 0)) return "-";
+  char b[32];
+  std::snprintf(b, sizeof b, epd / llama < 0.1 ? "%.2gx" : "%.2fx", epd / llama);
+  return b;
+}
+
+// A figure, or NaN where it was not measured: gnuplot draws no bar for it.
+double measured(double v) {
+  return v > 0 ? v : NAN;
+}
+
+// A row per level: "index concurrency", then per figure epd's, llama-server's and the ratio of the two.
+DataFile level_file(const std::string& name, const std::string& what, const std::vector<CompareLevel>& levels,
+                    const std::vector<std::string>& figures,
+                    const std::function<std::pair<double, double>(const CompareLevel&, size_t)>& pick) {
+  std::ostringstream d;
+  d << "# epd-bench serve --compare llama-server: " << what << "\n# index concurrency";
+  for (const auto& f : figures) d << " epd_" << f << " llama_" << f << " ratio_" << f;
+  d << "\n";
+  for (size_t i = 0; i < levels.size(); ++i) {
+    d << i << " " << levels[i].concurrency;
+    for (size_t k = 0; k < figures.size(); ++k) {
+      const auto [e, l] = pick(levels[i], k);
+      d << " " << num(measured(e)) << " " << num(measured(l)) << " " << ratio_label(e, l);
+    }
+    d << "\n";
+  }
+  return {name, d.str()};
+}
+
+const char* const kEpdColor = "#1f6fb4";
+const char* const kLlamaColor = "#e8801a";
+
+}  // namespace compare_plot
+
+Plot serve_compare_plot(const std::vector<CompareLevel>& levels, const std::string& subtitle) {
+  using namespace compare_plot;
+  Plot p;
+  p.name = "serve-compare";
+  if (levels.empty()) {
+    p.error = "no concurrency level was measured";
+    return p;
+  }
+  const std::string throughput = p.name + ".throughput.dat", ttft = p.name + ".ttft.dat",
+                    itl = p.name + ".itl.dat", e2e = p.name + ".e2e.dat", rss = p.name + ".rss.dat";
+  p.data.push_back(level_file(throughput, "successful requests/s and output tokens/s", levels,
+                              {"req_s", "tok_s"}, [](const CompareLevel& l, size_t k) {
+                                return k == 0 ? std::pair{l.epd.requests_per_s, l.llama.requests_per_s}
+                                              : std::pair{l.epd.output_tokens_per_s,
+                                                          l.llama.output_tokens_per_s};
+                              }));
+  auto latency = [&](const std::string& file, const std::string& what, Dist Summary::*d) {
+    p.data.push_back(level_file(file, what + " (ms), p50 and p99", levels, {"p50", "p99"},
+                                [d](const CompareLevel& l, size_t k) {
+                                  return k == 0 ? std::pair{(l.epd.*d).p50, (l.llama.*d).p50}
+                                                : std::pair{(l.epd.*d).p99, (l.llama.*d).p99};
+                                }));
+  };
+  latency(ttft, "time to first token", &Summary::ttft);
+  latency(itl, "inter-token latency (between content events)", &Summary::itl);
+  latency(e2e, "end to end", &Summary::e2e);
+  p.data.push_back(
+      level_file(rss,
+                 "peak RSS so far (MiB): the sum of VmHWM over each server's processes after the "
+                 "level; NaN = not measured",
+                 levels, {"mib"}, [](const CompareLevel& l, size_t) {
+                   return std::pair{l.epd_rss_mib, l.llama_rss_mib};
+                 }));
+
+  const int width = 3 * 520, height = 2 * 400 + 80;
+  std::ostringstream s;
+  s << preamble(p, "epd-bench serve --compare llama-server", width, height)
+    << multiplot(3, width, 70,
+                 title("epd-bench serve --compare llama-server: both servers per concurrency level "
+                       "(over each group: epd / llama-server)",
+                       subtitle),
+                 2, height, 95)
+    << "set style fill solid 0.9 border -1\n"
+    << "set xrange [-0.6:" << num(double(levels.size()) - 0.4) << "]\nset xtics (";
+  for (size_t i = 0; i < levels.size(); ++i)
+    s << (i ? ", " : "") << quote(std::to_string(levels[i].concurrency)) << " " << i;
+  s << ")\nset xlabel 'concurrency (requests in flight)'\nset yrange [0:*]\nset offsets 0, 0, graph 0.3, 0\n"
+    << "set key top left maxrows 2 samplen 1.5\nset grid noxtics ytics\n"
+    << "max(a, b) = (a != a) ? b : (b != b) ? a : (a > b ? a : b)\n";  // NaN-safe: only NaN != itself
+  // Two bars per level (epd, llama-server) and their ratio over them.
+  auto pair_panel = [&](const std::string& file, const std::string& what, const std::string& ylabel,
+                        int col) {
+    s << "set title " << quote(what) << "\nset ylabel " << quote(ylabel) << "\n"
+      << "plot " << quote(file) << " using ($1-0.18):" << col << ":(0.34) with boxes lc rgb '" << kEpdColor
+      << "' title 'epd', \\\n     \"\" using ($1+0.18):" << col + 1 << ":(0.34) with boxes lc rgb '"
+      << kLlamaColor << "' title 'llama-server', \\\n     \"\" using 1:(max(column(" << col << "), column("
+      << col + 1 << "))):" << col + 2 << " with labels offset 0,0.8 notitle\n";
+  };
+  // Four bars per level: p50 (solid) and p99 (light) of each server, each pair's ratio over it.
+  auto latency_panel = [&](const std::string& file, const std::string& what, const std::string& ylabel) {
+    s << "set title " << quote(what) << "\nset ylabel " << quote(ylabel) << "\n"
+      << "plot " << quote(file) << " using ($1-0.3):3:(0.19) with boxes lc rgb '" << kEpdColor
+      << "' title 'epd p50', \\\n     \"\" using ($1-0.1):4:(0.19) with boxes lc rgb '" << kLlamaColor
+      << "' title 'llama-server p50', \\\n     \"\" using ($1+0.1):6:(0.19) with boxes fs solid 0.35 lc rgb '"
+      << kEpdColor
+      << "' title 'epd p99', \\\n     \"\" using ($1+0.3):7:(0.19) with boxes fs solid 0.35 lc rgb '"
+      << kLlamaColor << "' title 'llama-server p99', \\\n"
+      << "     \"\" using ($1-0.2):(max($3, $4)):5 with labels offset 0,0.8 font ',9' notitle, \\\n"
+      << "     \"\" using ($1+0.2):(max($6, $7)):8 with labels offset 0,0.8 font ',9' notitle\n";
+  };
+  pair_panel(throughput, "throughput: requests/s", "successful requests/s", 3);
+  pair_panel(throughput, "throughput: output tokens/s", "output tokens/s", 6);
+  pair_panel(rss, "peak RSS of each server's processes, so far", "MiB (sum of VmHWM)", 3);
+  // Log scale: a server that stalls under load has tails 100x its median, which would flatten the rest.
+  s << "set logscale y 10\nset yrange [*:*]\nset offsets 0, 0, graph 0.12, 0\nset format y '%g'\n";
+  latency_panel(ttft, "time to first token: p50, p99", "TTFT (ms, log scale)");
+  latency_panel(itl, "inter-token latency: p50, p99", "ITL (ms, log scale)");
+  latency_panel(e2e, "end to end: p50, p99", "E2E (ms, log scale)");
   s << "unset multiplot\nunset output\n";
   p.script = s.str();
   return p;

@@ -21,6 +21,11 @@ Plot transfer_bandwidth_plot(const std::vector<TransferRow>& rows, const std::st
 // latency, over the successful requests (log x). serve-latency-cdf.png
 Plot serve_latency_plot(const std::vector<RequestRecord>& records, const std::string& subtitle);
 
+// `epd-bench serve --compare llama-server`: both servers per concurrency level, side by side, with the ratio
+// epd / llama-server over each pair: requests/s, output tokens/s, TTFT, ITL and E2E (p50 and p99) and the
+// peak RSS of each server's processes. serve-compare.png
+Plot serve_compare_plot(const std::vector<CompareLevel>& levels, const std::string& subtitle);
+
 // `epd-bench e2e --staged-config`: the decode staging ring in use over time, in % of the ring (left axis)
 // and MiB (right axis). staging-ring.png
 Plot ring_occupancy_plot(const std::vector<RingSample>& samples, const std::string& subtitle);

@@ -8,6 +8,7 @@
 #include <iterator>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -18,6 +19,7 @@
 #include "plot.hpp"
 #include "plot_kinds.hpp"
 #include "process_stats.hpp"
+#include "serve_conversation.hpp"
 #include "serve_runner.hpp"
 
 namespace epd::bench {
@@ -90,6 +92,8 @@ void print_header(const std::string& url, const std::string& rate, const RunOpti
               w.prompt.range * 100, w.output.mean, w.output.range * 100, w.temperature);
   if (!w.image_uri.empty()) std::printf(", image in %g%% of requests", w.image_fraction * 100);
   if (w.system_chars > 0) std::printf(", a shared %d-char system prompt", w.system_chars);
+  if (w.turns > 1)
+    std::printf(", conversations of %d turns (each request resends the history with the answers)", w.turns);
   std::printf("\n");
   std::fflush(stdout);
 }
@@ -108,12 +112,15 @@ std::string plot_subtitle(const std::string& rate, const RunOptions& o, const Wo
                 o.requests, o.max_concurrency ? std::to_string(o.max_concurrency).c_str() : "unbounded",
                 w.prompt.mean, spread(w.prompt.range).c_str(), w.output.mean, spread(w.output.range).c_str(),
                 w.image_uri.empty() ? "" : ", with an image");
-  return b;
+  std::string out = b;
+  if (w.system_chars > 0) out += ", a shared " + std::to_string(w.system_chars) + "-char system prompt";
+  if (w.turns > 1) out += ", conversations of " + std::to_string(w.turns) + " turns";
+  return out;
 }
 
 struct Flags {
   std::string url, config, endpoint = "chat", rate = "inf", image, csv, json_out, extra_body, plot;
-  std::string compare, concurrency = "1,4,16";
+  std::string compare, compare_url, concurrency = "1,4,16";
   size_t requests = 0, max_concurrency = 0;
   double seconds = 0, timeout_s = 300;
   bool no_stream = false, quiet = false;
@@ -239,14 +246,9 @@ void print_compare_row(size_t level, const char* server, const Summary& s) {
               s.e2e.p50, s.e2e.p99, s.failed);
 }
 
-// One --concurrency level of --compare: each server's figures.
-struct Compared {
-  Summary epd, llama;
-};
-
 // The comparison's table, errors, ratios and memory; returns the failed requests of both servers.
-size_t print_comparison(const std::vector<size_t>& levels, const std::vector<Compared>& rows, double epd_rss,
-                        double llama_rss) {
+size_t print_comparison(const std::vector<size_t>& levels, const std::vector<CompareLevel>& rows,
+                        double epd_rss, double llama_rss, double throughput_goal) {
   std::printf("\n%5s  %-12s %7s %8s %9s %9s %8s %8s %9s %9s %6s\n", "conc", "server", "req/s", "out tok/s",
               "TTFT p50", "TTFT p99", "ITL p50", "ITL p99", "E2E p50", "E2E p99", "failed");
   size_t failed = 0;
@@ -255,6 +257,13 @@ size_t print_comparison(const std::vector<size_t>& levels, const std::vector<Com
     print_compare_row(levels[i], "llama-server", rows[i].llama);
     failed += rows[i].epd.failed + rows[i].llama.failed;
   }
+  for (size_t i = 0; i < levels.size(); ++i)
+    if (!rows[i].epd.ttft_by_turn.empty()) {
+      std::printf("  concurrency %zu, epd:\n", levels[i]);
+      print_turns(stdout, rows[i].epd, "    ");
+      std::printf("  concurrency %zu, llama-server:\n", levels[i]);
+      print_turns(stdout, rows[i].llama, "    ");
+    }
   for (size_t i = 0; i < levels.size(); ++i) {
     const std::pair<const char*, const Summary*> servers[] = {{"epd", &rows[i].epd},
                                                               {"llama-server", &rows[i].llama}};
@@ -276,18 +285,26 @@ size_t print_comparison(const std::vector<size_t>& levels, const std::vector<Com
         ratio(e.ttft.p99, l.ttft.p99), ratio(e.itl.p50, l.itl.p50), ratio(e.e2e.p50, l.e2e.p50),
         ratio(e.e2e.p99, l.e2e.p99));
   }
-  std::printf("peak RSS (sum over each server's processes): epd %.1f MiB, llama-server %.1f MiB (%.2fx)\n",
-              epd_rss, llama_rss, ratio(epd_rss, llama_rss));
+  if (llama_rss > 0)
+    std::printf("peak RSS (sum over each server's processes): epd %.1f MiB, llama-server %.1f MiB (%.2fx)\n",
+                epd_rss, llama_rss, ratio(epd_rss, llama_rss));
+  else
+    std::printf(
+        "peak RSS (sum over each server's processes): epd %.1f MiB, llama-server not measured "
+        "(--compare-url: not started here)\n",
+        epd_rss);
   const size_t top = size_t(std::max_element(levels.begin(), levels.end()) - levels.begin());
-  std::printf("goal at concurrency %zu: output tokens/s >= 1.0x (%.2fx), TTFT p99 <= 1.0x (%.2fx)\n",
-              levels[top], ratio(rows[top].epd.output_tokens_per_s, rows[top].llama.output_tokens_per_s),
+  std::printf("goal at concurrency %zu: output tokens/s >= %.1fx (%.2fx), TTFT p99 <= 1.0x (%.2fx)\n",
+              levels[top], throughput_goal,
+              ratio(rows[top].epd.output_tokens_per_s, rows[top].llama.output_tokens_per_s),
               ratio(rows[top].epd.ttft.p99, rows[top].llama.ttft.p99));
   return failed;
 }
 
 // `--compare llama-server`: the same workload against epd's cluster (--config) and against llama-server on
 // the same GGUF and mmproj, both up at once and on the same cores, at each --concurrency level (the order
-// alternating from level to level); both rows and their ratios.
+// alternating from level to level); both rows and their ratios. --compare-url names a llama-server already
+// running instead (its memory is then not measured).
 int run_compare(const Flags& f, RunOptions o, WorkloadOptions w) {
   const auto levels = concurrency_levels(f.concurrency);
   if (levels.empty()) {
@@ -297,7 +314,8 @@ int run_compare(const Flags& f, RunOptions o, WorkloadOptions w) {
   auto bc = load_bench_config(f.config);
   if (!bc) return 2;
   const auto& m = bc->model;
-  if (m.checkpoint.size() < 5 || m.checkpoint.substr(m.checkpoint.size() - 5) != ".gguf") {
+  const bool own_llama = f.compare_url.empty();
+  if (own_llama && (m.checkpoint.size() < 5 || m.checkpoint.substr(m.checkpoint.size() - 5) != ".gguf")) {
     std::fprintf(stderr, "--compare llama-server: %s serves no GGUF file (model.path)\n", f.config.c_str());
     return 2;
   }
@@ -312,8 +330,12 @@ int run_compare(const Flags& f, RunOptions o, WorkloadOptions w) {
   lo.parallel = uint32_t(*std::max_element(levels.begin(), levels.end()));
   lo.ctx_per_slot = m.max_seq;
   lo.log_file = (std::filesystem::temp_directory_path() / "epd-bench-llama-server.log").string();
-  auto llama = LlamaServer::start(lo);
-  if (!llama) return 1;
+  std::unique_ptr<LlamaServer> llama;
+  if (own_llama) {
+    llama = LlamaServer::start(lo);
+    if (!llama) return 1;
+  }
+  const std::string llama_url = own_llama ? llama->url() : f.compare_url;
 
   std::printf("epd-bench serve --compare llama-server: model %s%s%s\n", m.checkpoint.c_str(),
               m.mmproj.empty() ? "" : " + ", m.mmproj.c_str());
@@ -323,7 +345,8 @@ int run_compare(const Flags& f, RunOptions o, WorkloadOptions w) {
       "  epd: %s, %zu role processes sharing the %u cores, %u compute thread%s each (model.threads%s)\n",
       f.config.c_str(), bc->cluster.instances.size(), lo.threads, m.threads, m.threads == 1 ? "" : "s",
       own_threads ? "; some instances set their own" : "");
-  std::printf("  llama-server: %s\n", llama->command().c_str());
+  std::printf("  llama-server: %s\n",
+              own_llama ? llama->command().c_str() : (llama_url + ", already running").c_str());
   std::string shape =
       std::string(o.chat ? "chat" : "completions") + ", " + (o.stream ? "streamed" : "not streamed");
   shape +=
@@ -332,31 +355,52 @@ int run_compare(const Flags& f, RunOptions o, WorkloadOptions w) {
     shape +=
         ", an image in " + std::to_string(int(w.image_fraction * 100)) + "% of requests (the same picture)";
   if (w.system_chars > 0) shape += ", a shared " + std::to_string(w.system_chars) + "-char system prompt";
+  if (w.turns > 1) shape += ", conversations of " + std::to_string(w.turns) + " turns";
   std::printf("  %s, temperature %g\n", shape.c_str(), w.temperature);
   std::fflush(stdout);
 
-  std::vector<Compared> rows(levels.size());
+  const auto launcher = cluster->status("epd-cluster");
+  std::vector<CompareLevel> rows(levels.size());
   for (size_t i = 0; i < levels.size(); ++i) {
     RunOptions run = o;
     run.max_concurrency = levels[i];
-    run.requests = f.requests ? f.requests : std::max<size_t>(16, 4 * levels[i]);
+    // By default 4 x the level (at least 16) requests, or as many conversations.
+    run.requests =
+        f.requests ? f.requests : std::max<size_t>(16, 4 * levels[i]) * size_t(std::max(1, w.turns));
     run.rate = std::numeric_limits<double>::infinity();
+    rows[i].concurrency = levels[i];
     for (int k = 0; k < 2; ++k) {
       const bool epd_now = (k == 0) == (i % 2 == 1);  // llama-server first at even levels
       WorkloadOptions wl = w;
       wl.model.clear();  // each server's own name for it
-      auto measured = measure(epd_now ? epd_url : llama->url(), f, run, wl, false);
+      // Other words at each level (the same at both servers): no level finds the last one's prompts cached.
+      wl.seed = w.seed + 1000003 * i;
+      auto measured = measure(epd_now ? epd_url : llama_url, f, run, wl, false);
       if (!measured) return 2;
       (epd_now ? rows[i].epd : rows[i].llama) = measured->summary;
     }
+    // Peaks so far (VmHWM only grows): what each server has needed up to this level.
+    rows[i].epd_rss_mib = launcher ? tree_peak_rss_mib(launcher->pid) : 0;
+    rows[i].llama_rss_mib = own_llama ? tree_peak_rss_mib(llama->pid()) : 0;
   }
-  const auto launcher = cluster->status("epd-cluster");
-  const double epd_rss = launcher ? tree_peak_rss_mib(launcher->pid) : 0;
-  const double llama_rss = tree_peak_rss_mib(llama->pid());
   cluster->stop();
   llama.reset();
 
-  return print_comparison(levels, rows, epd_rss, llama_rss) == 0 ? 0 : 1;
+  // Repeated pictures and shared prefixes are what epd's caches are for: more is expected of it there.
+  const bool shared = !w.image_uri.empty() || w.system_chars > 0 || w.turns > 1;
+  const size_t failed =
+      print_comparison(levels, rows, rows.back().epd_rss_mib, rows.back().llama_rss_mib, shared ? 1.5 : 1.0);
+  if (!f.plot.empty()) {
+    std::string subtitle = shape + ", requests per level:";
+    for (const auto& r : rows) subtitle += " " + std::to_string(r.epd.sent);
+    const auto plot = serve_compare_plot(rows, subtitle);
+    if (auto e = render_plot(f.plot, plot); !e.empty()) {
+      std::fprintf(stderr, "epd-bench serve: --plot: %s\n", e.c_str());
+      return 1;
+    }
+    std::printf("plot: %s\n", (std::filesystem::path(f.plot) / plot.png_file()).c_str());
+  }
+  return failed == 0 ? 0 : 1;
 }
 
 }  // namespace
@@ -404,6 +448,13 @@ int run_serve(int argc, char** argv) {
                  "(needs --config), at each --concurrency level, and print both")
       ->check(CLI::IsMember({"llama-server"}));
   app.add_option("--concurrency", f.concurrency, "with --compare: the max-concurrency levels, e.g. 1,4,16");
+  app.add_option(
+      "--compare-url", f.compare_url,
+      "with --compare: a llama-server already running at http://HOST:PORT, instead of starting one");
+  app.add_option("--turns", w.turns,
+                 "conversations of this many user turns: each request resends the history with the server's "
+                 "answers (--requests counts requests, rounded up to whole conversations)")
+      ->check(CLI::Range(1, 64));
   CLI11_PARSE(app, argc, argv);
 
   RunOptions o;
@@ -455,6 +506,27 @@ int run_serve(int argc, char** argv) {
       std::fprintf(stderr, "--image: %s\n", error.c_str());
       return 2;
     }
+  }
+  if (w.turns > 1) {
+    // The model's context, when the config says which model: the default user message is chosen so every
+    // turn fits, and settings that cannot fit are refused before anything starts.
+    std::optional<uint32_t> max_seq;
+    if (!f.config.empty()) {
+      const auto bc = load_bench_config(f.config);
+      if (!bc) return 2;
+      max_seq = bc->model.max_seq;
+    }
+    if (!app.count("--prompt-len"))
+      w.prompt.mean = max_seq ? std::max(1, fitting_user_chars(w, *max_seq, 64)) : 32;
+    if (max_seq)
+      if (auto e = check_context(w, *max_seq); !e.empty()) {
+        std::fprintf(stderr, "--turns %d: %s\n", w.turns, e.c_str());
+        return 2;
+      }
+  }
+  if (!f.compare_url.empty() && f.compare.empty()) {
+    std::fprintf(stderr, "--compare-url needs --compare llama-server\n");
+    return 2;
   }
   if (!f.compare.empty()) {
     if (f.config.empty()) {

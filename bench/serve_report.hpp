@@ -22,6 +22,9 @@ struct RequestRecord {
   int prompt_chars = 0, max_tokens = 0;
   bool image = false;
   std::string request_id;
+  long conversation = -1;  // with --turns: which conversation, and its turn (0 = the first)
+  int turn = 0;
+  size_t answer_bytes = 0;  // the content received (the text a conversation resends)
 };
 
 struct Dist {
@@ -40,10 +43,25 @@ struct Summary {
   Dist overhead;
   double ttft_ratio_p50 = 0;  // p50 client TTFT / p50 router TTFT (same requests)
   size_t max_in_flight = 0, connections = 0;
+  // With --turns: per turn index (0 = first), the TTFT of its successful requests and its mean prompt
+  // tokens (usage.prompt_tokens), which show the history growing and the prefix caches at work.
+  std::vector<Dist> ttft_by_turn{};
+  std::vector<double> prompt_tokens_by_turn{};
+  size_t conversations = 0;
+};
+
+// One --concurrency level of `--compare llama-server`: each server's figures and the peak RSS of its
+// processes so far (0: not measured).
+struct CompareLevel {
+  size_t concurrency = 0;
+  Summary epd{}, llama{};
+  double epd_rss_mib = 0, llama_rss_mib = 0;
 };
 
 Summary summarize(const std::vector<RequestRecord>& records, double duration_s);
 void print_summary(std::FILE* out, const Summary& s, bool streamed);
+// With --turns: the conversations and, per turn index, TTFT p50 and mean prompt tokens.
+void print_turns(std::FILE* out, const Summary& s, const char* indent = "");
 nlohmann::json to_json(const Summary& s);
 // One row per request.
 bool write_csv(const std::string& path, const std::vector<RequestRecord>& records);

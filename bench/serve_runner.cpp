@@ -53,7 +53,8 @@ struct Runner::Live {
   SseParser sse;
   clock::time_point sent, last_delta;
   bool done_seen = false;
-  std::string body;  // a whole JSON answer or an error body
+  std::string answer;  // the content deltas joined: what a client shows and resends as the history
+  std::string body;    // a whole JSON answer or an error body
   std::string stream_error;
 };
 
@@ -77,6 +78,10 @@ void Runner::start() {
 }
 
 bool Runner::more_arrivals() const {
+  if (o_.requests && conversations()) {
+    const size_t turns = size_t(workload_.options().turns);
+    return conversations_.size() < (o_.requests + turns - 1) / turns;
+  }
   if (o_.requests) return records_.size() < o_.requests;
   return clock::now() < t0_ + std::chrono::duration<double>(o_.seconds);
 }
@@ -89,8 +94,8 @@ void Runner::schedule_arrival() {
     return maybe_finish();
   }
   next_arrival_ += arrivals_.next_gap();
-  const bool within = o_.requests ? records_.size() < o_.requests
-                                  : next_arrival_ < t0_ + std::chrono::duration<double>(o_.seconds);
+  const bool within =
+      o_.requests ? more_arrivals() : next_arrival_ < t0_ + std::chrono::duration<double>(o_.seconds);
   if (!within) {
     arrivals_over_ = true;
     return maybe_finish();
@@ -105,8 +110,15 @@ void Runner::schedule_arrival() {
 
 void Runner::arrive() {
   const size_t index = records_.size();
-  const auto plan = workload_.next();
+  RequestPlan plan;
+  if (conversations()) {
+    conversations_.emplace_back(workload_.options(), workload_.system_prompt(), conversations_.size());
+    plan = conversations_.back().next_turn();
+  } else {
+    plan = workload_.next();
+  }
   RequestRecord r;
+  if (conversations()) r.conversation = long(conversations_.size() - 1);
   r.prompt_chars = plan.prompt_chars;
   r.max_tokens = plan.max_tokens;
   r.image = plan.image;
@@ -152,6 +164,7 @@ void Runner::send(size_t index, clock::time_point arrived) {
       take_extras(j, r);
       const auto delta = string_at(j, o_.chat ? "/choices/0/delta/content" : "/choices/0/text");
       if (delta.empty()) return;
+      live->answer += delta;
       if (r.deltas++ == 0)
         r.ttft_ms = ms_between(live->sent, now);
       else
@@ -188,11 +201,16 @@ void Runner::complete(Live& live, const std::string& transport_error) {
     } else {
       take_extras(j, r);
       r.ttft_ms = r.e2e_ms;
+      live.answer = string_at(j, o_.chat ? "/choices/0/message/content" : "/choices/0/text");
     }
   }
+  r.answer_bytes = live.answer.size();
   --in_flight_;
   ++done_;
   last_done_ = now;
+  // A conversation goes on on the same slot; one whose turn failed has no history to go on with.
+  if (r.conversation >= 0 && r.error.empty() && next_turn(size_t(r.conversation), live.answer))
+    return maybe_finish();
   if (!waiting_.empty()) {
     const auto [index, arrived] = waiting_.front();
     waiting_.pop_front();
@@ -200,6 +218,24 @@ void Runner::complete(Live& live, const std::string& transport_error) {
   }
   if (std::isinf(o_.rate) && !o_.requests && !arrivals_over_) schedule_arrival();
   maybe_finish();
+}
+
+bool Runner::next_turn(size_t conversation, const std::string& answer) {
+  auto& c = conversations_[conversation];
+  if (c.done()) return false;
+  c.answered(answer);
+  const size_t index = records_.size();
+  const auto plan = c.next_turn();
+  RequestRecord r;
+  r.prompt_chars = plan.prompt_chars;
+  r.max_tokens = plan.max_tokens;
+  r.image = plan.image;
+  r.conversation = long(conversation);
+  r.turn = c.turns_sent() - 1;
+  records_.push_back(std::move(r));
+  bodies_.push_back(plan.body);
+  send(index, clock::now());
+  return true;
 }
 
 void Runner::maybe_finish() {

@@ -1,7 +1,9 @@
 #pragma once
 // Drives one `epd-bench serve` run on an io_context: requests arrive on the Workload's Poisson schedule,
 // wait for a slot when --max-concurrency are in flight, are sent with AsyncHttp and their answers (SSE
-// streams or whole JSON bodies) turned into RequestRecords.
+// streams or whole JSON bodies) turned into RequestRecords. With the workload's `turns` > 1 an arrival
+// starts a conversation: its first turn waits for a slot like any request, and each later turn is sent on
+// that slot as soon as the turn before it is answered, carrying that answer.
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
@@ -11,13 +13,15 @@
 #include <vector>
 
 #include "async_http.hpp"
+#include "serve_conversation.hpp"
 #include "serve_report.hpp"
 #include "serve_workload.hpp"
 
 namespace epd::bench {
 
 struct RunOptions {
-  size_t requests = 0;  // 0: as many as arrive within `seconds`
+  size_t requests =
+      0;  // 0: as many as arrive within `seconds`; with turns, rounded up to whole conversations
   double seconds = 0;
   double rate = 0;             // requests/s; infinity = all at once
   size_t max_concurrency = 0;  // 0 = unbounded
@@ -40,11 +44,14 @@ class Runner {
   struct Live;
   using clock = std::chrono::steady_clock;
 
+  bool conversations() const { return workload_.options().turns > 1; }
   bool more_arrivals() const;
   void schedule_arrival();
   void arrive();
   void send(size_t index, clock::time_point arrived);
   void complete(Live& live, const std::string& transport_error);
+  // The next turn of a conversation whose last turn was answered with `answer`; false if it has none.
+  bool next_turn(size_t conversation, const std::string& answer);
   void maybe_finish();  // stops the progress line once every arrival is answered
   void tick();
 
@@ -57,6 +64,7 @@ class Runner {
   clock::time_point t0_, next_arrival_, last_done_;
   std::vector<RequestRecord> records_;
   std::vector<std::string> bodies_;  // index -> request body, dropped once sent
+  std::vector<Conversation> conversations_;
   std::deque<std::pair<size_t, clock::time_point>> waiting_;
   size_t in_flight_ = 0, max_in_flight_ = 0, done_ = 0;
   bool arrivals_over_ = false, finished_ = false;

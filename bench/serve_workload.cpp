@@ -20,6 +20,18 @@ std::string printable_text(size_t n, std::mt19937_64& rng) {
   return text;
 }
 
+std::string request_body(const WorkloadOptions& o, nlohmann::json input, int max_tokens, uint64_t index) {
+  nlohmann::json body = {{"model", o.model}, {"max_tokens", max_tokens}, {"temperature", o.temperature}};
+  if (o.temperature > 0) body["seed"] = o.seed + index;
+  body[o.chat ? "messages" : "prompt"] = std::move(input);
+  if (o.stream) {
+    body["stream"] = true;
+    body["stream_options"] = {{"include_usage", true}};
+  }
+  body.update(o.extra_body);
+  return body.dump();
+}
+
 }  // namespace workload
 
 Workload::Workload(WorkloadOptions o) : o_(std::move(o)), rng_(o_.seed) {
@@ -34,25 +46,17 @@ RequestPlan Workload::next() {
   p.max_tokens = o_.output.sample(rng_);
   p.image = !o_.image_uri.empty() && std::uniform_real_distribution<double>(0, 1)(rng_) < o_.image_fraction;
   const std::string text = workload::printable_text(size_t(p.prompt_chars), rng_);
-  nlohmann::json body = {{"model", o_.model}, {"max_tokens", p.max_tokens}, {"temperature", o_.temperature}};
-  if (o_.temperature > 0) body["seed"] = o_.seed + index_;
+  nlohmann::json input = system_ + text;
   if (o_.chat) {
     nlohmann::json content = text;
     if (p.image)
       content = nlohmann::json::array({{{"type", "image_url"}, {"image_url", {{"url", o_.image_uri}}}},
                                        {{"type", "text"}, {"text", text}}});
-    body["messages"] = nlohmann::json::array();
-    if (!system_.empty()) body["messages"].push_back({{"role", "system"}, {"content", system_}});
-    body["messages"].push_back({{"role", "user"}, {"content", content}});
-  } else {
-    body["prompt"] = system_ + text;
+    input = nlohmann::json::array();
+    if (!system_.empty()) input.push_back({{"role", "system"}, {"content", system_}});
+    input.push_back({{"role", "user"}, {"content", content}});
   }
-  if (o_.stream) {
-    body["stream"] = true;
-    body["stream_options"] = {{"include_usage", true}};
-  }
-  body.update(o_.extra_body);
-  p.body = body.dump();
+  p.body = workload::request_body(o_, std::move(input), p.max_tokens, index_);
   ++index_;
   return p;
 }

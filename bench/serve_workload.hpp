@@ -1,6 +1,7 @@
 #pragma once
 // What `epd-bench serve` sends: OpenAI request bodies with random printable prompts and lengths drawn from
 // uniform distributions, and Poisson arrival times — all from one seed, so two runs send the same load.
+// With `turns` > 1 an arrival is a conversation (serve_conversation.hpp) rather than one request.
 #include <chrono>
 #include <cstdint>
 #include <nlohmann/json.hpp>
@@ -27,6 +28,7 @@ struct WorkloadOptions {
   double temperature = 0;                                // 0 = greedy; above it, request i carries seed + i
   nlohmann::json extra_body = nlohmann::json::object();  // merged into every body (e.g. top_k)
   uint64_t seed = 0;
+  int turns = 1;  // user turns per conversation; 1 = independent requests
 };
 
 struct RequestPlan {
@@ -40,6 +42,8 @@ class Workload {
   explicit Workload(WorkloadOptions o);
   RequestPlan next();
   std::string path() const { return o_.chat ? "/v1/chat/completions" : "/v1/completions"; }
+  const WorkloadOptions& options() const { return o_; }
+  const std::string& system_prompt() const { return system_; }
 
  private:
   WorkloadOptions o_;
@@ -47,6 +51,17 @@ class Workload {
   std::string system_;
   uint64_t index_ = 0;
 };
+
+namespace workload {
+
+// `n` random printable characters.
+std::string printable_text(size_t n, std::mt19937_64& rng);
+
+// A request body: `model`, max_tokens, temperature (and seed `o.seed + index` when sampling), the
+// messages (chat) or prompt (completions) given, streaming as `o` says, then `o.extra_body` merged in.
+std::string request_body(const WorkloadOptions& o, nlohmann::json input, int max_tokens, uint64_t index);
+
+}  // namespace workload
 
 // Gaps between arrivals of a Poisson process of `rate` requests/s (exponential, seeded); an infinite rate
 // gives gaps of 0: everything arrives at once.

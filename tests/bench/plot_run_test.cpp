@@ -1,7 +1,8 @@
 // `epd-bench ... --plot DIR` for real: short runs of transfer, serve, e2e (staged) and soak each leave a PNG
 // (with its script and data) in DIR; a DIR that cannot be made, a missing gnuplot and a --plot the bench
 // cannot draw are refused before anything is measured. Also the transfer bench's row selection and goal
-// lines, and the control-plane bench with its ZeroMQ baseline.
+// lines, and the control-plane bench with its ZeroMQ baseline. serve's conversations (--turns): the history
+// each turn carries, what is counted, the context check, and --compare's plot.
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
@@ -13,7 +14,14 @@
 #include <chrono>
 #include <cstring>
 
+#include <algorithm>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
 #include "cluster.hpp"
+#include "recording_server.hpp"
 #include "temp_dir.hpp"
 
 extern char** environ;
@@ -231,4 +239,168 @@ TEST_CASE("epd-bench e2e --staged-config --plot draws the staging ring occupancy
   check_plot(dir.path(), "staging-ring");
   // Decode reported its 16 KiB ring while the staged run was sampled.
   CHECK(read_file(dir / "staging-ring.dat").find(" 16384 ") != std::string::npos);
+}
+
+namespace serve_turns_test {
+
+// The rows of epd-bench serve's --csv, split at commas (no field of an answered request holds one).
+std::vector<std::vector<std::string>> csv_rows(const std::filesystem::path& file) {
+  std::vector<std::vector<std::string>> rows;
+  std::istringstream in(read_file(file));
+  std::string line;
+  std::getline(in, line);  // the header
+  while (std::getline(in, line)) {
+    rows.emplace_back();
+    std::istringstream fields(line);
+    for (std::string f; std::getline(fields, f, ',');) rows.back().push_back(f);
+  }
+  return rows;
+}
+
+constexpr size_t kOutputTokens = 10, kPromptTokens = 11, kPromptChars = 12, kConversation = 16, kTurn = 17,
+                 kAnswerBytes = 18;
+
+// Every request the recorder saw belongs to a conversation whose earlier answers it carries exactly as the
+// recorder streamed them: the assistant message after k user turns is the answer to the request that held
+// exactly those messages before it. Returns the number of requests per turn count.
+std::map<size_t, size_t> check_histories(const std::vector<epd::testing::RecordingServer::Request>& seen) {
+  std::map<std::string, std::string> answer_to;  // messages (JSON) -> what the recorder answered
+  for (const auto& r : seen) answer_to[r.messages.dump()] = r.answer;
+  std::map<size_t, size_t> by_turns;
+  for (const auto& r : seen) {
+    const auto& m = r.messages;
+    size_t users = 0;
+    for (size_t i = 0; i < m.size(); ++i) {
+      if (m[i]["role"] == "user") ++users;
+      if (m[i]["role"] != "assistant") continue;
+      const auto before = nlohmann::json(std::vector<nlohmann::json>(m.begin(), m.begin() + long(i)));
+      INFO(m.dump());
+      REQUIRE(answer_to.count(before.dump()) == 1);
+      CHECK(m[i]["content"] == answer_to[before.dump()]);
+    }
+    CHECK(m.back()["role"] == "user");
+    CHECK(size_t(std::count_if(m.begin(), m.end(), [](const auto& x) { return x["role"] == "assistant"; })) ==
+          users - 1);  // every answer before this turn
+    ++by_turns[users];
+  }
+  return by_turns;
+}
+
+}  // namespace serve_turns_test
+
+TEST_CASE("epd-bench serve --turns resends each conversation's history with the answers as streamed",
+          "[bench][serve][multiproc]") {
+  using namespace serve_turns_test;
+  epd::testing::RecordingServer recorder;
+  TempDir dir("serve-turns");
+  const auto r = bench({"serve", "--url", recorder.url(), "--turns", "3", "--requests", "12",
+                        "--max-concurrency", "2", "--system-len", "20", "--prompt-len", "16", "--quiet",
+                        "--csv", (dir / "r.csv").string(), "--json", (dir / "r.json").string()});
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  const auto seen = recorder.requests();
+  REQUIRE(seen.size() == 12);
+  // 4 conversations of 3 turns: a system prompt shared by all, then 1, 2 and 3 user turns.
+  CHECK(check_histories(seen) == std::map<size_t, size_t>{{1, 4}, {2, 4}, {3, 4}});
+  for (const auto& s : seen) CHECK(s.messages[0] == seen[0].messages[0]);
+  CHECK(seen[0].messages[0]["role"] == "system");
+  CHECK(seen[0].messages[0]["content"].get<std::string>().size() == 20);
+
+  // Counted per turn: every request answered, its prompt tokens (10 a message at the recorder) by turn.
+  const auto j = nlohmann::json::parse(read_file(dir / "r.json"));
+  const auto& s = j["summary"];
+  CHECK(s["sent"] == 12);
+  CHECK(s["ok"] == 12);
+  CHECK(s["conversations"] == 4);
+  REQUIRE(s["ttft_ms_by_turn"].size() == 3);
+  for (const auto& t : s["ttft_ms_by_turn"]) CHECK(t["n"] == 4);
+  CHECK(s["prompt_tokens_mean_by_turn"] == nlohmann::json::array({20.0, 40.0, 60.0}));
+  CHECK(r.output.find("4 conversations of 3 turns") != std::string::npos);
+  const auto rows = csv_rows(dir / "r.csv");
+  REQUIRE(rows.size() == 12);
+  std::map<std::string, std::vector<int>> turns;  // conversation -> its turns in the order they were sent
+  for (const auto& row : rows) {
+    REQUIRE(row.size() == 19);
+    turns[row[kConversation]].push_back(std::stoi(row[kTurn]));
+    CHECK(std::stoi(row[kPromptTokens]) == 20 + 20 * std::stoi(row[kTurn]));
+  }
+  CHECK(turns.size() == 4);
+  for (const auto& [conversation, t] : turns) CHECK(t == std::vector<int>{0, 1, 2});
+}
+
+TEST_CASE("epd-bench serve --turns on a real cluster: each turn's prompt holds the turn before it",
+          "[bench][serve][multiproc]") {
+  using namespace serve_turns_test;
+  Cluster cluster(ClusterSpec{});
+  cluster.start();
+  TempDir dir("serve-turns-cluster");
+  const auto r =
+      bench({"serve", "--url", "http://127.0.0.1:" + std::to_string(cluster.http_port()), "--turns", "3",
+             "--requests", "9", "--max-concurrency", "3", "--system-len", "40", "--prompt-len", "20",
+             "--output-len", "8", "--quiet", "--csv", (dir / "r.csv").string()});
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  const auto rows = csv_rows(dir / "r.csv");
+  REQUIRE(rows.size() == 9);
+  std::map<std::string, std::map<int, std::vector<std::string>>> by_conversation;
+  for (const auto& row : rows) by_conversation[row[kConversation]][std::stoi(row[kTurn])] = row;
+  REQUIRE(by_conversation.size() == 3);
+  // The reference model's tokens are bytes: what a turn adds to the prompt the router counted is the new
+  // message, the answer before it as streamed and the template's markers around them, the same every turn.
+  std::set<int> template_bytes;
+  for (const auto& [c, turns] : by_conversation) {
+    REQUIRE(turns.size() == 3);
+    for (int t = 1; t < 3; ++t) {
+      const auto& before = turns.at(t - 1);
+      const auto& now = turns.at(t);
+      CHECK(std::stoi(before[kOutputTokens]) > 0);
+      CHECK(std::stoi(before[kAnswerBytes]) > 0);
+      template_bytes.insert(std::stoi(now[kPromptTokens]) - std::stoi(before[kPromptTokens]) -
+                            std::stoi(now[kPromptChars]) - std::stoi(before[kAnswerBytes]));
+    }
+  }
+  CHECK(template_bytes.size() == 1);
+  CHECK(*template_bytes.begin() > 0);
+}
+
+TEST_CASE("epd-bench serve --turns refuses conversations the model's context cannot hold",
+          "[bench][serve][multiproc]") {
+  // The demo model's max_seq is 256.
+  const std::string config = std::string(EPD_SOURCE_DIR) + "/configs/local.toml";
+  const auto r = bench({"serve", "--config", config, "--turns", "8", "--system-len", "120", "--quiet"});
+  INFO(r.output);
+  CHECK(r.exit_code == 2);
+  CHECK(r.output.find("--turns 8: ") != std::string::npos);
+  CHECK(r.output.find("more than the model's max_seq 256") != std::string::npos);
+  CHECK(r.output.find("epd-bench serve:") == std::string::npos);  // nothing was started or sent
+}
+
+TEST_CASE("epd-bench serve --compare --turns --plot draws both servers per concurrency level",
+          "[bench][plot][serve][multiproc]") {
+  using namespace serve_turns_test;
+  Cluster cluster(ClusterSpec{});          // only its config: the bench starts the cluster itself
+  epd::testing::RecordingServer recorder;  // stands in for a running llama-server
+  TempDir dir("plot-compare");
+  const auto r = bench({"serve", "--config", cluster.config_file().string(), "--compare", "llama-server",
+                        "--compare-url", recorder.url(), "--concurrency", "1,2", "--turns", "2", "--requests",
+                        "4", "--system-len", "16", "--quiet", "--plot", dir.path().string()});
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  check_plot(dir.path(), "serve-compare");
+  for (const char* panel : {"throughput", "ttft", "itl", "e2e", "rss"}) {
+    const auto data = read_file(dir / (std::string("serve-compare.") + panel + ".dat"));
+    INFO(panel << ":\n" << data);
+    size_t rows = 0;
+    std::istringstream in(data);
+    for (std::string line; std::getline(in, line);) rows += !line.empty() && line[0] != '#';
+    CHECK(rows == 2);
+  }
+  // Both levels ran 2 conversations of 2 turns against each server.
+  CHECK(check_histories(recorder.requests()) == std::map<size_t, size_t>{{1, 4}, {2, 4}});
+  size_t turn_lines = 0;
+  for (size_t at = r.output.find("2 conversations of 2 turns"); at != std::string::npos;
+       at = r.output.find("2 conversations of 2 turns", at + 1))
+    ++turn_lines;
+  CHECK(turn_lines == 4);  // each level, each server
+  CHECK(r.output.find("llama-server not measured") != std::string::npos);
 }

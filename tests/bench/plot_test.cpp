@@ -69,6 +69,29 @@ RequestRecord ok_request(double ttft, double router_ttft, std::vector<double> it
   return r;
 }
 
+// Three levels of a comparison; llama-server's memory unmeasured at the last (NaN, no ratio).
+std::vector<CompareLevel> compare_levels() {
+  std::vector<CompareLevel> levels;
+  for (size_t c : {1, 4, 16}) {
+    CompareLevel l;
+    l.concurrency = c;
+    l.epd.requests_per_s = 100.0 * double(c);
+    l.llama.requests_per_s = 50.0 * double(c);
+    l.epd.output_tokens_per_s = 1000.0 * double(c);
+    l.llama.output_tokens_per_s = 800.0 * double(c);
+    l.epd.ttft = {10, 0, 2.0 * double(c), 0, 4.0 * double(c)};
+    l.llama.ttft = {10, 0, 4.0 * double(c), 0, 2.0 * double(c)};
+    l.epd.itl = {10, 0, 0.5, 0, 1.5};
+    l.llama.itl = {10, 0, 1.0, 0, 1.5};
+    l.epd.e2e = {10, 0, 8, 0, 16};
+    l.llama.e2e = {10, 0, 10, 0, 20};
+    l.epd_rss_mib = 230;
+    l.llama_rss_mib = c == 16 ? 0 : 46;
+    levels.push_back(l);
+  }
+  return levels;
+}
+
 }  // namespace
 
 TEST_CASE("transfer plot: a data file per backend with a column per batch size and its baselines",
@@ -194,6 +217,55 @@ TEST_CASE("soak plot: RSS per block and its change since block 2", "[bench][plot
   CHECK(soak_rss_plot({}, {}, "").error == "no RSS was measured");
 }
 
+TEST_CASE("compare plot: a data file per panel with both servers and their ratio per concurrency level",
+          "[bench][plot]") {
+  const Plot p = serve_compare_plot(compare_levels(), "the workload");
+  REQUIRE(p.error.empty());
+  CHECK(p.name == "serve-compare");
+  const DataFile* throughput = find_data(p, "serve-compare.throughput.dat");
+  REQUIRE(throughput);
+  CHECK(columns_of(throughput->text) ==
+        "# index concurrency epd_req_s llama_req_s ratio_req_s epd_tok_s llama_tok_s ratio_tok_s");
+  CHECK(rows_of(throughput->text) == std::vector<std::vector<std::string>>{
+                                         {"0", "1", "100", "50", "2.00x", "1000", "800", "1.25x"},
+                                         {"1", "4", "400", "200", "2.00x", "4000", "3200", "1.25x"},
+                                         {"2", "16", "1600", "800", "2.00x", "16000", "12800", "1.25x"}});
+  const DataFile* ttft = find_data(p, "serve-compare.ttft.dat");
+  REQUIRE(ttft);
+  CHECK(columns_of(ttft->text) ==
+        "# index concurrency epd_p50 llama_p50 ratio_p50 epd_p99 llama_p99 ratio_p99");
+  CHECK(rows_of(ttft->text)[2] ==
+        std::vector<std::string>{"2", "16", "32", "64", "0.50x", "64", "32", "2.00x"});
+  for (const char* name : {"serve-compare.itl.dat", "serve-compare.e2e.dat"}) {
+    INFO(name);
+    const DataFile* d = find_data(p, name);
+    REQUIRE(d);
+    CHECK(rows_of(d->text).size() == 3);
+  }
+  CHECK(rows_of(find_data(p, "serve-compare.e2e.dat")->text)[0] ==
+        std::vector<std::string>{"0", "1", "8", "10", "0.80x", "16", "20", "0.80x"});
+  const DataFile* rss = find_data(p, "serve-compare.rss.dat");
+  REQUIRE(rss);
+  CHECK(rows_of(rss->text)[0] == std::vector<std::string>{"0", "1", "230", "46", "5.00x"});
+  CHECK(rows_of(rss->text)[2] == std::vector<std::string>{"2", "16", "230", "NaN", "-"});  // not measured
+  CHECK(p.data.size() == 5);
+  // Six panels, each naming its file; the levels as the x tics; the ratios drawn as labels.
+  for (const auto& d : p.data) CHECK(contains(p.script, "\"" + d.name + "\""));
+  size_t panels = 0;
+  for (size_t at = p.script.find("\nplot "); at != std::string::npos; at = p.script.find("\nplot ", at + 1))
+    ++panels;
+  CHECK(panels == 6);
+  CHECK(contains(p.script, "set multiplot layout 2,3"));
+  CHECK(contains(p.script, "set xtics (\"1\" 0, \"4\" 1, \"16\" 2)"));
+  CHECK(contains(p.script, "with labels"));
+  CHECK(contains(p.script, "the workload"));
+
+  TempDir dir("plot-compare");
+  REQUIRE(render_plot(dir.path(), p) == "");
+  CHECK(is_png(dir / "serve-compare.png"));
+  CHECK(serve_compare_plot({}, "").error == "no concurrency level was measured");
+}
+
 TEST_CASE("render_plot writes the data and the script next to the PNG gnuplot draws", "[bench][plot]") {
   TempDir dir("plot-render");
   const auto where = dir / "nested" / "plots";  // created on the way
@@ -204,7 +276,8 @@ TEST_CASE("render_plot writes the data and the script next to the PNG gnuplot dr
       transfer_bandwidth_plot(transfer_rows(), "a \"quoted\" subtitle \\ with a backslash"),
       serve_latency_plot(records, "serve"),
       ring_occupancy_plot({{0, 0, 1024, 4096}, {500, 2048, 3072, 4096}, {1000, 0, 5000, 4096}}, "ring"),
-      soak_rss_plot({"router", "decode_\"0\""}, {{10, 11, 11}, {20, 21, 22}}, "soak")};
+      soak_rss_plot({"router", "decode_\"0\""}, {{10, 11, 11}, {20, 21, 22}}, "soak"),
+      serve_compare_plot(compare_levels(), "compare")};
   for (const Plot& p : plots) {
     INFO(p.name);
     REQUIRE(render_plot(where, p) == "");
