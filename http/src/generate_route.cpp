@@ -8,8 +8,8 @@ namespace {
 
 class CollectSink final : public GenerationSink {
  public:
-  CollectSink(std::shared_ptr<ApiContext> ctx, ExchangePtr ex, std::string request_id)
-      : ctx_(std::move(ctx)), ex_(std::move(ex)), request_id_(std::move(request_id)) {}
+  CollectSink(std::shared_ptr<ApiContext> ctx, ExchangePtr ex, std::string request_id, bool logprobs)
+      : ctx_(std::move(ctx)), ex_(std::move(ex)), request_id_(std::move(request_id)), logprobs_(logprobs) {}
 
   void on_tokens(std::span<const uint32_t>) override {}  // the final answer carries them all
 
@@ -18,7 +18,7 @@ class CollectSink final : public GenerationSink {
     const auto tokens = uint32_t(r.tokens.size());
     if (r.http_status == 200) {
       note_finished(*ctx_, "/v1/generate", request_id_, false, r, tokens, nullptr);
-      reply_json(*ex_, 200, generate_reply_json(r), std::move(headers));
+      reply_json(*ex_, 200, generate_reply_json(r, logprobs_), std::move(headers));
     } else {
       const HttpError failure = failure_error(r);
       note_finished(*ctx_, "/v1/generate", request_id_, false, r, tokens, &failure);
@@ -31,6 +31,7 @@ class CollectSink final : public GenerationSink {
   std::shared_ptr<ApiContext> ctx_;
   ExchangePtr ex_;
   std::string request_id_;
+  bool logprobs_ = false;
 };
 
 }  // namespace
@@ -44,8 +45,9 @@ void handle_generate(const std::shared_ptr<ApiContext>& ctx, ExchangePtr ex) {
   auto& request = std::get<GenerateRequest>(parsed);
   request.request_id = *id;
   ctx->started();
+  const bool logprobs = request.sampling.logprobs;
   const uint64_t ticket =
-      ctx->service.generate(std::move(request), std::make_shared<CollectSink>(ctx, ex, *id));
+      ctx->service.generate(std::move(request), std::make_shared<CollectSink>(ctx, ex, *id, logprobs));
   ex->on_disconnect([ctx, ticket] { ctx->service.cancel(ticket, "the client disconnected"); });
 }
 

@@ -55,7 +55,7 @@ class FieldsJson {
 
 }  // namespace
 
-std::string generate_reply_json(const GenerateResponse& r) {
+std::string generate_reply_json(const GenerateResponse& r, bool logprobs) {
   const auto& t = r.timings;
   json j = {
       {"text", r.text},
@@ -71,6 +71,16 @@ std::string generate_reply_json(const GenerateResponse& r) {
         {"decode", t.decode_ms},
         {"total", t.total_ms}}},
   };
+  if (logprobs) {
+    json per_token = json::array();
+    for (size_t i = 0; i < r.tokens.size() && i < r.logprobs.size(); ++i) {
+      json top = json::array();
+      for (const auto& alt : r.logprobs[i].top) top.push_back({{"token", alt.id}, {"logprob", alt.logprob}});
+      per_token.push_back(
+          {{"token", r.tokens[i]}, {"logprob", r.logprobs[i].logprob}, {"top", std::move(top)}});
+    }
+    j["logprobs"] = std::move(per_token);
+  }
   return dump(j);
 }
 

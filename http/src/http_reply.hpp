@@ -9,7 +9,8 @@
 
 namespace epd::http {
 
-std::string generate_reply_json(const GenerateResponse& response);
+// `logprobs`: the request asked for them (each token's, in "logprobs").
+std::string generate_reply_json(const GenerateResponse& response, bool logprobs = false);
 std::string instances_json(const std::vector<InstanceView>& instances);
 std::string stats_json(const RouterStats& stats);
 // GET /v1/models: OpenAI's list with the one model the cluster serves.

@@ -83,6 +83,16 @@ std::variant<GenerateRequest, HttpError> parse_generate_request(std::string_view
   if (auto e = parse_sampling_fields(doc, sampling)) return *e;
   request.sampling = sampling.params;
 
+  // "logprobs": N (0..20): each token's log-probability and its N most likely alternatives.
+  if (auto it = doc.find("logprobs"); it != doc.end() && !it->is_null()) {
+    const std::string range = "0.." + std::to_string(model::kMaxTopLogprobs);
+    if (!it->is_number_unsigned() || it->get<uint64_t>() > model::kMaxTopLogprobs)
+      return bad_request("\"logprobs\" must be an integer in " + range + " (alternatives per token), got " +
+                         it->dump());
+    request.sampling.logprobs = true;
+    request.sampling.top_logprobs = uint32_t(it->get<uint64_t>());
+  }
+
   // A GBNF grammar the answer follows (llama-server's "grammar"); the router parses it.
   if (auto it = doc.find("grammar"); it != doc.end() && !it->is_null()) {
     if (!it->is_string())

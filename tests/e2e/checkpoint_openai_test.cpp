@@ -245,6 +245,28 @@ void serve_through_sdk(const std::string& backend, const std::string& decode_lin
     }
     std::printf("checkpoint logprobs over %s: %zu tokens, largest difference from the colocated run %.3g\n",
                 backend.c_str(), content.size(), worst);
+
+    // The same through /v1/generate ("logprobs": 3), the prompt as its token ids: each token's id, logprob
+    // and alternatives (ids) as the colocated run has them.
+    const auto [native_status, native] = cluster.generate(
+        {{"prompt_tokens", prompt_ids(ck, c)}, {"max_tokens", ref.tokens.size()}, {"logprobs", 3}});
+    REQUIRE(native_status == 200);
+    const json per_token = native["logprobs"];
+    REQUIRE(per_token.size() == native["tokens"].size());
+    REQUIRE(per_token.size() >= content.size());
+    for (size_t i = 0; i < content.size(); ++i) {
+      INFO("/v1/generate token " << i);
+      CHECK(per_token[i]["token"] == ref.tokens[i]);
+      if (i == 0) CHECK(float(per_token[0]["logprob"].get<double>()) == ref.logprobs[0].logprob);
+      CHECK(differs(per_token[i]["logprob"], ref.logprobs[i].logprob) <= 1e-4);
+      REQUIRE(per_token[i]["top"].size() == 3);
+      for (size_t k = 0; k < 3; ++k) CHECK(per_token[i]["top"][k]["token"] == ref.logprobs[i].top[k].id);
+    }
+    // Not asked for: not there.
+    const auto [plain_status, plain] =
+        cluster.generate({{"prompt_tokens", prompt_ids(ck, c)}, {"max_tokens", ref.tokens.size()}});
+    REQUIRE(plain_status == 200);
+    CHECK_FALSE(plain.contains("logprobs"));
   }
 
   // /v1/generate takes the same text, and says the text back.

@@ -193,6 +193,23 @@ TEST_CASE("generate body with prompt_tokens instead of text") {
   CHECK(rejected(R"({"prompt_tokens": null})").message == R"("prompt" is required (a non-empty string))");
 }
 
+TEST_CASE("generate request: logprobs is the number of alternatives in 0..20", "[http][request]") {
+  CHECK_FALSE(accepted(R"({"prompt":"a"})").sampling.logprobs);
+  CHECK_FALSE(accepted(R"({"prompt":"a","logprobs":null})").sampling.logprobs);
+  auto r = accepted(R"({"prompt":"a","logprobs":0})");
+  CHECK(r.sampling.logprobs);
+  CHECK(r.sampling.top_logprobs == 0);
+  r = accepted(R"({"prompt":"a","logprobs":20})");
+  CHECK(r.sampling.logprobs);
+  CHECK(r.sampling.top_logprobs == 20);
+  for (const char* bad : {R"({"prompt":"a","logprobs":21})", R"({"prompt":"a","logprobs":-1})",
+                          R"({"prompt":"a","logprobs":true})", R"({"prompt":"a","logprobs":"3"})",
+                          R"({"prompt":"a","logprobs":2.5})"}) {
+    INFO(bad);
+    CHECK(says(rejected(bad), "\"logprobs\" must be an integer in 0..20"));
+  }
+}
+
 TEST_CASE("generate request: a GBNF grammar, a string of at most 64 KiB", "[http][request]") {
   CHECK(accepted(R"({"prompt":"a"})").grammar.empty());
   CHECK(accepted(R"({"prompt":"a","grammar":null})").grammar.empty());
