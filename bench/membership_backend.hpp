@@ -55,9 +55,6 @@ class RegistryBackend {
   // Bytes the instances received about membership, when not through their bridges (etcd: its HTTP
   // answers); nullopt: what the bridges received (PEERS).
   virtual std::optional<uint64_t> bytes_to_instances() const { return std::nullopt; }
-  // Membership also reaches the instances through their bridges, beside bytes_to_instances() (etcd with
-  // routers_watch: the routers' RECORDS), where the routers' heartbeats arrive too.
-  virtual bool relays_through_bridges() const { return false; }
   // How long a kill may take until every directory agrees.
   virtual std::chrono::milliseconds kill_limit(const MembershipOptions& o) const {
     return o.interval * (o.misses + 4);

@@ -82,8 +82,7 @@ std::optional<MembershipRow> run_backend(const MembershipOptions& opt, const std
   spdlog::set_level(routers > 0 ? spdlog::level::err : spdlog::level::warn);
   auto bytes_in = [&](const Simulation& sim) -> uint64_t {
     auto own = backend->bytes_to_instances();
-    if (!own) return sim.traffic().bytes_in;
-    return *own + (backend->relays_through_bridges() ? sim.traffic().bytes_in : 0);
+    return own ? *own : sim.traffic().bytes_in;
   };
   {
     Simulation sim(opt, *backend);
@@ -190,11 +189,7 @@ std::optional<MembershipRow> run_backend(const MembershipOptions& opt, const std
     const int n_changes = 2 * opt.changes;
     // Heartbeat-only traffic runs during the changes too: ERROR / HELLO_ACK are the only other frames in,
     // so the bytes in are the changes' own; the steady CPU rate is taken out of the changes' CPU.
-    // Relayed through bridges, the routers' heartbeats came in beside the changes: their steady rate is
-    // taken out.
-    const double heartbeats_in =
-        backend->relays_through_bridges() ? row.heartbeat_bytes_per_s * change_secs : 0;
-    row.bytes_per_change = std::max(0.0, double(bytes_in(sim) - in1) - heartbeats_in) / n_changes;
+    row.bytes_per_change = double(bytes_in(sim) - in1) / n_changes;
     // The steady rate once more, after the changes: the mean of both windows is taken out. With etcd the
     // steady cost (lease renewals) is large beside a change's, and a kill waits seconds for the lease, so
     // a drift of the steady rate moves this figure a lot.
@@ -248,7 +243,8 @@ void print_rows(const std::vector<MembershipRow>& rows) {
   std::printf(
       "(kill/add: ms from the change until every live instance lists exactly the live instances; "
       "bytes/change: registry -> instances (etcd: the HTTP bodies of watch events and listings the instances "
-      "read, headers and chunk framing left out); reg cpu ms: registry (etcd) process CPU per change, steady "
+      "read, headers and chunk framing left out; etcd-routers: also the RECORDS frames the routers sent); "
+      "reg cpu ms: registry (etcd) process CPU per change, steady "
       "rate taken out; reg cpu %%: heartbeats (and lease renewals) only)\n");
 }
 

@@ -30,7 +30,6 @@ class EtcdBackend final : public RegistryBackend {
     return routers_watch_ ? "etcd (leases; the 2 routers watch and send RECORDS; heartbeats in-band to them)"
                           : "etcd (leases + watch, heartbeats in-band to 2 routers)";
   }
-  bool relays_through_bridges() const override { return routers_watch_; }
 
   bool start(const MembershipOptions& opt) override {
     opt_ = opt;
@@ -56,6 +55,7 @@ class EtcdBackend final : public RegistryBackend {
     ec.self.identity = protocol::current_protocol_identity();
     ec.traffic = traffic_;
     ec.routers_watch = routers_watch_;
+    ec.records_bytes = records_bytes_;
     auto m = actors::start_etcd_membership(system, bridge, std::move(ec),
                                            std::make_shared<actors::LoadGauge>(), {}, std::move(view));
     if (!m) {
@@ -66,9 +66,10 @@ class EtcdBackend final : public RegistryBackend {
     return std::make_unique<EtcdMember>(std::move(*m));
   }
 
-  // Watch events and listings: the HTTP bodies the instances read (headers and chunk framing left out).
+  // Watch events and listings: the HTTP bodies the instances read (headers and chunk framing left out); with
+  // routers watching, also the RECORDS frames the routers sent.
   std::optional<uint64_t> bytes_to_instances() const override {
-    return traffic_->watch_bytes.load() + traffic_->range_bytes.load();
+    return traffic_->watch_bytes.load() + traffic_->range_bytes.load() + records_bytes_->load();
   }
 
   // A killed instance's record outlives it by up to one TTL (its lease), and an instance that still sees
@@ -93,6 +94,7 @@ class EtcdBackend final : public RegistryBackend {
   MembershipOptions opt_;
   LocalEtcdRun etcd_;
   std::shared_ptr<etcd::Traffic> traffic_ = std::make_shared<etcd::Traffic>();
+  std::shared_ptr<std::atomic<uint64_t>> records_bytes_ = std::make_shared<std::atomic<uint64_t>>(0);
 };
 
 }  // namespace

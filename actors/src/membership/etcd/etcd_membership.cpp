@@ -303,6 +303,16 @@ void send_heartbeats(EtcdMembershipState& st) {
 // ---- etcd_watch = "routers"
 // --------------------------------------------------------------------------------
 
+// RECORDS to `to`, encoded once; counted in config.records_bytes when the bench asks.
+void send_records(EtcdMembershipState& st, const std::vector<std::string>& to, protocol::Records records) {
+  if (to.empty()) return;
+  if (st.config.records_bytes) {
+    const auto frame = protocol::encode({st.bridge->instance_id(), st.bridge->incarnation(), records});
+    *st.config.records_bytes += uint64_t(frame.size()) * to.size();
+  }
+  st.bridge->send_to_endpoints(to, std::move(records));
+}
+
 // Remembers that `id` got the full list now, so that it gets it again if it stays silent.
 void sent_full(EtcdMembershipState& st, const std::string& id, clock::time_point now) {
   const auto* info = st.mirror->member(id);
@@ -319,9 +329,9 @@ void flush_records(caf::stateful_actor<EtcdMembershipState>* self) {
   st.flush_waiting = false;
   st.last_flush = st.now();
   auto f = st.mirror->flush();
-  if (!f.delta_to.empty()) st.bridge->send_to_endpoints(f.delta_to, std::move(f.delta));
+  send_records(st, f.delta_to, std::move(f.delta));
   if (f.full_to.empty()) return;
-  st.bridge->send_to_endpoints(f.full_to, st.mirror->full());
+  send_records(st, f.full_to, st.mirror->full());
   for (const auto& id : f.full_ids) sent_full(st, id, st.last_flush);
 }
 
@@ -353,7 +363,7 @@ void resend_full_lists(EtcdMembershipState& st) {
       spdlog::info("membership: '{}' sent no heartbeat {} ms after its list of instances; sending it again",
                    id, std::chrono::duration_cast<std::chrono::milliseconds>(now - f.at).count());
       if (!full) full = st.mirror->full();
-      st.bridge->send_to_endpoint(info->control_endpoint, *full);
+      send_records(st, {info->control_endpoint}, *full);
       f.at = now;
       f.wait = std::min(f.wait * 2, std::chrono::milliseconds(30000));
     }
@@ -392,7 +402,7 @@ caf::behavior etcd_membership(caf::stateful_actor<EtcdMembershipState>* self, Br
         auto& s = self->state;
         if (s.mirror) {  // a router that passes the records on: everyone gets the new list
           const auto to = s.mirror->list(listing);
-          if (!to.empty()) s.bridge->send_to_endpoints(to, s.mirror->full());
+          send_records(s, to, s.mirror->full());
           for (const auto& id : s.mirror->members()) sent_full(s, id, s.now());
         }
         apply_listing(self, std::move(listing));
@@ -469,7 +479,7 @@ caf::behavior etcd_membership(caf::stateful_actor<EtcdMembershipState>* self, Br
         if (!hb || !s.view) return;
         if (hb->resync && s.mirror) {
           if (const auto* info = s.mirror->member(env.sender)) {
-            s.bridge->send_to_endpoint(info->control_endpoint, s.mirror->full());
+            send_records(s, {info->control_endpoint}, s.mirror->full());
             sent_full(s, env.sender, s.now());
           }
         }

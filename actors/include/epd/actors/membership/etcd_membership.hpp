@@ -6,6 +6,7 @@
 // PeerChanges the embedded registry's PEERS produce, so roles do not know which backend runs. Load stays
 // off etcd: each instance sends HEARTBEATs with its LoadReport to every router it sees, and a router keeps
 // its RegistryView (placement, /v1/instances) from the records plus those heartbeats.
+#include <atomic>
 #include <caf/all.hpp>
 #include <chrono>
 #include <memory>
@@ -39,6 +40,8 @@ struct EtcdMembershipConfig {
   // events of `records_window` after a send into the next one.
   bool routers_watch = false;
   std::chrono::milliseconds records_window{50};
+  std::shared_ptr<std::atomic<uint64_t>>
+      records_bytes{};  // RECORDS bytes a router sent (may be null; benches)
 };
 
 // Stops the etcd threads (revoking our lease, so our record goes at once) and the actor.
