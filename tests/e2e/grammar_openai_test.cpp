@@ -65,17 +65,8 @@ json expectation(const Served& s, const Case& c) {
   if (c.chat) argv.push_back("--chat");
   if (!c.image.empty()) argv.insert(argv.end(), {"--image", c.image});
   argv.insert(argv.end(), c.flags.begin(), c.flags.end());
-  const auto r = run_command(argv);
-  INFO(c.name << "\n" << r.output);
-  REQUIRE(r.exit_code == 0);
-  json out;
-  for (size_t pos = 0; pos < r.output.size();) {
-    const size_t end = r.output.find('\n', pos);
-    const auto j = json::parse(r.output.substr(pos, end - pos), nullptr, false);
-    pos = end == std::string::npos ? r.output.size() : end + 1;
-    if (j.is_object() && j.contains("tokens")) out = j;
-  }
-  REQUIRE(out.is_object());
+  INFO(c.name);
+  const json out = epd_run_json(argv);
   const auto tokens = out["tokens"].get<std::vector<uint32_t>>();
   json params = {{"max_tokens", c.max_tokens}, {"temperature", 0}};
   params.update(c.constraint);

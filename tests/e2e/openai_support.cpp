@@ -93,19 +93,24 @@ Reference reference(const std::string& prompt, int max_tokens, const std::string
     argv.insert(argv.end(), {"--repetition-penalty", std::to_string(*s.repetition_penalty)});
   if (s.seed) argv.insert(argv.end(), {"--seed", std::to_string(*s.seed)});
   if (s.logprobs) argv.insert(argv.end(), {"--logprobs", std::to_string(*s.logprobs)});
+  const auto j = epd_run_json(argv);
+  return {j["tokens"].get<std::vector<int>>(), j.value("prompt_tokens", 0),
+          j.value("logprobs", nlohmann::json())};
+}
+
+nlohmann::json epd_run_json(const std::vector<std::string>& argv) {
   const auto r = run_command(argv);
   if (r.exit_code != 0) throw std::runtime_error("epd-run failed: " + r.output);
   // --json prints one object on its own line; anything else on the output is a log line.
+  nlohmann::json out;
   for (size_t pos = 0; pos < r.output.size();) {
     const size_t end = r.output.find('\n', pos);
-    const auto line = r.output.substr(pos, end - pos);
+    const auto j = nlohmann::json::parse(r.output.substr(pos, end - pos), nullptr, false);
     pos = end == std::string::npos ? r.output.size() : end + 1;
-    const auto j = nlohmann::json::parse(line, nullptr, false);
-    if (j.is_object() && j.contains("tokens"))
-      return {j["tokens"].get<std::vector<int>>(), j.value("prompt_tokens", 0),
-              j.value("logprobs", nlohmann::json())};
+    if (j.is_object() && j.contains("tokens")) out = j;
   }
-  throw std::runtime_error("epd-run printed no tokens: " + r.output);
+  if (!out.is_object()) throw std::runtime_error("epd-run printed no tokens: " + r.output);
+  return out;
 }
 
 nlohmann::json sampling_body(const Sampling& s) {

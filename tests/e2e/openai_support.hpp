@@ -48,6 +48,10 @@ struct Reference {
   nlohmann::json logprobs;  // with Sampling::logprobs: per token {"logprob": x, "top": [[id, x], ...]}
 };
 
+// Runs epd-run with `argv` (its path first, --json among the flags) and returns the object it printed (the
+// line with "tokens"; the rest of the output is log lines). Throws with the output if it fails.
+nlohmann::json epd_run_json(const std::vector<std::string>& argv);
+
 // What the colocated runner (epd-run, tiny preset) generates; throws if it fails.
 Reference reference(const std::string& prompt, int max_tokens, const std::string& image = "",
                     const Sampling& sampling = {});

@@ -65,17 +65,8 @@ json expectation(const std::string& gguf, const model::PromptCodec& codec, const
                                    "--tool-choice",
                                    c.run_choice};
   if (!c.parallel) argv.push_back("--one-tool-call");
-  const auto r = run_command(argv);
-  INFO(c.name << "\n" << r.output);
-  REQUIRE(r.exit_code == 0);
-  json out;
-  for (size_t pos = 0; pos < r.output.size();) {
-    const size_t end = r.output.find('\n', pos);
-    const auto j = json::parse(r.output.substr(pos, end - pos), nullptr, false);
-    pos = end == std::string::npos ? r.output.size() : end + 1;
-    if (j.is_object() && j.contains("tokens")) out = j;
-  }
-  REQUIRE(out.is_object());
+  INFO(c.name);
+  const json out = epd_run_json(argv);
   json expect = {{"text", http::to_valid_utf8(codec.text(out["tokens"].get<std::vector<uint32_t>>()))},
                  {"finish", out["stopped_at_eos"].get<bool>() ? "stop" : "length"}};
   if (out.contains("tool_calls")) {

@@ -1,4 +1,5 @@
 // Shared by the SDK test scripts: arguments, the client, data URIs and the expected text of a reference run.
+import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import OpenAI from 'openai';
 
@@ -153,4 +154,20 @@ export function violation(value, schema, root = schema, path = '$') {
     }
   }
   return null;
+}
+
+// The model to ask for: the spec's, else the first the server lists.
+export async function modelOf(client, spec) {
+  const models = [];
+  for await (const m of client.models.list()) models.push(m);
+  return spec.model ?? models[0]?.id ?? 'epd';
+}
+
+// `create()` must fail with a 400 whose message contains `expected`.
+export async function assertRefused(create, expected) {
+  await assert.rejects(create, (err) => {
+    assert.equal(err.status, 400, `status ${err.status}: ${err.message}`);
+    assert.ok(err.message.includes(expected), `"${err.message}" does not say "${expected}"`);
+    return true;
+  });
 }

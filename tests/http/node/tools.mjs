@@ -10,7 +10,7 @@
 // the text outside the calls}, "must_call"?: the answer must be calls (when no expectation is given)}],
 // "refusals": [{"name", "params", "expect_message"}]}. Each case's tools' parameters validate its calls.
 import assert from 'node:assert/strict';
-import { Checks, makeClient, parseArgs, readSpec, violation } from './lib.mjs';
+import { assertRefused, Checks, makeClient, modelOf, parseArgs, readSpec, violation } from './lib.mjs';
 
 const args = parseArgs();
 const spec = readSpec(args.spec);
@@ -85,19 +85,10 @@ async function streamed(c, model) {
 }
 
 async function refused(r, model) {
-  await assert.rejects(
-    () => client.chat.completions.create({ model, ...r.params }),
-    (err) => {
-      assert.equal(err.status, 400, `status ${err.status}: ${err.message}`);
-      assert.ok(err.message.includes(r.expect_message), `"${err.message}" does not say "${r.expect_message}"`);
-      return true;
-    },
-  );
+  await assertRefused(() => client.chat.completions.create({ model, ...r.params }), r.expect_message);
 }
 
-const models = [];
-for await (const m of client.models.list()) models.push(m);
-const model = spec.model ?? models[0]?.id ?? 'epd';
+const model = await modelOf(client, spec);
 for (const c of spec.cases ?? []) {
   await checks.run(`${c.name} (plain)`, () => plain(c, model));
   await checks.run(`${c.name} (stream)`, () => streamed(c, model));
