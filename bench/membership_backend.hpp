@@ -1,7 +1,8 @@
 #pragma once
 // The two sides of membership that `epd-bench membership` swaps per backend: where membership lives (the
 // embedded registry in a child process, or a real etcd) and what each simulated instance runs to take
-// part in it (the registry client, or the etcd membership actor).
+// part in it (the registry client, or the etcd membership actor). The first side lives in the bench's
+// own process; the second in every worker process that simulates instances (membership_fleet.hpp).
 #include <sys/types.h>
 
 #include <caf/all.hpp>
@@ -25,8 +26,12 @@ struct MembershipOptions {
   std::chrono::milliseconds lease_ttl{2000};  // etcd: short, so a killed instance's record goes soon
   std::vector<std::string> backends{"router-full", "router", "etcd"};
   // The simulated instances' control channels share one ZeroMQ context and one reading thread (a
-  // ChannelHub); false: each has its own, as a real process does (the simulation before, for A/B runs).
+  // ChannelHub) per worker process; false: each has its own, as a real process does (the simulation
+  // before, for A/B runs).
   bool shared_threads = true;
+  // Simulated instances per worker process (routers always have one each): each process has the
+  // container's 20,000 descriptors and its own two CAF threads.
+  int per_process = 500;
 };
 
 // One simulated instance's part in membership.
@@ -37,6 +42,21 @@ class MemberLink {
   virtual void crash() = 0;
 };
 
+// What the simulated instances of one worker process run to take part in membership.
+class MemberSide {
+ public:
+  virtual ~MemberSide() = default;
+  // Starts the membership of one instance; `view` is set for routers.
+  virtual std::unique_ptr<MemberLink> join(caf::actor_system& system, actors::BridgePtr bridge,
+                                           const std::string& role,
+                                           std::shared_ptr<actors::RegistryView> view) = 0;
+  // Bytes this process's instances received about membership, when not through their bridges (etcd: its
+  // HTTP answers, and the RECORDS its routers sent); nullopt: what the bridges received (PEERS).
+  virtual std::optional<uint64_t> bytes_to_instances() const { return std::nullopt; }
+  // Counters summed over the worker processes (etcd: the instances' HTTP calls and connections).
+  virtual std::vector<std::pair<std::string, double>> counters() const { return {}; }
+};
+
 class RegistryBackend {
  public:
   virtual ~RegistryBackend() = default;
@@ -44,17 +64,12 @@ class RegistryBackend {
   virtual bool start(const MembershipOptions& opt) = 0;
   virtual double cpu_seconds() const = 0;  // the registry's (or etcd's) CPU so far, user + system
   virtual void stop() = 0;
+  // Where the worker processes' instances find it: the registry's control endpoint, or etcd's client URL.
+  virtual std::string member_endpoint() const = 0;
 
   // How many simulated instances are routers, keeping a placement view from heartbeats. The embedded
   // registry keeps the only view itself, in its own process: 0.
   virtual int routers() const { return 0; }
-  // Starts the membership of one instance; `view` is set for routers.
-  virtual std::unique_ptr<MemberLink> join(caf::actor_system& system, actors::BridgePtr bridge,
-                                           const std::string& role,
-                                           std::shared_ptr<actors::RegistryView> view) = 0;
-  // Bytes the instances received about membership, when not through their bridges (etcd: its HTTP
-  // answers); nullopt: what the bridges received (PEERS).
-  virtual std::optional<uint64_t> bytes_to_instances() const { return std::nullopt; }
   // How long a kill may take until every directory agrees.
   virtual std::chrono::milliseconds kill_limit(const MembershipOptions& o) const {
     return o.interval * (o.misses + 4);
@@ -64,9 +79,19 @@ class RegistryBackend {
   virtual std::vector<std::pair<std::string, double>> counters() const { return {}; }
 };
 
+// Backends by name: router, router-full (the embedded registry with PEERS deltas, and with the full lists
+// before them), etcd, etcd-routers (etcd_watch = "routers": only the two routers watch; they send the
+// others RECORDS). nullptr for an unknown name.
+std::unique_ptr<RegistryBackend> make_backend(const std::string& name);
+std::unique_ptr<MemberSide> make_member_side(const std::string& name, const std::string& endpoint,
+                                             const MembershipOptions& opt);
+
 std::unique_ptr<RegistryBackend> make_embedded_backend(bool full_lists);
-// `routers_watch`: etcd_watch = "routers" (only the two routers watch; they send the others RECORDS).
+std::unique_ptr<MemberSide> make_registry_member_side(const std::string& endpoint,
+                                                      const MembershipOptions& opt);
 std::unique_ptr<RegistryBackend> make_etcd_backend(bool routers_watch);
+std::unique_ptr<MemberSide> make_etcd_member_side(bool routers_watch, const std::string& endpoint,
+                                                  const MembershipOptions& opt);
 
 // utime + stime of a process, in seconds (/proc/<pid>/stat); 0 when it cannot be read.
 double process_cpu_seconds(pid_t pid);

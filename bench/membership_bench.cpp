@@ -16,7 +16,7 @@
 
 #include "host_load.hpp"
 #include "membership_backend.hpp"
-#include "membership_sim.hpp"
+#include "membership_fleet.hpp"
 #include "stats.hpp"
 
 namespace epd::bench {
@@ -24,14 +24,6 @@ namespace {
 
 using clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
-
-std::unique_ptr<RegistryBackend> make_backend(const std::string& name) {
-  if (name == "router") return make_embedded_backend(false);
-  if (name == "router-full") return make_embedded_backend(true);
-  if (name == "etcd") return make_etcd_backend(false);
-  if (name == "etcd-routers") return make_etcd_backend(true);
-  return nullptr;
-}
 
 struct MembershipRow {
   std::string backend;
@@ -77,15 +69,18 @@ std::optional<MembershipRow> run_backend(const MembershipOptions& opt, const std
   MembershipRow row;
   row.backend = name;
   const int routers = backend->routers();
-  // With etcd, every instance that never spoke to a killed one warns when it drops its record after the
-  // grace period: one line per instance per kill.
-  spdlog::set_level(routers > 0 ? spdlog::level::err : spdlog::level::warn);
-  auto bytes_in = [&](const Simulation& sim) -> uint64_t {
-    auto own = backend->bytes_to_instances();
-    return own ? *own : sim.traffic().bytes_in;
+  auto bytes_in = [&](Fleet& sim) -> uint64_t {
+    auto t = sim.traffic();
+    return t.member_bytes ? *t.member_bytes : t.bytes_in;
+  };
+  // etcd's counters and the instances' own (their HTTP calls and connections).
+  auto counters = [&](Fleet& sim) {
+    auto c = backend->counters();
+    for (auto& kv : sim.traffic().counters) c.push_back(kv);
+    return c;
   };
   {
-    Simulation sim(opt, *backend);
+    Fleet sim(opt, name, backend->member_endpoint(), routers);
     // Everyone at once, as a cluster starts, until every instance lists every other (and, with routers,
     // every router would place on every instance). With full lists that costs O(N^3) bytes and, on a small
     // host, stalls the registry into expiring members it is still telling about the others: in batches of
@@ -96,15 +91,17 @@ std::optional<MembershipRow> run_backend(const MembershipOptions& opt, const std
         std::max<milliseconds>(std::chrono::seconds(60), milliseconds(150 * opt.instances));
     const auto t0 = clock::now();
     const double start_cpu0 = backend->cpu_seconds();
-    for (int i = 0; i < opt.instances; ++i) {
-      if (!sim.add("sim-" + std::to_string(i))) {
-        row.error = "sim-" + std::to_string(i) + " did not start";
+    for (int from = 0; from < opt.instances; from += batch) {
+      std::vector<std::string> ids;
+      for (int i = from; i < std::min(opt.instances, from + batch); ++i)
+        ids.push_back("sim-" + std::to_string(i));
+      if (!sim.add(ids)) {
+        row.error = "an instance of sim-" + std::to_string(from) + ".. did not start";
         return row;
       }
-      if ((i + 1) % batch != 0 && i + 1 != opt.instances) continue;
-      if (i + 1 == opt.instances) row.start_spawned_ms = ms_since(t0);
+      if (from + batch >= opt.instances) row.start_spawned_ms = ms_since(t0);
       if (!sim.converge_ms(clock::now(), start_limit)) {
-        row.error = std::to_string(i + 1) + " instances did not converge in " +
+        row.error = std::to_string(from + int(ids.size())) + " instances did not converge in " +
                     std::to_string(start_limit.count() / 1000) + " s";
         std::fprintf(stderr, "membership bench: %s: %s\n", name.c_str(), row.error.c_str());
         return row;
@@ -114,9 +111,10 @@ std::optional<MembershipRow> run_backend(const MembershipOptions& opt, const std
     // The simulating process does every instance's share of the start on this host's cores (each decodes a
     // full list and every delta); the registry's (etcd's) CPU is what one real cluster would spend there.
     std::printf(
-        "%s: start: every instance started after %.0f ms, all listing all after %.0f ms; registry (etcd) CPU "
-        "%.2f s\n",
-        name.c_str(), row.start_spawned_ms, row.start_converge_ms, backend->cpu_seconds() - start_cpu0);
+        "%s: start: every instance started after %.0f ms (in %zu processes), all listing all after %.0f ms; "
+        "registry (etcd) CPU %.2f s\n",
+        name.c_str(), row.start_spawned_ms, sim.processes(), row.start_converge_ms,
+        backend->cpu_seconds() - start_cpu0);
     // Listed everywhere is not yet placeable: a router also needs each instance's first heartbeat.
     while (sim.has_routers() && !sim.all_placeable_everywhere() && clock::now() - t0 < start_limit)
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
@@ -125,7 +123,7 @@ std::optional<MembershipRow> run_backend(const MembershipOptions& opt, const std
     // Steady state: heartbeats (and, with etcd, lease renewals) only.
     const double cpu0 = backend->cpu_seconds();
     const auto traffic0 = sim.traffic();
-    const auto counters0 = backend->counters();
+    const auto counters0 = counters(sim);
     const auto s0 = clock::now();
     std::this_thread::sleep_for(std::chrono::seconds(2));
     const double secs = std::chrono::duration<double>(clock::now() - s0).count();
@@ -133,7 +131,7 @@ std::optional<MembershipRow> run_backend(const MembershipOptions& opt, const std
     const auto traffic1 = sim.traffic();
     row.heartbeat_bytes_per_s = double(traffic1.bytes_out - traffic0.bytes_out) / secs;
     row.heartbeats_per_s = double(traffic1.frames_out - traffic0.frames_out) / secs;
-    row.steady_rates = rates(counters0, backend->counters(), secs);
+    row.steady_rates = rates(counters0, counters(sim), secs);
 
     // Changes, one at a time: kill one, wait until everyone agrees; then add one, likewise. Routers are
     // never killed (sim-0, sim-1 with etcd).
@@ -280,6 +278,7 @@ void print_router_rows(const std::vector<MembershipRow>& rows) {
 int run_membership_cli(int argc, char** argv) {
   MembershipOptions opt;
   bool backends_given = false;
+  std::optional<std::string> worker, endpoint;  // a worker process of the bench's (membership_fleet.hpp)
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&]() -> std::optional<std::string> {
@@ -288,7 +287,7 @@ int run_membership_cli(int argc, char** argv) {
     };
     std::optional<std::string> v;
     if ((a == "--instances" || a == "--changes" || a == "--interval-ms" || a == "--backend" ||
-         a == "--lease-ttl-ms") &&
+         a == "--lease-ttl-ms" || a == "--per-process" || a == "--worker" || a == "--endpoint") &&
         !(v = value())) {
       std::fprintf(stderr, "epd-bench membership: %s needs a value\n", a.c_str());
       return 2;
@@ -302,8 +301,14 @@ int run_membership_cli(int argc, char** argv) {
         opt.interval = milliseconds(std::stoi(*v));
       else if (a == "--lease-ttl-ms")
         opt.lease_ttl = milliseconds(std::stoi(*v));
+      else if (a == "--per-process")
+        opt.per_process = std::stoi(*v);
       else if (a == "--own-threads")
         opt.shared_threads = false;
+      else if (a == "--worker")
+        worker = *v;
+      else if (a == "--endpoint")
+        endpoint = *v;
       else if (a == "--backend") {
         if (!backends_given) opt.backends.clear();
         backends_given = true;
@@ -311,7 +316,7 @@ int run_membership_cli(int argc, char** argv) {
       } else {
         std::fprintf(stderr,
                      "usage: epd-bench membership [--instances 300] [--changes 10] [--interval-ms 500]\n"
-                     "                            [--lease-ttl-ms 2000] [--own-threads]\n"
+                     "                            [--lease-ttl-ms 2000] [--own-threads] [--per-process 500]\n"
                      "                            [--backend router-full --backend router --backend etcd "
                      "--backend etcd-routers]\n");
         return 2;
@@ -321,13 +326,18 @@ int run_membership_cli(int argc, char** argv) {
       return 2;
     }
   }
+  if (worker) {
+    raise_fd_limit();
+    return run_membership_worker(*worker, endpoint.value_or(""), opt);
+  }
   const int max_instances = opt.shared_threads ? 10000 : 1000;
   if (opt.instances < 4 || opt.instances > max_instances || opt.changes < 1 ||
-      opt.changes > opt.instances / 2 || opt.interval.count() < 10 || opt.lease_ttl.count() < 2000) {
+      opt.changes > opt.instances / 2 || opt.interval.count() < 10 || opt.lease_ttl.count() < 2000 ||
+      opt.per_process < 1) {
     std::fprintf(stderr,
                  "epd-bench membership: --instances 4..10000 (4..1000 with --own-threads: two threads per "
                  "instance), --changes 1..instances/2, --interval-ms >= 10, --lease-ttl-ms >= 2000 "
-                 "(etcd raises shorter TTLs to 1.5 election timeouts)\n");
+                 "(etcd raises shorter TTLs to 1.5 election timeouts), --per-process >= 1\n");
     return 2;
   }
   raise_fd_limit();
@@ -336,9 +346,10 @@ int run_membership_cli(int argc, char** argv) {
       "membership: %d simulated instances, %d kills then %d adds one at a time, heartbeat %lld ms x %u, "
       "etcd lease TTL %lld ms; load average %s\n"
       "real: the registry (its own process) or etcd (its own server), every instance's membership code, its "
-      "bridge and control channel with its own sockets and TCP connections; shared: one process and %s\n",
+      "bridge and control channel with its own sockets and TCP connections; each router in a process of its "
+      "own, the other instances %d to a worker process, sharing its two CAF threads and %s\n",
       opt.instances, opt.changes, opt.changes, (long long)opt.interval.count(), opt.misses,
-      (long long)opt.lease_ttl.count(), load_average().c_str(),
+      (long long)opt.lease_ttl.count(), load_average().c_str(), opt.per_process,
       opt.shared_threads
           ? "one ZeroMQ context + one reading thread for every instance's sockets (a ChannelHub)"
           : "nothing else (each instance has its own ZeroMQ context and reading thread)");

@@ -24,6 +24,26 @@ class RegistryClient final : public MemberLink {
   caf::actor actor_;
 };
 
+class RegistryMemberSide final : public MemberSide {
+ public:
+  RegistryMemberSide(std::string endpoint, const MembershipOptions& opt)
+      : endpoint_(std::move(endpoint)), opt_(opt) {}
+  std::unique_ptr<MemberLink> join(caf::actor_system& system, actors::BridgePtr bridge,
+                                   const std::string& role, std::shared_ptr<actors::RegistryView>) override {
+    actors::MembershipConfig mc;
+    mc.registry_endpoint = endpoint_;
+    mc.role = role;
+    mc.heartbeat_interval = opt_.interval;
+    mc.heartbeat_misses = opt_.misses;
+    return std::make_unique<RegistryClient>(
+        actors::spawn_membership(system, std::move(bridge), mc, std::make_shared<actors::LoadGauge>(), {}));
+  }
+
+ private:
+  std::string endpoint_;
+  MembershipOptions opt_;
+};
+
 // `full_lists` selects the behaviour before PEERS deltas, as the baseline.
 class EmbeddedRegistry final : public RegistryBackend {
  public:
@@ -67,16 +87,7 @@ class EmbeddedRegistry final : public RegistryBackend {
     pid_ = -1;
   }
 
-  std::unique_ptr<MemberLink> join(caf::actor_system& system, actors::BridgePtr bridge,
-                                   const std::string& role, std::shared_ptr<actors::RegistryView>) override {
-    actors::MembershipConfig mc;
-    mc.registry_endpoint = endpoint_;
-    mc.role = role;
-    mc.heartbeat_interval = opt_.interval;
-    mc.heartbeat_misses = opt_.misses;
-    return std::make_unique<RegistryClient>(
-        actors::spawn_membership(system, std::move(bridge), mc, std::make_shared<actors::LoadGauge>(), {}));
-  }
+  std::string member_endpoint() const override { return endpoint_; }
 
  private:
   int child_main(int report_fd, int control_fd) {
@@ -118,6 +129,11 @@ class EmbeddedRegistry final : public RegistryBackend {
 
 std::unique_ptr<RegistryBackend> make_embedded_backend(bool full_lists) {
   return std::make_unique<EmbeddedRegistry>(full_lists);
+}
+
+std::unique_ptr<MemberSide> make_registry_member_side(const std::string& endpoint,
+                                                      const MembershipOptions& opt) {
+  return std::make_unique<RegistryMemberSide>(endpoint, opt);
 }
 
 double process_cpu_seconds(pid_t pid) {

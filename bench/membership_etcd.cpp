@@ -23,27 +23,16 @@ class EtcdMember final : public MemberLink {
   std::unique_ptr<actors::EtcdMembership> m_;
 };
 
-class EtcdBackend final : public RegistryBackend {
+class EtcdMemberSide final : public MemberSide {
  public:
-  explicit EtcdBackend(bool routers_watch) : routers_watch_(routers_watch) {}
-  std::string describe() const override {
-    return routers_watch_ ? "etcd (leases; the 2 routers watch and send RECORDS; heartbeats in-band to them)"
-                          : "etcd (leases + watch, heartbeats in-band to 2 routers)";
-  }
-
-  bool start(const MembershipOptions& opt) override {
-    opt_ = opt;
-    return etcd_.start();
-  }
-  double cpu_seconds() const override { return process_cpu_seconds(etcd_.pid()); }
-  void stop() override { etcd_.stop(); }
-  int routers() const override { return 2; }
+  EtcdMemberSide(bool routers_watch, std::string endpoint, const MembershipOptions& opt)
+      : routers_watch_(routers_watch), endpoint_(std::move(endpoint)), opt_(opt) {}
 
   std::unique_ptr<MemberLink> join(caf::actor_system& system, actors::BridgePtr bridge,
                                    const std::string& role,
                                    std::shared_ptr<actors::RegistryView> view) override {
     actors::EtcdMembershipConfig ec;
-    ec.endpoints = {etcd_.client().text()};
+    ec.endpoints = {endpoint_};
     ec.prefix = "/epd/bench/";
     ec.lease_ttl = opt_.lease_ttl;
     ec.heartbeat_interval = opt_.interval;
@@ -72,6 +61,32 @@ class EtcdBackend final : public RegistryBackend {
     return traffic_->watch_bytes.load() + traffic_->range_bytes.load() + records_bytes_->load();
   }
 
+  std::vector<std::pair<std::string, double>> counters() const override {
+    return {{"calls", double(traffic_->calls.load())}, {"connections", double(traffic_->connections.load())}};
+  }
+
+ private:
+  bool routers_watch_;
+  std::string endpoint_;
+  MembershipOptions opt_;
+  std::shared_ptr<etcd::Traffic> traffic_ = std::make_shared<etcd::Traffic>();
+  std::shared_ptr<std::atomic<uint64_t>> records_bytes_ = std::make_shared<std::atomic<uint64_t>>(0);
+};
+
+class EtcdBackend final : public RegistryBackend {
+ public:
+  explicit EtcdBackend(bool routers_watch) : routers_watch_(routers_watch) {}
+  std::string describe() const override {
+    return routers_watch_ ? "etcd (leases; the 2 routers watch and send RECORDS; heartbeats in-band to them)"
+                          : "etcd (leases + watch, heartbeats in-band to 2 routers)";
+  }
+
+  bool start(const MembershipOptions&) override { return etcd_.start(); }
+  double cpu_seconds() const override { return process_cpu_seconds(etcd_.pid()); }
+  void stop() override { etcd_.stop(); }
+  std::string member_endpoint() const override { return etcd_.client().text(); }
+  int routers() const override { return 2; }
+
   // A killed instance's record outlives it by up to one TTL (its lease), and an instance that still sees
   // it alive (it never spoke to it: no connection broke) drops it one more TTL later (the grace period).
   std::chrono::milliseconds kill_limit(const MembershipOptions& o) const override {
@@ -84,23 +99,23 @@ class EtcdBackend final : public RegistryBackend {
     return {{"puts", v("etcd_mvcc_put_total")},
             {"deletes", v("etcd_mvcc_delete_total")},
             {"proposals", v("etcd_server_proposals_committed_total")},
-            {"renewals", v("etcd_debugging_lease_renewed_total")},
-            {"calls", double(traffic_->calls.load())},
-            {"connections", double(traffic_->connections.load())}};
+            {"renewals", v("etcd_debugging_lease_renewed_total")}};
   }
 
  private:
   bool routers_watch_ = false;
-  MembershipOptions opt_;
   LocalEtcdRun etcd_;
-  std::shared_ptr<etcd::Traffic> traffic_ = std::make_shared<etcd::Traffic>();
-  std::shared_ptr<std::atomic<uint64_t>> records_bytes_ = std::make_shared<std::atomic<uint64_t>>(0);
 };
 
 }  // namespace
 
 std::unique_ptr<RegistryBackend> make_etcd_backend(bool routers_watch) {
   return std::make_unique<EtcdBackend>(routers_watch);
+}
+
+std::unique_ptr<MemberSide> make_etcd_member_side(bool routers_watch, const std::string& endpoint,
+                                                  const MembershipOptions& opt) {
+  return std::make_unique<EtcdMemberSide>(routers_watch, endpoint, opt);
 }
 
 }  // namespace epd::bench

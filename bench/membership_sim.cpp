@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <thread>
+#include <vector>
 
 #include "epd/actors/membership/membership.hpp"
 #include "epd/transport/channel_hub.hpp"
@@ -20,8 +21,8 @@ caf::actor_system_config& sim_config() {
 }
 }  // namespace
 
-Simulation::Simulation(const MembershipOptions& opt, RegistryBackend& backend)
-    : opt_(opt), backend_(backend), system_(std::make_unique<caf::actor_system>(sim_config())) {
+Simulation::Simulation(const MembershipOptions& opt, MemberSide& side)
+    : opt_(opt), side_(side), system_(std::make_unique<caf::actor_system>(sim_config())) {
   if (opt_.shared_threads) {
     auto hub = transport::ChannelHub::start();
     if (hub) hub_ = std::move(*hub);
@@ -46,27 +47,28 @@ Simulation::~Simulation() {
   live_.clear();
 }
 
-bool Simulation::add(const std::string& id) {
-  auto bridge = actors::Bridge::start(id, actors::fresh_incarnation(), "tcp://127.0.0.1:*", {},
-                                      actors::LivenessConfig{opt_.interval, opt_.misses}, {}, hub_);
+std::optional<uint64_t> Simulation::add(const std::string& id, const std::string& role, bool router) {
+  // A router reads its sockets as a real one does (its channel's own thread, woken per ready socket): on a
+  // hub a channel reads every socket at each wake-up, fine for an instance's handful, O(N) for a router's.
+  auto bridge =
+      actors::Bridge::start(id, actors::fresh_incarnation(), "tcp://127.0.0.1:*", {},
+                            actors::LivenessConfig{opt_.interval, opt_.misses}, {}, router ? nullptr : hub_);
   if (!bridge) {
     std::fprintf(stderr, "membership bench: %s: %s\n", id.c_str(), bridge.error().to_string().c_str());
-    return false;
+    return std::nullopt;
   }
-  static const char* const roles[3] = {"encoder", "prefill", "decode"};
-  const bool router = started_ < backend_.routers();
-  const std::string role = router ? "router" : roles[started_ % 3];
-  ++started_;
   Member m{bridge.value(), nullptr, router ? std::make_shared<actors::RegistryView>() : nullptr};
-  m.link = backend_.join(*system_, m.bridge, role, m.view);
+  m.link = side_.join(*system_, m.bridge, role, m.view);
   if (!m.link) {
     m.bridge->stop();
-    return false;
+    return std::nullopt;
   }
   m.bridge->wired();
   if (router) routers_.push_back(id);
+  const uint64_t incarnation = m.bridge->incarnation();
   live_[id] = std::move(m);
-  return true;
+  changed();
+  return incarnation;
 }
 
 void Simulation::kill(const std::string& id) {
@@ -74,6 +76,8 @@ void Simulation::kill(const std::string& id) {
   if (it == live_.end()) return;
   retire(it->second);
   live_.erase(it);
+  std::erase(routers_, id);
+  changed();
 }
 
 void Simulation::retire(Member& m) {
@@ -87,26 +91,39 @@ void Simulation::retire(Member& m) {
   retired_.frames_out += s.sent;
 }
 
-std::optional<double> Simulation::converge_ms(clock::time_point since, std::chrono::milliseconds limit,
-                                              const std::function<void()>& each_poll) {
-  std::map<std::string, uint64_t> expected;
-  for (const auto& [id, m] : live_) expected[id] = m.bridge->incarnation();
-  auto it = live_.begin();
-  while (it != live_.end()) {
-    if (each_poll) each_poll();
-    // An instance that agreed once is not asked again: a change is one step, nothing undoes it.
-    while (it != live_.end() && it->second.bridge->peers().lists_exactly(expected)) ++it;
-    if (it == live_.end()) break;
-    if (clock::now() - since > limit) {
-      std::fprintf(stderr, "membership bench: '%s' lists %zu instances (version %llu), %zu are live\n",
-                   it->first.c_str(), it->second.bridge->peers().incarnations().size(),
-                   (unsigned long long)it->second.bridge->peers().version(), expected.size());
-      return std::nullopt;
-    }
-    std::this_thread::sleep_for(poll_interval());
+void Simulation::changed() {
+  agreed_up_to_.reset();
+  all_agreed_ = false;
+}
+
+void Simulation::expect(const std::string& id, uint64_t incarnation) {
+  expected_[id] = incarnation;
+  changed();
+}
+
+void Simulation::forget(const std::string& id) {
+  expected_.erase(id);
+  changed();
+}
+
+std::optional<std::string> Simulation::disagreeing() {
+  if (all_agreed_) return std::nullopt;
+  auto it = agreed_up_to_ ? live_.lower_bound(*agreed_up_to_) : live_.begin();
+  while (it != live_.end() && it->second.bridge->peers().lists_exactly(expected_)) ++it;
+  if (it == live_.end()) {
+    all_agreed_ = true;
+    return std::nullopt;
   }
-  if (each_poll) each_poll();
-  return std::chrono::duration<double, std::milli>(clock::now() - since).count();
+  agreed_up_to_ = it->first;
+  return it->first;
+}
+
+std::string Simulation::describe(const std::string& id) const {
+  auto it = live_.find(id);
+  if (it == live_.end()) return id + " (not here)";
+  const auto& peers = it->second.bridge->peers();
+  return id + " lists " + std::to_string(peers.incarnations().size()) + " instances at version " +
+         std::to_string(peers.version());
 }
 
 namespace {
@@ -118,38 +135,30 @@ bool placeable_by(const actors::RegistryView& view, actors::Bridge& bridge, cons
 }
 }  // namespace
 
-std::chrono::microseconds Simulation::poll_interval() const {
-  // Each round reads up to every directory: at thousands of instances a 500 us round would cost more
-  // than the membership work it watches.
-  return std::chrono::microseconds(std::max<int64_t>(500, int64_t(live_.size()) / 2));
-}
-
 bool Simulation::routed_around(const std::string& id) const {
   for (const auto& r : routers_) {
-    auto it = live_.find(r);
-    if (it != live_.end() && placeable_by(*it->second.view, *it->second.bridge, id)) return false;
+    const auto& m = live_.at(r);
+    if (placeable_by(*m.view, *m.bridge, id)) return false;
   }
   return true;
 }
 
 bool Simulation::unlisted_by_routers(const std::string& id) const {
-  for (const auto& r : routers_) {
-    auto it = live_.find(r);
-    if (it != live_.end() && it->second.bridge->peers().find(id)) return false;
-  }
+  for (const auto& r : routers_)
+    if (live_.at(r).bridge->peers().find(id)) return false;
   return true;
 }
 
 bool Simulation::placeable_everywhere(const std::string& id) const {
   for (const auto& r : routers_) {
-    auto it = live_.find(r);
-    if (it != live_.end() && !placeable_by(*it->second.view, *it->second.bridge, id)) return false;
+    const auto& m = live_.at(r);
+    if (!placeable_by(*m.view, *m.bridge, id)) return false;
   }
   return true;
 }
 
 bool Simulation::all_placeable_everywhere() const {
-  for (const auto& [id, _] : live_)
+  for (const auto& [id, _] : expected_)
     if (!placeable_everywhere(id)) return false;
   return true;
 }

@@ -1,19 +1,18 @@
 #pragma once
-// The simulated instances of `epd-bench membership`: each a bridge plus its backend's membership side (no
-// model, no engine, no role), all in this process on one small actor system. The first
-// `backend.routers()` are routers: they keep a RegistryView from the heartbeats they receive, as a real
-// router does. Each instance has its own control channel (ROUTER, DEALERs, TCP connections) and speaks the
-// real protocol; with MembershipOptions::shared_threads their sockets share one ZeroMQ context and one
-// reading thread (transport::ChannelHub), so thousands fit in one process. With etcd each instance still
-// runs its own two etcd threads (lease session, watch) and HTTP connections.
-#include <chrono>
+// The simulated instances of one worker process of `epd-bench membership`: each a bridge plus its
+// backend's membership side (no model, no engine, no role), on one small actor system. Routers keep a
+// RegistryView from the heartbeats they receive, as a real router does. Each instance has its own control
+// channel (ROUTER, DEALERs, TCP connections) and speaks the real protocol; with
+// MembershipOptions::shared_threads their sockets share one ZeroMQ context and one reading thread
+// (transport::ChannelHub). With etcd each instance still runs its own etcd threads and HTTP connections.
+//
+// The fleet's live instances (in every process) are what each directory should list: the coordinator
+// tells every process of each start and kill (`expect` / `forget`).
 #include <cstdint>
-#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
-#include <vector>
 
 #include "epd/transport/control_channel.hpp"
 #include "membership_backend.hpp"
@@ -22,29 +21,33 @@ namespace epd::bench {
 
 class Simulation {
  public:
-  using clock = std::chrono::steady_clock;
-
-  Simulation(const MembershipOptions& opt, RegistryBackend& backend);
+  Simulation(const MembershipOptions& opt, MemberSide& side);
   ~Simulation();  // stops every instance still running
 
-  bool add(const std::string& id);
+  // Starts an instance here; its incarnation, or nullopt (said on stderr) when it could not start.
+  std::optional<uint64_t> add(const std::string& id, const std::string& role, bool router);
   // As a kill -9 does: its sockets close, it says nothing, revokes nothing.
   void kill(const std::string& id);
 
-  // Polls until every live instance lists exactly the live instances at their incarnations, calling
-  // `each_poll` on every round (and once more at the end); the ms since `since`, nullopt after `limit`.
-  std::optional<double> converge_ms(clock::time_point since, std::chrono::milliseconds limit,
-                                    const std::function<void()>& each_poll = {});
+  // The fleet's live instances, in every process.
+  void expect(const std::string& id, uint64_t incarnation);
+  void forget(const std::string& id);
+  // An instance of this process whose directory does not list exactly the fleet's live instances; nullopt
+  // when all do. One that agreed is not asked again until the fleet changes: a change is one step, nothing
+  // undoes it. Cheap: the bench asks every few hundred microseconds.
+  std::optional<std::string> disagreeing();
+  // What an instance's directory holds, for a report.
+  std::string describe(const std::string& id) const;
 
-  // No router would place on `id`: its entry is gone or unhealthy, or the router's directory holds it dead.
+  // Over this process's routers (true when it has none):
+  // no router would place on `id`: its entry is gone or unhealthy, or the router's directory holds it dead.
   bool routed_around(const std::string& id) const;
-  // No router's directory lists `id` any more (its record is gone).
+  // no router's directory lists `id` any more (its record is gone).
   bool unlisted_by_routers(const std::string& id) const;
-  // Every router would place on `id`: a healthy entry of its live incarnation.
+  // every router would place on `id`: a healthy entry of its live incarnation.
   bool placeable_everywhere(const std::string& id) const;
-  // Every router would place on every live instance.
+  // every router would place on every live instance of the fleet.
   bool all_placeable_everywhere() const;
-  bool has_routers() const { return !routers_.empty(); }
 
   struct Traffic {
     uint64_t bytes_in = 0, bytes_out = 0, frames_out = 0;  // over every bridge, retired ones included
@@ -58,16 +61,18 @@ class Simulation {
     std::shared_ptr<actors::RegistryView> view;  // routers only
   };
   void retire(Member& m);
-  std::chrono::microseconds poll_interval() const;
+  void changed();  // every instance is asked again
 
   MembershipOptions opt_;
-  RegistryBackend& backend_;
+  MemberSide& side_;
   std::unique_ptr<caf::actor_system> system_;
   std::shared_ptr<transport::ChannelHub> hub_;  // every bridge's sockets, read by one thread
   std::map<std::string, Member> live_;
   std::vector<std::string> routers_;
+  std::map<std::string, uint64_t> expected_;
+  std::optional<std::string> agreed_up_to_;  // live_ is checked in order; those before this agreed
+  bool all_agreed_ = false;
   Traffic retired_;
-  int started_ = 0;
 };
 
 }  // namespace epd::bench

@@ -146,13 +146,14 @@ void Bridge::send_to_endpoint(const std::string& endpoint, protocol::Body body) 
   transmit(false, endpoint, encode(std::move(body)));
 }
 
-void Bridge::send_to_endpoints(const std::vector<std::string>& endpoints, protocol::Body body) {
-  if (endpoints.empty()) return;
+size_t Bridge::send_to_endpoints(const std::vector<std::string>& endpoints, protocol::Body body) {
+  if (endpoints.empty()) return 0;
   const auto frame = encode(std::move(body));
   for (const auto& endpoint : endpoints) {
     ++sent_;
     transmit(false, endpoint, frame);
   }
+  return frame.size();
 }
 
 void Bridge::reply(const std::string& routing_id, protocol::Body body) {

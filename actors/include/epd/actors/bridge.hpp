@@ -114,8 +114,9 @@ class Bridge {
   bool send(const std::string& peer_id, protocol::Body body);
   // Sends to an endpoint directly (e.g. the registry, before any PEERS arrived).
   void send_to_endpoint(const std::string& endpoint, protocol::Body body);
-  // The same message to many endpoints, encoded once (the registry's PEERS to every member).
-  void send_to_endpoints(const std::vector<std::string>& endpoints, protocol::Body body);
+  // The same message to many endpoints, encoded once (the registry's PEERS to every member); the frame's
+  // size in bytes (0 when there is no endpoint).
+  size_t send_to_endpoints(const std::vector<std::string>& endpoints, protocol::Body body);
   // Answers a peer that reached our ROUTER (routing id = its instance id), even if it is not registered.
   void reply(const std::string& routing_id, protocol::Body body);
   // Answers the sender of `env`: through its registered endpoint, or straight back through our ROUTER when

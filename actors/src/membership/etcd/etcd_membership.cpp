@@ -305,12 +305,8 @@ void send_heartbeats(EtcdMembershipState& st) {
 
 // RECORDS to `to`, encoded once; counted in config.records_bytes when the bench asks.
 void send_records(EtcdMembershipState& st, const std::vector<std::string>& to, protocol::Records records) {
-  if (to.empty()) return;
-  if (st.config.records_bytes) {
-    const auto frame = protocol::encode({st.bridge->instance_id(), st.bridge->incarnation(), records});
-    *st.config.records_bytes += uint64_t(frame.size()) * to.size();
-  }
-  st.bridge->send_to_endpoints(to, std::move(records));
+  const size_t bytes = st.bridge->send_to_endpoints(to, std::move(records));
+  if (st.config.records_bytes) *st.config.records_bytes += uint64_t(bytes) * to.size();
 }
 
 // Remembers that `id` got the full list now, so that it gets it again if it stays silent.

@@ -1,0 +1,80 @@
+// A worker process of `epd-bench membership` (membership_fleet.hpp): a Simulation of some of the fleet's
+// instances, driven by the bench's process over two pipes.
+#include <cstdio>
+#include <sstream>
+
+#include <spdlog/spdlog.h>
+
+#include "membership_fleet.hpp"
+#include "membership_sim.hpp"
+
+namespace epd::bench {
+
+int run_membership_worker(const std::string& backend, const std::string& endpoint,
+                          const MembershipOptions& opt) {
+  auto side = make_member_side(backend, endpoint, opt);
+  FILE* in = fdopen(3, "r");
+  FILE* out = fdopen(4, "w");
+  if (!side || !in || !out) {
+    std::fprintf(stderr, "membership worker: unknown backend '%s' or no command pipes\n", backend.c_str());
+    return 2;
+  }
+  // With etcd, every instance that never spoke to a killed one warns when it drops its record after the
+  // grace period: one line per instance per kill.
+  spdlog::set_level(backend.rfind("etcd", 0) == 0 ? spdlog::level::err : spdlog::level::warn);
+  Simulation sim(opt, *side);
+  auto reply = [&](const std::string& s) {
+    std::fputs(s.c_str(), out);
+    std::fputc('\n', out);
+    std::fflush(out);
+  };
+  auto yes = [&](bool b) { reply(b ? "1" : "0"); };
+  char buf[512];
+  while (std::fgets(buf, sizeof buf, in)) {
+    std::istringstream line(buf);
+    std::string cmd, id, role;
+    line >> cmd >> id;
+    if (cmd == "add") {
+      int router = 0;
+      line >> role >> router;
+      auto incarnation = sim.add(id, role, router != 0);
+      reply(incarnation ? "ok " + std::to_string(*incarnation) : "err");
+    } else if (cmd == "kill") {
+      sim.kill(id);
+    } else if (cmd == "expect") {
+      uint64_t incarnation = 0;
+      line >> incarnation;
+      sim.expect(id, incarnation);
+    } else if (cmd == "forget") {
+      sim.forget(id);
+    } else if (cmd == "pending") {
+      auto behind = sim.disagreeing();
+      reply(behind ? *behind : "none");
+    } else if (cmd == "describe") {
+      reply(sim.describe(id));
+    } else if (cmd == "routed") {
+      yes(sim.routed_around(id));
+    } else if (cmd == "unlisted") {
+      yes(sim.unlisted_by_routers(id));
+    } else if (cmd == "placeable") {
+      yes(sim.placeable_everywhere(id));
+    } else if (cmd == "all_placeable") {
+      yes(sim.all_placeable_everywhere());
+    } else if (cmd == "traffic") {
+      const auto t = sim.traffic();
+      const auto member = side->bytes_to_instances();
+      const auto counters = side->counters();
+      std::string s = std::to_string(t.bytes_in) + " " + std::to_string(t.bytes_out) + " " +
+                      std::to_string(t.frames_out) + " " + (member ? std::to_string(*member) : "-") + " " +
+                      std::to_string(counters.size());
+      for (const auto& [name, v] : counters) s += " " + name + " " + std::to_string(v);
+      reply(s);
+    } else {
+      std::fprintf(stderr, "membership worker: unknown command '%s'\n", cmd.c_str());
+      return 2;
+    }
+  }
+  return 0;  // the bench closed the pipe: the Simulation stops every instance as by kill -9
+}
+
+}  // namespace epd::bench
