@@ -112,9 +112,9 @@ std::optional<MembershipRow> run_backend(const MembershipOptions& opt, const std
     // full list and every delta); the registry's (etcd's) CPU is what one real cluster would spend there.
     std::printf(
         "%s: start: every instance started after %.0f ms (in %zu processes), all listing all after %.0f ms; "
-        "registry (etcd) CPU %.2f s\n",
+        "registry (etcd) CPU %.2f s; %.1f MB to the instances\n",
         name.c_str(), row.start_spawned_ms, sim.processes(), row.start_converge_ms,
-        backend->cpu_seconds() - start_cpu0);
+        backend->cpu_seconds() - start_cpu0, double(bytes_in(sim)) / 1e6);
     // Listed everywhere is not yet placeable: a router also needs each instance's first heartbeat.
     while (sim.has_routers() && !sim.all_placeable_everywhere() && clock::now() - t0 < start_limit)
       std::this_thread::sleep_for(std::chrono::milliseconds(2));

@@ -37,7 +37,12 @@ void Agent::start() {
 }
 
 void Agent::stop(bool revoke) {
-  if (stop_.exchange(true)) return;
+  {
+    // Under the lock, so that a sleeper that has just found stop_ false cannot miss the wake-up.
+    std::lock_guard lock(sleep_mu_);
+    if (stop_.exchange(true)) return;
+  }
+  woken_.notify_all();
   if (session_.joinable()) session_.join();
   if (watcher_.joinable()) watcher_.join();
   if (int64_t lease = lease_.load(); revoke && lease != 0) {
@@ -48,13 +53,10 @@ void Agent::stop(bool revoke) {
 }
 
 bool Agent::sleep_for(milliseconds d) {
-  const auto until = clock::now() + d;
-  while (!stop_.load()) {
-    const auto left = until - clock::now();
-    if (left <= clock::duration::zero()) return true;
-    std::this_thread::sleep_for(std::min<clock::duration>(left, milliseconds(50)));
-  }
-  return false;
+  // Woken by stop() at once, and otherwise not at all: a session renews every TTL/3, and a process of a
+  // simulated fleet holds a thousand of them.
+  std::unique_lock lock(sleep_mu_);
+  return !woken_.wait_for(lock, d, [&] { return stop_.load(); });
 }
 
 void Agent::run_session() {

@@ -11,7 +11,9 @@
 #include <atomic>
 #include <caf/all.hpp>
 #include <chrono>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -73,6 +75,8 @@ class Agent {
   const protocol::PeerInfo self_;
   caf::actor membership_;
   std::atomic<bool> stop_{false};
+  std::mutex sleep_mu_;  // with woken_: sleep_for ends when stop() is called
+  std::condition_variable woken_;
   std::atomic<int64_t> lease_{0};
   std::thread session_, watcher_;
 };
