@@ -33,7 +33,8 @@ constexpr Subcommand kSubcommands[] = {
     {"control-plane", run_control_plane_cli,
      "BOOTSTRAP -> KV_STATUS latency and rooms/s vs a bare ZeroMQ round trip (plain and CURVE)"},
     {"membership", epd::bench::run_membership_cli,
-     "membership of 200-1,000 simulated instances (embedded registry, etcd): convergence, bytes, CPU"},
+     "membership of 1,000s of simulated instances in worker processes (embedded registry, etcd): "
+     "convergence, bytes, CPU"},
     {"placement", run_placement_bench,
      "the router's placement cost per request at 10-5,000 instances per role: index vs scoring every one"},
     {"routers", epd::bench::run_routers_cli,
