@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <map>
 #include <memory>
@@ -341,6 +342,9 @@ int run_membership_cli(int argc, char** argv) {
     return 2;
   }
   raise_fd_limit();
+  // A worker that died closed its pipe: the next command to it fails with EPIPE (and is reported) instead
+  // of ending the bench.
+  signal(SIGPIPE, SIG_IGN);
   spdlog::set_level(spdlog::level::warn);  // joins and leaves by the thousand; warnings still show
   std::printf(
       "membership: %d simulated instances, %d kills then %d adds one at a time, heartbeat %lld ms x %u, "

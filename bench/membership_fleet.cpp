@@ -182,9 +182,12 @@ std::optional<double> Fleet::converge_ms(clock::time_point since, std::chrono::m
     }
     if (waiting.empty()) break;
     if (clock::now() - since > limit) {
+      // Twice, 2 s apart: stuck, or only behind?
       auto what = ask(*waiting.back(), "describe " + *behind);
-      std::fprintf(stderr, "membership bench: %s; %zu are live\n", what.value_or(*behind).c_str(),
-                   live_.size());
+      std::this_thread::sleep_for(std::chrono::seconds(2));
+      auto later = ask(*waiting.back(), "describe " + *behind);
+      std::fprintf(stderr, "membership bench: %s; 2 s later %s; %zu are live\n",
+                   what.value_or(*behind).c_str(), later.value_or("no answer").c_str(), live_.size());
       return std::nullopt;
     }
     std::this_thread::sleep_for(poll);
