@@ -1,7 +1,8 @@
 // etcd_watch = "routers" under CAF's test coordinator: a router passes its watch on to the other instances as
 // RECORDS (the full list to a new instance, deltas gathered over a window to the rest, the full list again on
 // a resync or to one that stays silent), and an instance applies what is newer than what it holds, whichever
-// router sent it, and asks for the full list when a delta starts after it.
+// router sent it, and asks for the full list when a delta starts after it or a router's heartbeat says it
+// sent more.
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <set>
@@ -253,4 +254,51 @@ TEST_CASE("etcd relay: an instance applies what is newer whoever sent it and ask
     d.h.advance(1100ms, 100ms);  // decode-2 still looked alive to us: it goes after the grace period
     CHECK_FALSE(d.bridge->peers().find("decode-2"));
   }
+  SECTION("a router's heartbeat that says it sent more than we hold makes us ask it for the list") {
+    // The last delta of a burst was lost: no later delta comes to show the gap, the heartbeat does.
+    protocol::Heartbeat hb;
+    hb.records_revision = 5;  // what we hold: nothing to ask
+    test::deliver(*d.bridge, "router-0", 1, hb);
+    d.h.run();
+    d.h.advance(110ms, 10ms);
+    auto hbs = d.heartbeats();
+    REQUIRE(hbs.count(at("router-0")));
+    CHECK_FALSE(hbs.at(at("router-0")).resync);
+    hb.records_revision = 7;
+    test::deliver(*d.bridge, "router-0", 1, hb);
+    d.h.run();
+    d.h.advance(110ms, 10ms);
+    hbs = d.heartbeats();
+    CHECK(hbs.at(at("router-0")).resync);
+    CHECK_FALSE(hbs.at(at("router-1")).resync);  // it said nothing of the kind
+  }
+}
+
+TEST_CASE(
+    "etcd relay: a router's heartbeats say how far its RECORDS went, except to an instance awaiting its "
+    "list") {
+  Node r("router-0", "router");
+  r.list({test::peer("router-0", "router", 1), decode(1), decode(2)}, 5);
+  r.h.advance(90ms, 10ms);  // just before the first heartbeat tick (every 100 ms)
+  (void)test::sent(*r.bridge);
+  r.watch({{"decode-3", decode(3), 6}}, 6);  // a lone event goes at once
+  r.watch({{"decode-4", decode(4), 7}}, 7);  // waits for the window's end, after the tick
+  r.h.advance(20ms, 10ms);
+  std::map<std::string, uint64_t> said;
+  size_t records = 0;
+  for (const auto& s : test::sent(*r.bridge)) {
+    if (const auto* hb = s.as<protocol::Heartbeat>()) said[s.to] = hb->records_revision;
+    if (s.as<protocol::Records>()) ++records;
+  }
+  CHECK(records == 3);  // revision 6: a delta to decode-1 and decode-2, the full list to decode-3
+  REQUIRE(said.count(at("decode-1")));
+  REQUIRE(said.count(at("decode-4")));
+  CHECK(said.at(at("decode-1")) == 6);  // the last flush: revision 7 waits for the window's end
+  CHECK(said.at(at("decode-3")) == 6);
+  CHECK(said.at(at("decode-4")) == 0);  // its first list is on its way: nothing to compare with
+  r.h.advance(100ms, 10ms);
+  said.clear();
+  for (const auto& s : test::sent(*r.bridge))
+    if (const auto* hb = s.as<protocol::Heartbeat>()) said[s.to] = hb->records_revision;
+  CHECK(said.at(at("decode-4")) == 7);
 }

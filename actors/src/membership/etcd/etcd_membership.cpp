@@ -283,6 +283,7 @@ void send_heartbeats(EtcdMembershipState& st) {
   hb.load = st.load->snapshot();
   hb.load.healthy = hb.load.healthy && st.listed;  // cannot serve before it knows its peers
   if (st.config.engine) hb.load.fenced_writes = st.config.engine->fence_stats().refused;
+  if (st.mirror) hb.records_revision = st.mirror->sent_up_to();
   // Instances tell the routers their load. A router sends its heartbeat to every instance in turn: nobody
   // needs a router's load, but the control connection it keeps open that way is what notices a killed or
   // frozen instance in milliseconds (a broken connection, ZMTP heartbeats). Without it, a router that never
@@ -294,6 +295,12 @@ void send_heartbeats(EtcdMembershipState& st) {
       auto ask = hb;
       ask.resync = true;
       st.bridge->send_to_endpoint(info.control_endpoint, std::move(ask));
+      continue;
+    }
+    if (st.mirror && st.mirror->list_pending(id)) {
+      auto first = hb;
+      first.records_revision = 0;
+      st.bridge->send_to_endpoint(info.control_endpoint, std::move(first));
       continue;
     }
     st.bridge->send_to_endpoint(info.control_endpoint, hb);
@@ -472,6 +479,15 @@ caf::behavior etcd_membership(caf::stateful_actor<EtcdMembershipState>* self, Br
           return;
         }
         auto* hb = std::get_if<protocol::Heartbeat>(&env.body);
+        // A router's heartbeat comes after every RECORDS it sent us before it (one connection): if it has
+        // sent more than we hold, some were lost, maybe the last of a burst, after which no delta comes to
+        // show a gap. Before our first list there is nothing to compare (it is on its way, or resent).
+        if (hb && s.follower && s.follower->revision() > 0 && hb->records_revision > s.follower->revision() &&
+            s.resync_from.insert(env.sender).second)
+          spdlog::info(
+              "membership: router '{}' sent RECORDS up to revision {}, we hold {}; asking it for the full "
+              "list",
+              env.sender, hb->records_revision, s.follower->revision());
         if (!hb || !s.view) return;
         if (hb->resync && s.mirror) {
           if (const auto* info = s.mirror->member(env.sender)) {

@@ -42,6 +42,12 @@ class RecordMirror {
   // The instances that need RECORDS, by id.
   std::vector<std::string> members() const;
   uint64_t revision() const { return revision_; }
+  // The revision every instance holding a list has been sent up to: the last flush's (events since then
+  // wait for the next one). A router's heartbeats carry it, so that an instance can tell it lost the last
+  // delta, which no later delta would show as a gap.
+  uint64_t sent_up_to() const { return since_; }
+  // A new instance whose full list waits for the next flush: it holds nothing to compare yet.
+  bool list_pending(const std::string& id) const { return fresh_.count(id) > 0; }
 
  private:
   std::map<std::string, protocol::PeerInfo> records_;

@@ -286,7 +286,8 @@ struct RecordChange {
 // etcd watch saw them, so instances need no watch of their own. Full: every record at `revision` (to a new
 // instance, after the router listed etcd again, or on a heartbeat's resync). Delta: the events in
 // (since, revision], in etcd's order. Every router sends them; a receiver applies what is newer than what it
-// has, whoever sent it, and asks for a full list when a delta starts after it.
+// has, whoever sent it, and asks for a full list when a delta starts after it or when the router's HEARTBEAT
+// says it sent more than the receiver holds (the last delta of a burst was lost).
 struct Records {
   static constexpr MessageType kType = MessageType::records;
   static constexpr std::string_view kName = "RECORDS";
@@ -314,6 +315,8 @@ struct Heartbeat {
   LoadReport load{};  // the sender's figures now
   bool resync =
       false;  // its PEERS version (RECORDS revision) has a gap (a delta was lost): send the full list
+  // An instance that holds less lost the last RECORDS and asks for the full list (`resync`).
+  uint64_t records_revision = 0;  // a router's (etcd_watch = "routers"): its RECORDS sent so far; 0: none
 
   bool operator==(const Heartbeat&) const = default;
   template <class S, class V>
@@ -321,6 +324,7 @@ struct Heartbeat {
     v.req("seq", s.seq);
     v.opt("load", s.load);
     v.opt("resync", s.resync);
+    v.opt("records_revision", s.records_revision);
   }
 };
 
