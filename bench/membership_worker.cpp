@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <sstream>
 
+#include <spdlog/cfg/env.h>
 #include <spdlog/spdlog.h>
 
 #include "membership_fleet.hpp"
@@ -22,6 +23,7 @@ int run_membership_worker(const std::string& backend, const std::string& endpoin
   // With etcd, every instance that never spoke to a killed one warns when it drops its record after the
   // grace period: one line per instance per kill.
   spdlog::set_level(backend.rfind("etcd", 0) == 0 ? spdlog::level::err : spdlog::level::warn);
+  spdlog::cfg::load_env_levels();  // SPDLOG_LEVEL=info shows every join, resend and resync, for a diagnosis
   Simulation sim(opt, *side);
   auto reply = [&](const std::string& s) {
     std::fputs(s.c_str(), out);
