@@ -1,8 +1,8 @@
 // etcd_watch = "routers" under CAF's test coordinator: a router passes its watch on to the other instances as
-// RECORDS (the full list to a new instance, deltas gathered over a window to the rest, the full list again on
-// a resync or to one that stays silent), and an instance applies what is newer than what it holds, whichever
-// router sent it, and asks for the full list when a delta starts after it or a router's heartbeat says it
-// sent more.
+// RECORDS (the full list to a new instance, from one router only, deltas gathered over a window to the rest,
+// the full list again on a resync or to one that stays silent), and an instance applies what is newer than
+// what it holds, whichever router sent it, and asks a router for the full list when it is still short of
+// what that router sent (after a gap, or as its heartbeat says) a heartbeat later.
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <set>
@@ -10,6 +10,7 @@
 #include "epd/actors/membership/membership.hpp"
 #include "membership/etcd/etcd_agent.hpp"
 #include "membership/etcd/etcd_membership_actor.hpp"
+#include "membership/etcd/record_relay.hpp"
 #include "role_harness.hpp"
 
 using namespace epd;
@@ -115,6 +116,10 @@ protocol::Records delta(uint64_t since, uint64_t revision, std::vector<protocol:
 using namespace etcd_relay;
 
 TEST_CASE("etcd relay: a router sends the full list to new instances and one delta per window to the rest") {
+  // decode-4's and decode-2's lists are router-0's to send, of router-0 and router-1 (list_rank).
+  const std::vector<std::string> routers{"router-0", "router-1"};
+  REQUIRE(etcd_backend::list_rank(routers, "router-0", "decode-4") == 0);
+  REQUIRE(etcd_backend::list_rank(routers, "router-0", "decode-2") == 0);
   Node r("router-0", "router");
   r.list({test::peer("router-0", "router", 1), test::peer("router-1", "router", 1), decode(1), decode(2)}, 5);
   auto sent = r.records();
@@ -127,12 +132,12 @@ TEST_CASE("etcd relay: a router sends the full list to new instances and one del
   }
 
   // A lone event goes at once: a delta to those holding a list, the full list to the new instance.
-  r.watch({{"decode-3", decode(3), 6}}, 6);
+  r.watch({{"decode-4", decode(4), 6}}, 6);
   sent = r.records();
   REQUIRE(sent.size() == 3);
   for (const auto& [to, rec] : sent) {
     INFO(to);
-    if (to == at("decode-3")) {
+    if (to == at("decode-4")) {
       CHECK(rec.full);
       CHECK(rec.revision == 6);
       CHECK(ids_of(rec).size() == 5);
@@ -140,7 +145,7 @@ TEST_CASE("etcd relay: a router sends the full list to new instances and one del
       CHECK_FALSE(rec.full);
       CHECK(rec.since == 5);
       CHECK(rec.revision == 6);
-      CHECK(ids_of(rec) == std::set<std::string>{"decode-3"});
+      CHECK(ids_of(rec) == std::set<std::string>{"decode-4"});
     }
   }
 
@@ -150,12 +155,12 @@ TEST_CASE("etcd relay: a router sends the full list to new instances and one del
   CHECK(r.records().empty());
   r.h.advance(60ms, 10ms);
   sent = r.records();
-  CHECK(endpoints(sent) == std::set<std::string>{at("decode-2"), at("decode-3")});
+  CHECK(endpoints(sent) == std::set<std::string>{at("decode-2"), at("decode-4")});
   for (const auto& [to, rec] : sent) {
     INFO(to);
     if (to == at("decode-2")) {
       CHECK(rec.full);
-      CHECK(ids_of(rec) == std::set<std::string>{"router-0", "router-1", "decode-2", "decode-3"});
+      CHECK(ids_of(rec) == std::set<std::string>{"router-0", "router-1", "decode-2", "decode-4"});
     } else {
       CHECK_FALSE(rec.full);
       CHECK(rec.since == 6);
@@ -166,6 +171,58 @@ TEST_CASE("etcd relay: a router sends the full list to new instances and one del
       CHECK(rec.changes[1].revision == 8);
     }
   }
+}
+
+TEST_CASE("etcd relay: one router sends a new instance its list and the other steps in if it stays silent") {
+  const std::vector<protocol::PeerInfo> routers{test::peer("router-0", "router", 1),
+                                                test::peer("router-1", "router", 1)};
+  Node r0("router-0", "router");
+  Node r1("router-1", "router");
+  for (auto* r : {&r0, &r1}) {
+    r->list(routers, 5);
+    // Ten instances join in one window.
+    std::vector<etcd_backend::Change> joins;
+    for (int i = 1; i <= 10; ++i) joins.push_back({"decode-" + std::to_string(i), decode(i), 5 + i});
+    r->watch(std::move(joins), 15);
+  }
+  auto lists_from = [](Node& r) {
+    std::set<std::string> to;
+    for (const auto& [endpoint, rec] : r.records())
+      if (rec.full) to.insert(endpoint);
+    return to;
+  };
+  const auto from0 = lists_from(r0), from1 = lists_from(r1);
+  // Each gets one list, not two, and both routers share the work.
+  std::set<std::string> all = from0;
+  all.insert(from1.begin(), from1.end());
+  CHECK(all.size() == 10);
+  CHECK(from0.size() + from1.size() == 10);
+  CHECK_FALSE(from0.empty());
+  CHECK_FALSE(from1.empty());
+
+  // Every instance but one got its list and sends both routers heartbeats; that one stays silent.
+  const std::string silent = *from1.begin();
+  protocol::Heartbeat hb;
+  hb.load.healthy = true;
+  for (int i = 1; i <= 10; ++i) {
+    const std::string id = "decode-" + std::to_string(i);
+    if (at(id) == silent) continue;
+    test::deliver(*r0.bridge, id, 10, hb);
+    test::deliver(*r1.bridge, id, 10, hb);
+  }
+  r0.h.run();
+  r1.h.run();
+  // Its own router sends it again after 2 s; the other steps in after 4 s, and nobody else gets a list.
+  r1.h.advance(2100ms, 100ms);
+  CHECK(lists_from(r1) == std::set<std::string>{silent});
+  r0.h.advance(3800ms, 100ms);
+  CHECK(lists_from(r0).empty());
+  r0.h.advance(300ms, 100ms);
+  CHECK(lists_from(r0) == std::set<std::string>{silent});
+  r0.h.advance(7800ms, 200ms);  // then it doubles its wait: 8 s
+  CHECK(lists_from(r0).empty());
+  r0.h.advance(400ms, 200ms);
+  CHECK(lists_from(r0) == std::set<std::string>{silent});
 }
 
 TEST_CASE("etcd relay: a router sends the full list again on a resync and to an instance that stays silent") {
@@ -200,7 +257,7 @@ TEST_CASE("etcd relay: a router sends the full list again on a resync and to an 
   CHECK(r.records().empty());
 }
 
-TEST_CASE("etcd relay: an instance applies what is newer whoever sent it and asks for the list after a gap") {
+TEST_CASE("etcd relay: an instance applies what is newer whoever sent it and asks for what it lost") {
   Node d("decode-1", "decode");
   const auto router0 = test::peer("router-0", "router", 1);
   const auto router1 = test::peer("router-1", "router", 1);
@@ -235,15 +292,21 @@ TEST_CASE("etcd relay: an instance applies what is newer whoever sent it and ask
       for (const auto& c : pc.changes) changed.insert(c.id);
     CHECK(changed == std::set<std::string>{"decode-4"});  // decode-3 came and went in one batch
   }
-  SECTION("a delta after a gap is not applied, and the next heartbeat to its sender asks for the list") {
+  SECTION("a delta after a gap is not applied, and if the sender's heartbeat finds us still short we ask") {
     test::deliver(*d.bridge, "router-1", 1, delta(9, 10, {{"decode-5", 10, decode(5)}}));
     d.h.run();
     CHECK_FALSE(d.bridge->peers().find("decode-5"));
     d.h.advance(110ms, 10ms);
     auto hbs = d.heartbeats();
     REQUIRE(hbs.count(at("router-1")));
+    CHECK_FALSE(hbs.at(at("router-1")).resync);  // router-0 may be sending revisions 6..9
+    protocol::Heartbeat hb;
+    hb.records_revision = 10;
+    test::deliver(*d.bridge, "router-1", 1, hb);
+    d.h.run();
+    d.h.advance(110ms, 10ms);
+    hbs = d.heartbeats();
     CHECK(hbs.at(at("router-1")).resync);
-    REQUIRE(hbs.count(at("router-0")));
     CHECK_FALSE(hbs.at(at("router-0")).resync);
     d.h.advance(110ms, 10ms);
     hbs = d.heartbeats();
@@ -254,8 +317,22 @@ TEST_CASE("etcd relay: an instance applies what is newer whoever sent it and ask
     d.h.advance(1100ms, 100ms);  // decode-2 still looked alive to us: it goes after the grace period
     CHECK_FALSE(d.bridge->peers().find("decode-2"));
   }
+  SECTION("a gap the other router's delta fills asks nothing") {
+    test::deliver(*d.bridge, "router-1", 1, delta(6, 7, {{"decode-4", 7, decode(4)}}));
+    test::deliver(*d.bridge, "router-0", 1,
+                  delta(5, 7, {{"decode-3", 6, decode(3)}, {"decode-4", 7, decode(4)}}));
+    protocol::Heartbeat hb;
+    hb.records_revision = 7;
+    test::deliver(*d.bridge, "router-1", 1, hb);
+    d.h.run();
+    CHECK(d.bridge->peers().find("decode-3"));
+    CHECK(d.bridge->peers().find("decode-4"));
+    d.h.advance(110ms, 10ms);
+    CHECK_FALSE(d.heartbeats().at(at("router-1")).resync);
+  }
   SECTION("a router's heartbeat that says it sent more than we hold makes us ask it for the list") {
-    // The last delta of a burst was lost: no later delta comes to show the gap, the heartbeat does.
+    // The last delta of a burst was lost: no later delta comes to show the gap, the heartbeat does. Once
+    // we are still short of it at its next heartbeat: the events may be on their way from the other router.
     protocol::Heartbeat hb;
     hb.records_revision = 5;  // what we hold: nothing to ask
     test::deliver(*d.bridge, "router-0", 1, hb);
@@ -268,10 +345,42 @@ TEST_CASE("etcd relay: an instance applies what is newer whoever sent it and ask
     test::deliver(*d.bridge, "router-0", 1, hb);
     d.h.run();
     d.h.advance(110ms, 10ms);
+    CHECK_FALSE(d.heartbeats().at(at("router-0")).resync);  // once: it may come from router-1
+    test::deliver(*d.bridge, "router-0", 1, hb);
+    d.h.run();
+    d.h.advance(110ms, 10ms);
     hbs = d.heartbeats();
     CHECK(hbs.at(at("router-0")).resync);
     CHECK_FALSE(hbs.at(at("router-1")).resync);  // it said nothing of the kind
   }
+  SECTION("a router's heartbeat that was ahead only until the other router's delta asks nothing") {
+    protocol::Heartbeat hb;
+    hb.records_revision = 7;
+    test::deliver(*d.bridge, "router-0", 1, hb);
+    test::deliver(*d.bridge, "router-1", 1,
+                  delta(5, 7, {{"decode-3", 6, decode(3)}, {"decode-4", 7, decode(4)}}));
+    hb.records_revision = 8;  // router-0 moved on meanwhile
+    test::deliver(*d.bridge, "router-0", 1, hb);
+    d.h.run();
+    d.h.advance(110ms, 10ms);
+    CHECK_FALSE(d.heartbeats().at(at("router-0")).resync);
+  }
+}
+
+TEST_CASE("etcd relay: before its first list an instance drops deltas and asks nobody") {
+  Node d("decode-1", "decode");
+  const auto router0 = test::peer("router-0", "router", 1);
+  test::deliver(*d.bridge, "router-0", 1, delta(5, 6, {{"decode-3", 6, decode(3)}}));
+  protocol::Heartbeat hb;
+  hb.records_revision = 6;
+  test::deliver(*d.bridge, "router-0", 1, hb);
+  d.h.run();
+  test::deliver(*d.bridge, "router-1", 1, full(5, {router0, decode(1)}));  // its list, from the other router
+  d.h.run();
+  CHECK(d.bridge->peers().find("router-0"));
+  CHECK_FALSE(d.bridge->peers().find("decode-3"));
+  d.h.advance(110ms, 10ms);
+  CHECK_FALSE(d.heartbeats().at(at("router-0")).resync);
 }
 
 TEST_CASE(
@@ -301,4 +410,57 @@ TEST_CASE(
   for (const auto& s : test::sent(*r.bridge))
     if (const auto* hb = s.as<protocol::Heartbeat>()) said[s.to] = hb->records_revision;
   CHECK(said.at(at("decode-4")) == 7);
+}
+
+TEST_CASE("etcd relay: the wait before a list is resent follows how long lists take to be answered") {
+  etcd_backend::ListLatency l;
+  CHECK(l.wait() == 2000ms);  // nothing measured yet
+  for (int i = 0; i < 20; ++i) l.sample(100ms);
+  CHECK(l.wait() == 2000ms);  // fast answers: never below the floor
+  l.sample(5000ms);           // a slower one lifts it at once, through the variance
+  CHECK(l.wait() > 4000ms);
+  for (int i = 0; i < 100; ++i) l.sample(5000ms);
+  CHECK(l.wait() >= 5000ms);
+  CHECK(l.wait() < 5500ms);  // steady: little more than the time itself
+  l.sample(120000ms);
+  CHECK(l.wait() == 30000ms);
+}
+
+TEST_CASE("etcd relay: a router that saw lists answered slowly waits longer before resending one") {
+  Node r("router-0", "router");
+  r.list({test::peer("router-0", "router", 1)}, 5);
+  r.watch({{"decode-1", decode(1), 6}}, 6);
+  CHECK(r.records().size() == 1);
+  protocol::Heartbeat hb;
+  hb.load.healthy = true;
+  r.h.advance(1500ms, 100ms);  // decode-1 answers its list after 1.5 s
+  test::deliver(*r.bridge, "decode-1", 10, hb);
+  r.h.run();
+
+  // Lists take 1.5 s (and vary): decode-2's is resent after 1.5 + 4 * 0.75 s, not after 2 s.
+  r.watch({{"decode-2", decode(2), 7}}, 7);
+  auto lists_to_decode2 = [&] {
+    size_t n = 0;
+    for (const auto& [to, rec] : r.records()) n += to == at("decode-2") && rec.full;
+    return n;
+  };
+  CHECK(lists_to_decode2() == 1);
+  test::deliver(*r.bridge, "decode-1", 10, hb);
+  r.h.advance(4400ms, 100ms);
+  CHECK(lists_to_decode2() == 0);
+  r.h.advance(200ms, 100ms);
+  CHECK(lists_to_decode2() == 1);
+  // Answered after that resend: not timed (it may answer either list), so decode-3 waits as decode-2 did.
+  r.h.advance(1000ms, 100ms);
+  test::deliver(*r.bridge, "decode-2", 10, hb);
+  r.watch({{"decode-3", decode(3), 8}}, 8);
+  (void)r.records();
+  r.h.advance(4400ms, 100ms);
+  size_t to3 = 0;
+  for (const auto& [to, rec] : r.records()) to3 += to == at("decode-3") && rec.full;
+  CHECK(to3 == 0);
+  r.h.advance(200ms, 100ms);
+  to3 = 0;
+  for (const auto& [to, rec] : r.records()) to3 += to == at("decode-3") && rec.full;
+  CHECK(to3 == 1);
 }

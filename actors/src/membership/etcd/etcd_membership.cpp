@@ -28,12 +28,15 @@ using flush_atom = caf::atom_constant<caf::atom("flush")>;
 using etcd_backend::RecordFollower;
 using etcd_backend::RecordMirror;
 
-// A router's last full RECORDS to an instance that has not sent a heartbeat since: sent again after `wait`,
-// which doubles up to 30 s (a list lost on the way would otherwise leave it knowing nobody, not even us).
+// A new instance that has not sent us a heartbeat since its full list went (from us, or from the router
+// whose list it is to send: list_rank): we send it the list (again) after `backoff` times the time lists take
+// now (ListLatency, at least 2 s), at most 30 s. A list lost on the way would otherwise leave it knowing
+// nobody, not even us.
 struct FullSent {
   uint64_t incarnation = 0;
   clock::time_point at;
-  std::chrono::milliseconds wait{2000};
+  unsigned backoff = 1;  // the k-th router to step in starts at k + 1; doubles with each resend
+  bool once = true;      // one list went, from us: its first heartbeat times it
 };
 
 struct LoadSeen {
@@ -49,6 +52,7 @@ struct EtcdMembershipState {
   caf::actor role;
   std::shared_ptr<RegistryView> view;                 // routers only
   std::map<std::string, protocol::PeerInfo> records;  // as etcd holds them (ours included)
+  std::set<std::string> routers;                      // the routers among them: whom the others heartbeat
   // Records etcd deleted while their instance still looked alive to us: removed after a grace period
   // unless put again (a lease that expired during an etcd outage) or the connection to it breaks first.
   std::map<std::string, uint64_t> pending_delete;
@@ -63,9 +67,10 @@ struct EtcdMembershipState {
   clock::time_point last_flush;
   bool flush_waiting = false;
   std::map<std::string, FullSent> full_sent;
+  etcd_backend::ListLatency list_latency;
   // The others: where we are in the routers' RECORDS, and the routers to ask for a full list.
   std::optional<RecordFollower> follower;
-  std::set<std::string> resync_from;
+  std::set<std::string> resync_from;  // routers to ask for the full list at our next heartbeat
   bool listed = false;
   uint64_t version = 0;
   uint64_t seq = 0;
@@ -77,6 +82,21 @@ struct EtcdMembershipState {
 std::string role_of(const EtcdMembershipState& st, const std::string& id) {
   auto it = st.roles.find(id);
   return it == st.roles.end() ? "unknown" : it->second;
+}
+
+// Every change to st.records goes through these two, which keep st.routers with it.
+void keep_record(EtcdMembershipState& st, protocol::PeerInfo info) {
+  if (info.role == "router")
+    st.routers.insert(info.instance_id);
+  else
+    st.routers.erase(info.instance_id);
+  const std::string id = info.instance_id;
+  st.records[id] = std::move(info);
+}
+
+bool drop_record(EtcdMembershipState& st, const std::string& id) {
+  st.routers.erase(id);
+  return st.records.erase(id) > 0;
 }
 
 std::chrono::milliseconds load_limit(const EtcdMembershipState& st) {
@@ -214,7 +234,7 @@ bool on_deleted(caf::stateful_actor<EtcdMembershipState>* self, const std::strin
   auto seen = st.loads.find(id);
   const bool silent = st.view && (seen == st.loads.end() || st.now() - seen->second.at > load_limit(st));
   if (!st.bridge->peers().alive(id) || silent) {
-    st.records.erase(it);
+    drop_record(st, id);
     st.pending_delete.erase(id);
     return true;
   }
@@ -234,7 +254,7 @@ bool on_put(EtcdMembershipState& st, protocol::PeerInfo info) {
   if (id != st.bridge->instance_id() && st.gate.check(id, info.role, info.incarnation, info.identity)) {
     // Refused (it refuses us too: the check is symmetric): as if it had no record; one it replaced goes.
     st.pending_delete.erase(id);
-    return st.records.erase(id) > 0;
+    return drop_record(st, id);
   }
   if (auto p = st.pending_delete.find(id); p != st.pending_delete.end()) {
     if (p->second == info.incarnation)
@@ -243,7 +263,7 @@ bool on_put(EtcdMembershipState& st, protocol::PeerInfo info) {
   }
   auto it = st.records.find(id);
   if (it != st.records.end() && it->second == info) return false;
-  st.records[id] = std::move(info);
+  keep_record(st, std::move(info));
   return true;
 }
 
@@ -288,23 +308,25 @@ void send_heartbeats(EtcdMembershipState& st) {
   // needs a router's load, but the control connection it keeps open that way is what notices a killed or
   // frozen instance in milliseconds (a broken connection, ZMTP heartbeats). Without it, a router that never
   // sent an instance anything would learn of its death only when its heartbeats went silent.
-  const bool router = st.view != nullptr;
-  for (const auto& [id, info] : st.records) {
-    if (!(router || info.role == "router") || !st.bridge->peers().alive(id)) continue;
-    if (st.resync_from.erase(id)) {
-      auto ask = hb;
-      ask.resync = true;
-      st.bridge->send_to_endpoint(info.control_endpoint, std::move(ask));
-      continue;
+  auto send = [&](const std::string& id, const protocol::PeerInfo& info) {
+    if (!st.bridge->peers().alive(id)) return;
+    const bool resync = st.resync_from.erase(id) > 0;                    // we lost RECORDS from this router
+    const bool list_pending = st.mirror && st.mirror->list_pending(id);  // nothing to compare with yet
+    if (!resync && !list_pending) {
+      st.bridge->send_to_endpoint(info.control_endpoint, hb);
+      return;
     }
-    if (st.mirror && st.mirror->list_pending(id)) {
-      auto first = hb;
-      first.records_revision = 0;
-      st.bridge->send_to_endpoint(info.control_endpoint, std::move(first));
-      continue;
-    }
-    st.bridge->send_to_endpoint(info.control_endpoint, hb);
+    auto own = hb;
+    own.resync = resync;
+    if (list_pending) own.records_revision = 0;
+    st.bridge->send_to_endpoint(info.control_endpoint, std::move(own));
+  };
+  if (st.view) {  // a router: to every instance
+    for (const auto& [id, info] : st.records) send(id, info);
+    return;
   }
+  for (const auto& id : st.routers)  // the others: to the routers only, not a walk over all N records
+    if (auto it = st.records.find(id); it != st.records.end()) send(id, it->second);
 }
 
 // ---- etcd_watch = "routers"
@@ -316,23 +338,39 @@ void send_records(EtcdMembershipState& st, const std::vector<std::string>& to, p
   if (st.config.records_bytes) *st.config.records_bytes += uint64_t(bytes) * to.size();
 }
 
-// Remembers that `id` got the full list now, so that it gets it again if it stays silent.
-void sent_full(EtcdMembershipState& st, const std::string& id, clock::time_point now) {
+// Remembers that `id`'s full list went now (from us, or, `rank` > 0, from another router), so that we send
+// it (again) if it stays silent: the k-th router to step in waits k + 1 times as long as the first.
+void sent_full(EtcdMembershipState& st, const std::string& id, clock::time_point now, size_t rank = 0) {
   const auto* info = st.mirror->member(id);
   if (!info) return;
   auto& f = st.full_sent[id];
-  if (f.incarnation != info->incarnation) f = FullSent{info->incarnation, now};
+  if (f.incarnation != info->incarnation) {
+    f = FullSent{info->incarnation, now, unsigned(rank + 1), rank == 0};
+    return;
+  }
   f.at = now;
+  f.once = false;
+}
+
+// `id` (of `incarnation`) sent us a heartbeat: it holds a list, and if one went to it once, from us, that
+// is how long lists take now.
+void heard_from(EtcdMembershipState& st, const std::string& id, uint64_t incarnation) {
+  auto f = st.full_sent.find(id);
+  if (f == st.full_sent.end() || f->second.incarnation != incarnation) return;
+  if (f->second.once)
+    st.list_latency.sample(std::chrono::duration_cast<std::chrono::milliseconds>(st.now() - f->second.at));
+  st.full_sent.erase(f);
 }
 
 // The events gathered since the last flush: one delta to the instances that hold a list, the full list to
-// the new ones.
+// the new ones whose list is ours to send.
 void flush_records(caf::stateful_actor<EtcdMembershipState>* self) {
   auto& st = self->state;
   st.flush_waiting = false;
   st.last_flush = st.now();
   auto f = st.mirror->flush();
   send_records(st, f.delta_to, std::move(f.delta));
+  for (const auto& [id, rank] : f.awaited) sent_full(st, id, st.last_flush, rank);
   if (f.full_to.empty()) return;
   send_records(st, f.full_to, st.mirror->full());
   for (const auto& id : f.full_ids) sent_full(st, id, st.last_flush);
@@ -362,13 +400,14 @@ void resend_full_lists(EtcdMembershipState& st) {
       it = st.full_sent.erase(it);
       continue;
     }
-    if (now - f.at >= f.wait) {
-      spdlog::info("membership: '{}' sent no heartbeat {} ms after its list of instances; sending it again",
+    if (now - f.at >= std::min(st.list_latency.wait() * f.backoff, etcd_backend::ListLatency::ceiling)) {
+      spdlog::info("membership: '{}' sent no heartbeat {} ms after its list of instances went; sending it",
                    id, std::chrono::duration_cast<std::chrono::milliseconds>(now - f.at).count());
       if (!full) full = st.mirror->full();
       send_records(st, {info->control_endpoint}, *full);
       f.at = now;
-      f.wait = std::min(f.wait * 2, std::chrono::milliseconds(30000));
+      f.once = false;
+      f.backoff = std::min(f.backoff * 2, 16u);
     }
     ++it;
   }
@@ -388,7 +427,7 @@ caf::behavior etcd_membership(caf::stateful_actor<EtcdMembershipState>* self, Br
   st.gate = CompatGate(st.bridge->instance_id(), st.config.self.identity, st.config.metrics);
   if (st.config.routers_watch) {
     if (st.view)
-      st.mirror.emplace();
+      st.mirror.emplace(st.bridge->instance_id());
     else
       st.follower.emplace();
   }
@@ -426,7 +465,7 @@ caf::behavior etcd_membership(caf::stateful_actor<EtcdMembershipState>* self, Br
         if (it == s.records.end() || it->second.incarnation != incarnation) return;
         spdlog::warn("membership: '{}' did not register again within {} ms; dropped", id,
                      s.config.lease_ttl.count());
-        s.records.erase(it);
+        drop_record(s, id);
         publish_delta(self, {id});
       },
       [=](SessionNews& news) {
@@ -455,7 +494,7 @@ caf::behavior etcd_membership(caf::stateful_actor<EtcdMembershipState>* self, Br
             p != s.pending_delete.end() && p->second == ev.old_incarnation) {
           // etcd already dropped it and now its connection broke too: gone, no grace needed.
           s.pending_delete.erase(p);
-          s.records.erase(ev.id);
+          drop_record(s, ev.id);
           publish_delta(self, {ev.id});
           return;
         }
@@ -468,21 +507,19 @@ caf::behavior etcd_membership(caf::stateful_actor<EtcdMembershipState>* self, Br
       [=](Envelope& env) {
         auto& s = self->state;
         if (auto* records = std::get_if<protocol::Records>(&env.body); records && s.follower) {
-          auto step = s.follower->take(*records);
+          auto step = s.follower->take(env.sender, *records);
           if (step.listing) apply_listing(self, std::move(*step.listing));
           if (step.changes) apply_changes(self, std::move(*step.changes));
-          if (step.gap && s.resync_from.insert(env.sender).second)
-            spdlog::info(
-                "membership: RECORDS from '{}' start at revision {}, after ours ({}); asking it for the "
-                "full list",
-                env.sender, records->since, s.follower->revision());
+          if (step.gap)
+            spdlog::debug("membership: RECORDS from '{}' start at revision {}, after ours ({})", env.sender,
+                          records->since, s.follower->revision());
           return;
         }
         auto* hb = std::get_if<protocol::Heartbeat>(&env.body);
         // A router's heartbeat comes after every RECORDS it sent us before it (one connection): if it has
-        // sent more than we hold, some were lost, maybe the last of a burst, after which no delta comes to
-        // show a gap. Before our first list there is nothing to compare (it is on its way, or resent).
-        if (hb && s.follower && s.follower->revision() > 0 && hb->records_revision > s.follower->revision() &&
+        // sent more than we hold (still, at its next heartbeat), some were lost, maybe the last of a burst,
+        // after which no delta comes to show a gap. Before our first list there is nothing to compare.
+        if (hb && s.follower && s.follower->short_of(env.sender, hb->records_revision) &&
             s.resync_from.insert(env.sender).second)
           spdlog::info(
               "membership: router '{}' sent RECORDS up to revision {}, we hold {}; asking it for the full "
@@ -499,6 +536,7 @@ caf::behavior etcd_membership(caf::stateful_actor<EtcdMembershipState>* self, Br
         // Not (yet) in our watch, or an older incarnation: its next heartbeat counts.
         if (it == s.records.end() || it->second.incarnation != env.incarnation) return;
         const auto now = s.now();
+        if (s.mirror) heard_from(s, env.sender, env.incarnation);
         auto& seen = s.loads[env.sender];
         seen = {hb->load, env.incarnation, now};
         show_entry(s, it->second, now);

@@ -1,5 +1,8 @@
 #include "record_relay.hpp"
 
+#include <algorithm>
+#include <cmath>
+
 namespace epd::actors::etcd_backend {
 
 namespace {
@@ -8,11 +11,41 @@ bool needs_records(const protocol::PeerInfo& info) {
   return info.role != "router";  // routers watch etcd themselves
 }
 
+// FNV-1a: the same on every build and platform (std::hash is not), so that all routers agree.
+uint64_t stable_hash(const std::string& s) {
+  uint64_t h = 14695981039346656037ull;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
 }  // namespace
+
+size_t list_rank(const std::vector<std::string>& routers, const std::string& self, const std::string& id) {
+  auto me = std::find(routers.begin(), routers.end(), self);
+  if (me == routers.end()) return 0;
+  const size_t n = routers.size();
+  const size_t first = size_t(stable_hash(id) % n);
+  return (size_t(me - routers.begin()) + n - first) % n;
+}
+
+size_t RecordMirror::rank_for(const std::string& id) const {
+  return list_rank(routers_, self_, id);
+}
+
+void RecordMirror::keep_router(const std::string& id, const protocol::PeerInfo* info) {
+  auto it = std::lower_bound(routers_.begin(), routers_.end(), id);
+  const bool held = it != routers_.end() && *it == id;
+  if (info && !needs_records(*info) && !held) routers_.insert(it, id);
+  if ((!info || needs_records(*info)) && held) routers_.erase(it);
+}
 
 std::vector<std::string> RecordMirror::list(const Listing& listing) {
   records_.clear();
-  for (const auto& info : listing.peers) records_[info.instance_id] = info;
+  routers_.clear();
+  for (const auto& info : listing.peers) {
+    records_[info.instance_id] = info;
+    keep_router(info.instance_id, &info);
+  }
   revision_ = since_ = uint64_t(listing.revision);
   pending_.clear();
   fresh_.clear();
@@ -25,6 +58,7 @@ std::vector<std::string> RecordMirror::list(const Listing& listing) {
 void RecordMirror::watch(const Changes& changes) {
   for (const auto& c : changes.changes) {
     pending_.push_back({c.id, uint64_t(c.revision), c.info});
+    keep_router(c.id, c.info ? &*c.info : nullptr);
     auto it = records_.find(c.id);
     if (!c.info) {
       if (it != records_.end()) records_.erase(it);
@@ -50,6 +84,10 @@ RecordMirror::Flush RecordMirror::flush() {
     if (!needs_records(info)) continue;
     if (!fresh_.count(id)) {
       out.delta_to.push_back(info.control_endpoint);
+      continue;
+    }
+    if (const size_t rank = rank_for(id); rank > 0) {
+      out.awaited.emplace_back(id, rank);
       continue;
     }
     out.full_to.push_back(info.control_endpoint);
@@ -81,7 +119,24 @@ std::vector<std::string> RecordMirror::members() const {
   return ids;
 }
 
-RecordFollower::Step RecordFollower::take(const protocol::Records& records) {
+void ListLatency::sample(std::chrono::milliseconds took) {
+  const double ms = double(took.count());
+  if (!measured_) {
+    srtt_ms_ = ms;
+    rttvar_ms_ = ms / 2;
+    measured_ = true;
+    return;
+  }
+  rttvar_ms_ = 0.75 * rttvar_ms_ + 0.25 * std::abs(srtt_ms_ - ms);
+  srtt_ms_ = 0.875 * srtt_ms_ + 0.125 * ms;
+}
+
+std::chrono::milliseconds ListLatency::wait() const {
+  const auto ms = std::chrono::milliseconds(int64_t(srtt_ms_ + 4 * rttvar_ms_));
+  return std::clamp(ms, floor, ceiling);
+}
+
+RecordFollower::Step RecordFollower::take(const std::string& router, const protocol::Records& records) {
   Step step;
   if (records.revision <= at_) return step;  // nothing newer than what we hold (the other router's copy)
   if (records.full) {
@@ -93,8 +148,10 @@ RecordFollower::Step RecordFollower::take(const protocol::Records& records) {
     at_ = records.revision;
     return step;
   }
-  if (records.since > at_) {  // events between our revision and its start never reached us
+  if (at_ == 0) return step;  // no list yet: it is on its way
+  if (records.since > at_) {  // events between our revision and its start never reached us (yet)
     step.gap = true;
+    ahead_.try_emplace(router, records.revision);
     return step;
   }
   Changes ch;
@@ -106,6 +163,20 @@ RecordFollower::Step RecordFollower::take(const protocol::Records& records) {
   at_ = records.revision;
   step.changes = std::move(ch);
   return step;
+}
+
+bool RecordFollower::short_of(const std::string& router, uint64_t sent) {
+  if (at_ == 0 || sent <= at_) {  // nothing to compare before our first list; or we hold all it sent
+    ahead_.erase(router);
+    return false;
+  }
+  auto [it, first] = ahead_.try_emplace(router, sent);
+  if (first || it->second <= at_) {  // news since its last heartbeat: give the other stream one interval
+    it->second = sent;
+    return false;
+  }
+  ahead_.erase(it);
+  return true;
 }
 
 }  // namespace epd::actors::etcd_backend

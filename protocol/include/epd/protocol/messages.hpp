@@ -284,10 +284,11 @@ struct RecordChange {
 
 // Router → instance, with registry = "etcd" and etcd_watch = "routers": the instance records as the router's
 // etcd watch saw them, so instances need no watch of their own. Full: every record at `revision` (to a new
-// instance, after the router listed etcd again, or on a heartbeat's resync). Delta: the events in
-// (since, revision], in etcd's order. Every router sends them; a receiver applies what is newer than what it
-// has, whoever sent it, and asks for a full list when a delta starts after it or when the router's HEARTBEAT
-// says it sent more than the receiver holds (the last delta of a burst was lost).
+// instance from one router, chosen by a hash of its id, or from another if it stays silent; after the router
+// listed etcd again; on a heartbeat's resync). Delta: the events in (since, revision], in etcd's order. Every
+// router sends them; a receiver applies what is newer than what it has, whoever sent it, and asks that router
+// for a full list when it is still short of what the router sent (a delta that started after it, or the
+// router's HEARTBEAT) at the router's next heartbeat.
 struct Records {
   static constexpr MessageType kType = MessageType::records;
   static constexpr std::string_view kName = "RECORDS";
