@@ -32,6 +32,10 @@ struct MembershipOptions {
   // Simulated instances per worker process (routers always have one each): each process has the
   // container's 20,000 descriptors and its own two CAF threads.
   int per_process = 500;
+  // The niceness of the processes that hold simulated instances (not the routers'): on a shared box their
+  // CPU goes last, after etcd's, the registry's and the routers', each of which a real fleet runs on
+  // machines of its own. 0: all equal.
+  int instances_nice = 10;
 };
 
 // One simulated instance's part in membership.

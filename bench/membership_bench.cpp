@@ -288,7 +288,8 @@ int run_membership_cli(int argc, char** argv) {
     };
     std::optional<std::string> v;
     if ((a == "--instances" || a == "--changes" || a == "--interval-ms" || a == "--backend" ||
-         a == "--lease-ttl-ms" || a == "--per-process" || a == "--worker" || a == "--endpoint") &&
+         a == "--lease-ttl-ms" || a == "--per-process" || a == "--instances-nice" || a == "--worker" ||
+         a == "--endpoint") &&
         !(v = value())) {
       std::fprintf(stderr, "epd-bench membership: %s needs a value\n", a.c_str());
       return 2;
@@ -304,6 +305,8 @@ int run_membership_cli(int argc, char** argv) {
         opt.lease_ttl = milliseconds(std::stoi(*v));
       else if (a == "--per-process")
         opt.per_process = std::stoi(*v);
+      else if (a == "--instances-nice")
+        opt.instances_nice = std::stoi(*v);
       else if (a == "--own-threads")
         opt.shared_threads = false;
       else if (a == "--worker")
@@ -318,6 +321,7 @@ int run_membership_cli(int argc, char** argv) {
         std::fprintf(stderr,
                      "usage: epd-bench membership [--instances 300] [--changes 10] [--interval-ms 500]\n"
                      "                            [--lease-ttl-ms 2000] [--own-threads] [--per-process 500]\n"
+                     "                            [--instances-nice 10]\n"
                      "                            [--backend router-full --backend router --backend etcd "
                      "--backend etcd-routers]\n");
         return 2;
@@ -334,11 +338,12 @@ int run_membership_cli(int argc, char** argv) {
   const int max_instances = opt.shared_threads ? 10000 : 1000;
   if (opt.instances < 4 || opt.instances > max_instances || opt.changes < 1 ||
       opt.changes > opt.instances / 2 || opt.interval.count() < 10 || opt.lease_ttl.count() < 2000 ||
-      opt.per_process < 1) {
+      opt.per_process < 1 || opt.instances_nice < 0 || opt.instances_nice > 19) {
     std::fprintf(stderr,
                  "epd-bench membership: --instances 4..10000 (4..1000 with --own-threads: two threads per "
                  "instance), --changes 1..instances/2, --interval-ms >= 10, --lease-ttl-ms >= 2000 "
-                 "(etcd raises shorter TTLs to 1.5 election timeouts), --per-process >= 1\n");
+                 "(etcd raises shorter TTLs to 1.5 election timeouts), --per-process >= 1, --instances-nice "
+                 "0..19\n");
     return 2;
   }
   raise_fd_limit();
@@ -351,9 +356,9 @@ int run_membership_cli(int argc, char** argv) {
       "etcd lease TTL %lld ms; load average %s\n"
       "real: the registry (its own process) or etcd (its own server), every instance's membership code, its "
       "bridge and control channel with its own sockets and TCP connections; each router in a process of its "
-      "own, the other instances %d to a worker process, sharing its two CAF threads and %s\n",
+      "own, the other instances %d to a worker process (at nice %d), sharing its two CAF threads and %s\n",
       opt.instances, opt.changes, opt.changes, (long long)opt.interval.count(), opt.misses,
-      (long long)opt.lease_ttl.count(), load_average().c_str(), opt.per_process,
+      (long long)opt.lease_ttl.count(), load_average().c_str(), opt.per_process, opt.instances_nice,
       opt.shared_threads
           ? "one ZeroMQ context + one reading thread for every instance's sockets (a ChannelHub)"
           : "nothing else (each instance has its own ZeroMQ context and reading thread)");

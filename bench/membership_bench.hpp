@@ -9,7 +9,7 @@
 
 namespace epd::bench {
 // `epd-bench membership [--instances N] [--changes K] [--interval-ms M] [--lease-ttl-ms T]
-//  [--per-process P] [--backend router-full|router|etcd|etcd-routers]...`; with `--worker BACKEND
-//  --endpoint E`, one of its worker processes.
+//  [--per-process P] [--instances-nice N] [--backend router-full|router|etcd|etcd-routers]...`;
+//  with `--worker BACKEND --endpoint E`, one of its worker processes.
 int run_membership_cli(int argc, char** argv);
 }  // namespace epd::bench

@@ -1,6 +1,7 @@
 #include "membership_fleet.hpp"
 
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -52,6 +53,7 @@ Fleet::Worker* Fleet::spawn(bool for_router) {
     // 3 and 4 first, so that neither dup2 overwrites the other.
     const int c = fcntl(cmd[0], F_DUPFD, 10), a = fcntl(ans[1], F_DUPFD, 10);
     if (c < 0 || a < 0 || dup2(c, 3) < 0 || dup2(a, 4) < 0) _exit(127);
+    if (!for_router && opt_.instances_nice > 0) setpriority(PRIO_PROCESS, 0, opt_.instances_nice);
     execv("/proc/self/exe", const_cast<char* const*>(args.data()));
     _exit(127);
   }
@@ -189,6 +191,16 @@ std::optional<double> Fleet::converge_ms(clock::time_point since, std::chrono::m
       auto later = ask(*waiting.back(), "describe " + *behind);
       std::fprintf(stderr, "membership bench: %s; 2 s later %s; %zu are live\n",
                    what.value_or(*behind).c_str(), later.value_or("no answer").c_str(), live_.size());
+      // The routers hold what etcd (or the registry) says: are they behind too, or only the instance?
+      for (auto& w : workers_) {
+        if (!w->routers || w->members == 0 || w->dead) continue;
+        auto r = ask(*w, "pending");
+        if (r && *r != "none") r = ask(*w, "describe " + *r);
+        std::fprintf(stderr, "membership bench: router process %d: %s\n", int(w->pid),
+                     !r             ? "no answer"
+                     : *r == "none" ? "lists every live instance"
+                                    : r->c_str());
+      }
       return std::nullopt;
     }
     std::this_thread::sleep_for(poll);
