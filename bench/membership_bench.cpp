@@ -74,10 +74,10 @@ std::optional<MembershipRow> run_backend(const MembershipOptions& opt, const std
     auto t = sim.traffic();
     return t.member_bytes ? *t.member_bytes : t.bytes_in;
   };
-  // etcd's counters and the instances' own (their HTTP calls and connections).
-  auto counters = [&](Fleet& sim) {
+  // etcd's counters and the instances' own (their HTTP calls and connections), from one traffic answer.
+  auto counters = [&](const Fleet::Traffic& t) {
     auto c = backend->counters();
-    for (auto& kv : sim.traffic().counters) c.push_back(kv);
+    for (const auto& kv : t.counters) c.push_back(kv);
     return c;
   };
   {
@@ -123,8 +123,8 @@ std::optional<MembershipRow> run_backend(const MembershipOptions& opt, const std
 
     // Steady state: heartbeats (and, with etcd, lease renewals) only.
     const double cpu0 = backend->cpu_seconds();
-    const auto traffic0 = sim.traffic();
-    const auto counters0 = counters(sim);
+    const auto traffic0 = sim.traffic();  // every worker asked once per end of the window
+    const auto counters0 = counters(traffic0);
     const auto s0 = clock::now();
     std::this_thread::sleep_for(std::chrono::seconds(2));
     const double secs = std::chrono::duration<double>(clock::now() - s0).count();
@@ -132,7 +132,7 @@ std::optional<MembershipRow> run_backend(const MembershipOptions& opt, const std
     const auto traffic1 = sim.traffic();
     row.heartbeat_bytes_per_s = double(traffic1.bytes_out - traffic0.bytes_out) / secs;
     row.heartbeats_per_s = double(traffic1.frames_out - traffic0.frames_out) / secs;
-    row.steady_rates = rates(counters0, counters(sim), secs);
+    row.steady_rates = rates(counters0, counters(traffic1), secs);
 
     // Changes, one at a time: kill one, wait until everyone agrees; then add one, likewise. Routers are
     // never killed (sim-0, sim-1 with etcd).
