@@ -217,6 +217,16 @@ void Bridge::on_frame(const std::string& from, bool via_router, std::vector<uint
   }
   // A DEALER's routing id is its instance id: a frame claiming another sender is refused.
   if (via_router && env->sender != from) {
+    // Under one of libzmq's own ids (a zero byte and four more): a frame still queued on a connection
+    // that its peer's new one took over (ROUTER_HANDOVER renames the old one until it closes). Stale, and
+    // nobody is left there to answer: dropped and counted, without a warning per frame (a fleet under
+    // load reconnects by the thousand).
+    if (from.size() == 5 && from[0] == '\0') {
+      ++rejected_;
+      spdlog::debug("bridge: dropped a {} from '{}' queued on its old connection",
+                    protocol::type_name(env->type()), env->sender);
+      return;
+    }
     reject(from, via_router,
            protocol::make_error(ErrorCode::invalid_request, "envelope sender '" + env->sender +
                                                                 "' does not match routing id '" + from + "'"),

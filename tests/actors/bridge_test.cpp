@@ -8,6 +8,7 @@
 #include <zmq.hpp>
 
 #include "epd/actors/bridge.hpp"
+#include "role_harness.hpp"
 
 using namespace epd;
 using namespace epd::actors;
@@ -106,6 +107,28 @@ TEST_CASE("bridge delivers typed messages and rejects bad frames without stoppin
   CHECK(std::get<protocol::Heartbeat>(again->body).seq == 8);
   a.value()->stop();
   b.value()->stop();
+}
+
+TEST_CASE("bridge drops frames queued on a connection that a newer one took over, unanswered",
+          "[actors][bridge]") {
+  // ROUTER_HANDOVER gives the old connection one of libzmq's own ids (a zero byte and four more) until it
+  // closes: its queued frames come under that id, though their sender is the peer's.
+  test::Harness h;
+  auto bridge = h.offline_bridge("bob", 22);
+  bridge->receive_frame(std::string("\0\x80\x00\x00\x01", 5), true,
+                        protocol::encode({"alice", 11, protocol::Heartbeat{}}));
+  h.run();
+  CHECK(test::sent(*bridge).empty());
+  CHECK(bridge->stats().rejected == 1);
+  CHECK(bridge->stats().delivered == 0);
+  // Any other routing id that is not its sender's is answered with an ERROR, as before.
+  bridge->receive_frame("mallory", true, protocol::encode({"alice", 11, protocol::Heartbeat{}}));
+  h.run();
+  auto out = test::sent(*bridge);
+  REQUIRE(out.size() == 1);
+  REQUIRE(out[0].as<protocol::ErrorReply>());
+  CHECK(out[0].as<protocol::ErrorReply>()->code == ErrorCode::invalid_request);
+  CHECK(bridge->stats().rejected == 2);
 }
 
 namespace {
