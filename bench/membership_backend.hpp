@@ -54,6 +54,8 @@ class MemberSide {
   virtual std::unique_ptr<MemberLink> join(caf::actor_system& system, actors::BridgePtr bridge,
                                            const std::string& role,
                                            std::shared_ptr<actors::RegistryView> view) = 0;
+  // Routers the instances reach before any PEERS (the registry's endpoint): no ZMTP heartbeats to them.
+  virtual std::vector<std::string> router_endpoints() const { return {}; }
   // Bytes this process's instances received about membership, when not through their bridges (etcd: its
   // HTTP answers, and the RECORDS its routers sent); nullopt: what the bridges received (PEERS).
   virtual std::optional<uint64_t> bytes_to_instances() const { return std::nullopt; }

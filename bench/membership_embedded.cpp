@@ -38,6 +38,7 @@ class RegistryMemberSide final : public MemberSide {
     return std::make_unique<RegistryClient>(
         actors::spawn_membership(system, std::move(bridge), mc, std::make_shared<actors::LoadGauge>(), {}));
   }
+  std::vector<std::string> router_endpoints() const override { return {endpoint_}; }
 
  private:
   std::string endpoint_;
@@ -92,7 +93,7 @@ class EmbeddedRegistry final : public RegistryBackend {
  private:
   int child_main(int report_fd, int control_fd) {
     auto bridge = actors::Bridge::start("registry", actors::fresh_incarnation(), "tcp://127.0.0.1:*", {},
-                                        actors::LivenessConfig{opt_.interval, opt_.misses});
+                                        actors::LivenessConfig{opt_.interval, opt_.misses, true});
     if (!bridge) {
       std::fprintf(stderr, "registry: %s\n", bridge.error().to_string().c_str());
       return 1;

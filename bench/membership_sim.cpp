@@ -53,9 +53,9 @@ Simulation::~Simulation() {
 std::optional<uint64_t> Simulation::add(const std::string& id, const std::string& role, bool router) {
   // A router reads its sockets as a real one does (its channel's own thread, woken per ready socket): on a
   // hub a channel reads every socket at each wake-up, fine for an instance's handful, O(N) for a router's.
-  auto bridge =
-      actors::Bridge::start(id, actors::fresh_incarnation(), "tcp://127.0.0.1:*", {},
-                            actors::LivenessConfig{opt_.interval, opt_.misses}, {}, router ? nullptr : hub_);
+  actors::LivenessConfig liveness{opt_.interval, opt_.misses, router, side_.router_endpoints()};
+  auto bridge = actors::Bridge::start(id, actors::fresh_incarnation(), "tcp://127.0.0.1:*", {},
+                                      std::move(liveness), {}, router ? nullptr : hub_);
   if (!bridge) {
     std::fprintf(stderr, "membership bench: %s: %s\n", id.c_str(), bridge.error().to_string().c_str());
     return std::nullopt;

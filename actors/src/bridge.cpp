@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
 #include "inline_unit.hpp"
 
 namespace epd::actors {
@@ -30,6 +32,8 @@ protocol::Result<std::shared_ptr<Bridge>> Bridge::start(std::string instance_id,
   cc.heartbeat_timeout_ms = int(liveness.heartbeat_interval.count() * liveness.misses);
   cc.hub = std::move(hub);
   Bridge* raw = bridge.get();  // the channel stops (joins its thread) before the bridge is destroyed
+  bridge->liveness_config_ = std::move(liveness);
+  cc.heartbeats_to = [raw](const std::string& endpoint) { return raw->transport_heartbeats_to(endpoint); };
   if (curve) {
     // A peer's key by the endpoint PEERS lists for it (it may differ in spelling from the config's, e.g. a
     // resolved wildcard), else by the caller's map (the registry, before any PEERS arrived).
@@ -53,6 +57,14 @@ protocol::Result<std::shared_ptr<Bridge>> Bridge::start(std::string instance_id,
   bridge->channel_ = std::move(channel.value());
   bridge->started_.store(true, std::memory_order_release);  // frames may be handled (and answered) now
   return bridge;
+}
+
+bool Bridge::transport_heartbeats_to(const std::string& endpoint) const {
+  const auto& cfg = liveness_config_;
+  if (cfg.router || std::ranges::find(cfg.router_endpoints, endpoint) != cfg.router_endpoints.end())
+    return false;
+  auto peer = peers_.find_by_endpoint(endpoint);
+  return !peer || peer->role != "router";
 }
 
 std::shared_ptr<Bridge> Bridge::start_offline(std::string instance_id, uint64_t incarnation,

@@ -173,9 +173,9 @@ int run_role(int argc, char** argv, const char* fixed_role) {
         "loopback only",
         role, id);
   }
-  auto bridge = Bridge::start(id, incarnation, inst->control, {},
-                              LivenessConfig{cfg->cluster.heartbeat_interval, cfg->cluster.heartbeat_misses},
-                              std::move(curve));
+  LivenessConfig liveness{cfg->cluster.heartbeat_interval, cfg->cluster.heartbeat_misses, role == "router"};
+  if (const auto* registry = cfg->registry()) liveness.router_endpoints.push_back(registry->control);
+  auto bridge = Bridge::start(id, incarnation, inst->control, {}, std::move(liveness), std::move(curve));
   if (!bridge) return fail(bridge.error().detail);
   process_metrics->on_scrape([b = std::weak_ptr<Bridge>(bridge.value())](metrics::Snapshot& s) {
     if (auto live = b.lock())

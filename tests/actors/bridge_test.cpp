@@ -320,3 +320,33 @@ TEST_CASE("bridge runs an idle actor's frame on the channel thread, and only tha
   b.value()->stop();
   a.value()->stop();
 }
+
+TEST_CASE("bridge: no ZMTP heartbeats from a router's process or to a router", "[actors][bridge]") {
+  const LivenessConfig instance{std::chrono::milliseconds(100), 3, false, {"tcp://127.0.0.1:1"}};
+  auto a = Bridge::start("alice", 1, "tcp://127.0.0.1:*", {}, instance);
+  REQUIRE(a.ok());
+  auto peer = [](std::string id, std::string role, std::string endpoint) {
+    protocol::PeerInfo p;
+    p.instance_id = std::move(id);
+    p.role = std::move(role);
+    p.control_endpoint = std::move(endpoint);
+    p.incarnation = 5;
+    return p;
+  };
+  const auto router = peer("router-1", "router", "tcp://127.0.0.1:2");
+  const auto decode = peer("decode-0", "decode", "tcp://127.0.0.1:3");
+  a.value()->peers().upsert(router);
+  a.value()->peers().upsert(decode);
+  CHECK_FALSE(a.value()->transport_heartbeats_to("tcp://127.0.0.1:1"));  // the registry, before any PEERS
+  CHECK_FALSE(a.value()->transport_heartbeats_to(router.control_endpoint));
+  CHECK(a.value()->transport_heartbeats_to(decode.control_endpoint));
+  CHECK(a.value()->transport_heartbeats_to("tcp://127.0.0.1:4"));  // not listed yet: a peer of rooms
+
+  auto r = Bridge::start("router-0", 1, "tcp://127.0.0.1:*", {},
+                         LivenessConfig{std::chrono::milliseconds(100), 3, true});
+  REQUIRE(r.ok());
+  r.value()->peers().upsert(decode);
+  CHECK_FALSE(r.value()->transport_heartbeats_to(decode.control_endpoint));
+  a.value()->stop();
+  r.value()->stop();
+}

@@ -140,7 +140,7 @@ struct ControlChannel::Impl final : detail::HubMember {
     s.set(zmq::sockopt::linger, config.linger_ms);
     s.set(zmq::sockopt::sndhwm, config.send_hwm);
     s.set(zmq::sockopt::maxmsgsize, config.max_frame_bytes);
-    if (config.heartbeat_ivl_ms > 0) {
+    if (config.heartbeat_ivl_ms > 0 && (!config.heartbeats_to || config.heartbeats_to(endpoint))) {
       s.set(zmq::sockopt::heartbeat_ivl, config.heartbeat_ivl_ms);
       s.set(zmq::sockopt::heartbeat_timeout, config.heartbeat_timeout_ms);
       s.set(zmq::sockopt::heartbeat_ttl, config.heartbeat_timeout_ms);

@@ -37,11 +37,19 @@ struct PeerEvent {
   std::string reason;
 };
 
-// ZMTP heartbeats on every outgoing control connection: a PING per interval, a peer silent for
-// interval x misses is disconnected (and reported). interval 0 = off.
+// ZMTP heartbeats on outgoing control connections: a PING per interval, a peer silent for interval x misses
+// is disconnected (and reported). interval 0 = off.
+// Only between instances that share rooms, never on a link with a router at either end: every instance
+// sends its routers HEARTBEATs, and the registry (or a router's etcd view) drops a silent one after the same
+// interval x misses, so ZMTP would tell nothing new there. It would cost: libzmq walks all of its I/O
+// thread's timers to cancel one, once per PING round trip at each end, so a router with N heartbeating links
+// spent O(N) per heartbeat, O(N^2) per interval, and at 2,000 instances its starved PINGs timed out and
+// dropped live members (docs/architecture.md, "Capacity").
 struct LivenessConfig {
   std::chrono::milliseconds heartbeat_interval{0};
   uint32_t misses = 3;
+  bool router = false;                          // this process is a router (the registry's, or one of etcd's)
+  std::vector<std::string> router_endpoints{};  // routers known before any PEERS: the registry's endpoint
 };
 
 struct BridgeStats {
@@ -125,6 +133,10 @@ class Bridge {
   // Drops the DEALER to a peer (after it died), so queued frames to a dead incarnation are discarded.
   void forget_peer(const std::string& endpoint);
 
+  // Whether our connection to `endpoint` runs ZMTP heartbeats (LivenessConfig): not from a router, not to
+  // one (listed with role "router", or in router_endpoints).
+  bool transport_heartbeats_to(const std::string& endpoint) const;
+
   PeerDirectory& peers() { return peers_; }
   const std::string& instance_id() const { return id_; }
   uint64_t incarnation() const { return incarnation_.load(); }
@@ -157,6 +169,7 @@ class Bridge {
   std::unique_ptr<InlineUnit> inline_unit_;
   std::unique_ptr<Outbox> outbox_;  // set instead of channel_ by start_offline
   std::string offline_endpoint_;
+  LivenessConfig liveness_config_;
   PeerDirectory peers_;
   mutable std::mutex mu_;
   std::map<protocol::MessageType, caf::actor> routes_;

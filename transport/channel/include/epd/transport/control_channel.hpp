@@ -38,10 +38,17 @@ struct ChannelConfig {
   int linger_ms = 200;                   // bounded, so shutdown never hangs on an absent peer
   int send_hwm = 10000;                  // frames queued per peer before sends are dropped (logged)
   int64_t max_frame_bytes = 64ll << 20;  // larger inbound frames make ZeroMQ drop the connection
-  // ZMTP heartbeats on every DEALER: a PING each interval; a peer that answers nothing within the timeout
-  // is disconnected (0 = off). A disconnect (peer closed, process died, or heartbeat timeout) is reported.
+  // ZMTP heartbeats on the DEALERs (those `heartbeats_to` allows): a PING each interval; a peer that answers
+  // nothing within the timeout is disconnected (0 = off). A disconnect (peer closed, process died, or
+  // heartbeat timeout) is reported.
   int heartbeat_ivl_ms = 0;
   int heartbeat_timeout_ms = 0;
+  // Whether the DEALER to `endpoint` runs those heartbeats (unset: every DEALER does). Called under the
+  // channel's lock when the DEALER is made. A link whose liveness the application tells by its own
+  // messages is better off without: libzmq cancels a timer by walking every timer of its I/O thread, and
+  // each PING round trip cancels one on both ends, so a process with N heartbeating links spends O(N) per
+  // PING (docs/architecture.md, "Capacity").
+  std::function<bool(const std::string& endpoint)> heartbeats_to{};
   std::optional<CurveConfig> curve;  // none: plain ZMTP (the config allows that on loopback only)
   // Set: the channel uses the hub's ZeroMQ context and I/O thread (channel_hub.hpp), not its own. Plain
   // channels only.
