@@ -12,6 +12,7 @@
 #include <mutex>
 #include <set>
 #include <thread>
+#include <unordered_map>
 #include <zmq.hpp>
 
 #include "hub_member.hpp"
@@ -380,7 +381,6 @@ struct ControlChannel::Impl final : detail::HubMember {
       add(d.monitor_fd, Watch::dealer_monitor, ep);
     }
     poll_set_changed = false;
-    look_at_all = true;  // a new socket's first signal may have gone before it was polled
   }
 
   // Under mu: reads what the entry watches, up to reads_per_wake messages. True when more may be waiting.
@@ -444,42 +444,63 @@ struct ControlChannel::Impl final : detail::HubMember {
     [[maybe_unused]] auto n = ::read(wake_fd, &counter, sizeof counter);
   }
 
-  // The I/O thread waits on an epoll set rebuilt whenever a dealer comes or goes, so a wake-up costs what
+  // The I/O thread waits on an epoll set updated whenever a dealer comes or goes, so a wake-up costs what
   // is ready, not every socket: the registry's process holds two sockets per member, and a poll() of all
   // of them per heartbeat made each heartbeat O(members).
   void loop() {
     std::vector<int> fds;
     std::vector<Watched> watched;
+    std::unordered_map<int, size_t> index_of;  // descriptor -> its entry in watched
     std::vector<Inbound> inbox;
     std::vector<std::string> lost;
     std::vector<epoll_event> events(256);
     std::vector<size_t> ready, busy;  // indices into watched: signalled; had more than one turn's reads
-    std::vector<int> polled;          // what the epoll set holds
+    std::set<int> polled;             // what the epoll set holds
+    std::vector<int> closed;          // descriptors of retired sockets, closed now or soon
     while (!stopping.load()) {
       bool rebuilt = false, look_now = false;
+      std::vector<int> busy_fds;
       {
         std::lock_guard lock(mu);
-        retired.clear();  // not polled since the last rebuild below
+        for (const auto& d : retired) closed.insert(closed.end(), {d.fd, d.monitor_fd});
+        retired.clear();  // not polled since the last update below
         if (poll_set_changed) {
+          for (size_t i : busy) busy_fds.push_back(fds[i]);
+          busy.clear();  // its indices are the old list's
           rebuild_poll_set(fds, watched);
           rebuilt = true;
-          busy.clear();  // its indices are the old set's; the rebuild makes every socket be read
         }
         look_now = look_at_all || look_at_router;
       }
       if (rebuilt) {
-        // One set for the channel's life (made at start, so no descriptor is needed here): every old
-        // entry out, every new one in. A retired socket's descriptor is closed already, and its number
-        // may be a new socket's now: removing by number then misses, and adding it again is right.
-        for (int fd : polled) ::epoll_ctl(ep, EPOLL_CTL_DEL, fd, nullptr);
-        polled = fds;
+        // One set for the channel's life (made at start, so no descriptor is needed here), changed by what
+        // came and went only: redoing it whole per new DEALER made a router's start O(members^2) in
+        // syscalls. A retired socket's descriptor may be closed already (the kernel then dropped it from the
+        // set) and its number a new socket's: such a number is taken out and put in again.
+        for (int fd : closed)
+          if (polled.erase(fd)) ::epoll_ctl(ep, EPOLL_CTL_DEL, fd, nullptr);
+        closed.clear();
+        index_of.clear();
+        for (size_t i = 0; i < fds.size(); ++i) index_of[fds[i]] = i;
+        for (auto it = polled.begin(); it != polled.end();) {
+          if (index_of.count(*it)) {
+            ++it;
+            continue;
+          }
+          ::epoll_ctl(ep, EPOLL_CTL_DEL, *it, nullptr);
+          it = polled.erase(it);
+        }
         for (size_t i = 0; i < fds.size(); ++i) {
+          if (!polled.insert(fds[i]).second) continue;
           epoll_event ev{};
           ev.events = EPOLLIN;
-          ev.data.u64 = i;
+          ev.data.fd = fds[i];
           if (::epoll_ctl(ep, EPOLL_CTL_ADD, fds[i], &ev) != 0)
             spdlog::error("control: cannot poll descriptor {}: {}", fds[i], std::strerror(errno));
+          busy.push_back(i);  // a new socket's first signal may have gone before it was polled
         }
+        for (int fd : busy_fds)
+          if (auto it = index_of.find(fd); it != index_of.end()) busy.push_back(it->second);
       }
       const bool again = !busy.empty() || look_now;
       const int rc = ::epoll_wait(ep, events.data(), int(events.size()), again ? 0 : 200);
@@ -487,7 +508,9 @@ struct ControlChannel::Impl final : detail::HubMember {
       ready.swap(busy);
       busy.clear();
       for (int i = 0; i < rc; ++i) {
-        const size_t w = events[i].data.u64;
+        auto it = index_of.find(events[i].data.fd);
+        if (it == index_of.end()) continue;  // not ours (cannot happen: the set changes only above)
+        const size_t w = it->second;
         if (w == 0)
           drain_wake();
         else
