@@ -215,8 +215,9 @@ caf::behavior registry(caf::stateful_actor<RegistryState>* self, BridgePtr bridg
         self->delayed_send(self, s.config.heartbeat_interval, tick_atom::value);
       },
       [=](PeerEvent& ev) {
-        // Our connection to a member broke (its process died, or it stopped answering ZMTP heartbeats):
-        // drop it now instead of after `misses` silent intervals. A member that is in fact alive gets
+        // Our connection to a member broke (its process died or closed it; no ZMTP heartbeats run on the
+        // registry's links, so a frozen member is left to `misses`): drop it now instead of after `misses`
+        // silent intervals. A member that is in fact alive gets
         // unknown_peer on its next HEARTBEAT and registers again.
         if (ev.new_incarnation != 0) return;  // a restart shows up as its HELLO
         auto& s = self->state;

@@ -305,9 +305,10 @@ void send_heartbeats(EtcdMembershipState& st) {
   if (st.config.engine) hb.load.fenced_writes = st.config.engine->fence_stats().refused;
   if (st.mirror) hb.records_revision = st.mirror->sent_up_to();
   // Instances tell the routers their load. A router sends its heartbeat to every instance in turn: nobody
-  // needs a router's load, but the control connection it keeps open that way is what notices a killed or
-  // frozen instance in milliseconds (a broken connection, ZMTP heartbeats). Without it, a router that never
-  // sent an instance anything would learn of its death only when its heartbeats went silent.
+  // needs a router's load, but the control connection it keeps open that way is what notices a killed
+  // instance in milliseconds (its kernel closes the connection). Without it, a router that never sent an
+  // instance anything would learn of its death only when its heartbeats went silent, which is how a frozen
+  // one shows (links with a router run no ZMTP heartbeats: LivenessConfig).
   auto send = [&](const std::string& id, const protocol::PeerInfo& info) {
     if (!st.bridge->peers().alive(id)) return;
     const bool resync = st.resync_from.erase(id) > 0;                    // we lost RECORDS from this router
