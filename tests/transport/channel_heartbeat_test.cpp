@@ -1,10 +1,10 @@
 // ZMTP heartbeats per link (ChannelConfig::heartbeats_to): a peer that stalls (SIGSTOP: its kernel still
 // holds the TCP connection, its ZeroMQ answers nothing) is reported lost on a link that runs them and not on
 // one that does not; a peer that dies is reported on both, because its kernel closes the connection.
-#include <catch2/catch.hpp>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <catch2/catch.hpp>
 
 #include <chrono>
 #include <condition_variable>
@@ -90,7 +90,7 @@ struct Events {
 using namespace heartbeat_test;
 
 TEST_CASE("channel: ZMTP heartbeats drop a stalled peer only on the links that run them", "[channel]") {
-  // Both children fork before this process has a ZeroMQ thread.
+  // Both children fork before this test makes a ZeroMQ context (the child makes its own).
   PeerProcess checked, quiet;
   ChannelConfig cfg;
   cfg.identity = "a";

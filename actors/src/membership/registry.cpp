@@ -217,8 +217,8 @@ caf::behavior registry(caf::stateful_actor<RegistryState>* self, BridgePtr bridg
       [=](PeerEvent& ev) {
         // Our connection to a member broke (its process died or closed it; no ZMTP heartbeats run on the
         // registry's links, so a frozen member is left to `misses`): drop it now instead of after `misses`
-        // silent intervals. A member that is in fact alive gets
-        // unknown_peer on its next HEARTBEAT and registers again.
+        // silent intervals. A member that is in fact alive gets unknown_peer on its next HEARTBEAT and
+        // registers again.
         if (ev.new_incarnation != 0) return;  // a restart shows up as its HELLO
         auto& s = self->state;
         for (auto it = s.entries.begin(); it != s.entries.end(); ++it) {
