@@ -100,9 +100,31 @@ bool ChannelHub::Impl::start() {
   return true;
 }
 
+namespace {
+// Whether the epoll set holds an event of `key` now (without waiting); every key found is serviced on the
+// next turn. `events` grows to hold every descriptor, so that no waiting event is left out.
+bool waiting_in_set(ChannelHub::Impl::State& s, std::vector<epoll_event>& events, uint64_t key) {
+  {
+    std::lock_guard lock(s.mu);
+    size_t fds = 1;  // the stop eventfd
+    for (const auto& [_, w] : s.watched) fds += w.size();
+    if (events.size() < fds) events.resize(fds);
+  }
+  const int n = ::epoll_wait(s.epoll_fd, events.data(), int(events.size()), 0);
+  bool found = false;
+  std::lock_guard lock(s.mu);
+  for (int i = 0; i < n; ++i) {
+    const uint64_t k = events[i].data.u64;
+    found |= k == key;
+    if (k != 0) s.pending.insert(k);
+  }
+  return found;
+}
+}  // namespace
+
 void ChannelHub::Impl::loop() {
   State& s = *state;
-  std::vector<epoll_event> events(256);
+  std::vector<epoll_event> events(256), everything;
   auto next_tick = std::chrono::steady_clock::now() + config.idle_tick;
   while (!s.stopping.load()) {
     bool busy;
@@ -146,12 +168,15 @@ void ChannelHub::Impl::loop() {
         if (it == s.members.end()) continue;  // detached since it was ready
         member = it->second;
       }
+      // The tick comes on time, busy or not: a member ticked while an event of its own waits in the set
+      // (it came in while others were serviced) is not one whose signal was lost.
+      const bool tick = ticked.count(key) > 0 && !waiting_in_set(s, everything, key);
       const bool more = member->service(
           [&](const std::vector<int>& fds) {
             std::lock_guard lock(s.mu);
             s.rewatch(key, fds);
           },
-          ticked.count(key) > 0);
+          tick);
       if (more) {
         std::lock_guard lock(s.mu);
         s.pending.insert(key);
