@@ -1,12 +1,16 @@
 #include "epd/launcher/free_port.hpp"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <sys/file.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <filesystem>
 #include <fstream>
 #include <mutex>
 #include <random>
@@ -14,6 +18,25 @@
 
 namespace epd::launcher {
 namespace {
+
+// Claims `port` among this host's processes: an exclusive flock on a file named after it, held (its
+// descriptor left open) until this process exits, so two test processes running side by side never hand
+// out the same port (CI saw a role fail to bind a port another test's role had just taken). A claim that
+// cannot be made (no such directory) leaves the bind check alone to decide.
+bool claim(int port) {
+  static const std::filesystem::path dir = [] {
+    std::error_code ec;
+    auto d = std::filesystem::temp_directory_path(ec) / "epd-ports";
+    std::filesystem::create_directories(d, ec);
+    ::chmod(d.c_str(), 01777);  // shared by every user's tests, as /tmp is
+    return d;
+  }();
+  const int fd = ::open((dir / std::to_string(port)).c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+  if (fd < 0) return true;
+  if (::flock(fd, LOCK_EX | LOCK_NB) == 0) return true;  // kept open: the claim lasts this process
+  ::close(fd);
+  return false;
+}
 
 bool bindable(int port) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
@@ -51,7 +74,7 @@ int free_port() {
   const int first = 10000, last = std::max(first + 1000, low - 1);
   for (;;) {
     const int port = first + int(rng() % uint32_t(last - first));
-    if (!given.count(port) && !fetch_blocks_port(port) && bindable(port)) {
+    if (!given.count(port) && !fetch_blocks_port(port) && bindable(port) && claim(port)) {
       given.insert(port);
       return port;
     }

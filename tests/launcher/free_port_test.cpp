@@ -1,6 +1,11 @@
+#include <sys/wait.h>
+#include <unistd.h>
 #include <catch2/catch.hpp>
+
 #include <cstdio>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "epd/launcher/free_port.hpp"
 
@@ -40,4 +45,41 @@ TEST_CASE("free_port never hands out a port that Node fetch refuses as a bad por
     CHECK(port >= 10000);
     CHECK_FALSE(fetch_blocks_port(port));
   }
+}
+
+TEST_CASE("free_port never hands out a port another live process was given", "[launcher]") {
+  (void)epd::launcher::free_port();  // the child inherits this state: unclaimed, it would pick as we do
+  int ports[2], hold[2];
+  REQUIRE(::pipe(ports) == 0);
+  REQUIRE(::pipe(hold) == 0);
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    ::close(ports[0]);
+    ::close(hold[1]);
+    for (int i = 0; i < 500; ++i) {
+      const int p = epd::launcher::free_port();
+      if (::write(ports[1], &p, sizeof p) != ssize_t(sizeof p)) ::_exit(1);
+    }
+    ::close(ports[1]);
+    char c;
+    while (::read(hold[0], &c, 1) > 0) {
+    }
+    ::_exit(0);  // lives, holding its ports, until the parent closes `hold`
+  }
+  ::close(ports[1]);
+  ::close(hold[0]);
+  std::set<int> theirs;
+  int p = 0;
+  while (::read(ports[0], &p, sizeof p) == ssize_t(sizeof p)) theirs.insert(p);
+  ::close(ports[0]);
+  CHECK(theirs.size() == 500);
+  std::vector<int> shared;
+  for (int i = 0; i < 1000; ++i)
+    if (const int mine = epd::launcher::free_port(); theirs.count(mine)) shared.push_back(mine);
+  CHECK(shared.empty());
+  ::close(hold[1]);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  CHECK(WIFEXITED(status));
 }
