@@ -102,14 +102,8 @@ bool ChannelHub::Impl::start() {
 
 namespace {
 // Whether the epoll set holds an event of `key` now (without waiting); every key found is serviced on the
-// next turn. `events` grows to hold every descriptor, so that no waiting event is left out.
+// next turn. `events` has room for every descriptor (size_for_all), so that no waiting event is left out.
 bool waiting_in_set(ChannelHub::Impl::State& s, std::vector<epoll_event>& events, uint64_t key) {
-  {
-    std::lock_guard lock(s.mu);
-    size_t fds = 1;  // the stop eventfd
-    for (const auto& [_, w] : s.watched) fds += w.size();
-    if (events.size() < fds) events.resize(fds);
-  }
   const int n = ::epoll_wait(s.epoll_fd, events.data(), int(events.size()), 0);
   bool found = false;
   std::lock_guard lock(s.mu);
@@ -119,6 +113,13 @@ bool waiting_in_set(ChannelHub::Impl::State& s, std::vector<epoll_event>& events
     if (k != 0) s.pending.insert(k);
   }
   return found;
+}
+
+void size_for_all(ChannelHub::Impl::State& s, std::vector<epoll_event>& events) {
+  std::lock_guard lock(s.mu);
+  size_t fds = 1;  // the stop eventfd
+  for (const auto& [_, w] : s.watched) fds += w.size();
+  if (events.size() < fds) events.resize(fds);
 }
 }  // namespace
 
@@ -159,6 +160,7 @@ void ChannelHub::Impl::loop() {
       }
     }
     for (uint64_t key : ticked) ready.insert(key);
+    if (!ticked.empty()) size_for_all(s, everything);
     for (uint64_t key : ready) {
       std::lock_guard service(s.service_mu);
       detail::HubMember* member = nullptr;
