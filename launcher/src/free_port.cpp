@@ -26,7 +26,9 @@ namespace {
 bool claim(int port) {
   static const std::filesystem::path dir = [] {
     std::error_code ec;
-    auto d = std::filesystem::temp_directory_path(ec) / "epd-ports";
+    std::filesystem::path base = std::filesystem::temp_directory_path(ec);
+    if (ec) base = "/tmp";  // never a directory relative to wherever we run
+    auto d = base / "epd-ports";
     std::filesystem::create_directories(d, ec);
     ::chmod(d.c_str(), 01777);  // shared by every user's tests, as /tmp is
     return d;
