@@ -1,8 +1,9 @@
 // etcd_watch = "routers" under CAF's test coordinator: a router passes its watch on to the other instances as
 // RECORDS (the full list to a new instance, from one router only, deltas gathered over a window to the rest,
-// the full list again on a resync or to one that stays silent), and an instance applies what is newer than
-// what it holds, whichever router sent it, and asks a router for the full list when it is still short of
-// what that router sent (after a gap, or as its heartbeat says) a heartbeat later.
+// the full list again on a resync, once it may have been lost, or to one that stays silent for long), and an
+// instance applies what is newer than what it holds, whichever router sent it, and asks a router for the full
+// list when it is still short of what that router sent (after a gap, or as its heartbeat says) a heartbeat
+// later.
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <set>
@@ -212,17 +213,56 @@ TEST_CASE("etcd relay: one router sends a new instance its list and the other st
   }
   r0.h.run();
   r1.h.run();
-  // Its own router sends it again after 2 s; the other steps in after 4 s, and nobody else gets a list.
-  r1.h.advance(2100ms, 100ms);
+  // No connection broke, so the list may only be slow: its own router sends it again after 30 s of silence,
+  // the other steps in after 60 s, and nobody else gets a list.
+  r1.h.advance(29500ms, 500ms);
+  CHECK(lists_from(r1).empty());
+  r1.h.advance(1000ms, 500ms);
   CHECK(lists_from(r1) == std::set<std::string>{silent});
-  r0.h.advance(3800ms, 100ms);
+  r0.h.advance(59000ms, 500ms);
   CHECK(lists_from(r0).empty());
-  r0.h.advance(300ms, 100ms);
+  r0.h.advance(1500ms, 500ms);
   CHECK(lists_from(r0) == std::set<std::string>{silent});
-  r0.h.advance(7800ms, 200ms);  // then it doubles its wait: 8 s
+  r0.h.advance(119000ms, 1000ms);  // then it doubles its wait, up to 120 s
   CHECK(lists_from(r0).empty());
-  r0.h.advance(400ms, 200ms);
+  r0.h.advance(2000ms, 1000ms);
   CHECK(lists_from(r0) == std::set<std::string>{silent});
+}
+
+TEST_CASE("etcd relay: a list goes again at the next tick once it may be lost, not while it is only late") {
+  Node r("router-0", "router");
+  r.list({test::peer("router-0", "router", 1), test::peer("router-1", "router", 1)}, 5);
+  std::vector<etcd_backend::Change> joins;
+  for (int i = 1; i <= 10; ++i) joins.push_back({"decode-" + std::to_string(i), decode(i), 5 + i});
+  r.watch(std::move(joins), 15);
+  auto lists = [&] {
+    std::set<std::string> to;
+    for (const auto& [endpoint, rec] : r.records())
+      if (rec.full) to.insert(endpoint);
+    return to;
+  };
+  const auto ours = lists();  // the others' lists are router-1's to send
+  std::set<std::string> theirs;
+  for (int i = 1; i <= 10; ++i)
+    if (!ours.count(at("decode-" + std::to_string(i)))) theirs.insert(at("decode-" + std::to_string(i)));
+  REQUIRE_FALSE(ours.empty());
+  REQUIRE_FALSE(theirs.empty());
+
+  r.h.advance(20000ms, 500ms);  // nobody answers for 20 s, but every connection holds: nothing is resent
+  CHECK(lists().empty());
+
+  // Our connection to one of ours broke, and the frames queued on it with it: its list goes again at once.
+  const std::string broke = ours.begin()->substr(at("").size());
+  caf::anon_send(r.membership, PeerEvent{broke, at(broke), 10, 0, "test"});
+  r.h.run();
+  r.h.advance(100ms, 100ms);
+  CHECK(lists() == std::set<std::string>{at(broke)});
+
+  // router-1 is lost: the lists it was to send may be lost with it, and are ours to send now.
+  caf::anon_send(r.membership, PeerEvent{"router-1", at("router-1"), 1, 0, "test"});
+  r.h.run();
+  r.h.advance(100ms, 100ms);
+  CHECK(lists() == theirs);
 }
 
 TEST_CASE("etcd relay: a router sends the full list again on a resync and to an instance that stays silent") {
@@ -241,19 +281,19 @@ TEST_CASE("etcd relay: a router sends the full list again on a resync and to an 
   CHECK(sent.begin()->first == at("decode-1"));
   CHECK(sent.begin()->second.full);
 
-  r.h.advance(1900ms, 100ms);
+  r.h.advance(29500ms, 500ms);
   CHECK(r.records().empty());
-  r.h.advance(200ms, 100ms);  // 2 s after its list: decode-2 gets it again, then after 4 s more
+  r.h.advance(1000ms, 500ms);  // 30 s after its list: decode-2 gets it again, then after 60 s more
   sent = r.records();
   REQUIRE(sent.size() == 1);
   CHECK(sent.begin()->first == at("decode-2"));
-  r.h.advance(3800ms, 100ms);
+  r.h.advance(59000ms, 500ms);
   CHECK(r.records().empty());
-  r.h.advance(300ms, 100ms);
+  r.h.advance(1500ms, 500ms);
   CHECK(r.records().size() == 1);
   hb.resync = false;
   test::deliver(*r.bridge, "decode-2", 10, hb);  // heard from at last: no more
-  r.h.advance(10000ms, 500ms);
+  r.h.advance(300000ms, 5000ms);
   CHECK(r.records().empty());
 }
 
@@ -410,51 +450,4 @@ TEST_CASE(
   for (const auto& s : test::sent(*r.bridge))
     if (const auto* hb = s.as<protocol::Heartbeat>()) said[s.to] = hb->records_revision;
   CHECK(said.at(at("decode-4")) == 7);
-}
-
-TEST_CASE("etcd relay: the wait before a list is resent follows how long lists take to be answered") {
-  etcd_backend::ListLatency l;
-  CHECK(l.wait() == 2000ms);  // nothing measured yet
-  for (int i = 0; i < 20; ++i) l.sample(100ms);
-  CHECK(l.wait() == 2000ms);  // fast answers: never below the floor
-  l.sample(5000ms);           // a slower one lifts it at once, through the variance
-  CHECK(l.wait() > 4000ms);
-  for (int i = 0; i < 100; ++i) l.sample(5000ms);
-  CHECK(l.wait() >= 5000ms);
-  CHECK(l.wait() < 5500ms);  // steady: little more than the time itself
-  l.sample(120000ms);
-  CHECK(l.wait() == 30000ms);
-}
-
-TEST_CASE("etcd relay: a router that saw lists answered slowly waits longer before resending one") {
-  Node r("router-0", "router");
-  r.list({test::peer("router-0", "router", 1)}, 5);
-  r.watch({{"decode-1", decode(1), 6}}, 6);
-  CHECK(r.records().size() == 1);
-  protocol::Heartbeat hb;
-  hb.load.healthy = true;
-  r.h.advance(1500ms, 100ms);  // decode-1 answers its list after 1.5 s
-  test::deliver(*r.bridge, "decode-1", 10, hb);
-  r.h.run();
-
-  // Lists take 1.5 s (and vary): a new instance's is resent after 1.5 + 4 * 0.75 s, not after 2 s.
-  auto lists_to = [&](const std::string& id) {
-    size_t n = 0;
-    for (const auto& [to, rec] : r.records()) n += to == at(id) && rec.full;
-    return n;
-  };
-  auto joins_and_waits_4_5_s = [&](int i) {
-    const std::string id = "decode-" + std::to_string(i);
-    r.watch({{id, decode(i), 5 + i}}, 5 + i);
-    CHECK(lists_to(id) == 1);
-    r.h.advance(4400ms, 100ms);
-    CHECK(lists_to(id) == 0);
-    r.h.advance(200ms, 100ms);
-    CHECK(lists_to(id) == 1);
-  };
-  joins_and_waits_4_5_s(2);
-  // Answered after that resend: not timed (it may answer either list), so decode-3 waits as decode-2 did.
-  r.h.advance(1000ms, 100ms);
-  test::deliver(*r.bridge, "decode-2", 10, hb);
-  joins_and_waits_4_5_s(3);
 }

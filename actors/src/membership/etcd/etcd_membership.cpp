@@ -28,16 +28,22 @@ using flush_atom = caf::atom_constant<caf::atom("flush")>;
 using etcd_backend::RecordFollower;
 using etcd_backend::RecordMirror;
 
-// A new instance that has not sent us a heartbeat since its full list went (from us, or from the router
-// whose list it is to send: list_rank): we send it the list (again) after `backoff` times the time lists take
-// now (ListLatency, at least 2 s), at most 30 s. A list lost on the way would otherwise leave it knowing
-// nobody, not even us.
+// A new instance that has not sent us a heartbeat since its full list went (from us, or from the router whose
+// list it is to send: list_rank). A control connection delivers its frames in order and loses them only when
+// it breaks, so a list goes again at the next tick once our connection to the instance broke after it went
+// (or, for another router's list, once we lost that router), and otherwise only after a long silence:
+// kSilentWait times `backoff`, for what no connection event shows. A shorter wait resent most lists of a
+// large start, which saturates every process and delays lists by seconds, and each list resent while the
+// first was still on its way was only more for everyone to read.
 struct FullSent {
   uint64_t incarnation = 0;
   clock::time_point at;
   unsigned backoff = 1;  // the k-th router to step in starts at k + 1; doubles with each resend
-  bool once = true;      // one list went, from us: its first heartbeat times it
+  bool ours = true;      // the last list went from us
+  bool lost = false;     // it may have been lost on the way: send it at the next tick
 };
+constexpr std::chrono::seconds kSilentWait{30};
+constexpr unsigned kMaxBackoff = 4;
 
 struct LoadSeen {
   protocol::LoadReport load;
@@ -67,7 +73,6 @@ struct EtcdMembershipState {
   clock::time_point last_flush;
   bool flush_waiting = false;
   std::map<std::string, FullSent> full_sent;
-  etcd_backend::ListLatency list_latency;
   // The others: where we are in the routers' RECORDS, and the routers to ask for a full list.
   std::optional<RecordFollower> follower;
   std::set<std::string> resync_from;  // routers to ask for the full list at our next heartbeat
@@ -94,7 +99,10 @@ void keep_record(EtcdMembershipState& st, protocol::PeerInfo info) {
   st.records[id] = std::move(info);
 }
 
+void connection_lost(EtcdMembershipState& st, const std::string& id, uint64_t incarnation);
+
 bool drop_record(EtcdMembershipState& st, const std::string& id) {
+  if (st.routers.count(id)) connection_lost(st, id, 0);  // the lists it was to send are ours now
   st.routers.erase(id);
   return st.records.erase(id) > 0;
 }
@@ -350,17 +358,28 @@ void sent_full(EtcdMembershipState& st, const std::string& id, clock::time_point
     return;
   }
   f.at = now;
-  f.once = false;
+  f.lost = false;
+  f.ours = f.ours || rank == 0;
 }
 
-// `id` (of `incarnation`) sent us a heartbeat: it holds a list, and if one went to it once, from us, that
-// is how long lists take now.
+// `id` (of `incarnation`) sent us a heartbeat: it holds a list.
 void heard_from(EtcdMembershipState& st, const std::string& id, uint64_t incarnation) {
   auto f = st.full_sent.find(id);
-  if (f == st.full_sent.end() || f->second.incarnation != incarnation) return;
-  if (f->second.once)
-    st.list_latency.sample(std::chrono::duration_cast<std::chrono::milliseconds>(st.now() - f->second.at));
-  st.full_sent.erase(f);
+  if (f != st.full_sent.end() && f->second.incarnation == incarnation) st.full_sent.erase(f);
+}
+
+// Our connection to `id` broke (or its record went): a list we sent it may have gone with the frames queued
+// on that connection, and if `id` is a router, so may the lists it was to send. They go at the next tick.
+void connection_lost(EtcdMembershipState& st, const std::string& id, uint64_t incarnation) {
+  if (!st.mirror) return;
+  if (st.routers.count(id)) {
+    for (auto& [_, f] : st.full_sent)
+      if (!f.ours) f.lost = true;
+    return;
+  }
+  auto f = st.full_sent.find(id);
+  if (f != st.full_sent.end() && f->second.incarnation == incarnation && f->second.ours)
+    f->second.lost = true;
 }
 
 // The events gathered since the last flush: one delta to the instances that hold a list, the full list to
@@ -401,14 +420,16 @@ void resend_full_lists(EtcdMembershipState& st) {
       it = st.full_sent.erase(it);
       continue;
     }
-    if (now - f.at >= std::min(st.list_latency.wait() * f.backoff, etcd_backend::ListLatency::ceiling)) {
-      spdlog::info("membership: '{}' sent no heartbeat {} ms after its list of instances went; sending it",
-                   id, std::chrono::duration_cast<std::chrono::milliseconds>(now - f.at).count());
+    if (f.lost || now - f.at >= kSilentWait * f.backoff) {
+      spdlog::info("membership: '{}' sent no heartbeat {} ms after its list of instances went{}; sending it",
+                   id, std::chrono::duration_cast<std::chrono::milliseconds>(now - f.at).count(),
+                   f.lost ? " and it may have been lost" : "");
       if (!full) full = st.mirror->full();
       send_records(st, {info->control_endpoint}, *full);
       f.at = now;
-      f.once = false;
-      f.backoff = std::min(f.backoff * 2, 16u);
+      f.ours = true;
+      f.lost = false;
+      f.backoff = std::min(f.backoff * 2, kMaxBackoff);
     }
     ++it;
   }
@@ -486,6 +507,7 @@ caf::behavior etcd_membership(caf::stateful_actor<EtcdMembershipState>* self, Br
       [=](PeerEvent& ev) {
         auto& s = self->state;
         if (ev.id.empty() || ev.id == s.bridge->instance_id()) return;
+        if (ev.new_incarnation == 0) connection_lost(s, ev.id, ev.old_incarnation);
         if (!s.bridge->peers().mark_dead(ev.id, ev.old_incarnation)) return;  // already known
         if (s.config.metrics) s.config.metrics->peer_lost(role_of(s, ev.id), "connection");
         spdlog::warn("membership: peer '{}' (incarnation {}) is dead to us: {}", ev.id, ev.old_incarnation,

@@ -1,7 +1,6 @@
 #include "record_relay.hpp"
 
 #include <algorithm>
-#include <cmath>
 
 namespace epd::actors::etcd_backend {
 
@@ -117,23 +116,6 @@ std::vector<std::string> RecordMirror::members() const {
   for (const auto& [id, info] : records_)
     if (needs_records(info)) ids.push_back(id);
   return ids;
-}
-
-void ListLatency::sample(std::chrono::milliseconds took) {
-  const double ms = double(took.count());
-  if (!measured_) {
-    srtt_ms_ = ms;
-    rttvar_ms_ = ms / 2;
-    measured_ = true;
-    return;
-  }
-  rttvar_ms_ = 0.75 * rttvar_ms_ + 0.25 * std::abs(srtt_ms_ - ms);
-  srtt_ms_ = 0.875 * srtt_ms_ + 0.125 * ms;
-}
-
-std::chrono::milliseconds ListLatency::wait() const {
-  const auto ms = std::chrono::milliseconds(int64_t(srtt_ms_ + 4 * rttvar_ms_));
-  return std::clamp(ms, floor, ceiling);
 }
 
 RecordFollower::Step RecordFollower::take(const std::string& router, const protocol::Records& records) {

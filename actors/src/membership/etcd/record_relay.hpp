@@ -3,7 +3,6 @@
 // as RECORDS (epd/protocol/messages.hpp). An event then reaches N instances as one message encoded once per
 // router, instead of N watch streams that etcd's JSON gateway encodes one by one (docs/architecture.md,
 // "Membership in etcd"). Neither class does I/O: the membership actor sends what they build.
-#include <chrono>
 #include <map>
 #include <optional>
 #include <set>
@@ -73,23 +72,6 @@ class RecordMirror {
   uint64_t since_ = 0;  // where the pending delta starts
   std::vector<protocol::RecordChange> pending_;
   std::set<std::string> fresh_;  // need the full list at the next flush
-};
-
-// How long a new instance takes from its full list leaving a router to its first heartbeat there, and so how
-// long to wait before sending the list again: TCP's retransmission timer (RFC 6298) over those times. A fixed
-// wait resent most lists of a large start: the start saturated every process, lists took longer to arrive
-// and be read than the wait, and every resend was more for everyone to read. Only lists that went once are
-// measured (Karn's rule: a heartbeat after a resend may answer either).
-class ListLatency {
- public:
-  static constexpr std::chrono::milliseconds floor{2000}, ceiling{30000};
-  void sample(std::chrono::milliseconds took);
-  // srtt + 4 rttvar, within [floor, ceiling]; the floor before any sample.
-  std::chrono::milliseconds wait() const;
-
- private:
-  bool measured_ = false;
-  double srtt_ms_ = 0, rttvar_ms_ = 0;
 };
 
 // An instance's position in the routers' streams: which RECORDS to apply, whichever router sent them.
