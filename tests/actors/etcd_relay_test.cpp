@@ -174,6 +174,38 @@ TEST_CASE("etcd relay: a router sends the full list to new instances and one del
   }
 }
 
+TEST_CASE("etcd relay: a burst of events widens the window up to its cap and a lone event goes at once") {
+  Node r("router-0", "router");
+  r.list({test::peer("router-0", "router", 1), decode(1)}, 5);
+  (void)r.records();
+  int64_t revision = 5;
+  auto join = [&](int i) { r.watch({{"decode-" + std::to_string(i), decode(i), ++revision}}, revision); };
+  auto deltas_to_1 = [&] {
+    size_t n = 0;
+    for (const auto& [to, rec] : r.records()) n += to == at("decode-1") && !rec.full;
+    return n;
+  };
+  // 200 joins 10 ms apart: windows of 50, 100, 200, then 400 ms (the cap), not forty of 50 ms.
+  for (int i = 2; i < 202; ++i) {
+    join(i);
+    r.h.advance(10ms, 10ms);
+  }
+  r.h.advance(400ms, 10ms);
+  const size_t burst = deltas_to_1();
+  CHECK(burst >= 6);
+  CHECK(burst <= 9);
+  // After a quiet second a lone event goes at once, and the next waits the shortest window again.
+  r.h.advance(1000ms, 100ms);
+  join(300);
+  CHECK(deltas_to_1() == 1);
+  r.h.advance(10ms, 10ms);
+  join(301);
+  r.h.advance(30ms, 10ms);
+  CHECK(deltas_to_1() == 0);
+  r.h.advance(20ms, 10ms);
+  CHECK(deltas_to_1() == 1);
+}
+
 TEST_CASE("etcd relay: one router sends a new instance its list and the other steps in if it stays silent") {
   const std::vector<protocol::PeerInfo> routers{test::peer("router-0", "router", 1),
                                                 test::peer("router-1", "router", 1)};

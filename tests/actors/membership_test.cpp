@@ -156,6 +156,42 @@ TEST_CASE("registry: a change within the publish window waits for its end and go
   CHECK(peers["offline://c"].full);
 }
 
+TEST_CASE(
+    "registry: a burst of changes widens the publish window up to its cap and a lone change goes at once") {
+  auto cfg = registry_config();
+  cfg.misses = 1000;  // nobody expires during the test
+  cfg.publish_window = 50ms;
+  cfg.publish_window_max = 400ms;
+  RegistryFixture f(cfg);
+  f.hello("a", 10);
+  (void)test::sent(*f.bridge);
+  auto deltas_to_a = [&] {
+    size_t n = 0;
+    for (const auto& s : test::sent(*f.bridge))
+      if (const auto* p = s.as<protocol::Peers>(); p && s.to == "offline://a" && !p->full) ++n;
+    return n;
+  };
+  // 200 joins 10 ms apart: windows of 50, 100, 200, then 400 ms (the cap), not forty of 50 ms.
+  for (int i = 0; i < 200; ++i) {
+    f.hello("m" + std::to_string(i), 20);
+    f.h.advance(10ms, 10ms);
+  }
+  f.h.advance(400ms, 10ms);
+  const size_t burst = deltas_to_a();
+  CHECK(burst >= 6);
+  CHECK(burst <= 9);
+  // After a quiet second a lone change goes at once, and the next waits the shortest window again.
+  f.h.advance(1000ms, 100ms);
+  f.hello("lone", 30);
+  CHECK(deltas_to_a() == 1);
+  f.h.advance(10ms, 10ms);
+  f.hello("next", 40);
+  f.h.advance(30ms, 10ms);
+  CHECK(deltas_to_a() == 0);
+  f.h.advance(20ms, 10ms);
+  CHECK(deltas_to_a() == 1);
+}
+
 TEST_CASE("registry: HEARTBEATs update the view in place and send no PEERS") {
   RegistryFixture f;
   f.hello("a", 10);

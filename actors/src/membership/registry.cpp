@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "epd/actors/role_support.hpp"
+#include "membership/burst_window.hpp"
 #include "membership/compat_gate.hpp"
 
 namespace epd::actors {
@@ -32,6 +33,7 @@ struct RegistryState {
   std::set<std::string> changed, joiners;
   bool flush_queued = false;
   clock::time_point last_flush{};
+  BurstWindow window{std::chrono::milliseconds(0), std::chrono::milliseconds(0)};  // set from the config
   // The actor system's clock (steady_clock; simulated under the test coordinator, so expiry is testable).
   clock::time_point now() const { return self->clock().now(); }
   static inline const char* name = "registry";
@@ -67,12 +69,12 @@ void publish(RegistryState& st, const std::optional<std::string>& joined,
     st.joiners.erase(*left);
   }
   if (std::exchange(st.flush_queued, true)) return;
-  // A lone change goes out at once; in a burst, at most one version per publish window.
-  const auto due = st.last_flush + st.config.publish_window;
-  if (st.now() >= due)
+  // A lone change goes out at once; in a burst, at most one version per window (BurstWindow).
+  const auto wait = st.window.wait(st.last_flush, st.now());
+  if (wait == clock::duration::zero())
     st.self->send(st.self, peers_atom::value);
   else
-    st.self->delayed_send(st.self, due - st.now(), peers_atom::value);
+    st.self->delayed_send(st.self, wait, peers_atom::value);
 }
 
 // Every change since the last flush as one version: the joiners get the full list, everyone else one delta.
@@ -187,6 +189,7 @@ caf::behavior registry(caf::stateful_actor<RegistryState>* self, BridgePtr bridg
   st.last_tick = st.now();
   st.bridge = std::move(bridge);
   st.config = config;
+  st.window = BurstWindow(st.config.publish_window, st.config.publish_window_max);
   st.view = std::move(view);
   st.gate = CompatGate(st.bridge->instance_id(), st.config.identity, st.config.metrics);
   self->delayed_send(self, st.config.heartbeat_interval, tick_atom::value);

@@ -22,8 +22,10 @@ struct RegistryConfig {
   // each change (health changes included) and the whole table copied into the view on every HEARTBEAT.
   bool full_lists = false;
   // Changes within this long after a PEERS version go out together as the next one (a lone change goes at
-  // once): a start or a rack's failure costs one delta per member per window, not one per change.
+  // once): a start or a rack's failure costs one delta per member per window, not one per change. While
+  // changes keep coming each window is twice the last, up to `publish_window_max` (BurstWindow).
   std::chrono::milliseconds publish_window{50};
+  std::chrono::milliseconds publish_window_max{400};
   // Ours: a HELLO from a build with no protocol revision in common, or another model, is refused (and
   // counted in `metrics`, which may be null).
   protocol::BuildIdentity identity = protocol::current_protocol_identity();

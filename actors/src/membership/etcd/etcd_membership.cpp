@@ -9,6 +9,7 @@
 #include "epd/actors/role_support.hpp"
 #include "etcd_agent.hpp"
 #include "etcd_membership_actor.hpp"
+#include "membership/burst_window.hpp"
 #include "membership/compat_gate.hpp"
 #include "membership/peer_change_log.hpp"
 #include "record_relay.hpp"
@@ -71,6 +72,7 @@ struct EtcdMembershipState {
   // etcd_watch = "routers". Routers: the records to pass on, when the last delta went, whether one waits.
   std::optional<RecordMirror> mirror;
   clock::time_point last_flush;
+  BurstWindow window{std::chrono::milliseconds(0), std::chrono::milliseconds(0)};  // set from the config
   bool flush_waiting = false;
   std::map<std::string, FullSent> full_sent;
   // The others: where we are in the routers' RECORDS, and the routers to ask for a full list.
@@ -396,15 +398,14 @@ void flush_records(caf::stateful_actor<EtcdMembershipState>* self) {
   for (const auto& id : f.full_ids) sent_full(st, id, st.last_flush);
 }
 
-// A lone event goes at once; those that follow within the window wait for its end, together.
+// A lone event goes at once; those that follow within the window wait for its end, together (BurstWindow).
 void schedule_flush(caf::stateful_actor<EtcdMembershipState>* self) {
   auto& st = self->state;
   if (st.flush_waiting || !st.mirror->pending()) return;
-  const auto due = st.last_flush + st.config.records_window;
-  if (st.now() >= due) return flush_records(self);
+  const auto wait = st.window.wait(st.last_flush, st.now());
+  if (wait == clock::duration::zero()) return flush_records(self);
   st.flush_waiting = true;
-  self->delayed_send(self, std::chrono::duration_cast<std::chrono::milliseconds>(due - st.now()),
-                     flush_atom::value);
+  self->delayed_send(self, std::chrono::duration_cast<std::chrono::milliseconds>(wait), flush_atom::value);
 }
 
 // The full list again to instances that have sent no heartbeat since theirs (lost, or they were slow).
@@ -447,6 +448,7 @@ caf::behavior etcd_membership(caf::stateful_actor<EtcdMembershipState>* self, Br
   st.role = std::move(role);
   st.view = std::move(view);
   st.gate = CompatGate(st.bridge->instance_id(), st.config.self.identity, st.config.metrics);
+  st.window = BurstWindow(st.config.records_window, st.config.records_window_max);
   if (st.config.routers_watch) {
     if (st.view)
       st.mirror.emplace(st.bridge->instance_id());

@@ -37,9 +37,11 @@ struct EtcdMembershipConfig {
   std::shared_ptr<MembershipMetrics> metrics;  // may be null
   std::shared_ptr<etcd::Traffic> traffic{};    // what etcd's answers cost (may be null; epd-bench membership)
   // etcd_watch = "routers": only routers watch etcd; they send every other instance RECORDS, gathering the
-  // events of `records_window` after a send into the next one.
+  // events of `records_window` after a send into the next one. While events keep coming (a start, a rolling
+  // restart) each window is twice the last, up to `records_window_max`; a lone event goes at once.
   bool routers_watch = false;
   std::chrono::milliseconds records_window{50};
+  std::chrono::milliseconds records_window_max{400};
   std::shared_ptr<std::atomic<uint64_t>>
       records_bytes{};  // RECORDS bytes a router sent (may be null; benches)
 };
