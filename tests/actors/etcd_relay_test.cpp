@@ -28,6 +28,7 @@ EtcdMembershipConfig relay_config(const protocol::PeerInfo& self) {
   c.heartbeat_misses = 3;
   c.routers_watch = true;
   c.records_window = 50ms;
+  c.records_window_max = 400ms;
   c.self = self;
   return c;
 }
@@ -179,31 +180,16 @@ TEST_CASE("etcd relay: a burst of events widens the window up to its cap and a l
   r.list({test::peer("router-0", "router", 1), decode(1)}, 5);
   (void)r.records();
   int64_t revision = 5;
-  auto join = [&](int i) { r.watch({{"decode-" + std::to_string(i), decode(i), ++revision}}, revision); };
+  auto join = [&](int i) {
+    const int n = i + 2;  // decode-1 is the member that counts
+    r.watch({{"decode-" + std::to_string(n), decode(n), ++revision}}, revision);
+  };
   auto deltas_to_1 = [&] {
     size_t n = 0;
     for (const auto& [to, rec] : r.records()) n += to == at("decode-1") && !rec.full;
     return n;
   };
-  // 200 joins 10 ms apart: windows of 50, 100, 200, then 400 ms (the cap), not forty of 50 ms.
-  for (int i = 2; i < 202; ++i) {
-    join(i);
-    r.h.advance(10ms, 10ms);
-  }
-  r.h.advance(400ms, 10ms);
-  const size_t burst = deltas_to_1();
-  CHECK(burst >= 6);
-  CHECK(burst <= 9);
-  // After a quiet second a lone event goes at once, and the next waits the shortest window again.
-  r.h.advance(1000ms, 100ms);
-  join(300);
-  CHECK(deltas_to_1() == 1);
-  r.h.advance(10ms, 10ms);
-  join(301);
-  r.h.advance(30ms, 10ms);
-  CHECK(deltas_to_1() == 0);
-  r.h.advance(20ms, 10ms);
-  CHECK(deltas_to_1() == 1);
+  test::check_burst_window(r.h, join, deltas_to_1);
 }
 
 TEST_CASE("etcd relay: one router sends a new instance its list and the other steps in if it stays silent") {

@@ -171,25 +171,8 @@ TEST_CASE(
       if (const auto* p = s.as<protocol::Peers>(); p && s.to == "offline://a" && !p->full) ++n;
     return n;
   };
-  // 200 joins 10 ms apart: windows of 50, 100, 200, then 400 ms (the cap), not forty of 50 ms.
-  for (int i = 0; i < 200; ++i) {
-    f.hello("m" + std::to_string(i), 20);
-    f.h.advance(10ms, 10ms);
-  }
-  f.h.advance(400ms, 10ms);
-  const size_t burst = deltas_to_a();
-  CHECK(burst >= 6);
-  CHECK(burst <= 9);
-  // After a quiet second a lone change goes at once, and the next waits the shortest window again.
-  f.h.advance(1000ms, 100ms);
-  f.hello("lone", 30);
-  CHECK(deltas_to_a() == 1);
-  f.h.advance(10ms, 10ms);
-  f.hello("next", 40);
-  f.h.advance(30ms, 10ms);
-  CHECK(deltas_to_a() == 0);
-  f.h.advance(20ms, 10ms);
-  CHECK(deltas_to_a() == 1);
+  test::check_burst_window(
+      f.h, [&](int i) { f.hello("m" + std::to_string(i), 20); }, deltas_to_a);
 }
 
 TEST_CASE("registry: HEARTBEATs update the view in place and send no PEERS") {

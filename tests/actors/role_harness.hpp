@@ -190,4 +190,30 @@ inline protocol::PeerInfo peer(const std::string& id, const std::string& role, u
   return p;
 }
 
+// A membership publisher's BurstWindow (shortest 50 ms, longest 400 ms), seen by one member: `change(i)`
+// makes change i, `deltas()` counts the deltas the member got since last asked. 200 changes 10 ms apart go in
+// windows of 50, 100, 200 and then 400 ms, not forty of 50 ms; after a quiet second a lone change goes at
+// once, and the next waits the shortest window again.
+template <class Change, class Deltas>
+void check_burst_window(Harness& h, Change change, Deltas deltas) {
+  using namespace std::chrono_literals;
+  for (int i = 0; i < 200; ++i) {
+    change(i);
+    h.advance(10ms, 10ms);
+  }
+  h.advance(400ms, 10ms);
+  const size_t burst = deltas();
+  CHECK(burst >= 6);
+  CHECK(burst <= 9);
+  h.advance(1000ms, 100ms);
+  change(200);
+  CHECK(deltas() == 1);
+  h.advance(10ms, 10ms);
+  change(201);
+  h.advance(30ms, 10ms);
+  CHECK(deltas() == 0);
+  h.advance(20ms, 10ms);
+  CHECK(deltas() == 1);
+}
+
 }  // namespace epd::test
