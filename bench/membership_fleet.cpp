@@ -115,7 +115,7 @@ bool Fleet::add(const std::vector<std::string>& ids) {
     std::vector<Worker*> at;
     for (size_t i = from; i < to; ++i) {
       const bool router = started_ < routers_;
-      const std::string role = router ? "router" : roles[started_ % 3];
+      const std::string role = router ? std::string(protocol::kRouterRole) : roles[started_ % 3];
       ++started_;
       Worker* w = place(router);
       if (!w) {

@@ -64,7 +64,7 @@ bool Bridge::transport_heartbeats_to(const std::string& endpoint) const {
   if (cfg.router || std::ranges::find(cfg.router_endpoints, endpoint) != cfg.router_endpoints.end())
     return false;
   auto peer = peers_.find_by_endpoint(endpoint);
-  return !peer || peer->role != "router";
+  return !peer || peer->role != protocol::kRouterRole;
 }
 
 std::shared_ptr<Bridge> Bridge::start_offline(std::string instance_id, uint64_t incarnation,

@@ -173,7 +173,8 @@ int run_role(int argc, char** argv, const char* fixed_role) {
         "loopback only",
         role, id);
   }
-  LivenessConfig liveness{cfg->cluster.heartbeat_interval, cfg->cluster.heartbeat_misses, role == "router"};
+  LivenessConfig liveness{cfg->cluster.heartbeat_interval, cfg->cluster.heartbeat_misses,
+                          role == protocol::kRouterRole};
   if (const auto* registry = cfg->registry()) liveness.router_endpoints.push_back(registry->control);
   auto bridge = Bridge::start(id, incarnation, inst->control, {}, std::move(liveness), std::move(curve));
   if (!bridge) return fail(bridge.error().detail);
@@ -207,7 +208,7 @@ int run_role(int argc, char** argv, const char* fixed_role) {
   std::vector<caf::actor> actors;
   if (cfg->uses_etcd()) {
     // Membership in etcd: every router keeps its own view, filled by its etcd membership actor.
-    if (role == "router") ctx.registry = std::make_shared<RegistryView>();
+    if (role == protocol::kRouterRole) ctx.registry = std::make_shared<RegistryView>();
   } else if (cfg->cluster.registry == id) {
     ctx.registry = std::make_shared<RegistryView>();
     RegistryConfig rc;

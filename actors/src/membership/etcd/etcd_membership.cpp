@@ -93,7 +93,7 @@ std::string role_of(const EtcdMembershipState& st, const std::string& id) {
 
 // Every change to st.records goes through these two, which keep st.routers with it.
 void keep_record(EtcdMembershipState& st, protocol::PeerInfo info) {
-  if (info.role == "router")
+  if (info.role == protocol::kRouterRole)
     st.routers.insert(info.instance_id);
   else
     st.routers.erase(info.instance_id);

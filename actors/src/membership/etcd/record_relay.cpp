@@ -7,7 +7,7 @@ namespace epd::actors::etcd_backend {
 namespace {
 
 bool needs_records(const protocol::PeerInfo& info) {
-  return info.role != "router";  // routers watch etcd themselves
+  return info.role != protocol::kRouterRole;  // routers watch etcd themselves
 }
 
 // FNV-1a: the same on every build and platform (std::hash is not), so that all routers agree.

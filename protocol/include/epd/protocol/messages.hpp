@@ -176,6 +176,10 @@ struct BuildIdentity {
   }
 };
 
+// The role of the instances that place requests and keep the membership (the embedded registry, or etcd's
+// watchers with etcd_watch = "routers"): membership and liveness treat them apart.
+inline constexpr std::string_view kRouterRole = "router";
+
 // Nested in PEERS: one member's descriptor. No load: figures that change every heartbeat stay between the
 // instance and the registry (the router that places requests), so membership traffic grows with changes only.
 struct PeerInfo {
