@@ -27,8 +27,6 @@ class BurstWindow {
     return due - now;
   }
 
-  std::chrono::milliseconds window() const { return window_; }
-
  private:
   std::chrono::milliseconds shortest_, longest_, window_;
 };
