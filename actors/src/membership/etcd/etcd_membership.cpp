@@ -101,10 +101,14 @@ void keep_record(EtcdMembershipState& st, protocol::PeerInfo info) {
   st.records[id] = std::move(info);
 }
 
-void connection_lost(EtcdMembershipState& st, const std::string& id, uint64_t incarnation);
+// We lost a router: the lists it was to send may have gone with it, and are ours to send at the next tick.
+void router_lost(EtcdMembershipState& st) {
+  for (auto& [_, f] : st.full_sent)
+    if (!f.ours) f.lost = true;
+}
 
 bool drop_record(EtcdMembershipState& st, const std::string& id) {
-  if (st.routers.count(id)) connection_lost(st, id, 0);  // the lists it was to send are ours now
+  if (st.routers.count(id)) router_lost(st);
   st.routers.erase(id);
   return st.records.erase(id) > 0;
 }
@@ -370,15 +374,9 @@ void heard_from(EtcdMembershipState& st, const std::string& id, uint64_t incarna
   if (f != st.full_sent.end() && f->second.incarnation == incarnation) st.full_sent.erase(f);
 }
 
-// Our connection to `id` broke (or its record went): a list we sent it may have gone with the frames queued
-// on that connection, and if `id` is a router, so may the lists it was to send. They go at the next tick.
-void connection_lost(EtcdMembershipState& st, const std::string& id, uint64_t incarnation) {
-  if (!st.mirror) return;
-  if (st.routers.count(id)) {
-    for (auto& [_, f] : st.full_sent)
-      if (!f.ours) f.lost = true;
-    return;
-  }
+// Our connection to `id` (of `incarnation`) broke: a list we sent it may have gone with the frames queued on
+// that connection. It goes again at the next tick.
+void list_may_be_lost(EtcdMembershipState& st, const std::string& id, uint64_t incarnation) {
   auto f = st.full_sent.find(id);
   if (f != st.full_sent.end() && f->second.incarnation == incarnation && f->second.ours)
     f->second.lost = true;
@@ -509,7 +507,10 @@ caf::behavior etcd_membership(caf::stateful_actor<EtcdMembershipState>* self, Br
       [=](PeerEvent& ev) {
         auto& s = self->state;
         if (ev.id.empty() || ev.id == s.bridge->instance_id()) return;
-        if (ev.new_incarnation == 0) connection_lost(s, ev.id, ev.old_incarnation);
+        if (ev.new_incarnation == 0 && s.routers.count(ev.id))
+          router_lost(s);
+        else if (ev.new_incarnation == 0)
+          list_may_be_lost(s, ev.id, ev.old_incarnation);
         if (!s.bridge->peers().mark_dead(ev.id, ev.old_incarnation)) return;  // already known
         if (s.config.metrics) s.config.metrics->peer_lost(role_of(s, ev.id), "connection");
         spdlog::warn("membership: peer '{}' (incarnation {}) is dead to us: {}", ev.id, ev.old_incarnation,
