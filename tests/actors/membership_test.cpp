@@ -198,6 +198,7 @@ TEST_CASE("registry: a HEARTBEAT asking for a resync gets the full list at the c
   test::sent(*f.bridge);
   protocol::Heartbeat hb;
   hb.resync = true;
+  hb.peers_version = 1;  // the list that answered its HELLO arrived; a later delta showed a gap
   test::deliver(*f.bridge, "a", 10, hb);
   f.h.run();
   auto peers = peers_by_endpoint(test::sent(*f.bridge));
@@ -206,6 +207,98 @@ TEST_CASE("registry: a HEARTBEAT asking for a resync gets the full list at the c
   CHECK(p.full);
   CHECK(p.version == 3);
   CHECK(ids(p) == std::vector<std::string>{"a", "b", "c"});
+}
+
+TEST_CASE("registry: a member that asks again while its list is on its way gets it again only when late") {
+  RegistryConfig config = registry_config();
+  config.misses = 1000;  // nobody expires while the clock runs for seconds
+  config.behind_wait = 1000ms;
+  RegistryFixture f(config);
+  f.hello("a", 10);  // version 1: the full list is on its way to 'a'
+  REQUIRE(peers_by_endpoint(test::sent(*f.bridge)).size() == 1);
+  const auto beat = [&](uint64_t version, bool resync) {
+    protocol::Heartbeat hb;
+    hb.peers_version = version;
+    hb.resync = resync;
+    test::deliver(*f.bridge, "a", 10, hb);
+    f.h.run();
+    return peers_by_endpoint(test::sent(*f.bridge));
+  };
+  // A member on a busy host asks on every HEARTBEAT until it reads the list: one list, not one per ask.
+  for (int i = 0; i < 9; ++i) {
+    CHECK(beat(0, true).empty());
+    f.h.advance(100ms, 100ms);
+  }
+  CHECK(beat(0, true).empty());
+  f.h.advance(100ms, 100ms);
+  auto again = beat(0, true);  // on its way for 1 s: late, or lost
+  REQUIRE(again.size() == 1);
+  CHECK(again["offline://a"].full);
+  CHECK(beat(0, true).empty());  // and the next waits twice as long
+  f.h.advance(1900ms, 100ms);
+  CHECK(beat(0, true).empty());
+  f.h.advance(100ms, 100ms);
+  CHECK(beat(0, true).size() == 1);
+  // It holds the list now. A gap found later, with no list on its way, is answered at once.
+  CHECK(beat(1, false).empty());
+  f.hello("b", 20);  // version 2
+  test::sent(*f.bridge);
+  auto gap = beat(1, true);
+  REQUIRE(gap.size() == 1);
+  CHECK(gap["offline://a"].version == 2);
+  CHECK(beat(1, true).empty());  // that list is on its way now
+}
+
+TEST_CASE("registry: a member whose HEARTBEATs hold one older version for behind_wait gets the full list") {
+  RegistryConfig config = registry_config();
+  config.misses = 1000;  // nobody expires while the clock runs for seconds
+  config.behind_wait = 1000ms;
+  RegistryFixture f(config);
+  f.hello("a", 10);
+  f.hello("b", 20);
+  f.hello("c", 30);  // version 3
+  test::sent(*f.bridge);
+  const auto beat = [&](uint64_t version) {
+    protocol::Heartbeat hb;
+    hb.peers_version = version;
+    test::deliver(*f.bridge, "a", 10, hb);
+    f.h.run();
+    return peers_by_endpoint(test::sent(*f.bridge));
+  };
+  // Up to date, or no version to compare (an older build): nothing, however long.
+  for (int i = 0; i < 15; ++i) {
+    CHECK(beat(i % 2 ? 3 : 0).empty());
+    f.h.advance(100ms, 100ms);
+  }
+  // Behind but moving (a member reading late): each new version waits afresh.
+  CHECK(beat(1).empty());
+  f.h.advance(900ms, 100ms);
+  CHECK(beat(2).empty());
+  f.h.advance(900ms, 100ms);
+  CHECK(beat(2).empty());
+  // Held one second: the delta after it was lost with none behind it to show the gap.
+  f.h.advance(100ms, 100ms);
+  auto peers = beat(2);
+  REQUIRE(peers.size() == 1);
+  CHECK(peers["offline://a"].full);
+  CHECK(peers["offline://a"].version == 3);
+  CHECK(ids(peers["offline://a"]) == std::vector<std::string>{"a", "b", "c"});
+  // Still behind after the resend: the next waits twice as long, then four times, and no longer.
+  f.h.advance(1900ms, 100ms);
+  CHECK(beat(2).empty());
+  f.h.advance(100ms, 100ms);
+  CHECK(beat(2).size() == 1);
+  f.h.advance(3900ms, 100ms);
+  CHECK(beat(2).empty());
+  f.h.advance(100ms, 100ms);
+  CHECK(beat(2).size() == 1);
+  f.h.advance(4000ms, 100ms);
+  CHECK(beat(2).size() == 1);
+  // Caught up: the wait starts again from one second.
+  CHECK(beat(3).empty());
+  CHECK(beat(2).empty());
+  f.h.advance(1000ms, 100ms);
+  CHECK(beat(2).size() == 1);
 }
 
 TEST_CASE("registry: with full_lists every member gets the whole list after each change (the baseline)") {
@@ -565,9 +658,12 @@ TEST_CASE(
   const auto hb = test::only<protocol::Heartbeat>(test::sent(*f.bridge));
   CHECK_FALSE(hb.load.healthy);  // no full list yet: not placeable
   CHECK(hb.resync);              // a tick later it is overdue (lost): ask for it
+  CHECK(hb.peers_version == 0);  // it holds no version the registry could compare
   test::deliver(*f.bridge, "router", 1, full_list(2, {test::peer("prefill-0", "prefill", 7)}));
   f.h.advance(100ms, 100ms);
-  CHECK_FALSE(test::only<protocol::Heartbeat>(test::sent(*f.bridge)).resync);
+  const auto listed = test::only<protocol::Heartbeat>(test::sent(*f.bridge));
+  CHECK_FALSE(listed.resync);
+  CHECK(listed.peers_version == 2);  // the registry can tell whether it is behind
   CHECK(f.bridge->peers().alive("prefill-0"));
 }
 

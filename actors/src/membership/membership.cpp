@@ -61,6 +61,8 @@ void send_heartbeat(MembershipState& st) {
   hb.load.healthy = hb.load.healthy && st.have_peers;  // cannot serve before it knows its peers
   // A gap, or registered without the full list that answers HELLO (lost, or not here a tick later): ask.
   hb.resync = st.want_full || !st.have_peers;
+  // So that the registry can see a delta lost with no later one to show the gap.
+  if (st.have_peers) hb.peers_version = st.bridge->peers().version();
   if (st.config.engine) hb.load.fenced_writes = st.config.engine->fence_stats().refused;
   st.bridge->send_to_endpoint(st.config.registry_endpoint, hb);
 }

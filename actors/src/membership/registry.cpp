@@ -8,6 +8,7 @@
 #include "epd/actors/role_support.hpp"
 #include "membership/burst_window.hpp"
 #include "membership/compat_gate.hpp"
+#include "membership/list_resend.hpp"
 
 namespace epd::actors {
 namespace {
@@ -34,6 +35,7 @@ struct RegistryState {
   bool flush_queued = false;
   clock::time_point last_flush{};
   BurstWindow window{std::chrono::milliseconds(0), std::chrono::milliseconds(0)};  // set from the config
+  ListResend resend{clock::duration(0)};  // when a member gets the full list again; set from the config
   // The actor system's clock (steady_clock; simulated under the test coordinator, so expiry is testable).
   clock::time_point now() const { return self->clock().now(); }
   static inline const char* name = "registry";
@@ -97,7 +99,10 @@ void flush(RegistryState& st) {
   for (const auto& [id, e] : st.entries)
     (st.joiners.count(id) ? to_joiners : to_others).push_back(e.info.control_endpoint);
   st.bridge->send_to_endpoints(to_others, std::move(delta));
-  if (full) st.bridge->send_to_endpoints(to_joiners, std::move(*full));
+  if (full) {
+    st.bridge->send_to_endpoints(to_joiners, std::move(*full));
+    for (const auto& id : st.joiners) st.resend.sent(id, st.version, st.last_flush);
+  }
   st.changed.clear();
   st.joiners.clear();
 }
@@ -142,6 +147,9 @@ void on_hello(RegistryState& st, const Envelope& env, const protocol::Hello& hel
   e.load.healthy = false;
   e.last_seen = st.now();
   st.entries[env.sender] = std::move(e);
+  // A new incarnation: what went to the old one says nothing. Its list goes with the next flush.
+  st.resend.forget(env.sender);
+  st.resend.sent(env.sender, st.version + 1, st.now());
   st.bridge->send_to_endpoint(hello.control_endpoint, ack(st, true));
   publish(st, env.sender, std::nullopt);
 }
@@ -149,6 +157,7 @@ void on_hello(RegistryState& st, const Envelope& env, const protocol::Hello& hel
 void remove(RegistryState& st, std::map<std::string, RegistryEntry>::iterator it) {
   const std::string id = it->first;
   st.entries.erase(it);
+  st.resend.forget(id);
   publish(st, std::nullopt, id);
 }
 
@@ -168,10 +177,24 @@ void on_heartbeat(RegistryState& st, const Envelope& env, const protocol::Heartb
     spdlog::info("registry: '{}' is draining: no new placements", env.sender);
   e.load = hb.load;
   e.last_seen = st.now();
-  if (hb.resync) {
-    // It lost a delta: the whole list, at the current version, on top of which the next delta applies.
-    spdlog::info("registry: '{}' reports a gap in PEERS versions; sending the full list", env.sender);
+  if (st.config.full_lists) {
+    if (hb.resync) st.bridge->send_to_endpoint(e.info.control_endpoint, full_list(st));
+  } else if (const auto due = st.resend.due(env.sender, hb.peers_version, hb.resync, st.version, st.now());
+             due.send()) {
+    // The whole list, at the current version, on top of which the next delta applies.
+    const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(due.waited).count();
+    if (due.why == ListResend::Why::asked)
+      spdlog::info("registry: '{}' reports a gap in PEERS versions; sending the full list", env.sender);
+    else if (due.why == ListResend::Why::list_late)
+      spdlog::warn("registry: the full list sent to '{}' {} ms ago has not arrived; sending it again",
+                   env.sender, waited);
+    else
+      spdlog::warn(
+          "registry: '{}' has held PEERS version {} (ours: {}) for {} ms: a delta was lost; "
+          "sending the full list",
+          env.sender, hb.peers_version, st.version, waited);
     st.bridge->send_to_endpoint(e.info.control_endpoint, full_list(st));
+    st.resend.sent(env.sender, st.version, st.now());
   }
   if (!st.config.full_lists)
     st.view->update_load(env.sender, e.load, e.last_seen);  // health is read by the router only
@@ -190,6 +213,7 @@ caf::behavior registry(caf::stateful_actor<RegistryState>* self, BridgePtr bridg
   st.bridge = std::move(bridge);
   st.config = config;
   st.window = BurstWindow(st.config.publish_window, st.config.publish_window_max);
+  st.resend = ListResend(st.config.behind_wait);
   st.view = std::move(view);
   st.gate = CompatGate(st.bridge->instance_id(), st.config.identity, st.config.metrics);
   self->delayed_send(self, st.config.heartbeat_interval, tick_atom::value);

@@ -26,6 +26,12 @@ struct RegistryConfig {
   // changes keep coming each window is twice the last, up to `publish_window_max` (BurstWindow).
   std::chrono::milliseconds publish_window{50};
   std::chrono::milliseconds publish_window_max{400};
+  // A full list sent to a member goes again only once it has been on its way this long, however often the
+  // member asks; a member whose HEARTBEATs hold one older PEERS version this long, with no list on its way,
+  // lost a delta that no later delta showed it and gets the list (ListResend). Long, because a member on a
+  // busy host reads late and a resend costs the whole list; each resend to a member doubles its next wait,
+  // up to 4 times.
+  std::chrono::milliseconds behind_wait{30000};
   // Ours: a HELLO from a build with no protocol revision in common, or another model, is refused (and
   // counted in `metrics`, which may be null).
   protocol::BuildIdentity identity = protocol::current_protocol_identity();

@@ -251,7 +251,8 @@ struct HelloAck {
 // Registry → members. A full list (`full`) to an instance that said HELLO or reported a gap; to everyone
 // else, after each change, a delta: the members that joined or restarted and the ids that left. A delta of
 // `version` applies only on top of `version - 1`; a member that finds a gap asks for the full list in its
-// next HEARTBEAT (`resync`). So a change costs O(members) small messages, not O(members²) bytes.
+// next HEARTBEAT (`resync`), and one whose HEARTBEATs hold an older version for long gets it anyway
+// (`peers_version`). So a change costs O(members) small messages, not O(members²) bytes.
 struct Peers {
   static constexpr MessageType kType = MessageType::peers;
   static constexpr std::string_view kName = "PEERS";
@@ -312,16 +313,18 @@ struct Records {
 };
 
 // Instance → registry, every heartbeat interval; carries its `LoadReport` so the router can pick the least
-// loaded instance.
+// loaded instance, and the PEERS version it holds: an instance that finds a gap asks for the full list
+// (`resync`), and a registry that sees it hold one older version for long sends it anyway (a delta lost with
+// no later one to show the gap). Router → instance with etcd_watch = "routers": an instance that holds less
+// than the router's `records_revision` lost the last RECORDS and asks that router for the full list.
 struct Heartbeat {
   static constexpr MessageType kType = MessageType::heartbeat;
   static constexpr std::string_view kName = "HEARTBEAT";
   uint64_t seq = 0;
-  LoadReport load{};  // the sender's figures now
-  bool resync =
-      false;  // its PEERS version (RECORDS revision) has a gap (a delta was lost): send the full list
-  // An instance that holds less lost the last RECORDS and asks for the full list (`resync`).
-  uint64_t records_revision = 0;  // a router's (etcd_watch = "routers"): its RECORDS sent so far; 0: none
+  LoadReport load{};              // the sender's figures now
+  bool resync = false;            // its PEERS version (RECORDS revision) has a gap: send the full list
+  uint64_t records_revision = 0;  // a router's: its RECORDS sent so far; 0: none
+  uint64_t peers_version = 0;     // an instance's, to the registry: the PEERS version it holds; 0: none
 
   bool operator==(const Heartbeat&) const = default;
   template <class S, class V>
@@ -330,6 +333,7 @@ struct Heartbeat {
     v.opt("load", s.load);
     v.opt("resync", s.resync);
     v.opt("records_revision", s.records_revision);
+    v.opt("peers_version", s.peers_version);
   }
 };
 
