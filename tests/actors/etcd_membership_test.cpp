@@ -191,6 +191,30 @@ TEST_CASE("etcd membership: a deleted record of a live instance goes after the g
   CHECK(f.bridge->peers().version() == 2);
 }
 
+TEST_CASE("etcd membership: a dropped record put back is placed only after its next heartbeat") {
+  EtcdRouterFixture f;
+  f.list(3);
+  f.heartbeat("decode-0001", 10);
+  f.watch("decode-0001", std::nullopt);  // its lease expired while it still beats (an etcd outage)
+  for (int i = 0; i < 10; ++i) {         // it beats through the grace period, and is dropped at its end
+    REQUIRE(f.bridge->peers().find("decode-0001"));
+    f.h.advance(100ms, 50ms);
+    f.heartbeat("decode-0001", 10);
+  }
+  REQUIRE_FALSE(f.bridge->peers().find("decode-0001"));
+  // It puts its record back at once: what it said before it was dropped does not make it placeable.
+  f.watch("decode-0001", test::peer("decode-0001", "decode", 10));
+  auto entry = [&] {
+    for (const auto& e : f.view->entries())
+      if (e.info.instance_id == "decode-0001") return std::optional(e);
+    return std::optional<RegistryEntry>();
+  };
+  REQUIRE(entry());
+  CHECK_FALSE(entry()->load.healthy);
+  f.heartbeat("decode-0001", 10);
+  CHECK(entry()->load.healthy);
+}
+
 TEST_CASE("etcd membership: the tick puts only the instances whose heartbeats stopped") {
   EtcdRouterFixture f;
   f.list(20);

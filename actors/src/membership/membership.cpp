@@ -152,8 +152,10 @@ void on_peers(caf::stateful_actor<MembershipState>* self, const protocol::Peers&
     changes = std::move(applied.changes);
   }
   for (const auto& p : peers.peers) st.roles[p.instance_id] = p.role;
-  for (const auto& c : changes)
+  for (const auto& c : changes) {
     report_peer_change(c, st.bridge->instance_id(), role_of(st, c.id), st.config.metrics.get(), "");
+    if (c.new_incarnation == 0) st.roles.erase(c.id);  // labelled: gone (ids that change on every restart)
+  }
   if (!changes.empty() && st.role) self->send(st.role, PeerChanges{std::move(changes)});
 }
 

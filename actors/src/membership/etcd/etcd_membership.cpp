@@ -110,6 +110,9 @@ void router_lost(EtcdMembershipState& st) {
 bool drop_record(EtcdMembershipState& st, const std::string& id) {
   if (st.routers.count(id)) router_lost(st);
   st.routers.erase(id);
+  // Its heartbeats said nothing about what may come back under its id (an id that changes on every restart
+  // must not leave an entry behind each time): a record put again is placed once it beats again.
+  st.loads.erase(id);
   return st.records.erase(id) > 0;
 }
 
@@ -172,9 +175,11 @@ void refresh_health(EtcdMembershipState& st) {
 void report_changes(caf::stateful_actor<EtcdMembershipState>* self,
                     std::vector<PeerDirectory::Change> changes) {
   auto& st = self->state;
-  for (const auto& c : changes)
+  for (const auto& c : changes) {
     report_peer_change(c, st.bridge->instance_id(), role_of(st, c.id), st.config.metrics.get(),
                        "(its etcd record is gone)");
+    if (c.new_incarnation == 0 && !st.records.count(c.id)) st.roles.erase(c.id);  // labelled: gone
+  }
   if (!changes.empty() && st.role) self->send(st.role, PeerChanges{std::move(changes)});
 }
 
