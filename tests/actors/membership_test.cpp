@@ -212,7 +212,7 @@ TEST_CASE("registry: a HEARTBEAT asking for a resync gets the full list at the c
 TEST_CASE("registry: a member that asks again while its list is on its way gets it again only when late") {
   RegistryConfig config = registry_config();
   config.misses = 1000;  // nobody expires while the clock runs for seconds
-  config.behind_wait = 1000ms;
+  config.list_resend_wait = 1000ms;
   RegistryFixture f(config);
   f.hello("a", 10);  // version 1: the full list is on its way to 'a'
   REQUIRE(peers_by_endpoint(test::sent(*f.bridge)).size() == 1);
@@ -249,10 +249,11 @@ TEST_CASE("registry: a member that asks again while its list is on its way gets 
   CHECK(beat(1, true).empty());  // that list is on its way now
 }
 
-TEST_CASE("registry: a member whose HEARTBEATs hold one older version for behind_wait gets the full list") {
+TEST_CASE(
+    "registry: a member whose HEARTBEATs hold one older version for the resend wait gets the full list") {
   RegistryConfig config = registry_config();
   config.misses = 1000;  // nobody expires while the clock runs for seconds
-  config.behind_wait = 1000ms;
+  config.list_resend_wait = 1000ms;
   RegistryFixture f(config);
   f.hello("a", 10);
   f.hello("b", 20);

@@ -40,8 +40,6 @@ class ListResend {
   // for the list or not, and ours is `current`.
   Due due(const std::string& id, uint64_t held, bool asked, uint64_t current, clock::time_point now);
 
-  size_t tracked() const { return members_.size(); }
-
  private:
   struct Member {
     uint64_t list_version = 0;  // the last full list sent to it; on its way while it holds less

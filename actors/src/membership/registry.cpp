@@ -213,7 +213,7 @@ caf::behavior registry(caf::stateful_actor<RegistryState>* self, BridgePtr bridg
   st.bridge = std::move(bridge);
   st.config = config;
   st.window = BurstWindow(st.config.publish_window, st.config.publish_window_max);
-  st.resend = ListResend(st.config.behind_wait);
+  st.resend = ListResend(st.config.list_resend_wait);
   st.view = std::move(view);
   st.gate = CompatGate(st.bridge->instance_id(), st.config.identity, st.config.metrics);
   self->delayed_send(self, st.config.heartbeat_interval, tick_atom::value);

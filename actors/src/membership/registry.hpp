@@ -31,7 +31,7 @@ struct RegistryConfig {
   // lost a delta that no later delta showed it and gets the list (ListResend). Long, because a member on a
   // busy host reads late and a resend costs the whole list; each resend to a member doubles its next wait,
   // up to 4 times.
-  std::chrono::milliseconds behind_wait{30000};
+  std::chrono::milliseconds list_resend_wait{30000};
   // Ours: a HELLO from a build with no protocol revision in common, or another model, is refused (and
   // counted in `metrics`, which may be null).
   protocol::BuildIdentity identity = protocol::current_protocol_identity();
