@@ -175,7 +175,11 @@ MembershipMetrics::MembershipMetrics(metrics::Registry& registry)
                              "Peer incarnations lost: left the registry's list, or the connection broke")),
       refused_(registry.counter("epd_peers_refused_total",
                                 "Peer incarnations refused as incompatible: no protocol revision in common, "
-                                "or another model")) {}
+                                "or another model")),
+      lists_(registry.counter(
+          "epd_peer_lists_sent_total",
+          "Full PEERS lists the embedded registry sent, by why: joined, asked (a gap), "
+          "late (the last had not arrived), stood_still (a member held an older version)")) {}
 
 void MembershipMetrics::incarnation_seen(const std::string& peer_role) {
   seen_.Add({{"peer_role", peer_role}}).Increment();
@@ -187,6 +191,10 @@ void MembershipMetrics::refused(const std::string& reason, const std::string& pe
 
 void MembershipMetrics::peer_lost(const std::string& peer_role, const std::string& how) {
   lost_.Add({{"peer_role", peer_role}, {"how", how}}).Increment();
+}
+
+void MembershipMetrics::lists_sent(const std::string& why, uint64_t n) {
+  lists_.Add({{"why", why}}).Increment(double(n));
 }
 
 }  // namespace epd::actors

@@ -209,10 +209,20 @@ TEST_CASE("registry: a HEARTBEAT asking for a resync gets the full list at the c
   CHECK(ids(p) == std::vector<std::string>{"a", "b", "c"});
 }
 
+// What `epd_peer_lists_sent_total{why="<why>"}` counts in `registry`'s exposition (0: no such series).
+double lists_sent(const metrics::Registry& registry, const std::string& why) {
+  const std::string series = "epd_peer_lists_sent_total{why=\"" + why + "\"} ";
+  const std::string text = registry.render();
+  const auto at = text.find(series);
+  return at == std::string::npos ? 0 : std::stod(text.substr(at + series.size()));
+}
+
 TEST_CASE("registry: a member that asks again while its list is on its way gets it again only when late") {
   RegistryConfig config = registry_config();
   config.misses = 1000;  // nobody expires while the clock runs for seconds
   config.list_resend_wait = 1000ms;
+  metrics::Registry exposition;
+  config.metrics = std::make_shared<MembershipMetrics>(exposition);
   RegistryFixture f(config);
   f.hello("a", 10);  // version 1: the full list is on its way to 'a'
   REQUIRE(peers_by_endpoint(test::sent(*f.bridge)).size() == 1);
@@ -247,6 +257,11 @@ TEST_CASE("registry: a member that asks again while its list is on its way gets 
   REQUIRE(gap.size() == 1);
   CHECK(gap["offline://a"].version == 2);
   CHECK(beat(1, true).empty());  // that list is on its way now
+  // Operators see why each list went: 'a' and 'b' joined, two went late, one answered a gap.
+  CHECK(lists_sent(exposition, "joined") == 2);
+  CHECK(lists_sent(exposition, "late") == 2);
+  CHECK(lists_sent(exposition, "asked") == 1);
+  CHECK(lists_sent(exposition, "stood_still") == 0);
 }
 
 TEST_CASE(
@@ -254,6 +269,8 @@ TEST_CASE(
   RegistryConfig config = registry_config();
   config.misses = 1000;  // nobody expires while the clock runs for seconds
   config.list_resend_wait = 1000ms;
+  metrics::Registry exposition;
+  config.metrics = std::make_shared<MembershipMetrics>(exposition);
   RegistryFixture f(config);
   f.hello("a", 10);
   f.hello("b", 20);
@@ -300,6 +317,9 @@ TEST_CASE(
   CHECK(beat(2).empty());
   f.h.advance(1000ms, 100ms);
   CHECK(beat(2).size() == 1);
+  // Two for standing still; the three between went as lists that had not arrived.
+  CHECK(lists_sent(exposition, "stood_still") == 2);
+  CHECK(lists_sent(exposition, "late") == 3);
 }
 
 TEST_CASE("registry: with full_lists every member gets the whole list after each change (the baseline)") {

@@ -102,6 +102,7 @@ void flush(RegistryState& st) {
   if (full) {
     st.bridge->send_to_endpoints(to_joiners, std::move(*full));
     for (const auto& id : st.joiners) st.resend.sent(id, st.version, st.last_flush);
+    if (st.config.metrics) st.config.metrics->lists_sent("joined", to_joiners.size());
   }
   st.changed.clear();
   st.joiners.clear();
@@ -161,6 +162,20 @@ void remove(RegistryState& st, std::map<std::string, RegistryEntry>::iterator it
   publish(st, std::nullopt, id);
 }
 
+const char* why_name(ListResend::Why why) {
+  switch (why) {
+    case ListResend::Why::asked:
+      return "asked";
+    case ListResend::Why::list_late:
+      return "late";
+    case ListResend::Why::stood_still:
+      return "stood_still";
+    case ListResend::Why::none:
+      break;
+  }
+  return "none";
+}
+
 void on_heartbeat(RegistryState& st, const Envelope& env, const protocol::Heartbeat& hb) {
   auto it = st.entries.find(env.sender);
   if (it == st.entries.end() || it->second.info.incarnation != env.incarnation) {
@@ -195,6 +210,7 @@ void on_heartbeat(RegistryState& st, const Envelope& env, const protocol::Heartb
           env.sender, hb.peers_version, st.version, waited);
     st.bridge->send_to_endpoint(e.info.control_endpoint, full_list(st));
     st.resend.sent(env.sender, st.version, st.now());
+    if (st.config.metrics) st.config.metrics->lists_sent(why_name(due.why));
   }
   if (!st.config.full_lists)
     st.view->update_load(env.sender, e.load, e.last_seen);  // health is read by the router only

@@ -64,11 +64,15 @@ class MembershipMetrics {
   void peer_lost(const std::string& peer_role, const std::string& how);  // "left" or "connection"
   // A peer incarnation refused as incompatible: `reason` "protocol" or "model".
   void refused(const std::string& reason, const std::string& peer_role);
+  // The embedded registry sent `n` full PEERS lists, `why`: "joined", "asked" (a gap), "late" (the last had
+  // not arrived) or "stood_still" (a member held one older version).
+  void lists_sent(const std::string& why, uint64_t n = 1);
 
  private:
   metrics::Family<metrics::Counter>& seen_;
   metrics::Family<metrics::Counter>& lost_;
   metrics::Family<metrics::Counter>& refused_;
+  metrics::Family<metrics::Counter>& lists_;
 };
 
 }  // namespace epd::actors
