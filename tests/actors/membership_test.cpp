@@ -217,23 +217,31 @@ double lists_sent(const metrics::Registry& registry, const std::string& why) {
   return at == std::string::npos ? 0 : std::stod(text.substr(at + series.size()));
 }
 
-TEST_CASE("registry: a member that asks again while its list is on its way gets it again only when late") {
+// A 1 s resend wait, counted in `exposition`; nobody expires while the clock runs for seconds.
+RegistryConfig resend_config(metrics::Registry& exposition) {
   RegistryConfig config = registry_config();
-  config.misses = 1000;  // nobody expires while the clock runs for seconds
+  config.misses = 1000;
   config.list_resend_wait = 1000ms;
-  metrics::Registry exposition;
   config.metrics = std::make_shared<MembershipMetrics>(exposition);
-  RegistryFixture f(config);
+  return config;
+}
+
+// 'a' (incarnation 10) beats, holding PEERS `version`, asking for the list or not: the PEERS sent then.
+std::map<std::string, protocol::Peers> beat_a(RegistryFixture& f, uint64_t version, bool resync = false) {
+  protocol::Heartbeat hb;
+  hb.peers_version = version;
+  hb.resync = resync;
+  test::deliver(*f.bridge, "a", 10, hb);
+  f.h.run();
+  return peers_by_endpoint(test::sent(*f.bridge));
+}
+
+TEST_CASE("registry: a member that asks again while its list is on its way gets it again only when late") {
+  metrics::Registry exposition;
+  RegistryFixture f(resend_config(exposition));
   f.hello("a", 10);  // version 1: the full list is on its way to 'a'
   REQUIRE(peers_by_endpoint(test::sent(*f.bridge)).size() == 1);
-  const auto beat = [&](uint64_t version, bool resync) {
-    protocol::Heartbeat hb;
-    hb.peers_version = version;
-    hb.resync = resync;
-    test::deliver(*f.bridge, "a", 10, hb);
-    f.h.run();
-    return peers_by_endpoint(test::sent(*f.bridge));
-  };
+  const auto beat = [&](uint64_t version, bool resync = false) { return beat_a(f, version, resync); };
   // A member on a busy host asks on every HEARTBEAT until it reads the list: one list, not one per ask.
   for (int i = 0; i < 9; ++i) {
     CHECK(beat(0, true).empty());
@@ -266,23 +274,13 @@ TEST_CASE("registry: a member that asks again while its list is on its way gets 
 
 TEST_CASE(
     "registry: a member whose HEARTBEATs hold one older version for the resend wait gets the full list") {
-  RegistryConfig config = registry_config();
-  config.misses = 1000;  // nobody expires while the clock runs for seconds
-  config.list_resend_wait = 1000ms;
   metrics::Registry exposition;
-  config.metrics = std::make_shared<MembershipMetrics>(exposition);
-  RegistryFixture f(config);
+  RegistryFixture f(resend_config(exposition));
   f.hello("a", 10);
   f.hello("b", 20);
   f.hello("c", 30);  // version 3
   test::sent(*f.bridge);
-  const auto beat = [&](uint64_t version) {
-    protocol::Heartbeat hb;
-    hb.peers_version = version;
-    test::deliver(*f.bridge, "a", 10, hb);
-    f.h.run();
-    return peers_by_endpoint(test::sent(*f.bridge));
-  };
+  const auto beat = [&](uint64_t version, bool resync = false) { return beat_a(f, version, resync); };
   // Up to date, or no version to compare (an older build): nothing, however long.
   for (int i = 0; i < 15; ++i) {
     CHECK(beat(i % 2 ? 3 : 0).empty());
