@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <mutex>
@@ -20,6 +21,10 @@
 using namespace epd::transport;
 
 namespace hub_test {
+
+int descriptors_now() {
+  return int(std::distance(std::filesystem::directory_iterator("/proc/self/fd"), {}));
+}
 
 int threads_now() {
   std::ifstream f("/proc/self/status");
@@ -142,6 +147,42 @@ TEST_CASE("channel hub: a peer that stops is reported lost, and the channels lef
   }
   (*a)->send((*c)->endpoint(), {3});
   CHECK(at_c.wait_for(1));
+}
+
+// The registry's process sends to every member: each peer must cost its TCP connection and nothing more
+// (a DEALER with a monitor per peer cost four descriptors, the registry's process five per member).
+TEST_CASE("channel: each peer sent to costs one descriptor and forgetting it gives it back", "[channel]") {
+  auto hub = ChannelHub::start();
+  REQUIRE(hub);
+  constexpr int n = 200;
+  Counter got;
+  std::vector<std::unique_ptr<ControlChannel>> peers;
+  for (int i = 0; i < n; ++i) {
+    auto c = ControlChannel::start(on_hub("p" + std::to_string(i), *hub),
+                                   [&](const std::string&, bool, std::vector<uint8_t>) { got.add(""); });
+    REQUIRE(c);
+    peers.push_back(std::move(*c));
+  }
+  auto sender =
+      ControlChannel::start(on_hub("sender", nullptr), [](const std::string&, bool, std::vector<uint8_t>) {});
+  REQUIRE(sender);
+  const int before = descriptors_now();
+  for (const auto& p : peers) (*sender)->send(p->endpoint(), {1});
+  REQUIRE(got.wait_for(n));
+  // Both ends of each connection are in this process: two per peer, plus a few for the I/O threads.
+  const int connected = descriptors_now();
+  CHECK(connected - before <= 2 * n + 8);
+  CHECK(connected - before >= 2 * n);  // the connections are counted: the bound is not vacuous
+  for (const auto& p : peers) (*sender)->forget(p->endpoint());
+  int now = descriptors_now();
+  for (int waited = 0; waited < 10000 && now > before + 8; waited += 50) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    now = descriptors_now();
+  }
+  CHECK(now <= before + 8);
+  // A forgotten peer is reached again through a new connection.
+  (*sender)->send(peers[0]->endpoint(), {2});
+  CHECK(got.wait_for(n + 1));
 }
 
 TEST_CASE("channel hub: a CURVE channel cannot share one", "[channel]") {

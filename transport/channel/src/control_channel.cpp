@@ -20,20 +20,17 @@
 namespace epd::transport {
 namespace {
 
-// A DEALER plus the PAIR socket its monitor reports disconnects on, with the file descriptors the I/O
-// thread polls for them (ZMQ_FD: readable when the socket may have news; its ZMQ_EVENTS says which).
-struct Dealer {
-  zmq::socket_t socket;
-  zmq::socket_t monitor;
-  int fd = -1, monitor_fd = -1;
+// One peer endpoint we send to: a connection of the outbound ROUTER. Its routing id there is an alias of
+// ours, unique per link: libzmq aborts on a routing id reused while the old connection's pipe is still
+// closing, and a link to an endpoint may be dropped and made again at once.
+struct Link {
+  std::string alias;
+  std::string address;  // the endpoint as libzmq resolved it: what the monitor's events name
 };
 
-// What one poll entry watches.
-enum class Watch : uint8_t { wake, router, zap, router_monitor, dealer, dealer_monitor };
-struct Watched {
-  Watch kind;
-  std::string endpoint;  // dealer and dealer_monitor
-};
+// What one poll entry watches (its descriptor is the socket's ZMQ_FD: readable when the socket may have
+// news; its ZMQ_EVENTS says which).
+enum class Watch : uint8_t { wake, zap, router_monitor, router, out, out_monitor };
 
 // A frame read under the lock, handed to the handler after it is released.
 struct Inbound {
@@ -68,8 +65,8 @@ std::string z85_of(const zmq::message_t& raw) {
 
 // Threading. Every socket is guarded by `mu`: ZeroMQ sockets are not thread-safe, but one may be used by
 // several threads in turn when a full memory barrier separates them, which the mutex gives. A caller's
-// send() takes the lock and hands the frame to the DEALER itself (ZeroMQ's own I/O thread then writes it),
-// so a frame crosses no thread of ours on the way out. The channel's I/O thread only reads: it polls the
+// send() takes the lock and hands the frame to the outbound ROUTER itself (ZeroMQ's I/O thread then writes
+// it), so a frame crosses no thread of ours on the way out. The channel's I/O thread only reads: it polls the
 // sockets' ZMQ_FDs without the lock, then takes it to read what arrived, and calls the handler after it is
 // released (a handler may send). A socket's ZMQ_FD signals only "look at ZMQ_EVENTS", and any operation on
 // the socket may consume that signal, so a caller whose send leaves a socket readable wakes the I/O thread.
@@ -77,8 +74,8 @@ struct ControlChannel::Impl final : detail::HubMember {
   ChannelConfig config;
   Handler handler;
   DisconnectHandler on_disconnect;
-  // Sockets: the registry's process holds a DEALER and its monitor per member, which passes ZeroMQ's
-  // default of 1,023 per context at about 500 members (epd-bench membership runs up to 10,000).
+  // Sockets: a channel holds five at most, but the hub's context holds those of thousands of channels
+  // (epd-bench membership), past ZeroMQ's default of 1,023 per context.
   // Made only without a hub: a context costs a descriptor (its mailbox) even with no socket in it.
   std::unique_ptr<zmq::context_t> own_ctx;
   std::shared_ptr<ChannelHub> hub;  // set: the hub's context and thread instead of ours
@@ -87,6 +84,11 @@ struct ControlChannel::Impl final : detail::HubMember {
   zmq::socket_t router;
   zmq::socket_t zap;             // REP at zap_endpoint (CURVE only)
   zmq::socket_t router_monitor;  // handshake failures on the ROUTER (CURVE only)
+  // Every peer we send to is a connection of this one ROUTER (routing id: a link's alias), not a DEALER of
+  // its own: a socket and its monitor cost three descriptors, so the registry's process held five per
+  // member and 20,000 (this container's hard limit) at 4,000 members; now it holds two.
+  zmq::socket_t out;
+  zmq::socket_t out_monitor;  // its connections made and lost, and failed handshakes
   std::string bound;
   int wake_fd = -1;
   int ep = -1;  // the channel thread's epoll set (standalone channels)
@@ -95,15 +97,17 @@ struct ControlChannel::Impl final : detail::HubMember {
   std::atomic<uint64_t> received{0}, sent{0}, dropped_send{0}, dropped_recv{0}, refused_peers{0},
       late_reads{0};
 
-  std::mutex mu;                          // guards every socket and everything below
-  std::map<std::string, Dealer> dealers;  // endpoint -> socket
-  std::vector<Dealer> retired;  // dropped by a caller; closed by the I/O thread once it polls no more
+  std::mutex mu;                      // guards every socket and everything below
+  std::map<std::string, Link> links;  // endpoint -> its connection
+  std::unordered_map<std::string, std::string> endpoint_of_alias;
+  std::unordered_map<std::string, std::string> alias_of_address;  // the newest link to each address
+  // The connection behind each descriptor the monitor reported connected (a link's alias). An alias no
+  // longer listed is a dropped link's: its late events are ignored.
+  std::unordered_map<int, std::string> alias_of_fd;
+  uint64_t links_made = 0;
   std::set<std::string> logged_sources;  // refusals already logged (bounded)
-  uint64_t monitors = 0;
-  bool poll_set_changed = true;  // a dealer came or went: the I/O thread rebuilds what it polls
-  bool look_at_all = true;       // a caller may have consumed a socket's signal: read every socket once
-  bool look_at_router = false;   // ... the ROUTER's (answers go out on it): read it once
-  bool closed = false;           // stop() closed the sockets: sends are dropped
+  bool look_again = true;  // a caller may have consumed a socket's signal: read every socket once
+  bool closed = false;     // stop() closed the sockets: sends are dropped
 
   ~Impl() {
     if (wake_fd >= 0) ::close(wake_fd);
@@ -121,11 +125,12 @@ struct ControlChannel::Impl final : detail::HubMember {
     return logged_sources.insert(source).second;
   }
 
-  // Under mu. Null when the peer's public key is unknown (CURVE on): nothing can be sent to it.
-  Dealer* dealer_for(const std::string& endpoint) {
-    auto it = dealers.find(endpoint);
-    if (it != dealers.end()) return &it->second;
-    zmq::socket_t s(*ctx, zmq::socket_type::dealer);
+  // Under mu. Null when the peer's public key is unknown (CURVE on): nothing can be sent to it. The options
+  // a connection needs of its own (the peer's key, heartbeats) are set just before its connect: libzmq copies
+  // a socket's options into each connection as it is made.
+  Link* link_for(const std::string& endpoint) {
+    auto it = links.find(endpoint);
+    if (it != links.end()) return &it->second;
     if (config.curve) {
       const std::string server = config.curve->server_key ? config.curve->server_key(endpoint) : "";
       if (server.empty()) {
@@ -133,49 +138,34 @@ struct ControlChannel::Impl final : detail::HubMember {
           spdlog::warn("control: no public key is known for {}: frames to it are dropped", endpoint);
         return nullptr;
       }
-      s.set(zmq::sockopt::curve_serverkey, server);
-      s.set(zmq::sockopt::curve_publickey, config.curve->public_key);
-      s.set(zmq::sockopt::curve_secretkey, config.curve->secret_key);
+      out.set(zmq::sockopt::curve_serverkey, server);
     }
-    s.set(zmq::sockopt::routing_id, config.identity);
-    s.set(zmq::sockopt::linger, config.linger_ms);
-    s.set(zmq::sockopt::sndhwm, config.send_hwm);
-    s.set(zmq::sockopt::maxmsgsize, config.max_frame_bytes);
-    if (config.heartbeat_ivl_ms > 0 && (!config.heartbeats_to || config.heartbeats_to(endpoint))) {
-      s.set(zmq::sockopt::heartbeat_ivl, config.heartbeat_ivl_ms);
-      s.set(zmq::sockopt::heartbeat_timeout, config.heartbeat_timeout_ms);
-      s.set(zmq::sockopt::heartbeat_ttl, config.heartbeat_timeout_ms);
-    }
-    // The monitor must be attached before connect so no disconnect can be missed.
-    const uint64_t number = hub ? ++hub->impl().monitors : ++monitors;
-    const std::string addr = "inproc://epd-monitor-" + std::to_string(number);
-    // A failed handshake (the peer refused our key, or it is not who we think) is reported like a disconnect:
-    // the peer is unreachable to us, and that must show rather than frames queueing forever.
-    const int events = ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
-                       ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL;
-    if (zmq_socket_monitor(s.handle(), addr.c_str(), events) != 0) throw zmq::error_t();
-    zmq::socket_t mon(*ctx, zmq::socket_type::pair);
-    mon.set(zmq::sockopt::linger, 0);
-    mon.connect(addr);
-    s.connect(endpoint);
-    Dealer d{std::move(s), std::move(mon)};
-    d.fd = fd_of(d.socket);
-    d.monitor_fd = fd_of(d.monitor);
-    poll_set_changed = true;
-    return &dealers.emplace(endpoint, std::move(d)).first->second;
+    const bool beats =
+        config.heartbeat_ivl_ms > 0 && (!config.heartbeats_to || config.heartbeats_to(endpoint));
+    out.set(zmq::sockopt::heartbeat_ivl, beats ? config.heartbeat_ivl_ms : 0);
+    Link link{endpoint + "#" + std::to_string(++links_made), {}};
+    out.set(zmq::sockopt::connect_routing_id, link.alias);
+    out.connect(endpoint);
+    link.address = out.get(zmq::sockopt::last_endpoint);  // resolved, as the monitor will name it
+    endpoint_of_alias[link.alias] = endpoint;
+    alias_of_address[link.address] = link.alias;
+    return &links.emplace(endpoint, std::move(link)).first->second;
   }
 
-  // Under mu. The socket is closed later by the I/O thread, which may be polling its descriptor now.
-  void drop_dealer(const std::string& endpoint) {
-    auto it = dealers.find(endpoint);
-    if (it == dealers.end()) return;
-    zmq_socket_monitor(it->second.socket.handle(), nullptr, 0);
-    // Queued frames are for a peer we consider gone: discard them rather than deliver them to whatever
-    // restarts on that endpoint.
-    it->second.socket.set(zmq::sockopt::linger, 0);
-    retired.push_back(std::move(it->second));
-    dealers.erase(it);
-    poll_set_changed = true;
+  // Under mu. Frames still queued to the peer are discarded, not delivered to whatever restarts on that
+  // endpoint; a later send makes a new connection.
+  void drop_link(const std::string& endpoint) {
+    auto it = links.find(endpoint);
+    if (it == links.end()) return;
+    out.set(zmq::sockopt::linger, 0);  // libzmq's disconnect lingers by the socket's value at this moment
+    // Fails only when libzmq already closed the connection itself (a failed handshake): nothing to undo.
+    zmq_disconnect(out.handle(), endpoint.c_str());
+    out.set(zmq::sockopt::linger, config.linger_ms);
+    if (auto a = alias_of_address.find(it->second.address);
+        a != alias_of_address.end() && a->second == it->second.alias)
+      alias_of_address.erase(a);
+    endpoint_of_alias.erase(it->second.alias);
+    links.erase(it);
   }
 
   // Any thread: runs `use` on the sockets under the lock, unless stop() closed them (then the frame is
@@ -191,8 +181,8 @@ struct ControlChannel::Impl final : detail::HubMember {
         return;
       }
       zmq::socket_t* used = use();
-      if (used && readable(*used)) (used == &router ? look_at_router : look_at_all) = true;
-      wake_io = look_at_all || look_at_router || poll_set_changed;
+      if (used && readable(*used)) look_again = true;
+      wake_io = look_again;
     }
     if (wake_io) wake();
   }
@@ -200,18 +190,21 @@ struct ControlChannel::Impl final : detail::HubMember {
   void send(const std::string& endpoint, std::vector<uint8_t>& frame) {
     with_sockets([&]() -> zmq::socket_t* {
       try {
-        Dealer* d = dealer_for(endpoint);
-        if (!d) {
+        Link* link = link_for(endpoint);
+        if (!link) {
           ++dropped_send;
           return nullptr;
         }
-        if (d->socket.send(zmq::buffer(frame), zmq::send_flags::dontwait)) {
+        // ROUTER_MANDATORY: a connection libzmq closed already throws EHOSTUNREACH (below); a full queue is
+        // a false return.
+        if (out.send(zmq::buffer(link->alias), zmq::send_flags::sndmore | zmq::send_flags::dontwait) &&
+            out.send(zmq::buffer(frame), zmq::send_flags::dontwait)) {
           ++sent;
         } else {
           ++dropped_send;
           spdlog::warn("control: queue to {} is full, dropped a {}-byte frame", endpoint, frame.size());
         }
-        return &d->socket;
+        return &out;
       } catch (const zmq::error_t& e) {
         ++dropped_send;
         spdlog::warn("control: cannot send to {}: {}", endpoint, e.what());
@@ -242,9 +235,8 @@ struct ControlChannel::Impl final : detail::HubMember {
     {
       std::lock_guard lock(mu);
       if (closed) return;
-      drop_dealer(endpoint);
+      drop_link(endpoint);
     }
-    wake();  // so the retired socket is closed soon
   }
 
   // Reads one multipart message; returns its parts.
@@ -343,82 +335,112 @@ struct ControlChannel::Impl final : detail::HubMember {
           event);
   }
 
-  // Under mu: the dealer's monitor reported a lost connection (or a failed handshake); the dealer is
-  // dropped and `lost` gets its endpoint for the disconnect handler.
-  void read_dealer_monitor(const std::string& endpoint, Dealer& d, std::vector<std::string>& lost) {
-    auto parts = read_parts(d.monitor);
-    if (parts.empty() || parts[0].size() < sizeof(uint16_t)) return;
+  // Under mu: one event of the outbound ROUTER's monitor. A connection made is noted by its descriptor; a
+  // connection lost (peer closed, process died, heartbeat timeout, failed handshake) drops its link, and
+  // `lost` gets the endpoint for the disconnect handler. Events of a link dropped already are ignored.
+  void read_out_monitor(std::vector<std::string>& lost) {
+    auto parts = read_parts(out_monitor);
+    if (parts.size() != 2 || parts[0].size() < sizeof(uint16_t) + sizeof(uint32_t)) return;
     uint16_t event = 0;
+    uint32_t value = 0;
     std::memcpy(&event, parts[0].data(), sizeof event);
-    if (event != ZMQ_EVENT_DISCONNECTED) {
-      if (first_time("handshake " + endpoint))
+    std::memcpy(&value, static_cast<const char*>(parts[0].data()) + sizeof event, sizeof value);
+    const std::string address = parts[1].to_string();
+    if (event == ZMQ_EVENT_CONNECTED) {
+      // The newest link to the address: a dropped link's connection made before its drop took effect is
+      // credited to it too, and is closed without an event.
+      if (auto a = alias_of_address.find(address); a != alias_of_address.end())
+        alias_of_fd[int(value)] = a->second;
+      return;
+    }
+    if (event != ZMQ_EVENT_DISCONNECTED) {  // a failed handshake; its DISCONNECTED follows
+      if (first_time("handshake " + address))
         spdlog::warn(
             "control: CURVE handshake with {} failed (event {:#x}): it refused our key or holds "
             "another key than the cluster lists for it",
-            endpoint, event);
+            address, event);
+      return;
     }
+    auto fd = alias_of_fd.find(int(value));
+    if (fd == alias_of_fd.end()) return;
+    const std::string alias = std::move(fd->second);
+    alias_of_fd.erase(fd);
+    auto it = endpoint_of_alias.find(alias);
+    if (it == endpoint_of_alias.end()) return;  // that link was dropped already
+    const std::string endpoint = it->second;
     spdlog::debug("control: connection to {} lost", endpoint);
-    drop_dealer(endpoint);
+    drop_link(endpoint);
     lost.push_back(endpoint);
   }
 
-  // Under mu: what the I/O thread polls (outside the lock), rebuilt when a dealer came or went.
-  void rebuild_poll_set(std::vector<int>& fds, std::vector<Watched>& watched) {
-    fds.clear();
-    watched.clear();
-    auto add = [&](int fd, Watch kind, const std::string& endpoint = {}) {
-      fds.push_back(fd);
-      watched.push_back({kind, endpoint});
-    };
-    add(wake_fd, Watch::wake);
-    // CURVE only: a plain channel has no such sockets, and must not poll some other descriptor instead.
-    // ZAP comes first, so it is answered before anything else is read: a handshake waits on it.
-    if (zap) add(fd_of(zap), Watch::zap);
-    if (router_monitor) add(fd_of(router_monitor), Watch::router_monitor);
-    add(fd_of(router), Watch::router);
-    for (auto& [ep, d] : dealers) {
-      add(d.fd, Watch::dealer, ep);
-      add(d.monitor_fd, Watch::dealer_monitor, ep);
+  // Under mu: one message from the outbound ROUTER (a peer's answer on our connection to it) into `inbox`.
+  void read_out(std::vector<Inbound>& inbox) {
+    auto parts = read_parts(out);
+    if (parts.empty()) return;
+    if (parts.size() != 2) {
+      ++dropped_recv;
+      return;
     }
-    poll_set_changed = false;
+    auto it = endpoint_of_alias.find(parts[0].to_string());
+    if (it == endpoint_of_alias.end()) return;  // on a link dropped since: its frames go with it
+    inbox.push_back({it->second, false, std::move(parts[1])});
+  }
+
+  // The descriptors polled, in the order they are read: ZAP before the ROUTER, so a handshake never waits
+  // on frames. The set is fixed from start.
+  std::vector<std::pair<int, Watch>> poll_set() {
+    std::vector<std::pair<int, Watch>> set{{wake_fd, Watch::wake}};
+    // CURVE only: a plain channel has no such sockets, and must not poll some other descriptor instead.
+    if (zap) set.emplace_back(fd_of(zap), Watch::zap);
+    if (router_monitor) set.emplace_back(fd_of(router_monitor), Watch::router_monitor);
+    set.emplace_back(fd_of(router), Watch::router);
+    set.emplace_back(fd_of(out_monitor), Watch::out_monitor);
+    set.emplace_back(fd_of(out), Watch::out);
+    return set;
   }
 
   // Under mu: reads what the entry watches, up to reads_per_wake messages. True when more may be waiting.
-  bool read_watched(const Watched& w, std::vector<Inbound>& inbox, std::vector<std::string>& lost) {
+  bool read_watched(Watch kind, std::vector<Inbound>& inbox, std::vector<std::string>& lost) {
+    zmq::socket_t* socket = nullptr;
+    switch (kind) {
+      case Watch::wake:
+        return false;
+      case Watch::zap:
+        socket = &zap;
+        break;
+      case Watch::router_monitor:
+        socket = &router_monitor;
+        break;
+      case Watch::router:
+        socket = &router;
+        break;
+      case Watch::out:
+        socket = &out;
+        break;
+      case Watch::out_monitor:
+        socket = &out_monitor;
+        break;
+    }
     for (int n = 0; n < reads_per_wake; ++n) {
-      switch (w.kind) {
-        case Watch::wake:
-          return false;
+      if (!readable(*socket)) return false;
+      switch (kind) {
         case Watch::zap:
-          if (!readable(zap)) return false;
           answer_zap();
           break;
         case Watch::router_monitor:
-          if (!readable(router_monitor)) return false;
           read_router_monitor();
           break;
         case Watch::router:
-          if (!readable(router)) return false;
           read_router(inbox);
           break;
-        case Watch::dealer:
-        case Watch::dealer_monitor: {
-          auto it = dealers.find(w.endpoint);  // it may have been dropped since the poll set was built
-          if (it == dealers.end()) return false;
-          Dealer& d = it->second;
-          if (w.kind == Watch::dealer_monitor) {
-            if (!readable(d.monitor)) return false;
-            read_dealer_monitor(w.endpoint, d, lost);
-            return false;  // the dealer is gone
-          }
-          if (!readable(d.socket)) return false;
-          auto parts = read_parts(d.socket);
-          if (parts.size() == 1)
-            inbox.push_back({w.endpoint, false, std::move(parts[0])});
-          else if (!parts.empty())
-            ++dropped_recv;
+        case Watch::out:
+          read_out(inbox);
           break;
-        }
+        case Watch::out_monitor:
+          read_out_monitor(lost);
+          break;
+        case Watch::wake:
+          break;
       }
     }
     return true;
@@ -444,95 +466,54 @@ struct ControlChannel::Impl final : detail::HubMember {
     [[maybe_unused]] auto n = ::read(wake_fd, &counter, sizeof counter);
   }
 
-  // The I/O thread waits on an epoll set updated whenever a dealer comes or goes, so a wake-up costs what
-  // is ready, not every socket: the registry's process holds two sockets per member, and a poll() of all
-  // of them per heartbeat made each heartbeat O(members).
+  // The I/O thread waits on an epoll set of the channel's few sockets, made once: a wake-up reads what is
+  // ready. A socket that had more than one turn's reads is read again without waiting.
   void loop() {
-    std::vector<int> fds;
-    std::vector<Watched> watched;
-    std::unordered_map<int, size_t> index_of;  // descriptor -> its entry in watched
+    std::vector<std::pair<int, Watch>> set;
+    {
+      std::lock_guard lock(mu);
+      set = poll_set();
+    }
+    for (size_t i = 0; i < set.size(); ++i) {
+      epoll_event ev{};
+      ev.events = EPOLLIN;
+      ev.data.u64 = i;
+      if (::epoll_ctl(ep, EPOLL_CTL_ADD, set[i].first, &ev) != 0)
+        spdlog::error("control: cannot poll descriptor {}: {}", set[i].first, std::strerror(errno));
+    }
     std::vector<Inbound> inbox;
     std::vector<std::string> lost;
-    std::vector<epoll_event> events(256);
-    std::vector<size_t> ready, busy;  // indices into watched: signalled; had more than one turn's reads
-    std::set<int> polled;             // what the epoll set holds
-    std::vector<int> closed;          // descriptors of retired sockets, closed now or soon
+    std::vector<epoll_event> events(set.size());
+    std::vector<bool> ready(set.size()), busy(set.size());
+    bool any_busy = false;
     while (!stopping.load()) {
-      bool rebuilt = false, look_now = false;
-      std::vector<int> busy_fds;
+      bool look_now = false;
       {
         std::lock_guard lock(mu);
-        for (const auto& d : retired) closed.insert(closed.end(), {d.fd, d.monitor_fd});
-        retired.clear();  // not polled since the last update below
-        if (poll_set_changed) {
-          for (size_t i : busy) busy_fds.push_back(fds[i]);
-          busy.clear();  // its indices are the old list's
-          rebuild_poll_set(fds, watched);
-          rebuilt = true;
-        }
-        look_now = look_at_all || look_at_router;
+        look_now = look_again;
       }
-      if (rebuilt) {
-        // One set for the channel's life (made at start, so no descriptor is needed here), changed by what
-        // came and went only: redoing it whole per new DEALER made a router's start O(members^2) in
-        // syscalls. A retired socket's descriptor may be closed already (the kernel then dropped it from the
-        // set) and its number a new socket's: such a number is taken out and put in again.
-        for (int fd : closed)
-          if (polled.erase(fd)) ::epoll_ctl(ep, EPOLL_CTL_DEL, fd, nullptr);
-        closed.clear();
-        index_of.clear();
-        for (size_t i = 0; i < fds.size(); ++i) index_of[fds[i]] = i;
-        for (auto it = polled.begin(); it != polled.end();) {
-          if (index_of.count(*it)) {
-            ++it;
-            continue;
-          }
-          ::epoll_ctl(ep, EPOLL_CTL_DEL, *it, nullptr);
-          it = polled.erase(it);
-        }
-        for (size_t i = 0; i < fds.size(); ++i) {
-          if (!polled.insert(fds[i]).second) continue;
-          epoll_event ev{};
-          ev.events = EPOLLIN;
-          ev.data.fd = fds[i];
-          if (::epoll_ctl(ep, EPOLL_CTL_ADD, fds[i], &ev) != 0)
-            spdlog::error("control: cannot poll descriptor {}: {}", fds[i], std::strerror(errno));
-          busy.push_back(i);  // a new socket's first signal may have gone before it was polled
-        }
-        for (int fd : busy_fds)
-          if (auto it = index_of.find(fd); it != index_of.end()) busy.push_back(it->second);
-      }
-      const bool again = !busy.empty() || look_now;
+      const bool again = any_busy || look_now;
       const int rc = ::epoll_wait(ep, events.data(), int(events.size()), again ? 0 : 200);
       if (rc < 0 && errno != EINTR) spdlog::error("control: epoll_wait failed: {}", std::strerror(errno));
-      ready.swap(busy);
-      busy.clear();
+      ready = busy;
       for (int i = 0; i < rc; ++i) {
-        auto it = index_of.find(events[i].data.fd);
-        if (it == index_of.end()) continue;  // not ours (cannot happen: the set changes only above)
-        const size_t w = it->second;
-        if (w == 0)
+        const size_t w = events[i].data.u64;
+        if (set[w].second == Watch::wake)
           drain_wake();
         else
-          ready.push_back(w);
+          ready[w] = true;
       }
+      any_busy = false;
       {
         std::lock_guard lock(mu);
         // On the idle tick every socket is looked at too: a safety net. What it finds waited for the
         // tick, which means a lost signal (a defect): counted, logged once.
-        const bool tick = rc == 0 && !again && !look_at_all && !look_at_router;
-        const bool all = std::exchange(look_at_all, false) || (rc == 0 && !again);
-        if (std::exchange(look_at_router, false)) ready.push_back(router_index(watched));
-        if (all) {
-          ready.resize(watched.size());
-          for (size_t i = 0; i < ready.size(); ++i) ready[i] = i;
-        } else {
-          // In the order they are listed: ZAP before the ROUTER, so a handshake never waits on frames.
-          std::sort(ready.begin(), ready.end());
-          ready.erase(std::unique(ready.begin(), ready.end()), ready.end());
+        const bool tick = rc == 0 && !again && !look_again;
+        const bool all = std::exchange(look_again, false) || (rc == 0 && !again);
+        for (size_t i = 0; i < set.size(); ++i) {
+          busy[i] = (all || ready[i]) && read_watched(set[i].second, inbox, lost);
+          any_busy = any_busy || busy[i];
         }
-        for (size_t i : ready)
-          if (read_watched(watched[i], inbox, lost)) busy.push_back(i);
         if (tick && !inbox.empty()) {
           late_reads += inbox.size();
           if (first_time("late reads"))
@@ -540,16 +521,9 @@ struct ControlChannel::Impl final : detail::HubMember {
                          inbox.size());
         }
       }
-      ready.clear();
       dispatch(inbox, lost);
     }
     close_sockets();
-  }
-
-  static size_t router_index(const std::vector<Watched>& watched) {
-    for (size_t i = 0; i < watched.size(); ++i)
-      if (watched[i].kind == Watch::router) return i;
-    return 0;
   }
 
   // On the hub's thread. A channel on a hub has a handful of sockets: every one is read each time.
@@ -561,29 +535,65 @@ struct ControlChannel::Impl final : detail::HubMember {
     {
       std::lock_guard lock(mu);
       if (closed || stopping.load()) return false;
-      if (poll_set_changed) {
-        rebuild_poll_set(hub_fds, hub_watched);
-        watch(hub_fds);  // before the retired sockets close: their descriptors may be reused at once
+      if (hub_set.empty()) {
+        hub_set = poll_set();
+        std::vector<int> fds;
+        for (const auto& [fd, _] : hub_set) fds.push_back(fd);
+        watch(fds);
       }
-      retired.clear();
-      look_at_all = look_at_router = false;
-      for (const auto& w : hub_watched) more |= read_watched(w, inbox, lost);
+      look_again = false;
+      for (const auto& [_, kind] : hub_set) more |= read_watched(kind, inbox, lost);
       if (tick && !inbox.empty()) late_reads += inbox.size();
     }
     dispatch(inbox, lost);
     return more;
   }
-  std::vector<int> hub_fds;  // what the hub polls for this channel (its thread only)
-  std::vector<Watched> hub_watched;
+  std::vector<std::pair<int, Watch>> hub_set;  // what the hub polls for this channel (its thread only)
+
+  // The outbound ROUTER and its monitor, attached before any connect so no event can be missed.
+  Status make_out() {
+    try {
+      out = zmq::socket_t(*ctx, zmq::socket_type::router);
+      out.set(zmq::sockopt::routing_id, config.identity);  // what every peer's ROUTER knows us by
+      out.set(zmq::sockopt::linger, config.linger_ms);
+      out.set(zmq::sockopt::router_mandatory, 1);
+      out.set(zmq::sockopt::sndhwm, config.send_hwm);
+      out.set(zmq::sockopt::maxmsgsize, config.max_frame_bytes);
+      if (config.heartbeat_ivl_ms > 0) {
+        out.set(zmq::sockopt::heartbeat_timeout, config.heartbeat_timeout_ms);
+        out.set(zmq::sockopt::heartbeat_ttl, config.heartbeat_timeout_ms);
+      }
+      if (config.curve) {
+        out.set(zmq::sockopt::curve_publickey, config.curve->public_key);
+        out.set(zmq::sockopt::curve_secretkey, config.curve->secret_key);
+      }
+      // inproc addresses are per context: numbered hub-wide on a hub.
+      const uint64_t number = hub ? ++hub->impl().monitors : 0;
+      const std::string addr = "inproc://epd-out-monitor-" + std::to_string(number);
+      const int events = ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
+                         ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL;
+      if (zmq_socket_monitor(out.handle(), addr.c_str(), events) != 0) throw zmq::error_t();
+      out_monitor = zmq::socket_t(*ctx, zmq::socket_type::pair);
+      out_monitor.set(zmq::sockopt::linger, 0);
+      // Unbounded: libzmq's I/O thread blocks on a full monitor queue, and a start connects thousands.
+      out_monitor.set(zmq::sockopt::rcvhwm, 0);
+      out_monitor.connect(addr);
+      return {};
+    } catch (const zmq::error_t& e) {
+      return make_error(ErrorCode::io_error,
+                        std::string("cannot make the control channel's sockets: ") + e.what());
+    }
+  }
 
   // Closes every socket; later sends are dropped. Queued frames still go out, bounded by linger.
   void close_sockets() {
     std::lock_guard lock(mu);
     closed = true;
-    retired.clear();
-    for (auto& [_, d] : dealers) zmq_socket_monitor(d.socket.handle(), nullptr, 0);
-    dealers.clear();
+    links.clear();
+    if (out) zmq_socket_monitor(out.handle(), nullptr, 0);
     if (router_monitor) zmq_socket_monitor(router.handle(), nullptr, 0);
+    out.close();
+    out_monitor.close();
     router.close();
     router_monitor.close();
     zap.close();
@@ -651,6 +661,7 @@ Result<std::unique_ptr<ControlChannel>> ControlChannel::start(ChannelConfig conf
     return make_error(ErrorCode::io_error,
                       "cannot bind control endpoint " + impl->config.bind_endpoint + ": " + e.what());
   }
+  if (auto made = impl->make_out(); !made) return made.error();
   Impl* raw = impl.get();
   if (impl->hub)
     impl->hub_key = impl->hub->impl().attach(raw);

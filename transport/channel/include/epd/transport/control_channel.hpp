@@ -1,6 +1,7 @@
 #pragma once
 // The control plane's sockets: one ZeroMQ ROUTER bound at this instance's control endpoint (receives from
-// every peer) and one DEALER per peer endpoint (routing id = my instance id) for sending. A caller's send
+// every peer) and one outbound ROUTER with a connection per peer endpoint (our routing id on each = my
+// instance id) for sending; a peer costs its connection only (docs/transport.md). A caller's send
 // hands its frame to the socket itself, under the channel's lock (one hop fewer than a queue to the I/O
 // thread: docs/transport.md, "Control channel latency"); it never blocks on the network (a full peer queue
 // drops the frame). The channel's I/O thread reads every socket and calls the handlers. Frames are opaque
@@ -22,29 +23,29 @@ class ChannelHub;
 
 // CURVE on every socket of the channel (docs/architecture.md, "Control plane authentication"): the ROUTER
 // is a CURVE server that admits, through a ZAP handler on the channel's I/O thread, only clients whose public
-// key is in `allowed`, and only under the routing id that key belongs to; each DEALER is a CURVE client that
-// must know its peer's public key. Keys are Z85 (curve_keys.hpp).
+// key is in `allowed`, and only under the routing id that key belongs to; each outbound connection is a CURVE
+// client that must know its peer's public key. Keys are Z85 (curve_keys.hpp).
 struct CurveConfig {
   std::string public_key, secret_key;          // mine
   std::map<std::string, std::string> allowed;  // public key -> the instance id it belongs to
   // The public key of whoever listens at `endpoint` ("" = unknown: frames to it are dropped, logged once).
-  // Called on the I/O thread when a DEALER is created.
+  // Called under the channel's lock when the connection to it is made.
   std::function<std::string(const std::string& endpoint)> server_key;
 };
 
 struct ChannelConfig {
-  std::string identity;                  // my instance id, the DEALERs' routing id
+  std::string identity;                  // my instance id, my routing id at every peer
   std::string bind_endpoint;             // e.g. tcp://127.0.0.1:17001 or tcp://127.0.0.1:* (any port)
   int linger_ms = 200;                   // bounded, so shutdown never hangs on an absent peer
   int send_hwm = 10000;                  // frames queued per peer before sends are dropped (logged)
   int64_t max_frame_bytes = 64ll << 20;  // larger inbound frames make ZeroMQ drop the connection
-  // ZMTP heartbeats on the DEALERs (those `heartbeats_to` allows): a PING each interval; a peer that answers
-  // nothing within the timeout is disconnected (0 = off). A disconnect (peer closed, process died, or
-  // heartbeat timeout) is reported.
+  // ZMTP heartbeats on the outbound connections (those `heartbeats_to` allows): a PING each interval; a peer
+  // that answers nothing within the timeout is disconnected (0 = off). A disconnect (peer closed, process
+  // died, or heartbeat timeout) is reported.
   int heartbeat_ivl_ms = 0;
   int heartbeat_timeout_ms = 0;
-  // Whether the DEALER to `endpoint` runs those heartbeats (unset: every DEALER does). Called under the
-  // channel's lock when the DEALER is made. A link whose liveness the application tells by its own
+  // Whether the connection to `endpoint` runs those heartbeats (unset: every one does). Called under the
+  // channel's lock when the connection is made. A link whose liveness the application tells by its own
   // messages is better off without: libzmq cancels a timer by walking every timer of its I/O thread, and
   // each PING round trip cancels one on both ends, so a process with N heartbeating links spends O(N) per
   // PING (docs/architecture.md, "Capacity").
@@ -70,10 +71,10 @@ struct ChannelStats {
 
 class ControlChannel {
  public:
-  // `from`: the sender's routing id when `via_router`, else the endpoint of the DEALER the reply came back
-  // on.
+  // `from`: the sender's routing id when `via_router`, else the endpoint of the connection the reply came
+  // back on.
   using Handler = std::function<void(const std::string& from, bool via_router, std::vector<uint8_t> frame)>;
-  // An established connection of the DEALER to `endpoint` broke. The DEALER is already dropped (frames
+  // An established connection to `endpoint` broke. It is already dropped (frames
   // queued to the dead peer are discarded, so a restarted peer on the same endpoint never gets them).
   using DisconnectHandler = std::function<void(const std::string& endpoint)>;
 
@@ -86,7 +87,7 @@ class ControlChannel {
 
   // The endpoint actually bound (a wildcard port resolved).
   const std::string& endpoint() const;
-  // Queues `frame` for the peer listening at `endpoint` (a DEALER is connected on first use). Thread-safe;
+  // Queues `frame` for the peer listening at `endpoint` (a connection is made on first use). Thread-safe;
   // frames one thread sends to one endpoint arrive in order. Dropped (and counted) after stop().
   void send(const std::string& endpoint, std::vector<uint8_t> frame);
   // Queues `frame` back to a peer that reached my ROUTER with routing id `routing_id`.
