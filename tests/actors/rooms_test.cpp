@@ -113,3 +113,50 @@ TEST_CASE("peer directory reports joins, departures and restarts", "[actors][pee
   CHECK_FALSE(d.lists_exactly({{"a", 2}, {"b", 1}}));
   CHECK_FALSE(d.lists_exactly({{"a", 2}, {"c", 1}, {"d", 1}}));
 }
+
+// A directory holds what peers share (build identity, KV layout) once per distinct value, and a segment
+// per peer: every descriptor must still come back whole, however many distinct values the fleet has (past
+// the number it interns too), through every lookup and after deltas replace them.
+TEST_CASE("peer directory gives every descriptor back whole whatever its peers share", "[actors][peers]") {
+  using namespace epd::protocol;
+  auto peer = [](int i, const std::string& build) {
+    PeerInfo p;
+    p.instance_id = "p" + std::to_string(i);
+    p.role = i % 2 ? "prefill" : "decode";
+    p.control_endpoint = "tcp://127.0.0.1:" + std::to_string(20000 + i);
+    p.incarnation = 100 + i;
+    p.identity = {7, 5, build, "tiny", std::string(64, char('a' + i % 3))};
+    if (i % 3 == 0) p.kv_layout = KvLayout{uint32_t(2 + i % 4), 4, 64, 16, 32};
+    if (i % 4 == 0) {
+      SegmentDescriptor seg;
+      seg.instance_id = p.instance_id;
+      seg.host_id = "host-" + std::to_string(i);
+      seg.incarnation = p.incarnation;
+      seg.token = 9000 + i;
+      seg.backends["tcp"] = {uint8_t(i), 2, 3};
+      p.segment = seg;
+    }
+    return p;
+  };
+  std::vector<PeerInfo> fleet;
+  for (int i = 0; i < 60; ++i) fleet.push_back(peer(i, i < 20 ? "shared" : "g" + std::to_string(i)));
+  PeerDirectory d;
+  d.replace(1, fleet);
+  for (const auto& p : fleet) {
+    CHECK(d.find(p.instance_id) == p);
+    CHECK(d.find_by_endpoint(p.control_endpoint) == p);
+  }
+  CHECK(d.with_role("prefill").size() == 30);
+  for (const auto& p : d.with_role("decode")) CHECK(p == fleet[std::stoi(p.instance_id.substr(1))]);
+  // Deltas give half the fleet another build and layout; the rest keep theirs.
+  std::vector<PeerInfo> changed;
+  for (int i = 0; i < 60; i += 2) {
+    auto p = peer(i, "next");
+    p.incarnation += 1000;
+    p.kv_layout = KvLayout{8, 8, 128, 16, 64};
+    changed.push_back(p);
+    fleet[i] = p;
+  }
+  REQUIRE_FALSE(d.apply_delta(2, changed, {}).gap);
+  for (const auto& p : fleet) CHECK(d.find(p.instance_id) == p);
+}

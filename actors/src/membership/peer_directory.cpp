@@ -2,14 +2,42 @@
 
 namespace epd::actors {
 
+PeerDirectory::Entry PeerDirectory::entry_of(const protocol::PeerInfo& peer) {
+  Entry e{peer.role, peer.control_endpoint, peer.incarnation, nullptr, nullptr};
+  if (peer.segment) e.segment = std::make_shared<const protocol::SegmentDescriptor>(*peer.segment);
+  Common common{peer.kv_layout, peer.identity};
+  for (const auto& c : commons_)
+    if (*c == common) {
+      e.common = c;
+      return e;
+    }
+  e.common = std::make_shared<const Common>(std::move(common));
+  if (commons_.size() >= max_commons)  // values no entry holds any more make room first
+    std::erase_if(commons_, [](const auto& c) { return c.use_count() == 1; });
+  if (commons_.size() < max_commons) commons_.push_back(e.common);
+  return e;
+}
+
+protocol::PeerInfo PeerDirectory::info_of(const std::string& id, const Entry& e) {
+  protocol::PeerInfo p;
+  p.instance_id = id;
+  p.role = e.role;
+  p.control_endpoint = e.control_endpoint;
+  p.incarnation = e.incarnation;
+  if (e.segment) p.segment = *e.segment;
+  p.kv_layout = e.common->kv_layout;
+  p.identity = e.common->identity;
+  return p;
+}
+
 std::vector<PeerDirectory::Change> PeerDirectory::replace(uint64_t version,
                                                           const std::vector<protocol::PeerInfo>& peers) {
   std::lock_guard lock(mu_);
   std::vector<Change> changes;
   if (version < version_) return changes;
   version_ = version;
-  std::map<std::string, protocol::PeerInfo> next;
-  for (const auto& p : peers) next[p.instance_id] = p;
+  std::map<std::string, Entry> next;
+  for (const auto& p : peers) next[p.instance_id] = entry_of(p);
   for (const auto& [id, old] : peers_) {
     auto it = next.find(id);
     if (it == next.end())
@@ -45,11 +73,11 @@ PeerDirectory::DeltaResult PeerDirectory::apply_delta(uint64_t version,
     auto it = peers_.find(p.instance_id);
     if (it == peers_.end()) {
       out.changes.push_back({p.instance_id, 0, p.incarnation});
-      peers_.emplace(p.instance_id, p);
+      peers_.emplace(p.instance_id, entry_of(p));
     } else {
       if (it->second.incarnation != p.incarnation)
         out.changes.push_back({p.instance_id, it->second.incarnation, p.incarnation});
-      it->second = p;
+      it->second = entry_of(p);
     }
   }
   drop_stale_dead_marks();
@@ -76,8 +104,8 @@ std::vector<PeerDirectory::Change> PeerDirectory::forget_all() {
 
 std::optional<protocol::PeerInfo> PeerDirectory::find_by_endpoint(const std::string& endpoint) const {
   std::lock_guard lock(mu_);
-  for (const auto& [_, p] : peers_)
-    if (p.control_endpoint == endpoint) return p;
+  for (const auto& [id, e] : peers_)
+    if (e.control_endpoint == endpoint) return info_of(id, e);
   return std::nullopt;
 }
 
@@ -127,14 +155,14 @@ bool PeerDirectory::reaches(const std::string& id, uint64_t incarnation) const {
 
 void PeerDirectory::upsert(const protocol::PeerInfo& peer) {
   std::lock_guard lock(mu_);
-  peers_[peer.instance_id] = peer;
+  peers_[peer.instance_id] = entry_of(peer);
 }
 
 std::optional<protocol::PeerInfo> PeerDirectory::find(const std::string& id) const {
   std::lock_guard lock(mu_);
   auto it = peers_.find(id);
   if (it == peers_.end()) return std::nullopt;
-  return it->second;
+  return info_of(id, it->second);
 }
 
 std::optional<std::string> PeerDirectory::endpoint_of(const std::string& id) const {
@@ -147,8 +175,8 @@ std::optional<std::string> PeerDirectory::endpoint_of(const std::string& id) con
 std::vector<protocol::PeerInfo> PeerDirectory::with_role(const std::string& role) const {
   std::lock_guard lock(mu_);
   std::vector<protocol::PeerInfo> out;
-  for (const auto& [id, p] : peers_)
-    if (p.role == role) out.push_back(p);
+  for (const auto& [id, e] : peers_)
+    if (e.role == role) out.push_back(info_of(id, e));
   return out;
 }
 
