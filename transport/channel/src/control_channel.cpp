@@ -354,7 +354,13 @@ struct ControlChannel::Impl final : detail::HubMember {
       return;
     }
     if (event != ZMQ_EVENT_DISCONNECTED) {  // a failed handshake; its DISCONNECTED follows
-      if (first_time("handshake " + address))
+      if (!first_time("handshake " + address)) return;
+      if (!config.curve)  // no keys to blame: the connection broke or timed out mid-handshake
+        spdlog::warn(
+            "control: the handshake with {} did not complete (the connection closed or the peer did "
+            "not answer in time)",
+            address);
+      else
         spdlog::warn(
             "control: CURVE handshake with {} failed (event {:#x}): it refused our key or holds "
             "another key than the cluster lists for it",
