@@ -201,12 +201,14 @@ void on_heartbeat(RegistryState& st, const Envelope& env, const protocol::Heartb
     if (due.why == ListResend::Why::asked)
       spdlog::info("registry: '{}' reports a gap in PEERS versions; sending the full list", env.sender);
     else if (due.why == ListResend::Why::list_late)
-      spdlog::warn("registry: the full list sent to '{}' {} ms ago has not arrived; sending it again",
-                   env.sender, waited);
+      spdlog::warn(
+          "registry: the full list sent to '{}' {} ms ago has not arrived (lost, or read late); sending it "
+          "again",
+          env.sender, waited);
     else
       spdlog::warn(
-          "registry: '{}' has held PEERS version {} (ours: {}) for {} ms: a delta was lost; "
-          "sending the full list",
+          "registry: '{}' has held PEERS version {} (ours: {}) for {} ms: a delta was lost or it reads "
+          "late; sending the full list",
           env.sender, hb.peers_version, st.version, waited);
     st.bridge->send_to_endpoint(e.info.control_endpoint, full_list(st));
     st.resend.sent(env.sender, st.version, st.now());
