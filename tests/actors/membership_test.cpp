@@ -320,6 +320,42 @@ TEST_CASE(
   CHECK(lists_sent(exposition, "late") == 3);
 }
 
+// On hosts that read lists a minute late, a list on its way for the resend wait is late, not lost: sent
+// again, it only lengthens the queue it waits in. The wait stretches to twice the slowest delivery seen
+// lately.
+TEST_CASE("registry: a list goes again for lateness only past twice the slowest delivery seen lately") {
+  metrics::Registry exposition;
+  RegistryFixture f(resend_config(exposition));  // a 1 s wait
+  const auto beat = [&](const std::string& id, uint64_t incarnation, uint64_t version) {
+    protocol::Heartbeat hb;
+    hb.peers_version = version;
+    hb.resync = version == 0;  // no list yet: it asks
+    test::deliver(*f.bridge, id, incarnation, hb);
+    f.h.run();
+    return peers_by_endpoint(test::sent(*f.bridge)).count("offline://" + id);
+  };
+  f.hello("a", 10);  // version 1, a's list on its way
+  f.hello("b", 20);  // version 2, b's list on its way
+  test::sent(*f.bridge);
+  // a reads its list 3 s late: lists are that slow lately.
+  f.h.advance(3000ms, 100ms);
+  CHECK(beat("a", 10, 2) == 0);
+  // b's, on its way as long, waits until twice that.
+  CHECK(beat("b", 20, 0) == 0);
+  f.h.advance(2900ms, 100ms);
+  CHECK(beat("b", 20, 0) == 0);
+  f.h.advance(100ms, 100ms);
+  CHECK(beat("b", 20, 0) == 1);
+  CHECK(beat("b", 20, 2) == 0);  // it arrived at once: no slower than before
+  // Ten waits without a slower delivery: "lately" is over, and the wait is one second again.
+  f.h.advance(10000ms, 100ms);
+  f.hello("c", 30);  // version 3
+  test::sent(*f.bridge);
+  f.h.advance(1000ms, 100ms);
+  CHECK(beat("c", 30, 0) == 1);
+  CHECK(lists_sent(exposition, "late") == 2);
+}
+
 TEST_CASE("registry: with full_lists every member gets the whole list after each change (the baseline)") {
   RegistryConfig config = registry_config();
   config.full_lists = true;
