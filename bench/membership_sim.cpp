@@ -125,8 +125,27 @@ std::string Simulation::describe(const std::string& id) const {
   auto it = live_.find(id);
   if (it == live_.end()) return id + " (not here)";
   const auto& peers = it->second.bridge->peers();
-  return id + " lists " + std::to_string(peers.incarnations().size()) + " instances at version " +
-         std::to_string(peers.version());
+  const auto listed = peers.incarnations();
+  // The first difference says why: a peer missing, one too many, or one at another incarnation (an
+  // instance that expired rejoins as a new incarnation, which the fleet's expectation does not follow).
+  std::string first;
+  for (const auto& [peer, incarnation] : expected_) {
+    auto l = listed.find(peer);
+    if (l == listed.end())
+      first = peer + " missing";
+    else if (l->second != incarnation)
+      first =
+          peer + " at incarnation " + std::to_string(l->second) + ", expected " + std::to_string(incarnation);
+    if (!first.empty()) break;
+  }
+  if (first.empty())
+    for (const auto& [peer, _] : listed)
+      if (!expected_.count(peer)) {
+        first = peer + " listed but not live";
+        break;
+      }
+  return id + " lists " + std::to_string(listed.size()) + " instances at version " +
+         std::to_string(peers.version()) + (first.empty() ? "" : " (first difference: " + first + ")");
 }
 
 namespace {

@@ -407,49 +407,38 @@ struct ControlChannel::Impl final : detail::HubMember {
 
   // Under mu: reads what the entry watches, up to reads_per_wake messages. True when more may be waiting.
   bool read_watched(Watch kind, std::vector<Inbound>& inbox, std::vector<std::string>& lost) {
-    zmq::socket_t* socket = nullptr;
+    for (int n = 0; n < reads_per_wake; ++n)
+      if (!read_one(kind, inbox, lost)) return false;
+    return true;
+  }
+
+  // Under mu: one message of the socket `kind` watches; false when it had none.
+  bool read_one(Watch kind, std::vector<Inbound>& inbox, std::vector<std::string>& lost) {
     switch (kind) {
       case Watch::wake:
         return false;
       case Watch::zap:
-        socket = &zap;
-        break;
+        if (!readable(zap)) return false;
+        answer_zap();
+        return true;
       case Watch::router_monitor:
-        socket = &router_monitor;
-        break;
+        if (!readable(router_monitor)) return false;
+        read_router_monitor();
+        return true;
       case Watch::router:
-        socket = &router;
-        break;
+        if (!readable(router)) return false;
+        read_router(inbox);
+        return true;
       case Watch::out:
-        socket = &out;
-        break;
+        if (!readable(out)) return false;
+        read_out(inbox);
+        return true;
       case Watch::out_monitor:
-        socket = &out_monitor;
-        break;
+        if (!readable(out_monitor)) return false;
+        read_out_monitor(lost);
+        return true;
     }
-    for (int n = 0; n < reads_per_wake; ++n) {
-      if (!readable(*socket)) return false;
-      switch (kind) {
-        case Watch::zap:
-          answer_zap();
-          break;
-        case Watch::router_monitor:
-          read_router_monitor();
-          break;
-        case Watch::router:
-          read_router(inbox);
-          break;
-        case Watch::out:
-          read_out(inbox);
-          break;
-        case Watch::out_monitor:
-          read_out_monitor(lost);
-          break;
-        case Watch::wake:
-          break;
-      }
-    }
-    return true;
+    return false;
   }
 
   // Hands what arrived to the handlers, outside the lock (a handler may send).
