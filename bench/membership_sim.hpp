@@ -2,7 +2,7 @@
 // The simulated instances of one worker process of `epd-bench membership`: each a bridge plus its
 // backend's membership side (no model, no engine, no role), on one small actor system. Routers keep a
 // RegistryView from the heartbeats they receive, as a real router does. Each instance has its own control
-// channel (ROUTER, DEALERs, TCP connections) and speaks the real protocol; with
+// channel (ROUTER, outbound ROUTER, TCP connections) and speaks the real protocol; with
 // MembershipOptions::shared_threads their sockets share one ZeroMQ context and one reading thread
 // (transport::ChannelHub). With etcd each instance still runs its own etcd threads and HTTP connections.
 //

@@ -227,7 +227,7 @@ void Bridge::on_frame(const std::string& from, bool via_router, std::vector<uint
     reject(from, via_router, env.error(), header ? uint16_t(header->type) : 0);
     return;
   }
-  // A DEALER's routing id is its instance id: a frame claiming another sender is refused.
+  // A connection's routing id is its sender's instance id: a frame claiming another sender is refused.
   if (via_router && env->sender != from) {
     // Under one of libzmq's own ids (a zero byte and four more): a frame still queued on a connection
     // that its peer's new one took over (ROUTER_HANDOVER renames the old one until it closes). Stale, and

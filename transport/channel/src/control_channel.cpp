@@ -170,7 +170,7 @@ struct ControlChannel::Impl final : detail::HubMember {
 
   // Any thread: runs `use` on the sockets under the lock, unless stop() closed them (then the frame is
   // dropped and counted). `use` returns the socket it sent on (null: none). The I/O thread is woken when it
-  // must look again: a new socket to poll, or the socket left readable (see the threading note).
+  // must look again: the socket was left readable (see the threading note).
   template <class Use>
   void with_sockets(Use&& use) {
     bool wake_io = false;

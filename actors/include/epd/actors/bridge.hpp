@@ -130,7 +130,7 @@ class Bridge {
   // Answers the sender of `env`: through its registered endpoint, or straight back through our ROUTER when
   // it is not a registered peer (an intruder or a peer we have not heard of yet still gets its ERROR).
   void answer(const protocol::Envelope& env, protocol::Body body);
-  // Drops the DEALER to a peer (after it died), so queued frames to a dead incarnation are discarded.
+  // Drops the connection to a peer (after it died), so queued frames to a dead incarnation are discarded.
   void forget_peer(const std::string& endpoint);
 
   // Whether our connection to `endpoint` runs ZMTP heartbeats (LivenessConfig): not from a router, not to

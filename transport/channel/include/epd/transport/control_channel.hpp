@@ -92,7 +92,7 @@ class ControlChannel {
   void send(const std::string& endpoint, std::vector<uint8_t> frame);
   // Queues `frame` back to a peer that reached my ROUTER with routing id `routing_id`.
   void reply(const std::string& routing_id, std::vector<uint8_t> frame);
-  // Closes the DEALER to `endpoint` (e.g. after the peer died); queued frames to it are dropped, and the
+  // Closes the connection to `endpoint` (e.g. after the peer died); queued frames to it are dropped, and the
   // next send() to it opens a new connection.
   void forget(const std::string& endpoint);
   ChannelStats stats() const;
