@@ -36,6 +36,9 @@ struct MembershipOptions {
   // CPU goes last, after etcd's, the registry's and the routers', each of which a real fleet runs on
   // machines of its own. 0: all equal.
   int instances_nice = 10;
+  // After the changes, stop one worker process (SIGSTOP) long enough that its instances expire
+  // (RegistryBackend::freeze_for), resume it, and time until every directory agrees again.
+  bool freeze = false;
 };
 
 // One simulated instance's part in membership.
@@ -79,6 +82,11 @@ class RegistryBackend {
   // How long a kill may take until every directory agrees.
   virtual std::chrono::milliseconds kill_limit(const MembershipOptions& o) const {
     return o.interval * (o.misses + 4);
+  }
+  // How long a frozen process stays stopped: until its instances have been expired (registry) or their
+  // leases have run out (etcd).
+  virtual std::chrono::milliseconds freeze_for(const MembershipOptions& o) const {
+    return o.interval * (o.misses + 3);
   }
   // The backend's own counters (etcd: writes, proposals, lease renewals), as {name, value}; the bench
   // prints their rate over the heartbeats-only window.

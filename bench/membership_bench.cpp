@@ -43,6 +43,13 @@ struct MembershipRow {
   // router lists it; after an add, until every router would place on it.
   std::vector<double> routed_ms, unlisted_ms, placeable_ms;
   std::vector<std::pair<std::string, double>> steady_rates;  // the backend's counters per second
+  int rejoins_at_start = 0;  // instances expired during the start that rejoined as a new incarnation
+  // --freeze: instances of the process stopped, how long, rejoins it caused, ms from its resumption until
+  // every directory agreed again (nullopt: not within the limit).
+  int frozen = 0;
+  milliseconds frozen_for{0};
+  int freeze_rejoins = 0;
+  std::optional<double> freeze_ms;
 };
 
 std::vector<std::pair<std::string, double>> rates(const std::vector<std::pair<std::string, double>>& before,
@@ -109,13 +116,14 @@ std::optional<MembershipRow> run_backend(const MembershipOptions& opt, const std
       }
     }
     row.start_converge_ms = ms_since(t0);
+    row.rejoins_at_start = sim.rejoins();
     // The simulating process does every instance's share of the start on this host's cores (each decodes a
     // full list and every delta); the registry's (etcd's) CPU is what one real cluster would spend there.
     std::printf(
         "%s: start: every instance started after %.0f ms (in %zu processes), all listing all after %.0f ms; "
-        "registry (etcd) CPU %.2f s; %.1f MB to the instances\n",
+        "registry (etcd) CPU %.2f s; %.1f MB to the instances; %d rejoined as a new incarnation\n",
         name.c_str(), row.start_spawned_ms, sim.processes(), row.start_converge_ms,
-        backend->cpu_seconds() - start_cpu0, double(bytes_in(sim)) / 1e6);
+        backend->cpu_seconds() - start_cpu0, double(bytes_in(sim)) / 1e6, row.rejoins_at_start);
     // Listed everywhere is not yet placeable: a router also needs each instance's first heartbeat.
     while (sim.has_routers() && !sim.all_placeable_everywhere() && clock::now() - t0 < start_limit)
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
@@ -189,6 +197,29 @@ std::optional<MembershipRow> run_backend(const MembershipOptions& opt, const std
     // Heartbeat-only traffic runs during the changes too: ERROR / HELLO_ACK are the only other frames in,
     // so the bytes in are the changes' own; the steady CPU rate is taken out of the changes' CPU.
     row.bytes_per_change = double(bytes_in(sim) - in1) / n_changes;
+
+    if (opt.freeze) {
+      // A host that stalls: its instances are expired meanwhile (or their leases run out) and, resumed,
+      // rejoin. Every directory must then list them again, at whatever incarnation they came back with.
+      const int rejoins0 = sim.rejoins();
+      row.frozen_for = backend->freeze_for(opt);
+      const auto frozen = sim.freeze(row.frozen_for);
+      row.frozen = frozen.instances;
+      const auto t = clock::now();
+      row.freeze_ms = sim.converge_ms(t, start_limit);
+      row.freeze_rejoins = sim.rejoins() - rejoins0;
+      if (!row.freeze_ms) ++row.failed;
+      std::printf(
+          "%s: froze a process of %d instances for %lld ms (SIGSTOP)%s: %d rejoined as a new incarnation, "
+          "every directory agreed %s\n",
+          name.c_str(), row.frozen, (long long)row.frozen_for.count(),
+          !frozen.unlisted_before_resume   ? ""
+          : *frozen.unlisted_before_resume ? ", the routers had unlisted them"
+                                           : ", the routers still listed them",
+          row.freeze_rejoins,
+          row.freeze_ms ? (std::to_string(int64_t(*row.freeze_ms)) + " ms after it resumed").c_str()
+                        : "not within the limit");
+    }
     // The steady rate once more, after the changes: the mean of both windows is taken out. With etcd the
     // steady cost (lease renewals) is large beside a change's, and a kill waits seconds for the lease, so
     // a drift of the steady rate moves this figure a lot.
@@ -309,6 +340,8 @@ int run_membership_cli(int argc, char** argv) {
         opt.instances_nice = std::stoi(*v);
       else if (a == "--own-threads")
         opt.shared_threads = false;
+      else if (a == "--freeze")
+        opt.freeze = true;
       else if (a == "--worker")
         worker = *v;
       else if (a == "--endpoint")
@@ -321,7 +354,7 @@ int run_membership_cli(int argc, char** argv) {
         std::fprintf(stderr,
                      "usage: epd-bench membership [--instances 300] [--changes 10] [--interval-ms 500]\n"
                      "                            [--lease-ttl-ms 2000] [--own-threads] [--per-process 500]\n"
-                     "                            [--instances-nice 10]\n"
+                     "                            [--instances-nice 10] [--freeze]\n"
                      "                            [--backend router-full --backend router --backend etcd "
                      "--backend etcd-routers]\n");
         return 2;

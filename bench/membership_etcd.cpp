@@ -93,6 +93,12 @@ class EtcdBackend final : public RegistryBackend {
     return o.interval * (o.misses + 4) + 2 * o.lease_ttl + std::chrono::milliseconds(1000);
   }
 
+  // Past the lease, etcd's expiry sweep and the grace period: every directory has dropped the frozen
+  // instances by the time they resume, and they must register again.
+  std::chrono::milliseconds freeze_for(const MembershipOptions& o) const override {
+    return RegistryBackend::freeze_for(o) + 2 * o.lease_ttl + std::chrono::milliseconds(1000);
+  }
+
   std::vector<std::pair<std::string, double>> counters() const override {
     const std::string m = etcd_.scrape();
     auto v = [&](const char* name) { return etcd_.metric(m, name); };

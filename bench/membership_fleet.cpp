@@ -1,6 +1,7 @@
 #include "membership_fleet.hpp"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -91,14 +92,16 @@ void Fleet::tell(Worker& w, const std::string& line) {
 std::optional<std::string> Fleet::answer(Worker& w) {
   if (w.dead) return std::nullopt;
   std::fflush(w.to);
-  char buf[512];
-  if (!std::fgets(buf, sizeof buf, w.from)) {
-    w.dead = true;
-    std::fprintf(stderr, "membership bench: worker %d stopped answering\n", int(w.pid));
-    return std::nullopt;
+  // One line of any length (a list of rejoins can be long).
+  std::string s;
+  for (int c; (c = std::fgetc(w.from)) != '\n';) {
+    if (c == EOF) {
+      w.dead = true;
+      std::fprintf(stderr, "membership bench: worker %d stopped answering\n", int(w.pid));
+      return std::nullopt;
+    }
+    s.push_back(char(c));
   }
-  std::string s(buf);
-  if (!s.empty() && s.back() == '\n') s.pop_back();
   return s;
 }
 
@@ -162,6 +165,57 @@ void Fleet::kill(const std::string& id) {
   }
 }
 
+Fleet::Frozen Fleet::freeze(std::chrono::milliseconds d) {
+  for (auto& w : workers_) {
+    if (w->routers || w->members == 0 || w->dead) continue;
+    ::kill(w->pid, SIGSTOP);
+    std::this_thread::sleep_for(d);
+    Frozen f{w->members, std::nullopt};
+    if (has_routers())
+      for (const auto& [id, where] : live_)
+        if (where.first == w.get()) {
+          f.unlisted_before_resume = unlisted_by_routers(id);
+          break;
+        }
+    ::kill(w->pid, SIGCONT);
+    // A process answers "pending" from what agreed before; the stall took peers out of directories since.
+    for (auto& o : workers_) {
+      tell(*o, "recheck");
+      std::fflush(o->to);
+    }
+    return f;
+  }
+  return {};
+}
+
+int Fleet::follow_rejoins() {
+  std::vector<std::pair<std::string, uint64_t>> changed;
+  for (auto& w : workers_) {
+    if (w->members == 0 || w->dead) continue;
+    auto a = ask(*w, "rejoined");
+    if (!a) continue;
+    std::istringstream in(*a);
+    size_t n = 0;
+    in >> n;
+    for (size_t i = 0; i < n; ++i) {
+      std::string id;
+      uint64_t incarnation = 0;
+      in >> id >> incarnation;
+      auto it = live_.find(id);
+      if (it == live_.end() || it->second.second == incarnation) continue;
+      it->second.second = incarnation;
+      changed.emplace_back(id, incarnation);
+    }
+  }
+  rejoins_ += int(changed.size());
+  for (auto& w : workers_) {
+    for (const auto& [id, incarnation] : changed)
+      tell(*w, "expect " + id + " " + std::to_string(incarnation));
+    std::fflush(w->to);
+  }
+  return int(changed.size());
+}
+
 std::optional<double> Fleet::converge_ms(clock::time_point since, std::chrono::milliseconds limit,
                                          const std::function<void()>& each_poll) {
   // Each round asks every process that has not yet agreed, which checks its instances' directories: at
@@ -169,9 +223,15 @@ std::optional<double> Fleet::converge_ms(clock::time_point since, std::chrono::m
   // fleet does. 5 us per instance: 5 ms at 1,000, against changes that take hundreds.
   const auto poll = std::chrono::microseconds(std::max<int64_t>(500, int64_t(live_.size()) * 5));
   std::vector<Worker*> waiting;
-  for (auto& w : workers_)
-    if (w->members > 0) waiting.push_back(w.get());
+  auto ask_all = [&] {
+    waiting.clear();
+    for (auto& w : workers_)
+      if (w->members > 0) waiting.push_back(w.get());
+  };
+  ask_all();
   while (true) {
+    // A rejoin changes what every directory must list, those that agreed already too.
+    if (follow_rejoins() > 0) ask_all();
     if (each_poll) each_poll();
     std::optional<std::string> behind;
     while (!waiting.empty()) {
@@ -228,6 +288,7 @@ bool Fleet::placeable_everywhere(const std::string& id) {
   return ask_routers("placeable " + id);
 }
 bool Fleet::all_placeable_everywhere() {
+  follow_rejoins();
   return ask_routers("all_placeable");
 }
 

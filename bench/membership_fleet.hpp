@@ -38,6 +38,19 @@ class Fleet {
   bool add(const std::string& id) { return add(std::vector<std::string>{id}); }
   // As a kill -9 does: its sockets close, it says nothing, revokes nothing.
   void kill(const std::string& id);
+  // Stops one process of instances that are not routers (SIGSTOP) for `d`, then resumes it, as a host that
+  // stalls: its instances are silent meanwhile.
+  struct Frozen {
+    int instances = 0;                           // 0: no such process
+    std::optional<bool> unlisted_before_resume;  // with routers: had they dropped one of them by then?
+  };
+  Frozen freeze(std::chrono::milliseconds d);
+
+  // Asks every process for its instances whose incarnation changed (an instance expired while stalled
+  // rejoins as a new one) and expects them at it from then on; how many changed. Every poll of the fleet
+  // does this first.
+  int follow_rejoins();
+  int rejoins() const { return rejoins_; }  // incarnation changes seen so far
 
   // Polls until every live instance lists exactly the live instances at their incarnations, calling
   // `each_poll` on every round (and once more at the end); the ms since `since`, nullopt after `limit`.
@@ -82,6 +95,7 @@ class Fleet {
   std::string backend_, endpoint_;
   int routers_;
   int started_ = 0;
+  int rejoins_ = 0;
   std::vector<std::unique_ptr<Worker>> workers_;
   std::map<std::string, std::pair<Worker*, uint64_t>> live_;  // id -> its process, its incarnation
 };

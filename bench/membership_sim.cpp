@@ -60,7 +60,7 @@ std::optional<uint64_t> Simulation::add(const std::string& id, const std::string
     std::fprintf(stderr, "membership bench: %s: %s\n", id.c_str(), bridge.error().to_string().c_str());
     return std::nullopt;
   }
-  Member m{bridge.value(), nullptr, router ? std::make_shared<actors::RegistryView>() : nullptr};
+  Member m{bridge.value(), nullptr, router ? std::make_shared<actors::RegistryView>() : nullptr, 0};
   m.link = side_.join(*system_, m.bridge, role, m.view);
   if (!m.link) {
     m.bridge->stop();
@@ -69,6 +69,7 @@ std::optional<uint64_t> Simulation::add(const std::string& id, const std::string
   m.bridge->wired();
   if (router) routers_.push_back(id);
   const uint64_t incarnation = m.bridge->incarnation();
+  m.reported = incarnation;
   live_[id] = std::move(m);
   changed();
   return incarnation;
@@ -99,6 +100,16 @@ void Simulation::changed() {
   all_agreed_ = false;
 }
 
+std::vector<std::pair<std::string, uint64_t>> Simulation::rejoined() {
+  std::vector<std::pair<std::string, uint64_t>> out;
+  for (auto& [id, m] : live_)
+    if (const uint64_t now = m.bridge->incarnation(); now != m.reported) {
+      m.reported = now;
+      out.emplace_back(id, now);
+    }
+  return out;
+}
+
 void Simulation::expect(const std::string& id, uint64_t incarnation) {
   expected_[id] = incarnation;
   changed();
@@ -126,8 +137,8 @@ std::string Simulation::describe(const std::string& id) const {
   if (it == live_.end()) return id + " (not here)";
   const auto& peers = it->second.bridge->peers();
   const auto listed = peers.incarnations();
-  // The first difference says why: a peer missing, one too many, or one at another incarnation (an
-  // instance that expired rejoins as a new incarnation, which the fleet's expectation does not follow).
+  // The first difference says why: a peer missing, one too many, or one at another incarnation (a rejoin
+  // that the coordinator has not yet passed on, or a directory that holds an old one).
   std::string first;
   for (const auto& [peer, incarnation] : expected_) {
     auto l = listed.find(peer);

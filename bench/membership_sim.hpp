@@ -7,12 +7,15 @@
 // (transport::ChannelHub). With etcd each instance still runs its own etcd threads and HTTP connections.
 //
 // The fleet's live instances (in every process) are what each directory should list: the coordinator
-// tells every process of each start and kill (`expect` / `forget`).
+// tells every process of each start and kill (`expect` / `forget`), and of each instance that rejoined as a
+// new incarnation (`rejoined`, asked of every process on every poll).
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "epd/transport/control_channel.hpp"
 #include "membership_backend.hpp"
@@ -29,6 +32,10 @@ class Simulation {
   // As a kill -9 does: its sockets close, it says nothing, revokes nothing.
   void kill(const std::string& id);
 
+  // This process's instances whose incarnation changed since they started or were last reported here: an
+  // instance the registry expired (a stall) rejoins as a new incarnation, which the fleet must then expect.
+  std::vector<std::pair<std::string, uint64_t>> rejoined();
+
   // The fleet's live instances, in every process.
   void expect(const std::string& id, uint64_t incarnation);
   void forget(const std::string& id);
@@ -36,6 +43,8 @@ class Simulation {
   // when all do. One that agreed is not asked again until the fleet changes: a change is one step, nothing
   // undoes it. Cheap: the bench asks every few hundred microseconds.
   std::optional<std::string> disagreeing();
+  // Every instance is asked again: after a stall, directories that agreed may have lost peers since.
+  void recheck() { changed(); }
   // What an instance's directory holds, for a report.
   std::string describe(const std::string& id) const;
 
@@ -59,6 +68,7 @@ class Simulation {
     actors::BridgePtr bridge;
     std::unique_ptr<MemberLink> link;
     std::shared_ptr<actors::RegistryView> view;  // routers only
+    uint64_t reported = 0;                       // the incarnation the fleet was last told of
   };
   void retire(Member& m);
   void changed();  // every instance is asked again

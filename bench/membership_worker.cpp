@@ -43,12 +43,20 @@ int run_membership_worker(const std::string& backend, const std::string& endpoin
       reply(incarnation ? "ok " + std::to_string(*incarnation) : "err");
     } else if (cmd == "kill") {
       sim.kill(id);
+    } else if (cmd == "rejoined") {
+      // "<n> <id> <incarnation>...": one line, however many.
+      const auto r = sim.rejoined();
+      std::string s = std::to_string(r.size());
+      for (const auto& [who, incarnation] : r) s += " " + who + " " + std::to_string(incarnation);
+      reply(s);
     } else if (cmd == "expect") {
       uint64_t incarnation = 0;
       line >> incarnation;
       sim.expect(id, incarnation);
     } else if (cmd == "forget") {
       sim.forget(id);
+    } else if (cmd == "recheck") {
+      sim.recheck();
     } else if (cmd == "pending") {
       auto behind = sim.disagreeing();
       reply(behind ? *behind : "none");
