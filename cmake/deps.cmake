@@ -28,6 +28,8 @@ pkg_check_modules(LIBPNG REQUIRED IMPORTED_TARGET GLOBAL libpng)
 add_library(png::png ALIAS PkgConfig::LIBPNG)
 pkg_check_modules(TURBOJPEG REQUIRED IMPORTED_TARGET GLOBAL libturbojpeg)
 add_library(turbojpeg::turbojpeg ALIAS PkgConfig::TURBOJPEG)
+# libnghttp2-dev: HTTP/2 for the gRPC stream that renews etcd leases (etcd/src/lease_stream.cpp).
+pkg_check_modules(NGHTTP2 REQUIRED IMPORTED_TARGET GLOBAL libnghttp2)
 # libopenblas-dev: sgemm for the checkpoint runner's prefill (model/src/kernels/weight_matrix.cpp).
 pkg_check_modules(OPENBLAS REQUIRED IMPORTED_TARGET GLOBAL openblas)
 find_path(CLI11_INCLUDE_DIR CLI/CLI.hpp REQUIRED)   # libcli11-dev: command-line flags

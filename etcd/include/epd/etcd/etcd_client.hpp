@@ -98,6 +98,8 @@ class EtcdClient {
   // The endpoint the next call tries first.
   std::string current_endpoint() const;
   const std::vector<Endpoint>& endpoints() const { return endpoints_; }
+  std::chrono::milliseconds timeout() const { return timeout_; }
+  const std::shared_ptr<Traffic>& traffic() const { return traffic_; }
 
  private:
   EtcdClient(std::vector<Endpoint> endpoints, std::chrono::milliseconds timeout,

@@ -1,0 +1,42 @@
+#pragma once
+// Lease renewals the way etcd's own clients make them: over one gRPC LeaseKeepAlive stream (HTTP/2 in
+// cleartext on the client port), a renewal being one small frame each way. Through the JSON gateway every
+// renewal is an HTTP request that etcd turns into a gRPC stream of its own, and that costs etcd 0.7-1.0 ms
+// of CPU (measured: 40 % of a core for 1,000 instances renewing every 1.7 s). Blocking and bounded by the
+// timeout, like EtcdClient; not thread-safe: one session thread owns it.
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "epd/etcd/endpoint.hpp"
+#include "epd/etcd/etcd_client.hpp"
+#include "epd/protocol/result.hpp"
+
+namespace epd::etcd {
+
+class LeaseStream {
+ public:
+  LeaseStream(std::vector<Endpoint> endpoints, std::chrono::milliseconds timeout,
+              std::shared_ptr<Traffic> traffic = nullptr);
+  ~LeaseStream();
+  LeaseStream(LeaseStream&&) noexcept;
+  LeaseStream& operator=(LeaseStream&&) noexcept;
+
+  // The seconds the lease has left after this renewal; 0 when etcd no longer knows it (it expired). Opens
+  // the stream when none is open, on the first endpoint that accepts, starting from the one used last.
+  // Errors: peer_unreachable (no endpoint accepted), timeout (no answer in time), io_error (the connection
+  // broke), invalid_request (etcd ended the stream with a gRPC error), malformed_body (the server does not
+  // speak HTTP/2, or answered with something that is not a LeaseKeepAliveResponse). After any error the stream is closed, and the next call opens a new one, on
+  // the next endpoint.
+  Result<int64_t> keep_alive(int64_t lease);
+
+  // Streams opened so far (1 for a stream that never broke).
+  uint64_t opened() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace epd::etcd
