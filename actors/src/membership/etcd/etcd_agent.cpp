@@ -23,6 +23,7 @@ int64_t ms_since(clock::time_point t) {
 
 Agent::Agent(etcd::EtcdClient client, AgentConfig config, protocol::PeerInfo self, caf::actor membership)
     : client_(std::move(client)),
+      stream_(client_.endpoints(), client_.timeout(), client_.traffic()),
       config_(std::move(config)),
       self_(std::move(self)),
       membership_(std::move(membership)) {}
@@ -102,7 +103,7 @@ void Agent::run_session() {
     // Renew until etcd says the lease is gone; while etcd cannot be reached, keep trying faster.
     while (!stop_.load()) {
       if (!sleep_for(failing ? config_.retry : renew_every)) break;
-      auto left = client_.keep_alive(lease_.load());
+      auto left = renew(lease_.load());
       if (!left) {
         trouble("cannot renew lease " + std::to_string(lease_.load()) + ": " + left.error().detail);
         continue;
@@ -121,6 +122,25 @@ void Agent::run_session() {
       }
     }
   }
+}
+
+protocol::Result<int64_t> Agent::renew(int64_t lease) {
+  if (gateway_renewals_) return client_.keep_alive(lease);
+  auto left = stream_.keep_alive(lease);
+  if (left) {
+    stream_worked_ = true;
+    return left;
+  }
+  // Once the stream has worked, its failures are etcd's trouble, which the gateway shares. Until then the
+  // way to etcd may not carry gRPC (an HTTP/1.1-only proxy): if the gateway renews, renewals stay there.
+  if (stream_worked_) return left;
+  auto via_gateway = client_.keep_alive(lease);
+  if (!via_gateway) return left;
+  spdlog::warn(
+      "etcd: renewing lease {} through the JSON gateway from now on; the gRPC stream did not work: {}", lease,
+      left.error().detail);
+  gateway_renewals_ = true;
+  return via_gateway;
 }
 
 void Agent::run_watcher() {

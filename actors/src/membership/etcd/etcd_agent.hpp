@@ -1,8 +1,9 @@
 #pragma once
 // The two threads that talk to etcd for one instance, so that no actor ever blocks on it:
 //  - the session keeps this instance's record alive: grants a lease, puts the record under it, renews the
-//    lease every TTL/3, and when etcd says the lease is gone (it expired while etcd was unreachable, or
-//    etcd lost it) grants a new one and puts the record again;
+//    lease every TTL/3 (over a gRPC keep-alive stream, as etcd's own clients do), and when etcd says the
+//    lease is gone (it expired while etcd was unreachable, or etcd lost it) grants a new one and puts the
+//    record again;
 //  - the watcher (unless routers watch for everyone) lists `<prefix>instances/` and watches it from the
 //  listing's revision; after a broken
 //    stream it watches again from the last revision it saw (nothing is missed), after a compaction it lists
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "epd/etcd/etcd_client.hpp"
+#include "epd/etcd/lease_stream.hpp"
 #include "epd/protocol/messages.hpp"
 
 namespace epd::actors::etcd_backend {
@@ -68,9 +70,14 @@ class Agent {
  private:
   void run_session();
   void run_watcher();
+  // One renewal: over the stream, or through the JSON gateway when the stream never worked and it does.
+  protocol::Result<int64_t> renew(int64_t lease);
   bool sleep_for(std::chrono::milliseconds d);  // false when stopping
 
   etcd::EtcdClient client_;
+  etcd::LeaseStream stream_;       // the session thread's only
+  bool stream_worked_ = false;     // the session thread's only
+  bool gateway_renewals_ = false;  // the session thread's only
   const AgentConfig config_;
   const protocol::PeerInfo self_;
   caf::actor membership_;

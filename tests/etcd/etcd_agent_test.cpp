@@ -1,0 +1,125 @@
+// The membership's etcd session against a real etcd: its renewals go over one gRPC keep-alive stream (etcd's
+// own counters say how many streams it served), and through the JSON gateway when the way to etcd speaks
+// only HTTP/1.1 (here a proxy in the test).
+#include <httplib.h>
+
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <regex>
+#include <thread>
+
+#include "epd/etcd/etcd_client.hpp"
+#include "etcd_server.hpp"
+#include "membership/etcd/etcd_agent.hpp"
+
+using namespace epd;
+using namespace std::chrono_literals;
+
+namespace {
+
+// etcd's count of LeaseKeepAlive streams started, or of messages received on them (its gRPC metrics).
+double keep_alive_metric(const testing::EtcdServer& server, const std::string& name) {
+  httplib::Client c("127.0.0.1", server.client_port());
+  auto r = c.Get("/metrics");
+  REQUIRE(r);
+  const std::regex line(name + R"(\{[^}]*grpc_method="LeaseKeepAlive"[^}]*\} ([0-9.e+]+))");
+  std::smatch m;
+  return std::regex_search(r->body, m, line) ? std::stod(m[1]) : 0.0;
+}
+
+struct Session {
+  caf::actor_system_config cfg;
+  caf::actor_system system{cfg};
+  std::shared_ptr<std::atomic<int>> registered = std::make_shared<std::atomic<int>>(0);
+  std::unique_ptr<actors::etcd_backend::Agent> agent;
+
+  Session(const std::string& url, std::chrono::milliseconds ttl) {
+    auto client = etcd::EtcdClient::create({{url}, 1000ms});
+    REQUIRE(client);
+    auto news = system.spawn(
+        [](std::shared_ptr<std::atomic<int>> count) -> caf::behavior {
+          return {[count](const actors::etcd_backend::SessionNews& n) {
+            if (n.registered) ++*count;
+          }};
+        },
+        registered);
+    actors::etcd_backend::AgentConfig ac;
+    ac.prefix = "/a/";
+    ac.lease_ttl = ttl;
+    ac.watch = false;
+    protocol::PeerInfo self;
+    self.instance_id = "decode-0";
+    self.role = "decode";
+    self.control_endpoint = "tcp://127.0.0.1:1";
+    self.incarnation = 7;
+    agent = std::make_unique<actors::etcd_backend::Agent>(std::move(*client), ac, self, news);
+    agent->start();
+  }
+  ~Session() { agent->stop(false); }
+};
+
+// The lease our record is under, 0 while there is none.
+int64_t record_lease(const etcd::EtcdClient& c) {
+  auto listed = c.range_prefix("/a/instances/");
+  REQUIRE(listed);
+  return listed->kvs.empty() ? 0 : listed->kvs[0].lease;
+}
+
+}  // namespace
+
+TEST_CASE("etcd session renews its lease on one gRPC stream, or through the gateway behind HTTP/1.1") {
+  testing::EtcdServer server;
+  server.start();
+  auto direct = etcd::EtcdClient::create({{server.url()}, 2000ms});
+  REQUIRE(direct);
+  const double streams0 = keep_alive_metric(server, "grpc_server_started_total");
+  const double renewals0 = keep_alive_metric(server, "grpc_server_msg_received_total");
+
+  // Three TTLs: a renewal every TTL/3, all on one stream, and the record stays under its first lease.
+  int64_t lease = 0;
+  {
+    Session s(server.url(), 2000ms);
+    for (int i = 0; i < 50 && lease == 0; ++i, std::this_thread::sleep_for(50ms))
+      lease = record_lease(*direct);
+    REQUIRE(lease != 0);
+    std::this_thread::sleep_for(6s);
+    CHECK(record_lease(*direct) == lease);
+    CHECK(*s.registered == 1);
+  }
+  CHECK(keep_alive_metric(server, "grpc_server_started_total") - streams0 == 1);
+  CHECK(keep_alive_metric(server, "grpc_server_msg_received_total") - renewals0 >= 6);
+  REQUIRE(direct->revoke(lease));
+
+  // Behind a proxy that speaks only HTTP/1.1 there is no stream: the session says so once and renews through
+  // the gateway, a stream per renewal in etcd, and the record still stays under its first lease.
+  httplib::Server proxy;
+  proxy.Post(R"(/v3/.*)", [&](const httplib::Request& req, httplib::Response& res) {
+    httplib::Client up("127.0.0.1", server.client_port());
+    auto r = up.Post(req.path, req.body, "application/json");
+    if (!r) {
+      res.status = 502;
+      return;
+    }
+    res.status = r->status;
+    res.set_content(r->body, "application/json");
+  });
+  const int port = proxy.bind_to_any_port("127.0.0.1");
+  REQUIRE(port > 0);
+  std::thread serving([&] { proxy.listen_after_bind(); });
+  const double streams1 = keep_alive_metric(server, "grpc_server_started_total");
+  lease = 0;
+  {
+    Session s("http://127.0.0.1:" + std::to_string(port), 2000ms);
+    for (int i = 0; i < 50 && lease == 0; ++i, std::this_thread::sleep_for(50ms))
+      lease = record_lease(*direct);
+    REQUIRE(lease != 0);
+    std::this_thread::sleep_for(6s);
+    CHECK(record_lease(*direct) == lease);
+    CHECK(*s.registered == 1);
+  }
+  CHECK(keep_alive_metric(server, "grpc_server_started_total") - streams1 >= 6);
+  proxy.stop();
+  serving.join();
+}
