@@ -301,8 +301,8 @@ void print_router_rows(const std::vector<MembershipRow>& rows) {
       "unlist: until no router lists it (its lease expired and the watch said so); place: ms from an add "
       "until every router would place on it; hb/s: in-band heartbeats sent by all instances; steady state: "
       "etcd's own counters while nothing changes - puts, deletes and raft proposals are writes, renewals are "
-      "lease keep-alives (the leader answers them without a raft write), calls are the instances' HTTP "
-      "calls, connections the TCP connections those calls opened)\n");
+      "lease keep-alives (the leader answers them without a raft write), calls are the instances' calls "
+      "answered (HTTP, and renewals on their gRPC streams), connections the TCP connections they opened)\n");
 }
 
 }  // namespace

@@ -57,8 +57,9 @@ struct WatchEnd {
 // What etcd's answers cost the client (epd-bench membership counts it): response bodies as received, HTTP
 // headers and chunk framing left out. Shared by every copy of a client; may be shared by many clients.
 struct Traffic {
-  std::atomic<uint64_t> calls{0};         // unary calls answered (grant, renewals, puts, listings...)
-  std::atomic<uint64_t> connections{0};   // connections the unary calls opened (kept alive between calls)
+  std::atomic<uint64_t> calls{0};  // unary calls answered (grant, renewals, puts, listings...), and renewals
+                                   // answered on a LeaseStream
+  std::atomic<uint64_t> connections{0};   // connections the unary calls (and LeaseStreams) opened, kept alive
   std::atomic<uint64_t> call_bytes{0};    // their bodies
   std::atomic<uint64_t> range_bytes{0};   // of which listings (range_prefix)
   std::atomic<uint64_t> watch_bytes{0};   // watch stream lines (one JSON response each, newline included)
