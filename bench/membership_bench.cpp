@@ -206,7 +206,7 @@ std::optional<MembershipRow> run_backend(const MembershipOptions& opt, const std
       const auto frozen = sim.freeze(row.frozen_for);
       row.frozen = frozen.instances;
       const auto t = clock::now();
-      row.freeze_ms = sim.converge_ms(t, start_limit);
+      if (row.frozen > 0) row.freeze_ms = sim.converge_ms(t, start_limit);
       row.freeze_rejoins = sim.rejoins() - rejoins0;
       if (!row.freeze_ms) ++row.failed;
       std::printf(
@@ -217,8 +217,9 @@ std::optional<MembershipRow> run_backend(const MembershipOptions& opt, const std
           : *frozen.unlisted_before_resume ? ", the routers had unlisted them"
                                            : ", the routers still listed them",
           row.freeze_rejoins,
-          row.freeze_ms ? (std::to_string(int64_t(*row.freeze_ms)) + " ms after it resumed").c_str()
-                        : "not within the limit");
+          row.freeze_ms     ? (std::to_string(int64_t(*row.freeze_ms)) + " ms after it resumed").c_str()
+          : row.frozen == 0 ? "- no process of instances to freeze"
+                            : "not within the limit");
     }
     // The steady rate once more, after the changes: the mean of both windows is taken out. With etcd the
     // steady cost (lease renewals) is large beside a change's, and a kill waits seconds for the lease, so

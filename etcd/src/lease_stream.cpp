@@ -45,19 +45,18 @@ int connect_to(const Endpoint& ep, clock::time_point deadline, std::string& why)
       why = std::strerror(errno);
       continue;
     }
-    int rc = connect(fd, a->ai_addr, a->ai_addrlen);
-    if (rc != 0 && errno == EINPROGRESS) {
+    int err = connect(fd, a->ai_addr, a->ai_addrlen) == 0 ? 0 : errno;
+    if (err == EINPROGRESS) {
       pollfd p{fd, POLLOUT, 0};
-      rc = poll(&p, 1, remaining_ms(deadline));
-      int err = 0;
+      const int ready = poll(&p, 1, remaining_ms(deadline));
       socklen_t len = sizeof err;
-      if (rc == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0)
-        rc = 0;
-      else
-        errno = rc == 0 ? ETIMEDOUT : (err ? err : errno), rc = -1;
+      if (ready == 0)
+        err = ETIMEDOUT;
+      else if (ready < 0 || getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
+        err = errno;
     }
-    if (rc != 0) {
-      why = std::strerror(errno);
+    if (err != 0) {
+      why = std::strerror(err);
       close(fd);
       fd = -1;
     }
@@ -252,11 +251,12 @@ struct LeaseStream::Impl {
         }
         return answer->ttl;
       }
+      if (stream_closed && grpc_status.empty())  // reset, or a GOAWAY: etcd is going away
+        return make_error(ErrorCode::io_error, "etcd closed the keep-alive stream");
       if (stream_closed)
-        return make_error(ErrorCode::invalid_request,
-                          "etcd ended the keep-alive stream: grpc-status " +
-                              (grpc_status.empty() ? std::string("(none)") : grpc_status) +
-                              (grpc_message.empty() ? "" : " " + grpc_message));
+        return make_error(ErrorCode::invalid_request, "etcd ended the keep-alive stream: grpc-status " +
+                                                          grpc_status +
+                                                          (grpc_message.empty() ? "" : " " + grpc_message));
       if (auto st = pump(deadline); !st) return st.error();
       if (auto st = flush(deadline); !st) return st.error();  // SETTINGS acks, window updates, pings
     }
