@@ -67,6 +67,19 @@ int64_t record_lease(const etcd::EtcdClient& c) {
   return listed->kvs.empty() ? 0 : listed->kvs[0].lease;
 }
 
+// A session through `url` for three TTLs of 2 s: its record must stay under the lease it first registered
+// with (renewed every TTL/3), and it must register once. The lease, for the caller to revoke.
+int64_t keeps_its_record(const std::string& url, const etcd::EtcdClient& direct) {
+  Session s(url, 2000ms);
+  int64_t lease = 0;
+  for (int i = 0; i < 50 && lease == 0; ++i, std::this_thread::sleep_for(50ms)) lease = record_lease(direct);
+  REQUIRE(lease != 0);
+  std::this_thread::sleep_for(6s);
+  CHECK(record_lease(direct) == lease);
+  CHECK(*s.registered == 1);
+  return lease;
+}
+
 }  // namespace
 
 TEST_CASE("etcd session renews its lease on one gRPC stream, or through the gateway behind HTTP/1.1") {
@@ -77,17 +90,8 @@ TEST_CASE("etcd session renews its lease on one gRPC stream, or through the gate
   const double streams0 = keep_alive_metric(server, "grpc_server_started_total");
   const double renewals0 = keep_alive_metric(server, "grpc_server_msg_received_total");
 
-  // Three TTLs: a renewal every TTL/3, all on one stream, and the record stays under its first lease.
-  int64_t lease = 0;
-  {
-    Session s(server.url(), 2000ms);
-    for (int i = 0; i < 50 && lease == 0; ++i, std::this_thread::sleep_for(50ms))
-      lease = record_lease(*direct);
-    REQUIRE(lease != 0);
-    std::this_thread::sleep_for(6s);
-    CHECK(record_lease(*direct) == lease);
-    CHECK(*s.registered == 1);
-  }
+  // Directly: every renewal on one stream.
+  const int64_t lease = keeps_its_record(server.url(), *direct);
   CHECK(keep_alive_metric(server, "grpc_server_started_total") - streams0 == 1);
   CHECK(keep_alive_metric(server, "grpc_server_msg_received_total") - renewals0 >= 6);
   REQUIRE(direct->revoke(lease));
@@ -109,16 +113,7 @@ TEST_CASE("etcd session renews its lease on one gRPC stream, or through the gate
   REQUIRE(port > 0);
   std::thread serving([&] { proxy.listen_after_bind(); });
   const double streams1 = keep_alive_metric(server, "grpc_server_started_total");
-  lease = 0;
-  {
-    Session s("http://127.0.0.1:" + std::to_string(port), 2000ms);
-    for (int i = 0; i < 50 && lease == 0; ++i, std::this_thread::sleep_for(50ms))
-      lease = record_lease(*direct);
-    REQUIRE(lease != 0);
-    std::this_thread::sleep_for(6s);
-    CHECK(record_lease(*direct) == lease);
-    CHECK(*s.registered == 1);
-  }
+  keeps_its_record("http://127.0.0.1:" + std::to_string(port), *direct);
   CHECK(keep_alive_metric(server, "grpc_server_started_total") - streams1 >= 6);
   proxy.stop();
   serving.join();
