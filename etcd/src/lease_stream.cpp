@@ -234,6 +234,11 @@ struct LeaseStream::Impl {
   Result<int64_t> renew(int64_t lease, clock::time_point deadline) {
     if (!session)
       if (auto st = open(deadline); !st) return st.error();
+    // One answer per renewal, read whole before the call returns (a failed call closes the stream): what
+    // is here already, no renewal asked for, and it cannot be left to pile up.
+    if (!received.empty())
+      return make_error(ErrorCode::malformed_body,
+                        std::to_string(received.size()) + " bytes on the stream that no renewal asked for");
     to_send += detail::grpc_message(detail::encode_keep_alive_request(lease));
     nghttp2_session_resume_data(session, stream_id);
     if (auto st = flush(deadline); !st) return st.error();
