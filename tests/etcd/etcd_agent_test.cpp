@@ -96,8 +96,9 @@ TEST_CASE("etcd session renews its lease on one gRPC stream, or through the gate
   CHECK(keep_alive_metric(server, "grpc_server_msg_received_total") - renewals0 >= 6);
   REQUIRE(direct->revoke(lease));
 
-  // Behind a proxy that speaks only HTTP/1.1 there is no stream: the session says so once and renews through
-  // the gateway, a stream per renewal in etcd, and the record still stays under its first lease.
+  // Behind a proxy that speaks only HTTP/1.1 there is no stream: each renewal waits out the stream's timeout
+  // (1 s here) and goes through the gateway, and after three the gateway alone renews; etcd counts a stream
+  // per renewal, and the record still stays under its first lease.
   httplib::Server proxy;
   proxy.Post(R"(/v3/.*)", [&](const httplib::Request& req, httplib::Response& res) {
     httplib::Client up("127.0.0.1", server.client_port());
@@ -114,7 +115,7 @@ TEST_CASE("etcd session renews its lease on one gRPC stream, or through the gate
   std::thread serving([&] { proxy.listen_after_bind(); });
   const double streams1 = keep_alive_metric(server, "grpc_server_started_total");
   keeps_its_record("http://127.0.0.1:" + std::to_string(port), *direct);
-  CHECK(keep_alive_metric(server, "grpc_server_started_total") - streams1 >= 6);
+  CHECK(keep_alive_metric(server, "grpc_server_started_total") - streams1 >= 4);
   proxy.stop();
   serving.join();
 }

@@ -125,21 +125,32 @@ void Agent::run_session() {
 }
 
 protocol::Result<int64_t> Agent::renew(int64_t lease) {
-  if (gateway_renewals_) return client_.keep_alive(lease);
+  // While the stream does not work, runs of renewals go through the gateway, and then the stream is tried
+  // again: a way to etcd that carries no gRPC (an HTTP/1.1-only proxy) costs one timeout per run, and an
+  // etcd too busy to answer a first stream in time is not given up on for good.
+  constexpr int kFailuresBeforeGateway = 3, kGatewayRun = 30;
+  if (gateway_left_ > 0) {
+    --gateway_left_;
+    return client_.keep_alive(lease);
+  }
   auto left = stream_.keep_alive(lease);
   if (left) {
     stream_worked_ = true;
+    stream_failures_ = 0;
     return left;
   }
-  // Once the stream has worked, its failures are etcd's trouble, which the gateway shares. Until then the
-  // way to etcd may not carry gRPC (an HTTP/1.1-only proxy): if the gateway renews, renewals stay there.
+  // Once the stream has worked, its failures are etcd's trouble, which the gateway shares.
   if (stream_worked_) return left;
   auto via_gateway = client_.keep_alive(lease);
   if (!via_gateway) return left;
-  spdlog::warn(
-      "etcd: renewing lease {} through the JSON gateway from now on; the gRPC stream did not work: {}", lease,
-      left.error().detail);
-  gateway_renewals_ = true;
+  if (++stream_failures_ >= kFailuresBeforeGateway) {
+    if (stream_failures_ == kFailuresBeforeGateway)
+      spdlog::warn(
+          "etcd: lease {} is renewed through the JSON gateway; the gRPC stream did not work {} times (last: "
+          "{}); trying it again every {} renewals",
+          lease, stream_failures_, left.error().detail, kGatewayRun);
+    gateway_left_ = kGatewayRun;
+  }
   return via_gateway;
 }
 

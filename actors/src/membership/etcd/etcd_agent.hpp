@@ -70,14 +70,16 @@ class Agent {
  private:
   void run_session();
   void run_watcher();
-  // One renewal: over the stream, or through the JSON gateway when the stream never worked and it does.
+  // One renewal: over the stream, or through the JSON gateway while the stream has not yet worked.
   protocol::Result<int64_t> renew(int64_t lease);
   bool sleep_for(std::chrono::milliseconds d);  // false when stopping
 
   etcd::EtcdClient client_;
-  etcd::LeaseStream stream_;       // the session thread's only
-  bool stream_worked_ = false;     // the session thread's only
-  bool gateway_renewals_ = false;  // the session thread's only
+  etcd::LeaseStream stream_;  // the session thread's only
+  // The session thread's only:
+  bool stream_worked_ = false;
+  int stream_failures_ = 0;  // before it first worked
+  int gateway_left_ = 0;     // renewals through the gateway before the stream is tried again
   const AgentConfig config_;
   const protocol::PeerInfo self_;
   caf::actor membership_;
