@@ -26,9 +26,9 @@ class LeaseStream {
   // The seconds the lease has left after this renewal; 0 when etcd no longer knows it (it expired). Opens
   // the stream when none is open, on the first endpoint that accepts, starting from the one used last.
   // Errors: peer_unreachable (no endpoint accepted), timeout (no answer in time), io_error (the connection
-  // broke), invalid_request (etcd ended the stream with a gRPC error), malformed_body (the server does not
-  // speak HTTP/2, or answered with something that is not a LeaseKeepAliveResponse). After any error the stream is closed, and the next call opens a new one, on
-  // the next endpoint.
+  // broke, or etcd closed the stream), invalid_request (etcd ended the stream with a gRPC error),
+  // malformed_body (the server does not speak HTTP/2, or sent what no renewal asked for). After any error
+  // the stream is closed, and the next call opens a new one, on the next endpoint.
   Result<int64_t> keep_alive(int64_t lease);
 
   // Streams opened so far (1 for a stream that never broke).
