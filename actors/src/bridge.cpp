@@ -100,6 +100,32 @@ protocol::Status Bridge::subscribe(MessageType type, caf::actor target) {
   return {};
 }
 
+void Bridge::wired() {
+  std::vector<protocol::Envelope> unclaimed;
+  {
+    // Under the lock, so that a frame the channel thread routes meanwhile queues behind these.
+    std::lock_guard lock(mu_);
+    wired_.store(true);
+    for (auto& env : std::exchange(early_, {})) {
+      if (auto target = route_locked(env)) {
+        ++delivered_;
+        caf::anon_send(target, std::move(env));
+      } else {
+        unclaimed.push_back(std::move(env));
+      }
+    }
+  }
+  for (const auto& env : unclaimed) unhandled(env);
+}
+
+caf::actor Bridge::route_locked(const protocol::Envelope& env) const {
+  caf::actor target;
+  if (auto it = routes_.find(env.type()); it != routes_.end()) target = it->second;
+  if (const auto* err = std::get_if<protocol::ErrorReply>(&env.body))
+    if (auto e = error_routes_.find(err->in_reply_to); e != error_routes_.end()) target = e->second;
+  return target;
+}
+
 void Bridge::subscribe_errors_about(MessageType about, caf::actor target) {
   std::lock_guard lock(mu_);
   error_routes_[uint16_t(about)] = std::move(target);
@@ -115,6 +141,7 @@ void Bridge::unsubscribe_all() {
   routes_.clear();
   error_routes_.clear();
   liveness_.clear();
+  early_.clear();
 }
 
 void Bridge::publish(PeerEvent event) {
@@ -196,9 +223,9 @@ void Bridge::reject(const std::string& from, bool via_router, const protocol::Er
 // other message is answered with ERROR unexpected_message, so its sender learns at once.
 void Bridge::unhandled(const protocol::Envelope& env) {
   ++undeliverable_;
-  if (!wired_.load()) {  // the process is still subscribing its actors (its sender retries, e.g. HELLO)
-    spdlog::info("bridge: {} from '{}' before '{}' finished starting; dropped",
-                 protocol::type_name(env.type()), env.sender, id_);
+  if (!wired_.load()) {  // still starting, and kMaxEarlyFrames are kept already: its sender repeats it
+    spdlog::info("bridge: {} from '{}' before '{}' finished starting, {} frames waiting; dropped",
+                 protocol::type_name(env.type()), env.sender, id_, kMaxEarlyFrames);
     return;
   }
   if (const auto* err = std::get_if<protocol::ErrorReply>(&env.body)) {
@@ -254,10 +281,11 @@ void Bridge::on_frame(const std::string& from, bool via_router, std::vector<uint
   caf::actor target;
   {
     std::lock_guard lock(mu_);
-    auto it = routes_.find(env->type());
-    if (it != routes_.end()) target = it->second;
-    if (auto* err = std::get_if<protocol::ErrorReply>(&env->body))
-      if (auto e = error_routes_.find(err->in_reply_to); e != error_routes_.end()) target = e->second;
+    target = route_locked(*env);
+    if (!target && !wired_.load() && early_.size() < kMaxEarlyFrames) {
+      early_.push_back(std::move(env.value()));
+      return;
+    }
   }
   if (!target) return unhandled(*env);
   ++delivered_;

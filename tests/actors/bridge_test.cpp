@@ -350,3 +350,52 @@ TEST_CASE("bridge: no ZMTP heartbeats from a router's process or to a router", "
   a.value()->stop();
   r.value()->stop();
 }
+
+// A process's answers can arrive before the actor that asked has subscribed (a router's own registry
+// answers its HELLO at once). Until the process is wired, a frame nobody takes is kept, up to
+// kMaxEarlyFrames, and routed in order at wired(); one still unclaimed then is answered as usual.
+TEST_CASE("bridge keeps frames that arrive before its process is wired and routes them then",
+          "[actors][bridge]") {
+  caf::actor_system_config cfg;
+  caf::actor_system sys{cfg};
+  caf::scoped_actor self{sys};
+  auto a = Bridge::start("alice", 11, "tcp://127.0.0.1:*");
+  auto b = Bridge::start("bob", 22, "tcp://127.0.0.1:*");
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  a.value()->wired();  // b is not: its actors are "still subscribing"
+  caf::scoped_actor alice_errors{sys};
+  REQUIRE(a.value()->subscribe(protocol::MessageType::error, caf::actor_cast<caf::actor>(alice_errors)).ok());
+
+  const uint32_t kept = Bridge::kMaxEarlyFrames, over = 10;
+  a.value()->send_to_endpoint(b.value()->endpoint(), protocol::Goodbye{"nobody takes this"});
+  for (uint32_t seq = 1; seq < kept + over; ++seq)
+    a.value()->send_to_endpoint(b.value()->endpoint(), protocol::Heartbeat{.seq = seq});
+  // Past the bound, frames are dropped (their senders repeat them), not kept without limit.
+  REQUIRE(eventually([&] { return b.value()->stats().undeliverable == over; }));
+  CHECK(b.value()->stats().delivered == 0);
+
+  REQUIRE(b.value()->subscribe(protocol::MessageType::heartbeat, caf::actor_cast<caf::actor>(self)).ok());
+  b.value()->wired();
+  a.value()->send_to_endpoint(b.value()->endpoint(), protocol::Heartbeat{.seq = 100000});
+  uint32_t expected = 1;
+  bool in_order = true;
+  for (uint32_t i = 0; i < kept; ++i) {
+    auto env = next_envelope(self);
+    REQUIRE(env);
+    const auto seq = std::get<protocol::Heartbeat>(env->body).seq;
+    in_order = in_order && seq == (expected == kept ? 100000 : expected);
+    ++expected;
+  }
+  CHECK(in_order);  // the kept heartbeats 1..kMaxEarlyFrames-1, then the one sent after wired()
+  // The GOODBYE nobody took is answered now, as a frame after wired() would be.
+  std::optional<protocol::Envelope> err;
+  alice_errors->receive([&](protocol::Envelope& e) { err = std::move(e); },
+                        caf::after(std::chrono::seconds(5)) >> [] {});
+  REQUIRE(err);
+  REQUIRE(std::holds_alternative<protocol::ErrorReply>(err->body));
+  CHECK(std::get<protocol::ErrorReply>(err->body).code == ErrorCode::unexpected_message);
+  CHECK(b.value()->stats().undeliverable == over + 1);
+  a.value()->stop();
+  b.value()->stop();
+}

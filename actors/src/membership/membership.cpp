@@ -168,6 +168,15 @@ caf::behavior membership(caf::stateful_actor<MembershipState>* self, BridgePtr b
   st.load = std::move(load);
   st.role = std::move(role);
   st.gate = CompatGate(st.bridge->instance_id(), st.config.identity, st.config.metrics);
+  // Subscribed before the first HELLO: its answer can come back at once (a router that hosts the registry).
+  const auto me = caf::actor_cast<caf::actor>(self);
+  // Role handler tables cannot take membership messages (MessageTable refuses them at compile time).
+  for (auto t : {MessageType::hello_ack, MessageType::peers})
+    if (auto sub = st.bridge->subscribe(t, me); !sub)
+      spdlog::critical("membership: {}", sub.error().to_string());
+  st.bridge->subscribe_errors_about(MessageType::heartbeat, me);
+  st.bridge->subscribe_errors_about(MessageType::hello, me);
+  st.bridge->subscribe_liveness(me);
   send_hello(st);
   self->delayed_send(self, st.config.heartbeat_interval, tick_atom::value);
   return {
@@ -254,14 +263,7 @@ uint64_t fresh_incarnation(uint64_t after) {
 
 caf::actor spawn_membership(caf::actor_system& system, BridgePtr bridge, MembershipConfig config,
                             std::shared_ptr<LoadGauge> load, caf::actor role) {
-  auto a = system.spawn(membership, bridge, std::move(config), std::move(load), std::move(role));
-  // Role handler tables cannot take membership messages (MessageTable refuses them at compile time).
-  for (auto t : {MessageType::hello_ack, MessageType::peers})
-    if (auto st = bridge->subscribe(t, a); !st) spdlog::critical("membership: {}", st.error().to_string());
-  bridge->subscribe_errors_about(MessageType::heartbeat, a);
-  bridge->subscribe_errors_about(MessageType::hello, a);
-  bridge->subscribe_liveness(a);
-  return a;
+  return system.spawn(membership, std::move(bridge), std::move(config), std::move(load), std::move(role));
 }
 
 }  // namespace epd::actors

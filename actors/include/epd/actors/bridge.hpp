@@ -108,9 +108,11 @@ class Bridge {
   // takes is answered with ERROR unexpected_message (an ERROR reply nobody takes is logged).
   protocol::Status subscribe(protocol::MessageType type, caf::actor target);
   // Every actor of the process has subscribed: from now on a type nobody takes is answered with ERROR
-  // unexpected_message; before, it is dropped (a peer's HELLO can reach the router before its registry
-  // subscribed; the peer repeats it).
-  void wired() { wired_.store(true); }
+  // unexpected_message. Before, such a frame is kept (up to kMaxEarlyFrames, then dropped: its sender
+  // repeats it) and routed here: an answer can beat the subscription of the actor that asked (a router's
+  // own registry answers its HELLO at once), and one lost answer can cost a member its list for long.
+  void wired();
+  static constexpr size_t kMaxEarlyFrames = 4096;
   // ERROR replies that answer a message of type `about` go to `target` (e.g. membership hears the
   // registry's unknown_peer answer to its HEARTBEAT, not the role).
   void subscribe_errors_about(protocol::MessageType about, caf::actor target);
@@ -156,6 +158,7 @@ class Bridge {
   void on_disconnect(const std::string& endpoint);
   void publish(PeerEvent event);
   void unhandled(const protocol::Envelope& env);
+  caf::actor route_locked(const protocol::Envelope& env) const;  // the subscriber of env; mu_ held
   void reject(const std::string& from, bool via_router, const protocol::Error& error, uint16_t type);
   std::vector<uint8_t> encode(protocol::Body body) const;
   void transmit(bool reply, const std::string& to, std::vector<uint8_t> frame);
@@ -175,6 +178,7 @@ class Bridge {
   std::map<protocol::MessageType, caf::actor> routes_;
   std::map<uint16_t, caf::actor> error_routes_;  // ERROR replies by the type they answer
   std::vector<caf::actor> liveness_;
+  std::vector<protocol::Envelope> early_;  // frames nobody took before wired(), under mu_
   std::atomic<bool> started_{false}, wired_{false};
   std::atomic<uint64_t> delivered_{0}, rejected_{0}, undeliverable_{0}, sent_{0};
   std::atomic<uint64_t> bytes_sent_{0}, bytes_received_{0};
