@@ -118,14 +118,16 @@ protocol::Records delta(uint64_t since, uint64_t revision, std::vector<protocol:
 using namespace etcd_relay;
 
 TEST_CASE("etcd relay: a router sends the full list to new instances and one delta per window to the rest") {
-  // decode-4's and decode-2's lists are router-0's to send, of router-0 and router-1 (list_rank).
+  // decode-4's and decode-2's RECORDS are router-0's to send, of router-0 and router-1 (list_rank);
+  // decode-1's are router-1's.
   const std::vector<std::string> routers{"router-0", "router-1"};
   REQUIRE(etcd_backend::list_rank(routers, "router-0", "decode-4") == 0);
   REQUIRE(etcd_backend::list_rank(routers, "router-0", "decode-2") == 0);
+  REQUIRE(etcd_backend::list_rank(routers, "router-0", "decode-1") == 1);
   Node r("router-0", "router");
   r.list({test::peer("router-0", "router", 1), test::peer("router-1", "router", 1), decode(1), decode(2)}, 5);
   auto sent = r.records();
-  // The decodes get the full list; routers watch etcd themselves.
+  // The decodes get the full list (a router that lists gives it to all); routers watch etcd themselves.
   CHECK(endpoints(sent) == std::set<std::string>{at("decode-1"), at("decode-2")});
   for (const auto& [to, rec] : sent) {
     CHECK(rec.full);
@@ -133,10 +135,11 @@ TEST_CASE("etcd relay: a router sends the full list to new instances and one del
     CHECK(ids_of(rec) == std::set<std::string>{"router-0", "router-1", "decode-1", "decode-2"});
   }
 
-  // A lone event goes at once: a delta to those holding a list, the full list to the new instance.
+  // A lone event goes at once: a delta to those holding a list whose RECORDS are ours (not decode-1), the
+  // full list to the new instance.
   r.watch({{"decode-4", decode(4), 6}}, 6);
   sent = r.records();
-  REQUIRE(sent.size() == 3);
+  CHECK(endpoints(sent) == std::set<std::string>{at("decode-2"), at("decode-4")});
   for (const auto& [to, rec] : sent) {
     INFO(to);
     if (to == at("decode-4")) {
@@ -468,4 +471,85 @@ TEST_CASE(
   for (const auto& s : test::sent(*r.bridge))
     if (const auto* hb = s.as<protocol::Heartbeat>()) said[s.to] = hb->records_revision;
   CHECK(said.at(at("decode-4")) == 7);
+}
+
+// One router sends each instance its RECORDS (list and deltas), so an instance decodes each event once. When
+// that router stops serving, another takes its instances over at once, from where the stopped router's last
+// heartbeat said its RECORDS had gone, so nothing it had not sent yet is lost.
+TEST_CASE(
+    "etcd relay: each instance gets RECORDS from one router, and another takes it over when that stops") {
+  const std::vector<std::string> routers{"router-0", "router-1"};
+  Node r("router-0", "router");
+  std::vector<protocol::PeerInfo> peers{test::peer("router-0", "router", 1),
+                                        test::peer("router-1", "router", 1)};
+  std::set<std::string> ours, theirs;
+  for (int i = 1; i <= 10; ++i) {
+    peers.push_back(decode(i));
+    const std::string id = "decode-" + std::to_string(i);
+    (etcd_backend::list_rank(routers, "router-0", id) == 0 ? ours : theirs).insert(at(id));
+  }
+  REQUIRE_FALSE(ours.empty());
+  REQUIRE_FALSE(theirs.empty());
+  REQUIRE(etcd_backend::list_rank(routers, "router-0", "decode-11") == 0);
+  REQUIRE(etcd_backend::list_rank(routers, "router-0", "decode-12") == 1);
+  r.list(peers, 5);
+  (void)r.records();
+  protocol::Heartbeat from1;  // router-1 serves: it sent its instances RECORDS up to revision 6
+  from1.load.healthy = true;
+  from1.records_revision = 6;
+  test::deliver(*r.bridge, "router-1", 1, from1);
+  r.h.run();
+
+  auto deltas_to = [](const std::multimap<std::string, protocol::Records>& sent) {
+    std::set<std::string> to;
+    for (const auto& [endpoint, rec] : sent)
+      if (!rec.full) to.insert(endpoint);
+    return to;
+  };
+  r.watch({{"decode-11", decode(11), 6}}, 6);
+  CHECK(deltas_to(r.records()) == ours);
+  ours.insert(at("decode-11"));  // it got our list
+  // Heartbeats say how far our RECORDS went to our instances and to router-1; router-1's are not told: they
+  // are not short of what we never sent them.
+  r.h.advance(100ms, 100ms);
+  auto beats = r.heartbeats();
+  for (const auto& to : ours) CHECK(beats.at(to).records_revision == 6);
+  for (const auto& to : theirs) CHECK(beats.at(to).records_revision == 0);
+  CHECK(beats.at(at("router-1")).records_revision == 6);
+
+  r.watch({{"decode-12", decode(12), 7}}, 7);  // router-1's to pass on
+  CHECK(deltas_to(r.records()) == ours);
+  auto expect_catch_up = [&] {
+    // Everything after revision 6 (router-1's last word) to its instances, and to decode-12, whose list
+    // router-1 was to send (it drops the delta: no list yet).
+    auto caught_up = r.records();
+    auto to = theirs;
+    to.insert(at("decode-12"));
+    CHECK(deltas_to(caught_up) == to);
+    for (const auto& [endpoint, rec] : caught_up) {
+      INFO(endpoint);
+      CHECK(rec.since == 6);
+      CHECK(rec.revision == 7);
+      CHECK(ids_of(rec) == std::set<std::string>{"decode-12"});
+    }
+  };
+  SECTION("its connection breaks: at once") {
+    caf::anon_send(r.membership, PeerEvent{"router-1", at("router-1"), 1, 0, "test"});
+    r.h.run();
+    expect_catch_up();
+  }
+  SECTION("its heartbeats stop: once they are missed, and back to it when they come again") {
+    r.h.advance(200ms, 100ms);  // 300 ms since its heartbeat: still within 3 x 100 ms
+    CHECK(r.records().empty());
+    r.h.advance(200ms, 100ms);
+    expect_catch_up();
+    r.h.advance(100ms, 100ms);
+    beats = r.heartbeats();
+    for (const auto& to : theirs) CHECK(beats.at(to).records_revision == 7);
+    from1.records_revision = 7;
+    test::deliver(*r.bridge, "router-1", 1, from1);
+    r.h.run();
+    r.watch({{"decode-3", std::nullopt, 8}}, 8);
+    CHECK(deltas_to(r.records()) == ours);
+  }
 }

@@ -322,31 +322,38 @@ void send_heartbeats(EtcdMembershipState& st) {
   hb.load = st.load->snapshot();
   hb.load.healthy = hb.load.healthy && st.listed;  // cannot serve before it knows its peers
   if (st.config.engine) hb.load.fenced_writes = st.config.engine->fence_stats().refused;
-  if (st.mirror) hb.records_revision = st.mirror->sent_up_to();
   // Instances tell the routers their load. A router sends its heartbeat to every instance in turn: nobody
   // needs a router's load, but the control connection it keeps open that way is what notices a killed
   // instance in milliseconds (its kernel closes the connection). Without it, a router that never sent an
   // instance anything would learn of its death only when its heartbeats went silent, which is how a frozen
   // one shows (links with a router run no ZMTP heartbeats: LivenessConfig).
+  // A router's says how far its RECORDS went: to the instances it sends them, and to the other routers
+  // (RecordMirror::router_sent). Frames that differ only in that are encoded once for all who get them.
+  std::map<uint64_t, std::vector<std::string>> alike;  // by records_revision
   auto send = [&](const std::string& id, const protocol::PeerInfo& info) {
     if (!st.bridge->peers().alive(id)) return;
-    const bool resync = st.resync_from.erase(id) > 0;                    // we lost RECORDS from this router
-    const bool list_pending = st.mirror && st.mirror->list_pending(id);  // nothing to compare with yet
-    if (!resync && !list_pending) {
-      st.bridge->send_to_endpoint(info.control_endpoint, hb);
+    uint64_t revision = 0;
+    if (st.mirror) revision = st.routers.count(id) ? st.mirror->flushed_to() : st.mirror->sent_up_to(id);
+    if (st.mirror && st.mirror->list_pending(id)) revision = 0;  // nothing to compare with yet
+    if (!st.resync_from.erase(id)) {
+      alike[revision].push_back(info.control_endpoint);
       return;
     }
-    auto own = hb;
-    own.resync = resync;
-    if (list_pending) own.records_revision = 0;
+    auto own = hb;  // we lost RECORDS from this router
+    own.resync = true;
+    own.records_revision = revision;
     st.bridge->send_to_endpoint(info.control_endpoint, std::move(own));
   };
   if (st.view) {  // a router: to every instance
     for (const auto& [id, info] : st.records) send(id, info);
-    return;
+  } else {
+    for (const auto& id : st.routers)  // the others: to the routers only, not a walk over all N records
+      if (auto it = st.records.find(id); it != st.records.end()) send(id, it->second);
   }
-  for (const auto& id : st.routers)  // the others: to the routers only, not a walk over all N records
-    if (auto it = st.records.find(id); it != st.records.end()) send(id, it->second);
+  for (auto& [revision, to] : alike) {
+    hb.records_revision = revision;
+    st.bridge->send_to_endpoints(to, hb);
+  }
 }
 
 // ---- etcd_watch = "routers"
@@ -387,18 +394,43 @@ void list_may_be_lost(EtcdMembershipState& st, const std::string& id, uint64_t i
     f->second.lost = true;
 }
 
+// Which other routers do not serve now (check_routers).
+void update_routers_down(EtcdMembershipState& st) {
+  const auto now = st.now();
+  std::set<std::string> down;
+  for (const auto& id : st.routers) {
+    if (id == st.bridge->instance_id()) continue;
+    auto seen = st.loads.find(id);
+    const bool silent = seen != st.loads.end() && now - seen->second.at > load_limit(st);
+    if (silent || !st.bridge->peers().alive(id)) down.insert(id);
+  }
+  st.mirror->set_down(std::move(down));
+}
+
 // The events gathered since the last flush: one delta to the instances that hold a list, the full list to
 // the new ones whose list is ours to send.
 void flush_records(caf::stateful_actor<EtcdMembershipState>* self) {
   auto& st = self->state;
+  update_routers_down(st);
   st.flush_waiting = false;
   st.last_flush = st.now();
   auto f = st.mirror->flush();
   send_records(st, f.delta_to, std::move(f.delta));
+  send_records(st, f.catch_up_to, std::move(f.catch_up));
   for (const auto& [id, rank] : f.awaited) sent_full(st, id, st.last_flush, rank);
   if (f.full_to.empty()) return;
   send_records(st, f.full_to, st.mirror->full());
   for (const auto& id : f.full_ids) sent_full(st, id, st.last_flush);
+}
+
+// Other routers' instances are ours to send RECORDS while they do not serve (their instances would hear
+// nothing): when our connection to one broke, or its heartbeats stopped. One not heard from yet serves: it
+// sends every instance its full list when it starts, and its instances' deltas from there.
+void check_routers(caf::stateful_actor<EtcdMembershipState>* self) {
+  auto& st = self->state;
+  if (!st.mirror) return;
+  update_routers_down(st);
+  if (st.mirror->needs_flush() && !st.flush_waiting) flush_records(self);  // at once: instances moved
 }
 
 // A lone event goes at once; those that follow within the window wait for its end, together (BurstWindow).
@@ -462,6 +494,7 @@ caf::behavior etcd_membership(caf::stateful_actor<EtcdMembershipState>* self, Br
   return {
       [=](tick_atom) {
         auto& s = self->state;
+        check_routers(self);  // before the heartbeats, which say how far our RECORDS went
         send_heartbeats(s);
         refresh_health(s);  // instances whose heartbeats stopped turn unhealthy
         if (s.mirror) resend_full_lists(s);
@@ -470,6 +503,7 @@ caf::behavior etcd_membership(caf::stateful_actor<EtcdMembershipState>* self, Br
       [=](Listing& listing) {
         auto& s = self->state;
         if (s.mirror) {  // a router that passes the records on: everyone gets the new list
+          update_routers_down(s);
           const auto to = s.mirror->list(listing);
           send_records(s, to, s.mirror->full());
           for (const auto& id : s.mirror->members()) sent_full(s, id, s.now());
@@ -517,6 +551,7 @@ caf::behavior etcd_membership(caf::stateful_actor<EtcdMembershipState>* self, Br
         else if (ev.new_incarnation == 0)
           list_may_be_lost(s, ev.id, ev.old_incarnation);
         if (!s.bridge->peers().mark_dead(ev.id, ev.old_incarnation)) return;  // already known
+        if (s.routers.count(ev.id)) check_routers(self);  // its instances are ours now
         if (s.config.metrics) s.config.metrics->peer_lost(role_of(s, ev.id), "connection");
         spdlog::warn("membership: peer '{}' (incarnation {}) is dead to us: {}", ev.id, ev.old_incarnation,
                      ev.reason);
@@ -568,6 +603,7 @@ caf::behavior etcd_membership(caf::stateful_actor<EtcdMembershipState>* self, Br
         if (it == s.records.end() || it->second.incarnation != env.incarnation) return;
         const auto now = s.now();
         if (s.mirror) heard_from(s, env.sender, env.incarnation);
+        if (s.mirror && s.routers.count(env.sender)) s.mirror->router_sent(env.sender, hb->records_revision);
         auto& seen = s.loads[env.sender];
         seen = {hb->load, env.incarnation, now};
         show_entry(s, it->second, now);

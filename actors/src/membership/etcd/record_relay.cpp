@@ -27,8 +27,15 @@ size_t list_rank(const std::vector<std::string>& routers, const std::string& sel
   return (size_t(me - routers.begin()) + n - first) % n;
 }
 
-size_t RecordMirror::rank_for(const std::string& id) const {
-  return list_rank(routers_, self_, id);
+std::vector<std::string> RecordMirror::serving() const {
+  std::vector<std::string> out;
+  for (const auto& r : routers_)
+    if (!down_.count(r)) out.push_back(r);
+  return out;
+}
+
+uint64_t RecordMirror::sent_up_to(const std::string& id) const {
+  return list_rank(sent_by_, self_, id) == 0 ? since_ : 0;
 }
 
 void RecordMirror::keep_router(const std::string& id, const protocol::PeerInfo* info) {
@@ -45,9 +52,11 @@ std::vector<std::string> RecordMirror::list(const Listing& listing) {
     records_[info.instance_id] = info;
     keep_router(info.instance_id, &info);
   }
-  revision_ = since_ = uint64_t(listing.revision);
+  revision_ = since_ = history_since_ = listed_at_ = uint64_t(listing.revision);
   pending_.clear();
+  history_.clear();
   fresh_.clear();
+  sent_by_ = serving();
   std::vector<std::string> to;
   for (const auto& [id, info] : records_)
     if (needs_records(info)) to.push_back(info.control_endpoint);
@@ -78,14 +87,45 @@ RecordMirror::Flush RecordMirror::flush() {
   out.delta.revision = revision_;
   out.delta.changes = std::move(pending_);
   pending_.clear();
+  const auto now_serving = serving();
+  // Instances whose router stopped serving (or whose share moved) become ours. Their router had sent them
+  // everything up to what its last heartbeat said, at least: the events since then are the catch-up.
+  const bool moved = now_serving != sent_by_;
+  std::optional<uint64_t> catch_up_since;
+  if (moved) {
+    uint64_t from = since_;
+    for (const auto& r : sent_by_)
+      if (r != self_) {
+        auto it = router_sent_.find(r);
+        from = std::min(from, it == router_sent_.end() ? 0 : it->second);
+      }
+    from = std::max(from, listed_at_);  // every instance got our list then
+    if (from >= history_since_) catch_up_since = from;  // else older than we keep: the full list instead
+  }
+  if (catch_up_since) {
+    out.catch_up.full = false;
+    out.catch_up.since = *catch_up_since;
+    out.catch_up.revision = revision_;
+    for (const auto& c : history_)
+      if (c.revision > *catch_up_since) out.catch_up.changes.push_back(c);
+    out.catch_up.changes.insert(out.catch_up.changes.end(), out.delta.changes.begin(),
+                                out.delta.changes.end());
+  }
+  history_.insert(history_.end(), out.delta.changes.begin(), out.delta.changes.end());
+  while (history_.size() > kHistory) {  // whole revisions only: a catch-up never starts inside one
+    history_since_ = history_.front().revision;
+    while (!history_.empty() && history_.front().revision == history_since_) history_.pop_front();
+  }
   since_ = revision_;
   for (const auto& [id, info] : records_) {
     if (!needs_records(info)) continue;
-    if (!fresh_.count(id)) {
-      out.delta_to.push_back(info.control_endpoint);
+    const size_t rank = list_rank(now_serving, self_, id);
+    const bool adopted = rank == 0 && moved && list_rank(sent_by_, self_, id) != 0;
+    if (!fresh_.count(id) && !(adopted && !catch_up_since)) {
+      if (rank == 0) (adopted ? out.catch_up_to : out.delta_to).push_back(info.control_endpoint);
       continue;
     }
-    if (const size_t rank = rank_for(id); rank > 0) {
+    if (rank > 0) {
       out.awaited.emplace_back(id, rank);
       continue;
     }
@@ -93,6 +133,11 @@ RecordMirror::Flush RecordMirror::flush() {
     out.full_ids.push_back(id);
   }
   if (out.delta.changes.empty()) out.delta_to.clear();
+  if (out.catch_up.changes.empty()) out.catch_up_to.clear();
+  sent_by_ = now_serving;
+  for (auto it = router_sent_.begin(); it != router_sent_.end();)  // routers etcd no longer holds
+    it = std::binary_search(routers_.begin(), routers_.end(), it->first) ? std::next(it)
+                                                                         : router_sent_.erase(it);
   fresh_.clear();
   return out;
 }

@@ -288,12 +288,13 @@ struct RecordChange {
 };
 
 // Router → instance, with registry = "etcd" and etcd_watch = "routers": the instance records as the router's
-// etcd watch saw them, so instances need no watch of their own. Full: every record at `revision` (to a new
-// instance from one router, chosen by a hash of its id, or from another if it stays silent; after the router
-// listed etcd again; on a heartbeat's resync). Delta: the events in (since, revision], in etcd's order. Every
-// router sends them; a receiver applies what is newer than what it has, whoever sent it, and asks that router
-// for a full list when it is still short of what the router sent (a delta that started after it, or the
-// router's HEARTBEAT) at the router's next heartbeat.
+// etcd watch saw them, so instances need no watch of their own. Each instance has one router that sends them,
+// chosen by a hash of its id among the routers that serve. Full: every record at `revision` (to a new
+// instance, or from another router if it stays silent; after the router listed etcd again; on a heartbeat's
+// resync). Delta: the events in (since, revision], in etcd's order (from an earlier `since` to instances that
+// a router took over from one that stopped serving). A receiver applies what is newer than what it has,
+// whoever sent it, and asks that router for a full list when it is still short of what the router sent (a
+// delta that started after it, or the router's HEARTBEAT) at the router's next heartbeat.
 struct Records {
   static constexpr MessageType kType = MessageType::records;
   static constexpr std::string_view kName = "RECORDS";
@@ -316,14 +317,15 @@ struct Records {
 // loaded instance, and the PEERS version it holds: an instance that finds a gap asks for the full list
 // (`resync`), and a registry that sees it hold one older version for long sends it anyway (a delta lost with
 // no later one to show the gap). Router → instance with etcd_watch = "routers": an instance that holds less
-// than the router's `records_revision` lost the last RECORDS and asks that router for the full list.
+// than the router's `records_revision` lost the last RECORDS and asks that router for the full list. Router →
+// router: how far its RECORDS went, where another starts if it takes that router's instances over.
 struct Heartbeat {
   static constexpr MessageType kType = MessageType::heartbeat;
   static constexpr std::string_view kName = "HEARTBEAT";
   uint64_t seq = 0;
   LoadReport load{};              // the sender's figures now
   bool resync = false;            // its PEERS version (RECORDS revision) has a gap: send the full list
-  uint64_t records_revision = 0;  // a router's: its RECORDS sent so far; 0: none
+  uint64_t records_revision = 0;  // a router's: its RECORDS sent so far; 0: none, or not this instance's
   uint64_t peers_version = 0;     // an instance's, to the registry: the PEERS version it holds; 0: none
 
   bool operator==(const Heartbeat&) const = default;
