@@ -39,6 +39,10 @@ struct MembershipOptions {
   // After the changes, stop one worker process (SIGSTOP) long enough that its instances expire
   // (RegistryBackend::freeze_for), resume it, and time until every directory agrees again.
   bool freeze = false;
+  // Last, with two routers or more: kill -9 the process of the last router, time until every directory
+  // agrees without it, then add an instance and time until every directory lists it. Its instances hear
+  // of both only through the routers that took them over.
+  bool kill_router = false;
 };
 
 // One simulated instance's part in membership.

@@ -50,6 +50,9 @@ struct MembershipRow {
   milliseconds frozen_for{0};
   int freeze_rejoins = 0;
   std::optional<double> freeze_ms;
+  // --kill-router: ms from the kill -9 of a router until every directory agreed, and from an addition after
+  // it until every directory listed it (nullopt: not within the limit).
+  std::optional<double> router_kill_ms, add_after_router_kill_ms;
 };
 
 std::vector<std::pair<std::string, double>> rates(const std::vector<std::pair<std::string, double>>& before,
@@ -221,6 +224,25 @@ std::optional<MembershipRow> run_backend(const MembershipOptions& opt, const std
           : row.frozen == 0 ? "- no process of instances to freeze"
                             : "not within the limit");
     }
+    if (opt.kill_router && sim.has_routers()) {
+      const auto t = clock::now();
+      if (const auto killed = sim.kill_router()) {
+        row.router_kill_ms = sim.converge_ms(t, limit);
+        const auto t_add = clock::now();
+        if (sim.add("after-" + *killed)) row.add_after_router_kill_ms = sim.converge_ms(t_add, limit);
+        row.failed += !row.router_kill_ms + !row.add_after_router_kill_ms;
+        auto said = [](const std::optional<double>& ms) {
+          return ms ? std::to_string(int64_t(*ms)) + " ms" : std::string("not within the limit");
+        };
+        std::printf(
+            "%s: killed router %s (kill -9): every directory agreed without it after %s; an instance added "
+            "then was listed everywhere after %s\n",
+            name.c_str(), killed->c_str(), said(row.router_kill_ms).c_str(),
+            said(row.add_after_router_kill_ms).c_str());
+      } else {
+        std::printf("%s: --kill-router needs two routers\n", name.c_str());
+      }
+    }
     // The steady rate once more, after the changes: the mean of both windows is taken out. With etcd the
     // steady cost (lease renewals) is large beside a change's, and a kill waits seconds for the lease, so
     // a drift of the steady rate moves this figure a lot.
@@ -343,6 +365,8 @@ int run_membership_cli(int argc, char** argv) {
         opt.shared_threads = false;
       else if (a == "--freeze")
         opt.freeze = true;
+      else if (a == "--kill-router")
+        opt.kill_router = true;
       else if (a == "--worker")
         worker = *v;
       else if (a == "--endpoint")
@@ -355,7 +379,7 @@ int run_membership_cli(int argc, char** argv) {
         std::fprintf(stderr,
                      "usage: epd-bench membership [--instances 300] [--changes 10] [--interval-ms 500]\n"
                      "                            [--lease-ttl-ms 2000] [--own-threads] [--per-process 500]\n"
-                     "                            [--instances-nice 10] [--freeze]\n"
+                     "                            [--instances-nice 10] [--freeze] [--kill-router]\n"
                      "                            [--backend router-full --backend router --backend etcd "
                      "--backend etcd-routers]\n");
         return 2;

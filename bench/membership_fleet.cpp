@@ -188,6 +188,23 @@ Fleet::Frozen Fleet::freeze(std::chrono::milliseconds d) {
   return {};
 }
 
+std::optional<std::string> Fleet::kill_router() {
+  if (routers_ < 2) return std::nullopt;
+  const std::string id = "sim-" + std::to_string(routers_ - 1);  // the first ever started are the routers
+  auto it = live_.find(id);
+  if (it == live_.end()) return std::nullopt;
+  Worker* w = it->second.first;
+  ::kill(w->pid, SIGKILL);
+  w->dead = true;  // its exit status is the kill's, not a failure of the bench
+  w->members = 0;
+  live_.erase(it);
+  for (auto& o : workers_) {
+    tell(*o, "forget " + id);
+    std::fflush(o->to);
+  }
+  return id;
+}
+
 int Fleet::follow_rejoins() {
   std::vector<std::pair<std::string, uint64_t>> changed;
   for (auto& w : workers_) {

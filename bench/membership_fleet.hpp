@@ -45,6 +45,9 @@ class Fleet {
     std::optional<bool> unlisted_before_resume;  // with routers: had they dropped one of them by then?
   };
   Frozen freeze(std::chrono::milliseconds d);
+  // kill -9 of the process of the router started last, which every directory stops expecting; its id, or
+  // nullopt with fewer than two routers.
+  std::optional<std::string> kill_router();
 
   // Asks every process for its instances whose incarnation changed (an instance expired while stalled
   // rejoins as a new one) and expects them at it from then on; how many changed. Every poll of the fleet
