@@ -43,6 +43,15 @@ struct RawPeer {
   }
 };
 
+// Two bridges on 127.0.0.1, alice (incarnation 11) and bob (22), and a scoped actor to receive with.
+struct AliceAndBob {
+  caf::actor_system_config cfg;
+  caf::actor_system sys{cfg};
+  caf::scoped_actor self{sys};
+  protocol::Result<std::shared_ptr<Bridge>> a = Bridge::start("alice", 11, "tcp://127.0.0.1:*");
+  protocol::Result<std::shared_ptr<Bridge>> b = Bridge::start("bob", 22, "tcp://127.0.0.1:*");
+};
+
 // The types these tests send; anything else is answered by the bridge itself.
 void subscribe_test_types(Bridge& bridge, const caf::actor& target) {
   for (auto t : {protocol::MessageType::heartbeat, protocol::MessageType::error})
@@ -52,11 +61,9 @@ void subscribe_test_types(Bridge& bridge, const caf::actor& target) {
 }  // namespace
 
 TEST_CASE("bridge delivers typed messages and rejects bad frames without stopping", "[actors][bridge]") {
-  caf::actor_system_config cfg;
-  caf::actor_system sys{cfg};
-  caf::scoped_actor self{sys};
-  auto a = Bridge::start("alice", 11, "tcp://127.0.0.1:*");
-  auto b = Bridge::start("bob", 22, "tcp://127.0.0.1:*");
+  AliceAndBob f;
+  auto &a = f.a, &b = f.b;
+  auto& self = f.self;
   REQUIRE(a.ok());
   REQUIRE(b.ok());
   subscribe_test_types(*b.value(), caf::actor_cast<caf::actor>(self));
@@ -356,15 +363,13 @@ TEST_CASE("bridge: no ZMTP heartbeats from a router's process or to a router", "
 // kMaxEarlyFrames, and routed in order at wired(); one still unclaimed then is answered as usual.
 TEST_CASE("bridge keeps frames that arrive before its process is wired and routes them then",
           "[actors][bridge]") {
-  caf::actor_system_config cfg;
-  caf::actor_system sys{cfg};
-  caf::scoped_actor self{sys};
-  auto a = Bridge::start("alice", 11, "tcp://127.0.0.1:*");
-  auto b = Bridge::start("bob", 22, "tcp://127.0.0.1:*");
+  AliceAndBob f;
+  auto &a = f.a, &b = f.b;
+  auto& self = f.self;
   REQUIRE(a.ok());
   REQUIRE(b.ok());
   a.value()->wired();  // b is not: its actors are "still subscribing"
-  caf::scoped_actor alice_errors{sys};
+  caf::scoped_actor alice_errors{f.sys};
   REQUIRE(a.value()->subscribe(protocol::MessageType::error, caf::actor_cast<caf::actor>(alice_errors)).ok());
 
   const uint32_t kept = Bridge::kMaxEarlyFrames, over = 10;
