@@ -30,7 +30,8 @@ class RecordMirror {
   // What to send: `delta` to `delta_to` (instances that hold an earlier list and are ours), the full list
   // to `full_to` (instances new since the last flush, or of a new incarnation, whose list is ours to send).
   // Instances that became ours since the last flush (their router stopped serving) get `catch_up` instead
-  // of the delta: every event we still keep, so that what their old router had not sent yet is not lost.
+  // of the delta: the events after their old router's last word (router_sent), so that what it had not
+  // sent yet is not lost; or the full list when we no longer keep those events.
   // Endpoints, ready for send_to_endpoints. New instances whose list another router sends are in
   // `awaited`, with our rank for each (list_rank).
   struct Flush {
@@ -75,8 +76,6 @@ class RecordMirror {
   uint64_t flushed_to() const { return since_; }
   // A new instance whose full list waits for the next flush: it holds nothing to compare yet.
   bool list_pending(const std::string& id) const { return fresh_.count(id) > 0; }
-  // Our list_rank for `id` among the routers that serve now.
-  size_t rank_for(const std::string& id) const { return list_rank(serving(), self_, id); }
   // Flushed events kept for instances that change router: enough for a router's last window or two.
   static constexpr size_t kHistory = 4096;
 
@@ -95,7 +94,7 @@ class RecordMirror {
   std::vector<protocol::RecordChange> pending_;
   std::deque<protocol::RecordChange> history_;  // flushed events after history_since_, up to since_
   uint64_t history_since_ = 0;
-  uint64_t listed_at_ = 0;  // our last listing's revision: every instance got the full list then
+  uint64_t listed_at_ = 0;       // our last listing's revision: every instance got the full list then
   std::set<std::string> fresh_;  // need the full list at the next flush
 };
 
