@@ -205,7 +205,7 @@ TEST_CASE(
 TEST_CASE("decode: a prefill restart fails the rooms shared with its old incarnation (peer_died)") {
   DecodeFixture f;
   f.submit(5);
-  caf::anon_send(f.role, PeerChanges{{{"prefill-0", kPrefillInc, kPrefillInc + 1}}});
+  caf::anon_send(f.role, PeerChanges{{{"prefill-0", kPrefillInc, kPrefillInc + 1, "prefill"}}});
   f.h.run();
   auto out = test::sent(*f.bridge);
   const auto r = test::only<protocol::RoomResult>(out);
@@ -224,7 +224,7 @@ TEST_CASE("decode: a prefill restart fails the rooms shared with its old incarna
       2, {test::peer("router", "router", kRouterInc), test::peer("prefill-0", "prefill", kPrefillInc + 1),
           test::peer("decode-0", "decode", kDecodeInc)});
   f.submit(7);
-  caf::anon_send(f.role, PeerChanges{{{"encoder-0", 3, 4}}});
+  caf::anon_send(f.role, PeerChanges{{{"encoder-0", 3, 4, "encoder"}}});
   f.h.run();
   CHECK(test::of_type<protocol::RoomResult>(test::sent(*f.bridge)).empty());
   CHECK(f.ctx.load->active_rooms == 1);
@@ -235,7 +235,7 @@ TEST_CASE("decode: a restarted prefill proves its old incarnation writes nothing
   f.submit(5);
   f.h.advance(1000ms, 1000ms);  // waiting_timeout: quarantined
   REQUIRE(f.ctx.load->quarantined_pages == kRoomPages);
-  caf::anon_send(f.role, PeerChanges{{{"prefill-0", kPrefillInc, kPrefillInc + 1}}});
+  caf::anon_send(f.role, PeerChanges{{{"prefill-0", kPrefillInc, kPrefillInc + 1, "prefill"}}});
   f.h.run();
   CHECK(f.ctx.load->quarantined_pages == 0);
   CHECK(f.free_pages() == 16);

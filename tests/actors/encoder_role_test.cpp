@@ -258,7 +258,7 @@ TEST_CASE("encoder: CANCEL ends a live room without a report, frees its slot, co
 TEST_CASE("encoder: the prefill leaving fails the room with peer_died and sends it nothing") {
   EncoderFixture f;
   f.submit(5);
-  caf::anon_send(f.encoder.main, PeerChanges{{{"prefill-0", kPrefillInc, 0}}});
+  caf::anon_send(f.encoder.main, PeerChanges{{{"prefill-0", kPrefillInc, 0, "prefill"}}});
   auto out = f.c.pump();
   const auto r = test::only<protocol::RoomResult>(out);
   CHECK(r.room == 5);

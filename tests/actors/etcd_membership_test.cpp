@@ -143,6 +143,14 @@ TEST_CASE("etcd membership: one watch event changes only its own entry in the di
     CHECK(f.seen() == before);
     CHECK_FALSE(f.bridge->peers().find("decode-0003"));
   }
+  SECTION("a record put again with another endpoint is taken, though its incarnation is the same") {
+    auto moved = test::peer("decode-0007", "decode", 10);
+    moved.control_endpoint = "tcp://127.0.0.1:39999";
+    f.watch("decode-0007", moved);
+    CHECK(f.got->empty());  // not a restart: the role is told nothing
+    CHECK(f.bridge->peers().endpoint_of("decode-0007") == "tcp://127.0.0.1:39999");
+    CHECK(f.bridge->peers().version() == 2);
+  }
   SECTION("a record put again unchanged changes nothing") {
     f.watch("decode-0007", test::peer("decode-0007", "decode", 10));
     CHECK(f.got->empty());

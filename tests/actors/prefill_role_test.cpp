@@ -345,7 +345,7 @@ TEST_CASE("prefill: CANCEL from the router ends the room without a RESULT") {
 TEST_CASE("prefill: a decode restart fails its rooms with peer_died and tells the old decode nothing") {
   PrefillFixture f;
   waiting_for_embeddings(f, 5);
-  caf::anon_send(f.prefill.main, PeerChanges{{{"decode-0", kDecodeInc, kDecodeInc + 1}}});
+  caf::anon_send(f.prefill.main, PeerChanges{{{"decode-0", kDecodeInc, kDecodeInc + 1, "decode"}}});
   f.c.h.run();
   auto out = test::sent(*f.prefill.bridge);
   const auto r = only_result(out);

@@ -1,4 +1,6 @@
+#include <algorithm>
 #include <catch2/catch.hpp>
+#include <functional>
 
 #include "cache/page_allocator.hpp"
 #include "epd/actors/membership/peer_directory.hpp"
@@ -103,6 +105,23 @@ TEST_CASE("peer directory reports joins, departures and restarts", "[actors][pee
   CHECK(restarted == 1);
   CHECK(left == 1);
   CHECK(joined == 1);
+  // Each change names the peer's role: as listed before, for one that left (its metrics label).
+  auto d2 = PeerDirectory();
+  auto r = [&](std::string id, uint64_t inc, std::string role) {
+    auto i = p(id, inc);
+    i.role = role;
+    return i;
+  };
+  (void)d2.replace(1, {r("x", 1, "prefill"), r("y", 1, "decode")});
+  auto delta = d2.apply_delta(2, {r("z", 1, "encoder")}, {"y"}).changes;
+  REQUIRE(delta.size() == 2);
+  CHECK((delta[0].id == "y" && delta[0].new_incarnation == 0 && delta[0].role == "decode"));
+  CHECK((delta[1].id == "z" && delta[1].role == "encoder"));
+  CHECK(d2.role_of("x") == "prefill");
+  CHECK(d2.role_of("y") == "unknown");
+  auto gone = d2.replace(3, {});
+  REQUIRE(gone.size() == 2);
+  CHECK((gone[0].role == "prefill" && gone[1].role == "encoder"));
   CHECK(d.replace(1, {}).empty());  // stale version ignored
   CHECK(d.find("a")->incarnation == 2);
   CHECK_FALSE(d.endpoint_of("b"));
@@ -159,4 +178,35 @@ TEST_CASE("peer directory gives every descriptor back whole whatever its peers s
   }
   REQUIRE_FALSE(d.apply_delta(2, changed, {}).gap);
   for (const auto& p : fleet) CHECK(d.find(p.instance_id) == p);
+  // lists(): what etcd membership asks of every record it is sent again (the directory is its only copy),
+  // so every field counts, not only the incarnation.
+  for (const auto& p : fleet) CHECK(d.lists(p));
+  CHECK(d.all() == [&] {
+    auto sorted = fleet;
+    std::sort(sorted.begin(), sorted.end(), [](auto& a, auto& b) { return a.instance_id < b.instance_id; });
+    return sorted;
+  }());
+  const std::vector<std::function<void(PeerInfo&)>> edits = {
+      [](PeerInfo& p) { p.instance_id = "elsewhere"; },
+      [](PeerInfo& p) { p.role = "encoder"; },
+      [](PeerInfo& p) { p.control_endpoint = "tcp://127.0.0.1:1"; },
+      [](PeerInfo& p) { ++p.incarnation; },
+      [](PeerInfo& p) { p.identity.build = "other"; },
+      [](PeerInfo& p) {
+        p.kv_layout = KvLayout{1, 1, 1, 1, 1};
+      },
+      [](PeerInfo& p) { p.segment.reset(); },
+      [](PeerInfo& p) { p.segment->token += 1; },
+  };
+  for (size_t e = 0; e < edits.size(); ++e) {
+    auto p = fleet[0];  // has a segment and a layout
+    REQUIRE(p.segment);
+    edits[e](p);
+    INFO("edit " << e);
+    CHECK_FALSE(d.lists(p));
+  }
+  auto without = fleet[1];  // has no segment: one given is a difference too
+  REQUIRE_FALSE(without.segment);
+  without.segment = fleet[0].segment;
+  CHECK_FALSE(d.lists(without));
 }

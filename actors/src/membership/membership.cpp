@@ -31,16 +31,10 @@ struct MembershipState {
   bool want_full = false;   // a PEERS delta skipped a version: ask for the full list until it comes
   uint64_t seq = 0;
   clock::time_point rejoin_started;
-  std::map<std::string, std::string> roles;  // peer id -> role, as last listed (labels of lost peers)
   CompatGate gate;
   std::string refused_because;  // the registry's last refusal, logged when it changes
   static inline const char* name = "membership";
 };
-
-std::string role_of(const MembershipState& st, const std::string& id) {
-  auto it = st.roles.find(id);
-  return it == st.roles.end() ? "unknown" : it->second;
-}
 
 void send_hello(MembershipState& st) {
   protocol::Hello hello;
@@ -151,11 +145,7 @@ void on_peers(caf::stateful_actor<MembershipState>* self, const protocol::Peers&
     }
     changes = std::move(applied.changes);
   }
-  for (const auto& p : peers.peers) st.roles[p.instance_id] = p.role;
-  for (const auto& c : changes) {
-    report_peer_change(c, st.bridge->instance_id(), role_of(st, c.id), st.config.metrics.get(), "");
-    if (c.new_incarnation == 0) st.roles.erase(c.id);  // labelled: gone (ids that change on every restart)
-  }
+  for (const auto& c : changes) report_peer_change(c, st.bridge->instance_id(), st.config.metrics.get(), "");
   if (!changes.empty() && st.role) self->send(st.role, PeerChanges{std::move(changes)});
 }
 
@@ -206,7 +196,8 @@ caf::behavior membership(caf::stateful_actor<MembershipState>* self, BridgePtr b
           return;
         }
         if (!s.bridge->peers().mark_dead(ev.id, ev.old_incarnation)) return;  // already known
-        if (s.config.metrics) s.config.metrics->peer_lost(role_of(s, ev.id), "connection");
+        const std::string role = s.bridge->peers().role_of(ev.id);
+        if (s.config.metrics) s.config.metrics->peer_lost(role, "connection");
         spdlog::warn("membership: peer '{}' (incarnation {}) is dead to us: {}", ev.id, ev.old_incarnation,
                      ev.reason);
         // Only our connection broke: if the registry still lists that incarnation once it would have
@@ -214,7 +205,7 @@ caf::behavior membership(caf::stateful_actor<MembershipState>* self, BridgePtr b
         if (ev.new_incarnation == 0)
           self->delayed_send(self, s.config.heartbeat_interval * (s.config.heartbeat_misses + 2),
                              revive_atom::value, ev.id, ev.old_incarnation);
-        if (s.role) self->send(s.role, PeerChanges{{{ev.id, ev.old_incarnation, ev.new_incarnation}}});
+        if (s.role) self->send(s.role, PeerChanges{{{ev.id, ev.old_incarnation, ev.new_incarnation, role}}});
       },
       [=](Envelope& env) {
         auto& s = self->state;

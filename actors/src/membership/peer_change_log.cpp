@@ -5,14 +5,13 @@
 namespace epd::actors {
 
 void report_peer_change(const PeerDirectory::Change& c, const std::string& self_id,
-                        const std::string& peer_role, MembershipMetrics* metrics,
-                        std::string_view left_note) {
+                        MembershipMetrics* metrics, std::string_view left_note) {
   if (c.id == self_id) return;
   if (metrics) {
     if (c.new_incarnation != 0)
-      metrics->incarnation_seen(peer_role);
+      metrics->incarnation_seen(c.role);
     else
-      metrics->peer_lost(peer_role, "left");
+      metrics->peer_lost(c.role, "left");
   }
   if (c.new_incarnation == 0)
     spdlog::info("membership: peer '{}' left{}{}", c.id, left_note.empty() ? "" : " ", left_note);

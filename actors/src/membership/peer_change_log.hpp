@@ -12,6 +12,6 @@ namespace epd::actors {
 // Our own entry is neither logged nor counted. `left_note` follows "left" in the log line (why it left, as
 // the backend knows it; may be empty). `metrics` may be null.
 void report_peer_change(const PeerDirectory::Change& c, const std::string& self_id,
-                        const std::string& peer_role, MembershipMetrics* metrics, std::string_view left_note);
+                        MembershipMetrics* metrics, std::string_view left_note);
 
 }  // namespace epd::actors

@@ -41,12 +41,12 @@ std::vector<PeerDirectory::Change> PeerDirectory::replace(uint64_t version,
   for (const auto& [id, old] : peers_) {
     auto it = next.find(id);
     if (it == next.end())
-      changes.push_back({id, old.incarnation, 0});
+      changes.push_back({id, old.incarnation, 0, old.role});
     else if (it->second.incarnation != old.incarnation)
-      changes.push_back({id, old.incarnation, it->second.incarnation});
+      changes.push_back({id, old.incarnation, it->second.incarnation, it->second.role});
   }
   for (const auto& [id, p] : next)
-    if (!peers_.count(id)) changes.push_back({id, 0, p.incarnation});
+    if (!peers_.count(id)) changes.push_back({id, 0, p.incarnation, p.role});
   peers_ = std::move(next);
   drop_stale_dead_marks();
   return changes;
@@ -66,17 +66,17 @@ PeerDirectory::DeltaResult PeerDirectory::apply_delta(uint64_t version,
   for (const auto& id : left) {
     auto it = peers_.find(id);
     if (it == peers_.end()) continue;
-    out.changes.push_back({id, it->second.incarnation, 0});
+    out.changes.push_back({id, it->second.incarnation, 0, it->second.role});
     peers_.erase(it);
   }
   for (const auto& p : upserts) {
     auto it = peers_.find(p.instance_id);
     if (it == peers_.end()) {
-      out.changes.push_back({p.instance_id, 0, p.incarnation});
+      out.changes.push_back({p.instance_id, 0, p.incarnation, p.role});
       peers_.emplace(p.instance_id, entry_of(p));
     } else {
       if (it->second.incarnation != p.incarnation)
-        out.changes.push_back({p.instance_id, it->second.incarnation, p.incarnation});
+        out.changes.push_back({p.instance_id, it->second.incarnation, p.incarnation, p.role});
       it->second = entry_of(p);
     }
   }
@@ -94,7 +94,7 @@ void PeerDirectory::drop_stale_dead_marks() {
 std::vector<PeerDirectory::Change> PeerDirectory::forget_all() {
   std::lock_guard lock(mu_);
   std::vector<Change> changes;
-  for (const auto& [id, p] : peers_) changes.push_back({id, p.incarnation, 0});
+  for (const auto& [id, p] : peers_) changes.push_back({id, p.incarnation, 0, p.role});
   peers_.clear();
   dead_.clear();
   observed_.clear();
@@ -165,11 +165,36 @@ std::optional<protocol::PeerInfo> PeerDirectory::find(const std::string& id) con
   return info_of(id, it->second);
 }
 
+bool PeerDirectory::lists(const protocol::PeerInfo& peer) const {
+  std::lock_guard lock(mu_);
+  auto it = peers_.find(peer.instance_id);
+  if (it == peers_.end()) return false;
+  const Entry& e = it->second;
+  const bool same_segment = e.segment ? peer.segment && *e.segment == *peer.segment : !peer.segment;
+  return e.incarnation == peer.incarnation && e.role == peer.role &&
+         e.control_endpoint == peer.control_endpoint && same_segment &&
+         e.common->kv_layout == peer.kv_layout && e.common->identity == peer.identity;
+}
+
+std::vector<protocol::PeerInfo> PeerDirectory::all() const {
+  std::lock_guard lock(mu_);
+  std::vector<protocol::PeerInfo> out;
+  out.reserve(peers_.size());
+  for (const auto& [id, e] : peers_) out.push_back(info_of(id, e));
+  return out;
+}
+
 std::optional<std::string> PeerDirectory::endpoint_of(const std::string& id) const {
   std::lock_guard lock(mu_);
   auto it = peers_.find(id);
   if (it == peers_.end()) return std::nullopt;
   return it->second.control_endpoint;
+}
+
+std::string PeerDirectory::role_of(const std::string& id) const {
+  std::lock_guard lock(mu_);
+  auto it = peers_.find(id);
+  return it == peers_.end() ? "unknown" : it->second.role;
 }
 
 std::vector<protocol::PeerInfo> PeerDirectory::with_role(const std::string& role) const {

@@ -57,14 +57,16 @@ struct EtcdMembershipState {
   EtcdMembershipConfig config;
   std::shared_ptr<LoadGauge> load;
   caf::actor role;
-  std::shared_ptr<RegistryView> view;                 // routers only
-  std::map<std::string, protocol::PeerInfo> records;  // as etcd holds them (ours included)
-  std::set<std::string> routers;                      // the routers among them: whom the others heartbeat
+  std::shared_ptr<RegistryView> view;  // routers only
+  // The records as etcd holds them (ours included) are the bridge's PeerDirectory: the one copy, since
+  // every instance holds every record (a PeerInfo map beside it doubled an instance's memory). What a
+  // handler changes waits in `unpublished` (nullopt: gone) until it publishes them as one delta.
+  std::map<std::string, std::optional<protocol::PeerInfo>> unpublished;
+  std::set<std::string> routers;  // the routers among them: whom the others heartbeat
   // Records etcd deleted while their instance still looked alive to us: removed after a grace period
   // unless put again (a lease that expired during an etcd outage) or the connection to it breaks first.
   std::map<std::string, uint64_t> pending_delete;
   std::map<std::string, LoadSeen> loads;  // routers: the last HEARTBEAT of each instance
-  std::map<std::string, std::string> roles;
   // Routers: whether each instance went into the view healthy, so the tick puts only those whose heartbeats
   // stopped since (not the whole table).
   std::map<std::string, bool> shown_healthy;
@@ -79,26 +81,28 @@ struct EtcdMembershipState {
   std::optional<RecordFollower> follower;
   std::set<std::string> resync_from;  // routers to ask for the full list at our next heartbeat
   bool listed = false;
-  uint64_t version = 0;
   uint64_t seq = 0;
   caf::local_actor* self = nullptr;
   clock::time_point now() const { return self->clock().now(); }
   static inline const char* name = "etcd-membership";
 };
 
-std::string role_of(const EtcdMembershipState& st, const std::string& id) {
-  auto it = st.roles.find(id);
-  return it == st.roles.end() ? "unknown" : it->second;
+// The incarnation of `id`'s record, with what this handler changed: nullopt when it has none.
+std::optional<uint64_t> record_incarnation(const EtcdMembershipState& st, const std::string& id) {
+  if (auto u = st.unpublished.find(id); u != st.unpublished.end())
+    return u->second ? std::optional(u->second->incarnation) : std::nullopt;
+  auto info = st.bridge->peers().find(id);
+  return info ? std::optional(info->incarnation) : std::nullopt;
 }
 
-// Every change to st.records goes through these two, which keep st.routers with it.
+// Every change to the records goes through these two, which keep st.routers with them.
 void keep_record(EtcdMembershipState& st, protocol::PeerInfo info) {
   if (info.role == protocol::kRouterRole)
     st.routers.insert(info.instance_id);
   else
     st.routers.erase(info.instance_id);
   const std::string id = info.instance_id;
-  st.records[id] = std::move(info);
+  st.unpublished[id] = std::move(info);
 }
 
 // We lost a router: the lists it was to send may have gone with it, and are ours to send at the next tick.
@@ -113,7 +117,9 @@ bool drop_record(EtcdMembershipState& st, const std::string& id) {
   // Its heartbeats said nothing about what may come back under its id (an id that changes on every restart
   // must not leave an entry behind each time): a record put again is placed once it beats again.
   st.loads.erase(id);
-  return st.records.erase(id) > 0;
+  if (!record_incarnation(st, id)) return false;
+  st.unpublished[id] = std::nullopt;
+  return true;
 }
 
 std::chrono::milliseconds load_limit(const EtcdMembershipState& st) {
@@ -147,97 +153,49 @@ void show_entry(EtcdMembershipState& st, const protocol::PeerInfo& info, clock::
   st.view->put(info.instance_id, std::move(e));
 }
 
-// The whole table into the view, after a listing.
-void show_all(EtcdMembershipState& st) {
-  if (!st.view) return;
-  const auto now = st.now();
-  std::map<std::string, RegistryEntry> entries;
-  st.shown_healthy.clear();
-  for (const auto& [id, info] : st.records) {
-    auto& e = entries[id] = entry_of(st, info, now);
-    st.shown_healthy[id] = e.load.healthy;
-  }
-  st.view->set(std::move(entries));
-}
-
 // Per heartbeat tick: instances whose heartbeats stopped turn unhealthy. O(N) comparisons per tick, but only
 // the entries whose health changed are put (each is a change the router's placement index follows).
 void refresh_health(EtcdMembershipState& st) {
   if (!st.view) return;
   const auto now = st.now();
-  for (const auto& [id, info] : st.records) {
-    auto shown = st.shown_healthy.find(id);
+  for (const auto& info : st.bridge->peers().all()) {
+    auto shown = st.shown_healthy.find(info.instance_id);
     if (shown == st.shown_healthy.end() || shown->second != healthy_now(st, info, now))
       show_entry(st, info, now);
   }
 }
 
-void report_changes(caf::stateful_actor<EtcdMembershipState>* self,
-                    std::vector<PeerDirectory::Change> changes) {
+// The records this handler changed into the peer directory as one delta (the next version), and into the
+// view entry by entry: O(log N) per record, whatever N. What changed goes to the role as the PeerChanges a
+// PEERS of the embedded registry produces, in the order a full replace() lists them.
+void publish(caf::stateful_actor<EtcdMembershipState>* self) {
   auto& st = self->state;
-  for (const auto& c : changes) {
-    report_peer_change(c, st.bridge->instance_id(), role_of(st, c.id), st.config.metrics.get(),
-                       "(its etcd record is gone)");
-    if (c.new_incarnation == 0 && !st.records.count(c.id)) st.roles.erase(c.id);  // labelled: gone
-  }
-  if (!changes.empty() && st.role) self->send(st.role, PeerChanges{std::move(changes)});
-}
-
-// The records as a full list into the peer directory (an O(N) diff), and what changed to the role: the same
-// PeerChanges a PEERS of the embedded registry produces. Only after a listing (start, compacted revision).
-void publish_all(caf::stateful_actor<EtcdMembershipState>* self) {
-  auto& st = self->state;
-  std::vector<protocol::PeerInfo> peers;
-  peers.reserve(st.records.size());
-  for (const auto& [id, info] : st.records) {
-    peers.push_back(info);
-    st.roles[id] = info.role;
-  }
-  report_changes(self, st.bridge->peers().replace(++st.version, peers));
-  show_all(st);
-}
-
-// The records of `ids` (each put, changed or gone from st.records since the last publish) into the peer
-// directory as one delta, and into the view entry by entry: O(log N) per id, whatever N. The version, the
-// PeerChanges (in the order a full replace() lists them) and the metrics are those publish_all() would give.
-void publish_delta(caf::stateful_actor<EtcdMembershipState>* self, const std::set<std::string>& ids) {
-  auto& st = self->state;
+  auto& dir = st.bridge->peers();
+  if (st.unpublished.empty() && dir.version() != 0) return;
   std::vector<protocol::PeerInfo> upserts;
   std::vector<std::string> left;
-  for (const auto& id : ids) {
-    auto it = st.records.find(id);
-    if (it == st.records.end()) {
+  for (auto& [id, info] : st.unpublished) {
+    if (info)
+      upserts.push_back(std::move(*info));
+    else
       left.push_back(id);
-      continue;
-    }
-    upserts.push_back(it->second);
-    st.roles[id] = it->second.role;
   }
-  auto& dir = st.bridge->peers();
-  const uint64_t version = ++st.version;
-  std::vector<PeerDirectory::Change> changes;
-  if (dir.version() + 1 == version) {
-    changes = dir.apply_delta(version, upserts, left).changes;
-  } else {  // only this actor writes the directory, so never; but a delta on anything else would be wrong
-    std::vector<protocol::PeerInfo> peers;
-    for (const auto& [_, info] : st.records) peers.push_back(info);
-    changes = dir.replace(version, peers);
-  }
+  st.unpublished.clear();
+  // Only this actor writes the directory: the next version is always a delta on what it holds.
+  auto changes = dir.apply_delta(dir.version() + 1, upserts, left).changes;
   std::sort(changes.begin(), changes.end(), [](const auto& a, const auto& b) {
     const bool a_new = a.old_incarnation == 0, b_new = b.old_incarnation == 0;
     return a_new != b_new ? b_new : a.id < b.id;
   });
-  report_changes(self, std::move(changes));
+  for (const auto& c : changes)
+    report_peer_change(c, st.bridge->instance_id(), st.config.metrics.get(), "(its etcd record is gone)");
+  if (!changes.empty() && st.role) self->send(st.role, PeerChanges{std::move(changes)});
   if (!st.view) return;
   const auto now = st.now();
-  for (const auto& id : ids) {
-    auto it = st.records.find(id);
-    if (it != st.records.end()) {
-      show_entry(st, it->second, now);
-    } else {
-      st.view->erase(id);
-      st.shown_healthy.erase(id);
-    }
+  for (const auto& info : upserts) show_entry(st, info, now);
+  for (const auto& id : left) {
+    st.view->erase(id);
+    st.shown_healthy.erase(id);
   }
 }
 
@@ -246,8 +204,8 @@ void publish_delta(caf::stateful_actor<EtcdMembershipState>* self, const std::se
 // have expired only because etcd was away).
 bool on_deleted(caf::stateful_actor<EtcdMembershipState>* self, const std::string& id) {
   auto& st = self->state;
-  auto it = st.records.find(id);
-  if (it == st.records.end() || id == st.bridge->instance_id()) return false;  // ours: the session re-puts
+  const auto inc = record_incarnation(st, id);
+  if (!inc || id == st.bridge->instance_id()) return false;  // ours: the session re-puts
   // A router also knows from heartbeats: an instance silent for the heartbeat limit is not waiting to
   // register again, it is gone (a router may never have opened a connection to it).
   auto seen = st.loads.find(id);
@@ -257,13 +215,12 @@ bool on_deleted(caf::stateful_actor<EtcdMembershipState>* self, const std::strin
     st.pending_delete.erase(id);
     return true;
   }
-  const uint64_t inc = it->second.incarnation;
-  if (st.pending_delete.emplace(id, inc).second) {
+  if (st.pending_delete.emplace(id, *inc).second) {
     spdlog::info(
         "membership: etcd deleted the record of '{}' (incarnation {}), which still answers us; "
         "dropping it in {} ms unless it registers again",
-        id, inc, st.config.lease_ttl.count());
-    self->delayed_send(self, st.config.lease_ttl, gone_atom::value, id, inc);
+        id, *inc, st.config.lease_ttl.count());
+    self->delayed_send(self, st.config.lease_ttl, gone_atom::value, id, *inc);
   }
   return false;
 }
@@ -280,8 +237,9 @@ bool on_put(EtcdMembershipState& st, protocol::PeerInfo info) {
       spdlog::info("membership: '{}' registered again with the same incarnation; nothing changed", id);
     st.pending_delete.erase(p);
   }
-  auto it = st.records.find(id);
-  if (it != st.records.end() && it->second == info) return false;
+  if (auto u = st.unpublished.find(id);
+      u != st.unpublished.end() ? u->second == info : st.bridge->peers().lists(info))
+    return false;
   keep_record(st, std::move(info));
   return true;
 }
@@ -295,25 +253,25 @@ void apply_listing(caf::stateful_actor<EtcdMembershipState>* self, Listing listi
     listed.insert(info.instance_id);
     changed = on_put(st, std::move(info)) || changed;
   }
-  std::vector<std::string> missing;
-  for (const auto& [id, _] : st.records)
-    if (!listed.count(id)) missing.push_back(id);
-  for (const auto& id : missing) changed = on_deleted(self, id) || changed;
+  for (const auto& [id, _] : st.bridge->peers().incarnations())
+    if (!listed.count(id)) changed = on_deleted(self, id) || changed;
   if (!st.listed)
     spdlog::info("membership: {} instance(s) in etcd at revision {}", listed.size(), listing.revision);
   st.listed = true;
-  if (changed || st.version == 0) publish_all(self);
+  if (changed) publish(self);
+  if (st.bridge->peers().version() == 0) publish(self);  // an empty etcd: listed all the same
 }
 
 // Watch events, in etcd's order (ours, or a router's delta RECORDS).
 void apply_changes(caf::stateful_actor<EtcdMembershipState>* self, Changes changes) {
   auto& st = self->state;
-  std::set<std::string> touched;
   for (auto& c : changes.changes) {
-    std::string id = c.info ? c.info->instance_id : c.id;
-    if (c.info ? on_put(st, std::move(*c.info)) : on_deleted(self, id)) touched.insert(std::move(id));
+    if (c.info)
+      on_put(st, std::move(*c.info));
+    else
+      on_deleted(self, c.id);
   }
-  if (!touched.empty()) publish_delta(self, touched);
+  publish(self);
 }
 
 void send_heartbeats(EtcdMembershipState& st) {
@@ -345,10 +303,10 @@ void send_heartbeats(EtcdMembershipState& st) {
     st.bridge->send_to_endpoint(info.control_endpoint, std::move(own));
   };
   if (st.view) {  // a router: to every instance
-    for (const auto& [id, info] : st.records) send(id, info);
+    for (const auto& info : st.bridge->peers().all()) send(info.instance_id, info);
   } else {
     for (const auto& id : st.routers)  // the others: to the routers only, not a walk over all N records
-      if (auto it = st.records.find(id); it != st.records.end()) send(id, it->second);
+      if (auto info = st.bridge->peers().find(id)) send(id, *info);
   }
   for (auto& [revision, to] : alike) {
     hb.records_revision = revision;
@@ -522,21 +480,18 @@ caf::behavior etcd_membership(caf::stateful_actor<EtcdMembershipState>* self, Br
         auto p = s.pending_delete.find(id);
         if (p == s.pending_delete.end() || p->second != incarnation) return;
         s.pending_delete.erase(p);
-        auto it = s.records.find(id);
-        if (it == s.records.end() || it->second.incarnation != incarnation) return;
+        if (record_incarnation(s, id) != incarnation) return;
         spdlog::warn("membership: '{}' did not register again within {} ms; dropped", id,
                      s.config.lease_ttl.count());
         drop_record(s, id);
-        publish_delta(self, {id});
+        publish(self);
       },
       [=](SessionNews& news) {
         if (!news.registered) spdlog::warn("membership: etcd session in trouble: {}", news.detail);
       },
       [=](revive_atom, const std::string& id, uint64_t incarnation) {
         auto& s = self->state;
-        auto it = s.records.find(id);
-        if (it == s.records.end() || it->second.incarnation != incarnation || s.pending_delete.count(id))
-          return;
+        if (record_incarnation(s, id) != incarnation || s.pending_delete.count(id)) return;
         if (s.bridge->peers().revive(id, incarnation))
           spdlog::info(
               "membership: peer '{}' (incarnation {}) still holds its etcd lease after our connection to it "
@@ -551,17 +506,18 @@ caf::behavior etcd_membership(caf::stateful_actor<EtcdMembershipState>* self, Br
         else if (ev.new_incarnation == 0)
           list_may_be_lost(s, ev.id, ev.old_incarnation);
         if (!s.bridge->peers().mark_dead(ev.id, ev.old_incarnation)) return;  // already known
-        if (s.routers.count(ev.id)) check_routers(self);  // its instances are ours now
-        if (s.config.metrics) s.config.metrics->peer_lost(role_of(s, ev.id), "connection");
+        if (s.routers.count(ev.id)) check_routers(self);                      // its instances are ours now
+        const std::string role = s.bridge->peers().role_of(ev.id);
+        if (s.config.metrics) s.config.metrics->peer_lost(role, "connection");
         spdlog::warn("membership: peer '{}' (incarnation {}) is dead to us: {}", ev.id, ev.old_incarnation,
                      ev.reason);
-        if (s.role) self->send(s.role, PeerChanges{{{ev.id, ev.old_incarnation, ev.new_incarnation}}});
+        if (s.role) self->send(s.role, PeerChanges{{{ev.id, ev.old_incarnation, ev.new_incarnation, role}}});
         if (auto p = s.pending_delete.find(ev.id);
             p != s.pending_delete.end() && p->second == ev.old_incarnation) {
           // etcd already dropped it and now its connection broke too: gone, no grace needed.
           s.pending_delete.erase(p);
           drop_record(s, ev.id);
-          publish_delta(self, {ev.id});
+          publish(self);
           return;
         }
         // Only our connection broke: if it still holds its lease once that would have expired, it lives
@@ -573,12 +529,13 @@ caf::behavior etcd_membership(caf::stateful_actor<EtcdMembershipState>* self, Br
       [=](Envelope& env) {
         auto& s = self->state;
         if (auto* records = std::get_if<protocol::Records>(&env.body); records && s.follower) {
-          auto step = s.follower->take(env.sender, *records);
+          const uint64_t since = records->since;
+          auto step = s.follower->take(env.sender, std::move(*records));
           if (step.listing) apply_listing(self, std::move(*step.listing));
           if (step.changes) apply_changes(self, std::move(*step.changes));
           if (step.gap)
             spdlog::debug("membership: RECORDS from '{}' start at revision {}, after ours ({})", env.sender,
-                          records->since, s.follower->revision());
+                          since, s.follower->revision());
           return;
         }
         auto* hb = std::get_if<protocol::Heartbeat>(&env.body);
@@ -598,15 +555,15 @@ caf::behavior etcd_membership(caf::stateful_actor<EtcdMembershipState>* self, Br
             sent_full(s, env.sender, s.now());
           }
         }
-        auto it = s.records.find(env.sender);
+        auto info = s.bridge->peers().find(env.sender);
         // Not (yet) in our watch, or an older incarnation: its next heartbeat counts.
-        if (it == s.records.end() || it->second.incarnation != env.incarnation) return;
+        if (!info || info->incarnation != env.incarnation) return;
         const auto now = s.now();
         if (s.mirror) heard_from(s, env.sender, env.incarnation);
         if (s.mirror && s.routers.count(env.sender)) s.mirror->router_sent(env.sender, hb->records_revision);
         auto& seen = s.loads[env.sender];
         seen = {hb->load, env.incarnation, now};
-        show_entry(s, it->second, now);
+        show_entry(s, *info, now);
       },
   };
 }

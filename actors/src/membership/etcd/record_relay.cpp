@@ -99,7 +99,7 @@ RecordMirror::Flush RecordMirror::flush() {
         auto it = router_sent_.find(r);
         from = std::min(from, it == router_sent_.end() ? 0 : it->second);
       }
-    from = std::max(from, listed_at_);  // every instance got our list then
+    from = std::max(from, listed_at_);                  // every instance got our list then
     if (from >= history_since_) catch_up_since = from;  // else older than we keep: the full list instead
   }
   if (catch_up_since) {
@@ -163,14 +163,14 @@ std::vector<std::string> RecordMirror::members() const {
   return ids;
 }
 
-RecordFollower::Step RecordFollower::take(const std::string& router, const protocol::Records& records) {
+RecordFollower::Step RecordFollower::take(const std::string& router, protocol::Records records) {
   Step step;
   if (records.revision <= at_) return step;  // nothing newer than what we hold (the other router's copy)
   if (records.full) {
     Listing l;
     l.revision = int64_t(records.revision);
-    for (const auto& c : records.changes)
-      if (c.info) l.peers.push_back(*c.info);
+    for (auto& c : records.changes)
+      if (c.info) l.peers.push_back(std::move(*c.info));
     step.listing = std::move(l);
     at_ = records.revision;
     return step;
@@ -185,8 +185,8 @@ RecordFollower::Step RecordFollower::take(const std::string& router, const proto
   ch.revision = int64_t(records.revision);
   // Events up to our revision are applied already (from the other router): replaying them in order would
   // end the same, at the cost of publishing them again.
-  for (const auto& c : records.changes)
-    if (c.revision > at_) ch.changes.push_back({c.id, c.info, int64_t(c.revision)});
+  for (auto& c : records.changes)
+    if (c.revision > at_) ch.changes.push_back({std::move(c.id), std::move(c.info), int64_t(c.revision)});
   at_ = records.revision;
   step.changes = std::move(ch);
   return step;

@@ -110,7 +110,7 @@ class RecordFollower {
   // sends the same events, and its delta may be on its way (we follow both streams). If we are still short
   // of it at the router's next heartbeat, short_of() says so. Before our first list a delta is dropped: the
   // list is on its way from one router, and sent again if we stay silent.
-  Step take(const std::string& router, const protocol::Records& records);
+  Step take(const std::string& router, protocol::Records records);  // moved from: no record is copied
   uint64_t revision() const { return at_; }
   // A router's heartbeat says it sent RECORDS up to `sent`: true when we lost some and should ask it for
   // the full list. Only when we are still short of what it had sent one heartbeat earlier (or of a delta

@@ -20,6 +20,7 @@ class PeerDirectory {
     std::string id;
     uint64_t old_incarnation = 0;  // 0: the peer is new
     uint64_t new_incarnation = 0;  // 0: the peer is gone
+    std::string role{};            // as listed (before it went, for one that is gone): metrics and logs
   };
 
   // Replaces the whole view with a full PEERS list; returns what changed (joined, left, restarted).
@@ -41,6 +42,10 @@ class PeerDirectory {
   void upsert(const protocol::PeerInfo& peer);
 
   std::optional<protocol::PeerInfo> find(const std::string& id) const;
+  // Lists `peer` exactly as given (every field): a record seen again changes nothing. No copy.
+  bool lists(const protocol::PeerInfo& peer) const;
+  // Every listed peer, in id order.
+  std::vector<protocol::PeerInfo> all() const;
   std::optional<protocol::PeerInfo> find_by_endpoint(const std::string& endpoint) const;
   // A frame from `id` carried `incarnation`. If that is newer than both the listed incarnation and any
   // seen before, returns the listed one (the peer restarted before the registry told us); else nullopt.
@@ -56,6 +61,7 @@ class PeerDirectory {
   // Listed at `incarnation` and not marked dead (placement: one lock, no copy).
   bool reaches(const std::string& id, uint64_t incarnation) const;
   std::optional<std::string> endpoint_of(const std::string& id) const;
+  std::string role_of(const std::string& id) const;  // "unknown" when not listed (metrics labels)
   std::vector<protocol::PeerInfo> with_role(const std::string& role) const;
   uint64_t version() const;
   // Every listed peer's incarnation (epd-bench membership compares directories with it).
