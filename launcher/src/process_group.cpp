@@ -315,13 +315,12 @@ void ProcessGroup::pump_output(int timeout_ms) {
 }
 
 void ProcessGroup::read_stream(Stream& s) {
-  static thread_local char buf[64 * 1024];
   auto emit = [&](std::string_view line) { sink_->child_line(s.id, line); };
   // A few reads per round at most, so one chatty child cannot starve the others or reaping.
   for (int round = 0; round < 4 && s.fd >= 0; ++round) {
-    ssize_t got = ::read(s.fd, buf, sizeof buf);
+    ssize_t got = ::read(s.fd, read_buf_.data(), read_buf_.size());
     if (got > 0) {
-      s.splitter.feed(std::string_view(buf, size_t(got)), emit);
+      s.splitter.feed(std::string_view(read_buf_.data(), size_t(got)), emit);
       continue;
     }
     if (got < 0 && (errno == EAGAIN || errno == EINTR)) break;

@@ -92,6 +92,9 @@ class ProcessGroup {
   std::condition_variable spawned_cv_;  // a child was (re)started, or the group is stopping
   std::vector<Child> children_;
   std::vector<Stream> streams_;  // supervisor thread only
+  // read_stream's buffer (supervisor thread only). A member, not thread_local: every thread of every
+  // process that links the launcher would carry a thread_local's 64 KB, written when the thread starts.
+  std::vector<char> read_buf_ = std::vector<char>(64 * 1024);
   bool start_done_ = false;
   std::optional<protocol::Error> start_error_;
   bool stop_requested_ = false;
