@@ -89,6 +89,13 @@ void Fleet::tell(Worker& w, const std::string& line) {
   std::fputc('\n', w.to);
 }
 
+void Fleet::tell_all(const std::string& line) {
+  for (auto& w : workers_) {
+    tell(*w, line);
+    std::fflush(w->to);
+  }
+}
+
 std::optional<std::string> Fleet::answer(Worker& w) {
   if (w.dead) return std::nullopt;
   std::fflush(w.to);
@@ -159,10 +166,7 @@ void Fleet::kill(const std::string& id) {
   std::fflush(w->to);
   --w->members;
   live_.erase(it);
-  for (auto& o : workers_) {
-    tell(*o, "forget " + id);
-    std::fflush(o->to);
-  }
+  tell_all("forget " + id);
 }
 
 Fleet::Frozen Fleet::freeze(std::chrono::milliseconds d) {
@@ -179,10 +183,7 @@ Fleet::Frozen Fleet::freeze(std::chrono::milliseconds d) {
         }
     ::kill(w->pid, SIGCONT);
     // A process answers "pending" from what agreed before; the stall took peers out of directories since.
-    for (auto& o : workers_) {
-      tell(*o, "recheck");
-      std::fflush(o->to);
-    }
+    tell_all("recheck");
     return f;
   }
   return {};
@@ -198,10 +199,7 @@ std::optional<std::string> Fleet::kill_router() {
   w->dead = true;  // its exit status is the kill's, not a failure of the bench
   w->members = 0;
   live_.erase(it);
-  for (auto& o : workers_) {
-    tell(*o, "forget " + id);
-    std::fflush(o->to);
-  }
+  tell_all("forget " + id);
   return id;
 }
 

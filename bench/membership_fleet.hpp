@@ -90,6 +90,7 @@ class Fleet {
   Worker* spawn(bool for_router);
   Worker* place(bool router);
   void tell(Worker& w, const std::string& line);
+  void tell_all(const std::string& line);  // every worker, now (flushed)
   std::optional<std::string> answer(Worker& w);
   std::optional<std::string> ask(Worker& w, const std::string& line);
   bool ask_routers(const std::string& line);  // every router process answered "1"

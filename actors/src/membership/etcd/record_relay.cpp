@@ -121,7 +121,10 @@ RecordMirror::Flush RecordMirror::flush() {
     if (!needs_records(info)) continue;
     const size_t rank = list_rank(now_serving, self_, id);
     const bool adopted = rank == 0 && moved && list_rank(sent_by_, self_, id) != 0;
-    if (!fresh_.count(id) && !(adopted && !catch_up_since)) {
+    // The full list goes to an instance new since the last flush, and to one that became ours when we no
+    // longer keep the events its catch-up would start from.
+    const bool needs_list = fresh_.count(id) > 0 || (adopted && !catch_up_since);
+    if (!needs_list) {
       if (rank == 0) (adopted ? out.catch_up_to : out.delta_to).push_back(info.control_endpoint);
       continue;
     }
