@@ -106,7 +106,7 @@ TEST_CASE("peer directory reports joins, departures and restarts", "[actors][pee
   CHECK(left == 1);
   CHECK(joined == 1);
   // Each change names the peer's role: as listed before, for one that left (its metrics label).
-  auto d2 = PeerDirectory();
+  PeerDirectory d2;
   auto r = [&](std::string id, uint64_t inc, std::string role) {
     auto i = p(id, inc);
     i.role = role;

@@ -133,9 +133,9 @@ bool healthy_now(const EtcdMembershipState& st, const protocol::PeerInfo& info, 
          now - l->second.at <= load_limit(st);
 }
 
-RegistryEntry entry_of(const EtcdMembershipState& st, const protocol::PeerInfo& info, clock::time_point now) {
+// `info` is moved in: each caller holds a copy of its own (out of the directory, or a delta it applied).
+RegistryEntry entry_of(const EtcdMembershipState& st, protocol::PeerInfo info, clock::time_point now) {
   RegistryEntry e;
-  e.info = info;
   e.last_seen = now;
   auto l = st.loads.find(info.instance_id);
   if (l != st.loads.end() && l->second.incarnation == info.incarnation) {
@@ -143,14 +143,16 @@ RegistryEntry entry_of(const EtcdMembershipState& st, const protocol::PeerInfo& 
     e.last_seen = l->second.at;
   }
   e.load.healthy = healthy_now(st, info, now);  // not placed before its first heartbeat, nor once they stop
+  e.info = std::move(info);
   return e;
 }
 
 // One instance's entry into the view (routers): O(log N).
-void show_entry(EtcdMembershipState& st, const protocol::PeerInfo& info, clock::time_point now) {
-  auto e = entry_of(st, info, now);
-  st.shown_healthy[info.instance_id] = e.load.healthy;
-  st.view->put(info.instance_id, std::move(e));
+void show_entry(EtcdMembershipState& st, protocol::PeerInfo info, clock::time_point now) {
+  const std::string id = info.instance_id;
+  auto e = entry_of(st, std::move(info), now);
+  st.shown_healthy[id] = e.load.healthy;
+  st.view->put(id, std::move(e));
 }
 
 // Per heartbeat tick: instances whose heartbeats stopped turn unhealthy. O(N) comparisons per tick, but only
@@ -158,10 +160,10 @@ void show_entry(EtcdMembershipState& st, const protocol::PeerInfo& info, clock::
 void refresh_health(EtcdMembershipState& st) {
   if (!st.view) return;
   const auto now = st.now();
-  for (const auto& info : st.bridge->peers().all()) {
+  for (auto& info : st.bridge->peers().all()) {
     auto shown = st.shown_healthy.find(info.instance_id);
     if (shown == st.shown_healthy.end() || shown->second != healthy_now(st, info, now))
-      show_entry(st, info, now);
+      show_entry(st, std::move(info), now);
   }
 }
 
@@ -192,7 +194,7 @@ void publish(caf::stateful_actor<EtcdMembershipState>* self) {
   if (!changes.empty() && st.role) self->send(st.role, PeerChanges{std::move(changes)});
   if (!st.view) return;
   const auto now = st.now();
-  for (const auto& info : upserts) show_entry(st, info, now);
+  for (auto& info : upserts) show_entry(st, std::move(info), now);  // the directory copied them
   for (const auto& id : left) {
     st.view->erase(id);
     st.shown_healthy.erase(id);
@@ -563,7 +565,7 @@ caf::behavior etcd_membership(caf::stateful_actor<EtcdMembershipState>* self, Br
         if (s.mirror && s.routers.count(env.sender)) s.mirror->router_sent(env.sender, hb->records_revision);
         auto& seen = s.loads[env.sender];
         seen = {hb->load, env.incarnation, now};
-        show_entry(s, *info, now);
+        show_entry(s, std::move(*info), now);
       },
   };
 }
