@@ -26,8 +26,8 @@ struct MembershipOptions {
   std::chrono::milliseconds lease_ttl{2000};  // etcd: short, so a killed instance's record goes soon
   std::vector<std::string> backends{"router-full", "router", "etcd"};
   // The simulated instances' control channels share one ZeroMQ context and one reading thread (a
-  // ChannelHub) per worker process; false: each has its own, as a real process does (the simulation
-  // before, for A/B runs).
+  // ChannelHub) per worker process, and with etcd one LeaseKeeper keeps all their records alive; false: each
+  // has its own, as a real process does (the simulation before, for A/B runs).
   bool shared_threads = true;
   // Simulated instances per worker process (routers always have one each): each process has the
   // container's 20,000 descriptors and its own two CAF threads.

@@ -418,7 +418,8 @@ int run_membership_cli(int argc, char** argv) {
       opt.instances, opt.changes, opt.changes, (long long)opt.interval.count(), opt.misses,
       (long long)opt.lease_ttl.count(), load_average().c_str(), opt.per_process, opt.instances_nice,
       opt.shared_threads
-          ? "one ZeroMQ context + one reading thread for every instance's sockets (a ChannelHub)"
+          ? "one ZeroMQ context + one reading thread for every instance's sockets (a ChannelHub); with etcd "
+            "one LeaseKeeper (one thread, one gRPC keep-alive stream) for every instance's own lease"
           : "nothing else (each instance has its own ZeroMQ context and reading thread)");
   std::vector<MembershipRow> rows;
   for (const auto& name : opt.backends) {

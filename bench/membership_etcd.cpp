@@ -45,6 +45,7 @@ class EtcdMemberSide final : public MemberSide {
     ec.traffic = traffic_;
     ec.routers_watch = routers_watch_;
     ec.records_bytes = records_bytes_;
+    if (opt_.shared_threads) ec.keeper = keeper(ec);
     auto m = actors::start_etcd_membership(system, bridge, std::move(ec),
                                            std::make_shared<actors::LoadGauge>(), {}, std::move(view));
     if (!m) {
@@ -66,11 +67,22 @@ class EtcdMemberSide final : public MemberSide {
   }
 
  private:
+  // One for every instance of this process: their leases are renewed in batches on one stream, by one
+  // thread (a real instance has a keeper of its own).
+  std::shared_ptr<etcd::LeaseKeeper> keeper(const actors::EtcdMembershipConfig& ec) {
+    if (keeper_) return keeper_;
+    auto client = etcd::EtcdClient::create({ec.endpoints, ec.request_timeout, ec.traffic});
+    if (!client) return nullptr;  // the instance makes its own, and says why it cannot
+    keeper_ = std::make_shared<etcd::LeaseKeeper>(std::move(*client));
+    return keeper_;
+  }
+
   bool routers_watch_;
   std::string endpoint_;
   MembershipOptions opt_;
   std::shared_ptr<etcd::Traffic> traffic_ = std::make_shared<etcd::Traffic>();
   std::shared_ptr<std::atomic<uint64_t>> records_bytes_ = std::make_shared<std::atomic<uint64_t>>(0);
+  std::shared_ptr<etcd::LeaseKeeper> keeper_;
 };
 
 class EtcdBackend final : public RegistryBackend {

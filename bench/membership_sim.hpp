@@ -4,7 +4,9 @@
 // RegistryView from the heartbeats they receive, as a real router does. Each instance has its own control
 // channel (ROUTER, outbound ROUTER, TCP connections) and speaks the real protocol; with
 // MembershipOptions::shared_threads their sockets share one ZeroMQ context and one reading thread
-// (transport::ChannelHub). With etcd each instance still runs its own etcd threads and HTTP connections.
+// (transport::ChannelHub), and with etcd one LeaseKeeper (one thread, one keep-alive stream, one pool of HTTP
+// connections) keeps every instance's record alive under the instance's own lease. An etcd instance that
+// watches (not with etcd_watch = "routers") still has its own watch thread and stream.
 //
 // The fleet's live instances (in every process) are what each directory should list: the coordinator
 // tells every process of each start and kill (`expect` / `forget`), and of each instance that rejoined as a

@@ -231,30 +231,35 @@ struct LeaseStream::Impl {
     return flush(deadline);
   }
 
-  Result<int64_t> renew(int64_t lease, clock::time_point deadline) {
+  // One renewal per lease, all sent at once; etcd answers them in order on the stream.
+  Result<std::vector<int64_t>> renew(const std::vector<int64_t>& leases, clock::time_point deadline) {
     if (!session)
       if (auto st = open(deadline); !st) return st.error();
-    // One answer per renewal, read whole before the call returns (a failed call closes the stream): what
-    // is here already, no renewal asked for, and it cannot be left to pile up.
+    // Every answer is read before the call returns (a failed call closes the stream): what is here
+    // already, no renewal asked for, and it cannot be left to pile up.
     if (!received.empty())
       return make_error(ErrorCode::malformed_body,
                         std::to_string(received.size()) + " bytes on the stream that no renewal asked for");
-    to_send += detail::grpc_message(detail::encode_keep_alive_request(lease));
+    for (int64_t lease : leases) to_send += detail::grpc_message(detail::encode_keep_alive_request(lease));
     nghttp2_session_resume_data(session, stream_id);
     if (auto st = flush(deadline); !st) return st.error();
-    while (true) {
+    std::vector<int64_t> ttls;
+    ttls.reserve(leases.size());
+    while (ttls.size() < leases.size()) {
       if (auto msg = detail::take_grpc_message(received)) {
         if (!*msg) return msg->error();
         auto answer = detail::decode_keep_alive_response(**msg);
         if (!answer) return answer.error();
-        if (answer->id != 0 && answer->id != lease)
+        const int64_t asked = leases[ttls.size()];
+        if (answer->id != 0 && answer->id != asked)
           return make_error(ErrorCode::malformed_body, "etcd renewed lease " + std::to_string(answer->id) +
-                                                           " when asked for " + std::to_string(lease));
+                                                           " when asked for " + std::to_string(asked));
         if (traffic) {
           traffic->calls.fetch_add(1, std::memory_order_relaxed);
           traffic->call_bytes.fetch_add((**msg).size(), std::memory_order_relaxed);
         }
-        return answer->ttl;
+        ttls.push_back(answer->ttl);
+        continue;
       }
       if (stream_closed && grpc_status.empty())  // reset, or a GOAWAY: etcd is going away
         return make_error(ErrorCode::io_error, "etcd closed the keep-alive stream");
@@ -265,6 +270,7 @@ struct LeaseStream::Impl {
       if (auto st = pump(deadline); !st) return st.error();
       if (auto st = flush(deadline); !st) return st.error();  // SETTINGS acks, window updates, pings
     }
+    return ttls;
   }
 };
 
@@ -280,8 +286,15 @@ LeaseStream::LeaseStream(LeaseStream&&) noexcept = default;
 LeaseStream& LeaseStream::operator=(LeaseStream&&) noexcept = default;
 
 Result<int64_t> LeaseStream::keep_alive(int64_t lease) {
+  auto ttls = keep_alive(std::vector<int64_t>{lease});
+  if (!ttls) return ttls.error();
+  return ttls->front();
+}
+
+Result<std::vector<int64_t>> LeaseStream::keep_alive(const std::vector<int64_t>& leases) {
   if (impl_->endpoints.empty()) return make_error(ErrorCode::config_error, "no etcd endpoints");
-  auto r = impl_->renew(lease, clock::now() + impl_->timeout);
+  if (leases.empty()) return std::vector<int64_t>{};
+  auto r = impl_->renew(leases, clock::now() + impl_->timeout);
   if (!r) {
     // Whatever broke, the stream's state is unknown: a new one next time, on the next endpoint.
     const bool was_open = impl_->session != nullptr;

@@ -68,6 +68,16 @@ TEST_CASE("etcd lease stream renews on one stream and answers 0 for a lease etcd
   CHECK(*never == 0);
   CHECK(stream.opened() == 1);
   CHECK(c.range_prefix("/s/instances/")->kvs.empty());
+
+  // Several at once, answered in order: each its own TTL, 0 for the one etcd does not hold.
+  auto a = c.grant(4s), b = c.grant(6s);
+  REQUIRE(a);
+  REQUIRE(b);
+  auto both = stream.keep_alive(std::vector<int64_t>{a->id, lease->id, b->id});
+  REQUIRE(both);
+  CHECK(*both == std::vector<int64_t>{4, 0, 6});
+  CHECK(stream.keep_alive(std::vector<int64_t>{})->empty());
+  CHECK(stream.opened() == 1);
 }
 
 TEST_CASE("etcd lease stream skips a dead endpoint, gives up at its timeout, and opens a new stream after") {

@@ -1,26 +1,25 @@
 #pragma once
-// The two threads that talk to etcd for one instance, so that no actor ever blocks on it:
-//  - the session keeps this instance's record alive: grants a lease, puts the record under it, renews the
-//    lease every TTL/3 (over a gRPC keep-alive stream, as etcd's own clients do), and when etcd says the
-//    lease is gone (it expired while etcd was unreachable, or etcd lost it) grants a new one and puts the
-//    record again;
-//  - the watcher (unless routers watch for everyone) lists `<prefix>instances/` and watches it from the
-//  listing's revision; after a broken
-//    stream it watches again from the last revision it saw (nothing is missed), after a compaction it lists
-//    again. Both post what they learn to the membership actor and retry forever: etcd trouble never stops
-//    the instance.
+// What talks to etcd for one instance, so that no actor ever blocks on it:
+//  - its record is kept alive by a LeaseKeeper (a lease, the record put under it, renewals every TTL/3 on a
+//    gRPC keep-alive stream, a new lease and put when etcd lost the old one): the process's own, or one
+//    shared by every instance of a process (epd-bench membership's simulated fleet);
+//  - the watcher thread (unless routers watch for everyone) lists `<prefix>instances/` and watches it from
+//    the listing's revision; after a broken stream it watches again from the last revision it saw (nothing
+//    is missed), after a compaction it lists again.
+// Both tell the membership actor what they learn and retry forever: etcd trouble never stops the instance.
 #include <atomic>
 #include <caf/all.hpp>
 #include <chrono>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "epd/etcd/etcd_client.hpp"
-#include "epd/etcd/lease_stream.hpp"
+#include "epd/etcd/lease_keeper.hpp"
 #include "epd/protocol/messages.hpp"
 
 namespace epd::actors::etcd_backend {
@@ -54,8 +53,9 @@ struct AgentConfig {
   std::chrono::milliseconds lease_ttl{5000};
   std::chrono::milliseconds retry{500};  // between attempts while etcd is unreachable
   std::chrono::milliseconds watch_idle{60000};
-  bool watch =
-      true;  // false: only the session runs (etcd_watch = "routers" on an instance that is no router)
+  bool watch = true;  // false: no watcher (etcd_watch = "routers" on an instance that is no router)
+  // Keeps our record alive; null: one of our own, on the client's endpoints.
+  std::shared_ptr<etcd::LeaseKeeper> keeper{};
 };
 
 class Agent {
@@ -63,31 +63,24 @@ class Agent {
   Agent(etcd::EtcdClient client, AgentConfig config, protocol::PeerInfo self, caf::actor membership);
   ~Agent();  // stop()
   void start();
-  // Ends both threads; revokes the lease (bounded by the client timeout) so our key goes at once, unless
-  // `revoke` is false (a simulated crash: the key goes when the lease expires).
+  // Ends the watcher and stops keeping our record; revokes its lease (bounded by the client timeout) so our
+  // key goes at once, unless `revoke` is false (a simulated crash: the key goes when the lease expires).
   void stop(bool revoke = true);
 
  private:
-  void run_session();
   void run_watcher();
-  // One renewal: over the stream, or through the JSON gateway while the stream has not yet worked.
-  protocol::Result<int64_t> renew(int64_t lease);
   bool sleep_for(std::chrono::milliseconds d);  // false when stopping
 
   etcd::EtcdClient client_;
-  etcd::LeaseStream stream_;  // the session thread's only
-  // The session thread's only:
-  bool stream_worked_ = false;
-  int stream_failures_ = 0;  // before it first worked
-  int gateway_left_ = 0;     // renewals through the gateway before the stream is tried again
   const AgentConfig config_;
   const protocol::PeerInfo self_;
   caf::actor membership_;
+  std::shared_ptr<etcd::LeaseKeeper> keeper_;
+  std::optional<etcd::LeaseKeeper::Handle> kept_;  // our record, once started
   std::atomic<bool> stop_{false};
   std::mutex sleep_mu_;  // with woken_: sleep_for ends when stop() is called
   std::condition_variable woken_;
-  std::atomic<int64_t> lease_{0};
-  std::thread session_, watcher_;
+  std::thread watcher_;
 };
 
 }  // namespace epd::actors::etcd_backend

@@ -623,6 +623,7 @@ protocol::Result<std::unique_ptr<EtcdMembership>> start_etcd_membership(
   ac.lease_ttl = config.lease_ttl;
   ac.watch_idle = std::max(std::chrono::milliseconds(30000), config.lease_ttl * 10);
   ac.watch = !config.routers_watch || view != nullptr;
+  ac.keeper = config.keeper;
   protocol::PeerInfo self_record = config.self;
   auto spawned = etcd_backend::spawn_etcd_membership(system, std::move(bridge), std::move(config),
                                                      std::move(load), std::move(role), std::move(view));

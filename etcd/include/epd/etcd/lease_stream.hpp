@@ -30,6 +30,9 @@ class LeaseStream {
   // malformed_body (the server does not speak HTTP/2, or sent what no renewal asked for). After any error
   // the stream is closed, and the next call opens a new one, on the next endpoint.
   Result<int64_t> keep_alive(int64_t lease);
+  // Many leases at once (a process keeping many records alive): every request goes out before the first
+  // answer is read, and etcd answers them in order. The TTLs left, one per lease; the same errors, for all.
+  Result<std::vector<int64_t>> keep_alive(const std::vector<int64_t>& leases);
 
   // Streams opened so far (1 for a stream that never broke).
   uint64_t opened() const;

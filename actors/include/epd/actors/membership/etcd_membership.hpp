@@ -19,6 +19,7 @@
 #include "epd/actors/membership/registry_view.hpp"
 #include "epd/actors/process_metrics.hpp"
 #include "epd/etcd/etcd_client.hpp"
+#include "epd/etcd/lease_keeper.hpp"
 #include "epd/transport/engine.hpp"
 
 namespace epd::actors {
@@ -36,6 +37,9 @@ struct EtcdMembershipConfig {
   transport::Engine* engine = nullptr;         // write-fence figures go into heartbeats (may be null)
   std::shared_ptr<MembershipMetrics> metrics;  // may be null
   std::shared_ptr<etcd::Traffic> traffic{};    // what etcd's answers cost (may be null; epd-bench membership)
+  // Keeps our record alive in etcd. Null: one of our own (a thread, a keep-alive stream); epd-bench
+  // membership shares one among the simulated instances of a process, as one client's leases share a stream.
+  std::shared_ptr<etcd::LeaseKeeper> keeper{};
   // etcd_watch = "routers": only routers watch etcd; they send every other instance RECORDS, gathering the
   // events of `records_window` after a send into the next one. While events keep coming (a start, a rolling
   // restart) each window is twice the last, up to `records_window_max`; a lone event goes at once.
