@@ -12,6 +12,9 @@ using std::chrono::milliseconds;
 
 namespace {
 
+// The longest a round spends registering records (a grant and a put each) before it renews again.
+constexpr milliseconds kRegisterFor{200};
+
 bool lease_not_found(const protocol::Error& e) {
   return e.detail.find("lease not found") != std::string::npos;
 }
@@ -122,8 +125,8 @@ void LeaseKeeper::run() {
     }
     if (!to_renew.empty()) ++batches_;
     lock.unlock();
+    renew_records(to_renew);  // first: a renewal must not wait behind a burst of joins
     register_records(to_register);
-    renew_records(to_renew);
     lock.lock();
     for (auto* r : to_register) r->busy = false;
     for (auto* r : to_renew) r->busy = false;
@@ -147,15 +150,19 @@ void trouble(auto& r, const std::string& what, milliseconds retry) {
 
 void LeaseKeeper::register_records(const std::vector<Record*>& due) {
   // Once etcd could not be reached, the round's other records are not tried: each would wait out the
-  // timeout in turn. They all try again after `retry`.
+  // timeout in turn. They all try again after `retry`. A round registers for kRegisterFor at most (those
+  // left stay due, for the next round), so that renewals keep their pace while hundreds join at once.
+  const auto until = clock::now() + kRegisterFor;
   std::optional<std::string> unreachable;
   for (Record* rp : due) {
     Record& r = *rp;
-    r.due = clock::now() + retry_;
     if (unreachable) {
       trouble(r, *unreachable, retry_);
+      r.due = clock::now() + retry_;
       continue;
     }
+    if (clock::now() >= until) break;
+    r.due = clock::now() + retry_;
     if (r.lease == 0) {
       auto lease = client_.grant(r.ttl);
       if (!lease) {

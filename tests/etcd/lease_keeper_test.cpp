@@ -168,3 +168,37 @@ TEST_CASE("etcd lease keeper puts a record again under a new lease and tells of 
       10s));
   CHECK(listed(direct).size() == kRecords + kLate);
 }
+
+TEST_CASE("etcd lease keeper renews on time while hundreds of records join") {
+  testing::EtcdServer server;
+  server.start();
+  auto direct = keeper_client(server.url());
+  // Between the keeper and etcd, a proxy that takes 50 ms per put: 80 joins then take over 4 s, longer
+  // than the first record's TTL (3 s). It speaks HTTP/1.1 only, so renewals go through the gateway once
+  // the stream failed (after its timeout, 500 ms here).
+  httplib::Server proxy;
+  proxy.Post(R"(/v3/.*)", [&](const httplib::Request& req, httplib::Response& res) {
+    if (req.path == "/v3/kv/put") std::this_thread::sleep_for(50ms);
+    httplib::Client up("127.0.0.1", server.client_port());
+    auto r = up.Post(req.path, req.body, "application/json");
+    res.status = r ? r->status : 502;
+    if (r) res.set_content(r->body, "application/json");
+  });
+  const int port = proxy.bind_to_any_port("127.0.0.1");
+  REQUIRE(port > 0);
+  std::thread serving([&] { proxy.listen_after_bind(); });
+  {
+    std::vector<Heard> heard(81);
+    LeaseKeeper keeper(keeper_client("http://127.0.0.1:" + std::to_string(port), 500ms));
+    keeper.keep(key_of(0), "first", 3000ms, heard[0].news());
+    REQUIRE(within([&] { return heard[0].registered == 1; }, 5s));
+    const int64_t lease = listed(direct).at(key_of(0));
+    for (int i = 1; i <= 80; ++i) keeper.keep(key_of(i), "v", 20000ms, heard[i].news());
+    REQUIRE(within([&] { return listed(direct).size() == 81; }, 20s));
+    // The first record was renewed between the joins: never expired, never registered again.
+    CHECK(listed(direct).at(key_of(0)) == lease);
+    CHECK(heard[0].registered == 1);
+  }
+  proxy.stop();
+  serving.join();
+}
