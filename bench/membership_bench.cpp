@@ -334,6 +334,7 @@ int run_membership_cli(int argc, char** argv) {
   MembershipOptions opt;
   bool backends_given = false;
   std::optional<std::string> worker, endpoint;  // a worker process of the bench's (membership_fleet.hpp)
+  bool packed = false;                          // a worker of many simulated instances (no router)
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&]() -> std::optional<std::string> {
@@ -369,6 +370,8 @@ int run_membership_cli(int argc, char** argv) {
         opt.kill_router = true;
       else if (a == "--worker")
         worker = *v;
+      else if (a == "--packed")
+        packed = true;
       else if (a == "--endpoint")
         endpoint = *v;
       else if (a == "--backend") {
@@ -391,7 +394,7 @@ int run_membership_cli(int argc, char** argv) {
   }
   if (worker) {
     raise_fd_limit();
-    return run_membership_worker(*worker, endpoint.value_or(""), opt);
+    return run_membership_worker(*worker, endpoint.value_or(""), opt, packed);
   }
   const int max_instances = opt.shared_threads ? 10000 : 1000;
   if (opt.instances < 4 || opt.instances > max_instances || opt.changes < 1 ||

@@ -46,6 +46,7 @@ Fleet::Worker* Fleet::spawn(bool for_router) {
                                 "--endpoint",     endpoint_.c_str(), "--interval-ms", interval.c_str(),
                                 "--lease-ttl-ms", ttl.c_str()};
   if (!opt_.shared_threads) args.push_back("--own-threads");
+  if (!for_router && opt_.shared_threads) args.push_back("--packed");
   args.push_back(nullptr);
   std::fflush(stdout);
   const pid_t pid = fork();

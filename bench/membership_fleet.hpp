@@ -104,8 +104,9 @@ class Fleet {
   std::map<std::string, std::pair<Worker*, uint64_t>> live_;  // id -> its process, its incarnation
 };
 
-// The worker's side: reads commands on descriptor 3 until it closes, answers on descriptor 4.
+// The worker's side: reads commands on descriptor 3 until it closes, answers on descriptor 4. `packed`: it
+// holds many simulated instances (not a router), and its heap is set for that.
 int run_membership_worker(const std::string& backend, const std::string& endpoint,
-                          const MembershipOptions& opt);
+                          const MembershipOptions& opt, bool packed);
 
 }  // namespace epd::bench

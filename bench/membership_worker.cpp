@@ -1,5 +1,7 @@
 // A worker process of `epd-bench membership` (membership_fleet.hpp): a Simulation of some of the fleet's
 // instances, driven by the bench's process over two pipes.
+#include <malloc.h>
+
 #include <cstdio>
 #include <sstream>
 
@@ -11,8 +13,25 @@
 
 namespace epd::bench {
 
+namespace {
+
+// A process of hundreds of simulated instances allocates and frees what hundreds of processes would, in
+// one heap. glibc's defaults (an arena per thread up to 8 per core, free memory above 128 KB returned to
+// the system at once) then make it give pages back and fault them in again all through a start: at 1,000
+// on etcd, page faults were the largest item in these processes' profile. Fewer arenas and a heap that
+// keeps what it freed cost a real instance nothing it has, so only packed workers get them, never a router's
+// process (docs/architecture.md, "Fleet runs").
+void tune_heap_for_packed_instances() {
+  mallopt(M_ARENA_MAX, 2);
+  mallopt(M_TRIM_THRESHOLD, 256 << 20);
+  mallopt(M_TOP_PAD, 64 << 20);
+}
+
+}  // namespace
+
 int run_membership_worker(const std::string& backend, const std::string& endpoint,
-                          const MembershipOptions& opt) {
+                          const MembershipOptions& opt, bool packed) {
+  if (packed) tune_heap_for_packed_instances();
   auto side = make_member_side(backend, endpoint, opt);
   FILE* in = fdopen(3, "r");
   FILE* out = fdopen(4, "w");
