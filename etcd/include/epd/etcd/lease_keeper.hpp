@@ -1,12 +1,14 @@
 #pragma once
 // Keeps records alive in etcd, each under a lease of its own, for any number of owners from one thread:
 // grants the lease, puts the record under it, renews it every TTL/3, and when etcd says the lease is gone
-// (it expired while etcd was unreachable, or etcd lost it) grants a new one and puts the record again. All
-// renewals due together go as one batch on one gRPC LeaseKeepAlive stream, as etcd's own clients multiplex
-// their leases on one stream; while that stream does not work (a way to etcd that speaks only HTTP/1.1)
-// they go through the JSON gateway. An instance owns one record; a process of `epd-bench membership`
-// keeps hundreds of simulated instances' records with one keeper (no thread and no connection per member).
-// Never gives up: while etcd cannot be reached it retries every `retry`, and owners hear of it.
+// (it expired while etcd was unreachable, or etcd lost it) grants a new one and puts the record again.
+// Renewals due within a tenth of their period go together, as one batch on one gRPC LeaseKeepAlive stream,
+// as etcd's own clients multiplex their leases on one stream; while that stream does not work (a way to
+// etcd that speaks only HTTP/1.1) they go through the JSON gateway. Each round renews first, then
+// registers new records for a bounded time, so a burst of joins never holds renewals back. An instance
+// owns one record; a process of `epd-bench membership` keeps hundreds of simulated instances' records with
+// one keeper (no thread and no connection per member). Never gives up: while etcd cannot be reached it
+// retries every `retry`, and owners hear of it.
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
