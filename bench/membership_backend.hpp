@@ -36,6 +36,9 @@ struct MembershipOptions {
   // CPU goes last, after etcd's, the registry's and the routers', each of which a real fleet runs on
   // machines of its own. 0: all equal.
   int instances_nice = 10;
+  // Instances started per second at the start (0: all at once). A fleet that does not fit its start's
+  // O(N^2) lists on one host (5,000 on etcd) still converges when they come at the pace they are applied.
+  int start_rate = 0;
   // After the changes, stop one worker process (SIGSTOP) long enough that its instances expire
   // (RegistryBackend::freeze_for), resume it, and time until every directory agrees again.
   bool freeze = false;

@@ -343,8 +343,8 @@ int run_membership_cli(int argc, char** argv) {
     };
     std::optional<std::string> v;
     if ((a == "--instances" || a == "--changes" || a == "--interval-ms" || a == "--backend" ||
-         a == "--lease-ttl-ms" || a == "--per-process" || a == "--instances-nice" || a == "--worker" ||
-         a == "--endpoint") &&
+         a == "--lease-ttl-ms" || a == "--per-process" || a == "--instances-nice" || a == "--start-rate" ||
+         a == "--worker" || a == "--endpoint") &&
         !(v = value())) {
       std::fprintf(stderr, "epd-bench membership: %s needs a value\n", a.c_str());
       return 2;
@@ -362,6 +362,8 @@ int run_membership_cli(int argc, char** argv) {
         opt.per_process = std::stoi(*v);
       else if (a == "--instances-nice")
         opt.instances_nice = std::stoi(*v);
+      else if (a == "--start-rate")
+        opt.start_rate = std::stoi(*v);
       else if (a == "--own-threads")
         opt.shared_threads = false;
       else if (a == "--freeze")
@@ -382,7 +384,8 @@ int run_membership_cli(int argc, char** argv) {
         std::fprintf(stderr,
                      "usage: epd-bench membership [--instances 300] [--changes 10] [--interval-ms 500]\n"
                      "                            [--lease-ttl-ms 2000] [--own-threads] [--per-process 500]\n"
-                     "                            [--instances-nice 10] [--freeze] [--kill-router]\n"
+                     "                            [--instances-nice 10] [--start-rate 0] [--freeze]\n"
+                     "                            [--kill-router]\n"
                      "                            [--backend router-full --backend router --backend etcd "
                      "--backend etcd-routers]\n");
         return 2;
@@ -399,12 +402,12 @@ int run_membership_cli(int argc, char** argv) {
   const int max_instances = opt.shared_threads ? 10000 : 1000;
   if (opt.instances < 4 || opt.instances > max_instances || opt.changes < 1 ||
       opt.changes > opt.instances / 2 || opt.interval.count() < 10 || opt.lease_ttl.count() < 2000 ||
-      opt.per_process < 1 || opt.instances_nice < 0 || opt.instances_nice > 19) {
+      opt.per_process < 1 || opt.instances_nice < 0 || opt.instances_nice > 19 || opt.start_rate < 0) {
     std::fprintf(stderr,
                  "epd-bench membership: --instances 4..10000 (4..1000 with --own-threads: two threads per "
                  "instance), --changes 1..instances/2, --interval-ms >= 10, --lease-ttl-ms >= 2000 "
                  "(etcd raises shorter TTLs to 1.5 election timeouts), --per-process >= 1, --instances-nice "
-                 "0..19\n");
+                 "0..19, --start-rate >= 0\n");
     return 2;
   }
   raise_fd_limit();
@@ -424,6 +427,8 @@ int run_membership_cli(int argc, char** argv) {
           ? "one ZeroMQ context + one reading thread for every instance's sockets (a ChannelHub); with etcd "
             "one LeaseKeeper (one thread, one gRPC keep-alive stream) for every instance's own lease"
           : "nothing else (each instance has its own ZeroMQ context and reading thread)");
+  if (opt.start_rate > 0)
+    std::printf("start paced: %d instances a second (\"start\" figures include the pace)\n", opt.start_rate);
   std::vector<MembershipRow> rows;
   for (const auto& name : opt.backends) {
     auto row = run_backend(opt, name);

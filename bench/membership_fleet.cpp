@@ -121,8 +121,13 @@ std::optional<std::string> Fleet::ask(Worker& w, const std::string& line) {
 bool Fleet::add(const std::vector<std::string>& ids) {
   static const char* const roles[3] = {"encoder", "prefill", "decode"};
   bool ok = true;
-  for (size_t from = 0; from < ids.size(); from += kInFlight) {
-    const size_t to = std::min(ids.size(), from + kInFlight);
+  // Paced (--start-rate): a quarter of a second's instances at a time, each group when its time comes.
+  const size_t group = opt_.start_rate > 0 ? size_t(std::max(1, opt_.start_rate / 4)) : kInFlight;
+  const auto began = clock::now();
+  for (size_t from = 0; from < ids.size(); from += group) {
+    if (opt_.start_rate > 0)
+      std::this_thread::sleep_until(began + std::chrono::milliseconds(from * 1000 / size_t(opt_.start_rate)));
+    const size_t to = std::min(ids.size(), from + group);
     std::vector<Worker*> at;
     for (size_t i = from; i < to; ++i) {
       const bool router = started_ < routers_;

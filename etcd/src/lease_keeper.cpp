@@ -61,7 +61,7 @@ LeaseKeeper::Handle LeaseKeeper::keep(std::string key, std::string value, millis
   r.key = std::move(key);
   r.value = std::move(value);
   r.ttl = std::max(std::chrono::seconds(1), std::chrono::duration_cast<std::chrono::seconds>(ttl));
-  r.renew_every = ttl / 3;
+  r.renew_every = std::max(ttl, milliseconds(1000)) / 3;  // never a zero period
   r.news = std::move(news);
   r.due = clock::now();
   Handle h;
