@@ -1,11 +1,13 @@
 #include "etcd_server.hpp"
 
+#include <httplib.h>
 #include <signal.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -93,6 +95,15 @@ void EtcdServer::freeze() {
 void EtcdServer::thaw() {
   if (pid_t p = pid(); p > 0) ::kill(p, SIGCONT);
   frozen_ = false;
+}
+
+double EtcdServer::keep_alive_metric(const std::string& name) const {
+  httplib::Client c("127.0.0.1", client_.port);
+  auto r = c.Get("/metrics");
+  if (!r) throw std::runtime_error("etcd's /metrics did not answer");
+  const std::regex line(name + R"(\{[^}]*grpc_method="LeaseKeepAlive"[^}]*\} ([0-9.e+]+))");
+  std::smatch m;
+  return std::regex_search(r->body, m, line) ? std::stod(m[1]) : 0.0;
 }
 
 }  // namespace epd::testing

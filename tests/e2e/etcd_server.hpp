@@ -29,6 +29,9 @@ class EtcdServer {
   int client_port() const { return client_.port; }
   pid_t pid() const;
   std::string logs() const { return sink_->text(); }
+  // A gRPC server counter of etcd's LeaseKeepAlive method, from its /metrics: "grpc_server_started_total"
+  // (streams opened) or "grpc_server_msg_received_total" (renewals received); 0 before the first.
+  double keep_alive_metric(const std::string& name) const;
 
  private:
   etcd::Endpoint client_, peer_;

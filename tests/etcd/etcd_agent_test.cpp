@@ -7,7 +7,6 @@
 
 #include <atomic>
 #include <chrono>
-#include <regex>
 #include <thread>
 
 #include "epd/etcd/etcd_client.hpp"
@@ -18,16 +17,6 @@ using namespace epd;
 using namespace std::chrono_literals;
 
 namespace {
-
-// etcd's count of LeaseKeepAlive streams started, or of messages received on them (its gRPC metrics).
-double keep_alive_metric(const testing::EtcdServer& server, const std::string& name) {
-  httplib::Client c("127.0.0.1", server.client_port());
-  auto r = c.Get("/metrics");
-  REQUIRE(r);
-  const std::regex line(name + R"(\{[^}]*grpc_method="LeaseKeepAlive"[^}]*\} ([0-9.e+]+))");
-  std::smatch m;
-  return std::regex_search(r->body, m, line) ? std::stod(m[1]) : 0.0;
-}
 
 struct Session {
   caf::actor_system_config cfg;
@@ -87,13 +76,13 @@ TEST_CASE("etcd session renews its lease on one gRPC stream, or through the gate
   server.start();
   auto direct = etcd::EtcdClient::create({{server.url()}, 2000ms});
   REQUIRE(direct);
-  const double streams0 = keep_alive_metric(server, "grpc_server_started_total");
-  const double renewals0 = keep_alive_metric(server, "grpc_server_msg_received_total");
+  const double streams0 = server.keep_alive_metric("grpc_server_started_total");
+  const double renewals0 = server.keep_alive_metric("grpc_server_msg_received_total");
 
   // Directly: every renewal on one stream.
   const int64_t lease = keeps_its_record(server.url(), *direct);
-  CHECK(keep_alive_metric(server, "grpc_server_started_total") - streams0 == 1);
-  CHECK(keep_alive_metric(server, "grpc_server_msg_received_total") - renewals0 >= 6);
+  CHECK(server.keep_alive_metric("grpc_server_started_total") - streams0 == 1);
+  CHECK(server.keep_alive_metric("grpc_server_msg_received_total") - renewals0 >= 6);
   REQUIRE(direct->revoke(lease));
 
   // Behind a proxy that speaks only HTTP/1.1 there is no stream: each renewal waits out the stream's timeout
@@ -113,9 +102,9 @@ TEST_CASE("etcd session renews its lease on one gRPC stream, or through the gate
   const int port = proxy.bind_to_any_port("127.0.0.1");
   REQUIRE(port > 0);
   std::thread serving([&] { proxy.listen_after_bind(); });
-  const double streams1 = keep_alive_metric(server, "grpc_server_started_total");
+  const double streams1 = server.keep_alive_metric("grpc_server_started_total");
   keeps_its_record("http://127.0.0.1:" + std::to_string(port), *direct);
-  CHECK(keep_alive_metric(server, "grpc_server_started_total") - streams1 >= 4);
+  CHECK(server.keep_alive_metric("grpc_server_started_total") - streams1 >= 4);
   proxy.stop();
   serving.join();
 }
