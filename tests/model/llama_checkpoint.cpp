@@ -54,8 +54,39 @@ std::vector<float> permute_for_gguf(const std::vector<float>& w, uint32_t heads,
   return out;
 }
 
+bool interleaved_rope(const CheckpointSpec& s) {
+  return s.arch == "llama" || s.arch == "mistral3";
+}
+
+uint32_t head_dim_of(const CheckpointSpec& s) {
+  return s.head_dim ? s.head_dim : s.d_model / s.heads;
+}
+
+// Llama 3.1's frequency factors (convert_hf_to_gguf's rope_freqs, scale 8, low/high frequency factors 1
+// and 4) for an original context of `orig` positions: pairs of long wavelength turn 8 times slower.
+std::vector<float> llama3_factors(uint32_t dims, float base, uint32_t orig) {
+  std::vector<float> out;
+  const double low_wavelen = orig / 1.0, high_wavelen = orig / 4.0;
+  for (uint32_t i = 0; i < dims / 2; ++i) {
+    const double freq = std::pow(double(base), -2.0 * i / dims), wavelen = 2 * M_PI / freq;
+    if (wavelen < high_wavelen) {
+      out.push_back(1.0f);
+    } else if (wavelen > low_wavelen) {
+      out.push_back(8.0f);
+    } else {
+      const double smooth = (orig / wavelen - 1.0) / (4.0 - 1.0);
+      out.push_back(static_cast<float>(1.0 / ((1 - smooth) / 8.0 + smooth)));
+    }
+  }
+  return out;
+}
+
 std::vector<Tensor> make_tensors(const CheckpointSpec& s) {
-  const uint64_t d = s.d_model, hd = d / s.heads, q = uint64_t{s.heads} * hd, kv = uint64_t{s.kv_heads} * hd;
+  const uint64_t d = s.d_model, hd = head_dim_of(s), q = uint64_t{s.heads} * hd,
+                 kv = uint64_t{s.kv_heads} * hd;
+  const bool interleaved = interleaved_rope(s), gemma = s.arch == "gemma3", phi = s.arch == "phi3";
+  const bool qk_norm = s.arch == "qwen3" || gemma, qkv_bias = s.qkv_bias || s.arch == "qwen2";
+  const bool fused_qkv = s.fused_qkv || phi;
   std::vector<Tensor> t;
   uint64_t tag = 1;
   auto add = [&](std::string hf, std::string gg, std::vector<uint64_t> shape, float a, Dt dt,
@@ -67,25 +98,73 @@ std::vector<Tensor> make_tensors(const CheckpointSpec& s) {
       for (float& x : v) x = 1.0f + x;  // gains near 1
     round_to(v, s.mixed_dtypes ? dt : Dt::f32);
     t.push_back(Tensor{std::move(hf), std::move(gg), std::move(shape), std::move(v),
-                       s.mixed_dtypes ? dt : Dt::f32, rope_heads});
+                       s.mixed_dtypes ? dt : Dt::f32, interleaved ? rope_heads : 0});
   };
   auto gain = [](uint64_t fan_in, float g) { return g * std::sqrt(3.0f / static_cast<float>(fan_in)); };
-  add("model.embed_tokens.weight", "token_embd.weight", {s.vocab, d}, 1.0f, Dt::f32);
+  add("model.embed_tokens.weight", "token_embd.weight", {s.vocab, d}, gemma ? 0.2f : 1.0f, Dt::f32);
   for (uint32_t l = 0; l < s.layers; ++l) {
     const std::string hf = "model.layers." + std::to_string(l) + ".", gg = "blk." + std::to_string(l) + ".";
     const Dt dt = l % 2 == 0 ? Dt::bf16 : Dt::f16;
     add(hf + "input_layernorm.weight", gg + "attn_norm.weight", {d}, 0.1f, Dt::f32, true);
-    add(hf + "self_attn.q_proj.weight", gg + "attn_q.weight", {q, d}, gain(d, 2.0f), dt, false, s.heads);
-    add(hf + "self_attn.k_proj.weight", gg + "attn_k.weight", {kv, d}, gain(d, 2.0f), dt, false, s.kv_heads);
-    add(hf + "self_attn.v_proj.weight", gg + "attn_v.weight", {kv, d}, gain(d, 1.0f), dt);
+    if (fused_qkv) {
+      // Q, K and V rows one after the other, each as the separate matrices would hold them.
+      std::vector<Tensor> parts;
+      for (auto [rows, heads, a] :
+           {std::tuple{q, s.heads, 2.0f}, std::tuple{kv, s.kv_heads, 2.0f}, std::tuple{kv, 0u, 1.0f}}) {
+        add("", "", {rows, d}, gain(d, a), dt, false, heads);
+        parts.push_back(std::move(t.back()));
+        t.pop_back();
+      }
+      Tensor fused{"", gg + "attn_qkv.weight", {q + 2 * kv, d}, {}, dt, 0};
+      for (const Tensor& p : parts) {
+        const auto rows =
+            p.rope_heads ? permute_for_gguf(p.values, p.rope_heads, p.shape[0], p.shape[1]) : p.values;
+        fused.values.insert(fused.values.end(), rows.begin(), rows.end());
+      }
+      t.push_back(std::move(fused));
+      if (qkv_bias) add("", gg + "attn_qkv.bias", {q + 2 * kv}, 0.5f, Dt::f32);
+    } else {
+      add(hf + "self_attn.q_proj.weight", gg + "attn_q.weight", {q, d}, gain(d, 2.0f), dt, false, s.heads);
+      add(hf + "self_attn.k_proj.weight", gg + "attn_k.weight", {kv, d}, gain(d, 2.0f), dt, false,
+          s.kv_heads);
+      add(hf + "self_attn.v_proj.weight", gg + "attn_v.weight", {kv, d}, gain(d, 1.0f), dt);
+      if (qkv_bias) {
+        // A bias is rotated with its rows: the converter permutes Q and K biases as it permutes the rows.
+        add("", gg + "attn_q.bias", {q}, 0.5f, Dt::f32, false, s.heads);
+        add("", gg + "attn_k.bias", {kv}, 0.5f, Dt::f32, false, s.kv_heads);
+        add("", gg + "attn_v.bias", {kv}, 0.5f, Dt::f32);
+      }
+    }
     add(hf + "self_attn.o_proj.weight", gg + "attn_output.weight", {d, q}, gain(q, 1.0f), dt);
+    if (s.out_bias) add("", gg + "attn_output.bias", {d}, 0.2f, Dt::f32);
+    if (qk_norm) {
+      add("", gg + "attn_q_norm.weight", {hd}, 0.2f, Dt::f32, true);
+      add("", gg + "attn_k_norm.weight", {hd}, 0.2f, Dt::f32, true);
+    }
+    if (gemma) add("", gg + "post_attention_norm.weight", {d}, 0.1f, Dt::f32, true);
     add(hf + "post_attention_layernorm.weight", gg + "ffn_norm.weight", {d}, 0.1f, Dt::f32, true);
-    add(hf + "mlp.gate_proj.weight", gg + "ffn_gate.weight", {s.ffn, d}, gain(d, 1.0f), dt);
-    add(hf + "mlp.up_proj.weight", gg + "ffn_up.weight", {s.ffn, d}, gain(d, 1.0f), dt);
+    if (phi) {
+      add("", gg + "ffn_up.weight", {2 * uint64_t{s.ffn}, d}, gain(d, 1.0f), dt);
+    } else {
+      add(hf + "mlp.gate_proj.weight", gg + "ffn_gate.weight", {s.ffn, d}, gain(d, 1.0f), dt);
+      add(hf + "mlp.up_proj.weight", gg + "ffn_up.weight", {s.ffn, d}, gain(d, 1.0f), dt);
+    }
     add(hf + "mlp.down_proj.weight", gg + "ffn_down.weight", {d, s.ffn}, gain(s.ffn, 0.5f), dt);
+    if (gemma) add("", gg + "post_ffw_norm.weight", {d}, 0.1f, Dt::f32, true);
   }
   add("model.norm.weight", "output_norm.weight", {d}, 0.1f, Dt::f32, true);
   if (!s.tied) add("lm_head.weight", "output.weight", {s.vocab, d}, gain(d, 4.0f), Dt::bf16);
+  const uint32_t dims = s.rope_dims ? s.rope_dims : static_cast<uint32_t>(hd);
+  if (s.rope_freqs && phi) {
+    for (const char* name : {"rope_factors_long.weight", "rope_factors_short.weight"}) {
+      add("", name, {dims / 2}, 0.5f, Dt::f32);
+      for (float& x : t.back().values) x = name[13] == 'l' ? 2.0f + 1.5f * x : 1.0f + 0.5f * std::fabs(x);
+    }
+  } else if (s.rope_freqs) {
+    t.push_back(
+        Tensor{"", "rope_freqs.weight", {dims / 2}, llama3_factors(dims, s.rope_theta, 256), Dt::f32, 0});
+  }
+  for (const auto& [name, n] : s.extra_tensors) add("", name, {n}, 1.0f, Dt::f32);
   return t;
 }
 
@@ -94,6 +173,7 @@ protocol::Status write_safetensors(const fs::path& path, const std::vector<const
   json header = json::object();
   std::vector<std::byte> data;
   for (const Tensor* t : tensors) {
+    if (t->hf_name.empty()) continue;  // GGUF only (biases, factors)
     const uint64_t begin = data.size();
     const char* name = "F32";
     for (float x : t->values) {
@@ -223,18 +303,35 @@ TensorType gguf_type(const FileType& f, const Tensor& t, uint32_t layers) {
 protocol::Status write_gguf(const CheckpointSpec& s, const std::vector<Tensor>& tensors,
                             const fs::path& path) {
   GgufWriter w;
-  w.set_string("general.architecture", "llama");
-  w.set_string("general.name", "epd-test-llama");
-  w.set_u32("llama.context_length", s.context);
-  w.set_u32("llama.embedding_length", s.d_model);
-  w.set_u32("llama.block_count", s.layers);
-  w.set_u32("llama.feed_forward_length", s.ffn);
-  w.set_u32("llama.attention.head_count", s.heads);
-  w.set_u32("llama.attention.head_count_kv", s.kv_heads);
-  w.set_u32("llama.rope.dimension_count", s.d_model / s.heads);
-  w.set_f32("llama.rope.freq_base", s.rope_theta);
-  w.set_f32("llama.attention.layer_norm_rms_epsilon", s.norm_eps);
-  w.set_u32("llama.vocab_size", s.vocab);
+  const std::string a = s.arch + ".";
+  const uint32_t hd = head_dim_of(s);
+  w.set_string("general.architecture", s.arch);
+  // Not the architecture's name: llama.cpp special-cases vocabularies by model name ("phi3" wants
+  // <|endoftext|>).
+  w.set_string("general.name", s.arch == "llama" ? "epd-test-llama" : "epd-test-model");
+  w.set_u32(a + "context_length", s.context);
+  w.set_u32(a + "embedding_length", s.d_model);
+  w.set_u32(a + "block_count", s.layers);
+  w.set_u32(a + "feed_forward_length", s.ffn);
+  w.set_u32(a + "attention.head_count", s.heads);
+  w.set_u32(a + "attention.head_count_kv", s.kv_heads);
+  if (s.head_dim) {
+    w.set_u32(a + "attention.key_length", hd);
+    w.set_u32(a + "attention.value_length", hd);
+  }
+  w.set_u32(a + "rope.dimension_count", s.rope_dims ? s.rope_dims : hd);
+  w.set_f32(a + "rope.freq_base", s.rope_theta);
+  w.set_f32(a + "attention.layer_norm_rms_epsilon", s.norm_eps);
+  w.set_u32(a + "vocab_size", s.vocab);
+  if (!s.rope_scaling.empty()) w.set_string(a + "rope.scaling.type", s.rope_scaling);
+  if (s.rope_factor != 0) w.set_f32(a + "rope.scaling.factor", s.rope_factor);
+  if (s.rope_orig_context) w.set_u32(a + "rope.scaling.original_context_length", s.rope_orig_context);
+  if (s.rope_attn_factor != 0) w.set_f32(a + "rope.scaling.attn_factor", s.rope_attn_factor);
+  if (s.sliding_window) w.set_u32(a + "attention.sliding_window", s.sliding_window);
+  if (s.swa_pattern) w.set_u32(a + "attention.sliding_window_pattern", s.swa_pattern);
+  if (s.rope_base_swa != 0) w.set_f32(a + "rope.freq_base_swa", s.rope_base_swa);
+  for (const auto& [key, value] : s.extra_u32_keys) w.set_u32(key, value);
+  for (const auto& [key, value] : s.extra_f32_keys) w.set_f32(key, value);
   const FileType* ft = find_file_type(s.gguf_file_type);
   if (!ft)
     return protocol::make_error(protocol::ErrorCode::invalid_request,
@@ -286,9 +383,10 @@ protocol::Status write_gguf(const CheckpointSpec& s, const std::vector<Tensor>& 
   w.set_u32("tokenizer.ggml.eos_token_id", 2);
   for (const Tensor& t : tensors) {
     std::vector<uint64_t> ne(t.shape.rbegin(), t.shape.rend());  // ggml order: innermost first
-    const std::vector<float> values =
-        t.rope_heads ? permute_for_gguf(t.values, t.rope_heads, t.shape[0], t.shape[1]) : t.values;
-    const TensorType type = gguf_type(*ft, t, s.layers);
+    const std::vector<float> values = t.rope_heads ? permute_for_gguf(t.values, t.rope_heads, t.shape[0],
+                                                                      t.shape.size() > 1 ? t.shape[1] : 1)
+                                                   : t.values;
+    const TensorType type = t.shape.size() < 2 ? TensorType::f32 : gguf_type(*ft, t, s.layers);
     if (type == TensorType::f32) {
       w.add_f32(t.gguf_name, ne, values);
       continue;
@@ -312,13 +410,13 @@ protocol::Status write_gguf(const CheckpointSpec& s, const std::vector<Tensor>& 
 
 protocol::Result<CheckpointPaths> write_llama_checkpoint(const CheckpointSpec& spec, const fs::path& dir) {
   const size_t added = (spec.chat ? 2 : 0) + spec.extra_special_tokens.size() + spec.extra_tokens.size();
-  if (spec.vocab < 259 + added || spec.heads == 0 || spec.d_model % spec.heads != 0)
+  if (spec.vocab < 259 + added || spec.heads == 0 || (!spec.head_dim && spec.d_model % spec.heads != 0))
     return protocol::make_error(protocol::ErrorCode::invalid_request, "bad checkpoint spec");
   const auto tensors = make_tensors(spec);
   CheckpointPaths p{(dir / "hf").string(), (dir / "model.gguf").string()};
   std::error_code ec;
   fs::create_directories(dir, ec);
-  if (spec.write_hf)
+  if (spec.write_hf && spec.arch == "llama")
     if (auto st = write_hf(spec, tensors, p.hf_dir); !st) return st.error();
   if (auto st = write_gguf(spec, tensors, p.gguf); !st) return st.error();
   return p;

@@ -45,6 +45,33 @@ struct CheckpointSpec {
   // llama.cpp): the same model as gguf_file_type's, with exact f32 weights.
   bool gguf_dequantized = false;
   bool write_hf = true;  // false: only the GGUF (a benchmark's large checkpoint)
+
+  // The GGUF's architecture (general.architecture) and what its blocks hold, as llama.cpp's converter
+  // writes them: "llama" and "mistral3" (Q and K rows permuted for the interleaved rotation), "qwen2" (Q/K/V
+  // biases), "qwen3" (QK-norm), "gemma3" (QK-norm, post norms, GeGLU, sliding window), "phi3" (fused QKV and
+  // gate/up). The last four rotate in halves: their rows stay as Hugging Face has them. Only "llama" writes a
+  // Hugging Face directory too (write_hf).
+  std::string arch = "llama";
+  uint32_t head_dim = 0;   // 0: d_model / heads; else written as attention.key_length / value_length
+  uint32_t rope_dims = 0;  // rope.dimension_count (0: the head dim)
+  bool qkv_bias = false;   // Q/K/V biases (qwen2 always has them)
+  bool fused_qkv = false;  // one attn_qkv matrix (phi3 always)
+  bool out_bias = false;   // attn_output.bias (llama)
+  // RoPE scaling keys: rope.scaling.type ("" writes none), .factor, .original_context_length, .attn_factor.
+  std::string rope_scaling;
+  float rope_factor = 0;
+  uint32_t rope_orig_context = 0;
+  float rope_attn_factor = 0;
+  // Frequency factors: Llama 3's rope_freqs (llama), or LongRoPE's rope_factors_long and _short (phi3).
+  bool rope_freqs = false;
+  uint32_t sliding_window =
+      0;                     // gemma3: attention.sliding_window (every 6th layer global unless swa_pattern)
+  uint32_t swa_pattern = 0;  // attention.sliding_window_pattern (0: not written)
+  float rope_base_swa = 0;   // rope.freq_base_swa (0: not written)
+  // Extra metadata and tensors (tests of what epd must refuse): "<key>" = u32 or f32, and 1-D f32 tensors.
+  std::vector<std::pair<std::string, uint32_t>> extra_u32_keys;
+  std::vector<std::pair<std::string, float>> extra_f32_keys;
+  std::vector<std::pair<std::string, uint64_t>> extra_tensors;
 };
 
 struct CheckpointPaths {

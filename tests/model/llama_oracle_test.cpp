@@ -49,6 +49,7 @@ json run_oracle(const json& spec, const fs::path& dir) {
 struct EpdRun {
   std::vector<std::vector<float>> prompt_logits;
   std::vector<TokenId> greedy;
+  std::vector<double> margins;   // each greedy token's logit lead over the runner-up
   TokenLogprobs first_logprobs;  // the first token's, with 20 alternatives, as prefill reports them
 };
 
@@ -74,10 +75,16 @@ EpdRun run_epd(const std::string& path, const std::vector<TokenId>& prompt, uint
     out.prompt_logits.emplace_back(all.begin() + i * cfg->vocab, all.begin() + (i + 1) * cfg->vocab);
   runner.keep_all_logits(false);
   DecodeSeq seq{pages, static_cast<uint32_t>(prompt.size()), *first};
+  seq.sampling.logprobs = true;  // the runner-up's logprob: how close each greedy choice was
+  seq.sampling.top_logprobs = 2;
   out.greedy.push_back(*first);
+  out.margins.push_back(out.first_logprobs.top[0].logprob - out.first_logprobs.top[1].logprob);
   while (out.greedy.size() < generate) {
     TokenId t = 0;
-    REQUIRE(runner.decode_step(pool.pool, {&seq, 1}, {&t, 1}).ok());
+    TokenLogprobs lp;
+    REQUIRE(runner.decode_step(pool.pool, {&seq, 1}, {&t, 1}, {&lp, 1}).ok());
+    REQUIRE(lp.top.size() == 2);
+    out.margins.push_back(lp.top[0].logprob - lp.top[1].logprob);
     out.greedy.push_back(t);
     seq.length += 1;
     seq.last_token = t;
@@ -106,7 +113,21 @@ void compare_with_oracle(const std::string& path, const std::vector<TokenId>& pr
   }
   INFO("largest logit difference relative to the largest logit: " << worst);
   CHECK(worst <= tolerance);
-  CHECK(got.greedy == ref_greedy);
+  // The same greedy tokens, up to a fork the tolerance allows: where epd's best token leads the runner-up
+  // by less than twice the largest logit difference the tolerance admits (a logprob difference is a logit
+  // difference), llama.cpp may pick the runner-up, and the two continuations are different texts from there
+  // on. At 1e-4 that is a tie; quantized files may fork at a near-tie.
+  float last_top = 0;
+  for (float v : ref_logits.back()) last_top = std::max(last_top, std::fabs(v));
+  size_t same = 0;
+  while (same < ref_greedy.size() && got.greedy[same] == ref_greedy[same]) ++same;
+  if (same < ref_greedy.size()) {
+    INFO("greedy tokens fork at " << same << ": epd " << got.greedy[same] << ", llama.cpp "
+                                  << ref_greedy[same] << ", epd's lead over its runner-up "
+                                  << got.margins[same]);
+    CHECK(got.margins[same] <= 2 * tolerance * last_top);
+    CHECK(same >= ref_greedy.size() / 2);
+  }
   // The first token's logprobs (OpenAI's logprobs, prefill's) against the log-softmax of llama.cpp's last
   // prompt logits, computed here in double: within what the logit gap allows (a logprob moves by at most
   // twice the largest logit difference), and the 20 alternatives are llama.cpp's 20 most likely.
@@ -133,9 +154,10 @@ void compare_with_oracle(const std::string& path, const std::vector<TokenId>& pr
   // The comparison means something: the greedy continuation is not one repeated token.
   CHECK(std::set<TokenId>(ref_greedy.begin(), ref_greedy.end()).size() > 3);
   std::printf(
-      "llama.cpp oracle, %s: max |logit diff| / max |logit| = %.3g over %zu positions, %zu greedy "
-      "tokens equal, first token's logprobs within %.3g\n",
-      path.c_str(), worst, prompt.size(), got.greedy.size(), lp_worst);
+      "llama.cpp oracle, %s: max |logit diff| / max |logit| = %.3g over %zu positions, %zu of %zu greedy "
+      "tokens equal%s, first token's logprobs within %.3g\n",
+      path.c_str(), worst, prompt.size(), same, got.greedy.size(),
+      same < got.greedy.size() ? " (then a near-tie)" : "", lp_worst);
 }
 
 std::vector<TokenId> oracle_prompt(uint32_t vocab) {
@@ -191,6 +213,123 @@ TEST_CASE("Quantized GGUF files run on ggml's kernels as llama.cpp runs them") {
     const json oracle =
         run_oracle({{"model", paths->gguf}, {"prompt", prompt}, {"generate", kGenerate}}, dir);
     INFO("file type " << c.file_type << ", hidden " << c.d_model);
+    compare_with_oracle(paths->gguf, prompt, kGenerate, oracle, c.tolerance);
+    fs::remove_all(dir);
+  }
+}
+
+// Every family epd runs, written to llama.cpp's layout with random weights and checked against llama.cpp on
+// the same file: the logits at all 64 prompt positions and 24 greedy tokens. Each case turns on what its
+// family computes beyond Llama's blocks, at a shape where it matters: RoPE frequency factors and scaling
+// whose knee falls inside the prompt, biases, QK-norm, post norms with GeGLU, a sliding window of 16
+// positions (the prompt crosses it four times) with its own RoPE base, fused matrices, partial rotation.
+// f32 files within 1e-4 of the largest logit (both sides compute in f32; what differs is the order of sums
+// and llama.cpp's float RoPE angles against epd's double ones), quantized ones within 3e-2 (the argument
+// of the test above). Gemma's GeGLU rounds its input to f16 to index a table of f16 values, in llama.cpp as
+// in epd: like the activations of an f16 file, a last-bit difference upstream may move an input across an
+// f16 step (2^-11 relative), so its f32 file gets the F16 file's 2e-3.
+TEST_CASE("Every checkpoint family matches llama.cpp's logits and greedy tokens") {
+  struct Case {
+    const char* label;
+    testing::CheckpointSpec spec;
+    double tolerance;
+  };
+  auto spec = [](const char* arch) {
+    testing::CheckpointSpec s;
+    s.arch = arch;
+    s.write_hf = false;
+    s.mixed_dtypes = false;
+    return s;
+  };
+  std::vector<Case> cases;
+  {
+    auto s = spec("llama");  // Llama 3.1-3.3: rope_freqs with the factors of an original context of 256
+    s.rope_freqs = true;
+    s.rope_theta = 500000.0f;
+    cases.push_back({"llama, rope_freqs", s, 1e-4});
+    s.gguf_file_type = "q4_k_m";
+    s.d_model = 256;
+    s.ffn = 512;
+    cases.push_back({"llama, rope_freqs, Q4_K_M", s, 3e-2});
+  }
+  {
+    auto s = spec("llama");  // biases on Q/K/V and the attention output; linear scaling x4
+    s.qkv_bias = s.out_bias = true;
+    s.rope_scaling = "linear";
+    s.rope_factor = 4;
+    cases.push_back({"llama, biases, linear x4", s, 1e-4});
+  }
+  {
+    auto s = spec("llama");  // YaRN x4 from an original context of 32, and one fused QKV matrix
+    s.rope_scaling = "yarn";
+    s.rope_factor = 4;
+    s.rope_orig_context = 32;
+    s.fused_qkv = true;
+    cases.push_back({"llama, fused QKV, YaRN x4", s, 1e-4});
+  }
+  cases.push_back({"mistral3", spec("mistral3"), 1e-4});
+  {
+    auto s = spec("qwen2");  // Q/K/V biases, NEOX rotation
+    s.rope_theta = 1000000.0f;
+    cases.push_back({"qwen2", s, 1e-4});
+    s.gguf_file_type = "q8_0";
+    s.d_model = 256;
+    s.ffn = 512;
+    cases.push_back({"qwen2, Q8_0", s, 3e-2});
+    auto y = spec("qwen2");
+    y.rope_scaling = "yarn";
+    y.rope_factor = 4;
+    y.rope_orig_context = 32;
+    cases.push_back({"qwen2, YaRN x4", y, 1e-4});
+  }
+  {
+    auto s = spec("qwen3");  // QK-norm; a head dim that is not d_model / heads
+    s.head_dim = 32;
+    s.rope_theta = 1000000.0f;
+    cases.push_back({"qwen3, head dim 32", s, 1e-4});
+    s.gguf_file_type = "q4_k_m";
+    s.d_model = 256;
+    s.ffn = 512;
+    s.head_dim = 64;
+    cases.push_back({"qwen3, Q4_K_M", s, 3e-2});
+  }
+  {
+    auto s = spec("gemma3");  // layer 0 slides over 16 positions (base 10000), layer 1 is global (1e6, x8)
+    s.head_dim = 32;
+    s.sliding_window = 16;
+    s.swa_pattern = 2;
+    s.rope_theta = 1000000.0f;
+    s.rope_base_swa = 10000.0f;
+    s.rope_scaling = "linear";
+    s.rope_factor = 8;
+    cases.push_back({"gemma3, sliding window 16", s, 2e-3});
+    s.gguf_file_type = "q8_0";
+    s.d_model = 256;
+    s.ffn = 512;
+    cases.push_back({"gemma3, Q8_0", s, 3e-2});
+  }
+  {
+    auto s = spec("phi3");  // fused QKV and gate/up, LongRoPE (long factors: context 96 > 32), 12 of 16 dims
+    s.rope_dims = 12;
+    s.rope_scaling = "longrope";
+    s.rope_orig_context = 32;
+    s.rope_attn_factor = 1.19f;
+    s.rope_freqs = true;
+    s.context = 96;
+    cases.push_back({"phi3, LongRoPE, partial rotation", s, 1e-4});
+  }
+  for (const Case& c : cases) {
+    const fs::path dir = fs::temp_directory_path() / ("epd-family-" + std::to_string(::getpid()));
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    auto paths = testing::write_llama_checkpoint(c.spec, dir);
+    REQUIRE(paths.ok());
+    const auto prompt = oracle_prompt(c.spec.vocab);
+    constexpr uint32_t kGenerate = 24;
+    const json oracle =
+        run_oracle({{"model", paths->gguf}, {"prompt", prompt}, {"generate", kGenerate}}, dir);
+    INFO("case " << c.label);
+    std::printf("%s: ", c.label);
     compare_with_oracle(paths->gguf, prompt, kGenerate, oracle, c.tolerance);
     fs::remove_all(dir);
   }

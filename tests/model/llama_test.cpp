@@ -219,10 +219,10 @@ TEST_CASE("Llama checkpoints with missing or malformed parts give named errors")
   // Another GGUF architecture.
   {
     epd::model::testing::GgufWriter w;
-    w.set_string("general.architecture", "qwen2");
-    REQUIRE(w.write((dir.path / "qwen.gguf").string()).ok());
+    w.set_string("general.architecture", "rwkv7");
+    REQUIRE(w.write((dir.path / "rwkv.gguf").string()).ok());
   }
-  CHECK_THAT(err((dir.path / "qwen.gguf").string()), Catch::Contains("unsupported architecture 'qwen2'"));
+  CHECK_THAT(err((dir.path / "rwkv.gguf").string()), Catch::Contains("unsupported architecture 'rwkv7'"));
   CHECK_THAT(err((dir.path / "nothing").string()), Catch::Contains("cannot open"));
 }
 

@@ -128,9 +128,11 @@ template <size_t HD>
 template <size_t HD>
 [[gnu::always_inline]] inline void decode_segment(const ModelConfig& cfg, const KvView& kv, uint32_t layer,
                                                   const RowTarget& row, uint32_t g, uint32_t s,
-                                                  const float* q, DecodePartial& out, DecodeScratch& sc) {
+                                                  uint32_t window, const float* q, DecodePartial& out,
+                                                  DecodeScratch& sc) {
   const size_t hd = cfg.head_dim, group = cfg.heads / cfg.kv_heads;
-  const uint32_t len = row.pos + 1, b = s * kDecodeSegment, e = std::min(len, b + kDecodeSegment);
+  const uint32_t len = row.pos + 1, b = std::max(s * kDecodeSegment, first_visible(row.pos, window)),
+                 e = std::min(len, s * kDecodeSegment + kDecodeSegment);
   const float* qg = q + size_t{g} * group * hd;
   sc.scores.resize(group * kDecodeSegment);
   out.max.resize(group);
@@ -153,18 +155,20 @@ template <size_t HD>
 
 EPD_MULTIVERSION void attend_prompt_rows(const ModelConfig& cfg, const KvView& kv, uint32_t layer,
                                          std::span<const PageId> pages, uint32_t start, size_t r0, size_t r1,
-                                         uint32_t g, const float* q, size_t q_stride, float* out,
-                                         size_t out_stride, PromptAttentionScratch& sc) {
+                                         uint32_t g, uint32_t window, const float* q, size_t q_stride,
+                                         float* out, size_t out_stride, PromptAttentionScratch& sc) {
   const size_t hd = cfg.head_dim, group = cfg.heads / cfg.kv_heads, rows = (r1 - r0) * group;
-  const size_t len = start + r1;  // the last row sees every position up to its own
+  // Positions [base, base + len): from the first one the block's first row sees to the last row's own.
+  const size_t base = first_visible(static_cast<uint32_t>(start + r0), window), len = start + r1 - base;
   const uint32_t ps = kv.layout().page_size;
   sc.k.resize(len * hd);
   sc.v.resize(len * hd);
   sc.conv.resize(hd);
-  for (size_t p = 0; p < len; ++p) {
+  for (size_t i = 0; i < len; ++i) {
+    const size_t p = base + i;
     const PageId page = pages[p / ps];
-    std::copy_n(kv.load(layer, 0, page, p % ps, g, sc.conv.data()), hd, &sc.k[p * hd]);
-    std::copy_n(kv.load(layer, 1, page, p % ps, g, sc.conv.data()), hd, &sc.v[p * hd]);
+    std::copy_n(kv.load(layer, 0, page, p % ps, g, sc.conv.data()), hd, &sc.k[i * hd]);
+    std::copy_n(kv.load(layer, 1, page, p % ps, g, sc.conv.data()), hd, &sc.v[i * hd]);
   }
   // The group's query heads of each row, one after another: row (r, j) is query head g * group + j of r.
   sc.q.resize(rows * hd);
@@ -174,8 +178,13 @@ EPD_MULTIVERSION void attend_prompt_rows(const ModelConfig& cfg, const KvView& k
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(rows), static_cast<int>(len),
               static_cast<int>(hd), 1.0f, sc.q.data(), static_cast<int>(hd), sc.k.data(),
               static_cast<int>(hd), 0.0f, sc.scores.data(), static_cast<int>(len));
-  for (size_t i = 0; i < rows; ++i)  // row (r, j) sees positions up to its own, start + r
-    k::softmax_prefix(&sc.scores[i * len], start + r0 + i / group + 1, len);
+  for (size_t i = 0; i < rows; ++i) {  // row (r, j) sees [first_visible(start + r), start + r]
+    const uint32_t pos = static_cast<uint32_t>(start + r0 + i / group);
+    const size_t lo = first_visible(pos, window) - base;
+    float* row_scores = &sc.scores[i * len];
+    std::fill(row_scores, row_scores + lo, 0.0f);
+    k::softmax_prefix(row_scores + lo, pos + 1 - base - lo, len - lo);
+  }
   sc.out.resize(rows * hd);
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(rows), static_cast<int>(hd),
               static_cast<int>(len), 1.0f, sc.scores.data(), static_cast<int>(len), sc.v.data(),
@@ -185,15 +194,15 @@ EPD_MULTIVERSION void attend_prompt_rows(const ModelConfig& cfg, const KvView& k
 }
 
 EPD_MULTIVERSION void attend_decode_segment(const ModelConfig& cfg, const KvView& kv, uint32_t layer,
-                                            const RowTarget& row, uint32_t g, uint32_t s, const float* q,
-                                            DecodePartial& out, DecodeScratch& sc) {
+                                            const RowTarget& row, uint32_t g, uint32_t s, uint32_t window,
+                                            const float* q, DecodePartial& out, DecodeScratch& sc) {
   switch (cfg.head_dim) {  // the common head sizes with their accumulators in registers
     case 64:
-      return decode_segment<64>(cfg, kv, layer, row, g, s, q, out, sc);
+      return decode_segment<64>(cfg, kv, layer, row, g, s, window, q, out, sc);
     case 128:
-      return decode_segment<128>(cfg, kv, layer, row, g, s, q, out, sc);
+      return decode_segment<128>(cfg, kv, layer, row, g, s, window, q, out, sc);
     default:
-      return decode_segment<0>(cfg, kv, layer, row, g, s, q, out, sc);
+      return decode_segment<0>(cfg, kv, layer, row, g, s, window, q, out, sc);
   }
 }
 

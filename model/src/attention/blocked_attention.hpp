@@ -21,17 +21,29 @@ struct PromptAttentionScratch {
   std::vector<float> q, k, v, scores, out, conv;
 };
 
+// The first position a row at `pos` sees: 0, or with a sliding window of `window` positions (its own
+// included; llama.cpp's LLAMA_SWA_TYPE_STANDARD) the window's first.
+inline uint32_t first_visible(uint32_t pos, uint32_t window) {
+  return window && pos + 1 > window ? pos + 1 - window : 0;
+}
+
 // Rows [r0, r1) of a prompt chunk whose first row sits at position `start`, for KV head g's query group,
-// over positions [0, start + r1). q and out hold every row (strides in floats).
+// over positions [first_visible(row, window), row]. q and out hold every row (strides in floats).
 void attend_prompt_rows(const ModelConfig& cfg, const KvView& kv, uint32_t layer,
                         std::span<const PageId> pages, uint32_t start, size_t r0, size_t r1, uint32_t g,
-                        const float* q, size_t q_stride, float* out, size_t out_stride,
+                        uint32_t window, const float* q, size_t q_stride, float* out, size_t out_stride,
                         PromptAttentionScratch& scratch);
 
 inline constexpr uint32_t kDecodeSegment = 256;
 
-inline uint32_t decode_segments(uint32_t positions) {
-  return (positions + kDecodeSegment - 1) / kDecodeSegment;
+// The fixed segments of a decode row at `pos`: segment s covers positions [s * kDecodeSegment, (s + 1) *
+// kDecodeSegment) clipped to what the row sees; a sliding window skips the segments before it.
+struct SegmentRange {
+  uint32_t first, count;
+};
+inline SegmentRange decode_segments(uint32_t pos, uint32_t window) {
+  const uint32_t first = first_visible(pos, window) / kDecodeSegment;
+  return {first, pos / kDecodeSegment + 1 - first};
 }
 
 // One segment's share of a decode row's attention for KV head g: for each of the group's query heads j,
@@ -43,9 +55,10 @@ struct DecodeScratch {
   std::vector<float> scores, conv;
 };
 
-// Positions [s * kDecodeSegment, min(len, (s + 1) * kDecodeSegment)) of `row` (len = row.pos + 1).
+// Positions [max(s * kDecodeSegment, first_visible), min(len, (s + 1) * kDecodeSegment)) of `row` (len =
+// row.pos + 1); s is one of decode_segments(row.pos, window).
 void attend_decode_segment(const ModelConfig& cfg, const KvView& kv, uint32_t layer, const RowTarget& row,
-                           uint32_t g, uint32_t s, const float* q, DecodePartial& out,
+                           uint32_t g, uint32_t s, uint32_t window, const float* q, DecodePartial& out,
                            DecodeScratch& scratch);
 
 // The group's heads of `out` from the row's segments, combined in segment order.

@@ -26,30 +26,55 @@ protocol::Status check_pages(const KvLayout& l, std::span<const PageId> pages, u
   return {};
 }
 
-RopeTable::RopeTable(const ModelConfig& cfg) : half_(cfg.head_dim / 2) {
-  cos_.resize(size_t{cfg.max_seq} * half_);
-  sin_.resize(size_t{cfg.max_seq} * half_);
-  for (size_t pos = 0; pos < cfg.max_seq; ++pos)
+RopeTable::RopeTable(const RopeSpec& spec, uint32_t head_dim, uint32_t max_seq)
+    : style_(spec.style), half_((spec.dims ? spec.dims : head_dim) / 2) {
+  const double dims = double(2 * half_);
+  cos_.resize(size_t{max_seq} * half_);
+  sin_.resize(size_t{max_seq} * half_);
+  // YaRN's correction range in pairs (ggml_rope_yarn_corr_dims): the pairs that turn fewer than beta_fast
+  // (beta_slow) times over the original context are interpolated (extrapolated) in full.
+  double low = 0, high = 0;
+  if (spec.ext_factor != 0.0) {
+    const auto corr = [&](double rotations) {
+      return dims * std::log(double(spec.n_ctx_orig) / (rotations * 2 * M_PI)) / (2 * std::log(spec.base));
+    };
+    low = std::max(0.0, std::floor(corr(spec.beta_fast)));
+    high = std::min(dims - 1, std::ceil(corr(spec.beta_slow)));
+  }
+  double mscale = spec.attn_factor;
+  if (spec.ext_factor != 0.0) mscale *= 1.0 + 0.1 * std::log(1.0 / spec.freq_scale);
+  for (size_t pos = 0; pos < max_seq; ++pos)
     for (size_t i = 0; i < half_; ++i) {
-      const double freq = std::pow(double{cfg.rope_theta}, -2.0 * double(i) / double(cfg.head_dim));
-      const double a = double(pos) * freq;
-      cos_[pos * half_ + i] = static_cast<float>(std::cos(a));
-      sin_[pos * half_ + i] = static_cast<float>(std::sin(a));
+      const double ff = spec.freq_factors.empty() ? 1.0 : double(spec.freq_factors[i]);
+      const double freq = std::pow(spec.base, -2.0 * double(i) / dims) / ff;
+      const double extrap = double(pos) * freq;
+      double a = spec.freq_scale * extrap;
+      if (spec.ext_factor != 0.0) {
+        const double y = (double(i) - low) / std::max(0.001, high - low);
+        const double ramp = (1 - std::min(1.0, std::max(0.0, y))) * spec.ext_factor;
+        a = a * (1 - ramp) + extrap * ramp;
+      }
+      cos_[pos * half_ + i] = static_cast<float>(std::cos(a) * mscale);
+      sin_[pos * half_ + i] = static_cast<float>(std::sin(a) * mscale);
     }
 }
 
-void rope_and_store(const ModelConfig& cfg, const RopeTable& rope, const KvView& kv, uint32_t layer,
-                    const RowTarget& row, float* q, float* k, const float* v) {
+void RopeTable::apply(float* head, uint32_t pos) const {
+  if (style_ == RopeStyle::neox)
+    k::rope_neox(head, cos(pos), sin(pos), 2 * half_);
+  else
+    k::rope(head, cos(pos), sin(pos), 2 * half_);
+}
+
+void rope_and_store(const ModelConfig& cfg, const RopeTable& rope, float q_scale, const KvView& kv,
+                    uint32_t layer, const RowTarget& row, float* q, float* k, const float* v) {
   const size_t hd = cfg.head_dim;
-  const float q_scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  const float* c = rope.cos(row.pos);
-  const float* s = rope.sin(row.pos);
   for (uint32_t hq = 0; hq < cfg.heads; ++hq) {
     float* qh = q + hq * hd;
-    k::rope(qh, c, s, hd);
+    rope.apply(qh, row.pos);
     for (size_t i = 0; i < hd; ++i) qh[i] *= q_scale;
   }
-  for (uint32_t hk = 0; hk < cfg.kv_heads; ++hk) k::rope(k + hk * hd, c, s, hd);
+  for (uint32_t hk = 0; hk < cfg.kv_heads; ++hk) rope.apply(k + hk * hd, row.pos);
   const uint32_t ps = kv.layout().page_size;  // the pool's, which may differ from cfg.page_size
   const PageId page = row.pages[row.pos / ps];
   kv.store(layer, 0, page, row.pos % ps, k);

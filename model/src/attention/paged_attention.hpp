@@ -7,6 +7,7 @@
 #include <span>
 #include <vector>
 
+#include "decoder/decoder_arch.hpp"
 #include "epd/model/config.hpp"
 #include "epd/model/kv_cache.hpp"
 #include "epd/protocol/result.hpp"
@@ -22,23 +23,27 @@ struct RowTarget {
 // invalid_request unless the pages cover positions [0, end) and every page index is inside the pool.
 protocol::Status check_pages(const KvLayout& layout, std::span<const PageId> pages, uint64_t end);
 
-// cos/sin of every (position, pair) for cfg.max_seq positions; computed once in double and rounded to float,
-// so only this table touches libm trigonometry.
+// cos/sin of every (position, pair) of one rotary embedding (RopeSpec) for max_seq positions; computed once
+// in double and rounded to float, so only this table touches libm trigonometry.
 class RopeTable {
  public:
-  explicit RopeTable(const ModelConfig& cfg);
+  RopeTable(const RopeSpec& spec, uint32_t head_dim, uint32_t max_seq);
   const float* cos(uint32_t pos) const { return &cos_[size_t{pos} * half_]; }
   const float* sin(uint32_t pos) const { return &sin_[size_t{pos} * half_]; }
+  // Rotates the first dims() values of one head at `pos`.
+  void apply(float* head, uint32_t pos) const;
+  uint32_t dims() const { return static_cast<uint32_t>(2 * half_); }
 
  private:
+  RopeStyle style_;
   size_t half_;
   std::vector<float> cos_, sin_;
 };
 
-// Rotates the row's query heads (and scales them by 1/sqrt(head_dim)) and its KV heads at the row's
-// position, then stores K and V into the row's page of `layer`.
-void rope_and_store(const ModelConfig& cfg, const RopeTable& rope, const KvView& kv, uint32_t layer,
-                    const RowTarget& row, float* q, float* k, const float* v);
+// Rotates the row's query heads (and scales them by q_scale) and its KV heads at the row's position, then
+// stores K and V into the row's page of `layer`.
+void rope_and_store(const ModelConfig& cfg, const RopeTable& rope, float q_scale, const KvView& kv,
+                    uint32_t layer, const RowTarget& row, float* q, float* k, const float* v);
 
 struct AttentionScratch {
   std::vector<float> scores, conv;

@@ -4,6 +4,7 @@
 #include "decoder/loader.hpp"
 #include "epd/model/llama.hpp"
 #include "epd/model/mmproj.hpp"
+#include "families/family.hpp"
 #include "kernels/blas_core.hpp"
 
 namespace epd::model {
@@ -24,6 +25,15 @@ protocol::Result<std::unique_ptr<LlamaRunner>> make_llama_runner(const ModelConf
   opts.image_token = image_token(cfg);  // an mmproj's rows, at the id past the vocabulary
   opts.encoder = std::move(encoder);
   return detail::make_decoder(cfg, std::move(*w), std::move(opts));
+}
+
+std::vector<CheckpointFamily> checkpoint_families() {
+  std::vector<CheckpointFamily> out;
+  for (const families::DecoderFamily* f : families::decoder_families())
+    out.push_back({std::string(f->name), std::string(f->gguf_arch), std::string(f->examples),
+                   !f->hf_model_type.empty(), families::gguf_tensor_patterns(*f),
+                   families::gguf_key_names(*f)});
+  return out;
 }
 
 std::string prefill_blas_core() {

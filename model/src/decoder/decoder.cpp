@@ -41,7 +41,10 @@ class Decoder final : public LlamaRunner {
         exact_scratch_(threads_.size()),
         prompt_scratch_(threads_.size()),
         decode_scratch_(threads_.size()),
-        rope_(cfg) {
+        rope_(w_.arch.rope, cfg.head_dim, cfg.max_seq),
+        q_scale_(w_.arch.attn_scale != 0.0f ? w_.arch.attn_scale
+                                            : 1.0f / std::sqrt(static_cast<float>(cfg.head_dim))) {
+    if (!w_.arch.swa_layers.empty()) rope_swa_.emplace(w_.arch.rope_swa, cfg.head_dim, cfg.max_seq);
     if (!exact_) {
       // Our threads split the work; each sgemm call is single-threaded, with this CPU's kernels.
       select_blas_core();
@@ -88,7 +91,7 @@ class Decoder final : public LlamaRunner {
       if (opts_.image_token && t == *opts_.image_token)
         std::memcpy(&x_[i * d], &chunk.embeddings[img_row++ * d], d * sizeof(float));
       else
-        w_.tok_emb.row_to_f32(t, &x_[i * d], w_.ggml);
+        embed(t, &x_[i * d]);
       targets_[i] = RowTarget{pages, static_cast<uint32_t>(start + i)};
     }
     forward(pool, n, /*prefill=*/true);
@@ -122,7 +125,7 @@ class Decoder final : public LlamaRunner {
     x_.resize(n * d);
     targets_.resize(n);
     for (size_t i = 0; i < n; ++i) {
-      w_.tok_emb.row_to_f32(batch[i].last_token, &x_[i * d], w_.ggml);
+      embed(batch[i].last_token, &x_[i * d]);
       targets_[i] = RowTarget{batch[i].pages, batch[i].length};
     }
     forward(pool, n, /*prefill=*/false);
@@ -155,9 +158,24 @@ class Decoder final : public LlamaRunner {
     return {};
   }
 
+  // A token's embedding row, scaled as the family scales it (image rows are taken as they come).
+  void embed(TokenId t, float* out) const {
+    w_.tok_emb.row_to_f32(t, out, w_.ggml);
+    if (w_.arch.embed_scale != 1.0f)
+      for (size_t i = 0; i < cfg_.d_model; ++i) out[i] *= w_.arch.embed_scale;
+  }
+
+  // y (n rows of `cols`) += bias, when there is one.
+  static void add_bias(float* y, const std::vector<float>& bias, size_t r) {
+    if (bias.empty()) return;
+    float* row = y + r * bias.size();
+    for (size_t i = 0; i < bias.size(); ++i) row[i] += bias[i];
+  }
+
   void forward(const KvPool& pool, size_t n, bool prefill) {
     const size_t d = cfg_.d_model, hd = cfg_.head_dim, q_dim = size_t{cfg_.heads} * hd,
                  kv_dim = size_t{cfg_.kv_heads} * hd, f = cfg_.ffn;
+    const DecoderArch& arch = w_.arch;
     const KvView kv(pool);
     h_.resize(n * d);
     q_.resize(n * q_dim);
@@ -180,27 +198,76 @@ class Decoder final : public LlamaRunner {
     });
     for (uint32_t layer = 0; layer < cfg_.layers; ++layer) {
       const DecoderLayer& b = w_.layers[layer];
-      const Out qkv[] = {{&b.wq, q_.data()}, {&b.wk, k_.data()}, {&b.wv, v_.data()}};
-      matmul_.run(h_.data(), n, d, qkv, prefill);
+      if (b.wqkv.w.rows()) {  // one product, then split per row
+        const size_t all = q_dim + 2 * kv_dim;
+        fused_.resize(n * all);
+        const Out qkv[] = {{&b.wqkv.w, fused_.data()}};
+        matmul_.run(h_.data(), n, d, qkv, prefill);
+        per_row([&](size_t r) {
+          add_bias(fused_.data(), b.wqkv.bias, r);
+          const float* src = &fused_[r * all];
+          std::copy_n(src, q_dim, &q_[r * q_dim]);
+          std::copy_n(src + q_dim, kv_dim, &k_[r * kv_dim]);
+          std::copy_n(src + q_dim + kv_dim, kv_dim, &v_[r * kv_dim]);
+        });
+      } else {
+        const Out qkv[] = {{&b.wq.w, q_.data()}, {&b.wk.w, k_.data()}, {&b.wv.w, v_.data()}};
+        matmul_.run(h_.data(), n, d, qkv, prefill);
+      }
+      const RopeTable& rope = arch.slides(layer) ? *rope_swa_ : rope_;
       per_row([&](size_t r) {
-        rope_and_store(cfg_, rope_, kv, layer, targets_[r], &q_[r * q_dim], &k_[r * kv_dim], &v_[r * kv_dim]);
+        float *q = &q_[r * q_dim], *kr = &k_[r * kv_dim];
+        add_bias(q_.data(), b.wq.bias, r);
+        add_bias(k_.data(), b.wk.bias, r);
+        add_bias(v_.data(), b.wv.bias, r);
+        if (!b.q_norm.empty())
+          for (uint32_t h = 0; h < cfg_.heads; ++h)
+            k::rmsnorm(q + h * hd, b.q_norm.data(), hd, cfg_.norm_eps, q + h * hd);
+        if (!b.k_norm.empty())
+          for (uint32_t h = 0; h < cfg_.kv_heads; ++h)
+            k::rmsnorm(kr + h * hd, b.k_norm.data(), hd, cfg_.norm_eps, kr + h * hd);
+        rope_and_store(cfg_, rope, q_scale_, kv, layer, targets_[r], q, kr, &v_[r * kv_dim]);
       });
-      attend(kv, layer, n, prefill);
-      const Out o[] = {{&b.wo, proj_.data()}};
+      attend(kv, layer, n, prefill, arch.slides(layer) ? arch.sliding_window : 0);
+      const Out o[] = {{&b.wo.w, proj_.data()}};
       matmul_.run(attn_.data(), n, q_dim, o, prefill);
       per_row([&](size_t r) {
+        add_bias(proj_.data(), b.wo.bias, r);
+        if (!b.attn_post_norm.empty())
+          k::rmsnorm(&proj_[r * d], b.attn_post_norm.data(), d, cfg_.norm_eps, &proj_[r * d]);
         for (size_t i = r * d; i < (r + 1) * d; ++i) x_[i] += proj_[i];
         k::rmsnorm(&x_[r * d], b.ffn_norm.data(), d, cfg_.norm_eps, &h_[r * d]);
       });
-      const Out gate_up[] = {{&b.w_gate, gate_.data()}, {&b.w_up, up_.data()}};
-      matmul_.run(h_.data(), n, d, gate_up, prefill);
-      per_row([&](size_t r) { k::swiglu(&gate_[r * f], &up_[r * f], f); });
-      const Out down[] = {{&b.w_down, proj_.data()}};
+      if (b.w_gate_up.w.rows()) {  // gate rows, then up rows, in one product
+        fused_.resize(n * 2 * f);
+        const Out gate_up[] = {{&b.w_gate_up.w, fused_.data()}};
+        matmul_.run(h_.data(), n, d, gate_up, prefill);
+        per_row([&](size_t r) {
+          add_bias(fused_.data(), b.w_gate_up.bias, r);
+          std::copy_n(&fused_[r * 2 * f], f, &gate_[r * f]);
+          std::copy_n(&fused_[r * 2 * f + f], f, &up_[r * f]);
+        });
+      } else {
+        const Out gate_up[] = {{&b.w_gate.w, gate_.data()}, {&b.w_up.w, up_.data()}};
+        matmul_.run(h_.data(), n, d, gate_up, prefill);
+      }
+      per_row([&](size_t r) {
+        add_bias(gate_.data(), b.w_gate.bias, r);
+        add_bias(up_.data(), b.w_up.bias, r);
+        if (arch.activation == Activation::gelu_tanh)
+          k::geglu_f16_table(&gate_[r * f], &up_[r * f], f);
+        else
+          k::swiglu(&gate_[r * f], &up_[r * f], f);
+      });
+      const Out down[] = {{&b.w_down.w, proj_.data()}};
       matmul_.run(gate_.data(), n, f, down, prefill);
       // The residual, and the next norm: the next layer's attention norm, or the final one.
       const bool last = layer + 1 == cfg_.layers;
       const float* norm = last ? w_.final_norm.data() : w_.layers[layer + 1].attn_norm.data();
       per_row([&](size_t r) {
+        add_bias(proj_.data(), b.w_down.bias, r);
+        if (!b.ffn_post_norm.empty())
+          k::rmsnorm(&proj_[r * d], b.ffn_post_norm.data(), d, cfg_.norm_eps, &proj_[r * d]);
         for (size_t i = r * d; i < (r + 1) * d; ++i) x_[i] += proj_[i];
         k::rmsnorm(&x_[r * d], norm, d, cfg_.norm_eps, &h_[r * d]);
         if (last) std::memcpy(&x_[r * d], &h_[r * d], d * sizeof(float));
@@ -210,7 +277,7 @@ class Decoder final : public LlamaRunner {
 
   // Attention of the n rows in q_ into attn_: exact, by attend_group; fast (blocked_attention.hpp), a prompt
   // chunk (all rows of one sequence) by blocks of rows, a decode batch by segments of each row's positions.
-  void attend(const KvView& kv, uint32_t layer, size_t n, bool prefill) {
+  void attend(const KvView& kv, uint32_t layer, size_t n, bool prefill, uint32_t window) {
     const size_t q_dim = size_t{cfg_.heads} * cfg_.head_dim;
     if (exact_) {  // the reference kernel, one (row, kv head) at a time
       threads_.run_chunks(n * cfg_.kv_heads, [&](size_t i, unsigned t) {
@@ -228,7 +295,7 @@ class Decoder final : public LlamaRunner {
         const size_t blk = blocks - 1 - i / cfg_.kv_heads;
         attend_prompt_rows(cfg_, kv, layer, targets_[0].pages, start, blk * kPromptRows,
                            std::min(n, (blk + 1) * kPromptRows), static_cast<uint32_t>(i % cfg_.kv_heads),
-                           q_.data(), q_dim, attn_.data(), q_dim, prompt_scratch_[t]);
+                           window, q_.data(), q_dim, attn_.data(), q_dim, prompt_scratch_[t]);
       });
       return;
     }
@@ -236,18 +303,19 @@ class Decoder final : public LlamaRunner {
     seg_first_.resize(n + 1);
     seg_first_[0] = 0;
     for (size_t r = 0; r < n; ++r)
-      seg_first_[r + 1] = seg_first_[r] + cfg_.kv_heads * decode_segments(targets_[r].pos + 1);
+      seg_first_[r + 1] = seg_first_[r] + cfg_.kv_heads * decode_segments(targets_[r].pos, window).count;
     if (partials_.size() < seg_first_[n]) partials_.resize(seg_first_[n]);
     threads_.run_chunks(seg_first_[n], [&](size_t i, unsigned t) {
       const size_t r = std::upper_bound(seg_first_.begin(), seg_first_.end(), i) - seg_first_.begin() - 1;
-      const uint32_t segs = decode_segments(targets_[r].pos + 1), local = uint32_t(i - seg_first_[r]);
-      attend_decode_segment(cfg_, kv, layer, targets_[r], local / segs, local % segs, &q_[r * q_dim],
-                            partials_[i], decode_scratch_[t]);
+      const SegmentRange segs = decode_segments(targets_[r].pos, window);
+      const uint32_t local = uint32_t(i - seg_first_[r]);
+      attend_decode_segment(cfg_, kv, layer, targets_[r], local / segs.count, segs.first + local % segs.count,
+                            window, &q_[r * q_dim], partials_[i], decode_scratch_[t]);
     });
     threads_.run(n * cfg_.kv_heads, [&](size_t b0, size_t e0, unsigned) {
       for (size_t i = b0; i < e0; ++i) {
         const size_t r = i / cfg_.kv_heads;
-        const uint32_t g = uint32_t(i % cfg_.kv_heads), segs = decode_segments(targets_[r].pos + 1);
+        const uint32_t g = uint32_t(i % cfg_.kv_heads), segs = decode_segments(targets_[r].pos, window).count;
         combine_decode_segments(cfg_, g, std::span(partials_).subspan(seg_first_[r] + g * segs, segs),
                                 &attn_[r * q_dim]);
       }
@@ -263,6 +331,14 @@ class Decoder final : public LlamaRunner {
     logits_.resize(rows * cfg_.vocab);
     const Out head[] = {{&w_.head(), logits_.data()}};
     matmul_.run(h, rows, cfg_.d_model, head, /*prefill=*/false);
+    const float cap = w_.arch.final_logit_softcap;
+    if (w_.lm_head_bias.empty() && cap == 0.0f) return;
+    for (size_t r = 0; r < rows; ++r) {
+      add_bias(logits_.data(), w_.lm_head_bias, r);
+      if (cap != 0.0f)
+        for (float* l = &logits_[r * cfg_.vocab]; l != &logits_[(r + 1) * cfg_.vocab]; ++l)
+          *l = cap * std::tanh(*l / cap);
+    }
   }
 
   ModelConfig cfg_;
@@ -278,8 +354,10 @@ class Decoder final : public LlamaRunner {
   std::vector<size_t> seg_first_;        // decode: row r's first partial
   bool keep_all_ = false;
   RopeTable rope_;
+  std::optional<RopeTable> rope_swa_;  // the sliding layers', when some slide
+  float q_scale_;
   std::vector<RowTarget> targets_;
-  std::vector<float> x_, h_, q_, k_, v_, attn_, gate_, up_, proj_, logits_;
+  std::vector<float> x_, h_, q_, k_, v_, attn_, gate_, up_, proj_, fused_, logits_;
 };
 
 }  // namespace

@@ -11,6 +11,8 @@
 #include <sstream>
 #include <tuple>
 
+#include "decoder/checkpoint_tensors.hpp"
+#include "decoder/gguf_model.hpp"
 #include "decoder/loader.hpp"
 #include "epd/model/gguf.hpp"
 #include "epd/model/llama.hpp"
@@ -22,19 +24,19 @@ namespace epd::model {
 namespace {
 
 namespace fs = std::filesystem;
+using detail::bad;
 using detail::DecoderLayer;
 using detail::DecoderWeights;
+using detail::finish_shape;
+using detail::Lookup;
+using detail::MatrixSource;
+using detail::take_f32;
+using detail::take_matrix;
 using families::DecoderFamily;
 using families::Role;
 using nlohmann::json;
 using protocol::ErrorCode;
 using protocol::make_error;
-
-constexpr uint32_t kMaxContext = 65536;  // ModelConfig's max_seq bound (sizes the RoPE table)
-
-protocol::Error bad(const std::string& where, const std::string& detail) {
-  return make_error(ErrorCode::config_error, where + ": " + detail);
-}
 
 bool ends_with(const std::string& s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
@@ -48,16 +50,6 @@ bool is_gguf(const std::string& path) {
 fs::path hf_dir(const std::string& path) {
   std::error_code ec;
   return fs::is_directory(path, ec) ? fs::path(path) : fs::path(path).parent_path();
-}
-
-// Fills the shape fields shared by both formats and checks them against ModelConfig's limits.
-protocol::Status finish(ModelConfig& c, const std::string& where, uint64_t context) {
-  c.max_seq = static_cast<uint32_t>(std::clamp<uint64_t>(context, 1, kMaxContext));
-  if (c.heads == 0 || c.kv_heads == 0 || c.heads % c.kv_heads != 0)
-    return bad(where, "heads (" + std::to_string(c.heads) + ") must be a multiple of kv heads (" +
-                          std::to_string(c.kv_heads) + ")");
-  if (auto st = validate(c); !st) return bad(where, st.error().detail);
-  return {};
 }
 
 template <class T>
@@ -121,164 +113,21 @@ protocol::Result<ModelConfig> read_hf_config(const std::string& path) {
       return bad(where, std::string(key) + " must be a number");
     *field = static_cast<float>(it != j.end() && it->is_number() ? it->get<double>() : fallback);
   }
-  if (auto st = finish(c, where, context); !st) return st.error();
+  if (auto st = finish_shape(c, where, context); !st) return st.error();
   return c;
-}
-
-protocol::Result<ModelConfig> read_gguf_config(const GgufFile& g) {
-  const std::string& where = "GGUF " + g.name();
-  auto arch = g.get_string("general.architecture");
-  if (!arch) return arch.error();
-  if (!arch->has_value()) return bad(where, "no general.architecture");
-  if (!families::family_by_gguf_arch(**arch))
-    return bad(where,
-               "unsupported architecture '" + **arch + "' (supported: " + families::family_names() + ")");
-  // llama.cpp names an architecture's hyper-parameters "<arch>.<key>".
-  const std::string a = **arch + ".";
-  auto scaling = g.get_string(a + "rope.scaling.type");
-  if (!scaling) return scaling.error();
-  if (scaling->has_value() && **scaling != "none") return bad(where, "RoPE scaling is not supported");
-
-  ModelConfig c;
-  auto name = g.get_string("general.name");
-  c.name = name && name->has_value() ? **name : fs::path(g.name()).stem().string();
-  c.checkpoint = g.name();
-  uint64_t context = 2048;
-  // Required and optional integer keys, each checked for its type.
-  struct Key {
-    std::string name;
-    bool required;
-    uint64_t value;
-  };
-  Key keys[] = {{a + "embedding_length", true, 0},
-                {a + "block_count", true, 0},
-                {a + "feed_forward_length", true, 0},
-                {a + "attention.head_count", true, 0},
-                {a + "attention.head_count_kv", false, 0},
-                {a + "context_length", false, 0},
-                {a + "attention.key_length", false, 0},
-                {a + "rope.dimension_count", false, 0},
-                {a + "vocab_size", false, 0}};
-  for (Key& k : keys) {
-    auto v = g.get_uint(k.name);
-    if (!v) return v.error();
-    if (v->has_value()) {
-      if (**v > UINT32_MAX) return bad(where, k.name + " out of range");
-      k.value = **v;
-    } else if (k.required) {
-      return bad(where, "missing metadata key " + k.name);
-    }
-  }
-  c.d_model = static_cast<uint32_t>(keys[0].value);
-  c.layers = static_cast<uint32_t>(keys[1].value);
-  c.ffn = static_cast<uint32_t>(keys[2].value);
-  c.heads = static_cast<uint32_t>(keys[3].value);
-  c.kv_heads = keys[4].value ? static_cast<uint32_t>(keys[4].value) : c.heads;
-  if (keys[5].value) context = keys[5].value;
-  if (c.heads == 0) return bad(where, a + "attention.head_count must be positive");
-  c.head_dim = keys[6].value ? static_cast<uint32_t>(keys[6].value) : c.d_model / c.heads;
-  if (keys[7].value && keys[7].value != c.head_dim)
-    return bad(where, "partial RoPE (" + a + "rope.dimension_count != head dim) is not supported");
-  if (keys[8].value) {
-    c.vocab = static_cast<uint32_t>(keys[8].value);
-  } else {
-    const std::string emb_name = families::family_by_gguf_arch(**arch)->gguf_tensor(Role::token_embedding, 0);
-    const TensorRef* emb = g.tensor(emb_name);
-    if (!emb || emb->shape.size() != 2 || emb->shape[0] > UINT32_MAX)
-      return bad(where, "no " + a + "vocab_size and no 2-D " + emb_name + " to take it from");
-    c.vocab = static_cast<uint32_t>(emb->shape[0]);
-  }
-  auto theta = g.get_float(a + "rope.freq_base");
-  auto eps = g.get_float(a + "attention.layer_norm_rms_epsilon");
-  if (!theta) return theta.error();
-  if (!eps) return eps.error();
-  c.rope_theta = static_cast<float>(theta->value_or(10000.0));
-  if (!eps->has_value()) return bad(where, "missing metadata key " + a + "attention.layer_norm_rms_epsilon");
-  c.norm_eps = static_cast<float>(**eps);
-  if (auto st = finish(c, where, context); !st) return st.error();
-  return c;
-}
-
-// One tensor by name, checked against the expected shape (outermost first).
-using Lookup = std::function<const TensorRef*(const std::string&)>;
-
-protocol::Result<const TensorRef*> find_shaped(const Lookup& find, const std::string& where,
-                                               const std::string& name, const std::vector<uint64_t>& shape) {
-  const TensorRef* t = find(name);
-  if (!t) return bad(where, "missing tensor " + name);
-  if (t->shape != shape) {
-    auto show = [](const std::vector<uint64_t>& s) {
-      std::string r = "[";
-      for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
-      return r + "]";
-    };
-    return bad(where, "tensor " + name + " has shape " + show(t->shape) + ", expected " + show(shape));
-  }
-  return t;
-}
-
-// A tensor converted to f32 (norms; every tensor of a Hugging Face checkpoint).
-protocol::Status take(const Lookup& find, const std::string& where, const std::string& name,
-                      std::vector<uint64_t> shape, std::vector<float>& out) {
-  auto t = find_shaped(find, where, name, shape);
-  if (!t) return t.error();
-  out.resize((*t)->elements());
-  return tensor_to_f32(**t, out);
-}
-
-// Hugging Face rows of each head are [first halves | second halves] of the rotated pairs; llama.cpp's
-// converter (and epd) interleave them: row 2i takes row i, row 2i+1 takes row i + head_dim/2.
-void interleave_rope_rows(std::vector<float>& w, uint32_t heads, uint32_t hd, uint32_t in) {
-  std::vector<float> src = w;
-  const uint32_t half = hd / 2;
-  for (uint32_t h = 0; h < heads; ++h)
-    for (uint32_t i = 0; i < half; ++i)
-      for (uint32_t j = 0; j < 2; ++j)
-        std::copy_n(&src[(size_t{h} * hd + j * half + i) * in], in, &w[(size_t{h} * hd + 2 * i + j) * in]);
 }
 
 using Namer = std::string (*)(Role, uint32_t);
-
-// Matrices in place (GGUF: `ggml` is the library for types other than f32, or null) or converted to f32
-// and, for a Hugging Face checkpoint (`hf`), with Q and K rows put in the interleaved RoPE order.
-struct MatrixSource {
-  const Lookup& find;
-  const std::string& where;
-  bool in_place;
-  bool hf;
-  const ggml::Library* ggml;
-};
-
-protocol::Status take_matrix(const MatrixSource& src, const std::string& name, uint64_t rows, uint64_t cols,
-                             uint32_t rope_heads, uint32_t head_dim, detail::WeightMatrix& out) {
-  auto t = find_shaped(src.find, src.where, name, {rows, cols});
-  if (!t) return t.error();
-  // An f32 tensor is read as floats: in place only where the file aligns it so (GGUF's general.alignment
-  // may be 1); ggml's block types are byte-addressed.
-  const bool aligned =
-      (*t)->type != TensorType::f32 || reinterpret_cast<uintptr_t>((*t)->bytes.data()) % alignof(float) == 0;
-  if (src.in_place && aligned) {
-    if ((*t)->type != TensorType::f32 && !src.ggml)
-      return bad(src.where, "tensor " + name + " is " + std::string(tensor_type_name((*t)->type)) +
-                                ", which needs llama.cpp's kernels");
-    out = detail::WeightMatrix::view(**t);
-    return {};
-  }
-  std::vector<float> v(rows * cols);
-  if (auto st = tensor_to_f32(**t, v); !st) return st;
-  if (src.hf && rope_heads) interleave_rope_rows(v, rope_heads, head_dim, static_cast<uint32_t>(cols));
-  out = detail::WeightMatrix::own(std::move(v), rows, cols);
-  return {};
-}
 
 protocol::Result<DecoderWeights> load_with(const ModelConfig& c, const MatrixSource& src, Namer name,
                                            bool tied) {
   const uint64_t d = c.d_model, q = uint64_t{c.heads} * c.head_dim, kv = uint64_t{c.kv_heads} * c.head_dim;
   DecoderWeights w;
+  w.arch.rope.base = c.rope_theta;
   w.ggml = src.ggml;
   if (auto st = take_matrix(src, name(Role::token_embedding, 0), c.vocab, d, 0, 0, w.tok_emb); !st)
     return st.error();
-  if (auto st = take(src.find, src.where, name(Role::output_norm, 0), {d}, w.final_norm); !st)
+  if (auto st = take_f32(src.find, src.where, name(Role::output_norm, 0), {d}, w.final_norm); !st)
     return st.error();
   if (!tied)
     if (auto st = take_matrix(src, name(Role::output, 0), c.vocab, d, 0, 0, w.lm_head); !st)
@@ -288,29 +137,21 @@ protocol::Result<DecoderWeights> load_with(const ModelConfig& c, const MatrixSou
     DecoderLayer& L = w.layers[l];
     for (const auto& [role, out] :
          {std::pair{Role::attn_norm, &L.attn_norm}, std::pair{Role::ffn_norm, &L.ffn_norm}})
-      if (auto st = take(src.find, src.where, name(role, l), {d}, *out); !st) return st.error();
+      if (auto st = take_f32(src.find, src.where, name(role, l), {d}, *out); !st) return st.error();
     const struct {
       Role role;
       uint64_t rows, cols;
       uint32_t rope_heads;
       detail::WeightMatrix* out;
-    } parts[] = {{Role::q, q, d, c.heads, &L.wq},      {Role::k, kv, d, c.kv_heads, &L.wk},
-                 {Role::v, kv, d, 0, &L.wv},           {Role::o, d, q, 0, &L.wo},
-                 {Role::gate, c.ffn, d, 0, &L.w_gate}, {Role::up, c.ffn, d, 0, &L.w_up},
-                 {Role::down, d, c.ffn, 0, &L.w_down}};
+    } parts[] = {{Role::q, q, d, c.heads, &L.wq.w},      {Role::k, kv, d, c.kv_heads, &L.wk.w},
+                 {Role::v, kv, d, 0, &L.wv.w},           {Role::o, d, q, 0, &L.wo.w},
+                 {Role::gate, c.ffn, d, 0, &L.w_gate.w}, {Role::up, c.ffn, d, 0, &L.w_up.w},
+                 {Role::down, d, c.ffn, 0, &L.w_down.w}};
     for (const auto& p : parts)
       if (auto st = take_matrix(src, name(p.role, l), p.rows, p.cols, p.rope_heads, c.head_dim, *p.out); !st)
         return st.error();
   }
   return w;
-}
-
-// The layer matrices and an untied head, for the steps below.
-template <class F>
-void for_each_matrix(DecoderWeights& w, F&& f) {
-  for (DecoderLayer& L : w.layers)
-    for (auto* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) f(*m);
-  if (w.lm_head.rows()) f(w.lm_head);
 }
 
 // Every matrix ggml would repack on this CPU is multiplied in its repacked layout, from the host's shared
@@ -324,7 +165,7 @@ protocol::Status pack(DecoderWeights& w, const GgufFile& file, const ggml::Libra
   for (const TensorRef& t : file.tensors()) by_data[t.bytes.data()] = &t;
   std::vector<ggml::PackedWeights::Matrix> todo;
   std::vector<detail::WeightMatrix*> targets;
-  for_each_matrix(w, [&](detail::WeightMatrix& m) {
+  detail::for_each_layer_matrix(w, [&](detail::WeightMatrix& m) {
     if (m.type() == TensorType::f32) return;
     const auto t = by_data.find(m.row(0));
     if (t == by_data.end()) return;
@@ -349,7 +190,7 @@ void check_batch_kernels(DecoderWeights& w, const ggml::Library& lib) {
     m.set_batch_agrees(m.packing() ? lib.batch_agrees(*m.packing(), m.type(), n)
                                    : lib.batch_agrees(m.type(), n));
   };
-  for_each_matrix(w, check);
+  detail::for_each_layer_matrix(w, check);
   if (!w.lm_head.rows()) check(w.tok_emb);  // a tied head multiplies by the embeddings
 }
 
@@ -368,9 +209,8 @@ std::string describe_kernels(const DecoderWeights& w) {
       ++names[p->name];
     }
   };
-  for (const DecoderLayer& L : w.layers)
-    for (const auto* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) count(*m);
-  count(w.head());
+  for_each_layer_matrix(w, count);
+  if (!w.lm_head.rows()) count(w.head());
   std::string out = w.ggml ? "ggml-cpu " + w.ggml->cpu_variant() : std::string("epd's f32 kernels");
   if (!w.ggml) return out;
   out += "; " + std::to_string(packed) + " of " + std::to_string(total) + " matrices repacked";
@@ -412,16 +252,12 @@ protocol::Result<DecoderWeights> load_decoder_weights(const ModelConfig& cfg) {
       if (t.type != TensorType::f32 && !lib)
         return bad("GGUF " + path, "tensor " + t.name + " is " + std::string(tensor_type_name(t.type)) +
                                        ": " + loaded.error().detail);
-    auto arch = file->get_string("general.architecture");
-    const families::DecoderFamily* family =
-        families::family_by_gguf_arch(arch && arch->has_value() ? **arch : "");
-    const bool tied = file->tensor(family->gguf_tensor(Role::output, 0)) == nullptr;
-    const Lookup find = [&](const std::string& name) { return file->tensor(name); };
-    const std::string where = "GGUF " + path;
-    auto w = load_with(cfg, MatrixSource{find, where, true, false, lib}, family->gguf_tensor, tied);
+    auto model = read_gguf_model(*file);
+    if (!model) return model.error();
+    auto w = load_gguf_weights(cfg, *model, file, lib);
     if (!w) return w.error();
     if (lib) {
-      if (auto st = pack(*w, *file, *lib); !st) return bad(where, st.error().detail);
+      if (auto st = pack(*w, *file, *lib); !st) return bad("GGUF " + path, st.error().detail);
       check_batch_kernels(*w, *lib);
     }
     w->file = std::move(file);
@@ -460,7 +296,9 @@ protocol::Result<ModelConfig> read_checkpoint_config(const std::string& path) {
   if (!is_gguf(path)) return read_hf_config(path);
   auto g = GgufFile::open(path);
   if (!g) return g.error();
-  return read_gguf_config(*g);
+  auto model = detail::read_gguf_model(*g);
+  if (!model) return model.error();
+  return model->cfg;
 }
 
 protocol::Result<ModelConfig> load_model_path(const std::string& path) {

@@ -1,42 +1,12 @@
-// Llama (TinyLlama, SmolLM2, Llama-2/3 without RoPE scaling, ...): the tensor names llama.cpp's converter
-// writes into GGUF and the ones Hugging Face's modeling_llama uses.
+// Llama (Llama 2 and 3.x, TinyLlama, SmolLM2, Mistral 7B, the older Pixtral and Mistral-Small files):
+// llama.cpp's LLM_ARCH_LLAMA. Rotation in adjacent pairs (llama.cpp's converter permutes Q and K rows for
+// it); Llama 3.1-3.3's RoPE scaling comes as the rope_freqs tensor of frequency factors; optional biases on
+// Q/K/V, the attention output and the feed-forward matrices. Hugging Face directories too, by the names
+// modeling_llama uses.
 #include "families/family.hpp"
 
 namespace epd::model::families {
 namespace {
-
-std::string gguf_name(Role role, uint32_t layer) {
-  const auto block = [&](const char* name) {
-    return "blk." + std::to_string(layer) + "." + name + ".weight";
-  };
-  switch (role) {
-    case Role::token_embedding:
-      return "token_embd.weight";
-    case Role::output_norm:
-      return "output_norm.weight";
-    case Role::output:
-      return "output.weight";
-    case Role::attn_norm:
-      return block("attn_norm");
-    case Role::q:
-      return block("attn_q");
-    case Role::k:
-      return block("attn_k");
-    case Role::v:
-      return block("attn_v");
-    case Role::o:
-      return block("attn_output");
-    case Role::ffn_norm:
-      return block("ffn_norm");
-    case Role::gate:
-      return block("ffn_gate");
-    case Role::up:
-      return block("ffn_up");
-    case Role::down:
-      return block("ffn_down");
-  }
-  return {};
-}
 
 std::string hf_name(Role role, uint32_t layer) {
   const auto block = [&](const char* name) {
@@ -71,8 +41,22 @@ std::string hf_name(Role role, uint32_t layer) {
   return {};
 }
 
+protocol::Status no_keys(KeyReader&, const ModelConfig&, detail::DecoderArch&) {
+  return {};
+}
+
 }  // namespace
 
-const DecoderFamily kLlama{"llama", "llama", "llama", gguf_name, hf_name};
+const DecoderFamily kLlama{
+    .name = "llama",
+    .gguf_arch = "llama",
+    .hf_model_type = "llama",
+    .examples = "Llama-3.2-1B/3B-Instruct, Llama-3.1-8B-Instruct, TinyLlama, SmolLM2, Mistral-7B",
+    .rope_style = detail::RopeStyle::interleaved,
+    .layout = {.out_bias = true, .ffn_biases = true, .rope_factors = BlockLayout::RopeFactors::freqs},
+    .read_keys = no_keys,
+    .keys = {},
+    .hf_tensor = hf_name,
+};
 
 }  // namespace epd::model::families

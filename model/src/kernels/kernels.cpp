@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <vector>
 
+#include "epd/model/kv_cache.hpp"
 #include "kernels/multiversion.hpp"
 
 namespace epd::model::kernels {
@@ -95,6 +97,24 @@ EPD_MULTIVERSION void swiglu(float* a, const float* b, size_t n) {
   for (size_t i = 0; i < n; ++i) a[i] = a[i] / (1.0f + exp_det(-a[i])) * b[i];
 }
 
+void geglu_f16_table(float* a, const float* b, size_t n) {
+  static const std::vector<float> table = [] {
+    std::vector<float> t(size_t{1} << 16);
+    for (size_t i = 0; i < t.size(); ++i) {
+      const float x = f16_to_f32(static_cast<uint16_t>(i));
+      const float g =
+          0.5f * x * (1.0f + std::tanh(0.79788456080286535587989211986876f * x * (1.0f + 0.044715f * x * x)));
+      t[i] = f16_to_f32(f32_to_f16(g));
+    }
+    return t;
+  }();
+  for (size_t i = 0; i < n; ++i) {
+    const float x = a[i];
+    const float g = x <= -10.0f ? 0.0f : x >= 10.0f ? x : table[f32_to_f16(x)];
+    a[i] = g * b[i];
+  }
+}
+
 EPD_MULTIVERSION void softmax_prefix(float* s, size_t visible, size_t len) {
   // The maximum over 16 lanes (a > b ? a : b is one vector max instruction), then the lanes.
   float acc[kLanes];
@@ -116,6 +136,15 @@ EPD_MULTIVERSION void rope(float* x, const float* cos_t, const float* sin_t, siz
     const float x0 = x[2 * i], x1 = x[2 * i + 1];
     x[2 * i] = x0 * cos_t[i] - x1 * sin_t[i];
     x[2 * i + 1] = x0 * sin_t[i] + x1 * cos_t[i];
+  }
+}
+
+EPD_MULTIVERSION void rope_neox(float* x, const float* cos_t, const float* sin_t, size_t n) {
+  const size_t half = n / 2;
+  for (size_t i = 0; i < half; ++i) {
+    const float x0 = x[i], x1 = x[i + half];
+    x[i] = x0 * cos_t[i] - x1 * sin_t[i];
+    x[i + half] = x0 * sin_t[i] + x1 * cos_t[i];
   }
 }
 

@@ -86,12 +86,19 @@ inline float exp_det(float x) {
 // a[i] = silu(a[i]) * b[i]
 void swiglu(float* a, const float* b, size_t n);
 
+// a[i] = gelu(a[i]) * b[i] with GELU's tanh approximation as llama.cpp's CPU back end computes it
+// (ggml_vec_geglu_f32 under GGML_GELU_FP16): a[i] rounded to f16 indexes a table of gelu values rounded to
+// f16; 0 at or below -10, the identity at or above 10.
+void geglu_f16_table(float* a, const float* b, size_t n);
+
 // s[0, visible) = softmax(s[0, visible)) (max subtracted, exp_det, divided by the fixed-order sum), and
 // s[visible, len) = 0: one causal row of attention weights.
 void softmax_prefix(float* s, size_t visible, size_t len);
 
 // Rotates pairs (x[2i], x[2i+1]) by the angles whose cos/sin are given (n/2 each).
 void rope(float* x, const float* cos_t, const float* sin_t, size_t n);
+// Rotates pairs (x[i], x[i + n/2]) ("rotate half", llama.cpp's NEOX order).
+void rope_neox(float* x, const float* cos_t, const float* sin_t, size_t n);
 
 // y += w * x
 inline void axpy(float w, const float* x, float* y, size_t n) {

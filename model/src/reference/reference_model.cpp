@@ -23,17 +23,18 @@ protocol::Result<std::unique_ptr<ModelRunner>> make_reference_runner(const Model
   w.tok_emb = matrix(std::move(r.tok_emb), cfg.vocab, d);
   w.final_norm = std::move(r.final_norm);
   w.lm_head = matrix(std::move(r.lm_head), cfg.vocab, d);
+  w.arch.rope.base = cfg.rope_theta;
   for (detail::BlockWeights& b : r.blocks) {
     detail::DecoderLayer& L = w.layers.emplace_back();
     L.attn_norm = std::move(b.attn_norm);
     L.ffn_norm = std::move(b.mlp_norm);
-    L.wq = matrix(std::move(b.wq), q, d);
-    L.wk = matrix(std::move(b.wk), kv, d);
-    L.wv = matrix(std::move(b.wv), kv, d);
-    L.wo = matrix(std::move(b.wo), d, q);
-    L.w_gate = matrix(std::move(b.w_gate), cfg.ffn, d);
-    L.w_up = matrix(std::move(b.w_up), cfg.ffn, d);
-    L.w_down = matrix(std::move(b.w_down), d, cfg.ffn);
+    L.wq.w = matrix(std::move(b.wq), q, d);
+    L.wk.w = matrix(std::move(b.wk), kv, d);
+    L.wv.w = matrix(std::move(b.wv), kv, d);
+    L.wo.w = matrix(std::move(b.wo), d, q);
+    L.w_gate.w = matrix(std::move(b.w_gate), cfg.ffn, d);
+    L.w_up.w = matrix(std::move(b.w_up), cfg.ffn, d);
+    L.w_down.w = matrix(std::move(b.w_down), d, cfg.ffn);
   }
   detail::DecoderOptions opts;
   opts.arithmetic = detail::Arithmetic::exact;

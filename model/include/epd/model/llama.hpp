@@ -1,16 +1,29 @@
 #pragma once
-// Llama-family checkpoints (TinyLlama, SmolLM2, Llama-2/3 without RoPE scaling, ...): RMSNorm, RoPE,
-// grouped-query attention, SwiGLU, optionally tied embeddings. Loaded from a Hugging Face directory
-// (config.json + model.safetensors or shards with model.safetensors.index.json; F32/F16/BF16, converted to
-// f32 once at load) or from a GGUF file (architecture "llama"; F32, F16, BF16 and ggml's quantized types,
-// used in place on ggml's CPU kernels; docs/model.md, "Quantized GGUF").
+// Checkpoints of the decoder families epd runs (checkpoint_families(): Llama 2/3.x, Mistral, Qwen 2/2.5/3,
+// Gemma 3, Phi-3/3.5/4-mini): pre-norm transformers with RoPE, grouped-query attention and a gated
+// feed-forward, each family's variations (biases, QK-norm, post norms, sliding windows, RoPE scaling, fused
+// matrices) selected by its GGUF keys and tensors. Loaded from a GGUF file (F32, F16, BF16 and ggml's
+// quantized types, used in place on ggml's CPU kernels; docs/model.md, "Quantized GGUF"), or for Llama from
+// a Hugging Face directory (config.json + model.safetensors or shards with model.safetensors.index.json;
+// F32/F16/BF16, converted to f32 once at load).
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "epd/model/runner.hpp"
 
 namespace epd::model {
+
+// A family of checkpoints as epd runs it: its name, the GGUF architecture that selects it, models people
+// run of it, the GGUF tensor names it may take ("blk.%d." for a block's) and the "<arch>.*" keys it may
+// read (short names): any other tensor or key in a file of the family is refused by name.
+struct CheckpointFamily {
+  std::string name, gguf_arch, examples;
+  bool hugging_face = false;  // Hugging Face directories of it load too
+  std::vector<std::string> gguf_tensors, gguf_keys;
+};
+std::vector<CheckpointFamily> checkpoint_families();
 
 // A directory, or a file ending in .gguf or .safetensors (which then needs a config.json beside it).
 bool is_checkpoint_path(const std::string& path);
