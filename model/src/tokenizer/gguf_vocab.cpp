@@ -72,6 +72,8 @@ protocol::Result<VocabMetadata> vocab_from_gguf(const GgufFile& f) {
       *out = static_cast<uint32_t>(**id);
     }
   }
+  for (const char* kind : {"pre", "suf", "mid", "pad", "rep", "sep"})
+    if (f.find("tokenizer.ggml.fim_" + std::string(kind) + "_token_id")) v.fim_ids_given.emplace_back(kind);
   for (auto [key, out] : {std::pair{"tokenizer.ggml.add_bos_token", &v.add_bos},
                           std::pair{"tokenizer.ggml.add_space_prefix", &v.add_space_prefix}}) {
     if (const GgufValue* b = f.find(key)) {

@@ -34,6 +34,10 @@ struct VocabMetadata {
   std::optional<uint32_t> bos, eos, unk;
   std::optional<bool> add_bos, add_space_prefix;
   std::string chat_template;  // tokenizer.chat_template ("" if absent)
+  // The fill-in-the-middle markers whose ids the file names (tokenizer.ggml.fim_KIND_token_id, KIND one of
+  // pre suf mid pad rep sep): llama.cpp then does not find that marker by its spelling
+  // (tokenizer_from_vocab).
+  std::vector<std::string> fim_ids_given;
 };
 
 class GgufFile;
