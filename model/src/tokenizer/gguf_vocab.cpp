@@ -41,7 +41,8 @@ protocol::Result<VocabMetadata> vocab_from_gguf(const GgufFile& f) {
     return {};
   };
   for (auto [key, out, max] :
-       {std::tuple{"tokenizer.ggml.model", &v.model, size_t{256}},
+       {std::tuple{"general.name", &v.name, size_t{4096}},
+        std::tuple{"tokenizer.ggml.model", &v.model, size_t{256}},
         std::tuple{"tokenizer.ggml.pre", &v.pre, size_t{256}},
         std::tuple{"tokenizer.chat_template", &v.chat_template, size_t{kMaxChatTemplateBytes}}})
     if (auto st = str(key, *out, max); !st) return st.error();

@@ -1,6 +1,7 @@
 // Picks the tokenizer a checkpoint carries: a GGUF file's own vocabulary, or a Hugging Face directory's
 // tokenizer.model (SentencePiece, preferred: it is what the model was trained with) or tokenizer.json.
 #include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <fstream>
 #include <unordered_set>
@@ -121,6 +122,24 @@ std::vector<int32_t> llama_cpp_token_types(const VocabMetadata& v) {
   return types;
 }
 
+// llama.cpp gives Phi-3's special tokens rstrip (the whitespace after them is dropped, as Phi-3's
+// tokenizer.json says of its added tokens), recognising the model by general.name containing "phi-3" or
+// "phi3" in any case; <unk>, <s> and <|endoftext|> keep theirs. No other family epd serves has such
+// attributes.
+std::vector<TokenId> llama_cpp_rstrip_ids(const VocabMetadata& v, const std::vector<int32_t>& types) {
+  std::string name = v.name;
+  for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (name.find("phi-3") == std::string::npos && name.find("phi3") == std::string::npos) return {};
+  std::vector<TokenId> ids;
+  for (size_t i = 0; i < types.size(); ++i) {
+    const auto t = static_cast<TokenType>(types[i]);
+    const bool special = t == TokenType::control || t == TokenType::user_defined || t == TokenType::unknown;
+    const std::string& s = v.tokens[i];
+    if (special && s != "<unk>" && s != "<s>" && s != "<|endoftext|>") ids.push_back(static_cast<TokenId>(i));
+  }
+  return ids;
+}
+
 }  // namespace
 
 protocol::Result<std::unique_ptr<Tokenizer>> tokenizer_from_vocab(const VocabMetadata& v) {
@@ -132,7 +151,7 @@ protocol::Result<std::unique_ptr<Tokenizer>> tokenizer_from_vocab(const VocabMet
     spm.token_types = types;
     auto proto = detail::spm_proto_from_vocab(spm);
     if (!proto) return proto.error();
-    return detail::make_sentencepiece(*proto, v.add_bos.value_or(true));
+    return detail::make_sentencepiece(*proto, v.add_bos.value_or(true), llama_cpp_rstrip_ids(v, types));
   }
   if (v.model != "gpt2")
     return bad("tokenizer.ggml.model \"" + v.model + "\" is not supported (llama, gpt2)");
@@ -157,6 +176,7 @@ protocol::Result<std::unique_ptr<Tokenizer>> tokenizer_from_vocab(const VocabMet
   b.bos = v.bos;
   b.eos = v.eos;
   b.add_bos = v.add_bos.value_or(b.ignore_merges);
+  b.rstrip = llama_cpp_rstrip_ids(v, types);
   return detail::make_bpe(std::move(b));
 }
 

@@ -25,6 +25,7 @@ inline constexpr uint64_t kMaxEncodeBytes = 16u << 20;  // one text to encode
 // A vocabulary as GGUF states it (tokenizer.ggml.*). model "llama": SentencePiece pieces with scores;
 // model "gpt2": byte-level BPE tokens with merges by rank and the pre-tokenizer named by `pre`.
 struct VocabMetadata {
+  std::string name;  // general.name: llama.cpp keys some tokens' attributes on it (Phi-3's rstrip)
   std::string model;
   std::string pre;  // gpt2 only: "default", "gpt-2", "llama-bpe", "smollm", "qwen2", ... (see docs)
   std::vector<std::string> tokens;
