@@ -1,5 +1,6 @@
 #include "bpe_tokenizer.hpp"
 
+#include <algorithm>
 #include <queue>
 #include <unordered_map>
 
@@ -50,7 +51,9 @@ class BpeTokenizer final : public Tokenizer {
           type == TokenType::control || type == TokenType::user_defined || type == TokenType::unknown;
       pieces_[id] = raw ? t : from_byte_level(t);
       ids_.emplace(t, static_cast<TokenId>(id));  // the first of duplicate spellings wins, as in llama.cpp
-      if (raw) specials_.add(t, static_cast<TokenId>(id), type != TokenType::user_defined);
+      if (raw)
+        specials_.add(t, static_cast<TokenId>(id), type != TokenType::user_defined,
+                      std::find(v.rstrip.begin(), v.rstrip.end(), id) != v.rstrip.end());
     }
     ranks_.reserve(v.merges.size());
     for (size_t r = 0; r < v.merges.size(); ++r) {

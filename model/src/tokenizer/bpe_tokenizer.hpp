@@ -20,6 +20,7 @@ struct BpeVocab {
   bool ignore_merges = false;  // a piece that is itself a token is taken whole (Llama-3)
   std::optional<TokenId> bos, eos;
   bool add_bos = false;
+  std::vector<TokenId> rstrip;  // special tokens that drop the whitespace after them (SpecialMatcher)
 };
 
 protocol::Result<std::unique_ptr<Tokenizer>> make_bpe(BpeVocab vocab);

@@ -41,7 +41,8 @@ protocol::Result<VocabMetadata> vocab_from_gguf(const GgufFile& f) {
     return {};
   };
   for (auto [key, out, max] :
-       {std::tuple{"tokenizer.ggml.model", &v.model, size_t{256}},
+       {std::tuple{"general.name", &v.name, size_t{4096}},
+        std::tuple{"tokenizer.ggml.model", &v.model, size_t{256}},
         std::tuple{"tokenizer.ggml.pre", &v.pre, size_t{256}},
         std::tuple{"tokenizer.chat_template", &v.chat_template, size_t{kMaxChatTemplateBytes}}})
     if (auto st = str(key, *out, max); !st) return st.error();
@@ -72,6 +73,8 @@ protocol::Result<VocabMetadata> vocab_from_gguf(const GgufFile& f) {
       *out = static_cast<uint32_t>(**id);
     }
   }
+  for (const char* kind : {"pre", "suf", "mid", "pad", "rep", "sep"})
+    if (f.find("tokenizer.ggml.fim_" + std::string(kind) + "_token_id")) v.fim_ids_given.emplace_back(kind);
   for (auto [key, out] : {std::pair{"tokenizer.ggml.add_bos_token", &v.add_bos},
                           std::pair{"tokenizer.ggml.add_space_prefix", &v.add_space_prefix}}) {
     if (const GgufValue* b = f.find(key)) {

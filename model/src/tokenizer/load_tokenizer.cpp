@@ -1,7 +1,10 @@
 // Picks the tokenizer a checkpoint carries: a GGUF file's own vocabulary, or a Hugging Face directory's
 // tokenizer.model (SentencePiece, preferred: it is what the model was trained with) or tokenizer.json.
+#include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <fstream>
+#include <unordered_set>
 
 #include <nlohmann/json.hpp>
 
@@ -80,26 +83,84 @@ protocol::Result<LoadedTokenizer> load_directory(const fs::path& dir) {
   return bad(dir.string() + ": no tokenizer.model or tokenizer.json");
 }
 
+// llama.cpp's loader (llama-vocab.cpp, load) makes a token control whatever type the file gives it when it
+// spells an end of generation or, unless the file names that marker's id, a fill-in-the-middle marker: in
+// Qwen2's vocabulary "</s>" is a normal token and "<|fim_prefix|>" a user-defined one. Such a token then
+// matches only as a parsed special and decodes to nothing unless specials are rendered. A GGUF vocabulary is
+// tokenized the way llama.cpp does, so epd applies the same list (llama.cpp v0.5.0's).
+std::vector<int32_t> llama_cpp_token_types(const VocabMetadata& v) {
+  // Groups of spellings: "" the ends of turn and of generation, else the fill-in-the-middle marker's kind.
+  static const std::vector<std::pair<std::string_view, std::vector<std::string_view>>> kGroups = {
+      {"",
+       {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>", "<EOT>",
+        "_<EOT>", "[EOT]", "<｜end▁of▁sentence｜>", "<end_of_utterance>"}},
+      {"",
+       {"<|return|>", "<|call|>", "<|flush|>", "<|calls|>", "</s>", "<|eom_id|>", "[EOS]", "<eos>", "<turn|>",
+        "<|tool_response>", "[e~["}},
+      {"pre",
+       {"<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<｜fim▁begin｜>", "<PRE>", "▁<PRE>",
+        "<|code_prefix|>", "<|prefix|>"}},
+      {"suf",
+       {"<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<｜fim▁hole｜>", "<SUF>", "▁<SUF>",
+        "<|code_suffix|>", "<|suffix|>"}},
+      {"mid",
+       {"<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<｜fim▁end｜>", "<MID>", "▁<MID>",
+        "<|code_middle|>", "<|middle|>"}},
+      {"pad", {"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"}},
+      {"rep", {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"}},
+      {"sep", {"<|file_sep|>"}},
+  };
+  std::unordered_set<std::string_view> spellings;
+  for (const auto& [kind, names] : kGroups)
+    if (kind.empty() ||
+        std::find(v.fim_ids_given.begin(), v.fim_ids_given.end(), kind) == v.fim_ids_given.end())
+      spellings.insert(names.begin(), names.end());
+  std::vector<int32_t> types = v.token_types;
+  if (types.empty()) types.assign(v.tokens.size(), static_cast<int32_t>(TokenType::normal));
+  for (size_t i = 0; i < v.tokens.size() && i < types.size(); ++i)
+    if (spellings.contains(v.tokens[i])) types[i] = static_cast<int32_t>(TokenType::control);
+  return types;
+}
+
+// llama.cpp gives Phi-3's special tokens rstrip (the whitespace after them is dropped, as Phi-3's
+// tokenizer.json says of its added tokens), recognising the model by general.name containing "phi-3" or
+// "phi3" in any case; <unk>, <s> and <|endoftext|> keep theirs. No other family epd serves has such
+// attributes.
+std::vector<TokenId> llama_cpp_rstrip_ids(const VocabMetadata& v, const std::vector<int32_t>& types) {
+  std::string name = v.name;
+  for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (name.find("phi-3") == std::string::npos && name.find("phi3") == std::string::npos) return {};
+  std::vector<TokenId> ids;
+  for (size_t i = 0; i < types.size(); ++i) {
+    const auto t = static_cast<TokenType>(types[i]);
+    const bool special = t == TokenType::control || t == TokenType::user_defined || t == TokenType::unknown;
+    const std::string& s = v.tokens[i];
+    if (special && s != "<unk>" && s != "<s>" && s != "<|endoftext|>") ids.push_back(static_cast<TokenId>(i));
+  }
+  return ids;
+}
+
 }  // namespace
 
 protocol::Result<std::unique_ptr<Tokenizer>> tokenizer_from_vocab(const VocabMetadata& v) {
+  if (!v.token_types.empty() && v.token_types.size() != v.tokens.size())
+    return bad("gguf vocabulary: token types and tokens differ in count");
+  const std::vector<int32_t> types = llama_cpp_token_types(v);
   if (v.model == "llama") {
-    auto proto = detail::spm_proto_from_vocab(v);
+    VocabMetadata spm = v;
+    spm.token_types = types;
+    auto proto = detail::spm_proto_from_vocab(spm);
     if (!proto) return proto.error();
-    return detail::make_sentencepiece(*proto, v.add_bos.value_or(true));
+    return detail::make_sentencepiece(*proto, v.add_bos.value_or(true), llama_cpp_rstrip_ids(v, types));
   }
   if (v.model != "gpt2")
     return bad("tokenizer.ggml.model \"" + v.model + "\" is not supported (llama, gpt2)");
   detail::BpeVocab b;
   b.tokens = v.tokens;
-  if (!v.token_types.empty()) {
-    if (v.token_types.size() != v.tokens.size())
-      return bad("gguf gpt2 vocabulary: token types and tokens differ in count");
-    b.types.reserve(v.token_types.size());
-    for (int32_t t : v.token_types) {
-      if (t < 1 || t > 6) return bad("gguf gpt2 vocabulary: token type " + std::to_string(t));
-      b.types.push_back(static_cast<TokenType>(t));
-    }
+  b.types.reserve(types.size());
+  for (int32_t t : types) {
+    if (t < 1 || t > 6) return bad("gguf gpt2 vocabulary: token type " + std::to_string(t));
+    b.types.push_back(static_cast<TokenType>(t));
   }
   b.merges.reserve(v.merges.size());
   for (const std::string& m : v.merges) {
@@ -115,6 +176,7 @@ protocol::Result<std::unique_ptr<Tokenizer>> tokenizer_from_vocab(const VocabMet
   b.bos = v.bos;
   b.eos = v.eos;
   b.add_bos = v.add_bos.value_or(b.ignore_merges);
+  b.rstrip = llama_cpp_rstrip_ids(v, types);
   return detail::make_bpe(std::move(b));
 }
 

@@ -4,6 +4,8 @@
 // space), so "<s>" in a prompt is BOS only when specials are parsed.
 #include <sentencepiece_processor.h>
 
+#include <algorithm>
+
 #include "epd/model/tokenizer_load.hpp"
 #include "special_split.hpp"
 #include "spm_proto.hpp"
@@ -27,7 +29,11 @@ int hex_digit(char c) {
 
 class SentencePieceTokenizer final : public Tokenizer {
  public:
-  protocol::Status load(std::string_view proto, std::optional<bool> add_bos) {
+  protocol::Status load(std::string_view proto, std::optional<bool> add_bos,
+                        const std::vector<TokenId>& rstrip) {
+    auto strips = [&](int id) {
+      return std::find(rstrip.begin(), rstrip.end(), static_cast<TokenId>(id)) != rstrip.end();
+    };
     if (proto.size() > kMaxTokenizerFileBytes)
       return bad("larger than " + std::to_string(kMaxTokenizerFileBytes));
     const auto st = spm_.LoadFromSerializedProto(proto);
@@ -51,12 +57,12 @@ class SentencePieceTokenizer final : public Tokenizer {
         t = TokenType::unused;
       types_[id] = t;
       pieces_[id] = text_of(p, t);
-      if (t == TokenType::control || t == TokenType::unknown) specials_.add(p, id, true);
+      if (t == TokenType::control || t == TokenType::unknown) specials_.add(p, id, true, strips(id));
     }
     for (uint32_t id : detail::spm_user_defined_ids(proto)) {
       if (id >= pieces_.size()) continue;
       types_[id] = TokenType::user_defined;
-      specials_.add(spm_.IdToPiece(static_cast<int>(id)), id, false);
+      specials_.add(spm_.IdToPiece(static_cast<int>(id)), id, false, strips(static_cast<int>(id)));
     }
     if (spm_.bos_id() >= 0) bos_ = static_cast<TokenId>(spm_.bos_id());
     if (spm_.eos_id() >= 0) eos_ = static_cast<TokenId>(spm_.eos_id());
@@ -135,9 +141,10 @@ class SentencePieceTokenizer final : public Tokenizer {
 namespace detail {
 
 protocol::Result<std::unique_ptr<Tokenizer>> make_sentencepiece(std::string_view proto,
-                                                                std::optional<bool> add_bos) {
+                                                                std::optional<bool> add_bos,
+                                                                const std::vector<TokenId>& rstrip) {
   auto tok = std::make_unique<SentencePieceTokenizer>();
-  if (auto st = tok->load(proto, add_bos); !st) return st.error();
+  if (auto st = tok->load(proto, add_bos, rstrip); !st) return st.error();
   return std::unique_ptr<Tokenizer>(std::move(tok));
 }
 

@@ -4,10 +4,10 @@
 
 namespace epd::model::detail {
 
-void SpecialMatcher::add(std::string spelling, TokenId id, bool control) {
+void SpecialMatcher::add(std::string spelling, TokenId id, bool control, bool rstrip) {
   if (spelling.empty()) return;  // an empty spelling would match everywhere
   by_spelling_.emplace(spelling, id);
-  Entry e{std::move(spelling), id, control};
+  Entry e{std::move(spelling), id, control, rstrip};
   auto at = std::upper_bound(entries_.begin(), entries_.end(), e, [](const Entry& a, const Entry& b) {
     return a.spelling.size() > b.spelling.size();
   });
@@ -37,6 +37,10 @@ std::vector<Fragment> SpecialMatcher::split(std::string_view text, bool parse_sp
         if (at > 0) next.push_back({rest.substr(0, at), std::nullopt});
         next.push_back({{}, e.id});
         rest.remove_prefix(at + e.spelling.size());
+        if (e.rstrip)  // C isspace, as llama.cpp: ASCII whitespace only
+          while (!rest.empty() &&
+                 std::string_view(" \t\n\v\f\r").find(rest.front()) != std::string_view::npos)
+            rest.remove_prefix(1);
       }
       if (!rest.empty()) next.push_back({rest, std::nullopt});
     }

@@ -19,7 +19,8 @@ struct Fragment {
 class SpecialMatcher {
  public:
   // control: matched only when the caller parses special tokens; otherwise (user-defined) always.
-  void add(std::string spelling, TokenId id, bool control);
+  // rstrip: the whitespace right after a match is dropped (llama.cpp's LLAMA_TOKEN_ATTR_RSTRIP).
+  void add(std::string spelling, TokenId id, bool control, bool rstrip = false);
   std::vector<Fragment> split(std::string_view text, bool parse_special) const;
   std::optional<TokenId> find(std::string_view spelling) const;
 
@@ -28,6 +29,7 @@ class SpecialMatcher {
     std::string spelling;
     TokenId id;
     bool control;
+    bool rstrip;
   };
   std::vector<Entry> entries_;  // longest first
   std::unordered_map<std::string, TokenId> by_spelling_;

@@ -52,14 +52,27 @@ protocol::Result<std::string> spm_proto_from_vocab(const VocabMetadata& v) {
   if (!v.scores.empty() && v.scores.size() != n) return bad("scores and tokens differ in count");
   if (!v.token_types.empty() && v.token_types.size() != n)
     return bad("token types and tokens differ in count");
-  ProtoWriter model;
+  // SentencePiece takes exactly one UNKNOWN piece: the file's unknown_token_id, else its first unknown-typed
+  // token. Other unknown-typed tokens (Phi-3's [PAD...] fillers) become control pieces: like llama.cpp's
+  // unknown tokens they match only as parsed specials and never come out of a merge. The unknown_token_id's
+  // piece is the unknown one whatever its type (Phi-3 types its <unk> control).
   std::optional<uint32_t> unk = v.unk;
+  for (size_t i = 0; i < n && !unk && !v.token_types.empty(); ++i)
+    if (v.token_types[i] == 2) unk = static_cast<uint32_t>(i);
+  if (!unk) return bad("no unknown token (SentencePiece needs one)");
+  auto id_in_range = [&](std::optional<uint32_t> id) { return !id || *id < n; };
+  if (!id_in_range(unk) || !id_in_range(v.bos) || !id_in_range(v.eos))
+    return bad("a special id is out of range");
+  ProtoWriter model;
   bool has_bytes = false;
   for (size_t i = 0; i < n; ++i) {
-    const int32_t type = v.token_types.empty() ? 1 : v.token_types[i];
+    int32_t type = v.token_types.empty() ? 1 : v.token_types[i];
     if (type < 1 || type > 6) return bad("token " + std::to_string(i) + " has type " + std::to_string(type));
     if (v.tokens[i].empty()) return bad("token " + std::to_string(i) + " is empty");
-    if (type == 2 && !unk) unk = static_cast<uint32_t>(i);
+    if (i == *unk)
+      type = 2;
+    else if (type == 2)
+      type = 3;
     has_bytes = has_bytes || type == 6;
     ProtoWriter piece;
     piece.bytes(1, v.tokens[i]);
@@ -67,10 +80,6 @@ protocol::Result<std::string> spm_proto_from_vocab(const VocabMetadata& v) {
     piece.varint(3, static_cast<uint64_t>(type));
     model.bytes(1, piece.take());
   }
-  if (!unk) return bad("no unknown token (SentencePiece needs one)");
-  auto id_in_range = [&](std::optional<uint32_t> id) { return !id || *id < n; };
-  if (!id_in_range(unk) || !id_in_range(v.bos) || !id_in_range(v.eos))
-    return bad("a special id is out of range");
   ProtoWriter trainer;
   trainer.varint(3, 2);                   // model_type = BPE
   trainer.varint(4, n);                   // vocab_size
@@ -79,6 +88,10 @@ protocol::Result<std::string> spm_proto_from_vocab(const VocabMetadata& v) {
   trainer.sint32_as_varint(41, v.bos ? static_cast<int32_t>(*v.bos) : -1);
   trainer.sint32_as_varint(42, v.eos ? static_cast<int32_t>(*v.eos) : -1);
   trainer.sint32_as_varint(43, -1);  // pad_id
+  // libsentencepiece finds BOS and EOS by these spellings (defaults <unk> <s> </s>; Gemma's are <bos> <eos>).
+  trainer.bytes(45, v.tokens[*unk]);               // unk_piece
+  if (v.bos) trainer.bytes(46, v.tokens[*v.bos]);  // bos_piece
+  if (v.eos) trainer.bytes(47, v.tokens[*v.eos]);  // eos_piece
   model.bytes(2, trainer.take());
   ProtoWriter norm;
   norm.bytes(1, "identity");

@@ -18,7 +18,9 @@ protocol::Result<std::string> spm_proto_from_vocab(const VocabMetadata& vocab);
 // The ids of a ModelProto's USER_DEFINED pieces (libsentencepiece does not expose the type): llama.cpp
 // splits them out of the text like control tokens, so epd does too. Malformed bytes give what was read.
 std::vector<uint32_t> spm_user_defined_ids(std::string_view model_proto);
+// rstrip: special tokens that drop the whitespace after them (SpecialMatcher).
 protocol::Result<std::unique_ptr<Tokenizer>> make_sentencepiece(std::string_view proto,
-                                                                std::optional<bool> add_bos);
+                                                                std::optional<bool> add_bos,
+                                                                const std::vector<TokenId>& rstrip = {});
 
 }  // namespace epd::model::detail

@@ -11,69 +11,13 @@
 #include "epd/model/chat_template.hpp"
 #include "epd/model/tokenizer_load.hpp"
 #include "fixtures.hpp"
+#include "llama_cpp_oracle.hpp"
 
 namespace epd::model::test {
 namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-
-std::string read_all(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), {}};
-}
-
-// llama.cpp's answer for every probe string.
-json llama_cpp_tokens(const fs::path& gguf, const fs::path& dir) {
-  const std::string node_dir = std::string(EPD_SOURCE_DIR) + "/tests/http/node";
-  if (!fs::exists(node_dir + "/node_modules/node-llama-cpp"))
-    FAIL("node-llama-cpp is not installed in " + node_dir + " (scripts/setup-deps runs npm ci there)");
-  std::ofstream(dir / "strings.json") << json{{"strings", probe_strings()}}.dump();
-  const fs::path out = dir / "tokens.json", err = dir / "node.err";
-  const std::string cmd = "timeout 120 node " + node_dir + "/tokenize.mjs --model " + gguf.string() +
-                          " --input " + (dir / "strings.json").string() + " --output " + out.string() + " >" +
-                          err.string() + " 2>&1";
-  const int rc = std::system(cmd.c_str());
-  if (rc != 0) FAIL("tokenize.mjs failed (" + std::to_string(rc) + "): " + read_all(err));
-  return json::parse(read_all(out));
-}
-
-std::vector<TokenId> ids(const Tokenizer& t, const std::string& s, bool special) {
-  auto r = t.encode(s, special);
-  REQUIRE(r.ok());
-  return *r;
-}
-
-// llama.cpp's detokenize of BPE vocabularies applies Hugging Face's clean_up_tokenization_spaces (" ." ->
-// ".", " ' " -> "'", " 's" " 'm" " 're" " 've" -> no space); epd decodes losslessly, token by token, as a
-// stream must. The rule, as llama.cpp applies it, turns epd's text into what llama.cpp prints.
-std::string clean_spaces(const std::string& in) {
-  std::string a;
-  for (size_t i = 0; i < in.size(); ++i) {
-    const char x = in[i];
-    if (i > 0 && in[i - 1] == ' ' && (x == '?' || x == '!' || x == '.' || x == ',')) a.pop_back();
-    a.push_back(x);
-  }
-  std::string b;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (i > 0 && a[i] == '\'' && i + 1 < a.size() && a[i - 1] == ' ' && a[i + 1] == ' ') {
-      b.pop_back();
-      b.push_back('\'');
-      ++i;  // the space after it goes too
-      continue;
-    }
-    b.push_back(a[i]);
-  }
-  std::string c;
-  for (size_t i = 0; i < b.size(); ++i) {
-    if (i > 0 && b[i - 1] == ' ' && b[i] == '\'' && i + 1 < b.size()) {
-      const char x1 = b[i + 1], x2 = i + 2 < b.size() ? b[i + 2] : '\0';
-      if (x1 == 's' || x1 == 'm' || (x1 == 'r' && x2 == 'e') || (x1 == 'v' && x2 == 'e')) c.pop_back();
-    }
-    c.push_back(b[i]);
-  }
-  return c;
-}
 
 // Every probe: the same ids with and without special-token parsing, and the same detokenized text.
 void agree(const Tokenizer& epd, const json& oracle, const char* source) {
@@ -87,8 +31,8 @@ void agree(const Tokenizer& epd, const json& oracle, const char* source) {
     const json& r = oracle["results"][i];
     const auto plain = r.at("plain").get<std::vector<TokenId>>();
     const auto special = r.at("special").get<std::vector<TokenId>>();
-    CHECK(ids(epd, strings[i], false) == plain);
-    CHECK(ids(epd, strings[i], true) == special);
+    CHECK(token_ids(epd, strings[i], false) == plain);
+    CHECK(token_ids(epd, strings[i], true) == special);
     const bool bpe = epd.kind() == "bpe";
     const std::string text = decode(epd, plain), text_special = decode(epd, special, true);
     // Lossless, except that SentencePiece gives the text after a split-out user-defined token its own
@@ -96,7 +40,7 @@ void agree(const Tokenizer& epd, const json& oracle, const char* source) {
     if (epd.kind() == "bpe" || strings[i].find("<tool>") == std::string::npos) CHECK(text == strings[i]);
     CHECK((bpe ? clean_spaces(text) : text) == r.at("text").get<std::string>());
     CHECK((bpe ? clean_spaces(text_special) : text_special) == r.at("text_special").get<std::string>());
-    equal += ids(epd, strings[i], false) == plain && ids(epd, strings[i], true) == special;
+    equal += token_ids(epd, strings[i], false) == plain && token_ids(epd, strings[i], true) == special;
   }
   CHECK(equal == strings.size());
   CHECK(strings.size() >= 250);
@@ -109,7 +53,7 @@ TEST_CASE("SentencePiece tokenization equals llama.cpp's") {
   const fs::path model = train_sentencepiece(dir.path());
   const fs::path gguf = dir.path() / "spm.gguf";
   write_tokenizer_gguf(gguf, sentencepiece_vocab(model));
-  const json oracle = llama_cpp_tokens(gguf, dir.path());
+  const json oracle = llama_cpp_tokens(gguf, dir.path(), probe_strings());
   auto from_gguf = load_tokenizer(gguf.string());
   REQUIRE(from_gguf.ok());
   agree(*from_gguf->tokenizer, oracle, "gguf");
@@ -125,7 +69,7 @@ TEST_CASE("byte-level BPE tokenization equals llama.cpp's") {
     INFO("tokenizer.ggml.pre = " << pre);
     const fs::path gguf = dir.path() / ("bpe-" + pre + ".gguf");
     write_tokenizer_gguf(gguf, bpe_vocab(m, pre));
-    const json oracle = llama_cpp_tokens(gguf, dir.path());
+    const json oracle = llama_cpp_tokens(gguf, dir.path(), probe_strings());
     auto from_gguf = load_tokenizer(gguf.string());
     REQUIRE(from_gguf.ok());
     agree(*from_gguf->tokenizer, oracle, "gguf");

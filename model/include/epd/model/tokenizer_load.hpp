@@ -25,6 +25,7 @@ inline constexpr uint64_t kMaxEncodeBytes = 16u << 20;  // one text to encode
 // A vocabulary as GGUF states it (tokenizer.ggml.*). model "llama": SentencePiece pieces with scores;
 // model "gpt2": byte-level BPE tokens with merges by rank and the pre-tokenizer named by `pre`.
 struct VocabMetadata {
+  std::string name;  // general.name: llama.cpp keys some tokens' attributes on it (Phi-3's rstrip)
   std::string model;
   std::string pre;  // gpt2 only: "default", "gpt-2", "llama-bpe", "smollm", "qwen2", ... (see docs)
   std::vector<std::string> tokens;
@@ -34,6 +35,10 @@ struct VocabMetadata {
   std::optional<uint32_t> bos, eos, unk;
   std::optional<bool> add_bos, add_space_prefix;
   std::string chat_template;  // tokenizer.chat_template ("" if absent)
+  // The fill-in-the-middle markers whose ids the file names (tokenizer.ggml.fim_KIND_token_id, KIND one of
+  // pre suf mid pad rep sep): llama.cpp then does not find that marker by its spelling
+  // (tokenizer_from_vocab).
+  std::vector<std::string> fim_ids_given;
 };
 
 class GgufFile;
