@@ -7,6 +7,9 @@
 #include <unordered_map>
 #include <vector>
 
+#include <span>
+
+#include "epd/model/tokenizer.hpp"
 #include "epd/model/tokens.hpp"
 
 namespace epd::model::detail {
@@ -20,7 +23,9 @@ class SpecialMatcher {
  public:
   // control: matched only when the caller parses special tokens; otherwise (user-defined) always.
   void add(std::string spelling, TokenId id, bool control);
-  std::vector<Fragment> split(std::string_view text, bool parse_special) const;
+  // literal: ranges of `text` in which a control token's spelling, lying wholly inside one, is not matched.
+  std::vector<Fragment> split(std::string_view text, bool parse_special,
+                              std::span<const TextRange> literal = {}) const;
   std::optional<TokenId> find(std::string_view spelling) const;
 
  private:
