@@ -81,7 +81,7 @@ void serve_and_compare(const std::string& projector, const std::string& backend,
     std::string prompt = markers + r.text;
     if (r.chat) {
       const std::vector<model::ChatTurn> turns = {{"user", prompt, true}};
-      prompt = *model::render_chat_text(model::ChatStyle::chatml, turns, "", "");
+      prompt = *model::render_chat_text("", turns, "", "");
       parts.push_back({{"type", "text"}, {"text", r.text}});
       e.body = {{"messages", {{{"role", "user"}, {"content", parts}}}}, {"max_tokens", 10}};
     } else {

@@ -75,11 +75,23 @@ class BpeTokenizer final : public Tokenizer {
   uint32_t vocab_size() const override { return static_cast<uint32_t>(pieces_.size()); }
 
   protocol::Result<std::vector<TokenId>> encode(std::string_view text, bool parse_special) const override {
+    return encode_split(text, parse_special, {});
+  }
+  protocol::Result<std::vector<TokenId>> encode_rendered(std::string_view text,
+                                                         std::span<const TextRange> literal) const override {
+    // Invalid UTF-8 is replaced before splitting, which would move the ranges: then piece by piece.
+    if (!literal.empty() && sanitize_utf8(text) != text) return Tokenizer::encode_rendered(text, literal);
+    return encode_split(text, true, literal);
+  }
+
+ private:
+  protocol::Result<std::vector<TokenId>> encode_split(std::string_view text, bool parse_special,
+                                                      std::span<const TextRange> literal) const {
     if (text.size() > kMaxEncodeBytes)
       return protocol::make_error(protocol::ErrorCode::invalid_request, "text to tokenize is too long");
     const std::string clean = sanitize_utf8(text);
     std::vector<TokenId> out;
-    for (const Fragment& f : specials_.split(clean, parse_special)) {
+    for (const Fragment& f : specials_.split(clean, parse_special, literal)) {
       if (f.token) {
         out.push_back(*f.token);
         continue;
@@ -92,6 +104,7 @@ class BpeTokenizer final : public Tokenizer {
     return out;
   }
 
+ public:
   std::string piece(TokenId id, bool render_special) const override {
     if (id >= pieces_.size()) return {};
     const TokenType t = types_[id];

@@ -1,5 +1,11 @@
 #include "epd/model/chat_template.hpp"
 
+#include <algorithm>
+#include <exception>
+#include <utility>
+
+#include "llama_chat.hpp"
+
 namespace epd::model {
 namespace {
 
@@ -7,299 +13,200 @@ protocol::Error invalid(std::string detail) {
   return protocol::make_error(protocol::ErrorCode::invalid_request, std::move(detail));
 }
 
-// Jinja's `| trim` / Python's str.strip(): ASCII whitespace at both ends.
-std::string trim(std::string_view s) {
-  constexpr std::string_view ws = " \t\n\r\f\v";
-  const size_t b = s.find_first_not_of(ws);
-  if (b == std::string_view::npos) return {};
-  return std::string(s.substr(b, s.find_last_not_of(ws) - b + 1));
-}
-
-class Builder {
- public:
-  void special(std::string_view s) { out_.push_back({true, std::string(s)}); }
-  // Text, split at image markers into image segments.
-  void text(std::string_view s) {
-    for (size_t m; (m = s.find(kImageMarker)) != std::string_view::npos;
-         s.remove_prefix(m + kImageMarker.size())) {
-      plain(s.substr(0, m));
-      out_.push_back({false, std::string(kImageMarker), true});
-    }
-    plain(s);
-  }
-  std::vector<ChatSegment> take() { return std::move(out_); }
-
- private:
-  void plain(std::string_view s) {
-    if (s.empty()) return;
-    if (!out_.empty() && !out_.back().special && !out_.back().image)
-      out_.back().text += s;
-    else
-      out_.push_back({false, std::string(s)});
-  }
-  std::vector<ChatSegment> out_;
-};
-
-protocol::Status check_turns(std::span<const ChatTurn> turns, bool tool_turns) {
+protocol::Status check_turns(std::span<const ChatTurn> turns) {
   if (turns.empty()) return invalid("chat: no messages");
   for (size_t i = 0; i < turns.size(); ++i) {
     const ChatTurn& t = turns[i];
     if (!t.tool_calls.empty() && t.role != "assistant")
       return invalid("chat message " + std::to_string(i) + ": only assistant messages carry tool calls");
-    if (t.role != "system" && t.role != "user" && t.role != "assistant" && !(tool_turns && t.role == "tool"))
+    if (t.role != "system" && t.role != "user" && t.role != "assistant" && t.role != "tool")
       return invalid("chat message " + std::to_string(i) + ": role '" + t.role +
-                     "' is not supported (system, user or assistant)");
+                     "' is not supported (system, user, assistant or tool)");
     if ((t.image || t.text.find(kImageMarker) != std::string::npos) && t.role != "user")
       return invalid("chat message " + std::to_string(i) + ": only user messages may carry an image");
   }
   return {};
 }
 
-void chatml(Builder& b, std::span<const ChatTurn> turns) {
-  for (const ChatTurn& t : turns) {
-    b.special("<|im_start|>");
-    b.text(t.role + "\n" + t.text);
-    b.special("<|im_end|>");
-    b.text("\n");
-  }
-  b.special("<|im_start|>");
-  b.text("assistant\n");
+// Whether `text` holds the spelling of a control token (it encodes otherwise with special parsing).
+bool has_control_spelling(const Tokenizer& tok, std::string_view text) {
+  auto with = tok.encode(text, true), without = tok.encode(text, false);
+  return with && without && *with != *without;
 }
 
-void llama3(Builder& b, std::span<const ChatTurn> turns, std::string_view bos) {
-  b.special(bos);
-  for (const ChatTurn& t : turns) {
-    b.special("<|start_header_id|>");
-    b.text(t.role);
-    b.special("<|end_header_id|>");
-    b.text("\n\n" + trim(t.text));
-    b.special("<|eot_id|>");
+// Without input marks (llama.cpp rendered the template another way than its generic path, e.g. GPT-OSS's
+// or Gemma-4's own handlers): request text that spells a control token is refused, as it could forge a turn.
+protocol::Status check_request_text(const Tokenizer& tok, std::span<const ChatTurn> turns,
+                                    std::span<const ChatTool> tools) {
+  for (size_t i = 0; i < turns.size(); ++i) {
+    bool forged = has_control_spelling(tok, turns[i].text);
+    for (const ToolCall& c : turns[i].tool_calls)
+      forged = forged || has_control_spelling(tok, c.name) || has_control_spelling(tok, c.arguments);
+    if (forged)
+      return invalid("chat message " + std::to_string(i) +
+                     ": spells one of the model's control tokens, which this template cannot keep as text");
   }
-  b.special("<|start_header_id|>");
-  b.text("assistant");
-  b.special("<|end_header_id|>");
-  b.text("\n\n");
-}
-
-void header(Builder& b, std::string_view role) {
-  b.special("<|start_header_id|>");
-  b.text(role);
-  b.special("<|end_header_id|>");
-}
-
-// Llama-3.1's layout with tools (its JSON tool calling): the date header in the system turn, the tools in
-// the first user turn, calls as {"name", "parameters"}, results as ipython turns.
-protocol::Status llama3_tools(Builder& b, std::span<const ChatTurn> turns, std::string_view bos,
-                              std::span<const ChatTool> tools) {
-  b.special(bos);
-  size_t i = 0;
-  std::string system;
-  if (turns[0].role == "system") {
-    system = trim(turns[0].text);
-    i = 1;
-  }
-  header(b, "system");
-  b.text(std::string("\n\n") + (tools.empty() ? "" : "Environment: ipython\n") +
-         "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n" + system);
-  b.special("<|eot_id|>");
-  if (!tools.empty()) {
-    if (i == turns.size() || turns[i].role != "user")
-      return invalid(
-          "chat: Llama-3 puts the tools in the first user message; the conversation must start "
-          "with one (after an optional system message)");
-    header(b, "user");
-    b.text("\n\n" + llama3_tools_preamble(tools) + trim(turns[i].text));
-    b.special("<|eot_id|>");
-    ++i;
-  }
-  for (; i < turns.size(); ++i) {
-    const ChatTurn& t = turns[i];
-    if (t.role == "tool") {
-      header(b, "ipython");
-      b.text("\n\n" + llama3_tool_result_text(t.text));
-    } else if (!t.tool_calls.empty()) {
-      if (t.tool_calls.size() != 1)
-        return invalid("chat message " + std::to_string(i) +
-                       ": Llama-3 takes one tool call per assistant message");
-      auto call = llama3_call_text(t.tool_calls[0]);
-      if (!call) return call.error();
-      header(b, "assistant");
-      b.text("\n\n" + *call);
-    } else {
-      header(b, t.role);
-      b.text("\n\n" + trim(t.text));
-    }
-    b.special("<|eot_id|>");
-  }
-  header(b, "assistant");
-  b.text("\n\n");
+  for (const ChatTool& t : tools)
+    if (has_control_spelling(tok, t.json))
+      return invalid("tool " + t.name + ": spells one of the model's control tokens");
   return {};
 }
 
-protocol::Status llama2(Builder& b, std::span<const ChatTurn> turns, std::string_view bos,
-                        std::string_view eos) {
-  std::string system;
-  size_t first = 0;
-  if (turns[0].role == "system") {
-    system = turns[0].text;
-    first = 1;
-  }
-  if (first == turns.size()) return invalid("chat: a Llama-2 conversation needs a user message");
-  for (size_t i = first; i < turns.size(); ++i) {
-    const ChatTurn& t = turns[i];
-    const bool want_user = (i - first) % 2 == 0;
-    if (t.role != (want_user ? "user" : "assistant"))
-      return invalid(
-          "chat message " + std::to_string(i) +
-          ": Llama-2 conversations alternate user/assistant (after an optional first system message)");
-    if (want_user) {
-      std::string content = t.text;
-      if (i == first && first == 1) content = "<<SYS>>\n" + system + "\n<</SYS>>\n\n" + content;
-      b.special(bos);
-      b.text("[INST] " + trim(content) + " [/INST]");
-    } else {
-      b.text(" " + trim(t.text) + " ");
-      b.special(eos);
+// Splits text at image markers (only inside request text when `literal`).
+void add_text(std::vector<ChatSegment>& out, std::string_view s, bool literal) {
+  if (s.empty()) return;
+  if (literal) {
+    for (size_t m; (m = s.find(kImageMarker)) != std::string_view::npos;
+         s.remove_prefix(m + kImageMarker.size())) {
+      add_text(out, s.substr(0, m), true);
+      out.push_back({std::string(kImageMarker), false, true});
     }
+    if (s.empty()) return;
   }
-  if (turns.back().role != "user")
-    return invalid("chat: a Llama-2 conversation must end with a user message");
-  return {};
+  if (!out.empty() && !out.back().image && out.back().literal == literal)
+    out.back().text += s;
+  else
+    out.push_back({std::string(s), literal, false});
+}
+
+ToolFormat tool_format_of(std::string_view src) {
+  if (src.find("<tool_call>") != std::string_view::npos) return ToolFormat::hermes;
+  if (src.find("<|start_header_id|>") != std::string_view::npos &&
+      src.find("tools") != std::string_view::npos)
+    return ToolFormat::llama3;
+  return ToolFormat::none;
 }
 
 }  // namespace
 
-std::string_view chat_style_name(ChatStyle style) {
-  switch (style) {
-    case ChatStyle::chatml:
-      return "chatml";
-    case ChatStyle::llama2:
-      return "llama2";
-    case ChatStyle::llama3:
-      return "llama3";
-  }
-  return "?";
+ChatAnswerParser::ChatAnswerParser(std::shared_ptr<const llama_chat::Parser> parser)
+    : parser_(std::move(parser)) {}
+
+std::string ChatAnswerParser::format_name() const {
+  return parser_->format_name();
 }
 
-protocol::Result<ChatStyle> pick_chat_style(std::string_view jinja, const Tokenizer& tok) {
-  if (jinja.find("<|start_header_id|>") != std::string_view::npos) return ChatStyle::llama3;
-  if (jinja.find("<|im_start|>") != std::string_view::npos) return ChatStyle::chatml;
-  if (jinja.find("[INST]") != std::string_view::npos) return ChatStyle::llama2;
-  if (jinja.empty() && tok.special_id("<|im_start|>") && tok.special_id("<|im_end|>"))
-    return ChatStyle::chatml;
-  return protocol::make_error(protocol::ErrorCode::config_error,
-                              jinja.empty()
-                                  ? "the checkpoint has no chat template and no ChatML tokens"
-                                  : "the checkpoint's chat template is of no supported family "
-                                    "(Llama-2 [INST], Llama-3 <|start_header_id|>, ChatML <|im_start|>)");
-}
-
-ToolFormat tool_format(ChatStyle style) {
-  switch (style) {
-    case ChatStyle::chatml:
-      return ToolFormat::hermes;
-    case ChatStyle::llama3:
-      return ToolFormat::llama3;
-    case ChatStyle::llama2:
-      return ToolFormat::none;
-  }
-  return ToolFormat::none;
-}
-
-protocol::Result<std::vector<ChatSegment>> render_chat_segments(ChatStyle style,
-                                                                std::span<const ChatTurn> turns,
-                                                                std::string_view bos, std::string_view eos,
-                                                                std::span<const ChatTool> tools) {
-  const bool tooling = has_tool_parts(turns, tools);
-  if (tooling && style == ChatStyle::llama2)
-    return invalid(
-        "chat: the Llama-2 chat template has no tool-call format (tools, tool calls and tool "
-        "messages are refused)");
-  std::vector<ChatTurn> rewritten;
-  if (tooling && style == ChatStyle::chatml) {
-    auto r = hermes_turns(turns, tools);
-    if (!r) return r.error();
-    rewritten = std::move(*r);
-    turns = rewritten;
-  }
-  if (auto st = check_turns(turns, tooling && style == ChatStyle::llama3); !st) return st.error();
-  Builder b;
-  switch (style) {
-    case ChatStyle::chatml:
-      if (!bos.empty()) b.special(bos);
-      chatml(b, turns);
-      break;
-    case ChatStyle::llama3:
-      if (!tooling) {
-        llama3(b, turns, bos);
-      } else if (auto st = llama3_tools(b, turns, bos, tools); !st) {
-        return st.error();
-      }
-      break;
-    case ChatStyle::llama2:
-      if (auto st = llama2(b, turns, bos, eos); !st) return st.error();
-      break;
-  }
-  return b.take();
-}
-
-protocol::Result<std::string> render_chat_text(ChatStyle style, std::span<const ChatTurn> turns,
-                                               std::string_view bos, std::string_view eos,
-                                               std::span<const ChatTool> tools) {
-  auto segs = render_chat_segments(style, turns, bos, eos, tools);
-  if (!segs) return segs.error();
-  std::string out;
-  for (const ChatSegment& s : *segs) out += s.text;
+protocol::Result<ChatAnswer> ChatAnswerParser::parse(std::string_view answer, bool partial) const {
+  std::string error;
+  auto a = parser_->parse(std::string(answer), partial, &error);
+  if (!a) return invalid("the answer does not match the chat format " + format_name() + ": " + error);
+  ChatAnswer out{std::move(a->content), std::move(a->reasoning_content), {}};
+  for (auto& c : a->calls)
+    out.tool_calls.push_back({std::move(c.id), std::move(c.name), std::move(c.arguments)});
   return out;
 }
 
-protocol::Result<std::vector<TokenId>> encode_chat(const Tokenizer& tok, ChatStyle style,
-                                                   std::span<const ChatTurn> turns,
-                                                   std::span<const std::vector<TokenId>> images,
-                                                   std::span<const ChatTool> tools) {
-  if (count_image_markers(turns) != images.size())
+ChatTemplate::~ChatTemplate() = default;
+
+protocol::Result<std::shared_ptr<const ChatTemplate>> ChatTemplate::make(std::string_view jinja,
+                                                                         std::string bos, std::string eos) {
+  auto t = std::shared_ptr<ChatTemplate>(new ChatTemplate());
+  try {
+    t->impl_ = llama_chat::make_templates(std::string(jinja), bos, eos);
+  } catch (const std::exception& e) {
+    return protocol::make_error(protocol::ErrorCode::config_error, e.what());
+  }
+  t->source_ = std::string(jinja);
+  t->tool_format_ = tool_format_of(jinja);
+  return std::shared_ptr<const ChatTemplate>(std::move(t));
+}
+
+protocol::Result<std::shared_ptr<const ChatTemplate>> ChatTemplate::make(std::string_view jinja,
+                                                                         const Tokenizer& tok) {
+  return make(jinja, tok.bos() ? tok.piece(*tok.bos(), true) : "",
+              tok.eos() ? tok.piece(*tok.eos(), true) : "");
+}
+
+bool ChatTemplate::supports(std::string_view capability) const {
+  return impl_->supports(std::string(capability));
+}
+
+protocol::Result<RenderedChat> ChatTemplate::render(std::span<const ChatTurn> turns,
+                                                    std::span<const ChatTool> tools, bool enable_thinking,
+                                                    const Tokenizer* tok) const {
+  if (auto st = check_turns(turns); !st) return st.error();
+  std::vector<llama_chat::Message> messages;
+  for (const ChatTurn& t : turns) {
+    llama_chat::Message m{t.role, t.text, {}, {}, {}};
+    for (const ToolCall& c : t.tool_calls) m.calls.push_back({c.id, c.name, c.arguments});
+    messages.push_back(std::move(m));
+  }
+  std::vector<std::string> tool_json;
+  for (const ChatTool& t : tools) tool_json.push_back(t.json);
+  llama_chat::Rendered r;
+  try {
+    r = impl_->apply(messages, tool_json, enable_thinking);
+  } catch (const std::exception& e) {
+    return invalid(std::string("chat template: ") + e.what());
+  }
+  RenderedChat out;
+  out.text = std::move(r.prompt);
+  out.parser = std::make_shared<const ChatAnswerParser>(std::move(r.parser));
+  out.supports_thinking = r.supports_thinking;
+  if (!r.parts.empty()) {
+    for (const llama_chat::Part& p : r.parts) add_text(out.segments, p.text, p.input);
+  } else {
+    if (tok)
+      if (auto st = check_request_text(*tok, turns, tools); !st) return st.error();
+    // Markers come from message text only: split the whole prompt at them.
+    std::string_view s = out.text;
+    for (size_t m; (m = s.find(kImageMarker)) != std::string_view::npos;
+         s.remove_prefix(m + kImageMarker.size())) {
+      add_text(out.segments, s.substr(0, m), false);
+      out.segments.push_back({std::string(kImageMarker), false, true});
+    }
+    add_text(out.segments, s, false);
+  }
+  return out;
+}
+
+protocol::Result<std::string> render_chat_text(std::string_view jinja, std::span<const ChatTurn> turns,
+                                               std::string_view bos, std::string_view eos,
+                                               std::span<const ChatTool> tools) {
+  auto t = ChatTemplate::make(jinja, std::string(bos), std::string(eos));
+  if (!t) return t.error();
+  auto r = (*t)->render(turns, tools);
+  if (!r) return r.error();
+  return std::move(r->text);
+}
+
+protocol::Result<std::vector<TokenId>> encode_chat(const Tokenizer& tok, const RenderedChat& chat,
+                                                   std::span<const std::vector<TokenId>> images) {
+  const size_t markers = static_cast<size_t>(std::count_if(chat.segments.begin(), chat.segments.end(),
+                                                           [](const ChatSegment& s) { return s.image; }));
+  if (markers != images.size())
     return invalid(images.empty() ? "this model takes no images"
-                                  : "chat: " + std::to_string(count_image_markers(turns)) +
-                                        " image markers for " + std::to_string(images.size()) + " images");
-  // ChatML checkpoints (Qwen, SmolLM) start without BOS unless their tokenizer says otherwise; the Llama
-  // templates write it themselves.
-  const bool want_bos = style != ChatStyle::chatml || tok.add_bos();
-  std::string bos, eos;
-  if (want_bos) {
-    if (!tok.bos())
-      return protocol::make_error(protocol::ErrorCode::config_error, "chat: the tokenizer has no BOS");
-    bos = tok.piece(*tok.bos(), true);
-  }
-  if (style == ChatStyle::llama2) {
-    if (!tok.eos())
-      return protocol::make_error(protocol::ErrorCode::config_error, "chat: the tokenizer has no EOS");
-    eos = tok.piece(*tok.eos(), true);
-  }
-  auto segs = render_chat_segments(style, turns, bos, eos, tools);
-  if (!segs) return segs.error();
+                                  : "chat: " + std::to_string(markers) + " image markers for " +
+                                        std::to_string(images.size()) + " images");
   std::vector<TokenId> out;
   size_t image = 0;
-  for (const ChatSegment& s : *segs) {
+  // Text between images is one tokenizer call (as llama.cpp tokenizes the chunks between media markers);
+  // request text in it is a literal range.
+  std::string run;
+  std::vector<TextRange> literal;
+  auto flush = [&]() -> protocol::Status {
+    if (run.empty()) return {};
+    auto ids = tok.encode_rendered(run, literal);
+    if (!ids) return ids.error();
+    out.insert(out.end(), ids->begin(), ids->end());
+    run.clear();
+    literal.clear();
+    return {};
+  };
+  for (const ChatSegment& s : chat.segments) {
     if (s.image) {
+      if (auto st = flush(); !st) return st.error();
       out.insert(out.end(), images[image].begin(), images[image].end());
       ++image;
       continue;
     }
-    if (s.special) {
-      std::optional<TokenId> id = s.text == bos && tok.bos()   ? tok.bos()
-                                  : s.text == eos && tok.eos() ? tok.eos()
-                                                               : tok.special_id(s.text);
-      if (!id)
-        return protocol::make_error(protocol::ErrorCode::config_error,
-                                    "chat: the tokenizer has no special token " + s.text + " for the " +
-                                        std::string(chat_style_name(style)) + " template");
-      out.push_back(*id);
-      continue;
-    }
-    auto ids = tok.encode(s.text, false);
-    if (!ids) return ids.error();
-    out.insert(out.end(), ids->begin(), ids->end());
+    if (s.literal) literal.push_back({run.size(), run.size() + s.text.size()});
+    run += s.text;
   }
+  if (auto st = flush(); !st) return st.error();
+  // llama-server tokenizes the prompt with the vocabulary's BOS in front, once.
+  if (tok.add_bos() && tok.bos() && (out.empty() || out.front() != *tok.bos()))
+    out.insert(out.begin(), *tok.bos());
   return out;
 }
 

@@ -22,7 +22,6 @@ protocol::Result<std::shared_ptr<const PromptCodec>> PromptCodec::for_model(cons
     c->cfg_ = cfg;
     c->tok_ = make_byte_tokenizer();
     c->stops_ = {kEos};
-    c->style_ = ChatStyle::chatml;  // the reference model's own byte-level rendering (chat.hpp)
     return std::shared_ptr<const PromptCodec>(std::move(c));
   }
   auto loaded = load_tokenizer(cfg.checkpoint);
@@ -39,11 +38,11 @@ protocol::Result<std::shared_ptr<const PromptCodec>> PromptCodec::for_tokenizer(
     return protocol::make_error(protocol::ErrorCode::config_error,
                                 "the tokenizer has " + std::to_string(loaded.tokenizer->vocab_size()) +
                                     " tokens, the model's embedding only " + std::to_string(cfg.vocab));
-  auto style = pick_chat_style(loaded.chat_template, *loaded.tokenizer);
-  if (style)
-    c->style_ = *style;
+  auto tmpl = ChatTemplate::make(loaded.chat_template, *loaded.tokenizer);
+  if (tmpl)
+    c->template_ = std::move(*tmpl);
   else
-    c->style_error_ = style.error();
+    c->template_error_ = tmpl.error();
   if (auto eos = loaded.tokenizer->eos()) c->stops_.push_back(*eos);
   for (std::string_view s : kTurnEnds)
     if (auto id = loaded.tokenizer->special_id(s); id && loaded.tokenizer->type(*id) == TokenType::control)
@@ -152,16 +151,27 @@ protocol::Result<std::vector<TokenId>> PromptCodec::chat(std::span<const ChatTur
     if (!text) return text.error();
     return build_prompt(cfg_, *text, images.empty() ? std::nullopt : std::optional(images[0]));
   }
-  if (!style_) return style_error_;
+  auto rendered = render(turns, tools);
+  if (!rendered) return rendered.error();
   std::vector<std::vector<TokenId>> image_ids;
   for (ImageDims d : images) {
     auto rows = image_tokens(d);
     if (!rows) return rows.error();
     image_ids.push_back(std::move(*rows));
   }
-  auto ids = encode_chat(*tok_, *style_, turns, image_ids, tools);
+  auto ids = encode_chat(*tok_, *rendered, image_ids);
   if (!ids) return ids.error();
   return fits(std::move(*ids));
+}
+
+protocol::Result<RenderedChat> PromptCodec::render(std::span<const ChatTurn> turns,
+                                                   std::span<const ChatTool> tools) const {
+  if (reference_)
+    return protocol::make_error(
+        protocol::ErrorCode::config_error,
+        "model " + cfg_.name + " has no Jinja chat template (its own byte-level one)");
+  if (!template_) return template_error_;
+  return template_->render(turns, tools, /*enable_thinking=*/true, tok_.get());
 }
 
 bool PromptCodec::ends_generation(TokenId id) const {

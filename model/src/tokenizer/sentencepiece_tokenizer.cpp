@@ -77,11 +77,19 @@ class SentencePieceTokenizer final : public Tokenizer {
   uint32_t vocab_size() const override { return static_cast<uint32_t>(pieces_.size()); }
 
   protocol::Result<std::vector<TokenId>> encode(std::string_view text, bool parse_special) const override {
+    return encode_split(text, parse_special, {});
+  }
+  protocol::Result<std::vector<TokenId>> encode_rendered(std::string_view text,
+                                                         std::span<const TextRange> literal) const override {
+    return encode_split(text, true, literal);
+  }
+  protocol::Result<std::vector<TokenId>> encode_split(std::string_view text, bool parse_special,
+                                                      std::span<const TextRange> literal) const {
     if (text.size() > kMaxEncodeBytes)
       return protocol::make_error(protocol::ErrorCode::invalid_request, "text to tokenize is too long");
     std::vector<TokenId> out;
     std::vector<int> ids;
-    for (const detail::Fragment& f : specials_.split(text, parse_special)) {
+    for (const detail::Fragment& f : specials_.split(text, parse_special, literal)) {
       if (f.token) {
         out.push_back(*f.token);
         continue;

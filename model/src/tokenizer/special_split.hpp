@@ -7,6 +7,9 @@
 #include <unordered_map>
 #include <vector>
 
+#include <span>
+
+#include "epd/model/tokenizer.hpp"
 #include "epd/model/tokens.hpp"
 
 namespace epd::model::detail {
@@ -21,7 +24,9 @@ class SpecialMatcher {
   // control: matched only when the caller parses special tokens; otherwise (user-defined) always.
   // rstrip: the whitespace right after a match is dropped (llama.cpp's LLAMA_TOKEN_ATTR_RSTRIP).
   void add(std::string spelling, TokenId id, bool control, bool rstrip = false);
-  std::vector<Fragment> split(std::string_view text, bool parse_special) const;
+  // literal: ranges of `text` in which a control token's spelling, lying wholly inside one, is not matched.
+  std::vector<Fragment> split(std::string_view text, bool parse_special,
+                              std::span<const TextRange> literal = {}) const;
   std::optional<TokenId> find(std::string_view spelling) const;
 
  private:

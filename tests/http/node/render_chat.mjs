@@ -4,6 +4,8 @@
 //   node render_chat.mjs --input spec.json --output rendered.json
 // spec: {"template", "bos_token", "eos_token", "conversations": [[{"role", "content"}]]}; a conversation may
 // also be {"messages": [...], "tools": [...]} (function calling: messages with "tool_calls", role "tool").
+// An optional "context" object adds variables (llama.cpp gives every template date_string, datetime and
+// enable_thinking).
 // output: {"rendered": [text or {"error": message}]} (a template may refuse a conversation: raise_exception)
 import {readFileSync, writeFileSync} from "node:fs";
 import {parseArgs} from "node:util";
@@ -21,8 +23,8 @@ const rendered = spec.conversations.map((conversation) => {
     const tools = Array.isArray(conversation) ? undefined : conversation.tools;
     try {
         // raise_exception is the engine's own built-in: it throws.
-        return template.render({messages, bos_token: spec.bos_token, eos_token: spec.eos_token,
-            add_generation_prompt: true, ...(tools ? {tools} : {})});
+        return template.render({...(spec.context ?? {}), messages, bos_token: spec.bos_token,
+            eos_token: spec.eos_token, add_generation_prompt: true, ...(tools ? {tools} : {})});
     } catch (e) {
         return {error: String(e.message ?? e)};
     }

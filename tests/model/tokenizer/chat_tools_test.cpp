@@ -156,19 +156,14 @@ TEST_CASE("the reference model writes tools calls and results in the Hermes form
   CHECK(text->find("<|im_start|>assistant\n<tool_call>\n{\"name\": \"add\"") != std::string::npos);
 }
 
-TEST_CASE("llama2 refuses tools and the families name their tool formats") {
-  std::vector<ChatTurn> turns = {{"user", "hi"}};
-  auto r = render_chat_text(ChatStyle::llama2, turns, "<s>", "</s>", kTools);
-  REQUIRE_FALSE(r.ok());
-  CHECK(r.error().code == protocol::ErrorCode::invalid_request);
-  CHECK(r.error().detail.find("tool") != std::string::npos);
-  CHECK(tool_format(ChatStyle::chatml) == ToolFormat::hermes);
-  CHECK(tool_format(ChatStyle::llama3) == ToolFormat::llama3);
-  CHECK(tool_format(ChatStyle::llama2) == ToolFormat::none);
-  // Llama-3 takes one call per assistant turn, as its template does.
-  std::vector<ChatTurn> two = {{"user", "hi"}, {"assistant", ""}};
-  two[1].tool_calls = {{"a", "add", "{}"}, {"b", "add", "{}"}};
-  CHECK_FALSE(render_chat_text(ChatStyle::llama3, two, "<|begin_of_text|>", "", kTools).ok());
+TEST_CASE("a template names the tool format the HTTP layer forces and streams") {
+  auto hermes = ChatTemplate::make("{{ '<tool_call>' }}", "", "");
+  auto llama3 = ChatTemplate::make("{% if tools %}{{ '<|start_header_id|>' }}{% endif %}", "", "");
+  auto none = ChatTemplate::make("{{ messages[0]['content'] }}", "", "");
+  REQUIRE((hermes.ok() && llama3.ok() && none.ok()));
+  CHECK((*hermes)->tool_format() == ToolFormat::hermes);
+  CHECK((*llama3)->tool_format() == ToolFormat::llama3);
+  CHECK((*none)->tool_format() == ToolFormat::none);
 }
 
 }  // namespace chat_tools

@@ -63,14 +63,17 @@ TEST_CASE("a SentencePiece checkpoint's codec uses its tokenizer and Llama-2 tem
     ids.insert(ids.end(), body->begin(), body->end());
     return ids;
   };
-  const auto chat_ids = *encode_chat(t, ChatStyle::llama2, codec_conversation());
+  auto tmpl = ChatTemplate::make(v.chat_template, t);
+  REQUIRE(tmpl.ok());
+  const auto chat_ids = *encode_chat(t, *(*tmpl)->render(codec_conversation()));
   const auto prompt_ids = expect_prompt("caf\xC3\xA9 <s> \xE6\x9D\xB1\xE4\xBA\xAC");
   auto again = tokenizer_from_vocab(v);
   const ModelConfig cfg = checkpoint_cfg(t.vocab_size());
   auto codec = PromptCodec::for_tokenizer(cfg, {std::move(*again), v.chat_template});
   REQUIRE(codec.ok());
   const PromptCodec& c = **codec;
-  CHECK(c.chat_style() == ChatStyle::llama2);
+  REQUIRE(c.chat_template());
+  CHECK(c.chat_template()->source() == v.chat_template);
   CHECK(*c.prompt("caf\xC3\xA9 <s> \xE6\x9D\xB1\xE4\xBA\xAC", {}) == prompt_ids);  // "<s>" stays text
   CHECK(*c.chat(codec_conversation(), {}) == chat_ids);
   CHECK(c.ends_generation(*t.eos()));
@@ -96,25 +99,22 @@ TEST_CASE("a BPE checkpoint without a template chats in ChatML and stops at the 
   auto tok = tokenizer_from_vocab(bpe_vocab(m, "gpt-2"));
   REQUIRE(tok.ok());
   const TokenId im_end = *(*tok)->special_id("<|im_end|>");
-  const auto expect = *encode_chat(**tok, ChatStyle::chatml, codec_conversation());
+  // No template: llama.cpp's ChatML default, as llama-server has it.
+  const auto expect = *encode_chat(**tok, *(*ChatTemplate::make("", **tok))->render(codec_conversation()));
   const ModelConfig cfg = checkpoint_cfg((*tok)->vocab_size() + 64);  // a padded embedding
   auto codec = PromptCodec::for_tokenizer(cfg, {std::move(*tok), ""});
   REQUIRE(codec.ok());
   const PromptCodec& c = **codec;
-  CHECK(c.chat_style() == ChatStyle::chatml);
   CHECK(*c.chat(codec_conversation(), {}) == expect);
   CHECK(c.ends_generation(im_end));
   CHECK(c.prompt("hi", {})->size() == c.tokenizer().encode("hi", false)->size());  // no BOS
   CHECK_FALSE(c.prompt("", {}).ok());
 
-  VocabMetadata bare = bpe_vocab(m, "gpt-2");  // no ChatML tokens, no template: completions only
-  bare.tokens.resize(bare.tokens.size() - 4);
-  bare.token_types.resize(bare.tokens.size());
-  bare.bos = bare.eos = std::nullopt;
-  auto plain = PromptCodec::for_tokenizer(checkpoint_cfg(4096), {fresh(bare), ""});
-  REQUIRE(plain.ok());
-  CHECK((*plain)->prompt("hello", {}).ok());
-  auto chat = (*plain)->chat(codec_conversation(), {});
+  // A template that does not parse: completions only, chats a config_error.
+  auto broken = PromptCodec::for_tokenizer(checkpoint_cfg(4096), {fresh(bpe_vocab(m, "gpt-2")), "{% if %}"});
+  REQUIRE(broken.ok());
+  CHECK((*broken)->prompt("hello", {}).ok());
+  auto chat = (*broken)->chat(codec_conversation(), {});
   REQUIRE_FALSE(chat.ok());
   CHECK(chat.error().code == protocol::ErrorCode::config_error);
 }
@@ -122,7 +122,7 @@ TEST_CASE("a BPE checkpoint without a template chats in ChatML and stops at the 
 TEST_CASE("a GGUF checkpoint's codec comes from the checkpoint path") {
   ScratchDir dir("codec_gguf");
   VocabMetadata v = bpe_vocab(train_bpe(tokenizer_corpus(), 100), "llama-bpe");
-  v.chat_template = "{{ '<|im_start|>' + message['role'] }}";
+  v.chat_template = "{{ '<|im_start|>' + messages[0]['role'] }}";
   const auto file = dir.path() / "model.gguf";
   write_tokenizer_gguf(file, v);
   auto cfg = read_checkpoint_config(file.string());
@@ -130,7 +130,8 @@ TEST_CASE("a GGUF checkpoint's codec comes from the checkpoint path") {
   auto codec = PromptCodec::for_model(*cfg);
   if (!codec) FAIL(codec.error().detail);
   CHECK((*codec)->tokenizer().kind() == "bpe");
-  CHECK((*codec)->chat_style() == ChatStyle::chatml);
+  REQUIRE((*codec)->chat_template());
+  CHECK((*codec)->chat_template()->source() == v.chat_template);
   CHECK((*codec)->tokenizer().vocab_size() == v.tokens.size());
   ModelConfig missing = *cfg;
   missing.checkpoint = (dir.path() / "nowhere.gguf").string();

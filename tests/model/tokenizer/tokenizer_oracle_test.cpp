@@ -82,8 +82,8 @@ TEST_CASE("byte-level BPE tokenization equals llama.cpp's") {
 }
 
 TEST_CASE("chat templates render as the checkpoints' Jinja templates do") {
-  // The three families' templates as checkpoints ship them (tests/model/tokenizer/templates/), rendered by
-  // Hugging Face's Jinja engine; epd never runs them but must produce the same text.
+  // Three families' templates as checkpoints ship them (tests/model/tokenizer/templates/), rendered by
+  // epd (llama.cpp's engine) and by Hugging Face's Jinja engine: the same text.
   ScratchDir dir("tok_oracle_chat");
   using Turns = std::vector<ChatTurn>;
   const std::vector<Turns> conversations = {
@@ -99,18 +99,14 @@ TEST_CASE("chat templates render as the checkpoints' Jinja templates do") {
        {"assistant", "d", false},
        {"user", "e", false}},
       {{"user", "two", false}, {"user", "users", false}},          // Llama-2 refuses
-      {{"user", "ends", false}, {"assistant", "with me", false}},  // Llama-2: no prompt for the assistant
+      {{"user", "ends", false}, {"assistant", "with me", false}},  // rendered as the template has it
   };
   const std::string node_dir = std::string(EPD_SOURCE_DIR) + "/tests/http/node";
-  for (auto [style, file, bos, eos] :
-       {std::tuple{ChatStyle::llama2, "llama2.jinja", "<s>", "</s>"},
-        std::tuple{ChatStyle::llama3, "llama3.jinja", "<|begin_of_text|>", "<|eot_id|>"},
-        std::tuple{ChatStyle::chatml, "chatml.jinja", "", "<|im_end|>"}}) {
+  for (auto [file, bos, eos] : {std::tuple{"llama2.jinja", "<s>", "</s>"},
+                                std::tuple{"llama3.jinja", "<|begin_of_text|>", "<|eot_id|>"},
+                                std::tuple{"chatml.jinja", "", "<|im_end|>"}}) {
     INFO(file);
     const std::string tmpl = read_all(fs::path(EPD_SOURCE_DIR) / "tests/model/tokenizer/templates" / file);
-    auto sniffed = pick_chat_style(tmpl, *make_byte_tokenizer());
-    REQUIRE(sniffed.ok());
-    CHECK(*sniffed == style);
     json spec = {
         {"template", tmpl}, {"bos_token", bos}, {"eos_token", eos}, {"conversations", json::array()}};
     for (const Turns& c : conversations) {
@@ -129,15 +125,9 @@ TEST_CASE("chat templates render as the checkpoints' Jinja templates do") {
     size_t compared = 0;
     for (size_t i = 0; i < conversations.size(); ++i) {
       INFO("conversation " << i);
-      auto epd = render_chat_text(style, conversations[i], bos, eos);
+      auto epd = render_chat_text(tmpl, conversations[i], bos, eos);
       const json& jinja = rendered[i];
       if (jinja.is_object()) {  // the template raised: epd refuses too
-        CHECK_FALSE(epd.ok());
-        continue;
-      }
-      // Llama-2's template renders a conversation that ends with the assistant; epd refuses it (nothing
-      // would prompt the answer), which the oracle cannot say.
-      if (style == ChatStyle::llama2 && conversations[i].back().role == "assistant") {
         CHECK_FALSE(epd.ok());
         continue;
       }

@@ -1,9 +1,15 @@
-// Tools in the prompt against the checkpoints' own Jinja templates (Qwen2.5's for ChatML/Hermes, Llama-3.1's
-// for Llama-3), from llama.cpp's source bundle in the build tree, rendered by Hugging Face's Jinja engine
-// (tests/http/node/render_chat.mjs). epd never runs them but must write the same text.
+// The families' own chat templates (llama.cpp's source bundle in the build tree, models/templates/) rendered
+// by epd, that is by llama.cpp's Jinja engine as llama-server renders them, against Hugging Face's Jinja
+// engine (tests/http/node/render_chat.mjs, what transformers.js runs templates with): multi-turn
+// conversations with a system turn, and tools, past calls and their results where the template has them.
 #include <catch2/catch.hpp>
+
+#include <chrono>
+#include <ctime>
 #include <fstream>
+#include <iomanip>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "epd/model/chat_template.hpp"
 #include "fixtures.hpp"
@@ -23,7 +29,7 @@ const ojson kTools = ojson::parse(R"([
   {"type": "function", "function": {"name": "get_weather", "description": "The weather in a city, now.",
    "parameters": {"type": "object", "properties": {"city": {"type": "string", "description": "caf\u00e9 \"quoted\""},
                   "unit": {"type": "string", "enum": ["c", "f"]}}, "required": ["city"]}}},
-  {"type": "function", "function": {"name": "add", "parameters": {"type": "object",
+  {"type": "function", "function": {"name": "add", "description": "Adds.", "parameters": {"type": "object",
    "properties": {"a": {"type": "integer"}, "b": {"type": "number"}, "tags": {"type": "array", "items": {}}}}}}
 ])");
 
@@ -53,18 +59,39 @@ std::vector<ChatTurn> turns_of(const ojson& messages) {
   return out;
 }
 
-void compare(ChatStyle style, const std::string& file, const std::string& bos,
+std::string today(const char* format) {
+  const std::time_t t = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  std::tm local{};
+  localtime_r(&t, &local);
+  std::ostringstream ss;
+  ss << std::put_time(&local, format);
+  return ss.str();
+}
+
+// The conversation as the oracle is given it: a call's missing content as "", as llama.cpp gives it to
+// templates with tool calls (Qwen3's cannot take null there).
+ojson for_oracle(ojson messages) {
+  for (auto& m : messages)
+    if (m["content"].is_null()) m["content"] = "";
+  return messages;
+}
+
+void compare(const std::string& file, const std::string& bos, const std::string& eos,
              const std::vector<Case>& cases) {
   INFO(file);
   ScratchDir dir("tool_oracle");
   const std::string tmpl = read_text(fs::path(EPD_LLAMA_CPP_SRC) / "models/templates" / file);
   REQUIRE(!tmpl.empty());
-  auto sniffed = pick_chat_style(tmpl, *make_byte_tokenizer());
-  REQUIRE(sniffed.ok());
-  REQUIRE(*sniffed == style);
-  ojson spec = {{"template", tmpl}, {"bos_token", bos}, {"eos_token", ""}, {"conversations", ojson::array()}};
+  // What llama.cpp puts in every template's context besides the conversation.
+  const ojson context = {
+      {"date_string", today("%d %b %Y")}, {"datetime", today("%b %d %Y")}, {"enable_thinking", true}};
+  ojson spec = {{"template", tmpl},
+                {"bos_token", bos},
+                {"eos_token", eos},
+                {"context", context},
+                {"conversations", ojson::array()}};
   for (const Case& c : cases) {
-    ojson conv = {{"messages", c.messages}};
+    ojson conv = {{"messages", for_oracle(c.messages)}};
     if (c.tools) conv["tools"] = kTools;
     spec["conversations"].push_back(conv);
   }
@@ -81,10 +108,11 @@ void compare(ChatStyle style, const std::string& file, const std::string& bos,
     INFO("conversation " << i << ": " << cases[i].messages.dump());
     const auto turns = turns_of(cases[i].messages);
     auto epd =
-        render_chat_text(style, turns, bos, "",
+        render_chat_text(tmpl, turns, bos, eos,
                          cases[i].tools ? std::span<const ChatTool>(tools) : std::span<const ChatTool>());
+    INFO("oracle: " << rendered[i].dump());
     REQUIRE(rendered[i].is_string());
-    REQUIRE(epd.ok());
+    if (!epd) FAIL(epd.error().detail);
     CHECK(*epd == rendered[i].get<std::string>());
   }
 }
@@ -93,46 +121,75 @@ const ojson kCall = ojson::parse(
     R"({"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris", "unit": "c"}}})");
 const ojson kCall2 = ojson::parse(
     R"({"id": "call_2", "type": "function", "function": {"name": "add", "arguments": {"a": 1, "b": 2.5, "tags": ["x", {"k": null}]}}})");
+const ojson kSys = {{"role", "system"}, {"content", "You are terse."}};
+const ojson kUser = {{"role", "user"}, {"content", "Weather in Paris?"}};
 
-TEST_CASE("tools render as Qwen2.5's template writes them in ChatML") {
-  const ojson sys = {{"role", "system"}, {"content", "You are terse."}};
-  const ojson user = {{"role", "user"}, {"content", "Weather in Paris?"}};
-  std::vector<Case> cases = {
-      {ojson::array({sys, user})},
-      // Two calls, their two results in one user turn, then the answer and another question.
-      {ojson::array({sys,
-                     user,
-                     {{"role", "assistant"}, {"content", nullptr}, {"tool_calls", {kCall, kCall2}}},
-                     {{"role", "tool"}, {"tool_call_id", "call_1"}, {"content", "{\"temp\": 21}"}},
-                     {{"role", "tool"}, {"tool_call_id", "call_2"}, {"content", "3.5"}},
-                     {{"role", "assistant"}, {"content", "21 C."}},
-                     {{"role", "user"}, {"content", "And now?"}}})},
-      // Content and a call in one assistant turn.
-      {ojson::array({sys,
-                     user,
-                     {{"role", "assistant"}, {"content", "Looking."}, {"tool_calls", {kCall}}},
-                     {{"role", "tool"}, {"tool_call_id", "call_1"}, {"content", "sunny"}}})},
-  };
-  // A past call and its result without tools offered now (tool_choice "none"): the template's else branch
-  // writes Qwen's default system prompt when there is none, so this one has its own.
-  cases.push_back({cases[1].messages, false});
-  compare(ChatStyle::chatml, "Qwen-Qwen2.5-7B-Instruct.jinja", "", cases);
+// system, user, assistant, user: every template takes this one.
+ojson multi_turn(bool system) {
+  ojson m = ojson::array();
+  if (system) m.push_back(kSys);
+  m.push_back({{"role", "user"}, {"content", " What is 2+2? "}});
+  m.push_back({{"role", "assistant"}, {"content", "4"}});
+  m.push_back({{"role", "user"}, {"content", "caf\u00e9 \u6771\u4eac \U0001F600\n\nAnd 3+3?"}});
+  return m;
 }
 
-TEST_CASE("tools render as Llama-3.1's template writes them") {
-  const ojson sys = {{"role", "system"}, {"content", " You are terse. "}};
-  const ojson user = {{"role", "user"}, {"content", " Weather in Paris? "}};
-  const std::vector<Case> cases = {
-      {ojson::array({sys, user})},
-      {ojson::array({user})},  // no system message: the date header alone
-      {ojson::array({sys,
-                     user,
-                     {{"role", "assistant"}, {"content", nullptr}, {"tool_calls", {kCall}}},
-                     {{"role", "tool"}, {"tool_call_id", "call_1"}, {"content", "{\"temp\": 21}"}},
-                     {{"role", "assistant"}, {"content", "21 C."}},
-                     {{"role", "user"}, {"content", "And now?"}}})},
-  };
-  compare(ChatStyle::llama3, "meta-llama-Llama-3.1-8B-Instruct.jinja", "<|begin_of_text|>", cases);
+// Two calls, their two results, the answer and another question.
+ojson with_calls(bool system) {
+  ojson m = ojson::array();
+  if (system) m.push_back(kSys);
+  m.push_back(kUser);
+  m.push_back({{"role", "assistant"}, {"content", nullptr}, {"tool_calls", {kCall, kCall2}}});
+  m.push_back({{"role", "tool"}, {"tool_call_id", "call_1"}, {"content", "{\"temp\": 21}"}});
+  m.push_back({{"role", "tool"}, {"tool_call_id", "call_2"}, {"content", "3.5"}});
+  m.push_back({{"role", "assistant"}, {"content", "21 C."}});
+  m.push_back({{"role", "user"}, {"content", "And now?"}});
+  return m;
+}
+
+TEST_CASE("Qwen2.5's template: turns, tools in the system turn, Hermes calls and results") {
+  compare("Qwen-Qwen2.5-7B-Instruct.jinja", "", "<|im_end|>",
+          {{multi_turn(true), false},
+           {multi_turn(false), false},  // the template's own default system prompt
+           {ojson::array({kSys, kUser})},
+           {with_calls(true)},
+           {ojson::array({kSys,
+                          kUser,
+                          {{"role", "assistant"}, {"content", "Looking."}, {"tool_calls", {kCall}}},
+                          {{"role", "tool"}, {"tool_call_id", "call_1"}, {"content", "sunny"}}})},
+           {with_calls(true), false}});  // past calls without tools offered now
+}
+
+TEST_CASE("Qwen3's template: turns, tools and calls") {
+  compare("Qwen-Qwen3-0.6B.jinja", "", "<|im_end|>",
+          {{multi_turn(true), false}, {ojson::array({kSys, kUser})}, {with_calls(true)}});
+}
+
+TEST_CASE("Llama-3.1's and Llama-3.2's templates: the date header, tools in the first user turn") {
+  for (const char* file :
+       {"meta-llama-Llama-3.1-8B-Instruct.jinja", "meta-llama-Llama-3.2-3B-Instruct.jinja"}) {
+    const ojson call_turns =
+        ojson::array({kSys,
+                      kUser,
+                      {{"role", "assistant"}, {"content", nullptr}, {"tool_calls", {kCall}}},
+                      {{"role", "tool"}, {"tool_call_id", "call_1"}, {"content", "{\"temp\": 21}"}},
+                      {{"role", "assistant"}, {"content", "21 C."}},
+                      {{"role", "user"}, {"content", "And now?"}}});
+    compare(
+        file, "<|begin_of_text|>", "<|eot_id|>",
+        {{multi_turn(true), false}, {multi_turn(false), false}, {ojson::array({kSys, kUser})}, {call_turns}});
+  }
+}
+
+TEST_CASE("Phi-3.5's and Mistral-Nemo's templates: turns with and without a system message") {
+  compare("microsoft-Phi-3.5-mini-instruct.jinja", "<s>", "<|endoftext|>",
+          {{multi_turn(true), false}, {multi_turn(false), false}});
+  compare("mistralai-Mistral-Nemo-Instruct-2407.jinja", "<s>", "</s>",
+          {{multi_turn(true), false}, {multi_turn(false), false}, {ojson::array({kSys, kUser})}});
+}
+
+TEST_CASE("Gemma-2's template: turns (it takes no system turn)") {
+  compare("google-gemma-2-2b-it.jinja", "<bos>", "<eos>", {{multi_turn(false), false}});
 }
 
 }  // namespace tool_oracle

@@ -83,7 +83,7 @@ Prepared prepare(const Pair& pair, const Case& c, uint64_t seed) {
 // The conversation as llama-server hands it to mtmd: the template's text with the markers in it (mtmd adds
 // BOS itself).
 std::string templated(const std::vector<ChatTurn>& turns) {
-  auto text = render_chat_text(ChatStyle::chatml, turns, "", "");
+  auto text = render_chat_text("", turns, "", "");  // llama.cpp's ChatML default
   REQUIRE(text.ok());
   return *text;
 }

@@ -1,9 +1,12 @@
 #pragma once
-// Chat templates of real checkpoints: the Llama-2 ([INST]), Llama-3 (<|start_header_id|>) and ChatML
-// (<|im_start|>) families. The checkpoint's Jinja template is not executed: its family is recognised by
-// its markers and rendered by the fixed code here (docs/model.md lists what that simplifies). A prompt is
-// built as token ids, markers as the tokenizer's special tokens and message texts encoded without
-// special-token parsing, so no message text can forge a turn.
+// Chat templates of real checkpoints. A checkpoint's own Jinja template (tokenizer_config.json chat_template,
+// GGUF tokenizer.chat_template) is rendered by llama.cpp's template engine and chat layer (common/jinja,
+// common/chat from the pinned source bundle), exactly as llama-server renders it: messages, system, tools,
+// add_generation_prompt. The answer is read back by the parser llama.cpp builds for that template (content,
+// reasoning_content, tool calls). The prompt is then tokenized with special-token parsing for the template's
+// own text only: llama.cpp's engine marks the text that came from the request, and no control token is
+// matched wholly inside it, so no message text can forge a turn (docs/model.md).
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -15,47 +18,87 @@
 
 namespace epd::model {
 
-enum class ChatStyle { chatml, llama2, llama3 };
+namespace llama_chat {
+class Templates;
+class Parser;
+}  // namespace llama_chat
 
-std::string_view chat_style_name(ChatStyle style);
-// The tool-call format a family was trained on (chat_tools.hpp): ChatML Hermes, Llama-3 its JSON calls,
-// Llama-2 none.
-ToolFormat tool_format(ChatStyle style);
-
-// The family of a Jinja chat template, by its markers (Llama-3's header, ChatML's im_start, Llama-2's
-// [INST]). An empty template means the checkpoint has none: ChatML when the tokenizer has <|im_start|> and
-// <|im_end|> as special tokens. Anything else is an error naming the supported families.
-protocol::Result<ChatStyle> pick_chat_style(std::string_view jinja_template, const Tokenizer& tok);
-
-// One piece of a rendered conversation: a special token's spelling or plain text.
-// An image segment stands for the next image's tokens (its text is kImageMarker).
+// One piece of a rendered conversation. literal: text from the request (messages, tools), in which no control
+// token is parsed; image: stands for the next image's tokens (its text is kImageMarker).
 struct ChatSegment {
-  bool special = false;
   std::string text;
+  bool literal = false;
   bool image = false;
 };
 
-// The conversation in the style's layout, ending where the assistant's answer starts; the turns' image
-// markers become image segments. invalid_request for no turns, an unknown role, and, for Llama-2, turns that
-// do not alternate user/assistant after an optional first system turn or that end with the assistant.
-// With tools, calls or tool turns (chat_tools.hpp): ChatML in the Hermes format (hermes_turns), Llama-3 as
-// Llama-3.1's JSON tool calling, Llama-2 refused (no format).
-protocol::Result<std::vector<ChatSegment>> render_chat_segments(ChatStyle style,
-                                                                std::span<const ChatTurn> turns,
-                                                                std::string_view bos, std::string_view eos,
-                                                                std::span<const ChatTool> tools = {});
+// A model's answer read back by the template's parser.
+struct ChatAnswer {
+  std::string content;
+  std::string reasoning_content;  // the thinking block (<think>...</think> and the like), as llama-server
+  std::vector<ToolCall> tool_calls;
+};
 
-// The same as one string (specials spelled out), as a Jinja rendering of the original template gives it.
-protocol::Result<std::string> render_chat_text(ChatStyle style, std::span<const ChatTurn> turns,
+// How an answer to one rendered conversation is parsed (llama.cpp's common_chat_parse with the format the
+// rendering reported).
+class ChatAnswerParser {
+ public:
+  explicit ChatAnswerParser(std::shared_ptr<const llama_chat::Parser> parser);
+  // partial: the answer so far (never an error). invalid_request when a whole answer does not match the
+  // format (llama-server answers 500 there).
+  protocol::Result<ChatAnswer> parse(std::string_view answer, bool partial = false) const;
+  std::string format_name() const;
+
+ private:
+  std::shared_ptr<const llama_chat::Parser> parser_;
+};
+
+struct RenderedChat {
+  std::string text;                   // the prompt as llama.cpp renders it
+  std::vector<ChatSegment> segments;  // the same text, split where request text and images stand
+  std::shared_ptr<const ChatAnswerParser> parser;
+  bool supports_thinking = false;
+};
+
+// A checkpoint's chat template, parsed once (immutable, shared by threads).
+class ChatTemplate {
+ public:
+  // config_error when the template does not parse. An empty template is llama.cpp's ChatML default (what
+  // llama-server uses for a model without one). bos/eos: the tokenizer's spellings (bos_token, eos_token).
+  static protocol::Result<std::shared_ptr<const ChatTemplate>> make(std::string_view jinja, std::string bos,
+                                                                    std::string eos);
+  static protocol::Result<std::shared_ptr<const ChatTemplate>> make(std::string_view jinja,
+                                                                    const Tokenizer& tok);
+  ~ChatTemplate();
+
+  // The conversation, ending where the assistant's answer starts (add_generation_prompt). invalid_request for
+  // no turns, a role other than system/user/assistant/tool, an image outside a user turn, and whatever the
+  // template itself refuses (raise_exception: its message). `tok` (optional) checks request text when the
+  // input marks cannot be had (docs/model.md).
+  protocol::Result<RenderedChat> render(std::span<const ChatTurn> turns, std::span<const ChatTool> tools = {},
+                                        bool enable_thinking = true, const Tokenizer* tok = nullptr) const;
+  // llama.cpp's reading of the template: supports_tools, supports_tool_calls, supports_system_role, ...
+  bool supports(std::string_view capability) const;
+  const std::string& source() const { return source_; }
+  // The tool format the HTTP layer forces and streams calls in (chat_tools.hpp): Hermes when the template
+  // writes <tool_call> blocks, Llama-3's JSON calls for a Llama-3 header template with tools, else none.
+  ToolFormat tool_format() const { return tool_format_; }
+
+ private:
+  ChatTemplate() = default;
+  std::string source_;
+  std::unique_ptr<const llama_chat::Templates> impl_;
+  ToolFormat tool_format_ = ToolFormat::none;
+};
+
+// The rendered text alone (specials spelled out), for tests and the reference model's tools.
+protocol::Result<std::string> render_chat_text(std::string_view jinja, std::span<const ChatTurn> turns,
                                                std::string_view bos, std::string_view eos,
                                                std::span<const ChatTool> tools = {});
 
-// Token ids of the conversation, ready for prefill. BOS/EOS spellings come from the tokenizer. Image i's
-// tokens are images[i] (its layout, epd/model/mmproj.hpp); invalid_request if the turns hold another
-// number of image markers, or an image outside a user turn.
-protocol::Result<std::vector<TokenId>> encode_chat(const Tokenizer& tok, ChatStyle style,
-                                                   std::span<const ChatTurn> turns,
-                                                   std::span<const std::vector<TokenId>> images = {},
-                                                   std::span<const ChatTool> tools = {});
+// Token ids of a rendered conversation, ready for prefill: [BOS if the tokenizer adds it and the template did
+// not write it] + the text, control tokens parsed outside request text only. Image i's tokens are images[i]
+// (its layout, epd/model/mmproj.hpp); invalid_request if the text holds another number of image markers.
+protocol::Result<std::vector<TokenId>> encode_chat(const Tokenizer& tok, const RenderedChat& chat,
+                                                   std::span<const std::vector<TokenId>> images = {});
 
 }  // namespace epd::model

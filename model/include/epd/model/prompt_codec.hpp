@@ -38,13 +38,17 @@ class PromptCodec {
   protocol::Result<std::vector<TokenId>> prompt(std::string_view text,
                                                 std::span<const ImageDims> images) const;
   // The conversation in the model's chat template, ending where the assistant answers, each image where
-  // its marker stands (ChatTurn); same errors, and config_error when the checkpoint's template is of no
-  // supported family.
-  // `tools` (and the turns' calls and tool turns) are written in the family's tool format (chat_tools.hpp);
-  // invalid_request for a family without one.
+  // its marker stands (ChatTurn); same errors, and config_error when the checkpoint's template does not
+  // parse. A checkpoint's template is rendered by llama.cpp's engine (chat_template.hpp), tools included;
+  // the reference model writes them in the Hermes format (chat_tools.hpp).
   protocol::Result<std::vector<TokenId>> chat(std::span<const ChatTurn> turns,
                                               std::span<const ImageDims> images,
                                               std::span<const ChatTool> tools = {}) const;
+  // A checkpoint's conversation as its template renders it, with the parser of the answer (content,
+  // reasoning_content, tool calls); config_error for the reference model (its answers are read by
+  // chat_tools.hpp).
+  protocol::Result<RenderedChat> render(std::span<const ChatTurn> turns,
+                                        std::span<const ChatTool> tools = {}) const;
   // An image's tokens: its layout (mmproj.hpp) with the vocabulary's marker ids and image_token() rows.
   // Only for a model with an mmproj.
   protocol::Result<std::vector<TokenId>> image_tokens(ImageDims dims) const;
@@ -58,9 +62,13 @@ class PromptCodec {
   // Text of generated tokens, up to (not including) the first that ends the generation.
   std::string text(std::span<const TokenId> tokens) const;
   const Tokenizer& tokenizer() const { return *tok_; }
-  std::optional<ChatStyle> chat_style() const { return style_; }
-  // The reference model: Hermes in its byte-level ChatML; a checkpoint: its family's (none if it has none).
-  ToolFormat tool_format() const { return style_ ? model::tool_format(*style_) : ToolFormat::none; }
+  // A checkpoint's chat template (nullptr: the reference model, or a template that does not parse).
+  const ChatTemplate* chat_template() const { return template_.get(); }
+  // The format the HTTP layer forces and streams tool calls in: the reference model Hermes in its
+  // byte-level ChatML; a checkpoint its template's (ChatTemplate::tool_format).
+  ToolFormat tool_format() const {
+    return reference_ ? ToolFormat::hermes : template_ ? template_->tool_format() : ToolFormat::none;
+  }
 
  private:
   PromptCodec() = default;
@@ -71,8 +79,8 @@ class PromptCodec {
   ModelConfig cfg_;
   bool reference_ = true;
   std::shared_ptr<const Tokenizer> tok_;
-  std::optional<ChatStyle> style_;
-  protocol::Error style_error_;
+  std::shared_ptr<const ChatTemplate> template_;
+  protocol::Error template_error_;
   std::vector<TokenId> stops_;
   std::optional<MmprojInfo> mmproj_;
   std::map<std::string, TokenId, std::less<>> pieces_;  // the layout's marker tokens, by piece

@@ -25,6 +25,12 @@ enum class TokenType : int32_t {
   byte = 6
 };
 
+// Bytes [begin, end) of a text.
+struct TextRange {
+  size_t begin = 0;
+  size_t end = 0;
+};
+
 class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
@@ -36,6 +42,12 @@ class Tokenizer {
   // token (e.g. "<|im_start|>") becomes that token; otherwise it is plain text. User-defined added tokens
   // always match, as in llama.cpp and Hugging Face. Errors only for text the vocabulary cannot represent.
   virtual protocol::Result<std::vector<TokenId>> encode(std::string_view text, bool parse_special) const = 0;
+  // A rendered chat prompt: special-token parsing, except that a control token whose spelling lies wholly
+  // inside a `literal` range (text from the request) is plain text there. Ranges are sorted and disjoint.
+  // The default (no special tokens to tell apart, or text the ranges cannot follow) encodes the ranges and
+  // the text between them separately.
+  virtual protocol::Result<std::vector<TokenId>> encode_rendered(std::string_view text,
+                                                                 std::span<const TextRange> literal) const;
 
   // The bytes one token contributes to a decoded text. Control and unknown tokens give their spelling when
   // render_special, else nothing. An id outside the vocabulary gives nothing.
