@@ -55,8 +55,7 @@ std::vector<Fragment> SpecialMatcher::split(std::string_view text, bool parse_sp
         rest.remove_prefix(at + e.spelling.size());
         if (e.rstrip)  // C isspace, as llama.cpp: ASCII whitespace only
           while (!rest.empty() &&
-                 std::string_view(" 	
-").find(rest.front()) != std::string_view::npos)
+                 std::string_view(" \t\n\v\f\r").find(rest.front()) != std::string_view::npos)
             rest.remove_prefix(1);
         from = 0;
       }
