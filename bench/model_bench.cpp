@@ -160,9 +160,44 @@ m::testing::CheckpointSpec shape_spec(const std::string& shape, const std::strin
     spec.kv_heads = 3;
     spec.ffn = 1536;
     spec.rope_theta = 100000.0f;
+  } else if (shape == "qwen2.5-1.5b") {
+    // Qwen2.5-1.5B: hidden 1536, 28 layers, 12 heads, 2 KV heads, FFN 8960, vocab 151936, Q/K/V biases.
+    spec.arch = "qwen2";
+    spec.vocab = 151936;
+    spec.d_model = 1536;
+    spec.layers = 28;
+    spec.heads = 12;
+    spec.kv_heads = 2;
+    spec.ffn = 8960;
+    spec.rope_theta = 1000000.0f;
+  } else if (shape == "qwen3-0.6b") {
+    // Qwen3-0.6B: hidden 1024, 28 layers, 16 heads of 128, 8 KV heads, FFN 3072, vocab 151936, QK-norm.
+    spec.arch = "qwen3";
+    spec.vocab = 151936;
+    spec.d_model = 1024;
+    spec.layers = 28;
+    spec.heads = 16;
+    spec.kv_heads = 8;
+    spec.head_dim = 128;
+    spec.ffn = 3072;
+    spec.rope_theta = 1000000.0f;
+  } else if (shape == "gemma-3-1b") {
+    // gemma-3-1b: hidden 1152, 26 layers, 4 heads of 256, 1 KV head, FFN 6912, vocab 262144, a 512-position
+    // window on five layers of six.
+    spec.arch = "gemma3";
+    spec.vocab = 262144;
+    spec.d_model = 1152;
+    spec.layers = 26;
+    spec.heads = 4;
+    spec.kv_heads = 1;
+    spec.head_dim = 256;
+    spec.ffn = 6912;
+    spec.rope_theta = 1000000.0f;
+    spec.rope_base_swa = 10000.0f;
+    spec.sliding_window = 512;
   } else {
-    // Llama-3.2-1B: hidden 2048, 16 layers, 32 heads, 8 KV heads, FFN 8192, vocab 128256 (its llama3 RoPE
-    // scaling left out: epd refuses it, and it changes no cost).
+    // Llama-3.2-1B: hidden 2048, 16 layers, 32 heads, 8 KV heads, FFN 8192, vocab 128256, Llama 3's
+    // frequency factors (rope_freqs).
     spec.vocab = 128256;
     spec.d_model = 2048;
     spec.layers = 16;
@@ -170,6 +205,7 @@ m::testing::CheckpointSpec shape_spec(const std::string& shape, const std::strin
     spec.kv_heads = 8;
     spec.ffn = 8192;
     spec.rope_theta = 500000.0f;
+    spec.rope_freqs = true;
   }
   spec.context = 4096;
   spec.tied = true;
@@ -311,13 +347,13 @@ int run_model_bench(int argc, char** argv) {
       "--file-type", file_type,
       "the made GGUF's tensor types, as llama-quantize names them (f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 "
       "q5_1 q2_k q3_k_m q4_k_m q5_k_m q6_k), quantized by llama.cpp's quantizer");
-  app.add_option("--shape", shape, "the made checkpoint's shape")
-      ->check(CLI::IsMember({"smollm2-135m", "llama-3.2-1b"}));
+  const std::vector<std::string> known_shapes = {"smollm2-135m", "llama-3.2-1b", "qwen2.5-1.5b", "qwen3-0.6b",
+                                                 "gemma-3-1b"};
+  app.add_option("--shape", shape, "the made checkpoint's shape")->check(CLI::IsMember(known_shapes));
   app.add_option("--table", table_dir,
                  "write (once) and measure every --shapes x --types checkpoint under this directory: the "
                  "markdown table of docs/model.md");
-  app.add_option("--shapes", shapes, "shapes of --table")
-      ->check(CLI::IsMember({"smollm2-135m", "llama-3.2-1b"}));
+  app.add_option("--shapes", shapes, "shapes of --table")->check(CLI::IsMember(known_shapes));
   app.add_option("--types", types, "file types of --table");
   app.add_flag("--no-llama-cpp", no_llama, "skip llama.cpp");
   bool memory = false;

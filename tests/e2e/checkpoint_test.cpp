@@ -28,10 +28,9 @@ constexpr uint32_t kChunk = 64;  // the prefill role's default chunk_tokens
 // The default random checkpoint (f32 GGUF and a Hugging Face directory), or, with a file type, a GGUF of
 // hidden 256 quantized by llama.cpp's quantizer (Q4_K_M: Q4_K and Q6_K matrices, run on ggml's kernels).
 struct Checkpoint {
-  explicit Checkpoint(const std::string& gguf_file_type = "f32") {
+  explicit Checkpoint(const std::string& gguf_file_type = "f32", model::testing::CheckpointSpec s = {}) {
     dir = std::filesystem::temp_directory_path() /
-          ("epd-e2e-ckpt-" + std::to_string(::getpid()) + "-" + gguf_file_type);
-    model::testing::CheckpointSpec s;
+          ("epd-e2e-ckpt-" + std::to_string(::getpid()) + "-" + s.arch + "-" + gguf_file_type);
     if (gguf_file_type != "f32") {
       s.d_model = 256;
       s.ffn = 512;
@@ -163,4 +162,53 @@ TEST_CASE("checkpoint cluster staged into an fp16 decode equals the staged coloc
   Checkpoint ck, quantized("q4_k_m");
   serve_and_compare(ck.paths.gguf, "shm", lines, kv);
   serve_and_compare(quantized.paths.gguf, "shm", lines, kv);
+}
+
+// Each family beyond Llama's blocks, through the cluster: Llama 3's frequency factors with biases, Qwen2's
+// biases and NEOX rotation, Qwen3's QK-norm, Qwen3-MoE's routed experts, Gemma 3's sliding window of 16
+// positions (every prompt here crosses it, and the 64-token chunks split it), Phi-3's fused matrices and
+// LongRoPE. Every answer equals the colocated run, which equals llama.cpp's greedy tokens on the same file;
+// over shm for every family, over tcp and staged into an fp16 decode for three.
+TEST_CASE("each checkpoint family served by the cluster equals the colocated run and llama.cpp") {
+  auto spec = [](const char* arch) {
+    model::testing::CheckpointSpec s;
+    s.arch = arch;
+    s.write_hf = false;
+    s.mixed_dtypes = false;
+    return s;
+  };
+  auto llama3 = spec("llama");
+  llama3.rope_freqs = llama3.qkv_bias = llama3.out_bias = true;
+  auto qwen3 = spec("qwen3");
+  qwen3.head_dim = 64;
+  auto gemma3 = spec("gemma3");
+  gemma3.head_dim = 32;
+  gemma3.sliding_window = 16;
+  gemma3.swa_pattern = 2;
+  gemma3.rope_theta = 1000000.0f;
+  gemma3.tied = true;
+  auto phi3 = spec("phi3");
+  phi3.rope_scaling = "longrope";
+  phi3.rope_orig_context = 32;
+  phi3.rope_attn_factor = 1.19f;
+  phi3.rope_freqs = true;
+  auto moe = spec("qwen3moe");  // 2 of 8 experts per row: decode batches rows that chose different ones
+  moe.expert_ffn = 256;
+  const std::string staged = "kv_dtype = \"f16\"\nkv_page_size = 32\n";
+  const model::KvLayoutChoice staged_kv{32, model::DType::f16, model::KvDimOrder::token_head_dim};
+  const struct {
+    const char* type;
+    model::testing::CheckpointSpec spec;
+    bool more;  // tcp and staged too
+  } cases[] = {{"q4_k_m", llama3, true}, {"q8_0", spec("qwen2"), false}, {"q4_k_m", qwen3, false},
+               {"q4_k_m", moe, true},    {"f32", gemma3, true},          {"f32", phi3, false}};
+  for (const auto& c : cases) {
+    INFO(c.spec.arch << " " << c.type);
+    Checkpoint ck(c.type, c.spec);
+    check_against_llama_cpp(ck);
+    serve_and_compare(ck.paths.gguf, "shm", "", std::nullopt);
+    if (!c.more) continue;
+    serve_and_compare(ck.paths.gguf, "tcp", "", std::nullopt);
+    serve_and_compare(ck.paths.gguf, "shm", staged, staged_kv);
+  }
 }

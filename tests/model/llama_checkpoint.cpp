@@ -85,7 +85,8 @@ std::vector<Tensor> make_tensors(const CheckpointSpec& s) {
   const uint64_t d = s.d_model, hd = head_dim_of(s), q = uint64_t{s.heads} * hd,
                  kv = uint64_t{s.kv_heads} * hd;
   const bool interleaved = interleaved_rope(s), gemma = s.arch == "gemma3", phi = s.arch == "phi3";
-  const bool qk_norm = s.arch == "qwen3" || gemma, qkv_bias = s.qkv_bias || s.arch == "qwen2";
+  const bool moe = s.arch == "qwen3moe";
+  const bool qk_norm = s.arch == "qwen3" || moe || gemma, qkv_bias = s.qkv_bias || s.arch == "qwen2";
   const bool fused_qkv = s.fused_qkv || phi;
   std::vector<Tensor> t;
   uint64_t tag = 1;
@@ -143,13 +144,19 @@ std::vector<Tensor> make_tensors(const CheckpointSpec& s) {
     }
     if (gemma) add("", gg + "post_attention_norm.weight", {d}, 0.1f, Dt::f32, true);
     add(hf + "post_attention_layernorm.weight", gg + "ffn_norm.weight", {d}, 0.1f, Dt::f32, true);
-    if (phi) {
+    if (moe) {
+      const uint64_t e = s.experts, ef = s.expert_ffn;
+      add("", gg + "ffn_gate_inp.weight", {e, d}, gain(d, 4.0f), Dt::f32);
+      add("", gg + "ffn_gate_exps.weight", {e, ef, d}, gain(d, 1.0f), dt);
+      add("", gg + "ffn_up_exps.weight", {e, ef, d}, gain(d, 1.0f), dt);
+      add("", gg + "ffn_down_exps.weight", {e, d, ef}, gain(ef, 0.5f), dt);
+    } else if (phi) {
       add("", gg + "ffn_up.weight", {2 * uint64_t{s.ffn}, d}, gain(d, 1.0f), dt);
     } else {
       add(hf + "mlp.gate_proj.weight", gg + "ffn_gate.weight", {s.ffn, d}, gain(d, 1.0f), dt);
       add(hf + "mlp.up_proj.weight", gg + "ffn_up.weight", {s.ffn, d}, gain(d, 1.0f), dt);
     }
-    add(hf + "mlp.down_proj.weight", gg + "ffn_down.weight", {d, s.ffn}, gain(s.ffn, 0.5f), dt);
+    if (!moe) add(hf + "mlp.down_proj.weight", gg + "ffn_down.weight", {d, s.ffn}, gain(s.ffn, 0.5f), dt);
     if (gemma) add("", gg + "post_ffw_norm.weight", {d}, 0.1f, Dt::f32, true);
   }
   add("model.norm.weight", "output_norm.weight", {d}, 0.1f, Dt::f32, true);
@@ -330,6 +337,11 @@ protocol::Status write_gguf(const CheckpointSpec& s, const std::vector<Tensor>& 
   if (s.sliding_window) w.set_u32(a + "attention.sliding_window", s.sliding_window);
   if (s.swa_pattern) w.set_u32(a + "attention.sliding_window_pattern", s.swa_pattern);
   if (s.rope_base_swa != 0) w.set_f32(a + "rope.freq_base_swa", s.rope_base_swa);
+  if (s.arch == "qwen3moe") {
+    w.set_u32(a + "expert_count", s.experts);
+    w.set_u32(a + "expert_used_count", s.experts_used);
+    w.set_u32(a + "expert_feed_forward_length", s.expert_ffn);
+  }
   for (const auto& [key, value] : s.extra_u32_keys) w.set_u32(key, value);
   for (const auto& [key, value] : s.extra_f32_keys) w.set_f32(key, value);
   const FileType* ft = find_file_type(s.gguf_file_type);
@@ -386,7 +398,9 @@ protocol::Status write_gguf(const CheckpointSpec& s, const std::vector<Tensor>& 
     const std::vector<float> values = t.rope_heads ? permute_for_gguf(t.values, t.rope_heads, t.shape[0],
                                                                       t.shape.size() > 1 ? t.shape[1] : 1)
                                                    : t.values;
-    const TensorType type = t.shape.size() < 2 ? TensorType::f32 : gguf_type(*ft, t, s.layers);
+    const TensorType type = t.shape.size() < 2 || t.gguf_name.ends_with("ffn_gate_inp.weight")
+                                ? TensorType::f32
+                                : gguf_type(*ft, t, s.layers);
     if (type == TensorType::f32) {
       w.add_f32(t.gguf_name, ne, values);
       continue;

@@ -48,9 +48,9 @@ struct CheckpointSpec {
 
   // The GGUF's architecture (general.architecture) and what its blocks hold, as llama.cpp's converter
   // writes them: "llama" and "mistral3" (Q and K rows permuted for the interleaved rotation), "qwen2" (Q/K/V
-  // biases), "qwen3" (QK-norm), "gemma3" (QK-norm, post norms, GeGLU, sliding window), "phi3" (fused QKV and
-  // gate/up). The last four rotate in halves: their rows stay as Hugging Face has them. Only "llama" writes a
-  // Hugging Face directory too (write_hf).
+  // biases), "qwen3" (QK-norm), "qwen3moe" (QK-norm, routed experts), "gemma3" (QK-norm, post norms, GeGLU,
+  // sliding window), "phi3" (fused QKV and gate/up). The last four rotate in halves: their rows stay as
+  // Hugging Face has them. Only "llama" writes a Hugging Face directory too (write_hf).
   std::string arch = "llama";
   uint32_t head_dim = 0;   // 0: d_model / heads; else written as attention.key_length / value_length
   uint32_t rope_dims = 0;  // rope.dimension_count (0: the head dim)
@@ -68,6 +68,8 @@ struct CheckpointSpec {
       0;                     // gemma3: attention.sliding_window (every 6th layer global unless swa_pattern)
   uint32_t swa_pattern = 0;  // attention.sliding_window_pattern (0: not written)
   float rope_base_swa = 0;   // rope.freq_base_swa (0: not written)
+  // qwen3moe: experts of expert_ffn each, experts_used chosen per row (ffn is then the dense key's value).
+  uint32_t experts = 8, experts_used = 2, expert_ffn = 64;
   // Extra metadata and tensors (tests of what epd must refuse): "<key>" = u32 or f32, and 1-D f32 tensors.
   std::vector<std::pair<std::string, uint32_t>> extra_u32_keys;
   std::vector<std::pair<std::string, float>> extra_f32_keys;

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "attention/blocked_attention.hpp"
 #include "attention/paged_attention.hpp"
@@ -56,6 +57,7 @@ class Decoder final : public LlamaRunner {
   std::span<const float> last_logits() const override { return logits_; }
   void keep_all_logits(bool on) override { keep_all_ = on; }
   std::string kernels() const override { return describe_kernels(w_); }
+  std::span<const float> routing_margins() const override { return routing_margin_; }
 
   protocol::Result<Embeddings> encode(const Image& image) override {
     if (!opts_.encoder)
@@ -196,6 +198,7 @@ class Decoder final : public LlamaRunner {
     per_row([&](size_t r) {
       k::rmsnorm(&x_[r * d], w_.layers[0].attn_norm.data(), d, cfg_.norm_eps, &h_[r * d]);
     });
+    routing_margin_.assign(arch.experts ? n : 0, std::numeric_limits<float>::infinity());
     for (uint32_t layer = 0; layer < cfg_.layers; ++layer) {
       const DecoderLayer& b = w_.layers[layer];
       if (b.wqkv.w.rows()) {  // one product, then split per row
@@ -238,7 +241,9 @@ class Decoder final : public LlamaRunner {
         for (size_t i = r * d; i < (r + 1) * d; ++i) x_[i] += proj_[i];
         k::rmsnorm(&x_[r * d], b.ffn_norm.data(), d, cfg_.norm_eps, &h_[r * d]);
       });
-      if (b.w_gate_up.w.rows()) {  // gate rows, then up rows, in one product
+      if (b.router.w.rows()) {
+        experts(b, n, prefill);           // into proj_
+      } else if (b.w_gate_up.w.rows()) {  // gate rows, then up rows, in one product
         fused_.resize(n * 2 * f);
         const Out gate_up[] = {{&b.w_gate_up.w, fused_.data()}};
         matmul_.run(h_.data(), n, d, gate_up, prefill);
@@ -251,16 +256,18 @@ class Decoder final : public LlamaRunner {
         const Out gate_up[] = {{&b.w_gate.w, gate_.data()}, {&b.w_up.w, up_.data()}};
         matmul_.run(h_.data(), n, d, gate_up, prefill);
       }
-      per_row([&](size_t r) {
-        add_bias(gate_.data(), b.w_gate.bias, r);
-        add_bias(up_.data(), b.w_up.bias, r);
-        if (arch.activation == Activation::gelu_tanh)
-          k::geglu_f16_table(&gate_[r * f], &up_[r * f], f);
-        else
-          k::swiglu(&gate_[r * f], &up_[r * f], f);
-      });
-      const Out down[] = {{&b.w_down.w, proj_.data()}};
-      matmul_.run(gate_.data(), n, f, down, prefill);
+      if (!b.router.w.rows()) {
+        per_row([&](size_t r) {
+          add_bias(gate_.data(), b.w_gate.bias, r);
+          add_bias(up_.data(), b.w_up.bias, r);
+          if (arch.activation == Activation::gelu_tanh)
+            k::geglu_f16_table(&gate_[r * f], &up_[r * f], f);
+          else
+            k::swiglu(&gate_[r * f], &up_[r * f], f);
+        });
+        const Out down[] = {{&b.w_down.w, proj_.data()}};
+        matmul_.run(gate_.data(), n, f, down, prefill);
+      }
       // The residual, and the next norm: the next layer's attention norm, or the final one.
       const bool last = layer + 1 == cfg_.layers;
       const float* norm = last ? w_.final_norm.data() : w_.layers[layer + 1].attn_norm.data();
@@ -273,6 +280,92 @@ class Decoder final : public LlamaRunner {
         if (last) std::memcpy(&x_[r * d], &h_[r * d], d * sizeof(float));
       });
     }
+  }
+
+  // The feed-forward of a mixture-of-experts block into proj_, as llama.cpp's build_moe_ffn: the router's
+  // softmax over the experts (exp in float, summed in double, scaled by the sum's inverse), each row's
+  // experts_used most probable experts, their probabilities (renormalised to sum to 1, the sum clamped at
+  // f16's smallest normal, when norm_expert_weights), each chosen expert's SwiGLU, and the weighted outputs
+  // summed in rank order. Rows are grouped by expert, so each expert's matrices are read once per step
+  // whatever the batch; an expert's rows go through the same per-row kernels in decode, so a row's bits do
+  // not depend on which other rows chose that expert.
+  void experts(const DecoderLayer& b, size_t n, bool prefill) {
+    const DecoderArch& arch = w_.arch;
+    const size_t d = cfg_.d_model, n_exp = arch.experts, used = arch.experts_used, f = arch.expert_ffn;
+    router_.resize(n * n_exp);
+    const Out router[] = {{&b.router.w, router_.data()}};
+    matmul_.run(h_.data(), n, d, router, prefill);
+    chosen_.resize(n * used);
+    chosen_weight_.resize(n * used);
+    threads_.run(n, [&](size_t b0, size_t e0, unsigned) {
+      std::vector<uint32_t> order(n_exp);
+      for (size_t r = b0; r < e0; ++r) {
+        add_bias(router_.data(), b.router.bias, r);
+        float* p = &router_[r * n_exp];
+        float m = p[0], largest = std::fabs(p[0]);
+        for (size_t e = 1; e < n_exp; ++e) {
+          m = std::max(m, p[e]);
+          largest = std::max(largest, std::fabs(p[e]));
+        }
+        if (used < n_exp) {  // the last expert taken against the best one left out, on the logits
+          for (uint32_t e = 0; e < n_exp; ++e) order[e] = e;
+          std::nth_element(order.begin(), order.begin() + used, order.end(),
+                           [&](uint32_t a, uint32_t c) { return p[a] > p[c] || (p[a] == p[c] && a < c); });
+          const float left_out = p[order[used]];
+          float last_taken = std::numeric_limits<float>::infinity();
+          for (size_t k = 0; k < used; ++k) last_taken = std::min(last_taken, p[order[k]]);
+          routing_margin_[r] =
+              std::min(routing_margin_[r], (last_taken - left_out) / std::max(largest, 1e-30f));
+        }
+        double sum = 0;
+        for (size_t e = 0; e < n_exp; ++e) sum += p[e] = std::exp(p[e] - m);
+        const float inv = static_cast<float>(1.0 / sum);
+        for (size_t e = 0; e < n_exp; ++e) p[e] *= inv;
+        for (uint32_t e = 0; e < n_exp; ++e) order[e] = e;
+        std::partial_sort(order.begin(), order.begin() + used, order.end(),
+                          [&](uint32_t a, uint32_t c) { return p[a] > p[c] || (p[a] == p[c] && a < c); });
+        float total = 0;
+        for (size_t k = 0; k < used; ++k) {
+          chosen_[r * used + k] = order[k];
+          chosen_weight_[r * used + k] = p[order[k]];
+          total += p[order[k]];
+        }
+        if (arch.norm_expert_weights)
+          for (size_t k = 0; k < used; ++k) chosen_weight_[r * used + k] /= std::max(total, 6.103515625e-5f);
+      }
+    });
+    // Each expert's rows, in row order: gathered, multiplied, scattered to their (row, rank) slot.
+    expert_out_.resize(n * used * d);
+    for (uint32_t e = 0; e < n_exp; ++e) {
+      slots_.clear();
+      for (size_t i = 0; i < n * used; ++i)
+        if (chosen_[i] == e) slots_.push_back(i);
+      const size_t m = slots_.size();
+      if (m == 0) continue;
+      expert_in_.resize(m * d);
+      gate_.resize(std::max(gate_.size(), m * f));
+      up_.resize(std::max(up_.size(), m * f));
+      expert_down_.resize(m * d);
+      for (size_t j = 0; j < m; ++j) std::copy_n(&h_[slots_[j] / used * d], d, &expert_in_[j * d]);
+      const Out gate_up[] = {{&b.gate_exps[e], gate_.data()}, {&b.up_exps[e], up_.data()}};
+      matmul_.run(expert_in_.data(), m, d, gate_up, prefill);
+      threads_.run(m, [&](size_t b0, size_t e0, unsigned) {
+        for (size_t j = b0; j < e0; ++j) k::swiglu(&gate_[j * f], &up_[j * f], f);
+      });
+      const Out down[] = {{&b.down_exps[e], expert_down_.data()}};
+      matmul_.run(gate_.data(), m, f, down, prefill);
+      for (size_t j = 0; j < m; ++j) std::copy_n(&expert_down_[j * d], d, &expert_out_[slots_[j] * d]);
+    }
+    threads_.run(n, [&](size_t b0, size_t e0, unsigned) {
+      for (size_t r = b0; r < e0; ++r) {
+        float* out = &proj_[r * d];
+        for (size_t k = 0; k < used; ++k) {
+          const float wk = chosen_weight_[r * used + k];
+          const float* x = &expert_out_[(r * used + k) * d];
+          for (size_t i = 0; i < d; ++i) out[i] = k == 0 ? x[i] * wk : out[i] + x[i] * wk;
+        }
+      }
+    });
   }
 
   // Attention of the n rows in q_ into attn_: exact, by attend_group; fast (blocked_attention.hpp), a prompt
@@ -358,6 +451,11 @@ class Decoder final : public LlamaRunner {
   float q_scale_;
   std::vector<RowTarget> targets_;
   std::vector<float> x_, h_, q_, k_, v_, attn_, gate_, up_, proj_, fused_, logits_;
+  // Mixture of experts: router probabilities, each row's chosen experts and weights, an expert's rows.
+  std::vector<float> router_, chosen_weight_, expert_in_, expert_down_, expert_out_;
+  std::vector<uint32_t> chosen_;
+  std::vector<size_t> slots_;
+  std::vector<float> routing_margin_;  // per row of the last call (experts only)
 };
 
 }  // namespace

@@ -45,6 +45,11 @@ struct DecoderArch {
   float embed_scale = 1.0f;         // token embeddings are multiplied by it (Gemma: sqrt(d_model))
   Activation activation = Activation::silu;
   float final_logit_softcap = 0.0f;  // logits = c * tanh(logits / c) when > 0
+  // Mixture of experts (layers with a router): each row's feed-forward is the sum of its experts_used best
+  // experts' (softmax over the router's logits, top k), weighted by their probabilities, renormalised to sum
+  // to 1 when norm_expert_weights (Qwen3-MoE), as llama.cpp's build_moe_ffn.
+  uint32_t experts = 0, experts_used = 0, expert_ffn = 0;
+  bool norm_expert_weights = true;
 
   bool slides(uint32_t layer) const { return layer < swa_layers.size() && swa_layers[layer]; }
   const RopeSpec& rope_of(uint32_t layer) const { return slides(layer) ? rope_swa : rope; }

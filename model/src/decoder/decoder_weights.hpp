@@ -32,6 +32,10 @@ struct DecoderLayer {
   // The gate and up projections as two matrices, or fused in one (w_gate_up: gate rows, then up).
   Linear w_gate, w_up, w_gate_up, w_down;
   std::vector<float> ffn_post_norm;  // d: RMSNorm of the feed-forward output before the residual, or none
+  // Mixture of experts (router has rows): the router (experts x d) and each expert's gate, up (expert_ffn x
+  // d) and down (d x expert_ffn) matrices, views into the file's 3-D tensors, in place of w_gate/w_up/w_down.
+  Linear router;
+  std::vector<WeightMatrix> gate_exps, up_exps, down_exps;
 };
 
 struct DecoderWeights {
@@ -48,11 +52,13 @@ struct DecoderWeights {
   const WeightMatrix& head() const { return lm_head.rows() ? lm_head : tok_emb; }
 };
 
-// Every matrix of the layers and an untied head, in a fixed order.
+// Every matrix of the layers and an untied head, in a fixed order; not the experts' (slices of 3-D tensors:
+// neither repacked nor multiplied in batches, so each expert's rows go through the one-row kernels).
 template <class W, class F>
 void for_each_layer_matrix(W& w, F&& f) {
   for (auto& L : w.layers)
-    for (auto* m : {&L.wq, &L.wk, &L.wv, &L.wqkv, &L.wo, &L.w_gate, &L.w_up, &L.w_gate_up, &L.w_down})
+    for (auto* m :
+         {&L.wq, &L.wk, &L.wv, &L.wqkv, &L.wo, &L.w_gate, &L.w_up, &L.w_gate_up, &L.w_down, &L.router})
       if (m->w.rows()) f(m->w);
   if (w.lm_head.rows()) f(w.lm_head);
 }

@@ -151,10 +151,24 @@ protocol::Result<GgufModel> read_gguf_model(const GgufFile& g) {
   if (auto st = finish_shape(c, where, *context); !st) return st.error();
 
   // What epd's decoder does not do: refused when present with a value that would change the arithmetic.
-  for (const auto& [key, neutral, what] : {std::tuple{"expert_count", 0, "mixture of experts"},
-                                           std::tuple{"expert_used_count", 0, "mixture of experts"},
-                                           std::tuple{"attention.causal", 1, "non-causal attention"}})
-    if (auto st = require_absent_or(keys, key, neutral, what); !st) return st.error();
+  if (auto st = require_absent_or(keys, "attention.causal", 1, "non-causal attention"); !st)
+    return st.error();
+  if (family.layout.experts) {
+    EPD_READ(experts, u32("expert_count", true, false, 0));
+    EPD_READ(used, u32("expert_used_count", true, true, 0));
+    if (*experts == 0 || *experts > 1024 || *used == 0 || *used > *experts)
+      return bad(where, keys.full("expert_used_count") + " (" + std::to_string(*used) + ") must be in 1.." +
+                            keys.full("expert_count") + " (" + std::to_string(*experts) + "), at most 1024");
+    EPD_READ(expert_ffn, u32("expert_feed_forward_length", false, true, c.ffn / *used));
+    if (*expert_ffn == 0 || *expert_ffn > 65536)
+      return bad(where, keys.full("expert_feed_forward_length") + " must be in 1..65536");
+    m.arch.experts = static_cast<uint32_t>(*experts);
+    m.arch.experts_used = static_cast<uint32_t>(*used);
+    m.arch.expert_ffn = static_cast<uint32_t>(*expert_ffn);
+  } else {
+    for (const char* key : {"expert_count", "expert_used_count"})
+      if (auto st = require_absent_or(keys, key, 0, "mixture of experts"); !st) return st.error();
+  }
 
   if (auto st = family.read_keys(keys, c, m.arch); !st) return st.error();
   if (const std::string k = keys.unread_key(); !k.empty())
@@ -218,6 +232,33 @@ protocol::Result<DecoderWeights> load_gguf_weights(const ModelConfig& c, const G
         return bad(where, "tensor " + factors + " holds a factor that is not positive");
   }
 
+  // A block's router and its experts: each expert's matrix a view of its rows of the 3-D tensor.
+  const uint64_t n_exp = w.arch.experts, ef = w.arch.expert_ffn;
+  const auto slices = [&](const std::string& name, uint64_t rows, uint64_t cols,
+                          std::vector<WeightMatrix>& out) -> protocol::Status {
+    auto t = find_shaped(find, where, name, {n_exp, rows, cols});
+    if (!t) return t.error();
+    if ((*t)->type != TensorType::f32 && !lib)
+      return bad(where, "tensor " + name + " is " + std::string(tensor_type_name((*t)->type)) +
+                            ", which needs llama.cpp's kernels");
+    if ((*t)->type == TensorType::f32 &&
+        reinterpret_cast<uintptr_t>((*t)->bytes.data()) % alignof(float) != 0)
+      return bad(where, "tensor " + name + " is not aligned for f32");
+    const uint64_t bytes = row_bytes((*t)->type, cols) * rows;
+    out.clear();
+    for (uint64_t e = 0; e < n_exp; ++e) {
+      const TensorRef slice{name, (*t)->type, {rows, cols}, (*t)->bytes.subspan(e * bytes, bytes)};
+      out.push_back(WeightMatrix::view(slice));
+    }
+    return {};
+  };
+  const auto experts_of = [&](const auto& blk, DecoderLayer& L) -> protocol::Status {
+    if (auto st = matrix(blk("ffn_gate_inp.weight"), n_exp, d, L.router.w); !st) return st;
+    if (auto st = slices(blk("ffn_gate_exps.weight"), ef, d, L.gate_exps); !st) return st;
+    if (auto st = slices(blk("ffn_up_exps.weight"), ef, d, L.up_exps); !st) return st;
+    return slices(blk("ffn_down_exps.weight"), d, ef, L.down_exps);
+  };
+
   w.layers.resize(c.layers);
   for (uint32_t l = 0; l < c.layers; ++l) {
     DecoderLayer& L = w.layers[l];
@@ -261,6 +302,10 @@ protocol::Result<DecoderWeights> load_gguf_weights(const ModelConfig& c, const G
       if (auto st = vec(blk("post_ffw_norm.weight"), d, L.ffn_post_norm); !st) return st.error();
     }
     if (auto st = vec(blk("ffn_norm.weight"), d, L.ffn_norm); !st) return st.error();
+    if (layout.experts) {
+      if (auto st = experts_of(blk, L); !st) return st.error();
+      continue;
+    }
     if (layout.fused_gate_up) {
       if (auto st = matrix(blk("ffn_up.weight"), 2 * f, d, L.w_gate_up.w); !st) return st.error();
     } else {

@@ -187,8 +187,11 @@ void check_batch_kernels(DecoderWeights& w, const ggml::Library& lib) {
   auto check = [&](detail::WeightMatrix& m) {
     if (m.type() == TensorType::f32) return;
     const auto n = static_cast<int64_t>(m.cols());
-    m.set_batch_agrees(m.packing() ? lib.batch_agrees(*m.packing(), m.type(), n)
-                                   : lib.batch_agrees(m.type(), n));
+    // f16 rows go one at a time through epd's own dot product (weight_matrix.cpp), which no batch kernel
+    // of ggml's is checked against.
+    m.set_batch_agrees(
+        m.type() != TensorType::f16 &&
+        (m.packing() ? lib.batch_agrees(*m.packing(), m.type(), n) : lib.batch_agrees(m.type(), n)));
   };
   detail::for_each_layer_matrix(w, check);
   if (!w.lm_head.rows()) check(w.tok_emb);  // a tied head multiplies by the embeddings

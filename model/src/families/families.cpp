@@ -6,7 +6,8 @@
 namespace epd::model::families {
 
 std::span<const DecoderFamily* const> decoder_families() {
-  static const DecoderFamily* const all[] = {&kLlama, &kMistral3, &kQwen2, &kQwen3, &kGemma3, &kPhi3};
+  static const DecoderFamily* const all[] = {&kLlama,    &kMistral3, &kQwen2, &kQwen3,
+                                             &kQwen3Moe, &kGemma3,   &kPhi3};
   return all;
 }
 
@@ -39,7 +40,15 @@ std::vector<std::string> gguf_tensor_patterns(const DecoderFamily& f) {
       "attn_norm.weight", "attn_q.weight", "attn_k.weight",   "attn_v.weight", "attn_q.bias",
       "attn_k.bias",      "attn_v.bias",   "attn_qkv.weight", "attn_qkv.bias", "attn_output.weight",
       "ffn_norm.weight",  "ffn_up.weight", "ffn_down.weight"};
-  if (!l.fused_gate_up) block.push_back("ffn_gate.weight");
+  if (l.experts) {
+    for (const char* n : {"ffn_gate_inp.weight", "ffn_gate_exps.weight", "ffn_down_exps.weight"})
+      block.push_back(n);
+    block.push_back("ffn_up_exps.weight");
+    std::erase(block, std::string("ffn_up.weight"));
+    std::erase(block, std::string("ffn_down.weight"));
+  } else if (!l.fused_gate_up) {
+    block.push_back("ffn_gate.weight");
+  }
   if (l.out_bias) block.push_back("attn_output.bias");
   if (l.ffn_biases)
     for (const char* n : {"ffn_gate.bias", "ffn_up.bias", "ffn_down.bias"}) block.push_back(n);
@@ -74,6 +83,7 @@ std::vector<std::string> gguf_key_names(const DecoderFamily& f) {
                                   "expert_count",
                                   "expert_used_count",
                                   "attention.causal"};
+  if (f.layout.experts) out.emplace_back("expert_feed_forward_length");
   for (std::string_view k : f.keys) out.emplace_back(k);
   return out;
 }

@@ -64,6 +64,9 @@ struct BlockLayout {
   bool out_bias = false;       // optional attn_output.bias
   bool ffn_biases = false;     // optional ffn_gate.bias, ffn_up.bias, ffn_down.bias
   bool output_bias = false;    // optional output.bias
+  // Mixture of experts in every block: ffn_gate_inp (the router), ffn_{gate,up,down}_exps (3-D) in place of
+  // ffn_gate/up/down; expert_count, expert_used_count and expert_feed_forward_length read.
+  bool experts = false;
   // Frequency factors of the rotary embedding: rope_freqs (Llama 3), or rope_factors_long / _short
   // (Phi-3's LongRoPE, the long ones when the context exceeds the original one).
   enum class RopeFactors : uint8_t { none, freqs, long_short } rope_factors = RopeFactors::none;
@@ -104,5 +107,6 @@ extern const DecoderFamily kQwen2;
 extern const DecoderFamily kQwen3;
 extern const DecoderFamily kGemma3;
 extern const DecoderFamily kPhi3;
+extern const DecoderFamily kQwen3Moe;
 
 }  // namespace epd::model::families

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "epd/model/kv_cache.hpp"
@@ -95,6 +96,20 @@ EPD_MULTIVERSION void rmsnorm(const float* x, const float* g, size_t n, float ep
 
 EPD_MULTIVERSION void swiglu(float* a, const float* b, size_t n) {
   for (size_t i = 0; i < n; ++i) a[i] = a[i] / (1.0f + exp_det(-a[i])) * b[i];
+}
+
+EPD_MULTIVERSION float dot_f16(const uint16_t* a, const uint16_t* b, size_t n) {
+  float acc[kLanes] = {};
+  size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    _Float16 ha[kLanes], hb[kLanes];  // conversions to f32 are exact
+    std::memcpy(ha, a + i, sizeof ha);
+    std::memcpy(hb, b + i, sizeof hb);
+    for (size_t j = 0; j < kLanes; ++j) acc[j] += static_cast<float>(ha[j]) * static_cast<float>(hb[j]);
+  }
+  float tail = 0.0f;
+  for (; i < n; ++i) tail += f16_to_f32(a[i]) * f16_to_f32(b[i]);
+  return reduce_lanes(acc) + tail;
 }
 
 void geglu_f16_table(float* a, const float* b, size_t n) {

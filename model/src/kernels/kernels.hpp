@@ -41,6 +41,11 @@ inline float sum(const float* a, size_t n) {
   return reduce_lanes(acc) + tail;
 }
 
+// sum_i a[i]*b[i] of half-precision (IEEE binary16) values: each product is exact in f32, summed in dot()'s
+// lanes and tree, so every CPU gives the same bits (ggml's vec_dot_f16 sums in half precision where the CPU
+// has AVX512-FP16, in f32 elsewhere).
+float dot_f16(const uint16_t* a, const uint16_t* b, size_t n);
+
 // y[r][o] = dot(w[o], x[r]) for r < rows, o < out; w is out x in, row-major. Each output element is one
 // dot() call, so a row's result does not depend on how many rows are computed together.
 void matmul(const float* x, size_t rows, size_t in, const float* w, size_t out, float* y);

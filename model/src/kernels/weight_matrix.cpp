@@ -213,13 +213,22 @@ void Matmul::multiply_block(const Out& o, size_t c0, size_t c1, size_t rows, siz
                 rowwise.as_f32.data(), n, wf.data(), n, 0.0f, o.y + c0, static_cast<int>(ld));
     return;
   }
+  // f16 weights (their input rounded to f16 too) by epd's f32-accumulating dot product: ggml's vec_dot_f16
+  // sums in half precision on AVX512-FP16 CPUs (Sapphire Rapids and later), which would give an f16 file
+  // another model there; this gives the same bits on every CPU.
+  const bool f16 = w.type() == TensorType::f16;
   for (size_t r0 = 0; r0 < rows; r0 += kRowTile) {
     const size_t r1 = std::min(rows, r0 + kRowTile);
     for (size_t c = c0; c < c1; ++c) {
       const std::byte* wr = w.row(c);
-      for (size_t r = r0; r < r1; ++r)
-        lib_->vec_dot(w.type(), static_cast<int64_t>(in), o.y + r * ld + c, wr,
-                      rowwise.data.data() + r * rowwise.row_bytes);
+      for (size_t r = r0; r < r1; ++r) {
+        const std::byte* xr = rowwise.data.data() + r * rowwise.row_bytes;
+        if (f16)
+          o.y[r * ld + c] = kernels::dot_f16(reinterpret_cast<const uint16_t*>(wr),
+                                             reinterpret_cast<const uint16_t*>(xr), in);
+        else
+          lib_->vec_dot(w.type(), static_cast<int64_t>(in), o.y + r * ld + c, wr, xr);
+      }
     }
   }
 }

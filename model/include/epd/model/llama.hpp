@@ -46,6 +46,11 @@ class LlamaRunner : public ModelRunner {
   // Which kernels multiply its matrices, for logs and benchmarks: "ggml-cpu zen4; 180 of 211 matrices
   // repacked (q4_K_8x8_q8_K) in /home/u/.cache/epd/packed-....bin".
   virtual std::string kernels() const = 0;
+  // Mixture-of-experts models: for each row of the last call, how clearly its experts were chosen: the
+  // smallest, over the layers, gap between the router logits of the last expert taken and the best one left
+  // out, relative to the row's largest |router logit| (a row whose gap is tiny may route differently under
+  // a last-bit change upstream). Empty for other models.
+  virtual std::span<const float> routing_margins() const = 0;
 };
 
 // Loads the checkpoint cfg.checkpoint names (its own shape must equal cfg's, as read_checkpoint_config
