@@ -70,14 +70,23 @@ std::vector<uint32_t> colocated(const std::string& path, const std::vector<uint3
 }
 
 // The colocated answers to the cluster's prompts are llama.cpp's greedy tokens too (up to an end token,
-// where epd stops and llama.cpp's oracle goes on).
-void check_against_llama_cpp(const Checkpoint& ck) {
+// where epd stops and llama.cpp's oracle goes on). With `tolerance` (the logit gap the model oracle test
+// allows the file's type, relative to the largest logit), the two may part where llama.cpp's own best token
+// leads its runner-up by less than twice that gap: a near-tie either side may take (llama.cpp evaluates the
+// prompt in one batch, epd in chunks of 64, and quantized activations round differently); the texts differ
+// from there on. 0: no fork allowed.
+void check_against_llama_cpp(const Checkpoint& ck, double tolerance = 0) {
   for (int i = 0; i < 4; ++i) {
     const auto ours = colocated(ck.paths.gguf, prompt_of(i), std::nullopt);
-    const auto theirs = llama_cpp_greedy(ck.paths.gguf, ck.dir.string(), prompt_of(i), 12);
+    const auto theirs = llama_cpp_greedy_with_leads(ck.paths.gguf, ck.dir.string(), prompt_of(i), 12);
     INFO("case " << i);
-    REQUIRE(theirs.size() >= ours.size());
-    CHECK(std::vector<uint32_t>(theirs.begin(), theirs.begin() + ours.size()) == ours);
+    REQUIRE(theirs.tokens.size() >= ours.size());
+    size_t same = 0;
+    while (same < ours.size() && ours[same] == theirs.tokens[same]) ++same;
+    if (same == ours.size()) continue;
+    INFO("fork at " << same << ": epd " << ours[same] << ", llama.cpp " << theirs.tokens[same]
+                    << ", llama.cpp's lead " << theirs.lead[same] << " of " << theirs.largest[same]);
+    CHECK(theirs.lead[same] <= 2 * tolerance * theirs.largest[same]);
   }
 }
 
@@ -205,7 +214,7 @@ TEST_CASE("each checkpoint family served by the cluster equals the colocated run
   for (const auto& c : cases) {
     INFO(c.spec.arch << " " << c.type);
     Checkpoint ck(c.type, c.spec);
-    check_against_llama_cpp(ck);
+    check_against_llama_cpp(ck, std::string(c.type) == "f32" ? 1e-4 : 3e-2);
     serve_and_compare(ck.paths.gguf, "shm", "", std::nullopt);
     if (!c.more) continue;
     serve_and_compare(ck.paths.gguf, "tcp", "", std::nullopt);

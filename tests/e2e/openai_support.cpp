@@ -49,8 +49,8 @@ std::string node_sdk_dir() {
   return std::string(EPD_SOURCE_DIR) + "/tests/http/node";
 }
 
-std::vector<uint32_t> llama_cpp_greedy(const std::string& gguf, const std::string& work_dir,
-                                       const std::vector<uint32_t>& prompt, int n) {
+OracleGreedy llama_cpp_greedy_with_leads(const std::string& gguf, const std::string& work_dir,
+                                         const std::vector<uint32_t>& prompt, int n) {
   const std::string spec_file = work_dir + "/oracle.json";
   std::ofstream(spec_file) << nlohmann::json{{"model", gguf}, {"prompt", prompt}, {"generate", n}}.dump();
   const auto r = run_command({"timeout", "120", "node", node_sdk_dir() + "/llama_oracle.mjs", spec_file});
@@ -58,7 +58,19 @@ std::vector<uint32_t> llama_cpp_greedy(const std::string& gguf, const std::strin
   REQUIRE(r.exit_code == 0);
   const auto start = r.output.find("{\"prompt_logits\"");
   REQUIRE(start != std::string::npos);
-  return nlohmann::json::parse(r.output.substr(start))["greedy"].get<std::vector<uint32_t>>();
+  const auto j = nlohmann::json::parse(r.output.substr(start));
+  OracleGreedy out;
+  out.tokens = j["greedy"].get<std::vector<uint32_t>>();
+  for (const auto& l : j["greedy_leads"]) {
+    out.lead.push_back(l[0].get<double>());
+    out.largest.push_back(l[1].get<double>());
+  }
+  return out;
+}
+
+std::vector<uint32_t> llama_cpp_greedy(const std::string& gguf, const std::string& work_dir,
+                                       const std::vector<uint32_t>& prompt, int n) {
+  return llama_cpp_greedy_with_leads(gguf, work_dir, prompt, n).tokens;
 }
 
 std::string node_sdk_missing() {

@@ -28,6 +28,14 @@ std::string node_sdk_missing();
 std::vector<uint32_t> llama_cpp_greedy(const std::string& gguf, const std::string& work_dir,
                                        const std::vector<uint32_t>& prompt, int n);
 
+// The same, with how clear each choice was: its logit's lead over the runner-up, and the largest |logit|.
+struct OracleGreedy {
+  std::vector<uint32_t> tokens;
+  std::vector<double> lead, largest;
+};
+OracleGreedy llama_cpp_greedy_with_leads(const std::string& gguf, const std::string& work_dir,
+                                         const std::vector<uint32_t>& prompt, int n);
+
 struct Sampling {
   double temperature = 0;
   std::optional<double> top_p;

@@ -5,6 +5,10 @@
 
 namespace epd::model::families {
 
+protocol::Status no_own_keys(KeyReader&, const ModelConfig&, detail::DecoderArch&) {
+  return {};
+}
+
 std::span<const DecoderFamily* const> decoder_families() {
   static const DecoderFamily* const all[] = {&kLlama,    &kMistral3, &kQwen2, &kQwen3,
                                              &kQwen3Moe, &kGemma3,   &kPhi3};

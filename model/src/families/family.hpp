@@ -88,6 +88,9 @@ struct DecoderFamily {
   std::string (*hf_tensor)(Role role, uint32_t layer) = nullptr;
 };
 
+// read_keys of a family with no keys of its own.
+protocol::Status no_own_keys(KeyReader& keys, const ModelConfig& cfg, detail::DecoderArch& arch);
+
 std::span<const DecoderFamily* const> decoder_families();
 const DecoderFamily* family_by_gguf_arch(std::string_view arch);
 const DecoderFamily* family_by_hf_model_type(std::string_view model_type);

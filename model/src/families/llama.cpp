@@ -41,10 +41,6 @@ std::string hf_name(Role role, uint32_t layer) {
   return {};
 }
 
-protocol::Status no_keys(KeyReader&, const ModelConfig&, detail::DecoderArch&) {
-  return {};
-}
-
 }  // namespace
 
 const DecoderFamily kLlama{
@@ -54,7 +50,7 @@ const DecoderFamily kLlama{
     .examples = "Llama-3.2-1B/3B-Instruct, Llama-3.1-8B-Instruct, TinyLlama, SmolLM2, Mistral-7B",
     .rope_style = detail::RopeStyle::interleaved,
     .layout = {.out_bias = true, .ffn_biases = true, .rope_factors = BlockLayout::RopeFactors::freqs},
-    .read_keys = no_keys,
+    .read_keys = no_own_keys,
     .keys = {},
     .hf_tensor = hf_name,
 };

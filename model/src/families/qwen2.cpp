@@ -3,13 +3,6 @@
 #include "families/family.hpp"
 
 namespace epd::model::families {
-namespace {
-
-protocol::Status no_keys(KeyReader&, const ModelConfig&, detail::DecoderArch&) {
-  return {};
-}
-
-}  // namespace
 
 const DecoderFamily kQwen2{
     .name = "qwen2",
@@ -18,7 +11,7 @@ const DecoderFamily kQwen2{
     .examples = "Qwen2.5-0.5B...14B-Instruct, Qwen2.5-Coder",
     .rope_style = detail::RopeStyle::neox,
     .layout = {.output_bias = true},
-    .read_keys = no_keys,
+    .read_keys = no_own_keys,
     .keys = {},
     .hf_tensor = nullptr,
 };

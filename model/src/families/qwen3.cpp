@@ -3,13 +3,6 @@
 #include "families/family.hpp"
 
 namespace epd::model::families {
-namespace {
-
-protocol::Status no_keys(KeyReader&, const ModelConfig&, detail::DecoderArch&) {
-  return {};
-}
-
-}  // namespace
 
 const DecoderFamily kQwen3{
     .name = "qwen3",
@@ -18,7 +11,7 @@ const DecoderFamily kQwen3{
     .examples = "Qwen3-0.6B...32B",
     .rope_style = detail::RopeStyle::neox,
     .layout = {.qk_norm = true},
-    .read_keys = no_keys,
+    .read_keys = no_own_keys,
     .keys = {},
     .hf_tensor = nullptr,
 };

@@ -74,6 +74,10 @@ ToolFormat tool_format_of(std::string_view src) {
   if (src.find("<|start_header_id|>") != std::string_view::npos &&
       src.find("tools") != std::string_view::npos)
     return ToolFormat::llama3;
+  // A ChatML template that says nothing of tools: Hermes' calls, the format ChatML models are trained on
+  // (what epd did before templates were rendered by llama.cpp; llama.cpp's own fallback for such templates
+  // is its generic JSON format).
+  if (src.find("<|im_start|>") != std::string_view::npos) return ToolFormat::hermes;
   return ToolFormat::none;
 }
 

@@ -1,6 +1,7 @@
 // llama.cpp (node-llama-cpp's prebuilt CPU build) as the oracle of epd's checkpoint runner: evaluates a
 // prompt of token ids on a GGUF file and prints the logits at every prompt position and `generate` greedy
-// tokens (argmax, ties to the lower id), as JSON on stdout. F32 KV cache, no flash attention, no BOS added:
+// tokens (argmax, ties to the lower id) with how clear each choice was (greedy_leads: [best - runner-up,
+// largest |logit|]), as JSON on stdout. F32 KV cache, no flash attention, no BOS added:
 // exactly the ids given. Usage: node llama_oracle.mjs SPEC.json
 //   SPEC: {"model": "/path/model.gguf", "prompt": [ids...], "generate": 32, "threads": 1}
 import {readFileSync} from "node:fs";
@@ -38,16 +39,27 @@ const promptLogits = results.map((r, i) => {
   if (!r?.next?.logits) throw new Error(`no logits at prompt position ${i}`);
   return dense(r.next.logits);
 });
+// How clear each greedy choice was: [best - runner-up, largest |logit|] of the logits it was taken from.
+function lead(xs) {
+  let best = -Infinity, second = -Infinity, top = 0;
+  for (const x of xs) {
+    if (x > best) { second = best; best = x; } else if (x > second) second = x;
+    top = Math.max(top, Math.abs(x));
+  }
+  return [best - second, top];
+}
 const greedy = [];
+const greedyLeads = [];
 let last = promptLogits[promptLogits.length - 1];
 while (greedy.length < spec.generate) {
   const t = argmax(last);
   greedy.push(t);
+  greedyLeads.push(lead(last));
   if (greedy.length === spec.generate) break;
   const [r] = await sequence.controlledEvaluate([withLogits(t)]);
   last = dense(r.next.logits);
 }
-process.stdout.write(JSON.stringify({prompt_logits: promptLogits, greedy}));
+process.stdout.write(JSON.stringify({prompt_logits: promptLogits, greedy, greedy_leads: greedyLeads}));
 await context.dispose();
 await model.dispose();
 await llama.dispose();
