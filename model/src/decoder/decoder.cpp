@@ -167,7 +167,7 @@ class Decoder final : public LlamaRunner {
       for (size_t i = 0; i < cfg_.d_model; ++i) out[i] *= w_.arch.embed_scale;
   }
 
-  // y (n rows of `cols`) += bias, when there is one.
+  // Row r of y (rows of bias.size() values) += bias, when there is one.
   static void add_bias(float* y, const std::vector<float>& bias, size_t r) {
     if (bias.empty()) return;
     float* row = y + r * bias.size();
@@ -201,22 +201,7 @@ class Decoder final : public LlamaRunner {
     routing_margin_.assign(arch.experts ? n : 0, std::numeric_limits<float>::infinity());
     for (uint32_t layer = 0; layer < cfg_.layers; ++layer) {
       const DecoderLayer& b = w_.layers[layer];
-      if (b.wqkv.w.rows()) {  // one product, then split per row
-        const size_t all = q_dim + 2 * kv_dim;
-        fused_.resize(n * all);
-        const Out qkv[] = {{&b.wqkv.w, fused_.data()}};
-        matmul_.run(h_.data(), n, d, qkv, prefill);
-        per_row([&](size_t r) {
-          add_bias(fused_.data(), b.wqkv.bias, r);
-          const float* src = &fused_[r * all];
-          std::copy_n(src, q_dim, &q_[r * q_dim]);
-          std::copy_n(src + q_dim, kv_dim, &k_[r * kv_dim]);
-          std::copy_n(src + q_dim + kv_dim, kv_dim, &v_[r * kv_dim]);
-        });
-      } else {
-        const Out qkv[] = {{&b.wq.w, q_.data()}, {&b.wk.w, k_.data()}, {&b.wv.w, v_.data()}};
-        matmul_.run(h_.data(), n, d, qkv, prefill);
-      }
+      project_qkv(b, n, prefill);
       const RopeTable& rope = arch.slides(layer) ? *rope_swa_ : rope_;
       per_row([&](size_t r) {
         float *q = &q_[r * q_dim], *kr = &k_[r * kv_dim];
@@ -241,33 +226,10 @@ class Decoder final : public LlamaRunner {
         for (size_t i = r * d; i < (r + 1) * d; ++i) x_[i] += proj_[i];
         k::rmsnorm(&x_[r * d], b.ffn_norm.data(), d, cfg_.norm_eps, &h_[r * d]);
       });
-      if (b.router.w.rows()) {
-        experts(b, n, prefill);           // into proj_
-      } else if (b.w_gate_up.w.rows()) {  // gate rows, then up rows, in one product
-        fused_.resize(n * 2 * f);
-        const Out gate_up[] = {{&b.w_gate_up.w, fused_.data()}};
-        matmul_.run(h_.data(), n, d, gate_up, prefill);
-        per_row([&](size_t r) {
-          add_bias(fused_.data(), b.w_gate_up.bias, r);
-          std::copy_n(&fused_[r * 2 * f], f, &gate_[r * f]);
-          std::copy_n(&fused_[r * 2 * f + f], f, &up_[r * f]);
-        });
-      } else {
-        const Out gate_up[] = {{&b.w_gate.w, gate_.data()}, {&b.w_up.w, up_.data()}};
-        matmul_.run(h_.data(), n, d, gate_up, prefill);
-      }
-      if (!b.router.w.rows()) {
-        per_row([&](size_t r) {
-          add_bias(gate_.data(), b.w_gate.bias, r);
-          add_bias(up_.data(), b.w_up.bias, r);
-          if (arch.activation == Activation::gelu_tanh)
-            k::geglu_f16_table(&gate_[r * f], &up_[r * f], f);
-          else
-            k::swiglu(&gate_[r * f], &up_[r * f], f);
-        });
-        const Out down[] = {{&b.w_down.w, proj_.data()}};
-        matmul_.run(gate_.data(), n, f, down, prefill);
-      }
+      if (b.router.w.rows())
+        experts(b, n, prefill);
+      else
+        dense_ffn(b, n, prefill);
       // The residual, and the next norm: the next layer's attention norm, or the final one.
       const bool last = layer + 1 == cfg_.layers;
       const float* norm = last ? w_.final_norm.data() : w_.layers[layer + 1].attn_norm.data();
@@ -280,6 +242,62 @@ class Decoder final : public LlamaRunner {
         if (last) std::memcpy(&x_[r * d], &h_[r * d], d * sizeof(float));
       });
     }
+  }
+
+  // Q, K and V of the n rows in h_ into q_, k_, v_ (biases not yet added): three products, or one fused
+  // product split per row.
+  void project_qkv(const DecoderLayer& b, size_t n, bool prefill) {
+    const size_t d = cfg_.d_model, q_dim = size_t{cfg_.heads} * cfg_.head_dim,
+                 kv_dim = size_t{cfg_.kv_heads} * cfg_.head_dim;
+    if (!b.wqkv.w.rows()) {
+      const Out qkv[] = {{&b.wq.w, q_.data()}, {&b.wk.w, k_.data()}, {&b.wv.w, v_.data()}};
+      matmul_.run(h_.data(), n, d, qkv, prefill);
+      return;
+    }
+    const size_t all = q_dim + 2 * kv_dim;
+    fused_.resize(n * all);
+    const Out qkv[] = {{&b.wqkv.w, fused_.data()}};
+    matmul_.run(h_.data(), n, d, qkv, prefill);
+    threads_.run(n, [&](size_t b0, size_t e0, unsigned) {
+      for (size_t r = b0; r < e0; ++r) {
+        add_bias(fused_.data(), b.wqkv.bias, r);
+        const float* src = &fused_[r * all];
+        std::copy_n(src, q_dim, &q_[r * q_dim]);
+        std::copy_n(src + q_dim, kv_dim, &k_[r * kv_dim]);
+        std::copy_n(src + q_dim + kv_dim, kv_dim, &v_[r * kv_dim]);
+      }
+    });
+  }
+
+  // The gated feed-forward of the n rows in h_ into proj_ (the down projection's bias not yet added).
+  void dense_ffn(const DecoderLayer& b, size_t n, bool prefill) {
+    const size_t d = cfg_.d_model, f = cfg_.ffn;
+    const Activation act = w_.arch.activation;
+    if (b.w_gate_up.w.rows()) {  // gate rows, then up rows, in one product
+      fused_.resize(n * 2 * f);
+      const Out gate_up[] = {{&b.w_gate_up.w, fused_.data()}};
+      matmul_.run(h_.data(), n, d, gate_up, prefill);
+    } else {
+      const Out gate_up[] = {{&b.w_gate.w, gate_.data()}, {&b.w_up.w, up_.data()}};
+      matmul_.run(h_.data(), n, d, gate_up, prefill);
+    }
+    threads_.run(n, [&](size_t b0, size_t e0, unsigned) {
+      for (size_t r = b0; r < e0; ++r) {
+        if (b.w_gate_up.w.rows()) {
+          add_bias(fused_.data(), b.w_gate_up.bias, r);
+          std::copy_n(&fused_[r * 2 * f], f, &gate_[r * f]);
+          std::copy_n(&fused_[r * 2 * f + f], f, &up_[r * f]);
+        }
+        add_bias(gate_.data(), b.w_gate.bias, r);
+        add_bias(up_.data(), b.w_up.bias, r);
+        if (act == Activation::gelu_tanh)
+          k::geglu_f16_table(&gate_[r * f], &up_[r * f], f);
+        else
+          k::swiglu(&gate_[r * f], &up_[r * f], f);
+      }
+    });
+    const Out down[] = {{&b.w_down.w, proj_.data()}};
+    matmul_.run(gate_.data(), n, f, down, prefill);
   }
 
   // The feed-forward of a mixture-of-experts block into proj_, as llama.cpp's build_moe_ffn: the router's
