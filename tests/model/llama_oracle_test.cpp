@@ -292,6 +292,15 @@ TEST_CASE("Every checkpoint family matches llama.cpp's logits and greedy tokens"
   }
   cases.push_back({"mistral3", spec("mistral3"), 1e-4});
   {
+    auto s = spec("mistral3");  // YaRN x4 with its own beta and a log multiplier of the attention factor
+    s.rope_scaling = "yarn";
+    s.rope_factor = 4;
+    s.rope_orig_context = 32;
+    s.extra_f32_keys = {{"mistral3.rope.scaling.yarn_beta_fast", 16.0f},
+                        {"mistral3.rope.scaling.yarn_log_multiplier", 1.0f}};
+    cases.push_back({"mistral3, YaRN x4, log multiplier", s, 1e-4});
+  }
+  {
     auto s = spec("qwen2");  // Q/K/V biases, NEOX rotation
     s.rope_theta = 1000000.0f;
     cases.push_back({"qwen2", s, 1e-4});

@@ -317,31 +317,26 @@ class Decoder final : public LlamaRunner {
     chosen_weight_.resize(n * used);
     threads_.run(n, [&](size_t b0, size_t e0, unsigned) {
       std::vector<uint32_t> order(n_exp);
+      std::vector<float> logits(n_exp);
+      const size_t ranked = std::min(used + 1, n_exp);  // the chosen, and the best one left out
       for (size_t r = b0; r < e0; ++r) {
         add_bias(router_.data(), b.router.bias, r);
         float* p = &router_[r * n_exp];
-        float m = p[0], largest = std::fabs(p[0]);
-        for (size_t e = 1; e < n_exp; ++e) {
-          m = std::max(m, p[e]);
-          largest = std::max(largest, std::fabs(p[e]));
-        }
-        if (used < n_exp) {  // the last expert taken against the best one left out, on the logits
-          for (uint32_t e = 0; e < n_exp; ++e) order[e] = e;
-          std::nth_element(order.begin(), order.begin() + used, order.end(),
-                           [&](uint32_t a, uint32_t c) { return p[a] > p[c] || (p[a] == p[c] && a < c); });
-          const float left_out = p[order[used]];
-          float last_taken = std::numeric_limits<float>::infinity();
-          for (size_t k = 0; k < used; ++k) last_taken = std::min(last_taken, p[order[k]]);
-          routing_margin_[r] =
-              std::min(routing_margin_[r], (last_taken - left_out) / std::max(largest, 1e-30f));
-        }
+        std::copy_n(p, n_exp, logits.begin());
+        const float m = *std::max_element(p, p + n_exp);
         double sum = 0;
         for (size_t e = 0; e < n_exp; ++e) sum += p[e] = std::exp(p[e] - m);
         const float inv = static_cast<float>(1.0 / sum);
         for (size_t e = 0; e < n_exp; ++e) p[e] *= inv;
         for (uint32_t e = 0; e < n_exp; ++e) order[e] = e;
-        std::partial_sort(order.begin(), order.begin() + used, order.end(),
+        std::partial_sort(order.begin(), order.begin() + ranked, order.end(),
                           [&](uint32_t a, uint32_t c) { return p[a] > p[c] || (p[a] == p[c] && a < c); });
+        if (used < n_exp) {  // the last expert taken against the best one left out, on the logits
+          float largest = 0;
+          for (float l : logits) largest = std::max(largest, std::fabs(l));
+          routing_margin_[r] = std::min(routing_margin_[r], (logits[order[used - 1]] - logits[order[used]]) /
+                                                                std::max(largest, 1e-30f));
+        }
         float total = 0;
         for (size_t k = 0; k < used; ++k) {
           chosen_[r * used + k] = order[k];

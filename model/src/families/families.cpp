@@ -40,18 +40,17 @@ std::vector<std::string> gguf_tensor_patterns(const DecoderFamily& f) {
   if (l.rope_factors == BlockLayout::RopeFactors::freqs) out.push_back("rope_freqs.weight");
   if (l.rope_factors == BlockLayout::RopeFactors::long_short)
     for (const char* n : {"rope_factors_long.weight", "rope_factors_short.weight"}) out.push_back(n);
-  std::vector<std::string> block = {
-      "attn_norm.weight", "attn_q.weight", "attn_k.weight",   "attn_v.weight", "attn_q.bias",
-      "attn_k.bias",      "attn_v.bias",   "attn_qkv.weight", "attn_qkv.bias", "attn_output.weight",
-      "ffn_norm.weight",  "ffn_up.weight", "ffn_down.weight"};
+  std::vector<std::string> block = {"attn_norm.weight",   "attn_q.weight",   "attn_k.weight",
+                                    "attn_v.weight",      "attn_q.bias",     "attn_k.bias",
+                                    "attn_v.bias",        "attn_qkv.weight", "attn_qkv.bias",
+                                    "attn_output.weight", "ffn_norm.weight"};
   if (l.experts) {
-    for (const char* n : {"ffn_gate_inp.weight", "ffn_gate_exps.weight", "ffn_down_exps.weight"})
+    for (const char* n :
+         {"ffn_gate_inp.weight", "ffn_gate_exps.weight", "ffn_up_exps.weight", "ffn_down_exps.weight"})
       block.push_back(n);
-    block.push_back("ffn_up_exps.weight");
-    std::erase(block, std::string("ffn_up.weight"));
-    std::erase(block, std::string("ffn_down.weight"));
-  } else if (!l.fused_gate_up) {
-    block.push_back("ffn_gate.weight");
+  } else {
+    for (const char* n : {"ffn_up.weight", "ffn_down.weight"}) block.push_back(n);
+    if (!l.fused_gate_up) block.push_back("ffn_gate.weight");
   }
   if (l.out_bias) block.push_back("attn_output.bias");
   if (l.ffn_biases)

@@ -19,11 +19,10 @@ protocol::Status mistral3_keys(KeyReader& keys, const ModelConfig&, detail::Deco
   auto log_mul = keys.real("rope.scaling.yarn_log_multiplier");
   if (!log_mul) return log_mul.error();
   if (log_mul->has_value() && **log_mul != 0.0 && arch.rope.ext_factor != 0.0) {
-    // llama.cpp's mscale / mscale_all_dims with mscale = 1 (llama_context's YaRN set-up); the loader's
-    // default was get_mscale(factor, 1), cancelled by the kernel's own 1 + 0.1 ln(factor).
+    // llama_context's YaRN attention factor becomes get_mscale(factor, 1) / get_mscale(factor, log_mul)
+    // (mscale 1); the loader set it to get_mscale(factor, 1) already, so the log multiplier divides.
     const double factor = 1.0 / arch.rope.freq_scale;
-    const auto mscale = [&](double m) { return factor <= 1.0 ? 1.0 : 0.1 * m * std::log(factor) + 1.0; };
-    arch.rope.attn_factor *= (mscale(1.0) / mscale(**log_mul)) / mscale(1.0);
+    if (factor > 1.0) arch.rope.attn_factor /= 0.1 * **log_mul * std::log(factor) + 1.0;
   }
   auto temp = keys.real("attention.temperature_scale");
   if (!temp) return temp.error();
