@@ -7,6 +7,7 @@
 #include <sstream>
 #include <string>
 
+#include "epd/model/chunk_grid.hpp"
 #include "epd/model/kv_staging.hpp"
 #include "epd/model/mmproj.hpp"
 
@@ -128,21 +129,21 @@ static protocol::Status run_prompt(ModelRunner& runner, GenerateResult& res, con
   const std::vector<PageId>& pages = prefill_pool.pages;
 
   auto t0 = clock::now();
-  const uint32_t chunk = opts.chunk == 0 ? n : opts.chunk;
+  // The chunks of the grid, and a resumed answer's tokens as decode computed them: what prefill does.
+  const ChunkGrid grid(cfg, opts.chunk);
   TokenId next = 0;
   TokenLogprobs next_logprobs;  // the drawn token's, with opts.sampling.logprobs
-  for (uint32_t begin = 0; begin < n; begin += chunk) {
-    const uint32_t end = std::min(n, begin + chunk);
-    PrefillChunk c =
-        slice_prompt(res.prompt, emb.data, cfg.d_model, begin, end, image_token(cfg).value_or(kImage));
-    c.sampling = opts.sampling;
-    c.generated = opts.first_index;
-    c.history = std::span(res.prompt).first(end);
-    c.logprobs = &next_logprobs;
-    if (end == n) c.constraint = opts.constraint;
-    auto r = runner.prefill_chunk(pool, pages, begin, c);
+  PrefillChunk draw;
+  draw.sampling = opts.sampling;
+  draw.generated = opts.first_index;
+  draw.logprobs = &next_logprobs;
+  draw.constraint = opts.constraint;
+  for (uint32_t begin = 0; begin < n;) {
+    const ChunkGrid::Piece piece = grid.next_piece(begin, n, opts.first_index);
+    auto r = compute_piece(runner, pool, pages, piece, res.prompt, emb.data, draw);
     if (!r) return r.error();
     next = *r;
+    begin = piece.end;
   }
   res.prefill_ms = ms_since(t0);
 

@@ -221,3 +221,78 @@ TEST_CASE("each checkpoint family served by the cluster equals the colocated run
     serve_and_compare(ck.paths.gguf, "shm", staged, staged_kv);
   }
 }
+
+// A checkpoint's K/V bits depend on how its prompt is chunked (ggml's kernels sum in an order that depends
+// on a chunk's rows; epd/model/chunk_grid.hpp), so the prefix caches may hand out only K/V computed as the
+// colocated run computes it: in whole chunks of the grid from position 0, never a decode step's. Four
+// requests one after the other, with log-probabilities, on one prefill and one decode (pages of 16,
+// chunks of 64): A (100 tokens); A again; B, which shares A's first 90 tokens and goes on to 150; and the
+// chat's next turn C = A + A's answer + 30 more. Every token and every log-probability equals the
+// colocated run's bit for bit, and the caches gave exactly what the grid allows: prefill computes from a
+// chunk boundary (64 of A's 96 cached tokens, then 64 again), decode holds A's whole first chunk, and for
+// C also B's second chunk's first 26 tokens (not A's partial last chunk, nor A's answer).
+TEST_CASE(
+    "Q4_K_M checkpoint through both prefix caches: every answer and log-probability is the colocated "
+    "run's") {
+  Checkpoint ck("q4_k_m");
+  const std::string path = ck.paths.gguf;
+  auto cfg = model::load_model_path(path);
+  REQUIRE(cfg.ok());
+  REQUIRE(cfg->page_size == 16);
+  auto runner = model::make_runner(*cfg);
+  REQUIRE(runner.ok());
+  auto codec = model::PromptCodec::for_model(*cfg);
+  REQUIRE(codec.ok());
+  auto colocated_run = [&](const std::vector<uint32_t>& prompt) {
+    model::GenerateOptions opts;
+    opts.max_tokens = 12;
+    opts.chunk = kChunk;
+    opts.sampling.logprobs = true;
+    opts.stop_tokens.assign((*codec)->stop_tokens().begin(), (*codec)->stop_tokens().end());
+    auto r = model::generate_tokens(**runner, prompt, opts);
+    REQUIRE(r.ok());
+    return *r;
+  };
+  auto tokens = [](uint32_t n, uint32_t salt) {
+    std::vector<uint32_t> p(n);
+    for (uint32_t k = 0; k < n; ++k) p[k] = (k * 53 + salt * 101 + 3) % 384;
+    return p;
+  };
+  for (const char* backend : {"shm", "tcp"}) {
+    INFO(backend);
+    ClusterSpec spec;
+    spec.model_path = path;
+    spec.backend = backend;
+    spec.metrics = true;
+    Cluster cluster(spec);
+    cluster.start();
+    auto ask = [&](const std::vector<uint32_t>& prompt) {
+      const auto [status, body] =
+          cluster.generate({{"prompt_tokens", prompt}, {"max_tokens", 12}, {"logprobs", 0}});
+      INFO(body.dump() << "\n" << cluster.logs());
+      REQUIRE(status == 200);
+      const auto want = colocated_run(prompt);
+      const auto got = body["tokens"].get<std::vector<uint32_t>>();
+      CHECK(got == want.tokens);
+      REQUIRE(body["logprobs"].size() == want.logprobs.size());
+      for (size_t i = 0; i < want.logprobs.size(); ++i) {
+        INFO("token " << i);
+        CHECK(body["logprobs"][i]["logprob"].get<float>() == want.logprobs[i].logprob);
+      }
+      return got;
+    };
+    const auto a = tokens(100, 1);
+    auto b = std::vector<uint32_t>(a.begin(), a.begin() + 90);
+    for (uint32_t t : tokens(60, 2)) b.push_back(t);
+    const auto answer = ask(a);
+    ask(a);
+    ask(b);
+    auto c = a;
+    c.insert(c.end(), answer.begin(), answer.end());
+    for (uint32_t t : tokens(30, 3)) c.push_back(t);
+    ask(c);
+    CHECK(metric_sum(cluster.scrape("prefill-0"), "epd_prefix_cache_hit_tokens_total") == 0 + 64 + 64 + 64);
+    CHECK(metric_sum(cluster.scrape("decode-0"), "epd_prefix_cache_hit_tokens_total") == 0 + 64 + 64 + 90);
+    cluster.wait_all_free();
+  }
+}

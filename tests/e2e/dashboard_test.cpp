@@ -84,6 +84,9 @@ TEST_CASE("dashboard: headless Chromium shows every instance and a streamed answ
   ClusterSpec spec;  // 1 encoder, 1 prefill, 1 decode
   spec.model_path = kDemo + "lm.gguf";
   spec.mmproj = kDemo + "mmproj.gguf";
+  // A checkpoint's caches reuse whole prefill chunks only (docs/caches.md, "Exactness"): chunks of one page
+  // let the playground's prompt, a few pages long, hit.
+  spec.defaults["prefill"] = "chunk_tokens = 16\n";
   Cluster cluster(spec);
   cluster.start();
   std::filesystem::create_directories(EPD_ARTIFACT_DIR);

@@ -5,7 +5,10 @@
 #include <cmath>
 #include <filesystem>
 #include <string>
+#include <tuple>
 
+#include "epd/model/chunk_grid.hpp"
+#include "epd/model/generate.hpp"
 #include "epd/model/llama.hpp"
 #include "epd/model/quantize.hpp"
 #include "helpers.hpp"
@@ -135,5 +138,74 @@ TEST_CASE("quantized weights keep the runner's determinism: threads and batches 
     CHECK(got[s] == alone[s].tokens);
     CHECK(kv_digest(pool.pool, std::span(pages[s]).first(pages_for(pool.pool.layout, seqs[s].length))) ==
           alone[s].digest);
+  }
+}
+
+// The grid a checkpoint's prompts are computed on (epd/model/chunk_grid.hpp): chunks end on multiples of
+// chunk_tokens counted from position 0, caches serve whole chunks only, a resumed answer's tokens are
+// replayed as decode steps. The reference model is exact: any start, any cached token.
+TEST_CASE(
+    "the chunk grid: where a checkpoint's prompt is cut, and which of its K/V other prompts may reuse") {
+  ModelConfig reference;
+  ModelConfig checkpoint;
+  checkpoint.checkpoint = "model.gguf";
+  const ChunkGrid exact(reference, 64), grid(checkpoint, 64), whole(checkpoint, 0);
+  CHECK(chunking_exact(reference));
+  CHECK_FALSE(chunking_exact(checkpoint));
+  CHECK(grid.chunk_end(0, 150) == 64);
+  CHECK(grid.chunk_end(80, 150) == 128);  // from a cached start: to the next grid line, not 80 + 64
+  CHECK(grid.chunk_end(128, 150) == 150);
+  CHECK(whole.chunk_end(0, 150) == 150);
+  CHECK(exact.shareable(150, 150) == 150);
+  CHECK(grid.shareable(150, 150) == 128);  // the last chunk ends where this prompt ends
+  CHECK(grid.shareable(150, 100) == 64);   // a resumed answer's 50 tokens are not a prompt's
+  CHECK(grid.shareable(63, 63) == 0);
+  CHECK(whole.shareable(150, 150) == 0);
+  CHECK(exact.page_step(16) == 1);
+  CHECK(grid.page_step(16) == 4);   // cached runs of 4 pages: 64 tokens
+  CHECK(grid.page_step(48) == 4);   // lcm(64, 48) = 192
+  CHECK(whole.page_step(16) == 0);  // nothing but position 0 is on the grid
+  const auto piece = [](const ChunkGrid& g, uint32_t begin, uint32_t n, uint32_t answer) {
+    const auto p = g.next_piece(begin, n, answer);
+    return std::tuple(p.begin, p.end, p.decode_steps);
+  };
+  CHECK(piece(grid, 0, 150, 20) == std::tuple(0u, 64u, false));
+  CHECK(piece(grid, 128, 150, 20) == std::tuple(128u, 130u, false));  // the prompt part ends at 130
+  CHECK(piece(grid, 130, 150, 20) == std::tuple(130u, 150u, true));   // the answer's 20 by decode steps
+  CHECK(piece(exact, 128, 150, 20) == std::tuple(128u, 150u, false));
+  CHECK(piece(grid, 0, 5, 9) == std::tuple(0u, 1u, false));  // at least one token is a prompt's
+}
+
+// A router that resumes a room on another decode (docs/failure-handling.md) has prefill run prompt +
+// the answer's first k tokens and draw token k. On a checkpoint, prefill's kernels give an answer token's
+// K/V other bits than the decode step that computed it first, so those tokens are replayed as decode
+// steps: the resumed answer is the rest of the first, every log-probability and the whole KV equal.
+TEST_CASE("a Q4_K_M checkpoint's resumed answer is the rest of the first answer, bit for bit") {
+  TempDir dir;
+  auto paths = write_llama_checkpoint(kquant_spec("q4_k_m"), dir.path);
+  REQUIRE(paths.ok());
+  auto r = load(paths->gguf, 2);
+  GenerateOptions o;
+  o.max_tokens = 20;
+  o.chunk = 64;
+  o.stop_at_eos = false;
+  o.sampling.logprobs = true;
+  const auto prompt = prompt_ids(70, 384, 5);
+  auto first = generate_tokens(*r, prompt, o);
+  REQUIRE(first.ok());
+  REQUIRE(first->tokens.size() == 20);
+  for (uint32_t k : {1u, 6u, 19u}) {
+    INFO("resumed after " << k << " tokens");
+    auto resumed_prompt = prompt;
+    resumed_prompt.insert(resumed_prompt.end(), first->tokens.begin(), first->tokens.begin() + k);
+    GenerateOptions rest = o;
+    rest.first_index = k;
+    rest.max_tokens = 20 - k;
+    auto resumed = generate_tokens(*r, resumed_prompt, rest);
+    REQUIRE(resumed.ok());
+    CHECK(resumed->tokens == std::vector<TokenId>(first->tokens.begin() + k, first->tokens.end()));
+    CHECK(resumed->kv_digest == first->kv_digest);
+    for (uint32_t i = 0; i < resumed->logprobs.size(); ++i)
+      CHECK(resumed->logprobs[i].logprob == first->logprobs[k + i].logprob);
   }
 }

@@ -91,7 +91,7 @@ void PrefixCache::unref(Node* n) {
 }
 
 PrefixCache::Lease PrefixCache::acquire(std::span<const PageKey> keys, uint32_t max_pages,
-                                        uint64_t prompt_tokens) {
+                                        uint64_t prompt_tokens, uint32_t step) {
   Lease lease;
   if (!enabled()) return lease;
   Node* at = &root_;
@@ -101,6 +101,7 @@ PrefixCache::Lease PrefixCache::acquire(std::span<const PageKey> keys, uint32_t 
     at = found->second.get();
     lease.nodes_.push_back(at);
   }
+  lease.nodes_.resize(step == 0 ? 0 : lease.nodes_.size() / step * step);
   // Touched leaf first, so a deeper page is never older than its parent: eviction takes leaves anyway,
   // and the order keeps a shared prefix warmer than any one continuation of it.
   for (auto it = lease.nodes_.rbegin(); it != lease.nodes_.rend(); ++it) {

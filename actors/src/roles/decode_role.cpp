@@ -20,6 +20,7 @@
 #include "epd/actors/kernel/role_settings.hpp"
 #include "epd/actors/process_metrics.hpp"
 #include "epd/actors/room.hpp"
+#include "epd/model/chunk_grid.hpp"
 #include "epd/model/kv_cache.hpp"
 #include "epd/model/kv_staging.hpp"
 #include "epd/model/mmproj.hpp"
@@ -301,7 +302,12 @@ void on_submit(DecodeState& st, const Envelope& env, protocol::Submit& s) {
   room.page_keys = page_keys(s.prompt, st.layout.page_size, image_token, room.images, /*tail=*/true);
   room.grammar = s.grammar;
   if (st.prefix->enabled() || room.sampling.penalized() || !room.grammar.empty()) room.prompt = s.prompt;
-  room.prefix = st.prefix->acquire(room.page_keys, room.prompt_len / st.layout.page_size, room.prompt_len);
+  // The cache holds only K/V other prompts compute alike; where the model's bits depend on the chunking,
+  // a resumed answer's tokens are not among them (prefill replays them as decode steps).
+  const uint32_t holdable = model::chunking_exact(st.ctx.model)
+                                ? room.prompt_len
+                                : room.prompt_len - std::min(room.prompt_len, room.first_index);
+  room.prefix = st.prefix->acquire(room.page_keys, holdable / st.layout.page_size, room.prompt_len);
   room.held_tokens = uint32_t(room.prefix.size()) * st.layout.page_size;
   // Past the whole pages, a cached page that starts like the rest of the prompt (the last turn's partial
   // page, typically) gives its first tokens too: copied into the room's first own page, which prefill then
@@ -311,7 +317,8 @@ void on_submit(DecodeState& st, const Envelope& env, protocol::Submit& s) {
   if (room.prefix.size() < room.page_keys.size() &&
       (room.staged || st.layout.order == protocol::KvDimOrder::token_head_dim)) {
     auto hit = st.prefix->partial_hit(room.prefix, room.page_keys[room.prefix.size()], image_token);
-    if (hit && hit->tokens < st.layout.page_size) {
+    if (hit) hit->tokens = std::min(hit->tokens, holdable - room.held_tokens);
+    if (hit && hit->tokens > 0 && hit->tokens < st.layout.page_size) {
       carried.resize(size_t(hit->tokens) * model::staging_token_bytes(st.layout));
       if (model::gather_tokens(st.pool, std::span(&hit->page, 1), 0, hit->tokens, carried.data())) {
         room.held_tokens += hit->tokens;
@@ -383,6 +390,14 @@ void on_submit(DecodeState& st, const Envelope& env, protocol::Submit& s) {
   arm_timeout(st);
 }
 
+// Of the room's sequence (prompt, then answer), the leading tokens whose K/V other prompts compute alike:
+// all of them for an exact model; else what prefill said of the prompt (KV_STATUS), never a decode step's
+// (a prompt computes those tokens with other kernels).
+uint32_t shareable(const DecodeState& st, const DecodeRoom& room, size_t sequence_tokens) {
+  if (model::chunking_exact(st.ctx.model)) return uint32_t(sequence_tokens);
+  return uint32_t(std::min<size_t>(sequence_tokens, room.kv.shareable_tokens));
+}
+
 void start_decoding(DecodeState& st, uint64_t id, DecodeRoom& room) {
   room.state.advance(KvState::success);
   room.kv_ready = clock::now();
@@ -390,7 +405,8 @@ void start_decoding(DecodeState& st, uint64_t id, DecodeRoom& room) {
   // whole prompt pages (the loop writes only from position prompt_len, in pages of the room's own).
   if (revoke_fence(st, room)) {
     std::vector<uint32_t> evicted;
-    const size_t whole = room.prompt_len / st.layout.page_size;  // the partial last page is still written
+    // The partial last page is still written; only what other prompts compute alike is kept.
+    const size_t whole = shareable(st, room, room.prompt_len) / st.layout.page_size;
     st.prefix->adopt(room.prefix, std::span(room.page_keys).first(std::min(whole, room.page_keys.size())),
                      room.pages, evicted);
     st.pages.free(evicted);
@@ -590,6 +606,7 @@ void keep_answer_pages(DecodeState& st, DecodeRoom& room, std::span<const uint32
   if (!st.prefix->enabled() || answer.empty()) return;
   std::vector<uint32_t> seq = room.prompt;
   seq.insert(seq.end(), answer.begin(), answer.end() - 1);
+  seq.resize(shareable(st, room, seq.size()));
   auto keys = page_keys(seq, st.layout.page_size, model::image_token(st.ctx.model), room.images,
                         /*tail=*/true);
   std::vector<uint32_t> evicted;

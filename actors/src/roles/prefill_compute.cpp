@@ -6,6 +6,7 @@
 
 #include "epd/actors/caf_types.hpp"
 #include "epd/actors/role_support.hpp"
+#include "epd/model/chunk_grid.hpp"
 #include "epd/model/llama.hpp"
 #include "epd/model/mmproj.hpp"
 #include "roles/room_grammar.hpp"
@@ -50,7 +51,11 @@ void step(caf::stateful_actor<ComputeState>* self) {
   const PrefillJob& job = run.job;
   const auto& cfg = s.runner->config();
   const uint32_t n = uint32_t(job.prompt.size());
-  const uint32_t end = std::min(n, run.begin + std::max<uint32_t>(1, job.chunk_tokens));
+  // On the grid of chunk_tokens from position 0, whatever the cached prefix: a checkpoint's bits depend on
+  // the chunking, and the colocated run's chunks start at 0 (epd/model/chunk_grid.hpp).
+  const model::ChunkGrid grid(cfg, job.chunk_tokens);
+  const model::ChunkGrid::Piece piece = grid.next_piece(run.begin, n, job.first_index);
+  const uint32_t end = piece.end;
   ChunkComputed c;
   c.room = job.room;
   c.chunk = run.index;
@@ -61,20 +66,18 @@ void step(caf::stateful_actor<ComputeState>* self) {
     c.error = protocol::make_error(protocol::ErrorCode::invalid_request, "empty prompt");
   } else {
     std::span<const float> emb(job.embeddings, job.embedding_floats);
-    model::PrefillChunk chunk = model::slice_prompt(job.prompt, emb, cfg.d_model, run.begin, end,
-                                                    model::image_token(cfg).value_or(model::kImage));
-    chunk.sampling = job.sampling;
-    chunk.generated = job.first_index;
-    chunk.history = std::span<const uint32_t>(job.prompt).first(end);  // a resumed answer's tokens end it
-    chunk.logprobs = &c.first_logprobs;                                // only the last chunk's draw counts
+    model::PrefillChunk draw;
+    draw.sampling = job.sampling;
+    draw.generated = job.first_index;
+    draw.logprobs = &c.first_logprobs;  // only the last piece's draw counts
     // The first token's draw follows the grammar, from the state after a resumed answer's tokens.
     protocol::Result<std::unique_ptr<model::Grammar>> grammar = std::unique_ptr<model::Grammar>{};
     if (end == n && !job.grammar.empty()) {
       const uint32_t answer = std::min(job.first_index, n);
       grammar = s.grammars->state(job.grammar, std::span<const uint32_t>(job.prompt).last(answer));
-      if (grammar) chunk.constraint = grammar->get();
+      if (grammar) draw.constraint = grammar->get();
     }
-    auto r = grammar ? s.runner->prefill_chunk(s.pool, job.pages, run.begin, chunk)
+    auto r = grammar ? model::compute_piece(*s.runner, s.pool, job.pages, piece, job.prompt, emb, draw)
                      : protocol::Result<model::TokenId>(grammar.error());
     if (!r) {
       c.ok = false;

@@ -13,6 +13,7 @@
 #include "epd/actors/aux_record.hpp"
 #include "epd/actors/kernel/role_settings.hpp"
 #include "epd/actors/process_metrics.hpp"
+#include "epd/model/chunk_grid.hpp"
 #include "epd/model/kv_cache.hpp"
 #include "epd/model/kv_staging.hpp"
 #include "epd/model/mmproj.hpp"
@@ -249,10 +250,17 @@ void maybe_start(PrefillState& st, uint64_t id) {
                        std::to_string(prompt.size()) + " tokens in " + std::to_string(need_dst) + " pages"));
   const uint32_t need = model::pages_for(st.layout, prompt.size());
   r.staged = target->staged;
-  // The longest cached prefix of whole pages, short of the last token: its logits draw the first token.
+  // The longest cached prefix of whole pages, short of the last token (its logits draw the first token).
+  // Where the model's bits depend on the chunking, it also ends on the grid and before a resumed answer's
+  // tokens (decode steps compute those), and only whole chunks of the grid are cached (chunk_grid.hpp).
+  const model::ChunkGrid grid(st.ctx.model, st.settings.chunk_tokens);
+  const uint32_t n = uint32_t(prompt.size());
+  const uint32_t asked = n - std::min(n, r.submit.resume_from);  // the prompt the client wrote
+  const uint32_t reusable = grid.exact() ? n - 1 : std::min(n - 1, asked);
+  r.shareable_tokens = grid.shareable(n, asked);
   r.page_keys = page_keys(prompt, st.layout.page_size, model::image_token(st.ctx.model), r.embed_hash);
   r.prefix =
-      st.prefix->acquire(r.page_keys, uint32_t((prompt.size() - 1) / st.layout.page_size), prompt.size());
+      st.prefix->acquire(r.page_keys, reusable / st.layout.page_size, n, grid.page_step(st.layout.page_size));
   r.local_pages = r.prefix.pages();
   auto pages = allocate_pages(st, need - uint32_t(r.prefix.size()));
   auto aux = st.aux.allocate(1);
@@ -362,9 +370,10 @@ void on_chunk(PrefillState& st, ChunkComputed& c) {
     r.first_token = c.first_token;
     r.first_logprobs = std::move(c.first_logprobs);
   }
-  if (c.last && c.ok) {  // every whole page holds its prompt's KV now: the cache may keep them
+  if (c.last && c.ok) {  // every whole page holds its prompt's KV now: the cache may keep those it may share
     std::vector<uint32_t> evicted;
-    st.prefix->adopt(r.prefix, r.page_keys, r.local_pages, evicted);
+    const size_t keep = std::min<size_t>(r.page_keys.size(), r.shareable_tokens / st.layout.page_size);
+    st.prefix->adopt(r.prefix, std::span(r.page_keys).first(keep), r.local_pages, evicted);
     st.pages.free(evicted);
   }
   if (!c.ok) return fail_room(st, c.room, c.error);
@@ -415,6 +424,7 @@ void on_transfer_done(PrefillState& st, TransferDone& d) {
     kv.transfer_us = r.transfer_us;
     // The first token travels in the aux record; its log-probabilities, which do not fit there, here.
     if (r.submit.logprobs) kv.first_logprobs = to_wire({&r.first_logprobs, 1}, r.submit.top_logprobs);
+    kv.shareable_tokens = r.shareable_tokens;
     r.news = DecodeNews::none;
     st.ctx.bridge->send(r.decode, std::move(kv));
     spdlog::debug("prefill: {} KV written to '{}'", kernel::room_tag(d.room, r.request_id()), r.decode);

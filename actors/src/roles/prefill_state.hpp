@@ -97,7 +97,8 @@ struct PrefillRoom {
   uint32_t cached_tokens = 0;      // prompt tokens whose KV came from the cache (not computed)
   std::optional<uint32_t> aux_src;
   uint32_t pages_sent = 0;
-  uint32_t held_in_page = 0;  // decode holds the first this many tokens of page pages_sent (held_tokens)
+  uint32_t shareable_tokens = 0;  // leading tokens whose K/V other prompts may be given (ChunkGrid)
+  uint32_t held_in_page = 0;      // decode holds the first this many tokens of page pages_sent (held_tokens)
   uint32_t first_token = 0;
   model::TokenLogprobs first_logprobs{};  // first_token's, when SUBMIT asked for logprobs
   uint64_t prefill_us = 0;

@@ -24,8 +24,12 @@ namespace epd::protocol {
 //    `logprobs` and `top_logprobs` ask for log-probabilities (KV_STATUS's `first_logprobs`, TOKENS' and
 //    RESULT's `logprobs` carry them); a revision-7 prefill would refuse every room whose held tokens end
 //    mid-page, and a revision-7 prefill or decode would draw without the new fields, or report no logprobs.
-inline constexpr uint32_t kProtocolRevision = 8;
-inline constexpr uint32_t kOldestProtocolRevision = 8;
+// 9: a checkpoint's prefill computes on the grid of its chunks from position 0 whatever it had cached, and
+//    KV_STATUS's `shareable_tokens` tells decode which of the prompt's K/V its prefix cache may hand to other
+//    prompts; a revision-8 prefill computes off the grid and a revision-8 decode caches every page, so a
+//    checkpoint's answers could differ from the colocated run's without a word.
+inline constexpr uint32_t kProtocolRevision = 9;
+inline constexpr uint32_t kOldestProtocolRevision = 9;
 
 struct Incompatibility {
   enum class Kind { protocol, model };

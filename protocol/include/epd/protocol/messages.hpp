@@ -421,6 +421,8 @@ struct KvStatus {
   // them with it.
   std::optional<Logprobs>
       first_logprobs{};  // with `success`, when SUBMIT asked for logprobs: the first token's
+  // (The whole chunks of prefill's grid; all tokens for an exact model: docs/caches.md, "Exactness".)
+  uint32_t shareable_tokens = 0;  // with `success`: prompt tokens any prompt computes alike
 
   bool operator==(const KvStatus&) const = default;
   template <class S, class V>
@@ -433,6 +435,7 @@ struct KvStatus {
     v.opt("prefill_us", s.prefill_us);
     v.opt("transfer_us", s.transfer_us);
     v.opt("first_logprobs", s.first_logprobs);
+    v.opt("shareable_tokens", s.shareable_tokens);
   }
 };
 

@@ -99,10 +99,10 @@ class PrefixCache {
   PrefixCache& operator=(const PrefixCache&) = delete;
 
   bool enabled() const { return budget_ > 0; }
-  // The longest cached run of `keys`' whole pages, at most `max_pages`, with a reference to each for the
-  // room.
-  // Counts the tokens found as hits and the rest of `prompt_tokens` as misses.
-  Lease acquire(std::span<const PageKey> keys, uint32_t max_pages, uint64_t prompt_tokens);
+  // The longest cached run of `keys`' whole pages, at most `max_pages` and a multiple of `step` pages (0:
+  // none), with a reference to each for the room. Counts the tokens found as hits and the rest of
+  // `prompt_tokens` as misses.
+  Lease acquire(std::span<const PageKey> keys, uint32_t max_pages, uint64_t prompt_tokens, uint32_t step = 1);
   // After the room computed its prompt: pages[i] holds the KV of keys[i]. Every page past the lease that
   // the tree lacks becomes the cache's (the lease grows by it: the room no longer owns it), as long as the
   // budget allows after evicting unreferenced pages; `freed` receives those evicted pages. Stops at a key
