@@ -90,6 +90,10 @@ int main(int argc, char** argv) {
   app.add_option("--stop-grace", stop_grace_s, "seconds between SIGTERM and SIGKILL on stop (default 5)")
       ->check(CLI::NonNegativeNumber);
   app.add_flag("--no-restart", no_restart, "do not restart instances that exit");
+  std::string ready_ca;
+  app.add_option("--ready-ca", ready_ca,
+                 "PEM file of the CA that signed the routers' TLS certificates, for the readiness probe "
+                 "(default: each router's own tls_cert, which suits a self-signed one)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -146,6 +150,27 @@ int main(int argc, char** argv) {
                      c->id.c_str(), hp.error().detail.c_str());
         return 2;
       }
+      // A secured router lets the probe in as it lets clients in: with a key of its own api_keys_file, over
+      // TLS verified against its certificate (or --ready-ca). Paths are relative to the cluster file.
+      auto relative = [&](const std::string& path) {
+        fs::path p(path);
+        return p.is_relative() ? config_file.parent_path() / p : p;
+      };
+      auto keys = c->settings.get_string("api_keys_file", "");
+      auto cert = c->settings.get_string("tls_cert", "");
+      if (!keys || !cert) {
+        std::fprintf(stderr, "epd-cluster: %s\n", (!keys ? keys : cert).error().detail.c_str());
+        return 2;
+      }
+      if (!keys->empty()) {
+        auto key = lc::first_api_key(relative(*keys));
+        if (!key) {
+          std::fprintf(stderr, "epd-cluster: instance '%s': %s\n", c->id.c_str(), key.error().detail.c_str());
+          return 2;
+        }
+        hp->api_key = *key;
+      }
+      if (!cert->empty()) hp->ca_file = ready_ca.empty() ? relative(*cert).string() : ready_ca;
       if (!router_http) {
         router_http = *hp;
         if (!cfg->uses_etcd()) break;
@@ -253,6 +278,11 @@ int main(int argc, char** argv) {
           last = lc::probe_instances(r, ids, probe_timeout);  // every router must see every instance
         }
         if (last.ready()) break;
+        if (last.refused) {  // a wrong key stays wrong: say so now, not as "not ready" after the timeout
+          sink->write_line("epd-cluster: " + last.error + "; stopping");
+          group.stop();
+          return 1;
+        }
         if (Clock::now() >= deadline) {
           std::string why = "epd-cluster: not ready after " +
                             lc::describe_ms(seconds_flag(ready_timeout_s).count()) +

@@ -3,6 +3,7 @@
 #include <httplib.h>
 
 #include <charconv>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -22,7 +23,10 @@ protocol::Result<HostPort> parse_host_port(std::string_view text) {
   auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), port);
   if (ec != std::errc() || end != digits.data() + digits.size() || port == 0 || port > 65535)
     return make_error(ErrorCode::config_error, "bad port in '" + std::string(text) + "'");
-  return HostPort{std::string(t.substr(0, colon)), uint16_t(port)};
+  HostPort out;
+  out.host = std::string(t.substr(0, colon));
+  out.port = uint16_t(port);
+  return out;
 }
 
 Readiness evaluate_instances(std::string_view json_body, const std::vector<std::string>& expected) {
@@ -51,9 +55,24 @@ Readiness evaluate_instances(std::string_view json_body, const std::vector<std::
   return r;
 }
 
+protocol::Result<std::string> first_api_key(const std::filesystem::path& file) {
+  std::ifstream in(file);
+  if (!in) return make_error(ErrorCode::config_error, "api_keys_file " + file.string() + ": cannot be read");
+  for (std::string line; std::getline(in, line);) {
+    const auto begin = line.find_first_not_of(" \t\r");
+    if (begin == std::string::npos || line[begin] == '#') continue;
+    const auto end = line.find_last_not_of(" \t\r");
+    return line.substr(begin, end - begin + 1);
+  }
+  return make_error(ErrorCode::config_error, "api_keys_file " + file.string() + ": holds no key");
+}
+
 Readiness probe_instances(const HostPort& router, const std::vector<std::string>& expected,
                           std::chrono::milliseconds timeout) {
-  httplib::Client client(router.host, router.port);
+  const std::string scheme = router.ca_file.empty() ? "http://" : "https://";
+  httplib::Client client(scheme + router.host + ":" + std::to_string(router.port));
+  if (!router.ca_file.empty()) client.set_ca_cert_path(router.ca_file);
+  if (!router.api_key.empty()) client.set_bearer_token_auth(router.api_key);
   auto sec = time_t(timeout.count() / 1000);
   auto usec = time_t((timeout.count() % 1000) * 1000);
   client.set_connection_timeout(sec, usec);
@@ -70,6 +89,13 @@ Readiness probe_instances(const HostPort& router, const std::vector<std::string>
   if (res->status != 200) {
     Readiness r;
     r.error = "GET /v1/instances returned HTTP " + std::to_string(res->status);
+    if (res->status == 401 || res->status == 403) {
+      r.refused = true;
+      r.error +=
+          router.api_key.empty()
+              ? ": the router requires an API key and its instance has no api_keys_file to take one from"
+              : ": the router refused the first key of its own api_keys_file";
+    }
     r.missing = expected;
     return r;
   }

@@ -75,7 +75,10 @@ TEST_CASE(
   int64_t roll_ms = 0;
   const Outcome during = run_load(cluster, 400, 4, 10, [&] {
     launcher::RollOptions ro;
-    ro.routers.push_back({"127.0.0.1", uint16_t(cluster.http_port())});
+    launcher::HostPort router;
+    router.host = "127.0.0.1";
+    router.port = uint16_t(cluster.http_port());
+    ro.routers.push_back(router);
     const auto t = std::chrono::steady_clock::now();
     rolled = launcher::roll_instances(cluster.group(), ids, ro, cluster.sink());
     roll_ms =

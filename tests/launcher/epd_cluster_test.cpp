@@ -1,10 +1,15 @@
-// The epd-cluster executable against a fake bin dir: shell-script roles and a python3 router that
-// serves GET /v1/instances, listing the instances that have "registered" (written a file).
+// The epd-cluster executable against a fake bin dir — shell-script roles and a python3 router that
+// serves GET /v1/instances, listing the instances that have "registered" (written a file) — and, secured
+// with CURVE keys and an API key file, against the real roles.
 #include <arpa/inet.h>
+#include <httplib.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <catch2/catch.hpp>
+#include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "test_util.hpp"
 
@@ -270,6 +275,68 @@ TEST_CASE("epd-cluster restarts every instance but the routers one at a time on 
 
   REQUIRE(::kill(cluster.pid(), SIGTERM) == 0);
   auto st = cluster.wait(8s);
+  REQUIRE(st);
+  CHECK(WIFEXITED(*st));
+  CHECK(WEXITSTATUS(*st) == 0);
+}
+
+// An operator secures configs/local.toml as docs/security.md says — CURVE keys from epd-keygen for every
+// instance, an API key file on the router — and starts it with epd-cluster and the real roles: the
+// launcher's readiness probe uses the router's own key, so the cluster is ready as an open one would be;
+// a client with the key is served, one without is refused.
+TEST_CASE("epd-cluster starts configs/local.toml secured with CURVE keys and an API key file",
+          "[launcher][multiproc]") {
+  TempDir dir;
+  std::ifstream in(std::string(EPD_SOURCE_DIR) + "/configs/local.toml");
+  std::stringstream text;
+  text << in.rdbuf();
+  std::string config = text.str();
+  // Free ports for the example's fixed ones; the seeded reference model for the demo model's files.
+  for (const std::string port :
+       {"17100", "17101", "17102", "17103", "18100", "19100", "19101", "19102", "19103"})
+    for (size_t at; (at = config.find("127.0.0.1:" + port)) != std::string::npos;)
+      config.replace(at + 10, port.size(), std::to_string(free_port()));
+  std::stringstream kept;
+  std::istringstream lines(config);
+  for (std::string line; std::getline(lines, line);)
+    if (line.rfind("path = ", 0) != 0 && line.rfind("mmproj = ", 0) != 0) kept << line << "\n";
+  config = kept.str();
+  const size_t http = config.find("http = \"127.0.0.1:");
+  REQUIRE(http != std::string::npos);
+  const size_t port_at = http + std::string("http = \"127.0.0.1:").size();
+  const int http_port = std::stoi(config.substr(port_at));
+  config.insert(config.find('\n', http) + 1, "api_keys_file = \"api-keys.txt\"\n");
+  config += "\n[security]\ncurve_keys = \"keys/cluster.pub\"\n";
+  const auto file = dir.write("local.toml", config);
+  const std::string key = "operator-key-0123456789abcdef";
+  const auto keys_file = dir.write("api-keys.txt", "# the operator's clients\n" + key + "\n");
+  std::filesystem::permissions(keys_file,
+                               std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+
+  Proc keygen({EPD_KEYGEN_EXE, "--out", (dir.path / "keys").string(), "--id", "router", "--id", "encoder-0",
+               "--id", "prefill-0", "--id", "decode-0"});
+  auto made = keygen.wait(10s);
+  REQUIRE(made);
+  REQUIRE(WEXITSTATUS(*made) == 0);
+
+  Proc cluster({EPD_CLUSTER_EXE, "--config", file.string(), "--stop-grace", "3"});
+  const bool ready = cluster.read_until("epd-cluster: ready (4 instances)\n", 60s);
+  INFO(cluster.output());
+  REQUIRE(ready);
+  httplib::Client client("127.0.0.1", http_port);
+  client.set_read_timeout(30, 0);
+  const nlohmann::json body = {{"prompt", "hello"}, {"max_tokens", 4}};
+  auto refused = client.Post("/v1/completions", body.dump(), "application/json");
+  REQUIRE(refused);
+  CHECK(refused->status == 401);
+  client.set_bearer_token_auth(key);
+  auto served = client.Post("/v1/completions", body.dump(), "application/json");
+  REQUIRE(served);
+  CHECK(served->status == 200);
+  CHECK(nlohmann::json::parse(served->body)["usage"]["completion_tokens"].get<int>() >= 1);
+
+  REQUIRE(::kill(cluster.pid(), SIGTERM) == 0);
+  auto st = cluster.wait(15s);
   REQUIRE(st);
   CHECK(WIFEXITED(*st));
   CHECK(WEXITSTATUS(*st) == 0);

@@ -3,6 +3,7 @@
 // listed with "healthy": true. The router hosts the registry, so listed + healthy means registered.
 #include <chrono>
 #include <cstdint>
+#include <filesystem>
 #include <map>
 #include <string>
 #include <string_view>
@@ -12,15 +13,23 @@
 
 namespace epd::launcher {
 
+// Where a router's HTTP API listens, and what the probe needs to be let in.
 struct HostPort {
   std::string host;
   uint16_t port = 0;
+  std::string api_key;  // sent as a bearer token (the router's api_keys_file); empty: none
+  std::string ca_file;  // set: the router speaks TLS; its certificate is verified against this PEM file
 };
 // "127.0.0.1:18100" (an optional "http://" prefix is accepted).
 protocol::Result<HostPort> parse_host_port(std::string_view text);
 
+// The first key of an api_keys_file (one per line, '#' starts a comment), for the probe: the launcher is
+// the operator's, and asks its own cluster. Errors name the file, never a key.
+protocol::Result<std::string> first_api_key(const std::filesystem::path& file);
+
 struct Readiness {
   bool answered = false;             // the router replied 200 with a body we understood
+  bool refused = false;              // it answered 401 or 403: the key is wrong, waiting will not help
   std::string error;                 // why not, when !answered
   std::vector<std::string> missing;  // expected ids not (yet) listed as healthy
   // The incarnation of each healthy listed instance that has one (a restarted process has a new one).
