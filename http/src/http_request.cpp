@@ -104,6 +104,13 @@ std::variant<GenerateRequest, HttpError> parse_generate_request(std::string_view
     request.grammar = g;
   }
 
+  // llama-server's "ignore_eos": end tokens do not end the answer, max_tokens does.
+  if (auto it = doc.find("ignore_eos"); it != doc.end() && !it->is_null()) {
+    if (!it->is_boolean())
+      return bad_request(std::string("\"ignore_eos\" must be a boolean, got ") + type_name(*it));
+    request.ignore_eos = it->get<bool>();
+  }
+
   // "image": one PPM, or "images": several (a model with an mmproj takes them in order, before the text).
   auto one = doc.find("image");
   auto many = doc.find("images");

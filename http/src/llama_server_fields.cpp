@@ -52,7 +52,6 @@ const std::vector<Rule>& rules() {
       {"dynatemp_range", kNumber, Effect::if_neutral, 0, "dynamic temperature (\"dynatemp_range\")"},
       {"min_keep", kInteger, Effect::if_neutral, 0, "\"min_keep\" other than 0"},
       {"post_sampling_probs", kBoolean, Effect::if_neutral, false, "\"post_sampling_probs\""},
-      {"ignore_eos", kBoolean, Effect::if_neutral, false, "\"ignore_eos\": true"},
       {"n_predict", kInteger, Effect::if_neutral, -1, "\"n_predict\" (send max_tokens)"},
       {"n_cmpl", kInteger, Effect::if_neutral, 1, "\"n_cmpl\" other than 1"},
       {"n_indent", kInteger, Effect::if_neutral, 0, "\"n_indent\" other than 0"},

@@ -101,6 +101,15 @@ class Parser {
 
   Failure constraint() { return parse_constraint_fields(doc_, out_.constraint); }
 
+  // llama-server's "ignore_eos": the serving benchmarks send it to get exactly max_tokens tokens.
+  Failure ignore_eos() {
+    const json* v = field(doc_, "ignore_eos");
+    if (!v) return {};
+    if (!v->is_boolean()) return wrong_type("ignore_eos", "a boolean", *v);
+    out_.ignore_eos = v->get<bool>();
+    return {};
+  }
+
   // Chat only (completions ignores them as unknown fields). A forced call is a grammar of its own.
   Failure tools() {
     if (endpoint_ != Endpoint::chat) return {};
@@ -264,8 +273,9 @@ std::variant<Request, HttpError> parse_request(Endpoint endpoint, std::string_vi
   request.endpoint = endpoint;
   Parser p(endpoint, doc, body, limits, request);
   auto input = endpoint == Endpoint::completions ? &Parser::prompt : &Parser::messages;
-  for (auto step : {&Parser::model, input, &Parser::max_tokens, &Parser::sampling, &Parser::logprobs,
-                    &Parser::stop, &Parser::stream, &Parser::refused, &Parser::constraint, &Parser::tools}) {
+  for (auto step :
+       {&Parser::model, input, &Parser::max_tokens, &Parser::sampling, &Parser::logprobs, &Parser::stop,
+        &Parser::stream, &Parser::refused, &Parser::constraint, &Parser::tools, &Parser::ignore_eos}) {
     if (auto e = (p.*step)()) return std::move(*e);
   }
   return request;

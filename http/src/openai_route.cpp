@@ -47,7 +47,7 @@ class OpenAiAnswer final : public std::enable_shared_from_this<OpenAiAnswer> {
         logprobs_(request.sampling.logprobs),
         request_(std::move(request)) {
     for (uint32_t i = 0; i < n; ++i) {
-      choices_.emplace_back(stop, ctx_->service.codec());
+      choices_.emplace_back(stop, ctx_->service.codec(), request_.ignore_eos);
       if (tools.format != model::ToolFormat::none) choices_.back().calls.emplace(tools.format, tools.tools);
     }
     parallel_ = tools.parallel;
@@ -128,8 +128,9 @@ class OpenAiAnswer final : public std::enable_shared_from_this<OpenAiAnswer> {
 
  private:
   struct Choice {
-    Choice(const std::vector<std::string>& stop, std::shared_ptr<const model::PromptCodec> codec)
-        : text(stop), tokens_text(std::move(codec)) {}
+    Choice(const std::vector<std::string>& stop, std::shared_ptr<const model::PromptCodec> codec,
+           bool ignore_eos)
+        : text(stop), tokens_text(std::move(codec), ignore_eos) {}
     TextStream text;                    // stop strings, on the text
     model::GenerationText tokens_text;  // tokens to text, with the model's detokenizer
     std::string body;                   // the answer so far, when not streaming
@@ -385,6 +386,7 @@ void handle_openai(const std::shared_ptr<ApiContext>& ctx, ExchangePtr ex, Endpo
   request.request_id = *id;
   request.max_tokens = in.max_tokens;
   request.sampling = in.sampling;
+  request.ignore_eos = in.ignore_eos;
   if (auto bad = model::validate(request.sampling); !bad)
     return reply_error(*ex, {400, "invalid_request", bad.error().detail}, std::move(headers));
   if (auto err = to_grammar(in.constraint, request)) return reply_error(*ex, *err, std::move(headers));

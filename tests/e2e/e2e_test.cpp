@@ -10,6 +10,7 @@
 #include "epd/http/base64.hpp"
 #include "epd/model/generate.hpp"
 #include "epd/model/image.hpp"
+#include "load.hpp"
 #include "workload.hpp"
 
 using namespace epd;
@@ -175,4 +176,74 @@ TEST_CASE("the echo role (docs/adding-a-role.md) runs through the generic runner
   CHECK(result->room == 99);
   CHECK(result->tokens == std::vector<uint32_t>{50, 40, 30});
   me.value()->stop();
+}
+
+// llama-server's ignore_eos, which the serving benchmarks send to get exactly max_tokens tokens: a prompt
+// whose answer ends early at the end token runs to max_tokens instead — the colocated run that does not
+// stop at the end token — on the native route and the OpenAI one, streamed or not; the end token has no
+// text, the finish reason is "length", and stop strings still end the answer.
+TEST_CASE("ignore_eos: an answer that would end at the end token runs to max_tokens", "[e2e][multiproc]") {
+  auto cfg = model::preset("tiny");
+  REQUIRE(cfg.ok());
+  auto runner = model::make_reference_runner(*cfg);
+  REQUIRE(runner.ok());
+  constexpr uint32_t kMax = 24;
+  std::string prompt;
+  std::vector<uint32_t> ended, full;
+  for (int i = 0; i < 200 && prompt.empty(); ++i) {  // a prompt the tiny model answers in fewer tokens
+    const std::string p = "ignore eos " + std::to_string(i);
+    model::GenerateOptions o;
+    o.max_tokens = kMax;
+    auto r = model::generate(**runner, p, nullptr, o);
+    REQUIRE(r.ok());
+    if (!r->stopped_at_eos || r->tokens.size() >= kMax / 2) continue;
+    o.stop_at_eos = false;
+    auto all = model::generate(**runner, p, nullptr, o);
+    REQUIRE(all.ok());
+    prompt = p, ended = r->tokens, full = all->tokens;
+  }
+  REQUIRE_FALSE(prompt.empty());
+  REQUIRE(full.size() == kMax);
+
+  Cluster cluster(ClusterSpec{});
+  cluster.start();
+  const auto [s1, plain] = cluster.generate({{"prompt", prompt}, {"max_tokens", kMax}});
+  REQUIRE(s1 == 200);
+  CHECK(plain["tokens"].get<std::vector<uint32_t>>() == ended);
+  const auto [s2, ignoring] =
+      cluster.generate({{"prompt", prompt}, {"max_tokens", kMax}, {"ignore_eos", true}});
+  REQUIRE(s2 == 200);
+  CHECK(ignoring["tokens"].get<std::vector<uint32_t>>() == full);
+  const std::string text = ignoring["text"].get<std::string>();
+  CHECK(text.size() > plain["text"].get<std::string>().size());
+
+  json body{{"prompt", prompt}, {"max_tokens", kMax}, {"ignore_eos", true}};
+  const auto [s3, raw] = cluster.post_raw("/v1/completions", body.dump());
+  REQUIRE(s3 == 200);
+  const json completion = json::parse(raw);
+  CHECK(completion["usage"]["completion_tokens"] == kMax);
+  CHECK(completion["choices"][0]["finish_reason"] == "length");
+  CHECK(completion["choices"][0]["text"] == text);
+  const Streamed streamed = stream_completion(cluster, body);
+  CHECK(streamed.status == 200);
+  CHECK(streamed.done);
+  CHECK(streamed.finish_reason == "length");
+  CHECK(streamed.text == text);
+  body["ignore_eos"] = false;
+  const json stopped = json::parse(cluster.post_raw("/v1/completions", body.dump()).second);
+  CHECK(stopped["choices"][0]["finish_reason"] == "stop");
+  CHECK(stopped["usage"]["completion_tokens"] == ended.size());
+  // A stop string still ends it: the answer's text up to its last 3 characters' start.
+  body["ignore_eos"] = true;
+  body["stop"] = text.substr(text.size() - 3);
+  const json cut = json::parse(cluster.post_raw("/v1/completions", body.dump()).second);
+  CHECK(cut["choices"][0]["finish_reason"] == "stop");
+  CHECK(text.rfind(cut["choices"][0]["text"].get<std::string>(), 0) == 0);
+  CHECK(cut["choices"][0]["text"].get<std::string>().size() < text.size());
+  body.erase("stop");
+  body["ignore_eos"] = "yes";
+  const auto [s4, refused] = cluster.post_raw("/v1/completions", body.dump());
+  CHECK(s4 == 400);
+  CHECK_THAT(refused, Catch::Contains("ignore_eos"));
+  stop_cleanly(cluster);
 }

@@ -39,9 +39,11 @@ struct LoopState {
 };
 
 // The model's end-of-generation tokens end an answer (the reference model's kEos; a checkpoint's EOS and
-// end-of-turn tokens), else max_new does. The colocated run stops at the same tokens.
+// end-of-turn tokens), else max_new does (only it, with ignore_eos). The colocated run stops at the same
+// tokens.
 bool finished(const LoopState& st, const Sequence& s) {
-  return s.tokens.size() >= s.join.max_new || (st.codec && st.codec->ends_generation(s.tokens.back()));
+  return s.tokens.size() >= s.join.max_new ||
+         (!s.join.ignore_eos && st.codec && st.codec->ends_generation(s.tokens.back()));
 }
 
 void stream(LoopState& st, const Sequence& s) {

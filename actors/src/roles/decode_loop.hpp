@@ -25,6 +25,7 @@ struct DecodeJoin {
   // answer's tokens at its end; else empty.
   std::vector<uint32_t> prompt{};
   std::string grammar{};                  // SUBMIT's: every token follows it
+  bool ignore_eos = false;                // SUBMIT's: only max_new ends the answer
   model::TokenLogprobs first_logprobs{};  // first_token's (prefill's), with sampling.logprobs
 };
 

@@ -76,6 +76,7 @@ struct DecodeRoom {
   uint32_t prompt_len = 0;
   uint32_t first_index = 0;  // SUBMIT's resume_from
   std::string grammar{};     // SUBMIT's
+  bool ignore_eos = false;   // SUBMIT's
   uint32_t max_new = 0;
   protocol::KvStatus kv;          // timings prefill reported
   clock::time_point kv_deadline;  // waiting_timeout after SUBMIT
@@ -301,6 +302,7 @@ void on_submit(DecodeState& st, const Envelope& env, protocol::Submit& s) {
   room.images = content_hash_from(s.images_key);
   room.page_keys = page_keys(s.prompt, st.layout.page_size, image_token, room.images, /*tail=*/true);
   room.grammar = s.grammar;
+  room.ignore_eos = s.ignore_eos;
   if (st.prefix->enabled() || room.sampling.penalized() || !room.grammar.empty()) room.prompt = s.prompt;
   // The cache holds only K/V other prompts compute alike; where the model's bits depend on the chunking,
   // a resumed answer's tokens are not among them (prefill replays them as decode steps).
@@ -418,6 +420,7 @@ void start_decoding(DecodeState& st, uint64_t id, DecodeRoom& room) {
   DecodeJoin join{id,           room.pages,  room.prompt_len, room.first_token, room.first_index,
                   room.max_new, room.router, room.sampling,   std::move(prompt)};
   join.grammar = room.grammar;
+  join.ignore_eos = room.ignore_eos;
   if (room.sampling.logprobs) join.first_logprobs = std::move(from_wire(*room.kv.first_logprobs).front());
   st.self->send(st.loop, std::move(join));
 }

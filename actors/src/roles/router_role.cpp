@@ -221,6 +221,7 @@ void set_request_fields(protocol::Submit& s, const GenerateRequest& r) {
   s.request_id = r.request_id;
   set_sampling(s, r.sampling);
   s.grammar = r.grammar;
+  s.ignore_eos = r.ignore_eos;
 }
 
 // Starts queued requests while in-flight slots are free.
@@ -298,7 +299,7 @@ void respond_error(RouterState& st, uint64_t req_id, const protocol::Error& e) {
 uint32_t resumable_tokens(const RouterState& st, const Pending& p) {
   const uint32_t k = uint32_t(p.streamed.size());
   if (k == 0 || k >= p.request.max_tokens || p.prompt.size() + k >= st.ctx.model.max_seq) return 0;
-  if (st.codec.codec && st.codec.codec->ends_generation(p.streamed.back())) return 0;
+  if (!p.request.ignore_eos && st.codec.codec && st.codec.codec->ends_generation(p.streamed.back())) return 0;
   const uint32_t image = model::image_token(st.ctx.model).value_or(model::kImage);
   if (std::find(p.streamed.begin(), p.streamed.end(), image) != p.streamed.end()) return 0;
   return k;
@@ -501,8 +502,8 @@ void on_result(RouterState& st, const Envelope& env, protocol::RoomResult& res) 
     r.tokens = std::move(res.tokens);
     r.logprobs = p.logprobs;
     if (const auto& codec = st.codec.codec) {
-      r.text = codec->text(r.tokens);
-      r.ended_at_eos = !r.tokens.empty() && codec->ends_generation(r.tokens.back());
+      r.text = codec->text(r.tokens, p.request.ignore_eos);
+      r.ended_at_eos = !p.request.ignore_eos && !r.tokens.empty() && codec->ends_generation(r.tokens.back());
     }
     r.room = res.room;
     r.encoder = p.current.encoder;

@@ -1,6 +1,7 @@
 #include "epd/model/prompt_codec.hpp"
 
 #include <algorithm>
+#include <iterator>
 
 namespace epd::model {
 namespace {
@@ -178,13 +179,20 @@ bool PromptCodec::ends_generation(TokenId id) const {
   return std::find(stops_.begin(), stops_.end(), id) != stops_.end();
 }
 
-std::string PromptCodec::text(std::span<const TokenId> tokens) const {
+std::string PromptCodec::text(std::span<const TokenId> tokens, bool past_end) const {
+  if (past_end) {
+    std::vector<TokenId> kept;
+    std::copy_if(tokens.begin(), tokens.end(), std::back_inserter(kept),
+                 [&](TokenId t) { return !ends_generation(t); });
+    return text(kept);
+  }
   if (reference_) return decode_text(tokens);
   auto end = std::find_if(tokens.begin(), tokens.end(), [&](TokenId t) { return ends_generation(t); });
   return decode(*tok_, std::span(tokens.begin(), end));
 }
 
-GenerationText::GenerationText(std::shared_ptr<const PromptCodec> codec) : codec_(std::move(codec)) {
+GenerationText::GenerationText(std::shared_ptr<const PromptCodec> codec, bool past_end)
+    : codec_(std::move(codec)), past_end_(past_end) {
   if (codec_ && !codec_->reference_) decoder_.emplace(*codec_->tok_);
 }
 
@@ -192,6 +200,7 @@ std::string GenerationText::push(TokenId id) {
   if (!decoder_) return decode_text(std::span(&id, 1));
   if (ended_) return {};
   if (codec_->ends_generation(id)) {
+    if (past_end_) return {};
     ended_ = true;
     return decoder_->finish();
   }

@@ -72,6 +72,7 @@ struct Request {
   uint32_t n = 1;              // choices, 1..kMaxChoices; choice i is drawn with seed + i
   Constraint constraint{};     // response_format, or llama-server's grammar / json_schema
   Tools tools{};               // chat
+  bool ignore_eos = false;     // llama-server's: only max_tokens (or a stop string) ends the answer
 };
 
 inline constexpr uint32_t kMaxChoices = 8;

@@ -35,6 +35,9 @@ struct GenerateRequest {
   // Constrained decoding: a GBNF grammar (llama.cpp's) the answer follows, JSON schemas already converted;
   // empty: none. The router refuses one that does not parse with 400 before any room is made.
   std::string grammar{};
+  // llama-server's `ignore_eos`: the model's end tokens neither end the answer nor have text; max_tokens
+  // (or a stop string) ends it.
+  bool ignore_eos = false;
   std::string request_id;  // X-Request-Id: written by every role in the log lines of this request's rooms
 };
 

@@ -59,8 +59,9 @@ class PromptCodec {
   bool ends_generation(TokenId id) const;
   // The tokens that end a generation (colocated runs pass them to generate(); decode stops at them).
   std::span<const TokenId> stop_tokens() const { return stops_; }
-  // Text of generated tokens, up to (not including) the first that ends the generation.
-  std::string text(std::span<const TokenId> tokens) const;
+  // Text of generated tokens, up to (not including) the first that ends the generation; `past_end`: of
+  // all of them, the end tokens without text (an answer with ignore_eos goes on after them).
+  std::string text(std::span<const TokenId> tokens, bool past_end = false) const;
   const Tokenizer& tokenizer() const { return *tok_; }
   // A checkpoint's chat template (nullptr: the reference model, or a template that does not parse).
   const ChatTemplate* chat_template() const { return template_.get(); }
@@ -93,14 +94,16 @@ class PromptCodec {
 // that ends the generation on. The reference model's text is decode_text of each token, as before.
 class GenerationText {
  public:
-  // codec nullptr: the reference model's byte text.
-  explicit GenerationText(std::shared_ptr<const PromptCodec> codec);
+  // codec nullptr: the reference model's byte text. `past_end`: an end token has no text and ends nothing
+  // (as codec.text(tokens, true)).
+  explicit GenerationText(std::shared_ptr<const PromptCodec> codec, bool past_end = false);
   std::string push(TokenId id);
   std::string finish();
 
  private:
   std::shared_ptr<const PromptCodec> codec_;
   std::optional<StreamDecoder> decoder_;  // checkpoints only
+  bool past_end_ = false;
   bool ended_ = false;
 };
 

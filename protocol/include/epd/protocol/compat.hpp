@@ -27,7 +27,8 @@ namespace epd::protocol {
 // 9: a checkpoint's prefill computes on the grid of its chunks from position 0 whatever it had cached, and
 //    KV_STATUS's `shareable_tokens` tells decode which of the prompt's K/V its prefix cache may hand to other
 //    prompts; a revision-8 prefill computes off the grid and a revision-8 decode caches every page, so a
-//    checkpoint's answers could differ from the colocated run's without a word.
+//    checkpoint's answers could differ from the colocated run's without a word. SUBMIT's `ignore_eos`: a
+//    revision-8 decode would end the answer at an end token.
 inline constexpr uint32_t kProtocolRevision = 9;
 inline constexpr uint32_t kOldestProtocolRevision = 9;
 

@@ -672,7 +672,8 @@ struct Submit {
   uint32_t top_logprobs = 0;  // and this many most likely alternatives with theirs, 0..20 (with logprobs)
   // Constrained decoding (the router converts JSON schemas and checks the grammar); prefill and decode
   // rebuild its state from a resumed answer's tokens.
-  std::string grammar{};  // GBNF (llama.cpp's) every generated token follows, <= 64 KiB; empty: none
+  std::string grammar{};    // GBNF (llama.cpp's) every generated token follows, <= 64 KiB; empty: none
+  bool ignore_eos = false;  // the model's end tokens do not end the answer: max_tokens does (llama-server's)
 
   bool operator==(const Submit&) const = default;
   template <class S, class V>
@@ -702,6 +703,7 @@ struct Submit {
     v.opt("logprobs", s.logprobs);
     v.opt("top_logprobs", s.top_logprobs);
     v.opt("grammar", s.grammar);
+    v.opt("ignore_eos", s.ignore_eos);
   }
 };
 
