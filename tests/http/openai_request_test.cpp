@@ -415,7 +415,6 @@ TEST_CASE("openai request: llama-server's fields are honoured, harmless or refus
       {"dynatemp_range", 0.5, "dynamic temperature"},
       {"min_keep", 2, "min_keep"},
       {"post_sampling_probs", true, "post_sampling_probs"},
-      {"ignore_eos", true, "ignore_eos"},
       {"n_predict", 32, "send max_tokens"},
       {"n_cmpl", 2, "n_cmpl"},
       {"n_indent", 4, "n_indent"},
@@ -438,6 +437,11 @@ TEST_CASE("openai request: llama-server's fields are honoured, harmless or refus
   check(rejected(Endpoint::chat, chat({{"cache_prompt", 1}})), "cache_prompt", "must be a boolean");
   check(rejected(Endpoint::chat, chat({{"grammar", 5}})), "grammar", "must be a string (GBNF)");
   accepted(Endpoint::chat, chat({{"grammar", nullptr}, {"json_schema", nullptr}}));
+  // ignore_eos is honoured (what the serving benchmarks send): on both routes, a boolean.
+  CHECK(accepted(Endpoint::completions, completion({{"ignore_eos", true}})).ignore_eos);
+  CHECK(accepted(Endpoint::chat, chat({{"ignore_eos", true}})).ignore_eos);
+  CHECK_FALSE(accepted(Endpoint::chat, chat({{"ignore_eos", false}})).ignore_eos);
+  check(rejected(Endpoint::chat, chat({{"ignore_eos", "yes"}})), "ignore_eos", "must be a boolean");
 }
 
 TEST_CASE("openai request: logit_bias, token ids to biases in [-100, 100]", "[http][openai_request]") {
