@@ -38,6 +38,7 @@ json tool_call_json(const model::ToolCall& c, std::optional<size_t> index = std:
 
 json chat_message(const Choice& c) {
   json m = {{"role", "assistant"}, {"content", c.text}};
+  if (!c.reasoning_content.empty()) m["reasoning_content"] = c.reasoning_content;
   if (c.tool_calls.empty()) return m;
   // Next to calls, the text between them and the model's line breaks is trimmed; none at all is null.
   const size_t b = c.text.find_first_not_of(" \t\n\r");
@@ -226,6 +227,16 @@ std::string StreamRenderer::text(std::string_view delta, uint32_t index,
   json chunk = head_json(head_, true);
   chunk["choices"] =
       json::array({chunk_choice(head_.endpoint, index, std::move(payload), nullptr, std::move(lp))});
+  if (include_usage_) chunk["usage"] = nullptr;
+  return out + sse_data(dump(chunk));
+}
+
+std::string StreamRenderer::reasoning(std::string_view delta, uint32_t index) {
+  std::string out = role_if_not_sent();
+  if (delta.empty()) return out;
+  json chunk = head_json(head_, true);
+  chunk["choices"] =
+      json::array({chunk_choice(head_.endpoint, index, {{"reasoning_content", delta}}, nullptr)});
   if (include_usage_) chunk["usage"] = nullptr;
   return out + sse_data(dump(chunk));
 }

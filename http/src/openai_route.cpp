@@ -38,7 +38,7 @@ class OpenAiAnswer final : public std::enable_shared_from_this<OpenAiAnswer> {
  public:
   OpenAiAnswer(std::shared_ptr<ApiContext> ctx, ExchangePtr ex, openai::ResponseHead head, bool stream,
                bool include_usage, GenerateRequest request, uint32_t n, std::vector<std::string> stop,
-               AnswerTools tools)
+               AnswerTools tools, std::shared_ptr<const model::ChatAnswerParser> thinking)
       : ctx_(std::move(ctx)),
         ex_(std::move(ex)),
         head_(head),
@@ -49,6 +49,7 @@ class OpenAiAnswer final : public std::enable_shared_from_this<OpenAiAnswer> {
     for (uint32_t i = 0; i < n; ++i) {
       choices_.emplace_back(stop, ctx_->service.codec(), request_.ignore_eos);
       if (tools.format != model::ToolFormat::none) choices_.back().calls.emplace(tools.format, tools.tools);
+      if (thinking) choices_.back().reasoning.emplace(thinking);
     }
     parallel_ = tools.parallel;
   }
@@ -114,6 +115,10 @@ class OpenAiAnswer final : public std::enable_shared_from_this<OpenAiAnswer> {
       c.reason = tail.stopped || r.ended_at_eos ? FinishReason::stop : FinishReason::length;
     }
     take_calls(i);
+    if (c.reasoning) {
+      auto rest = c.reasoning->finish();
+      send(i, rest.reasoning, rest.content);
+    }
     prompt_tokens_ = r.prompt_tokens;
     if (stream_) {
       emit(i, {});  // a stream that produced no text still sends its head and role chunks
@@ -146,6 +151,9 @@ class OpenAiAnswer final : public std::enable_shared_from_this<OpenAiAnswer> {
     openai::Extras extras;
     std::optional<model::ToolCallText> calls;  // with tools: text that could be a call is held back
     std::vector<model::ToolCall> tool_calls;   // the answer's, once it ended
+    // A template that thinks: its parser splits the content into reasoning_content and content.
+    std::optional<model::ReasoningSplit> reasoning;
+    std::string reasoning_body;  // the reasoning so far, when not streaming
   };
 
   // The text of a choice that may go out as content now.
@@ -197,9 +205,18 @@ class OpenAiAnswer final : public std::enable_shared_from_this<OpenAiAnswer> {
     for (uint32_t i = 1; i < choices_.size(); ++i) launch(i);
   }
 
+  // Content text of choice i, split into reasoning and content where the template thinks.
   void emit(uint32_t i, const std::string& text) {
     Choice& c = choices_[i];
+    if (!c.reasoning) return send(i, {}, text);
+    auto d = c.reasoning->push(text);
+    send(i, d.reasoning, d.content);
+  }
+
+  void send(uint32_t i, const std::string& reasoning, const std::string& text) {
+    Choice& c = choices_[i];
     if (!stream_) {
+      c.reasoning_body += reasoning;
       c.body += text;
       return;
     }
@@ -208,6 +225,7 @@ class OpenAiAnswer final : public std::enable_shared_from_this<OpenAiAnswer> {
       ex_->send(renderer_.start());
       headers_sent_ = true;
     }
+    if (!reasoning.empty()) ex_->send(renderer_.reasoning(reasoning, i));
     if (text.empty()) return;
     ex_->send(renderer_.text(text, i, c.pending));
     c.pending.clear();
@@ -274,6 +292,7 @@ class OpenAiAnswer final : public std::enable_shared_from_this<OpenAiAnswer> {
       out.push_back({std::move(c.body), c.reason, c.extras});
       if (logprobs_) out.back().logprobs = std::move(c.pending);
       out.back().tool_calls = std::move(c.tool_calls);
+      out.back().reasoning_content = std::move(c.reasoning_body);
     }
     ex_->respond(200, openai::completion_body(head_, out, usage), kJson,
                  {{"X-Request-Id", request_.request_id}});
@@ -404,9 +423,15 @@ void handle_openai(const std::shared_ptr<ApiContext>& ctx, ExchangePtr ex, Endpo
   head.id = openai::response_id(endpoint, random_hex(24));
   head.created = int64_t(std::time(nullptr));
   head.model = model;
-  auto answer =
-      std::make_shared<OpenAiAnswer>(ctx, ex, std::move(head), in.stream, in.include_usage,
-                                     std::move(request), in.n, std::move(in.stop), std::move(tools));
+  // A template that thinks (Qwen3, DeepSeek-R1, ...): its parser reads the thinking out of the answer as
+  // llama-server does (reasoning_content). Rendered without tools: epd reads the calls itself.
+  std::shared_ptr<const model::ChatAnswerParser> thinking;
+  if (const auto codec = ctx->service.codec(); endpoint == Endpoint::chat && codec && codec->chat_template())
+    if (auto rendered = codec->render(request.messages); rendered && rendered->supports_thinking)
+      thinking = rendered->parser;
+  auto answer = std::make_shared<OpenAiAnswer>(ctx, ex, std::move(head), in.stream, in.include_usage,
+                                               std::move(request), in.n, std::move(in.stop), std::move(tools),
+                                               std::move(thinking));
   answer->start();
   ex->on_disconnect([answer] { answer->disconnected(); });
 }

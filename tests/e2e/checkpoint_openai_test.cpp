@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "cluster.hpp"
 #include "epd/http/base64.hpp"
@@ -314,4 +315,57 @@ TEST_CASE("checkpoint through the OpenAI SDK over tcp equals epd-run and llama.c
 TEST_CASE("checkpoint through the OpenAI SDK staged into an fp16 decode equals the staged colocated run") {
   serve_through_sdk("shm", "kv_dtype = \"f16\"\nkv_page_size = 32\n",
                     model::KvLayoutChoice{32, model::DType::f16, model::KvDimOrder::token_head_dim});
+}
+
+// A template that thinks (Qwen3's, from llama.cpp's models/templates): the answer's <think> block is read
+// out by llama.cpp's parser for that template, as llama-server returns it — message.reasoning_content and
+// the rest as content; streamed, delta.reasoning_content chunks first, then delta.content. A grammar makes
+// the random model write a thinking answer; the same answer without the template's thinking is content.
+TEST_CASE("a thinking template's answer: reasoning_content apart from content, plain and streamed") {
+  std::ifstream in(fs::path(EPD_LLAMA_CPP_SRC) / "models/templates/Qwen-Qwen3-0.6B.jinja", std::ios::binary);
+  std::stringstream jinja;
+  jinja << in.rdbuf();
+  REQUIRE_FALSE(jinja.str().empty());
+  const fs::path dir = fs::temp_directory_path() / ("epd-e2e-thinking-" + std::to_string(::getpid()));
+  model::testing::CheckpointSpec spec;
+  spec.chat = true;
+  spec.chat_template = jinja.str();
+  auto paths = model::testing::write_llama_checkpoint(spec, dir);
+  REQUIRE(paths.ok());
+  ClusterSpec cs;
+  cs.model_path = paths->gguf;
+  Cluster cluster(cs);
+  cluster.start();
+  const json body = {{"messages", {{{"role", "user"}, {"content", "Weather in Paris?"}}}},
+                     {"max_tokens", 64},
+                     {"grammar", "root ::= \"<think>\\nIt is in France.\\n</think>\\n\\nSunny.\""}};
+  const auto [status, raw] = cluster.post_raw("/v1/chat/completions", body.dump());
+  INFO(raw);
+  REQUIRE(status == 200);
+  const json message = json::parse(raw)["choices"][0]["message"];
+  CHECK(message["reasoning_content"] == "It is in France.\n");  // llama.cpp's parser keeps the newline
+  CHECK(message["content"] == "Sunny.");
+
+  json streamed = body;
+  streamed["stream"] = true;
+  const auto [s_status, sse] = cluster.post_raw("/v1/chat/completions", streamed.dump());
+  REQUIRE(s_status == 200);
+  std::string reasoning, content;
+  bool content_after_reasoning = true;
+  std::istringstream lines(sse);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("data: {", 0) != 0) continue;
+    const json delta = json::parse(line.substr(6))["choices"][0]["delta"];
+    if (delta.contains("reasoning_content")) {
+      if (!content.empty()) content_after_reasoning = false;
+      reasoning += delta["reasoning_content"].get<std::string>();
+    }
+    if (delta.contains("content") && delta["content"].is_string())
+      content += delta["content"].get<std::string>();
+  }
+  CHECK(reasoning == "It is in France.\n");
+  CHECK(content == "Sunny.");
+  CHECK(content_after_reasoning);
+  cluster.wait_all_free();
+  fs::remove_all(dir);
 }

@@ -372,11 +372,12 @@ protocol::Status write_gguf(const CheckpointSpec& s, const std::vector<Tensor>& 
       scores[id] = 0;
       types[id] = 3;  // control
     }
-    w.set_string(
-        "tokenizer.chat_template",
-        "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] "
-        "+ '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' "
-        "}}{% endif %}");
+    w.set_string("tokenizer.chat_template",
+                 !s.chat_template.empty()
+                     ? s.chat_template
+                     : "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + "
+                       "message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt "
+                       "%}{{ '<|im_start|>assistant\\n' }}{% endif %}");
   }
   size_t next_id = s.chat ? 261 : 259;
   for (const auto* list : {&s.extra_special_tokens, &s.extra_tokens})

@@ -29,6 +29,9 @@ struct CheckpointSpec {
   // The GGUF vocabulary's first word pieces become the control tokens <|im_start|> and <|im_end|>, with a
   // ChatML chat template: a chat model's tokenizer.
   bool chat = false;
+  // With chat: this Jinja template instead of the plain ChatML one (e.g. one of llama.cpp's
+  // models/templates that uses <|im_start|> and <|im_end|>, such as Qwen3's).
+  std::string chat_template{};
   // Added tokens of the GGUF vocabulary, in order, in place of the first word pieces after the byte tokens
   // (and after <|im_start|> <|im_end|> with chat: ids from 259, or 261): first the control tokens (type 3:
   // one token each when specials are parsed, e.g. "<fake_token_around_image>"), then plain pieces (type 1,

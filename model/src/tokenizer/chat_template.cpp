@@ -100,6 +100,34 @@ protocol::Result<ChatAnswer> ChatAnswerParser::parse(std::string_view answer, bo
   return out;
 }
 
+ReasoningSplit::ReasoningSplit(std::shared_ptr<const ChatAnswerParser> parser) : parser_(std::move(parser)) {}
+
+ReasoningSplit::Delta ReasoningSplit::push(std::string_view text) {
+  if (text.empty()) return {};
+  raw_ += text;
+  return advance(true);
+}
+
+ReasoningSplit::Delta ReasoningSplit::finish() {
+  return advance(false);
+}
+
+ReasoningSplit::Delta ReasoningSplit::advance(bool partial) {
+  auto parsed = parser_->parse(raw_, partial);
+  ChatAnswer a = parsed ? std::move(*parsed) : ChatAnswer{raw_, {}, {}};
+  if (!parsed && !reasoning_.empty()) return {};  // thinking went out already: nothing sure to add
+  Delta d;
+  auto grow = [](std::string& sent, const std::string& now, std::string& out) {
+    if (now.size() > sent.size() && now.compare(0, sent.size(), sent) == 0) {
+      out = now.substr(sent.size());
+      sent = now;
+    }
+  };
+  grow(reasoning_, a.reasoning_content, d.reasoning);
+  grow(content_, a.content, d.content);
+  return d;
+}
+
 ChatTemplate::~ChatTemplate() = default;
 
 protocol::Result<std::shared_ptr<const ChatTemplate>> ChatTemplate::make(std::string_view jinja,

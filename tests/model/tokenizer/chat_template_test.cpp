@@ -185,6 +185,19 @@ TEST_CASE("answers are parsed by the template's parser: reasoning and tool calls
     CHECK(a->reasoning_content == "It is in France.\n");  // llama.cpp's parser keeps the newline
     CHECK(a->content == "Sunny.");
     CHECK(a->tool_calls.empty());
+    // Streamed a byte at a time, as tokens arrive: every piece goes out once, thinking before content.
+    ReasoningSplit split(r->parser);
+    const std::string answer = "<think>\nIt is in France.\n</think>\n\nSunny.";
+    std::string reasoning, content;
+    for (char ch : answer) {
+      auto d = split.push(std::string(1, ch));
+      if (!d.reasoning.empty()) CHECK(content.empty());
+      reasoning += d.reasoning;
+      content += d.content;
+    }
+    auto rest = split.finish();
+    CHECK(reasoning + rest.reasoning == "It is in France.\n");
+    CHECK(content + rest.content == "Sunny.");
     // and with tools, a call after the thinking
     auto rt = (*t)->render(ask, std::vector<ChatTool>{weather});
     REQUIRE(rt.ok());

@@ -79,6 +79,9 @@ struct Choice {
   std::optional<std::vector<TokenLogprob>> logprobs{};
   // Chat: the calls the answer made (ids given); "content" is then `text` trimmed, null if that is empty.
   std::vector<model::ToolCall> tool_calls{};
+  // Chat: the thinking the template's parser read out of the answer (llama-server's reasoning_content);
+  // empty: none, and no such key.
+  std::string reasoning_content{};
 };
 
 // A non-streamed answer: a "text_completion" or a "chat.completion" object with the choices in order (their
@@ -109,6 +112,9 @@ class StreamRenderer {
   std::string start();
   // One chunk with this text of choice `index`; nothing for an empty delta (OpenAI sends no empty chunks).
   std::string text(std::string_view delta, uint32_t index = 0, std::span<const TokenLogprob> logprobs = {});
+  // Chat: one chunk with this thinking of choice `index`, {"delta": {"reasoning_content": ...}}, as
+  // llama-server streams it; nothing for an empty delta.
+  std::string reasoning(std::string_view delta, uint32_t index = 0);
   // Chat: one chunk per call of choice `index`, {"delta": {"tool_calls": [{"index", "id", "type", "function":
   // {"name", "arguments"}}]}}, the whole arguments in it.
   std::string tool_calls(std::span<const model::ToolCall> calls, uint32_t index = 0);

@@ -52,6 +52,26 @@ class ChatAnswerParser {
   std::shared_ptr<const llama_chat::Parser> parser_;
 };
 
+// An answer's text as it streams, split by the template's parser into reasoning_content and content, as
+// llama-server streams them: each push() returns what each part grew by since the last one (a part the
+// parse of the partial text would take back is held until it grows again), finish() the rest of the whole
+// answer parsed as complete. An answer the format does not match is content.
+class ReasoningSplit {
+ public:
+  explicit ReasoningSplit(std::shared_ptr<const ChatAnswerParser> parser);
+  struct Delta {
+    std::string reasoning, content;
+  };
+  Delta push(std::string_view text);
+  Delta finish();
+
+ private:
+  Delta advance(bool partial);
+  std::shared_ptr<const ChatAnswerParser> parser_;
+  std::string raw_;                  // the answer's text so far
+  std::string reasoning_, content_;  // what push() returned of each, concatenated
+};
+
 struct RenderedChat {
   std::string text;                   // the prompt as llama.cpp renders it
   std::vector<ChatSegment> segments;  // the same text, split where request text and images stand
