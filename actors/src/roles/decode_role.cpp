@@ -393,11 +393,13 @@ void on_submit(DecodeState& st, const Envelope& env, protocol::Submit& s) {
 }
 
 // Of the room's sequence (prompt, then answer), the leading tokens whose K/V other prompts compute alike:
-// all of them for an exact model; else what prefill said of the prompt (KV_STATUS), never a decode step's
-// (a prompt computes those tokens with other kernels).
+// all of them for an exact model; else what prefill said of the prompt (KV_STATUS), never past the prompt
+// the client wrote (a resumed answer's tokens and the answer are a decode step's, which a prompt computes
+// with other kernels), whatever prefill said.
 uint32_t shareable(const DecodeState& st, const DecodeRoom& room, size_t sequence_tokens) {
   if (model::chunking_exact(st.ctx.model)) return uint32_t(sequence_tokens);
-  return uint32_t(std::min<size_t>(sequence_tokens, room.kv.shareable_tokens));
+  const uint32_t asked = room.prompt_len - std::min(room.prompt_len, room.first_index);
+  return uint32_t(std::min<size_t>({sequence_tokens, room.kv.shareable_tokens, asked}));
 }
 
 void start_decoding(DecodeState& st, uint64_t id, DecodeRoom& room) {
