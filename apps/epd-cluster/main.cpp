@@ -158,10 +158,11 @@ int main(int argc, char** argv) {
       };
       auto keys = c->settings.get_string("api_keys_file", "");
       auto cert = c->settings.get_string("tls_cert", "");
-      if (!keys || !cert) {
-        std::fprintf(stderr, "epd-cluster: %s\n", (!keys ? keys : cert).error().detail.c_str());
-        return 2;
-      }
+      for (const auto* setting : {&keys, &cert})
+        if (!*setting) {
+          std::fprintf(stderr, "epd-cluster: %s\n", setting->error().detail.c_str());
+          return 2;
+        }
       if (!keys->empty()) {
         auto key = lc::first_api_key(relative(*keys));
         if (!key) {

@@ -252,6 +252,11 @@ void arm_timeout(DecodeState& st) {
                   }));
 }
 
+// The prompt the client wrote: the room's prompt without a resumed answer's tokens, which end it.
+uint32_t client_prompt(const DecodeRoom& room) {
+  return room.prompt_len - std::min(room.prompt_len, room.first_index);
+}
+
 void on_submit(DecodeState& st, const Envelope& env, protocol::Submit& s) {
   const auto& m = st.ctx.model;
   auto refuse = [&](protocol::Error e) {
@@ -306,9 +311,7 @@ void on_submit(DecodeState& st, const Envelope& env, protocol::Submit& s) {
   if (st.prefix->enabled() || room.sampling.penalized() || !room.grammar.empty()) room.prompt = s.prompt;
   // The cache holds only K/V other prompts compute alike; where the model's bits depend on the chunking,
   // a resumed answer's tokens are not among them (prefill replays them as decode steps).
-  const uint32_t holdable = model::chunking_exact(st.ctx.model)
-                                ? room.prompt_len
-                                : room.prompt_len - std::min(room.prompt_len, room.first_index);
+  const uint32_t holdable = model::chunking_exact(st.ctx.model) ? room.prompt_len : client_prompt(room);
   room.prefix = st.prefix->acquire(room.page_keys, holdable / st.layout.page_size, room.prompt_len);
   room.held_tokens = uint32_t(room.prefix.size()) * st.layout.page_size;
   // Past the whole pages, a cached page that starts like the rest of the prompt (the last turn's partial
@@ -398,8 +401,7 @@ void on_submit(DecodeState& st, const Envelope& env, protocol::Submit& s) {
 // with other kernels), whatever prefill said.
 uint32_t shareable(const DecodeState& st, const DecodeRoom& room, size_t sequence_tokens) {
   if (model::chunking_exact(st.ctx.model)) return uint32_t(sequence_tokens);
-  const uint32_t asked = room.prompt_len - std::min(room.prompt_len, room.first_index);
-  return uint32_t(std::min<size_t>({sequence_tokens, room.kv.shareable_tokens, asked}));
+  return uint32_t(std::min<size_t>({sequence_tokens, room.kv.shareable_tokens, client_prompt(room)}));
 }
 
 void start_decoding(DecodeState& st, uint64_t id, DecodeRoom& room) {

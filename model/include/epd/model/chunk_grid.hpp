@@ -30,7 +30,6 @@ class ChunkGrid {
   ChunkGrid(const ModelConfig& model, uint32_t chunk_tokens);
 
   bool exact() const { return exact_; }
-  uint32_t chunk() const { return chunk_; }
   // The end of the chunk that starts at `begin` in a prompt of `n` tokens: the next grid line, or n.
   uint32_t chunk_end(uint32_t begin, uint32_t n) const;
   // What to compute next of a prompt of `n` tokens from `begin`, when its last `answer` tokens are a
