@@ -36,8 +36,9 @@ json tool_call_json(const model::ToolCall& c, std::optional<size_t> index = std:
   return out;
 }
 
+// OpenAI always sends "refusal" (null: epd's models refuse in their text, if at all).
 json chat_message(const Choice& c) {
-  json m = {{"role", "assistant"}, {"content", c.text}};
+  json m = {{"role", "assistant"}, {"content", c.text}, {"refusal", nullptr}};
   if (!c.reasoning_content.empty()) m["reasoning_content"] = c.reasoning_content;
   if (c.tool_calls.empty()) return m;
   // Next to calls, the text between them and the model's line breaks is trimmed; none at all is null.

@@ -76,7 +76,7 @@ TEST_CASE("openai reply: a non-streamed chat.completion", "[http][openai_reply]"
         R"({"id":"chatcmpl-42","object":"chat.completion","created":1700000000,"model":"epd-tiny",)"
         R"("choices":[{"index":0,"message":{"role":"assistant","content":"Hi )"
         "\xF0\x9F\x98\x80"
-        R"("},"logprobs":null,"finish_reason":"stop"}],)"
+        R"(","refusal":null},"logprobs":null,"finish_reason":"stop"}],)"
         R"("usage":{"prompt_tokens":4294967295,"completion_tokens":1,"total_tokens":4294967296},)"
         R"("epd":{"request_id":"req-7","room":18364758544493064720,"attempts":2,"first_token_ms":5.5,)"
         R"("total_ms":12.25}})");
@@ -290,11 +290,11 @@ TEST_CASE("openai reply: tool calls with null content and finish_reason tool_cal
   auto j = ordered::parse(completion_body(head(Endpoint::chat), choices, {5, 9}));
   CHECK(
       j["choices"][0]["message"].dump() ==
-      R"({"role":"assistant","content":null,"tool_calls":[)"
+      R"({"role":"assistant","content":null,"refusal":null,"tool_calls":[)"
       R"({"id":"call_a","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Paris\"}"}},)"
       R"({"id":"call_b","type":"function","function":{"name":"add","arguments":"{}"}}]})");
   CHECK(j["choices"][0]["finish_reason"] == "tool_calls");
-  CHECK(j["choices"][1]["message"].dump() == R"({"role":"assistant","content":"Plain."})");
+  CHECK(j["choices"][1]["message"].dump() == R"({"role":"assistant","content":"Plain.","refusal":null})");
   // Text next to the calls stays the content.
   choices[0].text = "Checking.";
   auto k = ordered::parse(completion_body(head(Endpoint::chat), choices, {5, 9}));
