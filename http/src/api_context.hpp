@@ -59,10 +59,13 @@ std::string random_hex(size_t digits);
 
 // The first step of every generation route: the request's id, or the reply already sent (a bad
 // X-Request-Id, or 503 while draining). The id's header goes on every later reply too.
-std::optional<std::string> admit_generation(ApiContext& ctx, Exchange& ex);
+// A route's error shape (OpenAI's by default; Anthropic's on /v1/messages).
+using ErrorBody = std::string (*)(const HttpError&);
+std::optional<std::string> admit_generation(ApiContext& ctx, Exchange& ex, ErrorBody shape = nullptr);
 
 void reply_json(Exchange& ex, int status, std::string body, std::vector<HttpHeader> headers = {});
-void reply_error(Exchange& ex, const HttpError& error, std::vector<HttpHeader> headers = {});
+void reply_error(Exchange& ex, const HttpError& error, std::vector<HttpHeader> headers = {},
+                 ErrorBody shape = nullptr);
 // A failed GenerateResponse as an HTTP error (status, body, Retry-After).
 void reply_failure(Exchange& ex, const GenerateResponse& response, std::vector<HttpHeader> headers = {});
 HttpError failure_error(const GenerateResponse& response);
@@ -78,5 +81,8 @@ void handle_completions(const std::shared_ptr<ApiContext>& ctx, ExchangePtr ex);
 void handle_chat(const std::shared_ptr<ApiContext>& ctx, ExchangePtr ex);
 void handle_tokenize(ApiContext& ctx, ExchangePtr ex);
 void handle_detokenize(ApiContext& ctx, ExchangePtr ex);
+void handle_responses(const std::shared_ptr<ApiContext>& ctx, ExchangePtr ex);
+void handle_messages(const std::shared_ptr<ApiContext>& ctx, ExchangePtr ex);
+void handle_count_tokens(const std::shared_ptr<ApiContext>& ctx, ExchangePtr ex);
 
 }  // namespace epd::http

@@ -23,11 +23,18 @@ AuthRefusal refuse(std::string message, std::string challenge) {
 
 std::optional<AuthRefusal> check_bearer(const ApiKeys& keys, const HttpRequest& request) {
   auto header = request.header("Authorization");
-  if (!header || header->empty())
+  if (!header || header->empty()) {
+    // Anthropic's clients send the key as X-Api-Key; the same keys answer it.
+    if (auto key = request.header("X-Api-Key"); key && !key->empty()) {
+      if (!keys.accepts(*key))
+        return refuse("Incorrect API key provided.", R"(Bearer realm="epd", error="invalid_token")");
+      return std::nullopt;
+    }
     return refuse(
         "You didn't provide an API key. Send it in an Authorization header using Bearer auth "
-        "(Authorization: Bearer YOUR_KEY).",
+        "(Authorization: Bearer YOUR_KEY) or as X-Api-Key.",
         R"(Bearer realm="epd")");
+  }
   std::string_view v = *header;
   const size_t space = v.find(' ');
   std::string_view token = space == std::string_view::npos ? std::string_view{} : v.substr(space + 1);

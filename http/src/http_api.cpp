@@ -8,6 +8,7 @@
 #include <spdlog/spdlog.h>
 #include <nlohmann/json.hpp>
 
+#include "anthropic_reply.hpp"
 #include "api_context.hpp"
 #include "bearer_auth.hpp"
 #include "dashboard_route.hpp"
@@ -36,6 +37,9 @@ enum class Route {
   activity,
   tokenize,
   detokenize,
+  responses,
+  messages,
+  count_tokens,
   dashboard
 };
 
@@ -45,10 +49,14 @@ struct RouteInfo {
   bool post;  // else GET/HEAD
 };
 
+// clang-format off
 constexpr RouteInfo kRoutes[] = {
     {"/v1/chat/completions", Route::chat, true},
     {"/v1/completions", Route::completions, true},
     {"/v1/generate", Route::generate, true},
+    {"/v1/responses", Route::responses, true},
+    {"/v1/messages", Route::messages, true},
+    {"/v1/messages/count_tokens", Route::count_tokens, true},
     {"/v1/models", Route::models, false},
     {"/health", Route::health, false},
     {"/health/live", Route::live, false},
@@ -60,6 +68,7 @@ constexpr RouteInfo kRoutes[] = {
     {"/detokenize", Route::detokenize, true},
     {"/", Route::dashboard, false},
 };
+// clang-format on
 
 // The dashboard's script, style sheet and icon: GET routes too, left out of the route list of a 404.
 constexpr RouteInfo kDashboardFile = {"/dashboard/", Route::dashboard, false};
@@ -85,8 +94,11 @@ std::string clip(std::string_view s) {
   return s.size() <= 200 ? std::string(s) : std::string(s.substr(0, 200)) + "...";
 }
 
-HeadVerdict verdict(const HttpError& e, std::vector<HttpHeader> headers = {}) {
-  return {e.status, openai::error_body(e), kJson, std::move(headers)};
+// Anthropic's clients read Anthropic's error shape on its routes.
+HeadVerdict verdict(const HttpError& e, std::vector<HttpHeader> headers = {},
+                    const RouteInfo* route = nullptr) {
+  const bool anthropic = route && (route->route == Route::messages || route->route == Route::count_tokens);
+  return {e.status, anthropic ? anthropic::error_body(e) : openai::error_body(e), kJson, std::move(headers)};
 }
 
 // Health probes (load balancers, orchestrators) carry no key, and the dashboard's files are public; the page
@@ -103,7 +115,7 @@ HeadVerdict check_head(ApiContext& ctx, const HttpRequest& req) {
   if (ctx.config.api_keys && needs_key(route->route)) {
     if (auto refusal = check_bearer(*ctx.config.api_keys, ctx.auth_throttle, req)) {
       if (refusal->error.status == 401) ++ctx.unauthorized;
-      return verdict(refusal->error, std::move(refusal->headers));
+      return verdict(refusal->error, std::move(refusal->headers), route);
     }
   }
   const bool ok = route->post ? req.method == "POST" : (req.method == "GET" || req.method == "HEAD");
@@ -112,14 +124,16 @@ HeadVerdict check_head(ApiContext& ctx, const HttpRequest& req) {
     return verdict(
         {405, "method_not_allowed",
          req.method + " is not allowed on " + req.path + "; use " + (route->post ? "POST" : "GET")},
-        {{"Allow", allow}});
+        {{"Allow", allow}}, route);
   }
   // Compressed bodies would be inflated past every size check; nobody needs them for this API.
   if (auto enc = req.header("Content-Encoding"); enc && !enc->empty() && *enc != "identity")
     return verdict({415, "unsupported_media_type",
-                    "Content-Encoding \"" + clip(*enc) + "\" is not supported; send the body uncompressed"});
+                    "Content-Encoding \"" + clip(*enc) + "\" is not supported; send the body uncompressed"},
+                   {}, route);
   if (auto type = req.header("Content-Type"); route->post && type && type->starts_with("multipart/"))
-    return verdict({415, "unsupported_media_type", "multipart bodies are not supported; send a JSON object"});
+    return verdict({415, "unsupported_media_type", "multipart bodies are not supported; send a JSON object"},
+                   {}, route);
   return {};
 }
 
@@ -195,15 +209,16 @@ std::string random_hex(size_t digits) {
   return out;
 }
 
-std::optional<std::string> admit_generation(ApiContext& ctx, Exchange& ex) {
+std::optional<std::string> admit_generation(ApiContext& ctx, Exchange& ex, ErrorBody shape) {
   auto id = request_id_of(ex.request());
   if (!id) {
-    reply_error(ex, {400, "invalid_request", "X-Request-Id must be 1..128 visible ASCII characters"});
+    reply_error(ex, {400, "invalid_request", "X-Request-Id must be 1..128 visible ASCII characters"}, {},
+                shape);
     return std::nullopt;
   }
   if (ctx.draining) {
     reply_error(ex, {503, "unavailable", "the router is shutting down; send the request elsewhere"},
-                {{"X-Request-Id", *id}});
+                {{"X-Request-Id", *id}}, shape);
     return std::nullopt;
   }
   return id;
@@ -213,8 +228,8 @@ void reply_json(Exchange& ex, int status, std::string body, std::vector<HttpHead
   ex.respond(status, std::move(body), kJson, std::move(headers));
 }
 
-void reply_error(Exchange& ex, const HttpError& e, std::vector<HttpHeader> headers) {
-  reply_json(ex, e.status, openai::error_body(e), std::move(headers));
+void reply_error(Exchange& ex, const HttpError& e, std::vector<HttpHeader> headers, ErrorBody shape) {
+  reply_json(ex, e.status, shape ? shape(e) : openai::error_body(e), std::move(headers));
 }
 
 HttpError failure_error(const GenerateResponse& out) {
@@ -317,6 +332,12 @@ protocol::Result<uint16_t> HttpApi::start(const std::string& host, uint16_t port
         return handle_completions(ctx, std::move(ex));
       case Route::chat:
         return handle_chat(ctx, std::move(ex));
+      case Route::responses:
+        return handle_responses(ctx, std::move(ex));
+      case Route::messages:
+        return handle_messages(ctx, std::move(ex));
+      case Route::count_tokens:
+        return handle_count_tokens(ctx, std::move(ex));
       case Route::tokenize:
         return handle_tokenize(*ctx, std::move(ex));
       case Route::detokenize:

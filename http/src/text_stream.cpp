@@ -45,6 +45,7 @@ TextStream::Delta TextStream::release(bool final) {
   }
   if (cut != std::string::npos) {
     stopped_ = true;
+    matched_ = held_.substr(cut, cut_end - cut);
     Delta d{held_.substr(0, cut), true};
     held_.clear();
     undecoded_.clear();

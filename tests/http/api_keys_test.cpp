@@ -193,9 +193,31 @@ TEST_CASE("api keys: either right key passes on every API route", "[http][api_ke
                  R"({"messages":[{"role":"user","content":"hi"}],"max_tokens":2})", "application/json");
     REQUIRE(chat);
     CHECK(chat->status == 200);
+    // Anthropic's clients send X-Api-Key.
+    auto messages =
+        cli.Post("/v1/messages", {{"X-Api-Key", key}},
+                 R"({"messages":[{"role":"user","content":"hi"}],"max_tokens":2})", "application/json");
+    REQUIRE(messages);
+    CHECK(messages->status == 200);
   }
-  CHECK(server.service.generate_calls == 6);
+  CHECK(server.service.generate_calls == 8);
   CHECK(server.api.unauthorized() == 0);
+}
+
+TEST_CASE("api keys: a wrong X-Api-Key gets 401, in Anthropic's shape on its routes", "[http][api_keys]") {
+  TestServer server(keyed_config());
+  auto cli = server.client();
+  const std::string wrong = "sk-wrong-0123456789abcdef";
+  check_unauthorized(cli.Get("/v1/models", {{"X-Api-Key", wrong}}), "Incorrect API key", wrong);
+  auto res = cli.Post("/v1/messages", {{"X-Api-Key", wrong}}, R"({"max_tokens":2})", "application/json");
+  REQUIRE(res);
+  CHECK(res->status == 401);
+  const auto body = nlohmann::json::parse(res->body);
+  CHECK(body["type"] == "error");
+  CHECK(body["error"]["type"] == "authentication_error");
+  CHECK(res->body.find(wrong) == std::string::npos);
+  CHECK(server.service.generate_calls == 0);
+  CHECK(server.api.unauthorized() == 2);
 }
 
 TEST_CASE("api keys: without keys configured every route stays open", "[http][api_keys]") {

@@ -14,7 +14,7 @@ struct ActivityEntry {
   uint64_t seq = 0;                // set by record(): 1, 2, ... in the order requests finished
   int64_t finished_unix_ms = 0;    // set by record()
   std::string request_id;          // X-Request-Id
-  std::string route;               // "/v1/chat/completions", "/v1/completions", "/v1/generate"
+  std::string route;               // "/v1/chat/completions", "/v1/responses", "/v1/messages", ...
   bool stream = false;             // answered as Server-Sent Events
   int status = 200;                // the status of the answer; for a failure, the status its error carries
   std::string error_code;          // "" on success; else the error body's `code`

@@ -1,6 +1,7 @@
 #pragma once
 // The router's HTTP API on an asynchronous server (http_server.hpp): the OpenAI routes
-// (/v1/completions, /v1/chat/completions, /v1/models), the native /v1/generate, health, instances, stats,
+// (/v1/completions, /v1/chat/completions, /v1/responses, /v1/models), Anthropic's /v1/messages and
+// /v1/messages/count_tokens, the native /v1/generate, health, instances, stats,
 // the recent activity and the dashboard page at /. Parses and checks requests, hands generations to a
 // RouterService and streams their tokens back. Every route and status is documented in docs/http-api.md.
 #include <chrono>

@@ -82,6 +82,8 @@ struct Choice {
   // Chat: the thinking the template's parser read out of the answer (llama-server's reasoning_content);
   // empty: none, and no such key.
   std::string reasoning_content{};
+  // The stop string that ended the choice (Anthropic's stop_sequence); empty: none did.
+  std::string stop_sequence{};
 };
 
 // A non-streamed answer: a "text_completion" or a "chat.completion" object with the choices in order (their

@@ -35,6 +35,8 @@ class TextStream {
   Delta finish();
 
   bool stopped() const { return stopped_; }
+  // The stop string that ended the text, as decoded (empty until one did).
+  const std::string& matched_stop() const { return matched_; }
 
  private:
   Delta release(bool final);
@@ -43,6 +45,7 @@ class TextStream {
   size_t longest_stop_ = 0;
   std::string undecoded_;  // an unfinished UTF-8 sequence, at most 3 bytes
   std::string held_;       // decoded text that may be the start of a stop string
+  std::string matched_;
   bool stopped_ = false;
   bool finished_ = false;
 };
