@@ -233,6 +233,14 @@ std::pair<int, std::string> Cluster::post_raw(const std::string& path, const std
   return {r->status, r->body};
 }
 
+std::pair<int, std::string> Cluster::get_raw(const std::string& path) const {
+  auto c = client();
+  c.set_read_timeout(60, 0);
+  auto r = c.Get(path.c_str());
+  if (!r) return {0, ""};
+  return {r->status, r->body};
+}
+
 std::pair<int, nlohmann::json> Cluster::generate(const nlohmann::json& request) const {
   auto [status, body] = post_raw("/v1/generate", request.dump());
   if (status == 0) return {0, nlohmann::json()};

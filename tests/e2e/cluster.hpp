@@ -90,6 +90,7 @@ class Cluster {
   // POST /v1/generate; returns {status, json body}.
   std::pair<int, nlohmann::json> generate(const nlohmann::json& request) const;
   std::pair<int, std::string> post_raw(const std::string& path, const std::string& body) const;
+  std::pair<int, std::string> get_raw(const std::string& path) const;
   nlohmann::json instances() const;
   nlohmann::json stats() const;  // GET /v1/stats
   // The /v1/instances entry of `id` (null if not listed).
