@@ -1,6 +1,5 @@
 #include "epd/http/anthropic_request.hpp"
 
-#include "json_body.hpp"
 #include "wire_translation.hpp"
 
 namespace epd::http::anthropic {
@@ -10,9 +9,7 @@ using namespace openai::fields;
 using wire::FieldOrigins;
 using wire::ojson;
 
-std::string at_index(const std::string& at, size_t i) {
-  return at + "[" + std::to_string(i) + "]";
-}
+using wire::at_index;
 
 // Writes the Messages body as a Chat Completions body.
 class Translator {
@@ -292,10 +289,10 @@ class Translator {
 
 std::variant<openai::Request, HttpError> parse_request(std::string_view body, const openai::Limits& limits,
                                                        bool count_tokens) {
-  auto doc = parse_json_object(body, limits.max_json_depth);
-  if (auto* e = std::get_if<HttpError>(&doc)) return std::move(*e);
-  const ojson ordered = ojson::parse(body, nullptr, false);
-  Translator t(std::get<json>(doc), ordered, count_tokens);
+  auto read = wire::read_body(body, limits);
+  if (auto* e = std::get_if<HttpError>(&read)) return std::move(*e);
+  const auto& [doc, ordered] = std::get<wire::Body>(read);
+  Translator t(doc, ordered, count_tokens);
   if (auto e = t.run()) return std::move(*e);
   return wire::parse_translated(t.chat(), t.origins(), limits);
 }

@@ -1,6 +1,5 @@
 #include "epd/http/responses_request.hpp"
 
-#include "json_body.hpp"
 #include "wire_translation.hpp"
 
 namespace epd::http::responses {
@@ -10,9 +9,7 @@ using namespace openai::fields;
 using wire::FieldOrigins;
 using wire::ojson;
 
-std::string at_index(const std::string& at, size_t i) {
-  return at + "[" + std::to_string(i) + "]";
-}
+using wire::at_index;
 
 // Writes the Responses body as a Chat Completions body.
 class Translator {
@@ -277,10 +274,10 @@ class Translator {
 }  // namespace
 
 std::variant<Parsed, HttpError> parse_request(std::string_view body, const openai::Limits& limits) {
-  auto doc = parse_json_object(body, limits.max_json_depth);
-  if (auto* e = std::get_if<HttpError>(&doc)) return std::move(*e);
-  const ojson ordered = ojson::parse(body, nullptr, false);
-  Translator t(std::get<json>(doc), ordered);
+  auto read = wire::read_body(body, limits);
+  if (auto* e = std::get_if<HttpError>(&read)) return std::move(*e);
+  const auto& [doc, ordered] = std::get<wire::Body>(read);
+  Translator t(doc, ordered);
   if (auto e = t.run()) return std::move(*e);
   auto request = wire::parse_translated(t.chat(), t.origins(), limits);
   if (auto* e = std::get_if<HttpError>(&request)) return std::move(*e);

@@ -1,5 +1,7 @@
 #include "wire_translation.hpp"
 
+#include "json_body.hpp"
+
 namespace epd::http::wire {
 
 using namespace openai::fields;
@@ -35,6 +37,12 @@ std::variant<openai::Request, HttpError> parse_translated(const ojson& chat, con
   auto parsed = openai::parse_request(openai::Endpoint::chat, chat.dump(), limits);
   if (auto* e = std::get_if<HttpError>(&parsed)) return origins.to_client(std::move(*e));
   return parsed;
+}
+
+std::variant<Body, HttpError> read_body(std::string_view body, const openai::Limits& limits) {
+  auto doc = parse_json_object(body, limits.max_json_depth);
+  if (auto* e = std::get_if<HttpError>(&doc)) return std::move(*e);
+  return Body{std::move(std::get<json>(doc)), ojson::parse(body, nullptr, false)};
 }
 
 Failure string_field(const json& object, const std::string& key, const std::string& at, const json*& out,

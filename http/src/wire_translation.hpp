@@ -37,6 +37,19 @@ class FieldOrigins {
 std::variant<openai::Request, HttpError> parse_translated(const ojson& chat, const FieldOrigins& origins,
                                                           const openai::Limits& limits);
 
+// "at[i]": the path of an array's element.
+inline std::string at_index(const std::string& at, size_t i) {
+  return at + "[" + std::to_string(i) + "]";
+}
+
+// A body read twice: checked and within the depth limit (doc), and with its keys in order (ordered: what a
+// prompt shows of tools and schemas keeps the client's order).
+struct Body {
+  json doc;
+  ojson ordered;
+};
+std::variant<Body, HttpError> read_body(std::string_view body, const openai::Limits& limits);
+
 // A string field, required or not: nullptr when absent; a failure when not a string.
 Failure string_field(const json& object, const std::string& key, const std::string& at, const json*& out,
                      bool required = false);

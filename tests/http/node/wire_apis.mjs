@@ -7,7 +7,8 @@
 //   node wire_apis.mjs --base-url http://127.0.0.1:PORT/v1 --spec cases.json [--api-key KEY]
 //
 // cases.json: {"cases": [{"name", "api": "responses" | "messages", "params": {the route's body without model
-// and stream}, "chat": {the same request as a chat body}, "stream": bool, "must_call"?: bool}],
+// and stream}, "chat": {the same request as a chat body}, "stream": bool, "must_call"?: bool,
+// "expect_stop_sequence"?: the stop Anthropic's answer must report}],
 // "refusals": [{"name", "api", "params", "param": the field the error names, "message"}]}. "@file:PATH"
 // stands for PATH's image: as a data URI (image_url, input_image) or base64 data (Anthropic's source).
 import assert from 'node:assert/strict';
@@ -116,7 +117,7 @@ function ofMessage(m) {
   const text = m.content.filter((b) => b.type === 'text').map((b) => b.text).join('');
   const calls = m.content.filter((b) => b.type === 'tool_use').map((b) => ({ name: b.name, input: b.input }));
   for (const b of m.content.filter((b) => b.type === 'tool_use')) assert.ok(b.id, 'a tool_use id');
-  return { text, calls, finish, prompt_tokens: m.usage.input_tokens };
+  return { text, calls, finish, prompt_tokens: m.usage.input_tokens, stop_sequence: m.stop_sequence };
 }
 
 async function messages(model, c) {
@@ -140,7 +141,9 @@ for (const c of spec.cases ?? []) {
   await checks.run(`${c.api}: ${c.name}`, async () => {
     const want = await viaChat(model, c);
     const got = c.api === 'responses' ? await responses(model, c) : await messages(model, c);
-    sameAnswer(got, want, c);
+    const { stop_sequence: stopSequence, ...answer } = got;
+    sameAnswer(answer, want, c);
+    if (c.expect_stop_sequence) assert.equal(stopSequence, c.expect_stop_sequence, 'the stop_sequence that matched');
     if (c.api === 'messages') {
       const { stream: _, max_tokens: __, ...counted } = withFiles(c.params);
       const n = await anthropic.messages.countTokens({ model, ...counted });
