@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <time.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdio>
@@ -558,4 +559,34 @@ TEST_CASE("stale writer over shm: pages a frozen writer could still map are held
   check_all_free(cluster);
   // No sanitizer report from a role process (with EPD_SANITIZE).
   CHECK(cluster.stop_and_collect_sanitizer_reports().empty());
+}
+
+// Deadlines are end to end (docs/failure-handling.md, "Deadlines"): with decode's and the encoder's own
+// timers at 1 s and a slow prefill (400 ms per chunk) taking 8 requests at once, the last ones wait seconds
+// at prefill before it starts them, and each must still complete on its first attempt: a room queued at
+// another role is late, not failed. (Before, decode gave up on KV 1 s after SUBMIT and the router retried.)
+TEST_CASE(
+    "deadlines: rooms queued at prefill longer than decode's own timeout complete on their first attempt",
+    "[fault][multiproc]") {
+  ClusterSpec spec;
+  spec.defaults["prefill"] = "chunk_delay_ms = 400\n";
+  spec.defaults["decode"] = "waiting_timeout_ms = 1000\n";
+  spec.defaults["encoder"] = "waiting_timeout_ms = 1000\n";
+  Cluster cluster(spec);
+  cluster.start();
+  LogDump dump{cluster, "deadlines"};
+  const Outcome o = run_load(cluster, 16, 8);  // half of them carry an image
+  const json stats = cluster.stats();
+  report("deadlines (prefill 400 ms per chunk, decode and encoder timers 1 s), 16 requests 8 at once", o,
+         stats);
+  INFO(o.first_error);
+  // The premise: some answer's first token came after more than the role timers (the 8th room at once
+  // waits for 7 rooms of at least one 400 ms chunk each).
+  REQUIRE_FALSE(o.first_token_ms.empty());
+  CHECK(*std::max_element(o.first_token_ms.begin(), o.first_token_ms.end()) > 1000);
+  CHECK(o.completed == 16);
+  CHECK(o.retried == 0);
+  CHECK(stats["retries"] == 0);
+  CHECK(o.lost == 0);
+  check_all_free(cluster);
 }

@@ -113,14 +113,17 @@ TEST_CASE("soak: deadlines still fail rooms and requests whose inputs never come
   SECTION("prefill: SUBMIT without BOOTSTRAP (decode stopped)") {
     run_stopped(text, {"decode-0"}, "bootstrap_timeout");
   }
+  // A silent prefill that has not started a room looks to decode and the encoder like one with a queue: they
+  // wait within the request's budget, the router's timeout ends the request and its cancel frees the rooms
+  // (docs/failure-handling.md, "Deadlines"). Decode's own timer for a started room: the stale writer tests.
   SECTION("decode: BOOTSTRAP sent, KV never comes (prefill stopped)") {
-    run_stopped(text, {"prefill-0"}, "waiting_timeout");
+    run_stopped(text, {"prefill-0"}, "timeout");
   }
   SECTION("encoder: nobody asks for the embeddings (prefill and decode stopped)") {
     const Case with_image = workload(2).at(1);  // odd cases carry an image
     REQUIRE(with_image.image);
-    run_stopped(request_of(with_image), {"prefill-0", "decode-0"}, "waiting_timeout");
-    CHECK(cluster.logs().find("did not ask for room") != std::string::npos);  // the encoder's timeout
+    run_stopped(request_of(with_image), {"prefill-0", "decode-0"}, "timeout");
+    CHECK(cluster.logs().find("did not ask for room") == std::string::npos);  // the encoder waited
   }
   SECTION("router: nobody answers (prefill and decode stopped)") {
     run_stopped(text, {"prefill-0", "decode-0"}, "timeout");

@@ -78,8 +78,12 @@ struct DecodeRoom {
   std::string grammar{};     // SUBMIT's
   bool ignore_eos = false;   // SUBMIT's
   uint32_t max_new = 0;
-  protocol::KvStatus kv;          // timings prefill reported
-  clock::time_point kv_deadline;  // waiting_timeout after SUBMIT
+  protocol::KvStatus kv;  // timings prefill reported
+  // Until prefill starts the room, the request's budget after SUBMIT and waiting_timeout more (it may be
+  // queued there behind other prompts: nothing is wrong); from then on, waiting_timeout after each chunk
+  // prefill reports.
+  clock::time_point kv_deadline;
+  bool kv_started = false;  // prefill said it started computing the room
   clock::time_point kv_ready;
   // Staged path (the prefill's KV layout differs): chunks land in the ring and are scattered here.
   bool staged = false;
@@ -245,11 +249,15 @@ void on_abort_ack(DecodeState& st, const Envelope& env, protocol::AbortAck& ack)
   end_quarantine(st, ack.room);
 }
 
+// The one timer is set no further than waiting_timeout ahead: every deadline is at least that far from when
+// it is set (a chunk report moves a room's to waiting_timeout from then), so none comes before a pending
+// timer.
 void arm_timeout(DecodeState& st) {
-  st.deadline.arm(st.self, kernel::earliest(st.rooms, [](const DecodeRoom& r) {
-                    return r.state.state() == KvState::waiting_for_input ? std::optional(r.kv_deadline)
-                                                                         : std::nullopt;
-                  }));
+  auto due = kernel::earliest(st.rooms, [](const DecodeRoom& r) {
+    return r.state.state() == KvState::waiting_for_input ? std::optional(r.kv_deadline) : std::nullopt;
+  });
+  if (due) due = std::min(*due, kernel::DeadlineTimer::now(st.self) + st.settings.waiting_timeout);
+  st.deadline.arm(st.self, due);
 }
 
 // The prompt the client wrote: the room's prompt without a resumed answer's tokens, which end it.
@@ -380,7 +388,10 @@ void on_submit(DecodeState& st, const Envelope& env, protocol::Submit& s) {
       st.ctx.engine->grant_writes(reinterpret_cast<uint64_t>(st.aux_base), {&aux_unit, 1}, room.fence);
   b.fence = room.fence;
   room.state.advance(KvState::waiting_for_input);
-  room.kv_deadline = kernel::DeadlineTimer::now(st.self) + st.settings.waiting_timeout;
+  // Before prefill starts the room, the router's budget bounds it (its timeout cancels the room here); this
+  // deadline, waiting_timeout past it, is only for a cancel that never comes.
+  room.kv_deadline = kernel::DeadlineTimer::now(st.self) + std::chrono::milliseconds(s.budget_ms) +
+                     st.settings.waiting_timeout;
   const uint64_t id = s.room;
   spdlog::debug("decode: {} accepted: {} prompt ({} held) + {} new tokens in {} pages, prefill '{}'",
                 kernel::room_tag(id, room.request_id), room.prompt_len, room.held_tokens, room.max_new,
@@ -565,7 +576,14 @@ void on_kv_status(DecodeState& st, const Envelope& env, protocol::KvStatus& kv) 
                          "prefill '" + env.sender + "': " + kv.reason));
     return;
   }
-  if (kv.state != KvState::success) return;  // progress reports need no action
+  if (kv.state == KvState::transferring && room.state.state() == KvState::waiting_for_input) {
+    // Prefill computed a chunk of the room: the rest of its KV is due within waiting_timeout from now.
+    room.kv_started = true;
+    room.kv_deadline = kernel::DeadlineTimer::now(st.self) + st.settings.waiting_timeout;
+    arm_timeout(st);
+    return;
+  }
+  if (kv.state != KvState::success) return;  // other progress reports need no action
   AuxRecord aux;
   std::memcpy(&aux, st.aux_base + uint64_t(room.aux_slot) * sizeof(AuxRecord), sizeof aux);
   if (aux.stamp != kv.room) {
@@ -688,16 +706,21 @@ void hand_over(DecodeState& st) {
 
 void on_deadline(DecodeState& st) {
   st.deadline.fired();
-  std::vector<std::pair<uint64_t, std::string>> late;  // room, prefill
+  std::vector<std::tuple<uint64_t, std::string, bool>> late;  // room, prefill, started there
   const auto now = kernel::DeadlineTimer::now(st.self);
   for (const auto& [id, room] : st.rooms)
     if (room.state.state() == KvState::waiting_for_input && room.kv_deadline <= now)
-      late.emplace_back(id, room.prefill);
-  for (const auto& [room, prefill] : late)
-    fail_room(st, room,
-              make_error(ErrorCode::waiting_timeout,
-                         "KV for room " + std::to_string(room) + " did not arrive from '" + prefill +
-                             "' within " + std::to_string(st.settings.waiting_timeout.count()) + " ms"));
+      late.emplace_back(id, room.prefill, room.kv_started);
+  for (const auto& [room, prefill, started] : late)
+    fail_room(
+        st, room,
+        make_error(ErrorCode::waiting_timeout,
+                   started ? "KV for room " + std::to_string(room) + " did not arrive from '" + prefill +
+                                 "' within " + std::to_string(st.settings.waiting_timeout.count()) +
+                                 " ms of its last chunk there"
+                           : "prefill '" + prefill + "' did not start room " + std::to_string(room) +
+                                 " within the request's time left and " +
+                                 std::to_string(st.settings.waiting_timeout.count()) + " ms"));
   arm_timeout(st);
 }
 

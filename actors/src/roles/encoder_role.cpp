@@ -146,10 +146,13 @@ void fail_room(EncoderState& st, uint64_t id, const protocol::Error& error, Noti
   finish(st, id);
 }
 
+// The one timer is set no further than waiting_timeout ahead: a room's deadline is at least that far from
+// its SUBMIT, so no later room's deadline comes before it.
 void arm_timeout(EncoderState& st) {
-  st.deadline.arm(st.self, kernel::earliest(st.rooms, [](const EncoderRoom& r) {
-                    return r.writing() ? std::nullopt : std::optional(r.deadline);
-                  }));
+  auto due = kernel::earliest(
+      st.rooms, [](const EncoderRoom& r) { return r.writing() ? std::nullopt : std::optional(r.deadline); });
+  if (due) due = std::min(*due, kernel::DeadlineTimer::now(st.self) + st.settings.waiting_timeout);
+  st.deadline.arm(st.self, due);
 }
 
 // Encodes (or finds in the cache) one image into its source slot. The cache lives here, on the compute
@@ -245,7 +248,11 @@ void on_submit(EncoderState& st, const Envelope& env, protocol::Submit& sub) {
   room.router_inc = env.incarnation;
   room.prefill_inc = prefill->incarnation;
   room.slot = (*slot)[0];
-  room.deadline = kernel::DeadlineTimer::now(st.self) + st.settings.waiting_timeout;
+  // Prefill asks for the embeddings when it gets to the room, which may be after other rooms queued there:
+  // the router's budget bounds the wait (its timeout cancels the room here); waiting_timeout past it is for
+  // a cancel that never comes.
+  room.deadline = kernel::DeadlineTimer::now(st.self) + std::chrono::milliseconds(sub.budget_ms) +
+                  st.settings.waiting_timeout;
   st.rooms.insert(sub.room, room);
   publish_load(st);
   spdlog::debug("encoder: {} accepted, {} image(s) for prefill '{}'",

@@ -378,6 +378,16 @@ void on_chunk(PrefillState& st, ChunkComputed& c) {
   }
   if (!c.ok) return fail_room(st, c.room, c.error);
   if (r.state.terminal()) return maybe_reap(st, c.room);
+  if (!r.told_started || !c.last) {
+    // Decode waits for a started room's KV within its waiting_timeout of the last chunk it heard of; until
+    // the first, the room may have queued here behind other prompts, which is no fault
+    // (docs/failure-handling.md, "Deadlines").
+    r.told_started = true;
+    protocol::KvStatus started;
+    started.room = c.room;
+    started.state = KvState::transferring;
+    st.ctx.bridge->send(r.decode, std::move(started));
+  }
   if (r.staged) {
     stage_tokens(st, c.room, r, c.last ? uint32_t(r.submit.prompt.size()) : c.end, c.last);
   } else {

@@ -75,6 +75,7 @@ struct PrefillRoom {
   clock::time_point created = clock::now();
   std::string router;
   bool have_submit = false;
+  bool told_started = false;  // decode heard that a chunk of it is computed (KV_STATUS transferring)
   protocol::Submit submit;
   bool have_bootstrap = false;
   protocol::Bootstrap boot;

@@ -370,6 +370,10 @@ void start_attempt(RouterState& st, uint64_t req_id) {
   s.prefill = a.prefill;
   s.decode = a.decode;
   set_request_fields(s, p.request);
+  const auto left =
+      st.ctx.cluster->cluster.request_timeout - (kernel::DeadlineTimer::now(st.self) - p.started);
+  s.budget_ms =
+      uint32_t(std::max<int64_t>(1, std::chrono::duration_cast<std::chrono::milliseconds>(left).count()));
   spdlog::debug("router: request {} [req {}] is room {} on {}/{}/{} (attempt {})", req_id,
                 p.request.request_id, a.room, a.encoder, a.prefill, a.decode, p.attempts);
   // Decode first: its BOOTSTRAP is usually what prefill waits for longest.

@@ -29,8 +29,12 @@ namespace epd::protocol {
 //    prompts; a revision-8 prefill computes off the grid and a revision-8 decode caches every page, so a
 //    checkpoint's answers could differ from the colocated run's without a word. SUBMIT's `ignore_eos`: a
 //    revision-8 decode would end the answer at an end token.
-inline constexpr uint32_t kProtocolRevision = 9;
-inline constexpr uint32_t kOldestProtocolRevision = 9;
+// 10: SUBMIT's `budget_ms`, and prefill's KV_STATUS `transferring` after each chunk it computes: decode waits
+//    for a prompt queued at prefill within the request's time left, and for a started one within its
+//    waiting_timeout of the last chunk; a revision-9 decode or encoder would fail rooms only queued
+//    elsewhere (the 504s on long prompts), so this build speaks 10 only.
+inline constexpr uint32_t kProtocolRevision = 10;
+inline constexpr uint32_t kOldestProtocolRevision = 10;
 
 struct Incompatibility {
   enum class Kind { protocol, model };

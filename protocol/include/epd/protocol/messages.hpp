@@ -674,6 +674,8 @@ struct Submit {
   // rebuild its state from a resumed answer's tokens.
   std::string grammar{};    // GBNF (llama.cpp's) every generated token follows, <= 64 KiB; empty: none
   bool ignore_eos = false;  // the model's end tokens do not end the answer: max_tokens does (llama-server's)
+  // A role waiting for work queued at another bounds the wait by it (docs/failure-handling.md, "Deadlines").
+  uint32_t budget_ms = 0;  // the request's time left at the router when it sent this, ms; 0: not given
 
   bool operator==(const Submit&) const = default;
   template <class S, class V>
@@ -704,6 +706,7 @@ struct Submit {
     v.opt("top_logprobs", s.top_logprobs);
     v.opt("grammar", s.grammar);
     v.opt("ignore_eos", s.ignore_eos);
+    v.opt("budget_ms", s.budget_ms);
   }
 };
 
