@@ -27,7 +27,7 @@ for m in re.finditer(r'((?:^//[^\n]*\n)*)(?:template <[^\n]*>\n)?struct (\w+) \{
     decls={}
     for d in re.finditer(r'^\s+([\w:<>, ]+?) (\w+)(?: = [^;]*|\{[^;]*\})?;[ \t]*(?://\s*(.*))?$',body,re.M):
         decls[d.group(2)]=(d.group(1),d.group(3) or '')
-    fields=re.findall(r'v\.(req|opt)\("(\w+)", s\.(\w+)\)',body)
+    fields=re.findall(r'v\.(req|opt)\("(\w+)", s\.([\w.]+)\)',body)
     structs[name]=(kt.group(1) if kt else None,decls,fields)
 types=dict(re.findall(r'\n  (\w+) = (\d+),',hdr.split('enum class MessageType')[1].split('};')[0]))
 messages=re.findall(r'\w+',re.search(r'using Body = std::variant<(.*?)>;',hdr,re.S).group(1))
@@ -46,7 +46,11 @@ for name in order:
     title=f"### {kt.upper()} (type {types[kt]}) — `{name}`" if kt else f"### `{shown.get(name,name)}` (nested)"
     out+=[title,'',about[name] or sys.exit(f'struct {name}: no comment above it to describe it'),'',"| key | type | required | notes |","|---|---|---|---|"]
     for ro,key,mem in fields:
-        t,c=decls.get(mem,('?',''))
+        # s.a.b: member b of the struct a's type declares (a field group flat on the wire, e.g. GrammarSpec)
+        path=mem.split('.')
+        t,c=decls.get(path[0],('?',''))
+        for part in path[1:]:
+            t,c=structs.get(t.strip(),(None,{},None))[1].get(part,('?',''))
         out.append(f"| `{key}` | `{wire_type(t)}` | {'yes' if ro=='req' else 'no'} | {c} |")
     out.append('')
 generated='\n'.join(out[:-1])+'\n'

@@ -1,6 +1,7 @@
 // epd-run: one request, colocated (encode + prefill + decode in this process). The output is the oracle
 // for disaggregated runs. All logic lives in epd::model::generate().
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <optional>
@@ -176,10 +177,10 @@ int main(int argc, char** argv) {
     std::cerr << "epd-run: " << runner.error().to_string() << "\n";
     return 2;
   }
-  // The tools the prompt lists (none for --tool-choice none) and, for a forced call, its grammar.
+  // The tools the prompt lists (none for --tool-choice none): a checkpoint's chat renders them with
+  // llama.cpp's chat layer below, as /v1/chat/completions does; the reference model writes and reads Hermes
+  // calls and takes no grammar.
   std::vector<m::ChatTool> tools;
-  m::ToolFormat tool_format = m::ToolFormat::none;
-  std::string tool_gbnf;
   if (tools_opt->count() && tool_choice != "none") {
     auto t = epd::run::read_tools_file(tools_file);
     if (!t) {
@@ -187,58 +188,21 @@ int main(int argc, char** argv) {
       return 2;
     }
     tools = std::move(*t);
-    if (cfg->checkpoint.empty()) {
-      tool_format = m::ToolFormat::hermes;  // the reference model's byte-level ChatML
-    } else if (auto c = m::PromptCodec::for_model(*cfg); c) {
-      tool_format = (*c)->tool_format();
-    }
-    if (tool_format == m::ToolFormat::none) {
-      std::cerr << "epd-run: the model's chat template has no tool-call format\n";
+    const bool named = tool_choice != "auto" && tool_choice != "required";
+    if (named &&
+        std::none_of(tools.begin(), tools.end(), [&](const auto& x) { return x.name == tool_choice; })) {
+      std::cerr << "epd-run: --tool-choice " << tool_choice << " names no tool of --tools\n";
       return 2;
     }
-    if (tool_choice != "auto") {
-      std::vector<m::ChatTool> callable;
-      for (const auto& tool : tools)
-        if (tool_choice == "required" || tool.name == tool_choice) callable.push_back(tool);
-      if (callable.empty()) {
-        std::cerr << "epd-run: --tool-choice " << tool_choice << " names no tool of --tools\n";
-        return 2;
-      }
-      auto g = m::tool_call_grammar(tool_format, callable, !one_tool_call);
-      if (!g) {
-        std::cerr << "epd-run: --tools: " << g.error().to_string() << "\n";
-        return 2;
-      }
-      tool_gbnf = std::move(*g);
+    if (cfg->checkpoint.empty() && tool_choice != "auto") {
+      std::cerr << "epd-run: a forced tool call needs a grammar, and the reference model takes none\n";
+      return 2;
     }
   }
-  const bool forced_call = !tool_gbnf.empty();
-  if (forced_call && (grammar_opt->count() || schema_opt->count() || json_object)) {
-    std::cerr << "epd-run: a forced tool call and a grammar both constrain the answer; give one\n";
-    return 2;
-  }
+  const bool constrained = grammar_opt->count() || schema_opt->count() || json_object;
 
   m::GenerateOptions opts;
   std::unique_ptr<m::Grammar> constraint;
-  if (grammar_opt->count() || schema_opt->count() || json_object || forced_call) {
-    std::string gbnf = forced_call ? tool_gbnf : json_object ? m::json_object_grammar() : grammar;
-    if (schema_opt->count()) {
-      auto g = m::json_schema_grammar(json_schema);
-      if (!g) {
-        std::cerr << "epd-run: --json-schema: " << g.error().to_string() << "\n";
-        return 2;
-      }
-      gbnf = std::move(*g);
-    }
-    auto vocab = m::load_grammar_vocab(*cfg);
-    auto made = vocab ? m::Grammar::make(*vocab, gbnf) : vocab.error();
-    if (!made) {
-      std::cerr << "epd-run: " << made.error().to_string() << "\n";
-      return 2;
-    }
-    constraint = std::move(*made);
-    opts.constraint = constraint.get();
-  }
   opts.max_tokens = max_tokens;
   opts.chunk = chunk;
   opts.decode_kv = decode_kv;
@@ -298,6 +262,53 @@ int main(int argc, char** argv) {
     }
     prompt = std::move(*text);
   }
+  // A checkpoint's chat with tools: llama.cpp's grammar (lazy for auto), preserved tokens, stop strings
+  // and parser of the answer.
+  epd::protocol::GrammarSpec spec;
+  std::vector<m::TokenId> preserved;
+  std::vector<std::string> stops;
+  std::shared_ptr<const m::ChatAnswerParser> parser;
+  if (codec && chat && !tools.empty()) {
+    m::ToolUse use;
+    if (tool_choice != "auto") use.choice = m::ToolUse::Choice::required;
+    if (tool_choice != "auto" && tool_choice != "required") use.named = tool_choice;
+    use.parallel = !one_tool_call;
+    auto r = codec->render(turns, tools, use);
+    auto g = r ? m::grammar_spec(r->grammar, codec->tokenizer()) : r.error();
+    if (!g) {
+      std::cerr << "epd-run: --tools: " << g.error().to_string() << "\n";
+      return 2;
+    }
+    spec = std::move(*g);
+    preserved = m::preserved_ids(r->grammar, codec->tokenizer());
+    stops = r->additional_stops;
+    parser = r->parser;
+  }
+  if (!spec.empty() && constrained) {
+    std::cerr << "epd-run: a forced tool call and a grammar both constrain the answer; give one\n";
+    return 2;
+  }
+  if (constrained) {
+    spec.gbnf = json_object ? m::json_object_grammar() : grammar;
+    if (schema_opt->count()) {
+      auto g = m::json_schema_grammar(json_schema);
+      if (!g) {
+        std::cerr << "epd-run: --json-schema: " << g.error().to_string() << "\n";
+        return 2;
+      }
+      spec.gbnf = std::move(*g);
+    }
+  }
+  if (!spec.empty()) {
+    auto vocab = m::load_grammar_vocab(*cfg);
+    auto made = vocab ? m::Grammar::make(*vocab, spec) : vocab.error();
+    if (!made) {
+      std::cerr << "epd-run: " << made.error().to_string() << "\n";
+      return 2;
+    }
+    constraint = std::move(*made);
+    opts.constraint = constraint.get();
+  }
   if (images.size() > 1 && cfg->checkpoint.empty()) {
     std::cerr << "epd-run: the reference model takes one image\n";
     return 2;
@@ -308,10 +319,16 @@ int main(int argc, char** argv) {
     std::cerr << "epd-run: " << res.error().to_string() << "\n";
     return 1;
   }
-  if (codec) res->text = codec->text(res->tokens);
+  if (codec) res->text = codec->text(res->tokens, false, preserved);
+  for (const std::string& stop : stops)  // the format's stop strings end the text, as the router's do
+    if (size_t at = res->text.find(stop); at != std::string::npos) res->text.resize(at);
   if (json) {
-    std::cout << epd::run::with_tool_calls(m::to_json(*res), tool_format, tools, res->text, !one_tool_call)
-              << "\n";
+    std::string out = m::to_json(*res);
+    if (parser)
+      out = epd::run::with_parsed_calls(out, *parser, res->text, !one_tool_call);
+    else if (!tools.empty())
+      out = epd::run::with_tool_calls(out, m::ToolFormat::hermes, tools, res->text, !one_tool_call);
+    std::cout << out << "\n";
   } else {
     std::cout << m::escape_text(res->text) << std::endl;  // before the stderr timings
     std::fprintf(stderr,

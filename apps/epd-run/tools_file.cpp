@@ -51,4 +51,17 @@ std::string with_tool_calls(const std::string& result_json, model::ToolFormat fo
   return out.dump();
 }
 
+std::string with_parsed_calls(const std::string& result_json, const model::ChatAnswerParser& parser,
+                              const std::string& text, bool parallel) {
+  auto answer = parser.parse(text);
+  if (!answer || answer->tool_calls.empty()) return result_json;
+  if (!parallel) answer->tool_calls.resize(1);
+  ojson out = ojson::parse(result_json);
+  ojson calls = ojson::array();
+  for (const auto& c : answer->tool_calls) calls.push_back({{"name", c.name}, {"arguments", c.arguments}});
+  out["tool_calls"] = std::move(calls);
+  out["content"] = answer->content;
+  return out.dump();
+}
+
 }  // namespace epd::run

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "epd/model/chat_template.hpp"
 #include "epd/model/chat_tools.hpp"
 #include "epd/protocol/result.hpp"
 
@@ -17,5 +18,10 @@ protocol::Result<std::vector<model::ChatTool>> read_tools_file(const std::string
 std::string with_tool_calls(const std::string& result_json, model::ToolFormat format,
                             const std::vector<model::ChatTool>& tools, const std::string& text,
                             bool parallel);
+
+// The same for a checkpoint's chat with tools: the calls llama.cpp's parser of the rendered conversation
+// reads from `text` ("content" the rest; unchanged when it reads none).
+std::string with_parsed_calls(const std::string& result_json, const model::ChatAnswerParser& parser,
+                              const std::string& text, bool parallel);
 
 }  // namespace epd::run

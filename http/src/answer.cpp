@@ -32,10 +32,9 @@ class Answer final : public std::enable_shared_from_this<Answer> {
         request_(std::move(prepared.request)),
         parallel_(prepared.parallel_tool_calls) {
     for (uint32_t i = 0; i < n; ++i) {
-      choices_.emplace_back(stop, ctx_->service.codec(), request_.ignore_eos);
-      if (prepared.tool_format != model::ToolFormat::none)
-        choices_.back().calls.emplace(prepared.tool_format, prepared.tools);
-      if (prepared.thinking) choices_.back().reasoning.emplace(prepared.thinking);
+      choices_.emplace_back(stop, ctx_->service.codec(), request_.ignore_eos, prepared.preserved);
+      if (prepared.hermes_tools) choices_.back().calls.emplace(model::ToolFormat::hermes, request_.tools);
+      if (prepared.parser) choices_.back().split.emplace(prepared.parser);
     }
   }
 
@@ -102,9 +101,10 @@ class Answer final : public std::enable_shared_from_this<Answer> {
       c.reason = tail.stopped || r.ended_at_eos ? FinishReason::stop : FinishReason::length;
     }
     take_calls(i);
-    if (c.reasoning) {
-      auto rest = c.reasoning->finish();
+    if (c.split) {
+      auto rest = c.split->finish();
       send(i, rest.reasoning, rest.content);
+      adopt_calls(c, std::move(c.split->calls()));
     }
     prompt_tokens_ = r.prompt_tokens;
     if (stream_) {
@@ -121,8 +121,8 @@ class Answer final : public std::enable_shared_from_this<Answer> {
  private:
   struct Choice {
     Choice(const std::vector<std::string>& stop, std::shared_ptr<const model::PromptCodec> codec,
-           bool ignore_eos)
-        : text(stop), tokens_text(std::move(codec), ignore_eos) {}
+           bool ignore_eos, std::span<const model::TokenId> preserved)
+        : text(stop), tokens_text(std::move(codec), ignore_eos, preserved) {}
     TextStream text;                    // stop strings, on the text
     model::GenerationText tokens_text;  // tokens to text, with the model's detokenizer
     std::string body;                   // the answer so far, when not streaming
@@ -137,10 +137,12 @@ class Answer final : public std::enable_shared_from_this<Answer> {
     FinishReason reason = FinishReason::stop;
     std::string stop_sequence;  // the stop string that ended it
     openai::Extras extras;
-    std::optional<model::ToolCallText> calls;  // with tools: text that could be a call is held back
-    std::vector<model::ToolCall> tool_calls;   // the answer's, once it ended
-    // A template that thinks: its parser splits the content into reasoning_content and content.
-    std::optional<model::ReasoningSplit> reasoning;
+    // The reference model with tools: text that could be a Hermes call is held back.
+    std::optional<model::ToolCallText> calls;
+    std::vector<model::ToolCall> tool_calls;  // the answer's, once it ended
+    // A checkpoint's chat with tools or thinking: llama.cpp's parser splits the answer into
+    // reasoning_content, content and calls.
+    std::optional<model::AnswerSplit> split;
     std::string reasoning_body;  // the reasoning so far, when not streaming
   };
 
@@ -149,17 +151,26 @@ class Answer final : public std::enable_shared_from_this<Answer> {
     return c.calls ? c.calls->push(text) : text;
   }
 
-  // The choice ended: what was held back is either its calls (each given an id) or more content.
+  // The choice ended: what the reference model's Hermes reader held back is either its calls or more
+  // content.
   void take_calls(uint32_t i) {
     Choice& c = choices_[i];
     if (!c.calls) return;
     auto end = c.calls->finish();
     emit(i, end.text);
-    if (end.calls.empty()) return;
-    if (!parallel_) end.calls.resize(1);
-    for (auto& call : end.calls) call.id = "call_" + random_hex(24);
-    c.tool_calls = std::move(end.calls);
-    c.reason = FinishReason::tool_calls;
+    adopt_calls(c, std::move(end.calls));
+  }
+
+  // An answer's calls, each with an id (the format's own when it writes one, as llama-server keeps it).
+  // An answer max_tokens cut ends with `length` whatever it holds, as llama-server's (its last call may be
+  // unfinished).
+  void adopt_calls(Choice& c, std::vector<model::ToolCall> calls) {
+    if (calls.empty()) return;
+    if (!parallel_) calls.resize(1);
+    for (auto& call : calls)
+      if (call.id.empty()) call.id = "call_" + random_hex(24);
+    c.tool_calls = std::move(calls);
+    if (c.reason != FinishReason::length) c.reason = FinishReason::tool_calls;
   }
 
   // Hears one choice's generation for the answer.
@@ -193,11 +204,11 @@ class Answer final : public std::enable_shared_from_this<Answer> {
     for (uint32_t i = 1; i < choices_.size(); ++i) launch(i);
   }
 
-  // Content text of choice i, split into reasoning and content where the template thinks.
+  // Content text of choice i, split into reasoning, content and calls by the template's parser.
   void emit(uint32_t i, const std::string& text) {
     Choice& c = choices_[i];
-    if (!c.reasoning) return send(i, {}, text);
-    auto d = c.reasoning->push(text);
+    if (!c.split) return send(i, {}, text);
+    auto d = c.split->push(text);
     send(i, d.reasoning, d.content);
   }
 
@@ -315,6 +326,7 @@ std::optional<HttpError> to_turns(openai::Request& in, const GenerateLimits& lim
     turn.text = std::move(m.text);
     turn.image = !m.images.empty();
     turn.tool_calls = std::move(m.tool_calls);
+    turn.tool_call_id = std::move(m.tool_call_id);
     if (out.images_ppm.size() + m.images.size() > limits.max_images)
       return HttpError{400, "invalid_request",
                        "a request may carry at most " + std::to_string(limits.max_images) + " images",
@@ -335,37 +347,65 @@ std::optional<HttpError> to_turns(openai::Request& in, const GenerateLimits& lim
 // parses the grammar before it makes a room.
 std::optional<HttpError> to_grammar(const openai::Constraint& c, GenerateRequest& out) {
   using Kind = openai::Constraint::Kind;
-  if (c.kind == Kind::grammar) out.grammar = c.text;
-  if (c.kind == Kind::json_object) out.grammar = model::json_object_grammar();
+  if (c.kind == Kind::grammar) out.grammar.gbnf = c.text;
+  if (c.kind == Kind::json_object) out.grammar.gbnf = model::json_object_grammar();
   if (c.kind == Kind::json_schema) {
     auto g = model::json_schema_grammar(c.text);
     if (!g) return HttpError{400, "invalid_request", g.error().detail, c.param};
-    out.grammar = std::move(*g);
+    out.grammar.gbnf = std::move(*g);
   }
   return std::nullopt;
 }
 
 // The tools in the prompt, unless tool_choice is "none" (then the model is shown none and its answer is
-// text); "required" and a named function force the call by a grammar built from the tools' schemas.
+// text). A checkpoint's chat is rendered by llama.cpp's chat layer as llama-server renders it: its grammar
+// (lazy for "auto": constraining a call from its first marker on; whole for "required" and a named
+// function), its preserved tokens and stop strings, and its parser of the answer. The reference model
+// writes and reads Hermes calls itself and takes no grammar.
 std::optional<HttpError> to_tools(const openai::Tools& in,
                                   const std::shared_ptr<const model::PromptCodec>& codec,
-                                  PreparedGeneration& out) {
+                                  openai::Request& request, PreparedGeneration& out) {
   using Choice = openai::Tools::Choice;
-  if (in.choice == Choice::none || in.tools.empty()) return std::nullopt;
-  const model::ToolFormat format = codec ? codec->tool_format() : model::ToolFormat::hermes;
-  if (format == model::ToolFormat::none)
-    return HttpError{400, "invalid_request", "the model's chat template has no tool-call format", "tools"};
-  out.request.tools = in.tools;
-  out.tool_format = format;
-  out.tools = in.tools;
-  out.parallel_tool_calls = in.parallel;
-  std::vector<model::ChatTool> callable;
-  for (const auto& t : in.tools)
-    if (in.choice != Choice::named || t.name == in.named) callable.push_back(t);
-  // Converted for "auto" too: a schema llama.cpp refuses is a 400 whatever the choice, never a prompt.
-  auto grammar = model::tool_call_grammar(format, callable, in.parallel);
-  if (!grammar) return HttpError{400, "invalid_request", "tools: " + grammar.error().detail, "tools"};
-  if (in.choice != Choice::automatic) out.request.grammar = std::move(*grammar);
+  const bool with_tools = in.choice != Choice::none && !in.tools.empty();
+  if (with_tools) {
+    out.request.tools = in.tools;
+    out.parallel_tool_calls = in.parallel;
+  }
+  if (!codec || !codec->chat_template()) {
+    if (with_tools && in.choice != Choice::automatic)
+      return HttpError{400, "invalid_request",
+                       "a forced tool call needs a grammar, and the reference model takes none "
+                       "(tool_choice \"auto\" lets it call)",
+                       "tool_choice"};
+    out.hermes_tools = with_tools;
+    return std::nullopt;
+  }
+  model::ToolUse use;
+  use.choice =
+      in.choice == Choice::automatic ? model::ToolUse::Choice::automatic : model::ToolUse::Choice::required;
+  if (in.choice == Choice::named) use.named = in.named;
+  use.parallel = in.parallel;
+  auto rendered = codec->render(out.request.messages, out.request.tools, use);
+  if (!rendered) {
+    // The template refuses the conversation (raise_exception), or a tool schema llama.cpp cannot convert.
+    if (rendered.error().code != protocol::ErrorCode::invalid_request)
+      return std::nullopt;  // the router says
+    return HttpError{400, "invalid_request", rendered.error().detail, with_tools ? "tools" : "messages"};
+  }
+  if (with_tools || rendered->supports_thinking) out.parser = rendered->parser;
+  if (!with_tools) return std::nullopt;
+  auto spec = model::grammar_spec(rendered->grammar, codec->tokenizer());
+  if (!spec) return HttpError{400, "invalid_request", "tools: " + spec.error().detail, "tools"};
+  if (!spec->empty() && !out.request.grammar.empty())
+    return HttpError{400, "invalid_request",
+                     "a grammar or a JSON response format cannot be combined with tools that constrain the "
+                     "answer (tool_choice \"none\" shows the model no tools)",
+                     "tools"};
+  if (!spec->empty()) out.request.grammar = std::move(*spec);
+  out.preserved = model::preserved_ids(rendered->grammar, codec->tokenizer());
+  for (const std::string& s : rendered->additional_stops)
+    if (std::find(request.stop.begin(), request.stop.end(), s) == request.stop.end())
+      request.stop.push_back(s);
   return std::nullopt;
 }
 
@@ -402,13 +442,9 @@ std::optional<HttpError> prepare_generation(ApiContext& ctx, openai::Request& in
     return std::nullopt;
   }
   if (auto err = to_turns(in, ctx.config.generate, request)) return err;
-  if (auto err = to_tools(in.tools, ctx.service.codec(), out)) return err;
-  // A template that thinks (Qwen3, DeepSeek-R1, ...): its parser reads the thinking out of the answer as
-  // llama-server does (reasoning_content). Rendered without tools: epd reads the calls itself.
-  if (const auto codec = ctx.service.codec(); codec && codec->chat_template())
-    if (auto rendered = codec->render(request.messages); rendered && rendered->supports_thinking)
-      out.thinking = rendered->parser;
-  return std::nullopt;
+  // A template that thinks (Qwen3, DeepSeek-R1, ...) or tools: the parser reads the thinking and the calls
+  // out of the answer as llama-server does (reasoning_content, tool_calls).
+  return to_tools(in.tools, ctx.service.codec(), in, out);
 }
 
 void start_answer(const std::shared_ptr<ApiContext>& ctx, ExchangePtr ex, std::unique_ptr<AnswerShape> shape,

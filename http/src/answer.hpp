@@ -46,12 +46,13 @@ class AnswerShape {
 // checked. `in` is consumed. An error is the reply to send.
 struct PreparedGeneration {
   GenerateRequest request;
-  // With tools: the format calls are forced and read in, the tools, parallel_tool_calls.
-  model::ToolFormat tool_format = model::ToolFormat::none;
-  std::vector<model::ChatTool> tools{};
-  bool parallel_tool_calls = true;
-  // A template that thinks: the parser that reads its thinking out of the answer.
-  std::shared_ptr<const model::ChatAnswerParser> thinking{};
+  // With tools for the reference model: its Hermes calls are read by epd (model/chat_tools.hpp).
+  bool hermes_tools = false;
+  bool parallel_tool_calls = true;  // else only an answer's first call is kept
+  // A checkpoint's chat with tools, or whose template thinks: llama.cpp's parser of the answer
+  // (reasoning_content, content, tool calls), and the special tokens whose text the answer keeps.
+  std::shared_ptr<const model::ChatAnswerParser> parser{};
+  std::vector<model::TokenId> preserved{};
 };
 std::optional<HttpError> prepare_generation(ApiContext& ctx, openai::Request& in, std::string request_id,
                                             PreparedGeneration& out);

@@ -33,7 +33,8 @@ class Translator {
       chat_["stop"] = *v;
       origins_.add("stop", "stop_sequences");
     }
-    for (const char* key : {"temperature", "top_p", "top_k", "stream"})
+    // logit_bias: llama.cpp's sampling field, which llama-server takes on every route.
+    for (const char* key : {"temperature", "top_p", "top_k", "stream", "logit_bias"})
       if (const json* v = field(doc_, key)) chat_[key] = *v;
     return std::nullopt;
   }

@@ -101,7 +101,7 @@ std::variant<GenerateRequest, HttpError> parse_generate_request(std::string_view
     if (g.size() > openai::kMaxConstraintBytes)
       return bad_request("\"grammar\" is " + std::to_string(g.size()) + " bytes; the limit is " +
                          std::to_string(openai::kMaxConstraintBytes) + " bytes");
-    request.grammar = g;
+    request.grammar.gbnf = g;
   }
 
   // llama-server's "ignore_eos": end tokens do not end the answer, max_tokens does.

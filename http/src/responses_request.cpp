@@ -36,7 +36,9 @@ class Translator {
       origins_.add("max_tokens", "max_output_tokens");
     }
     if (auto e = text_format()) return e;
-    for (const char* key : {"temperature", "top_p", "stream", "seed", "parallel_tool_calls", "tool_choice"})
+    // logit_bias: llama.cpp's sampling field, which llama-server takes on every route.
+    for (const char* key :
+         {"temperature", "top_p", "stream", "seed", "parallel_tool_calls", "tool_choice", "logit_bias"})
       if (field(doc_, key)) chat_[key] = ordered_[key];
     // A named function is {"type": "function", "name"} here, one level flatter than in a chat.
     if (const json* c = field(doc_, "tool_choice"); c && c->is_object() && c->contains("name")) {

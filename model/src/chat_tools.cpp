@@ -66,14 +66,13 @@ bool known(std::span<const ChatTool> tools, const std::string& name) {
   return false;
 }
 
-// {"name": a tool, <args_key>: an object} (Llama-3 also takes "arguments").
-std::optional<ToolCall> call_of(std::string_view text, std::span<const ChatTool> tools, bool llama3) {
+// {"name": a tool, "arguments": an object}.
+std::optional<ToolCall> call_of(std::string_view text, std::span<const ChatTool> tools) {
   auto j = parse(trim(text));
   if (!j || !j->is_object()) return std::nullopt;
   auto name = j->find("name");
   if (name == j->end() || !name->is_string() || !known(tools, name->get<std::string>())) return std::nullopt;
   auto args = j->find("arguments");
-  if (llama3 && args == j->end()) args = j->find("parameters");
   if (args == j->end() || !args->is_object()) return std::nullopt;
   return ToolCall{{}, name->get<std::string>(), args->dump(-1, ' ', false, ojson::error_handler_t::replace)};
 }
@@ -85,7 +84,7 @@ std::optional<ParsedCalls> hermes_calls(std::string_view answer, std::span<const
     answer.remove_prefix(open + kCallOpen.size());
     const size_t close = answer.find(kCallClose);
     if (close == std::string_view::npos) return std::nullopt;
-    auto call = call_of(answer.substr(0, close), tools, false);
+    auto call = call_of(answer.substr(0, close), tools);
     if (!call) return std::nullopt;
     out.calls.push_back(std::move(*call));
     answer.remove_prefix(close + kCallClose.size());
@@ -137,36 +136,9 @@ std::string hermes_tool_response(std::string_view content) {
   return "<tool_response>\n" + std::string(content) + "\n</tool_response>";
 }
 
-std::string llama3_tools_preamble(std::span<const ChatTool> tools) {
-  std::string out =
-      "Given the following functions, please respond with a JSON for a function call with its proper "
-      "arguments that best answers the given prompt.\n\nRespond in the format {\"name\": function name, "
-      "\"parameters\": dictionary of argument name and its value}.Do not use variables.\n\n";
-  for (const ChatTool& t : tools) {
-    auto j = parse(t.json);
-    out += (j ? py(*j, 4) : t.json) + "\n\n";
-  }
-  return out;
-}
-
-protocol::Result<std::string> llama3_call_text(const ToolCall& call) {
-  auto args = python_json(call.arguments);
-  if (!args) return args.error();
-  return "{\"name\": \"" + call.name + "\", \"parameters\": " + *args + "}";
-}
-
-std::string llama3_tool_result_text(std::string_view content) {
-  return ojson(std::string(content)).dump(-1, ' ', false, ojson::error_handler_t::replace);
-}
-
 std::optional<ParsedCalls> parse_tool_calls(ToolFormat format, std::string_view answer,
                                             std::span<const ChatTool> tools) {
   if (format == ToolFormat::hermes) return hermes_calls(answer, tools);
-  if (format == ToolFormat::llama3) {
-    auto call = call_of(answer, tools, true);
-    if (!call) return std::nullopt;
-    return ParsedCalls{{std::move(*call)}, {}};
-  }
   return std::nullopt;
 }
 
@@ -174,19 +146,9 @@ ToolCallText::ToolCallText(ToolFormat format, std::vector<ChatTool> tools)
     : format_(format), tools_(std::move(tools)) {}
 
 std::string ToolCallText::push(std::string_view text) {
-  if (format_ == ToolFormat::none || plain_) return std::string(text);
+  if (format_ == ToolFormat::none) return std::string(text);
   held_ += text;
   if (holding_) return {};
-  if (format_ == ToolFormat::llama3) {
-    const std::string_view t = trim(held_);
-    if (t.empty()) return {};
-    if (t.front() == '{') {
-      holding_ = true;
-      return {};
-    }
-    plain_ = true;
-    return std::exchange(held_, {});
-  }
   // Hermes: send up to the marker, or up to a suffix that could still become it.
   size_t keep = held_.find(kCallOpen);
   if (keep != std::string::npos) {

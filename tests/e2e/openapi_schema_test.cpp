@@ -12,6 +12,7 @@
 #include "cluster.hpp"
 #include "llama_checkpoint.hpp"
 #include "openai_support.hpp"
+#include "tool_families.hpp"
 
 using namespace epd;
 using namespace epd::testing;
@@ -165,14 +166,12 @@ void check_answers() {
     cluster.wait_all_free();
   }
   {
-    // A generated ChatML checkpoint: json_schema and tools (grammars need a GGUF vocabulary).
-    model::testing::CheckpointSpec spec;
-    spec.chat = true;
-    spec.context = 2048;
-    auto p = model::testing::write_llama_checkpoint(spec, dir);
-    REQUIRE(p.ok());
+    // A generated checkpoint in Mistral Nemo's format, steered into its calls (tool_families.hpp):
+    // json_schema and tools (grammars need a GGUF vocabulary).
+    const std::string gguf = write_family_checkpoint(kMistralNemo, dir);
+    const json bias = steering(gguf, kMistralNemo, true);
     ClusterSpec cs;
-    cs.model_path = p->gguf;
+    cs.model_path = gguf;
     cs.backend = "shm";
     Cluster cluster(cs);
     cluster.start();
@@ -187,7 +186,11 @@ void check_answers() {
             {"response_format",
              {{"type", "json_schema"}, {"json_schema", {{"name", "x"}, {"schema", params}}}}}},
            "CreateChatCompletionResponse");
-    const json forced = {{"messages", m}, {"max_tokens", 120}, {"tools", tools}, {"tool_choice", "required"}};
+    const json forced = {{"messages", m},
+                         {"max_tokens", 120},
+                         {"tools", tools},
+                         {"tool_choice", "required"},
+                         {"logit_bias", bias}};
     a.post("chat tool call", "/v1/chat/completions", forced, "CreateChatCompletionResponse");
     json streamed = forced;
     streamed["stream"] = true;
@@ -196,7 +199,8 @@ void check_answers() {
     const json rforced = {{"input", "w300 w271"},
                           {"max_output_tokens", 120},
                           {"tools", {{{"type", "function"}, {"name", "find"}, {"parameters", params}}}},
-                          {"tool_choice", "required"}};
+                          {"tool_choice", "required"},
+                          {"logit_bias", bias}};
     a.post("response function call", "/v1/responses", rforced, "Response");
     json rstreamed = rforced;
     rstreamed["stream"] = true;

@@ -1,9 +1,10 @@
-// Function calling through the cluster and the official OpenAI Node SDK (tests/http/node/tools.mjs), on a
-// generated ChatML checkpoint (the Hermes format; the test helpers write no Llama-3 checkpoint, and the
-// demo model's 256-token context cannot hold the Hermes tools prompt, ~750 of its tokens): tool_choice
-// "required" and a named function give tool_calls whose arguments validate against the tool's schema and
-// equal epd-run --tools', plain and streamed, with n = 2; "auto" equals epd-run's answer whatever it is; a
-// conversation with a past call and its tool result renders and answers with a call; hostile tools are a 400.
+// Function calling through the cluster and the official OpenAI Node SDK (tests/http/node/tools.mjs), as
+// llama.cpp's chat layer does it for a family's own template (tool_families.hpp: random checkpoints with
+// the bundle's Qwen 2.5, Mistral Nemo and Llama 3.2 templates, steered by logit_bias towards a call):
+// tool_choice "required" and a named function, n = 2, parallel calls, "auto" steered and not, a
+// conversation with a past call and its result — every answer (text, calls, finish) equals epd-run --tools',
+// plain and streamed, and every finished call's arguments validate against its tool's schema; hostile tools
+// are a 400; a forced call survives its decode's kill (resumed with the grammar rebuilt).
 #include <signal.h>
 #include <unistd.h>
 
@@ -16,8 +17,8 @@
 #include "epd/http/utf8.hpp"
 #include "epd/model/llama.hpp"
 #include "epd/model/prompt_codec.hpp"
-#include "llama_checkpoint.hpp"
 #include "openai_support.hpp"
+#include "tool_families.hpp"
 
 using namespace epd;
 using namespace epd::testing;
@@ -37,6 +38,7 @@ const json kTools = json::parse(R"([
                   "additionalProperties": false}}}
 ])");
 
+// A family's chat template from llama.cpp's models/templates and the special tokens it writes.
 struct Case {
   std::string name;
   std::string prompt;
@@ -45,7 +47,19 @@ struct Case {
   bool parallel = false;
   uint32_t n = 1;
   bool must_call = true;
+  json bias = json::object();  // logit_bias, token id (as text) -> bias
 };
+
+// The special tokens whose text the answers keep (the format's markers), as the chat layer lists them.
+std::vector<model::TokenId> preserved_of(const model::PromptCodec& codec) {
+  std::vector<model::ChatTool> tools;
+  for (const auto& t : kTools)
+    tools.push_back({t["function"]["name"], t.dump(), t["function"]["parameters"].dump()});
+  const std::vector<model::ChatTurn> turns = {{"user", "hi"}};
+  auto r = codec.render(turns, tools);
+  REQUIRE(r.ok());
+  return model::preserved_ids(r->grammar, codec.tokenizer());
+}
 
 json expectation(const std::string& gguf, const model::PromptCodec& codec, const fs::path& tools_file,
                  const Case& c) {
@@ -65,9 +79,16 @@ json expectation(const std::string& gguf, const model::PromptCodec& codec, const
                                    "--tool-choice",
                                    c.run_choice};
   if (!c.parallel) argv.push_back("--one-tool-call");
+  for (const auto& [id, b] : c.bias.items()) {
+    argv.push_back("--logit-bias");
+    argv.push_back(id + "=" + std::to_string(b.get<double>()));
+  }
   INFO(c.name);
   const json out = epd_run_json(argv);
-  json expect = {{"text", http::to_valid_utf8(codec.text(out["tokens"].get<std::vector<uint32_t>>()))},
+  INFO("epd-run: " << out.dump());
+  // The text keeps the format's preserved tokens (<tool_call>, [TOOL_CALLS]) as the API's does.
+  json expect = {{"text", http::to_valid_utf8(codec.text(out["tokens"].get<std::vector<uint32_t>>(), false,
+                                                         preserved_of(codec)))},
                  {"finish", out["stopped_at_eos"].get<bool>() ? "stop" : "length"}};
   if (out.contains("tool_calls")) {
     expect["tool_calls"] = out["tool_calls"];
@@ -80,28 +101,31 @@ json expectation(const std::string& gguf, const model::PromptCodec& codec, const
                  {"tools", kTools},
                  {"tool_choice", c.choice},
                  {"parallel_tool_calls", c.parallel},
+                 {"logit_bias", c.bias},
                  {"n", c.n}};
   return {{"name", c.name}, {"params", params}, {"expect", expect}, {"must_call", c.must_call}};
 }
 
-// A past call and its result, then a question: rendered in the Hermes format and answered with a call.
-json conversation() {
-  json call = {{"id", "call_0"},
+// A past call and its result (Mistral's templates want the answer next, and call ids of 9 characters):
+// rendered in the family's format and answered with a call.
+json conversation(const json& bias, bool must_call) {
+  json call = {{"id", "call00001"},
                {"type", "function"},
                {"function", {{"name", "find_shape"}, {"arguments", R"({"colour": "red", "count": 1})"}}}};
-  json messages = json::array({{{"role", "system"}, {"content", "Use the tools."}},
-                               {{"role", "user"}, {"content", "Is there a red shape?"}},
-                               {{"role", "assistant"}, {"content", nullptr}, {"tool_calls", {call}}},
-                               {{"role", "tool"}, {"tool_call_id", "call_0"}, {"content", "one red circle"}},
-                               {{"role", "user"}, {"content", "And a blue one?"}}});
+  json messages =
+      json::array({{{"role", "system"}, {"content", "Use the tools."}},
+                   {{"role", "user"}, {"content", "Is there a red shape?"}},
+                   {{"role", "assistant"}, {"content", nullptr}, {"tool_calls", {call}}},
+                   {{"role", "tool"}, {"tool_call_id", "call00001"}, {"content", "one red circle"}}});
   return {{"name", "a conversation with a tool result"},
           {"params",
            {{"max_tokens", 200},
             {"messages", messages},
             {"tools", kTools},
             {"tool_choice", "required"},
+            {"logit_bias", bias},
             {"parallel_tool_calls", false}}},
-          {"must_call", true}};
+          {"must_call", must_call}};
 }
 
 json refusals() {
@@ -134,7 +158,7 @@ json refusals() {
   return out;
 }
 
-void serve(const std::string& gguf, const std::string& prompt, bool with_refusals) {
+void serve(const std::string& gguf, const ToolFamily& family, const std::string& prompt, bool with_refusals) {
   const std::string missing = node_sdk_missing();
   INFO(missing);
   REQUIRE(missing.empty());
@@ -146,16 +170,18 @@ void serve(const std::string& gguf, const std::string& prompt, bool with_refusal
       fs::temp_directory_path() / ("epd-tools-" + std::to_string(::getpid()) + ".json");
   std::ofstream(tools_file) << kTools.dump();
   const json named = {{"type", "function"}, {"function", {{"name", "describe"}}}};
+  const json forced = steering(**codec, family, true), marker = steering(**codec, family, false);
   const std::vector<Case> cases = {
-      {"tool_choice required", prompt, "required", "required"},
-      {"a named function", prompt, named, "describe"},
-      {"tool_choice required with n = 2", prompt, "required", "required", false, 2},
-      {"several calls allowed", prompt, "required", "required", true, 1, false},
-      {"tool_choice auto", prompt, "auto", "auto", true, 1, false},
+      {"tool_choice required", prompt, "required", "required", false, 1, family.forces, forced},
+      {"a named function", prompt, named, "describe", false, 1, family.forces, forced},
+      {"tool_choice required with n = 2", prompt, "required", "required", false, 2, family.forces, forced},
+      {"several calls allowed", prompt, "required", "required", true, 1, family.forces, forced},
+      {"tool_choice auto", prompt, "auto", "auto", true, 1, false, marker},
+      {"tool_choice auto, unsteered", prompt, "auto", "auto", true, 1, false},
   };
   json spec = {{"cases", json::array()}};
   for (const auto& c : cases) spec["cases"].push_back(expectation(gguf, **codec, tools_file, c));
-  spec["cases"].push_back(conversation());
+  spec["cases"].push_back(conversation(forced, family.forces));
   if (with_refusals) spec["refusals"] = refusals();
   fs::remove(tools_file);
   ClusterSpec cs;
@@ -180,18 +206,11 @@ void serve(const std::string& gguf, const std::string& prompt, bool with_refusal
   CHECK(reports.empty());
 }
 
-// A generated checkpoint with room for the tools prompt, removed at the end.
+// A generated checkpoint of a family, removed at the end.
 struct Checkpoint {
   fs::path dir = fs::temp_directory_path() / ("epd-e2e-tools-" + std::to_string(::getpid()));
   std::string gguf;
-  Checkpoint() {
-    model::testing::CheckpointSpec spec;
-    spec.chat = true;
-    spec.context = 2048;  // the tools' system turn is ~1,000 tokens of this mostly byte-level vocabulary
-    auto p = model::testing::write_llama_checkpoint(spec, dir);
-    REQUIRE(p.ok());
-    gguf = p->gguf;
-  }
+  explicit Checkpoint(const ToolFamily& family) : gguf(write_family_checkpoint(family, dir)) {}
   ~Checkpoint() { fs::remove_all(dir); }
 };
 
@@ -199,15 +218,16 @@ struct Checkpoint {
 // with the grammar rebuilt from the tokens so far, and the text held back before the kill is still there:
 // the call equals epd-run's.
 void resumed_after_decode_kill() {
-  const Checkpoint ckpt;
+  const Checkpoint ckpt(kMistralNemo);
   auto cfg = model::load_model_path(ckpt.gguf);
   REQUIRE(cfg.ok());
   auto codec = model::PromptCodec::for_model(*cfg);
   REQUIRE(codec.ok());
   const fs::path tools_file = ckpt.dir / "tools.json";
   std::ofstream(tools_file) << kTools.dump();
-  const json want =
-      expectation(ckpt.gguf, **codec, tools_file, {"resumed", "w300 w271", "required", "required"});
+  const json want = expectation(ckpt.gguf, **codec, tools_file,
+                                {"resumed", "w300 w271", "required", "required", false, 1, true,
+                                 steering(**codec, kMistralNemo, true)});
   ClusterSpec cs;
   cs.model_path = ckpt.gguf;
   cs.backend = "shm";
@@ -247,15 +267,26 @@ void resumed_after_decode_kill() {
     if (chunk.contains("epd")) attempts = chunk["epd"]["attempts"];
   }
   CHECK(calls == want["expect"]["tool_calls"]);
-  CHECK(finish == "tool_calls");
+  // The random model writes Mistral's call id at length: max_tokens may end the answer after the call.
+  CHECK(finish == (want["expect"]["finish"] == "length" ? "length" : "tool_calls"));
   CHECK(attempts >= 2);
 }
 
 }  // namespace tools_e2e
 
-TEST_CASE("tool calls on a generated ChatML checkpoint through the OpenAI SDK equal epd-run and validate") {
-  const tools_e2e::Checkpoint ckpt;
-  tools_e2e::serve(ckpt.gguf, "w300 w271", true);
+TEST_CASE("tool calls in Qwen 2.5's format through the OpenAI SDK equal epd-run and validate") {
+  const tools_e2e::Checkpoint ckpt(kQwen25);
+  tools_e2e::serve(ckpt.gguf, kQwen25, "w300 w271", true);
+}
+
+TEST_CASE("tool calls in Mistral Nemo's format through the OpenAI SDK equal epd-run and validate") {
+  const tools_e2e::Checkpoint ckpt(kMistralNemo);
+  tools_e2e::serve(ckpt.gguf, kMistralNemo, "w300 w271", false);
+}
+
+TEST_CASE("tool calls in Llama 3.2's format through the OpenAI SDK equal epd-run and validate") {
+  const tools_e2e::Checkpoint ckpt(kLlama32);
+  tools_e2e::serve(ckpt.gguf, kLlama32, "w300 w271", false);
 }
 
 TEST_CASE("a forced tool call survives a decode killed mid-answer: resumed with the held text kept",

@@ -11,8 +11,8 @@
 #include <fstream>
 
 #include "cluster.hpp"
-#include "llama_checkpoint.hpp"
 #include "openai_support.hpp"
+#include "tool_families.hpp"
 
 using namespace epd;
 using namespace epd::testing;
@@ -141,7 +141,8 @@ const json kFindShape = json::parse(R"({"type": "object", "properties": {
     "colour": {"type": "string", "enum": ["red", "green", "blue"]}, "count": {"type": "integer", "enum": [1, 2, 3]}},
     "required": ["colour", "count"], "additionalProperties": false})");
 
-json tool_cases() {
+// `bias`: steering() of the checkpoint's family, on every forced call (all three wires take logit_bias).
+json tool_cases(const json& bias) {
   json cases = json::array();
   const std::string q = "w300 w271";
   const json chat_tools = {{{"type", "function"},
@@ -149,11 +150,9 @@ json tool_cases() {
                              {{"name", "find_shape"},
                               {"description", "Find the shapes of a colour."},
                               {"parameters", kFindShape}}}}};
-  const json chat_forced = {{"messages", user(q)},
-                            {"max_tokens", 120},
-                            {"tools", chat_tools},
-                            {"tool_choice", "required"},
-                            {"parallel_tool_calls", false}};
+  const json chat_forced = {{"messages", user(q)}, {"max_tokens", 120},
+                            {"tools", chat_tools}, {"tool_choice", "required"},
+                            {"logit_bias", bias},  {"parallel_tool_calls", false}};
   both_streams(cases, "a forced function call", "responses",
                {{"input", q},
                 {"max_output_tokens", 120},
@@ -163,6 +162,7 @@ json tool_cases() {
                    {"description", "Find the shapes of a colour."},
                    {"parameters", kFindShape}}}},
                 {"tool_choice", "required"},
+                {"logit_bias", bias},
                 {"parallel_tool_calls", false}},
                chat_forced, true);
   both_streams(cases, "a forced tool_use", "messages",
@@ -172,7 +172,8 @@ json tool_cases() {
                  {{{"name", "find_shape"},
                    {"description", "Find the shapes of a colour."},
                    {"input_schema", kFindShape}}}},
-                {"tool_choice", {{"type", "any"}, {"disable_parallel_tool_use", true}}}},
+                {"tool_choice", {{"type", "any"}, {"disable_parallel_tool_use", true}}},
+                {"logit_bias", bias}},
                chat_forced, true);
   // The checkpoint's answer to q has a space in its first 40 tokens: Anthropic reports which stop matched.
   both_streams(cases, "a stop sequence", "messages",
@@ -191,31 +192,32 @@ json tool_cases() {
        {"response_format",
         {{"type", "json_schema"},
          {"json_schema", {{"name", "shape"}, {"schema", schema}, {"strict", true}}}}}});
-  // An earlier call and its result, as each API writes them.
+  // An earlier call and its result, as each API writes them (Mistral's template wants the answer next and
+  // call ids of 9 characters).
   const std::string args = R"({"colour": "red", "count": 1})";
-  const json chat_history = {{"messages",
-                              {{{"role", "user"}, {"content", "Is there a red shape?"}},
-                               {{"role", "assistant"},
-                                {"content", nullptr},
-                                {"tool_calls",
-                                 {{{"id", "call_0"},
-                                   {"type", "function"},
-                                   {"function", {{"name", "find_shape"}, {"arguments", args}}}}}}},
-                               {{"role", "tool"}, {"tool_call_id", "call_0"}, {"content", "one red circle"}},
-                               {{"role", "user"}, {"content", "And a blue one?"}}}},
-                             {"max_tokens", 400},
-                             {"tools", chat_tools},
-                             {"tool_choice", "required"},
-                             {"parallel_tool_calls", false}};
+  const json chat_history = {
+      {"messages",
+       {{{"role", "user"}, {"content", "Is there a red shape?"}},
+        {{"role", "assistant"},
+         {"content", nullptr},
+         {"tool_calls",
+          {{{"id", "call00001"},
+            {"type", "function"},
+            {"function", {{"name", "find_shape"}, {"arguments", args}}}}}}},
+        {{"role", "tool"}, {"tool_call_id", "call00001"}, {"content", "one red circle"}}}},
+      {"max_tokens", 400},
+      {"tools", chat_tools},
+      {"tool_choice", "required"},
+      {"logit_bias", bias},
+      {"parallel_tool_calls", false}};
   cases.push_back(
       {{"name", "a conversation with a call and its output"},
        {"api", "responses"},
        {"params",
         {{"input",
           {{{"role", "user"}, {"content", "Is there a red shape?"}},
-           {{"type", "function_call"}, {"call_id", "call_0"}, {"name", "find_shape"}, {"arguments", args}},
-           {{"type", "function_call_output"}, {"call_id", "call_0"}, {"output", "one red circle"}},
-           {{"role", "user"}, {"content", "And a blue one?"}}}},
+           {{"type", "function_call"}, {"call_id", "call00001"}, {"name", "find_shape"}, {"arguments", args}},
+           {{"type", "function_call_output"}, {"call_id", "call00001"}, {"output", "one red circle"}}}},
          {"max_output_tokens", 400},
          {"tools",
           {{{"type", "function"},
@@ -223,34 +225,36 @@ json tool_cases() {
             {"description", "Find the shapes of a colour."},
             {"parameters", kFindShape}}}},
          {"tool_choice", "required"},
+         {"logit_bias", bias},
          {"parallel_tool_calls", false}}},
        {"chat", chat_history},
        {"stream", false},
        {"must_call", true}});
-  cases.push_back({{"name", "a conversation with tool_use and tool_result"},
-                   {"api", "messages"},
-                   {"params",
-                    {{"messages",
-                      {{{"role", "user"}, {"content", "Is there a red shape?"}},
-                       {{"role", "assistant"},
-                        {"content",
-                         {{{"type", "tool_use"},
-                           {"id", "call_0"},
-                           {"name", "find_shape"},
-                           {"input", json::parse(args)}}}}},
-                       {{"role", "user"},
-                        {"content",
-                         {{{"type", "tool_result"}, {"tool_use_id", "call_0"}, {"content", "one red circle"}},
-                          {{"type", "text"}, {"text", "And a blue one?"}}}}}}},
-                     {"max_tokens", 400},
-                     {"tools",
-                      {{{"name", "find_shape"},
-                        {"description", "Find the shapes of a colour."},
-                        {"input_schema", kFindShape}}}},
-                     {"tool_choice", {{"type", "any"}, {"disable_parallel_tool_use", true}}}}},
-                   {"chat", chat_history},
-                   {"stream", true},
-                   {"must_call", true}});
+  cases.push_back(
+      {{"name", "a conversation with tool_use and tool_result"},
+       {"api", "messages"},
+       {"params",
+        {{"messages",
+          {{{"role", "user"}, {"content", "Is there a red shape?"}},
+           {{"role", "assistant"},
+            {"content",
+             {{{"type", "tool_use"},
+               {"id", "call00001"},
+               {"name", "find_shape"},
+               {"input", json::parse(args)}}}}},
+           {{"role", "user"},
+            {"content",
+             {{{"type", "tool_result"}, {"tool_use_id", "call00001"}, {"content", "one red circle"}}}}}}},
+         {"max_tokens", 400},
+         {"tools",
+          {{{"name", "find_shape"},
+            {"description", "Find the shapes of a colour."},
+            {"input_schema", kFindShape}}}},
+         {"tool_choice", {{"type", "any"}, {"disable_parallel_tool_use", true}}},
+         {"logit_bias", bias}}},
+       {"chat", chat_history},
+       {"stream", true},
+       {"must_call", true}});
   return cases;
 }
 
@@ -288,18 +292,15 @@ void tool_cases_on_a_checkpoint() {
   INFO(missing);
   REQUIRE(missing.empty());
   const fs::path dir = fs::temp_directory_path() / ("epd-e2e-wire-" + std::to_string(::getpid()));
-  model::testing::CheckpointSpec spec;
-  spec.chat = true;
-  spec.context = 2048;  // the tools' system turn is ~1,000 tokens of this mostly byte-level vocabulary
-  auto p = model::testing::write_llama_checkpoint(spec, dir);
-  REQUIRE(p.ok());
+  // Mistral Nemo's format: a steered random model's forced answer is a call (tool_families.hpp).
+  const std::string gguf = write_family_checkpoint(kMistralNemo, dir);
   {
     ClusterSpec cs;
-    cs.model_path = p->gguf;
+    cs.model_path = gguf;
     cs.backend = "tcp";
     Cluster cluster(cs);
     cluster.start();
-    run_script(cluster, {{"cases", tool_cases()}}, "");
+    run_script(cluster, {{"cases", tool_cases(steering(gguf, kMistralNemo, true))}}, "");
     cluster.wait_all_free();
   }
   fs::remove_all(dir);

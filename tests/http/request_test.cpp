@@ -213,7 +213,7 @@ TEST_CASE("generate request: logprobs is the number of alternatives in 0..20", "
 TEST_CASE("generate request: a GBNF grammar, a string of at most 64 KiB", "[http][request]") {
   CHECK(accepted(R"({"prompt":"a"})").grammar.empty());
   CHECK(accepted(R"({"prompt":"a","grammar":null})").grammar.empty());
-  CHECK(accepted(R"({"prompt":"a","grammar":"root ::= \"x\""})").grammar == "root ::= \"x\"");
+  CHECK(accepted(R"({"prompt":"a","grammar":"root ::= \"x\""})").grammar.gbnf == "root ::= \"x\"");
   CHECK(says(rejected(R"({"prompt":"a","grammar":5})"), "\"grammar\" must be a string (GBNF)"));
   const std::string big = "{\"prompt\":\"a\",\"grammar\":\"" + std::string(65 * 1024, 'a') + "\"}";
   CHECK(says(rejected(big), "the limit is 65536 bytes"));

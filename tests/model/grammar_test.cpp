@@ -357,47 +357,54 @@ TEST_CASE("grammar sampled top_k draws skip the full mask when enough top tokens
     }
 }
 
-TEST_CASE("grammar of forced tool calls takes calls of the offered tools with valid arguments only") {
-  const std::vector<ChatTool> tools = {
-      {"get_weather", "{}",
-       R"({"type":"object","properties":{"city":{"type":"string","maxLength":12}},"required":["city"]})"},
-      {"add", "{}", R"({"type":"object","properties":{"a":{"type":"integer"}},"required":["a"]})"},
+// llama.cpp's chat layer makes tool-call grammars that start lazily (from a trigger on) or from the
+// generation prompt (prefill): both as libllama's sampler does them, and rebuilt from an answer the same way.
+TEST_CASE("a lazy grammar constrains from its trigger on, a prefilled one starts past the prefill") {
+  const Vocab& v = demo();  // its byte-level vocabulary spells the texts below as they are
+  const std::string call = R"(root ::= "<call>" ("yes" | "no") "</call>")";
+  auto lazy_state = [&](const std::string& text) {
+    protocol::GrammarSpec spec{call, true, {"<call>"}, {}, {}};
+    return Grammar::rebuild(v.vocab, spec, encode(v, text));
   };
-  const std::string weather =
-      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
-  const std::string add = "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 3}}\n</tool_call>";
-  // The demo model only, as the JSON schema test: the generated checkpoint's vocabulary spells a space as
-  // SentencePiece's U+2581 in byte tokens, which JSON's whitespace rules do not take.
-  for (const Vocab* v : {&demo()}) {
-    auto complete = [&](const std::string& gbnf, const std::string& text) {
-      INFO(text);
-      auto g = Grammar::rebuild(v->vocab, gbnf, encode(*v, text));
-      return g.ok() && (*g)->complete();
-    };
-    auto one = tool_call_grammar(ToolFormat::hermes, tools, /*parallel=*/false);
-    REQUIRE(one.ok());
-    CHECK(complete(*one, weather));
-    CHECK(complete(*one, add));
-    CHECK_FALSE(complete(*one, weather + "\n" + add));
-    CHECK_FALSE(complete(*one, "<tool_call>\n{\"name\": \"sub\", \"arguments\": {\"a\": 3}}\n</tool_call>"));
-    CHECK_FALSE(
-        complete(*one, "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": \"x\"}}\n</tool_call>"));
-    CHECK_FALSE(complete(*one, "Sure. " + add));
-    auto several = tool_call_grammar(ToolFormat::hermes, tools, /*parallel=*/true);
-    REQUIRE(several.ok());
-    CHECK(complete(*several, weather + "\n" + add));
-    // A named function: the others are not callable.
-    auto named = tool_call_grammar(ToolFormat::hermes, std::span(tools).subspan(1), false);
-    REQUIRE(named.ok());
-    CHECK(complete(*named, add));
-    CHECK_FALSE(complete(*named, weather));
-    auto llama3 = tool_call_grammar(ToolFormat::llama3, tools, false);
-    REQUIRE(llama3.ok());
-    CHECK(complete(*llama3, "{\"name\": \"add\", \"parameters\": {\"a\": 3}}"));
-    CHECK_FALSE(complete(*llama3, "{\"name\": \"add\", \"arguments\": {\"a\": 3}}"));
+  // Before the trigger anything goes, and an end token may come; from it on, only the grammar.
+  REQUIRE(lazy_state("free text, any words").ok());
+  CHECK((*lazy_state("free text"))->complete());
+  CHECK(lazy_state("text <call>yes</call>").ok());
+  CHECK((*lazy_state("text <call>yes</call>"))->complete());
+  CHECK_FALSE((*lazy_state("text <call>ye"))->complete());
+  CHECK_FALSE(lazy_state("text <call>maybe").ok());
+  // A pattern over the whole text so far (llama.cpp's PATTERN_FULL, anchored).
+  protocol::GrammarSpec full{call, true, {"^<call>[\\s\\S]*$"}, {}, {}};
+  CHECK(Grammar::rebuild(v.vocab, full, encode(v, "<call>no</call>")).ok());
+  CHECK(Grammar::rebuild(v.vocab, full, encode(v, "later <callx")).ok());  // never triggered: free
+  // The same grammar made eagerly refuses the free text.
+  CHECK_FALSE(Grammar::rebuild(v.vocab, call, encode(v, "free text")).ok());
+
+  // Prefill: the grammar spells the generation prompt, which the prompt already holds.
+  const std::string answer = R"(root ::= "Answer: " ("yes" | "no"))";
+  const protocol::GrammarSpec prefilled{answer, false, {}, {}, encode(v, "Answer: ")};
+  auto g = Grammar::rebuild(v.vocab, prefilled, encode(v, "yes"));
+  REQUIRE(g.ok());
+  CHECK((*g)->complete());
+  CHECK_FALSE(Grammar::rebuild(v.vocab, answer, encode(v, "yes")).ok());  // without the prefill
+  CHECK_FALSE(Grammar::rebuild(v.vocab, prefilled, encode(v, "Answer: yes")).ok());
+
+  // Bounded before libllama sees them, each a clear refusal.
+  const uint32_t n = vocab_size(*v.vocab);
+  const std::vector<std::pair<protocol::GrammarSpec, std::string>> bad = {
+      {{call, true, {}, {}, {}}, "needs a trigger"},
+      {{call, false, {"<call>"}, {}, {}}, "for a lazy grammar"},
+      {{call, true, {"(unclosed"}, {}, {}}, "is not a regular expression"},
+      {{call, true, {}, {n}, {}}, "is not in the vocabulary"},
+      {{answer, false, {}, {}, {n + 5}}, "is not in the vocabulary"},
+      {{call, true, {"<call>"}, {}, encode(v, "x")}, "takes no prefill"},
+      {{answer, false, {}, {}, encode(v, "Question")}, "refuses prefill token 0"},
+      {{call, true, std::vector<std::string>(kMaxGrammarTriggers + 1, "x"), {}, {}}, "the limit is"},
+  };
+  for (const auto& [spec, why] : bad) {
+    INFO(why);
+    auto made = Grammar::make(v.vocab, spec);
+    REQUIRE_FALSE(made.ok());
+    CHECK(made.error().detail.find(why) != std::string::npos);
   }
-  CHECK_FALSE(tool_call_grammar(ToolFormat::none, tools, false).ok());
-  CHECK_FALSE(tool_call_grammar(ToolFormat::hermes, {}, false).ok());
-  const std::vector<ChatTool> bad = {{"f", "{}", R"({"$ref":"#/$defs/missing"})"}};
-  CHECK_FALSE(tool_call_grammar(ToolFormat::hermes, bad, false).ok());
 }

@@ -388,6 +388,7 @@ protocol::Status write_gguf(const CheckpointSpec& s, const std::vector<Tensor>& 
       ++next_id;
     }
   w.set_string("tokenizer.ggml.model", "llama");
+  if (!s.add_space_prefix) w.set_bool("tokenizer.ggml.add_space_prefix", false);
   w.set_strings("tokenizer.ggml.tokens", tokens);
   w.set_f32s("tokenizer.ggml.scores", scores);
   w.set_i32s("tokenizer.ggml.token_type", types);

@@ -37,6 +37,9 @@ struct CheckpointSpec {
   // one token each when specials are parsed, e.g. "<fake_token_around_image>"), then plain pieces (type 1,
   // score 0, e.g. "\n\n"). The Hugging Face directory is unchanged (it has no tokenizer).
   std::vector<std::string> extra_special_tokens;
+  // tokenizer.ggml.add_space_prefix (SentencePiece's dummy prefix, also after each special token); false
+  // tokenizes text after a special token as BPE vocabularies do (Qwen's templates expect it).
+  bool add_space_prefix = true;
   std::vector<std::string> extra_tokens;
   // The GGUF's tensor types, named as llama-quantize names a file type: "f32", "f16", "bf16", "q8_0",
   // "q4_0", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k_m", "q4_k_m", "q5_k_m", "q6_k". Matrices are quantized by

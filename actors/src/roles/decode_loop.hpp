@@ -24,7 +24,7 @@ struct DecodeJoin {
   // SUBMIT's, when a penalty reads it (sampling.penalized()) or a grammar is rebuilt from a resumed
   // answer's tokens at its end; else empty.
   std::vector<uint32_t> prompt{};
-  std::string grammar{};                  // SUBMIT's: every token follows it
+  protocol::GrammarSpec grammar{};        // SUBMIT's: every token follows it
   bool ignore_eos = false;                // SUBMIT's: only max_new ends the answer
   model::TokenLogprobs first_logprobs{};  // first_token's (prefill's), with sampling.logprobs
 };

@@ -74,9 +74,9 @@ struct DecodeRoom {
   std::optional<protocol::SegmentDescriptor> writer;  // the prefill's segment, when it was listed
   bool holding_logged = false;                        // "still holding" said once per quarantined room
   uint32_t prompt_len = 0;
-  uint32_t first_index = 0;  // SUBMIT's resume_from
-  std::string grammar{};     // SUBMIT's
-  bool ignore_eos = false;   // SUBMIT's
+  uint32_t first_index = 0;         // SUBMIT's resume_from
+  protocol::GrammarSpec grammar{};  // SUBMIT's
+  bool ignore_eos = false;          // SUBMIT's
   uint32_t max_new = 0;
   protocol::KvStatus kv;  // timings prefill reported
   // Until prefill starts the room, the request's budget after SUBMIT and waiting_timeout more (it may be

@@ -14,9 +14,9 @@ namespace epd::actors {
 class RoomGrammars {
  public:
   explicit RoomGrammars(model::ModelConfig cfg) : cfg_(std::move(cfg)) {}
-  // The state of `gbnf` after `answer`. invalid_request for a model without a GGUF vocabulary, a grammar
+  // The state of `spec` after `answer`. invalid_request for a model without a GGUF vocabulary, a grammar
   // that does not parse, or an answer it refuses.
-  protocol::Result<std::unique_ptr<model::Grammar>> state(const std::string& gbnf,
+  protocol::Result<std::unique_ptr<model::Grammar>> state(const protocol::GrammarSpec& spec,
                                                           std::span<const uint32_t> answer);
 
  private:

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <mutex>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -76,6 +77,38 @@ protocol::Status check_shape(std::string_view g) {
       --depth;
     }
   }
+  return {};
+}
+
+// The lazy start and the prefill, bounded before libllama sees them (its regex constructor throws on a bad
+// pattern; a token past the vocabulary would index out of it).
+protocol::Status check_start(const protocol::GrammarSpec& spec, uint32_t vocab) {
+  const size_t triggers = spec.trigger_patterns.size() + spec.trigger_tokens.size();
+  if (!spec.lazy && triggers > 0) return invalid("grammar triggers are for a lazy grammar");
+  if (spec.lazy && triggers == 0) return invalid("a lazy grammar needs a trigger");
+  if (spec.lazy && !spec.prefill.empty()) return invalid("a lazy grammar takes no prefill tokens");
+  if (triggers > kMaxGrammarTriggers)
+    return invalid("the grammar has " + std::to_string(triggers) + " triggers; the limit is " +
+                   std::to_string(kMaxGrammarTriggers));
+  if (spec.prefill.size() > kMaxGrammarPrefill)
+    return invalid("the grammar has " + std::to_string(spec.prefill.size()) +
+                   " prefill tokens; the limit is " + std::to_string(kMaxGrammarPrefill));
+  for (const std::string& p : spec.trigger_patterns) {
+    if (p.empty() || p.size() > kMaxTriggerPatternBytes)
+      return invalid("a grammar trigger pattern must have 1 to " + std::to_string(kMaxTriggerPatternBytes) +
+                     " bytes");
+    try {
+      std::regex check(p);
+    } catch (const std::regex_error& e) {
+      return invalid("grammar trigger pattern '" + p + "' is not a regular expression: " + e.what());
+    }
+  }
+  for (uint32_t t : spec.trigger_tokens)
+    if (t >= vocab)
+      return invalid("grammar trigger token " + std::to_string(t) + " is not in the vocabulary");
+  for (uint32_t t : spec.prefill)
+    if (t >= vocab)
+      return invalid("grammar prefill token " + std::to_string(t) + " is not in the vocabulary");
   return {};
 }
 
@@ -179,18 +212,27 @@ Grammar::Grammar(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Grammar::~Grammar() = default;
 
 protocol::Result<std::unique_ptr<Grammar>> Grammar::make(std::shared_ptr<const GrammarVocab> vocab,
-                                                         std::string_view gbnf) {
+                                                         const protocol::GrammarSpec& spec) {
   if (!vocab) return invalid("no vocabulary to run a grammar over");
-  if (auto st = check_shape(gbnf); !st) return st.error();
+  if (auto st = check_shape(spec.gbnf); !st) return st.error();
+  if (auto st = check_start(spec, vocab_size(*vocab)); !st) return st.error();
   install_log();
-  const std::string text(gbnf);
+  const std::string& text = spec.gbnf;
   if (std::string why = syntax_error(vocab->get(), text); !why.empty())
     return invalid("invalid grammar: " + why);
   std::string log;
   t_capture = &log;
   llama_sampler* sampler = nullptr;
   try {
-    sampler = llama_sampler_init_grammar(vocab->get(), text.c_str(), "root");
+    if (spec.lazy) {
+      std::vector<const char*> patterns;
+      for (const std::string& p : spec.trigger_patterns) patterns.push_back(p.c_str());
+      const std::vector<llama_token> tokens(spec.trigger_tokens.begin(), spec.trigger_tokens.end());
+      sampler = llama_sampler_init_grammar_lazy_patterns(vocab->get(), text.c_str(), "root", patterns.data(),
+                                                         patterns.size(), tokens.data(), tokens.size());
+    } else {
+      sampler = llama_sampler_init_grammar(vocab->get(), text.c_str(), "root");
+    }
   } catch (const std::exception& e) {
     log += e.what();
   } catch (...) {
@@ -204,13 +246,22 @@ protocol::Result<std::unique_ptr<Grammar>> Grammar::make(std::shared_ptr<const G
   const llama_vocab* v = impl->vocab->get();
   for (llama_token t : {llama_vocab_eos(v), llama_vocab_eot(v)})
     if (t != LLAMA_TOKEN_NULL && impl->end == LLAMA_TOKEN_NULL) impl->end = t;
+  // The generation prompt the template already wrote (llama.cpp's common_sampler_init feeds it the same
+  // way, past the checks of accept(): it is no answer).
+  for (size_t i = 0; i < spec.prefill.size(); ++i) {
+    try {
+      llama_sampler_accept(impl->sampler, llama_token(spec.prefill[i]));
+    } catch (const std::exception& e) {
+      return invalid("the grammar refuses prefill token " + std::to_string(i) + ": " + e.what());
+    }
+  }
   return std::unique_ptr<Grammar>(new Grammar(std::move(impl)));
 }
 
 protocol::Result<std::unique_ptr<Grammar>> Grammar::rebuild(std::shared_ptr<const GrammarVocab> vocab,
-                                                            std::string_view gbnf,
+                                                            const protocol::GrammarSpec& spec,
                                                             std::span<const TokenId> answer) {
-  auto g = make(std::move(vocab), gbnf);
+  auto g = make(std::move(vocab), spec);
   if (!g) return g.error();
   for (size_t i = 0; i < answer.size(); ++i)
     if (auto st = (*g)->accept(answer[i]); !st)
@@ -268,8 +319,8 @@ protocol::Status Grammar::accept(TokenId token) {
   return {};
 }
 
-protocol::Status check_grammar(std::shared_ptr<const GrammarVocab> vocab, std::string_view gbnf) {
-  auto g = Grammar::make(std::move(vocab), gbnf);
+protocol::Status check_grammar(std::shared_ptr<const GrammarVocab> vocab, const protocol::GrammarSpec& spec) {
+  auto g = Grammar::make(std::move(vocab), spec);
   if (!g) return g.error();
   return {};
 }

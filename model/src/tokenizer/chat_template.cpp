@@ -1,7 +1,9 @@
 #include "epd/model/chat_template.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <exception>
+#include <optional>
 #include <utility>
 
 #include "llama_chat.hpp"
@@ -69,18 +71,6 @@ void add_text(std::vector<ChatSegment>& out, std::string_view s, bool literal) {
     out.push_back({std::string(s), literal, false});
 }
 
-ToolFormat tool_format_of(std::string_view src) {
-  if (src.find("<tool_call>") != std::string_view::npos) return ToolFormat::hermes;
-  if (src.find("<|start_header_id|>") != std::string_view::npos &&
-      src.find("tools") != std::string_view::npos)
-    return ToolFormat::llama3;
-  // A ChatML template that says nothing of tools: Hermes' calls, the format ChatML models are trained on
-  // (what epd did before templates were rendered by llama.cpp; llama.cpp's own fallback for such templates
-  // is its generic JSON format).
-  if (src.find("<|im_start|>") != std::string_view::npos) return ToolFormat::hermes;
-  return ToolFormat::none;
-}
-
 }  // namespace
 
 ChatAnswerParser::ChatAnswerParser(std::shared_ptr<const llama_chat::Parser> parser)
@@ -100,19 +90,19 @@ protocol::Result<ChatAnswer> ChatAnswerParser::parse(std::string_view answer, bo
   return out;
 }
 
-ReasoningSplit::ReasoningSplit(std::shared_ptr<const ChatAnswerParser> parser) : parser_(std::move(parser)) {}
+AnswerSplit::AnswerSplit(std::shared_ptr<const ChatAnswerParser> parser) : parser_(std::move(parser)) {}
 
-ReasoningSplit::Delta ReasoningSplit::push(std::string_view text) {
+AnswerSplit::Delta AnswerSplit::push(std::string_view text) {
   if (text.empty()) return {};
   raw_ += text;
   return advance(true);
 }
 
-ReasoningSplit::Delta ReasoningSplit::finish() {
+AnswerSplit::Delta AnswerSplit::finish() {
   return advance(false);
 }
 
-ReasoningSplit::Delta ReasoningSplit::advance(bool partial) {
+AnswerSplit::Delta AnswerSplit::advance(bool partial) {
   auto parsed = parser_->parse(raw_, partial);
   ChatAnswer a = parsed ? std::move(*parsed) : ChatAnswer{raw_, {}, {}};
   if (!parsed && !reasoning_.empty()) return {};  // thinking went out already: nothing sure to add
@@ -125,7 +115,77 @@ ReasoningSplit::Delta ReasoningSplit::advance(bool partial) {
   };
   grow(reasoning_, a.reasoning_content, d.reasoning);
   grow(content_, a.content, d.content);
+  if (!partial) calls_ = std::move(a.tool_calls);
   return d;
+}
+
+namespace {
+
+// llama.cpp's regex_escape (common.cpp): a word trigger matched as text.
+std::string regex_escape(std::string_view s) {
+  std::string out;
+  for (char c : s) {
+    if (std::string_view(".^$|()*+?[]{}\\").find(c) != std::string_view::npos) out += '\\';
+    out += c;
+  }
+  return out;
+}
+
+std::optional<TokenId> single_token(const Tokenizer& tok, const std::string& text) {
+  auto ids = tok.encode(text, /*parse_special=*/true);
+  if (!ids || ids->size() != 1) return std::nullopt;
+  return ids->front();
+}
+
+}  // namespace
+
+std::vector<TokenId> preserved_ids(const ChatGrammar& g, const Tokenizer& tok) {
+  std::vector<TokenId> out;
+  for (const std::string& t : g.preserved_tokens)
+    if (auto id = single_token(tok, t)) out.push_back(*id);
+  return out;
+}
+
+protocol::Result<protocol::GrammarSpec> grammar_spec(const ChatGrammar& g, const Tokenizer& tok) {
+  protocol::GrammarSpec spec;
+  if (g.gbnf.empty()) return spec;
+  spec.gbnf = g.gbnf;
+  spec.lazy = g.lazy;
+  const std::vector<TokenId> preserved = preserved_ids(g, tok);
+  for (const GrammarTrigger& t : g.triggers) {
+    switch (t.kind) {
+      case GrammarTrigger::Kind::word:
+        if (auto id = single_token(tok, t.value)) {
+          if (std::find(preserved.begin(), preserved.end(), *id) == preserved.end())
+            return invalid("grammar trigger word " + t.value + " is one token that is not preserved");
+          spec.trigger_tokens.push_back(*id);
+        } else {
+          spec.trigger_patterns.push_back(regex_escape(t.value));
+        }
+        break;
+      case GrammarTrigger::Kind::pattern:
+        spec.trigger_patterns.push_back(t.value);
+        break;
+      case GrammarTrigger::Kind::pattern_full:
+        spec.trigger_patterns.push_back(t.value.empty() ? "^$"
+                                                        : (t.value.front() != '^' ? "^" : "") + t.value +
+                                                              (t.value.back() != '$' ? "$" : ""));
+        break;
+    }
+  }
+  if (!g.lazy && !g.generation_prompt.empty()) {
+    auto ids = tok.encode(g.generation_prompt, /*parse_special=*/true);
+    if (!ids) return ids.error();
+    for (size_t i = 0; i < ids->size(); ++i) {
+      const std::string piece = tok.piece((*ids)[i], /*render_special=*/true);
+      // Some tokenizers put a space before the first special token (llama.cpp drops it the same way).
+      if (i == 0 && !piece.empty() && std::isspace(static_cast<unsigned char>(piece[0])) &&
+          !std::isspace(static_cast<unsigned char>(g.generation_prompt[0])))
+        continue;
+      spec.prefill.push_back((*ids)[i]);
+    }
+  }
+  return spec;
 }
 
 ChatTemplate::~ChatTemplate() = default;
@@ -139,7 +199,6 @@ protocol::Result<std::shared_ptr<const ChatTemplate>> ChatTemplate::make(std::st
     return protocol::make_error(protocol::ErrorCode::config_error, e.what());
   }
   t->source_ = std::string(jinja);
-  t->tool_format_ = tool_format_of(jinja);
   return std::shared_ptr<const ChatTemplate>(std::move(t));
 }
 
@@ -154,27 +213,47 @@ bool ChatTemplate::supports(std::string_view capability) const {
 }
 
 protocol::Result<RenderedChat> ChatTemplate::render(std::span<const ChatTurn> turns,
-                                                    std::span<const ChatTool> tools, bool enable_thinking,
-                                                    const Tokenizer* tok) const {
+                                                    std::span<const ChatTool> tools, const ToolUse& use,
+                                                    bool enable_thinking, const Tokenizer* tok) const {
   if (auto st = check_turns(turns); !st) return st.error();
   std::vector<llama_chat::Message> messages;
   for (const ChatTurn& t : turns) {
-    llama_chat::Message m{t.role, t.text, {}, {}, {}};
+    llama_chat::Message m{t.role, t.text, {}, t.tool_call_id, {}};
     for (const ToolCall& c : t.tool_calls) m.calls.push_back({c.id, c.name, c.arguments});
     messages.push_back(std::move(m));
   }
-  std::vector<std::string> tool_json;
-  for (const ChatTool& t : tools) tool_json.push_back(t.json);
-  llama_chat::Rendered r;
+  std::vector<std::string> tool_json, named_json;
+  for (const ChatTool& t : tools) {
+    tool_json.push_back(t.json);
+    if (t.name == use.named) named_json.push_back(t.json);
+  }
+  if (!use.named.empty() && named_json.empty())
+    return invalid("tool_choice names " + use.named + ", which is not one of the tools");
+  const auto choice = use.choice == ToolUse::Choice::required ? llama_chat::ToolChoice::required
+                                                              : llama_chat::ToolChoice::automatic;
+  llama_chat::Rendered r, calls;
   try {
-    r = impl_->apply(messages, tool_json, enable_thinking);
+    r = impl_->apply(messages, tool_json, choice, use.parallel, enable_thinking);
+    // A named tool: the prompt shows every tool (llama.cpp's prompt does not depend on the choice), the
+    // grammar and the parser are those of a request that offers that tool alone.
+    if (!named_json.empty())
+      calls = impl_->apply(messages, named_json, choice, use.parallel, enable_thinking);
   } catch (const std::exception& e) {
     return invalid(std::string("chat template: ") + e.what());
   }
+  const llama_chat::Rendered& g = named_json.empty() ? r : calls;
   RenderedChat out;
   out.text = std::move(r.prompt);
-  out.parser = std::make_shared<const ChatAnswerParser>(std::move(r.parser));
+  out.parser = std::make_shared<const ChatAnswerParser>(g.parser);
   out.supports_thinking = r.supports_thinking;
+  out.additional_stops = g.additional_stops;
+  out.grammar = {g.grammar, g.grammar_lazy, {}, g.preserved_tokens, g.generation_prompt};
+  for (const llama_chat::Trigger& t : g.triggers) {
+    GrammarTrigger::Kind kind = GrammarTrigger::Kind::word;
+    if (t.kind == llama_chat::Trigger::Kind::pattern) kind = GrammarTrigger::Kind::pattern;
+    if (t.kind == llama_chat::Trigger::Kind::pattern_full) kind = GrammarTrigger::Kind::pattern_full;
+    out.grammar.triggers.push_back({kind, t.value});
+  }
   if (!r.parts.empty()) {
     for (const llama_chat::Part& p : r.parts) add_text(out.segments, p.text, p.input);
   } else {

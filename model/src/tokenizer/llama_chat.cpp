@@ -70,9 +70,9 @@ class LlamaTemplates final : public Templates {
         tmpl_(common_chat_templates_source(tmpls_.get()), bos, eos) {}
 
   Rendered apply(const std::vector<Message>& messages, const std::vector<std::string>& tools,
-                 bool enable_thinking) const override {
+                 ToolChoice choice, bool parallel_tool_calls, bool enable_thinking) const override {
     try {
-      return apply_or_throw(messages, tools, enable_thinking);
+      return apply_or_throw(messages, tools, choice, parallel_tool_calls, enable_thinking);
     } catch (const std::exception& e) {
       throw std::runtime_error(e.what());  // a standard type across the library's hidden symbols
     }
@@ -86,7 +86,7 @@ class LlamaTemplates final : public Templates {
 
  private:
   Rendered apply_or_throw(const std::vector<Message>& messages, const std::vector<std::string>& tools,
-                          bool enable_thinking) const {
+                          ToolChoice choice, bool parallel_tool_calls, bool enable_thinking) const {
     common_chat_templates_inputs in;
     for (const Message& m : messages) in.messages.push_back(to_common(m));
     json tools_json = json::array();
@@ -94,7 +94,9 @@ class LlamaTemplates final : public Templates {
     in.tools = common_chat_tools_parse_oaicompat(tools_json);
     in.add_generation_prompt = true;
     in.use_jinja = true;
-    in.parallel_tool_calls = true;
+    in.tool_choice =
+        choice == ToolChoice::required ? COMMON_CHAT_TOOL_CHOICE_REQUIRED : COMMON_CHAT_TOOL_CHOICE_AUTO;
+    in.parallel_tool_calls = parallel_tool_calls;
     in.reasoning_format = COMMON_REASONING_FORMAT_DEEPSEEK;  // llama-server's default
     in.enable_thinking = enable_thinking;
     const auto now = std::chrono::system_clock::now();
@@ -105,6 +107,18 @@ class LlamaTemplates final : public Templates {
     out.parser = std::make_shared<LlamaParser>(p);
     out.additional_stops = p.additional_stops;
     out.supports_thinking = p.supports_thinking;
+    out.grammar = p.grammar;
+    out.grammar_lazy = p.grammar_lazy;
+    for (const common_grammar_trigger& t : p.grammar_triggers) {
+      Trigger::Kind kind = Trigger::Kind::word;
+      if (t.type == COMMON_GRAMMAR_TRIGGER_TYPE_PATTERN) kind = Trigger::Kind::pattern;
+      if (t.type == COMMON_GRAMMAR_TRIGGER_TYPE_PATTERN_FULL) kind = Trigger::Kind::pattern_full;
+      if (t.type == COMMON_GRAMMAR_TRIGGER_TYPE_TOKEN)
+        throw std::runtime_error("the chat layer reported a token trigger without a vocabulary");
+      out.triggers.push_back({kind, t.value});
+    }
+    out.preserved_tokens = p.preserved_tokens;
+    out.generation_prompt = p.generation_prompt;
     out.parts = marked(in, now);
     std::string joined;
     for (const Part& part : out.parts) joined += part.text;

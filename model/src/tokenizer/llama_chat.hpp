@@ -48,12 +48,30 @@ class Parser {
   virtual std::optional<Answer> parse(const std::string& text, bool partial, std::string* error) const = 0;
 };
 
+// A grammar trigger as llama.cpp's chat layer reports it (common_grammar_trigger without a token id).
+struct Trigger {
+  enum class Kind { word, pattern, pattern_full };
+  Kind kind = Kind::word;
+  std::string value;
+};
+
+// tool_choice as llama.cpp's chat layer takes it (a named function is "required" over that one tool).
+enum class ToolChoice { automatic, required };
+
 struct Rendered {
   std::string prompt;       // llama.cpp's common_chat_templates_apply(...).prompt
   std::vector<Part> parts;  // the same text with input marks; empty when they could not be had
   std::shared_ptr<const Parser> parser;
   std::vector<std::string> additional_stops;
   bool supports_thinking = false;
+  // The tool-call grammar llama-server samples with (empty: none), lazy: applied from the first trigger on;
+  // else the generation prompt is fed to it first (common_grammar_needs_prefill).
+  std::string grammar;
+  bool grammar_lazy = false;
+  std::vector<Trigger> triggers;
+  std::vector<std::string>
+      preserved_tokens;  // special tokens whose text the answer keeps (and the parser reads)
+  std::string generation_prompt;
 };
 
 class Templates {
@@ -62,7 +80,7 @@ class Templates {
   // Renders with add_generation_prompt; tools are OpenAI tool objects as JSON text. Throws std::exception
   // with llama.cpp's message when the template refuses the conversation (raise_exception) or cannot be used.
   virtual Rendered apply(const std::vector<Message>& messages, const std::vector<std::string>& tools,
-                         bool enable_thinking) const = 0;
+                         ToolChoice choice, bool parallel_tool_calls, bool enable_thinking) const = 0;
   // llama.cpp's reading of the template's capabilities (supports_tools, supports_system_role, ...).
   virtual bool supports(const std::string& capability) const = 0;
 };

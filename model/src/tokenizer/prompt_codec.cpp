@@ -166,34 +166,37 @@ protocol::Result<std::vector<TokenId>> PromptCodec::chat(std::span<const ChatTur
 }
 
 protocol::Result<RenderedChat> PromptCodec::render(std::span<const ChatTurn> turns,
-                                                   std::span<const ChatTool> tools) const {
+                                                   std::span<const ChatTool> tools,
+                                                   const ToolUse& use) const {
   if (reference_)
     return protocol::make_error(
         protocol::ErrorCode::config_error,
         "model " + cfg_.name + " has no Jinja chat template (its own byte-level one)");
   if (!template_) return template_error_;
-  return template_->render(turns, tools, /*enable_thinking=*/true, tok_.get());
+  return template_->render(turns, tools, use, /*enable_thinking=*/true, tok_.get());
 }
 
 bool PromptCodec::ends_generation(TokenId id) const {
   return std::find(stops_.begin(), stops_.end(), id) != stops_.end();
 }
 
-std::string PromptCodec::text(std::span<const TokenId> tokens, bool past_end) const {
+std::string PromptCodec::text(std::span<const TokenId> tokens, bool past_end,
+                              std::span<const TokenId> preserved) const {
   if (past_end) {
     std::vector<TokenId> kept;
     std::copy_if(tokens.begin(), tokens.end(), std::back_inserter(kept),
                  [&](TokenId t) { return !ends_generation(t); });
-    return text(kept);
+    return text(kept, false, preserved);
   }
   if (reference_) return decode_text(tokens);
   auto end = std::find_if(tokens.begin(), tokens.end(), [&](TokenId t) { return ends_generation(t); });
-  return decode(*tok_, std::span(tokens.begin(), end));
+  return decode(*tok_, std::span(tokens.begin(), end), false, preserved);
 }
 
-GenerationText::GenerationText(std::shared_ptr<const PromptCodec> codec, bool past_end)
+GenerationText::GenerationText(std::shared_ptr<const PromptCodec> codec, bool past_end,
+                               std::span<const TokenId> preserved)
     : codec_(std::move(codec)), past_end_(past_end) {
-  if (codec_ && !codec_->reference_) decoder_.emplace(*codec_->tok_);
+  if (codec_ && !codec_->reference_) decoder_.emplace(*codec_->tok_, false, preserved);
 }
 
 std::string GenerationText::push(TokenId id) {

@@ -1,5 +1,7 @@
 #include "epd/model/tokenizer.hpp"
 
+#include <algorithm>
+
 namespace epd::model {
 namespace {
 
@@ -17,7 +19,9 @@ constexpr std::string_view kReplacement = "\xEF\xBF\xBD";
 }  // namespace
 
 std::string StreamDecoder::push(TokenId id) {
-  std::string bytes = tok_->piece(id, render_special_);
+  const bool special =
+      render_special_ || std::find(preserved_.begin(), preserved_.end(), id) != preserved_.end();
+  std::string bytes = tok_->piece(id, special);
   if (first_ && !bytes.empty()) {
     // SentencePiece's dummy prefix: the space encoding put before the text is not part of it.
     first_ = false;
@@ -55,8 +59,9 @@ std::string StreamDecoder::finish() {
   return std::string(kReplacement);
 }
 
-std::string decode(const Tokenizer& tok, std::span<const TokenId> ids, bool render_special) {
-  StreamDecoder d(tok, render_special);
+std::string decode(const Tokenizer& tok, std::span<const TokenId> ids, bool render_special,
+                   std::span<const TokenId> preserved) {
+  StreamDecoder d(tok, render_special, preserved);
   std::string out;
   for (TokenId id : ids) out += d.push(id);
   out += d.finish();

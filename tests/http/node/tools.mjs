@@ -34,15 +34,18 @@ function checkChoice(c, content, finish, calls) {
     return;
   }
   if (c.must_call || wantCalls?.length) {
-    assert.equal(finish, 'tool_calls', `finish_reason (content ${JSON.stringify(content)})`);
+    const cut = e?.finish === 'length';  // max_tokens ended it: finish_reason "length", calls or not
+    assert.equal(finish, cut ? 'length' : 'tool_calls', `finish_reason (content ${JSON.stringify(content)})`);
     assert.ok(calls.length > 0, 'the answer has calls');
   }
   if (wantCalls) {
     assert.deepEqual(calls.map(({ name, arguments: a }) => ({ name, arguments: a })), wantCalls, 'the colocated run called otherwise');
     assert.equal((content ?? '').trim(), (e.content ?? '').trim(), 'content next to the calls');
   }
-  for (const call of calls) {
-    assert.match(call.id, /^call_[0-9a-f]+$/, 'a call id');
+  // An answer max_tokens cut may end in an unfinished call (finish_reason "length", as llama-server's).
+  for (const call of finish === 'tool_calls' ? calls : []) {
+    // epd's own (call_<hex>), or the one the format writes (Mistral's), as llama-server keeps it
+    assert.ok(typeof call.id === 'string' && call.id.length > 0, 'a call id');
     let args;
     assert.doesNotThrow(() => (args = JSON.parse(call.arguments)), `arguments are not JSON: ${call.arguments}`);
     assert.equal(violation(args, schemaOf(c, call.name)), null, `${call.arguments} breaks ${call.name}'s schema`);

@@ -186,7 +186,7 @@ TEST_CASE("answers are parsed by the template's parser: reasoning and tool calls
     CHECK(a->content == "Sunny.");
     CHECK(a->tool_calls.empty());
     // Streamed a byte at a time, as tokens arrive: every piece goes out once, thinking before content.
-    ReasoningSplit split(r->parser);
+    AnswerSplit split(r->parser);
     const std::string answer = "<think>\nIt is in France.\n</think>\n\nSunny.";
     std::string reasoning, content;
     for (char ch : answer) {

@@ -62,16 +62,7 @@ TEST_CASE("hermes calls parse from an answer: good, several, text around, malfor
   }
 }
 
-TEST_CASE("llama3 calls parse from a whole answer with parameters or arguments") {
-  auto p =
-      parse_tool_calls(ToolFormat::llama3, " {\"name\": \"add\", \"parameters\": {\"a\": 1}} \n", kTools);
-  REQUIRE(p);
-  REQUIRE(p->calls.size() == 1);
-  CHECK(p->calls[0].name == "add");
-  CHECK(p->calls[0].arguments == R"({"a":1})");
-  CHECK(parse_tool_calls(ToolFormat::llama3, "{\"name\": \"add\", \"arguments\": {}}", kTools));
-  CHECK_FALSE(parse_tool_calls(ToolFormat::llama3, "Sure: {\"name\": \"add\", \"parameters\": {}}", kTools));
-  CHECK_FALSE(parse_tool_calls(ToolFormat::llama3, "{\"name\": \"sub\", \"parameters\": {}}", kTools));
+TEST_CASE("no format reads no calls") {
   CHECK_FALSE(parse_tool_calls(ToolFormat::none,
                                "<tool_call>{\"name\": \"add\", \"arguments\": {}}</tool_call>", kTools));
 }
@@ -112,21 +103,6 @@ TEST_CASE("streamed hermes text holds back what could be a call and nothing else
   CHECK(none2.empty());
 }
 
-TEST_CASE("streamed llama3 text is held only when the answer starts with a brace") {
-  std::vector<std::string> outs;
-  auto [content, calls] =
-      stream(ToolFormat::llama3, {" ", "{\"name\": \"add\",", " \"parameters\": {\"a\": 2}}"}, &outs);
-  CHECK(content.empty());
-  REQUIRE(calls.size() == 1);
-  CHECK(calls[0].arguments == R"({"a":2})");
-  outs.clear();
-  auto [text, none] = stream(ToolFormat::llama3, {"\n", "It is {", "sunny}"}, &outs);
-  CHECK(outs[0].empty());
-  CHECK(outs[1] == "\nIt is {");
-  CHECK(text == "\nIt is {sunny}");
-  CHECK(none.empty());
-}
-
 TEST_CASE("the reference model writes tools calls and results in the Hermes format") {
   std::vector<ChatTurn> turns = {{"user", "Add 1 and 2."}, {"assistant", ""}, {"tool", "3"}, {"tool", "ok"}};
   turns[1].tool_calls = {{"call_9", "add", R"({"a":1,"b":2})"}};
@@ -154,16 +130,6 @@ TEST_CASE("the reference model writes tools calls and results in the Hermes form
   REQUIRE(text.ok());
   CHECK(text->rfind("<|im_start|>system\n# Tools", 0) == 0);
   CHECK(text->find("<|im_start|>assistant\n<tool_call>\n{\"name\": \"add\"") != std::string::npos);
-}
-
-TEST_CASE("a template names the tool format the HTTP layer forces and streams") {
-  auto hermes = ChatTemplate::make("{{ '<tool_call>' }}", "", "");
-  auto llama3 = ChatTemplate::make("{% if tools %}{{ '<|start_header_id|>' }}{% endif %}", "", "");
-  auto none = ChatTemplate::make("{{ messages[0]['content'] }}", "", "");
-  REQUIRE((hermes.ok() && llama3.ok() && none.ok()));
-  CHECK((*hermes)->tool_format() == ToolFormat::hermes);
-  CHECK((*llama3)->tool_format() == ToolFormat::llama3);
-  CHECK((*none)->tool_format() == ToolFormat::none);
 }
 
 }  // namespace chat_tools

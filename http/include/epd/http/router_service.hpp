@@ -34,7 +34,7 @@ struct GenerateRequest {
   model::SamplingParams sampling;
   // Constrained decoding: a GBNF grammar (llama.cpp's) the answer follows, JSON schemas already converted;
   // empty: none. The router refuses one that does not parse with 400 before any room is made.
-  std::string grammar{};
+  protocol::GrammarSpec grammar{};
   // llama-server's `ignore_eos`: the model's end tokens neither end the answer nor have text; max_tokens
   // (or a stop string) ends it.
   bool ignore_eos = false;

@@ -21,6 +21,7 @@ struct ChatTurn {
   std::string text;                    // with one kImageMarker per image of the turn, where it stood
   bool image = false;                  // the turn carried an image (user turns only)
   std::vector<ToolCall> tool_calls{};  // an assistant turn's calls (chat_tools.hpp)
+  std::string tool_call_id{};          // a tool turn's: the call it answers (templates may write it)
 };
 
 // The turns with the tools and the calls written in as the Hermes format has them (chat_tools.hpp): the

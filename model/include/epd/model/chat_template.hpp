@@ -14,6 +14,7 @@
 
 #include "epd/model/chat.hpp"
 #include "epd/model/tokenizer.hpp"
+#include "epd/protocol/messages.hpp"
 #include "epd/protocol/result.hpp"
 
 namespace epd::model {
@@ -52,24 +53,54 @@ class ChatAnswerParser {
   std::shared_ptr<const llama_chat::Parser> parser_;
 };
 
-// An answer's text as it streams, split by the template's parser into reasoning_content and content, as
-// llama-server streams them: each push() returns what each part grew by since the last one (a part the
-// parse of the partial text would take back is held until it grows again), finish() the rest of the whole
-// answer parsed as complete. An answer the format does not match is content.
-class ReasoningSplit {
+// An answer's text as it streams, split by the template's parser into reasoning_content, content and tool
+// calls, as llama-server streams them: each push() returns what reasoning and content grew by since the
+// last one (a part the parse of the partial text would take back is held until it grows again; a call
+// being written is no content), finish() the rest of the whole answer parsed as complete, and calls() its
+// calls. An answer the format does not match is content.
+class AnswerSplit {
  public:
-  explicit ReasoningSplit(std::shared_ptr<const ChatAnswerParser> parser);
+  explicit AnswerSplit(std::shared_ptr<const ChatAnswerParser> parser);
   struct Delta {
     std::string reasoning, content;
   };
   Delta push(std::string_view text);
   Delta finish();
+  // After finish(): the answer's tool calls (ids as the parser gave them; empty: none).
+  std::vector<ToolCall>& calls() { return calls_; }
 
  private:
   Delta advance(bool partial);
   std::shared_ptr<const ChatAnswerParser> parser_;
   std::string raw_;                  // the answer's text so far
   std::string reasoning_, content_;  // what push() returned of each, concatenated
+  std::vector<ToolCall> calls_;
+};
+
+// How an answer may call the tools (OpenAI's tool_choice and parallel_tool_calls; "none" shows no tools).
+struct ToolUse {
+  enum class Choice { automatic, required };
+  Choice choice = Choice::automatic;
+  std::string named{};  // with required: a call of this tool only (empty: any of them)
+  bool parallel = true;
+};
+
+// A grammar trigger as llama.cpp's chat layer writes it: a word, or a regular expression over the answer's
+// text (pattern_full: the whole text so far).
+struct GrammarTrigger {
+  enum class Kind { word, pattern, pattern_full };
+  Kind kind = Kind::word;
+  std::string value;
+};
+
+// The grammar llama-server samples a tool-calling answer with (common_chat_params), in text; grammar_spec()
+// makes it what a room carries.
+struct ChatGrammar {
+  std::string gbnf;  // empty: none (e.g. "auto" for a template whose calls need no constraint)
+  bool lazy = false;
+  std::vector<GrammarTrigger> triggers;
+  std::vector<std::string> preserved_tokens;  // special tokens whose text the answer keeps
+  std::string generation_prompt;              // what a grammar that is not lazy starts with
 };
 
 struct RenderedChat {
@@ -77,7 +108,18 @@ struct RenderedChat {
   std::vector<ChatSegment> segments;  // the same text, split where request text and images stand
   std::shared_ptr<const ChatAnswerParser> parser;
   bool supports_thinking = false;
+  ChatGrammar grammar;                        // with tools
+  std::vector<std::string> additional_stops;  // stop strings the format adds (llama-server's)
 };
+
+// A rendered grammar as a room's grammar, converted as llama-server converts it for its sampler: a trigger
+// word that is one preserved token triggers on that token, other words by their escaped text, full
+// patterns anchored; a grammar that is not lazy is prefilled with the generation prompt's tokens (special
+// tokens parsed, a first token that only adds a space dropped). invalid_request when a trigger word is one
+// token that is not preserved (llama-server refuses it too).
+protocol::Result<protocol::GrammarSpec> grammar_spec(const ChatGrammar& g, const Tokenizer& tok);
+// The ids of the preserved tokens that are one token of `tok` (their text stays in the answer).
+std::vector<TokenId> preserved_ids(const ChatGrammar& g, const Tokenizer& tok);
 
 // A checkpoint's chat template, parsed once (immutable, shared by threads).
 class ChatTemplate {
@@ -94,20 +136,19 @@ class ChatTemplate {
   // no turns, a role other than system/user/assistant/tool, an image outside a user turn, and whatever the
   // template itself refuses (raise_exception: its message). `tok` (optional) checks request text when the
   // input marks cannot be had (docs/model.md).
+  // With tools, `use` picks the grammar and the parser (a named tool: of that tool alone; the prompt lists
+  // them all).
   protocol::Result<RenderedChat> render(std::span<const ChatTurn> turns, std::span<const ChatTool> tools = {},
-                                        bool enable_thinking = true, const Tokenizer* tok = nullptr) const;
+                                        const ToolUse& use = {}, bool enable_thinking = true,
+                                        const Tokenizer* tok = nullptr) const;
   // llama.cpp's reading of the template: supports_tools, supports_tool_calls, supports_system_role, ...
   bool supports(std::string_view capability) const;
   const std::string& source() const { return source_; }
-  // The tool format the HTTP layer forces and streams calls in (chat_tools.hpp): Hermes when the template
-  // writes <tool_call> blocks, Llama-3's JSON calls for a Llama-3 header template with tools, else none.
-  ToolFormat tool_format() const { return tool_format_; }
 
  private:
   ChatTemplate() = default;
   std::string source_;
   std::unique_ptr<const llama_chat::Templates> impl_;
-  ToolFormat tool_format_ = ToolFormat::none;
 };
 
 // The rendered text alone (specials spelled out), for tests and the reference model's tools.

@@ -13,10 +13,10 @@
 
 namespace epd::model {
 
-// The format a chat template family was trained on. hermes: ChatML models (Qwen2.5, Hermes, the reference
-// model) list tools in the system turn and answer <tool_call>{"name", "arguments"}</tool_call> blocks;
-// llama3: Llama-3.1's JSON calls, {"name", "parameters"} as the whole answer; none: no sane format (Llama-2).
-enum class ToolFormat { none, hermes, llama3 };
+// The tool format epd writes and reads itself: the reference model's, Hermes (tools listed in the system
+// turn, answers of <tool_call>{"name", "arguments"}</tool_call> blocks). A checkpoint's calls are written
+// and read by llama.cpp's chat layer for its own template (chat_template.hpp).
+enum class ToolFormat { none, hermes };
 
 // One tool offered to the model.
 struct ChatTool {
@@ -47,18 +47,9 @@ protocol::Result<std::string> hermes_assistant_text(std::string_view content,
 // Hermes: one tool result as its <tool_response> block (consecutive ones share one user turn, "\n" between).
 std::string hermes_tool_response(std::string_view content);
 
-// Llama-3.1: the first user turn's preamble that lists the tools (the user's text follows).
-std::string llama3_tools_preamble(std::span<const ChatTool> tools);
-// Llama-3.1: a past call as the assistant wrote it.
-protocol::Result<std::string> llama3_call_text(const ToolCall& call);
-
-// Llama-3.1: a tool's result as the ipython turn writes it (the template's `tojson` of the content string).
-std::string llama3_tool_result_text(std::string_view content);
-
 // The calls in an answer, or nullopt when it holds none that parse (then it is plain text). Hermes: every
 // <tool_call>...</tool_call> block must hold {"name": a tool's name, "arguments": an object}; `content` gets
-// the text outside the blocks (trimmed). Llama-3: the whole answer (trimmed) is {"name", "parameters" or
-// "arguments"}. Calls get no id (the API gives them theirs).
+// the text outside the blocks (trimmed). Calls get no id (the API gives them theirs).
 struct ParsedCalls {
   std::vector<ToolCall> calls;
   std::string content;
@@ -67,10 +58,9 @@ std::optional<ParsedCalls> parse_tool_calls(ToolFormat format, std::string_view 
                                             std::span<const ChatTool> tools);
 
 // An answer's text as it streams, split into what may go out as content now and what is held back because
-// a call could start there (Hermes: from "<tool_call>" or a prefix of it at the end; Llama-3: from the
-// answer's first non-space character when it is "{"). finish() parses what was held: calls, and the content
-// left to send (all of the held text when it does not parse). The pushes' and finish's texts concatenated
-// are the answer without its calls.
+// a call could start there (from "<tool_call>", or a prefix of it at the end). finish() parses what was
+// held: calls, and the content left to send (all of the held text when it does not parse). The pushes' and
+// finish's texts concatenated are the answer without its calls.
 class ToolCallText {
  public:
   ToolCallText(ToolFormat format, std::vector<ChatTool> tools);
@@ -86,7 +76,6 @@ class ToolCallText {
   std::vector<ChatTool> tools_;
   std::string held_;
   bool holding_ = false;  // a call (may have) started: everything from held_ on waits for the end
-  bool plain_ = false;    // Llama-3: the answer did not start with "{"
 };
 
 }  // namespace epd::model

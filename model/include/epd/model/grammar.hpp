@@ -13,9 +13,9 @@
 #include <string>
 #include <string_view>
 
-#include "epd/model/chat_tools.hpp"
 #include "epd/model/config.hpp"
 #include "epd/model/token_constraint.hpp"
+#include "epd/protocol/messages.hpp"
 #include "epd/protocol/result.hpp"
 
 namespace epd::model {
@@ -24,6 +24,10 @@ namespace epd::model {
 // deepest nesting of parentheses in it: llama.cpp's parser recurses once per level.
 inline constexpr size_t kMaxGrammarBytes = 64 * 1024;
 inline constexpr size_t kMaxGrammarDepth = 64;
+// Triggers and prefill tokens of one grammar (llama.cpp's chat layer makes a handful).
+inline constexpr size_t kMaxGrammarTriggers = 64;
+inline constexpr size_t kMaxTriggerPatternBytes = 1024;
+inline constexpr size_t kMaxGrammarPrefill = 256;
 
 // llama.cpp's view of a model's vocabulary, shared by every grammar of a process (read-only once loaded).
 class GrammarVocab;
@@ -42,16 +46,27 @@ class Grammar final : public TokenConstraint {
   Grammar(const Grammar&) = delete;
   Grammar& operator=(const Grammar&) = delete;
 
-  // The grammar's start state (rule "root"). invalid_request naming the cause for text over
-  // kMaxGrammarBytes, nesting deeper than kMaxGrammarDepth, a syntax error, an undefined rule, a missing
-  // root or left recursion.
+  // The grammar's start state (rule "root"; a lazy one awaiting its trigger, one with prefill tokens past
+  // them). invalid_request naming the cause for text over kMaxGrammarBytes, nesting deeper than
+  // kMaxGrammarDepth, a syntax error, an undefined rule, a missing root or left recursion, a lazy grammar
+  // without triggers or with a pattern that is not a regular expression, more than kMaxGrammarTriggers
+  // triggers, prefill tokens the grammar refuses.
   static protocol::Result<std::unique_ptr<Grammar>> make(std::shared_ptr<const GrammarVocab> vocab,
-                                                         std::string_view gbnf);
+                                                         const protocol::GrammarSpec& spec);
+  static protocol::Result<std::unique_ptr<Grammar>> make(std::shared_ptr<const GrammarVocab> vocab,
+                                                         std::string_view gbnf) {
+    return make(std::move(vocab), protocol::GrammarSpec{std::string(gbnf)});
+  }
   // make(), then accept() each of `answer` (the answer's tokens so far, e.g. the end of a resumed room's
   // prompt): the state a sequence that drew them has.
   static protocol::Result<std::unique_ptr<Grammar>> rebuild(std::shared_ptr<const GrammarVocab> vocab,
-                                                            std::string_view gbnf,
+                                                            const protocol::GrammarSpec& spec,
                                                             std::span<const TokenId> answer);
+  static protocol::Result<std::unique_ptr<Grammar>> rebuild(std::shared_ptr<const GrammarVocab> vocab,
+                                                            std::string_view gbnf,
+                                                            std::span<const TokenId> answer) {
+    return rebuild(std::move(vocab), protocol::GrammarSpec{std::string(gbnf)}, answer);
+  }
 
   // -infinity to every token whose text cannot continue the grammar, to the end-of-generation tokens
   // unless the text so far is complete, and to tokens with no text (control tokens).
@@ -68,8 +83,11 @@ class Grammar final : public TokenConstraint {
   std::unique_ptr<Impl> impl_;
 };
 
-// Parses `gbnf` as make() does, without keeping the state: what the router checks before it makes a room.
-protocol::Status check_grammar(std::shared_ptr<const GrammarVocab> vocab, std::string_view gbnf);
+// Parses `spec` as make() does, without keeping the state: what the router checks before it makes a room.
+protocol::Status check_grammar(std::shared_ptr<const GrammarVocab> vocab, const protocol::GrammarSpec& spec);
+inline protocol::Status check_grammar(std::shared_ptr<const GrammarVocab> vocab, std::string_view gbnf) {
+  return check_grammar(std::move(vocab), protocol::GrammarSpec{std::string(gbnf)});
+}
 
 // Any JSON object (OpenAI's response_format {"type": "json_object"}): llama.cpp's json.gbnf with the root
 // an object.
@@ -79,11 +97,5 @@ const std::string& json_object_grammar();
 // that is not JSON, a schema the converter refuses (unsupported keywords, unresolvable or recursive-only
 // $ref, ...) or a grammar over kMaxGrammarBytes. The schema must come from a parser with a depth limit.
 protocol::Result<std::string> json_schema_grammar(std::string_view schema_json);
-
-// Forced tool calls (chat_tools.hpp): an answer that is a call of one of `tools` in `format` (each call's
-// arguments valid against its tool's `parameters`), or with `parallel` one or more Hermes calls (Llama-3
-// answers one). invalid_request for ToolFormat::none, no tools, or a schema the converter refuses.
-protocol::Result<std::string> tool_call_grammar(ToolFormat format, std::span<const ChatTool> tools,
-                                                bool parallel);
 
 }  // namespace epd::model

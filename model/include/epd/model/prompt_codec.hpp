@@ -47,8 +47,8 @@ class PromptCodec {
   // A checkpoint's conversation as its template renders it, with the parser of the answer (content,
   // reasoning_content, tool calls); config_error for the reference model (its answers are read by
   // chat_tools.hpp).
-  protocol::Result<RenderedChat> render(std::span<const ChatTurn> turns,
-                                        std::span<const ChatTool> tools = {}) const;
+  protocol::Result<RenderedChat> render(std::span<const ChatTurn> turns, std::span<const ChatTool> tools = {},
+                                        const ToolUse& use = {}) const;
   // An image's tokens: its layout (mmproj.hpp) with the vocabulary's marker ids and image_token() rows.
   // Only for a model with an mmproj.
   protocol::Result<std::vector<TokenId>> image_tokens(ImageDims dims) const;
@@ -61,15 +61,12 @@ class PromptCodec {
   std::span<const TokenId> stop_tokens() const { return stops_; }
   // Text of generated tokens, up to (not including) the first that ends the generation; `past_end`: of
   // all of them, the end tokens without text (an answer with ignore_eos goes on after them).
-  std::string text(std::span<const TokenId> tokens, bool past_end = false) const;
+  // `preserved`: special tokens whose text is kept (preserved_ids(), a tool-call format's markers).
+  std::string text(std::span<const TokenId> tokens, bool past_end = false,
+                   std::span<const TokenId> preserved = {}) const;
   const Tokenizer& tokenizer() const { return *tok_; }
   // A checkpoint's chat template (nullptr: the reference model, or a template that does not parse).
   const ChatTemplate* chat_template() const { return template_.get(); }
-  // The format the HTTP layer forces and streams tool calls in: the reference model Hermes in its
-  // byte-level ChatML; a checkpoint its template's (ChatTemplate::tool_format).
-  ToolFormat tool_format() const {
-    return reference_ ? ToolFormat::hermes : template_ ? template_->tool_format() : ToolFormat::none;
-  }
 
  private:
   PromptCodec() = default;
@@ -96,7 +93,8 @@ class GenerationText {
  public:
   // codec nullptr: the reference model's byte text. `past_end`: an end token has no text and ends nothing
   // (as codec.text(tokens, true)).
-  explicit GenerationText(std::shared_ptr<const PromptCodec> codec, bool past_end = false);
+  explicit GenerationText(std::shared_ptr<const PromptCodec> codec, bool past_end = false,
+                          std::span<const TokenId> preserved = {});
   std::string push(TokenId id);
   std::string finish();
 

@@ -65,22 +65,26 @@ class Tokenizer {
   virtual bool strips_leading_space() const { return false; }
 };
 
-// ids -> text, all at once (the same rules as StreamDecoder).
-std::string decode(const Tokenizer& tok, std::span<const TokenId> ids, bool render_special = false);
+// ids -> text, all at once (the same rules as StreamDecoder). `preserved`: special tokens spelled out even
+// without render_special (llama-server's preserved tokens: a tool-call format's markers).
+std::string decode(const Tokenizer& tok, std::span<const TokenId> ids, bool render_special = false,
+                   std::span<const TokenId> preserved = {});
 
 // Incremental decoding for streaming: push() returns only whole UTF-8 characters, holding back the bytes of
 // a character split across tokens until the rest arrives; finish() returns what is left (a truncated
 // character comes out as U+FFFD). Concatenating every push() and finish() equals decode().
 class StreamDecoder {
  public:
-  explicit StreamDecoder(const Tokenizer& tok, bool render_special = false)
-      : tok_(&tok), render_special_(render_special) {}
+  explicit StreamDecoder(const Tokenizer& tok, bool render_special = false,
+                         std::span<const TokenId> preserved = {})
+      : tok_(&tok), render_special_(render_special), preserved_(preserved.begin(), preserved.end()) {}
   std::string push(TokenId id);
   std::string finish();
 
  private:
   const Tokenizer* tok_;
   bool render_special_;
+  std::vector<TokenId> preserved_;
   bool first_ = true;
   std::string pending_;  // bytes of an unfinished UTF-8 character
 };

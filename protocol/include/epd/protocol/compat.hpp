@@ -33,8 +33,11 @@ namespace epd::protocol {
 //    for a prompt queued at prefill within the request's time left, and for a started one within its
 //    waiting_timeout of the last chunk; a revision-9 decode or encoder would fail rooms only queued
 //    elsewhere (the 504s on long prompts), so this build speaks 10 only.
-inline constexpr uint32_t kProtocolRevision = 10;
-inline constexpr uint32_t kOldestProtocolRevision = 10;
+// 11: SUBMIT's grammar may be lazy (`grammar_lazy`, `grammar_triggers`, `grammar_trigger_tokens`) or start
+//    from the generation prompt (`grammar_prefill`): llama.cpp's tool-call grammars; a revision-10 prefill or
+//    decode would constrain a lazy grammar's answer from its first token, or refuse a prefilled grammar's.
+inline constexpr uint32_t kProtocolRevision = 11;
+inline constexpr uint32_t kOldestProtocolRevision = 11;
 
 struct Incompatibility {
   enum class Kind { protocol, model };

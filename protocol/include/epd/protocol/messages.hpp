@@ -632,6 +632,20 @@ struct EmbedDone {
 
 // ---- requests ---------------------------------------------------------------------------------------------
 
+// A generation's grammar (docs/model.md, "Grammars"): GBNF in llama.cpp's dialect, run by libllama's grammar
+// sampler. A lazy grammar constrains nothing until a trigger occurs in the answer (a pattern matching its
+// text, or one of the tokens), then constrains it from the trigger on; a grammar that is not lazy takes the
+// `prefill` tokens first (the generation prompt llama.cpp's tool-call grammars begin with).
+struct GrammarSpec {
+  std::string gbnf{};  // GBNF (llama.cpp's) the answer follows, <= 64 KiB; empty: none
+  bool lazy = false;   // constrained only from a trigger on
+  std::vector<std::string> trigger_patterns{};  // regular expressions (std::regex ECMAScript) over the text
+  std::vector<uint32_t> trigger_tokens{};       // tokens that trigger it
+  std::vector<uint32_t> prefill{};              // accepted before the answer's first token (not lazy only)
+  bool empty() const { return gbnf.empty(); }
+  bool operator==(const GrammarSpec&) const = default;
+};
+
 // Router → encoder, prefill and decode: a room's work. Each role reads the fields it needs. The sampling
 // fields (temperature, top_p, top_k, seed) pick the generated tokens as model::SamplingParams does
 // (docs/model.md, "Sampling"); their defaults are greedy, which is what a peer that omits them gets.
@@ -672,7 +686,7 @@ struct Submit {
   uint32_t top_logprobs = 0;  // and this many most likely alternatives with theirs, 0..20 (with logprobs)
   // Constrained decoding (the router converts JSON schemas and checks the grammar); prefill and decode
   // rebuild its state from a resumed answer's tokens.
-  std::string grammar{};    // GBNF (llama.cpp's) every generated token follows, <= 64 KiB; empty: none
+  GrammarSpec grammar{};    // its fields are grammar, grammar_lazy, grammar_triggers, ... below
   bool ignore_eos = false;  // the model's end tokens do not end the answer: max_tokens does (llama-server's)
   // A role waiting for work queued at another bounds the wait by it (docs/failure-handling.md, "Deadlines").
   uint32_t budget_ms = 0;  // the request's time left at the router when it sent this, ms; 0: not given
@@ -704,7 +718,11 @@ struct Submit {
     v.opt("images_key", s.images_key);
     v.opt("logprobs", s.logprobs);
     v.opt("top_logprobs", s.top_logprobs);
-    v.opt("grammar", s.grammar);
+    v.opt("grammar", s.grammar.gbnf);
+    v.opt("grammar_lazy", s.grammar.lazy);
+    v.opt("grammar_triggers", s.grammar.trigger_patterns);
+    v.opt("grammar_trigger_tokens", s.grammar.trigger_tokens);
+    v.opt("grammar_prefill", s.grammar.prefill);
     v.opt("ignore_eos", s.ignore_eos);
     v.opt("budget_ms", s.budget_ms);
   }
