@@ -264,9 +264,7 @@ int main(int argc, char** argv) {
   }
   // A checkpoint's chat with tools: llama.cpp's grammar (lazy for auto), preserved tokens, stop strings
   // and parser of the answer.
-  epd::protocol::GrammarSpec spec;
-  std::vector<m::TokenId> preserved;
-  std::vector<std::string> stops;
+  m::ToolConstraint tool;
   std::shared_ptr<const m::ChatAnswerParser> parser;
   if (codec && chat && !tools.empty()) {
     m::ToolUse use;
@@ -274,16 +272,15 @@ int main(int argc, char** argv) {
     if (tool_choice != "auto" && tool_choice != "required") use.named = tool_choice;
     use.parallel = !one_tool_call;
     auto r = codec->render(turns, tools, use);
-    auto g = r ? m::grammar_spec(r->grammar, codec->tokenizer()) : r.error();
-    if (!g) {
-      std::cerr << "epd-run: --tools: " << g.error().to_string() << "\n";
+    auto c = r ? m::tool_constraint(*r, codec->tokenizer()) : r.error();
+    if (!c) {
+      std::cerr << "epd-run: --tools: " << c.error().to_string() << "\n";
       return 2;
     }
-    spec = std::move(*g);
-    preserved = m::preserved_ids(r->grammar, codec->tokenizer());
-    stops = r->additional_stops;
+    tool = std::move(*c);
     parser = r->parser;
   }
+  epd::protocol::GrammarSpec& spec = tool.grammar;
   if (!spec.empty() && constrained) {
     std::cerr << "epd-run: a forced tool call and a grammar both constrain the answer; give one\n";
     return 2;
@@ -319,8 +316,8 @@ int main(int argc, char** argv) {
     std::cerr << "epd-run: " << res.error().to_string() << "\n";
     return 1;
   }
-  if (codec) res->text = codec->text(res->tokens, false, preserved);
-  for (const std::string& stop : stops)  // the format's stop strings end the text, as the router's do
+  if (codec) res->text = codec->text(res->tokens, false, tool.preserved);
+  for (const std::string& stop : tool.stops)  // the format's stop strings end the text, as the router's do
     if (size_t at = res->text.find(stop); at != std::string::npos) res->text.resize(at);
   if (json) {
     std::string out = m::to_json(*res);

@@ -394,16 +394,16 @@ std::optional<HttpError> to_tools(const openai::Tools& in,
   }
   if (with_tools || rendered->supports_thinking) out.parser = rendered->parser;
   if (!with_tools) return std::nullopt;
-  auto spec = model::grammar_spec(rendered->grammar, codec->tokenizer());
-  if (!spec) return HttpError{400, "invalid_request", "tools: " + spec.error().detail, "tools"};
-  if (!spec->empty() && !out.request.grammar.empty())
+  auto constraint = model::tool_constraint(*rendered, codec->tokenizer());
+  if (!constraint) return HttpError{400, "invalid_request", "tools: " + constraint.error().detail, "tools"};
+  if (!constraint->grammar.empty() && !out.request.grammar.empty())
     return HttpError{400, "invalid_request",
                      "a grammar or a JSON response format cannot be combined with tools that constrain the "
                      "answer (tool_choice \"none\" shows the model no tools)",
                      "tools"};
-  if (!spec->empty()) out.request.grammar = std::move(*spec);
-  out.preserved = model::preserved_ids(rendered->grammar, codec->tokenizer());
-  for (const std::string& s : rendered->additional_stops)
+  if (!constraint->grammar.empty()) out.request.grammar = std::move(constraint->grammar);
+  out.preserved = std::move(constraint->preserved);
+  for (const std::string& s : constraint->stops)
     if (std::find(request.stop.begin(), request.stop.end(), s) == request.stop.end())
       request.stop.push_back(s);
   return std::nullopt;

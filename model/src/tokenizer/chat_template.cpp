@@ -188,6 +188,12 @@ protocol::Result<protocol::GrammarSpec> grammar_spec(const ChatGrammar& g, const
   return spec;
 }
 
+protocol::Result<ToolConstraint> tool_constraint(const RenderedChat& r, const Tokenizer& tok) {
+  auto spec = grammar_spec(r.grammar, tok);
+  if (!spec) return spec.error();
+  return ToolConstraint{std::move(*spec), preserved_ids(r.grammar, tok), r.additional_stops};
+}
+
 ChatTemplate::~ChatTemplate() = default;
 
 protocol::Result<std::shared_ptr<const ChatTemplate>> ChatTemplate::make(std::string_view jinja,

@@ -121,6 +121,16 @@ protocol::Result<protocol::GrammarSpec> grammar_spec(const ChatGrammar& g, const
 // The ids of the preserved tokens that are one token of `tok` (their text stays in the answer).
 std::vector<TokenId> preserved_ids(const ChatGrammar& g, const Tokenizer& tok);
 
+// What a rendering with tools sets on a generation: the room's grammar (grammar_spec), the tokens whose
+// text stays in the answer and the stop strings the format adds. One conversion for every caller (the
+// HTTP routes, epd-run).
+struct ToolConstraint {
+  protocol::GrammarSpec grammar;
+  std::vector<TokenId> preserved;
+  std::vector<std::string> stops;
+};
+protocol::Result<ToolConstraint> tool_constraint(const RenderedChat& r, const Tokenizer& tok);
+
 // A checkpoint's chat template, parsed once (immutable, shared by threads).
 class ChatTemplate {
  public:
