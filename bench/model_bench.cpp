@@ -195,6 +195,38 @@ m::testing::CheckpointSpec shape_spec(const std::string& shape, const std::strin
     spec.rope_theta = 1000000.0f;
     spec.rope_base_swa = 10000.0f;
     spec.sliding_window = 512;
+  } else if (shape == "phi-4-mini") {
+    // Phi-4-mini: hidden 3072, 32 layers, 24 heads of 128, 8 KV heads, FFN 8192, vocab 200064, LongRoPE's
+    // frequency factors, 96 of each head's 128 dims rotated.
+    spec.arch = "phi3";
+    spec.vocab = 200064;
+    spec.d_model = 3072;
+    spec.layers = 32;
+    spec.heads = 24;
+    spec.kv_heads = 8;
+    spec.ffn = 8192;
+    spec.rope_theta = 10000.0f;
+    spec.rope_dims = 96;
+    spec.rope_scaling = "longrope";
+    spec.rope_orig_context = 4096;
+    spec.rope_attn_factor = 1.19f;
+    spec.rope_freqs = true;
+  } else if (shape == "qwen3-30b-a3b-scaled") {
+    // Qwen3-30B-A3B's blocks (hidden 2048, 32 heads of 128, 4 KV heads, 8 routed experts of FFN 768 per row,
+    // QK-norm, vocab 151936), scaled down to fit this host: 24 of its 48 layers and 32 of its 128 experts
+    // per layer. A token's work per layer is the full model's.
+    spec.arch = "qwen3moe";
+    spec.vocab = 151936;
+    spec.d_model = 2048;
+    spec.layers = 24;
+    spec.heads = 32;
+    spec.kv_heads = 4;
+    spec.head_dim = 128;
+    spec.ffn = 6144;
+    spec.experts = 32;
+    spec.experts_used = 8;
+    spec.expert_ffn = 768;
+    spec.rope_theta = 1000000.0f;
   } else {
     // Llama-3.2-1B: hidden 2048, 16 layers, 32 heads, 8 KV heads, FFN 8192, vocab 128256, Llama 3's
     // frequency factors (rope_freqs).
@@ -347,8 +379,9 @@ int run_model_bench(int argc, char** argv) {
       "--file-type", file_type,
       "the made GGUF's tensor types, as llama-quantize names them (f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 "
       "q5_1 q2_k q3_k_m q4_k_m q5_k_m q6_k), quantized by llama.cpp's quantizer");
-  const std::vector<std::string> known_shapes = {"smollm2-135m", "llama-3.2-1b", "qwen2.5-1.5b", "qwen3-0.6b",
-                                                 "gemma-3-1b"};
+  const std::vector<std::string> known_shapes = {"smollm2-135m",        "llama-3.2-1b", "qwen2.5-1.5b",
+                                                 "qwen3-0.6b",          "gemma-3-1b",   "phi-4-mini",
+                                                 "qwen3-30b-a3b-scaled"};
   app.add_option("--shape", shape, "the made checkpoint's shape")->check(CLI::IsMember(known_shapes));
   app.add_option("--table", table_dir,
                  "write (once) and measure every --shapes x --types checkpoint under this directory: the "

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 
 #include "epd/model/kv_cache.hpp"
@@ -20,10 +21,12 @@ namespace fs = std::filesystem;
 
 enum class Dt { f32, bf16, f16 };
 
+// A tensor's values are made when a writer needs them, so a checkpoint of billions of parameters is never
+// whole in memory (each tensor's values come from its own random stream: making them twice gives the same).
 struct Tensor {
   std::string hf_name, gguf_name;
-  std::vector<uint64_t> shape;  // PyTorch order
-  std::vector<float> values;    // HF layout (Q/K rows in rotate-half order)
+  std::vector<uint64_t> shape;               // PyTorch order
+  std::function<std::vector<float>()> make;  // HF layout (Q/K rows in rotate-half order)
   Dt dt = Dt::f32;
   uint32_t rope_heads = 0;  // Q/K: heads whose rows the GGUF permutes
 };
@@ -94,12 +97,16 @@ std::vector<Tensor> make_tensors(const CheckpointSpec& s) {
                  bool norm = false, uint32_t rope_heads = 0) {
     uint64_t n = 1;
     for (auto x : shape) n *= x;
-    std::vector<float> v = uniform(s.seed, tag++, n, a);
-    if (norm)
-      for (float& x : v) x = 1.0f + x;  // gains near 1
-    round_to(v, s.mixed_dtypes ? dt : Dt::f32);
-    t.push_back(Tensor{std::move(hf), std::move(gg), std::move(shape), std::move(v),
-                       s.mixed_dtypes ? dt : Dt::f32, interleaved ? rope_heads : 0});
+    const Dt stored = s.mixed_dtypes ? dt : Dt::f32;
+    auto make = [seed = s.seed, tag = tag++, n, a, norm, stored] {
+      std::vector<float> v = uniform(seed, tag, n, a);
+      if (norm)
+        for (float& x : v) x = 1.0f + x;  // gains near 1
+      round_to(v, stored);
+      return v;
+    };
+    t.push_back(Tensor{std::move(hf), std::move(gg), std::move(shape), std::move(make), stored,
+                       interleaved ? rope_heads : 0});
   };
   auto gain = [](uint64_t fan_in, float g) { return g * std::sqrt(3.0f / static_cast<float>(fan_in)); };
   add("model.embed_tokens.weight", "token_embd.weight", {s.vocab, d}, gemma ? 0.2f : 1.0f, Dt::f32);
@@ -116,13 +123,17 @@ std::vector<Tensor> make_tensors(const CheckpointSpec& s) {
         parts.push_back(std::move(t.back()));
         t.pop_back();
       }
-      Tensor fused{"", gg + "attn_qkv.weight", {q + 2 * kv, d}, {}, dt, 0};
-      for (const Tensor& p : parts) {
-        const auto rows =
-            p.rope_heads ? permute_for_gguf(p.values, p.rope_heads, p.shape[0], p.shape[1]) : p.values;
-        fused.values.insert(fused.values.end(), rows.begin(), rows.end());
-      }
-      t.push_back(std::move(fused));
+      auto make = [parts = std::move(parts)] {
+        std::vector<float> all;
+        for (const Tensor& p : parts) {
+          const auto values = p.make();
+          const auto rows =
+              p.rope_heads ? permute_for_gguf(values, p.rope_heads, p.shape[0], p.shape[1]) : values;
+          all.insert(all.end(), rows.begin(), rows.end());
+        }
+        return all;
+      };
+      t.push_back(Tensor{"", gg + "attn_qkv.weight", {q + 2 * kv, d}, std::move(make), dt, 0});
       if (qkv_bias) add("", gg + "attn_qkv.bias", {q + 2 * kv}, 0.5f, Dt::f32);
     } else {
       add(hf + "self_attn.q_proj.weight", gg + "attn_q.weight", {q, d}, gain(d, 2.0f), dt, false, s.heads);
@@ -165,11 +176,19 @@ std::vector<Tensor> make_tensors(const CheckpointSpec& s) {
   if (s.rope_freqs && phi) {
     for (const char* name : {"rope_factors_long.weight", "rope_factors_short.weight"}) {
       add("", name, {dims / 2}, 0.5f, Dt::f32);
-      for (float& x : t.back().values) x = name[13] == 'l' ? 2.0f + 1.5f * x : 1.0f + 0.5f * std::fabs(x);
+      t.back().make = [random = std::move(t.back().make), long_factors = name[13] == 'l'] {
+        auto v = random();
+        for (float& x : v) x = long_factors ? 2.0f + 1.5f * x : 1.0f + 0.5f * std::fabs(x);
+        return v;
+      };
     }
   } else if (s.rope_freqs) {
-    t.push_back(
-        Tensor{"", "rope_freqs.weight", {dims / 2}, llama3_factors(dims, s.rope_theta, 256), Dt::f32, 0});
+    t.push_back(Tensor{"",
+                       "rope_freqs.weight",
+                       {dims / 2},
+                       [dims, base = s.rope_theta] { return llama3_factors(dims, base, 256); },
+                       Dt::f32,
+                       0});
   }
   for (const auto& [name, n] : s.extra_tensors) add("", name, {n}, 1.0f, Dt::f32);
   return t;
@@ -183,7 +202,7 @@ protocol::Status write_safetensors(const fs::path& path, const std::vector<const
     if (t->hf_name.empty()) continue;  // GGUF only (biases, factors)
     const uint64_t begin = data.size();
     const char* name = "F32";
-    for (float x : t->values) {
+    for (float x : t->make()) {
       if (t->dt == Dt::f32) {
         data.resize(data.size() + 4);
         std::memcpy(data.data() + data.size() - 4, &x, 4);
@@ -397,9 +416,9 @@ protocol::Status write_gguf(const CheckpointSpec& s, const std::vector<Tensor>& 
   w.set_u32("tokenizer.ggml.eos_token_id", 2);
   for (const Tensor& t : tensors) {
     std::vector<uint64_t> ne(t.shape.rbegin(), t.shape.rend());  // ggml order: innermost first
-    const std::vector<float> values = t.rope_heads ? permute_for_gguf(t.values, t.rope_heads, t.shape[0],
+    const std::vector<float> values = t.rope_heads ? permute_for_gguf(t.make(), t.rope_heads, t.shape[0],
                                                                       t.shape.size() > 1 ? t.shape[1] : 1)
-                                                   : t.values;
+                                                   : t.make();
     const TensorType type = t.shape.size() < 2 || t.gguf_name.ends_with("ffn_gate_inp.weight")
                                 ? TensorType::f32
                                 : gguf_type(*ft, t, s.layers);

@@ -1,6 +1,9 @@
 #include "epd/model/quantize.hpp"
 
+#include <algorithm>
 #include <cstring>
+#include <thread>
+#include <vector>
 
 #include "kernels/ggml/ggml_cpu.hpp"
 #include "kernels/ggml/packed_weights.hpp"
@@ -23,7 +26,19 @@ protocol::Result<std::vector<std::byte>> quantize_rows(TensorType type, std::spa
   }
   auto lib = ggml::Library::get();
   if (!lib) return lib.error();
-  (*lib)->quantize(type, values.data(), out.data(), static_cast<int64_t>(rows), static_cast<int64_t>(cols));
+  // Rows are quantized independently (the same bytes however they are split): a large tensor is cut into
+  // one run of rows per core, as llama-quantize cuts it — the k-quant searches are slow.
+  const uint64_t parts = values.size() < (uint64_t{1} << 22)
+                             ? 1
+                             : std::clamp<uint64_t>(std::thread::hardware_concurrency(), 1, rows);
+  auto run = [&](uint64_t first, uint64_t end) {
+    (*lib)->quantize(type, values.data() + first * cols, out.data() + first * row,
+                     static_cast<int64_t>(end - first), static_cast<int64_t>(cols));
+  };
+  std::vector<std::thread> threads;
+  for (uint64_t p = 1; p < parts; ++p) threads.emplace_back(run, rows * p / parts, rows * (p + 1) / parts);
+  run(0, rows / parts);
+  for (auto& t : threads) t.join();
   return out;
 }
 
