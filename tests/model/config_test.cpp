@@ -62,3 +62,21 @@ TEST_CASE("bad model configs are rejected with a clear error", "[model][config]"
   bad("[model]\npreset = \"nope\"\n", "unknown model preset");
   CHECK_FALSE(load_model_config("/nonexistent/model.toml").ok());
 }
+
+TEST_CASE("a GGUF checkpoint of a model people serve is not too large, f32 copies are bounded",
+          "[model][config]") {
+  ModelConfig c;  // Phi-4-mini's shape: 4.4 G weights counted as the old bound counted them
+  c.checkpoint = "/models/phi-4-mini.gguf";
+  c.vocab = 200064;
+  c.d_model = 3072;
+  c.layers = 32;
+  c.heads = 24;
+  c.kv_heads = 8;
+  c.head_dim = 128;
+  c.ffn = 8192;
+  CHECK(validate(c).ok());  // used in place from the file, as llama.cpp uses it
+  c.checkpoint = "/models/phi-4-mini";  // a Hugging Face directory: converted to f32, 16 GiB at most
+  const auto st = validate(c);
+  REQUIRE_FALSE(st.ok());
+  CHECK_THAT(st.error().detail, Catch::Contains("held as f32"));
+}
