@@ -97,47 +97,64 @@ TEST_CASE("every tensor type runs in place and computes the model its quantized 
 }
 
 TEST_CASE("quantized weights keep the runner's determinism: threads and batches change no bit") {
-  TempDir dir;
-  auto paths = write_llama_checkpoint(kquant_spec("q4_k_m"), dir.path);
-  REQUIRE(paths.ok());
-  auto one = load(paths->gguf, 1), two = load(paths->gguf, 2);
-  // On x86 with AVX2, ggml repacks Q4_K (rows a multiple of 8) for its GEMM/GEMV: this covers those too.
-  INFO(one->kernels());
-  CHECK(one->kernels().find("q4_K_8x") != std::string::npos);
-  const auto prompt = prompt_ids(45, 384);
-  // Threads take fixed blocks of output columns and every kernel computes an element the same way wherever
-  // its block starts, so the thread count changes no bit, for one chunk or several.
-  for (uint32_t chunk : {0u, 7u}) {
-    INFO("chunk " << chunk);
-    const Run a = run(*one, prompt, 12, chunk), b = run(*two, prompt, 12, chunk);
-    CHECK(a.logits == b.logits);
-    CHECK(a.tokens == b.tokens);
-    CHECK(a.digest == b.digest);
-  }
-  // Another chunking moves rows between ggml's GEMM (four rows at a time) and GEMV, or between llamafile's
-  // tiles and single dot products: the last bits may change, the model may not.
-  const Run whole = run(*one, prompt, 12), chunked = run(*two, prompt, 12, 7);
-  const double gap = relative_gap(whole.logits, chunked.logits);
-  std::printf("q4_k_m one chunk vs chunks of 7: max |logit gap| / max |logit| = %.2e\n", gap);
-  CHECK(gap < 1e-2);
+  // A dense model, and a mixture of experts (8 experts, 2 per row): in a batch, rows choosing one expert
+  // are multiplied together, and each must still get the bits it gets alone.
+  auto moe = kquant_spec("q4_k_m");
+  moe.arch = "qwen3moe";
+  moe.expert_ffn = 256;
+  for (const auto& spec : {kquant_spec("q4_k_m"), moe}) {
+    DYNAMIC_SECTION(spec.arch) {
+      TempDir dir;
+      auto paths = write_llama_checkpoint(spec, dir.path);
+      REQUIRE(paths.ok());
+      auto one = load(paths->gguf, 1), two = load(paths->gguf, 2);
+      // On x86 with AVX2, ggml repacks Q4_K (rows a multiple of 8) for its GEMM/GEMV: this covers those too,
+      // and every expert's matrices are repacked (as rows of their 3-D tensor).
+      INFO(one->kernels());
+      CHECK(one->kernels().find("q4_K_8x") != std::string::npos);
+      if (spec.arch == "qwen3moe") {
+        const std::string k = one->kernels();
+        const auto at = k.find(" of ");
+        REQUIRE(at != std::string::npos);
+        const auto repacked = std::stoul(k.substr(k.rfind(' ', at - 1) + 1));
+        CHECK(repacked >= spec.layers * spec.experts * 3);
+      }
+      const auto prompt = prompt_ids(45, 384);
+      // Threads take fixed blocks of output columns and every kernel computes an element the same way
+      // wherever its block starts, so the thread count changes no bit, for one chunk or several.
+      for (uint32_t chunk : {0u, 7u}) {
+        INFO("chunk " << chunk);
+        const Run a = run(*one, prompt, 12, chunk), b = run(*two, prompt, 12, chunk);
+        CHECK(a.logits == b.logits);
+        CHECK(a.tokens == b.tokens);
+        CHECK(a.digest == b.digest);
+      }
+      // Another chunking moves rows between ggml's GEMM (four rows at a time) and GEMV, or between
+      // llamafile's tiles and single dot products: the last bits may change, the model may not.
+      const Run whole = run(*one, prompt, 12), chunked = run(*two, prompt, 12, 7);
+      const double gap = relative_gap(whole.logits, chunked.logits);
+      std::printf("q4_k_m one chunk vs chunks of 7: max |logit gap| / max |logit| = %.2e\n", gap);
+      CHECK(gap < 1e-2);
 
-  // Batched decode equals each sequence alone.
-  constexpr uint32_t kSeqs = 4, kPages = 8, kSteps = 6;
-  std::vector<Run> alone;
-  for (uint32_t s = 0; s < kSeqs; ++s) alone.push_back(run(*one, prompt_ids(9 + 5 * s, 384, s), kSteps));
-  epd::model::test::TestPool pool(two->config(), kSeqs * kPages);
-  std::vector<std::vector<PageId>> pages(kSeqs);
-  std::vector<std::vector<TokenId>> prompts;
-  for (uint32_t s = 0; s < kSeqs; ++s) {
-    for (uint32_t p = 0; p < kPages; ++p) pages[s].push_back(s * kPages + p);
-    prompts.push_back(prompt_ids(9 + 5 * s, 384, s));
-  }
-  std::vector<DecodeSeq> seqs;
-  const auto got = epd::model::test::decode_together(*two, pool.pool, pages, prompts, kSteps, seqs);
-  for (uint32_t s = 0; s < kSeqs; ++s) {
-    CHECK(got[s] == alone[s].tokens);
-    CHECK(kv_digest(pool.pool, std::span(pages[s]).first(pages_for(pool.pool.layout, seqs[s].length))) ==
-          alone[s].digest);
+      // Batched decode equals each sequence alone.
+      constexpr uint32_t kSeqs = 4, kPages = 8, kSteps = 6;
+      std::vector<Run> alone;
+      for (uint32_t s = 0; s < kSeqs; ++s) alone.push_back(run(*one, prompt_ids(9 + 5 * s, 384, s), kSteps));
+      epd::model::test::TestPool pool(two->config(), kSeqs * kPages);
+      std::vector<std::vector<PageId>> pages(kSeqs);
+      std::vector<std::vector<TokenId>> prompts;
+      for (uint32_t s = 0; s < kSeqs; ++s) {
+        for (uint32_t p = 0; p < kPages; ++p) pages[s].push_back(s * kPages + p);
+        prompts.push_back(prompt_ids(9 + 5 * s, 384, s));
+      }
+      std::vector<DecodeSeq> seqs;
+      const auto got = epd::model::test::decode_together(*two, pool.pool, pages, prompts, kSteps, seqs);
+      for (uint32_t s = 0; s < kSeqs; ++s) {
+        CHECK(got[s] == alone[s].tokens);
+        CHECK(kv_digest(pool.pool, std::span(pages[s]).first(pages_for(pool.pool.layout, seqs[s].length))) ==
+              alone[s].digest);
+      }
+    }
   }
 }
 

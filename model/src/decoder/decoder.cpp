@@ -305,8 +305,8 @@ class Decoder final : public LlamaRunner {
   // experts_used most probable experts, their probabilities (renormalised to sum to 1, the sum clamped at
   // f16's smallest normal, when norm_expert_weights), each chosen expert's SwiGLU, and the weighted outputs
   // summed in rank order. Rows are grouped by expert, so each expert's matrices are read once per step
-  // whatever the batch; an expert's rows go through the same per-row kernels in decode, so a row's bits do
-  // not depend on which other rows chose that expert.
+  // whatever the batch; in decode an expert's rows get the bits each gets alone (as every matrix's rows do,
+  // repacked or not: Matmul), so a row's bits do not depend on which other rows chose that expert.
   void experts(const DecoderLayer& b, size_t n, bool prefill) {
     const DecoderArch& arch = w_.arch;
     const size_t d = cfg_.d_model, n_exp = arch.experts, used = arch.experts_used, f = arch.expert_ffn;

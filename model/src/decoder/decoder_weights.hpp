@@ -52,14 +52,17 @@ struct DecoderWeights {
   const WeightMatrix& head() const { return lm_head.rows() ? lm_head : tok_emb; }
 };
 
-// Every matrix of the layers and an untied head, in a fixed order; not the experts' (slices of 3-D tensors:
-// neither repacked nor multiplied in batches, so each expert's rows go through the one-row kernels).
+// Every matrix of the layers (each expert's too: its rows of a 3-D tensor) and an untied head, in a fixed
+// order.
 template <class W, class F>
 void for_each_layer_matrix(W& w, F&& f) {
   for (auto& L : w.layers)
     for (auto* m :
          {&L.wq, &L.wk, &L.wv, &L.wqkv, &L.wo, &L.w_gate, &L.w_up, &L.w_gate_up, &L.w_down, &L.router})
       if (m->w.rows()) f(m->w);
+  for (auto& L : w.layers)
+    for (auto* experts : {&L.gate_exps, &L.up_exps, &L.down_exps})
+      for (auto& m : *experts) f(m);
   if (w.lm_head.rows()) f(w.lm_head);
 }
 

@@ -3,6 +3,7 @@
 // in place (or in ggml's shared repacked copy), the others become f32.
 #include <algorithm>
 #include <cstdlib>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -160,17 +161,29 @@ protocol::Result<DecoderWeights> load_with(const ModelConfig& c, const MatrixSou
 // it.
 protocol::Status pack(DecoderWeights& w, const GgufFile& file, const ggml::Library& lib) {
   if (const char* e = std::getenv("EPD_GGML_REPACK"); e && std::string_view(e) == "0") return {};
-  // The tensor of each matrix, found again by its bytes (a view's first byte is its tensor's).
+  // The tensor of each matrix, found again by its bytes: a matrix is a whole tensor, or one expert's rows
+  // of a 3-D one (packed as a tensor of its own, named by its expert).
   std::map<const std::byte*, const TensorRef*> by_data;
   for (const TensorRef& t : file.tensors()) by_data[t.bytes.data()] = &t;
+  std::deque<TensorRef> slices;  // stable addresses for PackedWeights::Matrix
   std::vector<ggml::PackedWeights::Matrix> todo;
   std::vector<detail::WeightMatrix*> targets;
   detail::for_each_layer_matrix(w, [&](detail::WeightMatrix& m) {
     if (m.type() == TensorType::f32) return;
-    const auto t = by_data.find(m.row(0));
-    if (t == by_data.end()) return;
+    auto t = by_data.upper_bound(m.row(0));
+    if (t == by_data.begin()) return;
+    const TensorRef& whole = *(--t)->second;
+    const std::span<const std::byte> bytes(m.row(0), m.rows() * m.row_bytes());
+    if (bytes.data() + bytes.size() > whole.bytes.data() + whole.bytes.size()) return;
+    const TensorRef* tensor = &whole;
+    if (bytes.size() != whole.bytes.size()) {
+      const auto expert = static_cast<uint64_t>(bytes.data() - whole.bytes.data()) / bytes.size();
+      slices.push_back(
+          {whole.name + "[" + std::to_string(expert) + "]", m.type(), {m.rows(), m.cols()}, bytes});
+      tensor = &slices.back();
+    }
     if (auto p = lib.packing(m.type(), static_cast<int64_t>(m.rows()), static_cast<int64_t>(m.cols()))) {
-      todo.push_back({t->second, *p});
+      todo.push_back({tensor, *p});
       targets.push_back(&m);
     }
   });
