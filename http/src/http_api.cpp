@@ -358,12 +358,16 @@ protocol::Result<uint16_t> HttpApi::start(const std::string& host, uint16_t port
 }
 
 size_t HttpApi::drain(std::chrono::milliseconds grace) {
+  std::future<void> closed;
   {
     std::lock_guard lock(mu_);
     if (!server_) return 0;
-    ctx_->draining = true;
-    server_->stop_accepting();
+    closed = server_->stop_accepting();
   }
+  // The port is shut before anyone is told "draining" (a client told so cannot connect again); bounded,
+  // and waited for outside the lock, which handlers on the I/O threads may take.
+  closed.wait_for(std::chrono::seconds(2));
+  ctx_->draining = true;
   spdlog::info("http: draining: no new requests; waiting up to {} ms for {} in flight", grace.count(),
                ctx_->in_flight());
   size_t left = ctx_->wait_idle(grace);

@@ -10,6 +10,7 @@
 #include <boost/beast/ssl.hpp>
 #include <charconv>
 #include <deque>
+#include <future>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -671,12 +672,16 @@ protocol::Result<uint16_t> HttpServer::start(const std::string& host, uint16_t p
   return impl_->port;
 }
 
-void HttpServer::stop_accepting() {
+std::future<void> HttpServer::stop_accepting() {
   impl_->closing = true;
-  asio::post(impl_->ioc, [impl = impl_] {
+  auto closed = std::make_shared<std::promise<void>>();
+  auto done = closed->get_future();
+  asio::post(impl_->ioc, [impl = impl_, closed] {
     error_code ec;
     if (impl->acceptor) impl->acceptor->close(ec);
+    closed->set_value();
   });
+  return done;
 }
 
 void HttpServer::stop() {

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <future>
 #include <memory>
 #include <optional>
 #include <string>
@@ -112,8 +113,9 @@ class HttpServer {
   // Binds and serves. Port 0 picks a free port. config_error for a bad host or unusable TLS files (naming
   // the file and OpenSSL's reason), io_error when it cannot bind.
   protocol::Result<uint16_t> start(const std::string& host, uint16_t port);
-  // Closes the listening socket; connections already open are served (their replies say Connection: close).
-  void stop_accepting();
+  // Closes the listening socket (on an I/O thread: ready when it is closed); connections already open are
+  // served (their replies say Connection: close).
+  std::future<void> stop_accepting();
   // Closes every connection and joins the I/O threads. Idempotent.
   void stop();
 
