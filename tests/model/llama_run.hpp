@@ -40,16 +40,17 @@ inline std::vector<TokenId> prompt_ids(size_t n, uint32_t vocab, uint32_t salt =
 }
 
 // Logits at every prompt position (prefill in chunks of `chunk`, 0 = one chunk) followed by `steps`
-// greedy decode tokens, and the digest of the sequence's KV.
+// greedy decode tokens, and the digest of the sequence's KV (in a pool of `kv_dtype`).
 struct Run {
   std::vector<float> logits;
   std::vector<TokenId> tokens;
   uint64_t digest = 0;
 };
 
-inline Run run(LlamaRunner& r, const std::vector<TokenId>& prompt, uint32_t steps, uint32_t chunk = 0) {
+inline Run run(LlamaRunner& r, const std::vector<TokenId>& prompt, uint32_t steps, uint32_t chunk = 0,
+               DType kv_dtype = DType::f32) {
   const ModelConfig& cfg = r.config();
-  TestPool pool(cfg, 16);
+  TestPool pool(cfg, 16, kv_dtype);
   std::vector<PageId> pages(16);
   for (PageId i = 0; i < 16; ++i) pages[i] = i;
   Run out;

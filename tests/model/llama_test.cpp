@@ -145,6 +145,35 @@ TEST_CASE("Llama chunked prefill repeats itself and stays close to one-shot pref
   CHECK(whole.tokens == chunked1.tokens);
 }
 
+TEST_CASE("Llama over f16 and bf16 KV pools stays within their rounding of f32 and decodes the same tokens") {
+  TempDir dir;
+  CheckpointSpec spec;
+  spec.layers = 4;
+  auto paths = write_llama_checkpoint(spec, dir.path);
+  REQUIRE(paths.ok());
+  auto r = load(paths->gguf, 2);
+  REQUIRE(r->config().head_dim % 16 == 0);  // the vectorised conversion (kernels/half_vec.hpp) runs
+  const auto prompt = prompt_ids(120, spec.vocab);
+  const Run f32 = run(*r, prompt, 12, 0, DType::f32);
+  float top = 0.0f;
+  for (float v : f32.logits) top = std::max(top, std::fabs(v));
+  // A stored element is off by at most its unit roundoff (f16 2^-11, bf16 2^-8, relative); a score, a
+  // softmax weight and a weighted value each carry a few such errors, and 4 layers add theirs: 16 unit
+  // roundoffs of the largest logit bound it with room. A wrong conversion (a bias off by one, a lost
+  // mantissa bit) is off by a factor, far outside.
+  for (auto [dt, unit] : {std::pair{DType::f16, 0x1p-11f}, std::pair{DType::bf16, 0x1p-8f}}) {
+    const Run got = run(*r, prompt, 12, 0, dt);
+    REQUIRE(got.logits.size() == f32.logits.size());
+    float worst = 0.0f;
+    for (size_t i = 0; i < got.logits.size(); ++i)
+      worst = std::max(worst, std::fabs(got.logits[i] - f32.logits[i]));
+    INFO("dtype " << dtype_name(dt) << ": largest logit difference " << worst << " of " << top);
+    CHECK(worst > 0.0f);  // the pool really held rounded values
+    CHECK(worst <= 16 * unit * top);
+    if (dt == DType::f16) CHECK(got.tokens == f32.tokens);
+  }
+}
+
 TEST_CASE("Llama runner is text-only and validates its inputs") {
   TempDir dir;
   auto paths = write_llama_checkpoint(CheckpointSpec{}, dir.path);

@@ -104,6 +104,46 @@ TEST_CASE("KvView places elements as KvLayout documents for every order and dtyp
     }
 }
 
+// A NaN may come back quieted (the CPU's vcvtph2ps sets the quiet bit); every other value bit for bit.
+TEST_CASE("f16 and bf16 pools read back every bit pattern as the scalar conversions give it", "[model][kv]") {
+  auto cfg = *preset("tiny");  // kv_heads 2, head_dim 16 (one vector), page 16: 512 values a page
+  for (auto dt : {DType::f16, DType::bf16}) {
+    KvPool pool{nullptr, kv_layout_for(cfg, 128, dt)};  // one layer's K pages hold all 65536 patterns
+    std::vector<uint64_t> mem((pool.layout.total_bytes() + 7) / 8, 0);
+    pool.base = reinterpret_cast<std::byte*>(mem.data());
+    auto* raw = reinterpret_cast<uint16_t*>(pool.base + pool.layout.page_offset(0, 0, 0));
+    for (uint32_t h = 0; h < 0x10000; ++h) raw[h] = static_cast<uint16_t>(h);
+    const KvView kv(pool);
+    float scratch[16];
+    uint32_t mismatches = 0;
+    for (PageId page = 0; page < 128; ++page)
+      for (uint32_t slot = 0; slot < 16; ++slot)
+        for (uint32_t head = 0; head < 2; ++head) {
+          const float* got = kv.load(0, 0, page, slot, head, scratch);
+          for (uint32_t d = 0; d < 16; ++d) {
+            const auto bits = static_cast<uint16_t>(page * 512 + slot * 32 + head * 16 + d);
+            const float want = dt == DType::f16 ? f16_to_f32(bits) : bf16_to_f32(bits);
+            if (std::bit_cast<uint32_t>(got[d]) != std::bit_cast<uint32_t>(want)) ++mismatches;
+          }
+        }
+    // The bulk conversion attention uses (the CPU's instructions), over rows 32 elements apart.
+    const auto convert = dt == DType::f16 ? f16_rows_to_f32 : bf16_rows_to_f32;
+    std::vector<float> rows(0x8000);
+    for (uint32_t first : {0u, 16u}) {
+      convert(raw + first, 32, 0x800, 16, rows.data());
+      for (uint32_t i = 0; i < 0x8000; ++i) {
+        const auto bits = static_cast<uint16_t>(i / 16 * 32 + first + i % 16);
+        const float want = dt == DType::f16 ? f16_to_f32(bits) : bf16_to_f32(bits);
+        const bool nan_kept =
+            std::isnan(want) && std::isnan(rows[i]) && std::signbit(want) == std::signbit(rows[i]);
+        if (!nan_kept && std::bit_cast<uint32_t>(rows[i]) != std::bit_cast<uint32_t>(want)) ++mismatches;
+      }
+    }
+    INFO("dtype " << dtype_name(dt));
+    CHECK(mismatches == 0);
+  }
+}
+
 TEST_CASE("kv_layout_for takes the model's page size unless one is given", "[model][kv]") {
   auto cfg = *preset("tiny");
   CHECK(kv_layout_for(cfg, 3).page_size == cfg.page_size);

@@ -20,9 +20,6 @@ namespace k = kernels;
 // always inlined, so no value ever crosses a call.
 #pragma GCC diagnostic ignored "-Wpsabi"
 using Vec = float __attribute__((vector_size(64)));
-using Half = _Float16 __attribute__((vector_size(32)));
-using Bits16 = uint16_t __attribute__((vector_size(32)));
-using Bits32 = uint32_t __attribute__((vector_size(64)));
 constexpr size_t kVec = 16;
 
 [[gnu::always_inline]] inline Vec load(const float* p) {
@@ -37,9 +34,26 @@ constexpr size_t kVec = 16;
   return k::reduce_lanes(lanes);
 }
 
-// The K (kind 0) or V (kind 1) vector of position p for head g, and a prefetch of the one kAhead positions
-// later: keys and values stream from memory once per step, and with the pool's interleaved heads the
-// hardware prefetcher alone leaves the loads waiting.
+// Positions [b, e) of head g's K or V vectors of an f16 or bf16 pool as contiguous f32 rows in `out`, one
+// conversion call (kv_cache.hpp: the CPU's own conversion instructions) per page's run of positions.
+inline void convert_positions(const KvView& kv, uint32_t layer, uint32_t kind, std::span<const PageId> pages,
+                              size_t b, size_t e, uint32_t g, float* out) {
+  const KvLayout& l = kv.layout();
+  const size_t hd = l.head_dim, ps = l.page_size;
+  const size_t stride = l.order == KvDimOrder::token_head_dim ? size_t{l.kv_heads} * hd : hd;
+  const auto convert = l.dtype == DType::f16 ? f16_rows_to_f32 : bf16_rows_to_f32;
+  for (size_t p = b; p < e;) {
+    const size_t slot = p % ps, n = std::min(e - p, ps - slot);
+    const auto* src =
+        reinterpret_cast<const uint16_t*>(kv.raw(layer, kind, pages[p / ps], static_cast<uint32_t>(slot), g));
+    convert(src, stride, n, hd, out + (p - b) * hd);
+    p += n;
+  }
+}
+
+// The K (kind 0) or V (kind 1) vector of position p for head g in an f32 pool, and a prefetch of the one
+// kAhead positions later: keys and values stream from memory once per step, and with the pool's
+// interleaved heads the hardware prefetcher alone leaves the loads waiting.
 constexpr uint32_t kAhead = 8;
 
 [[gnu::always_inline]] inline const float* kv_vector(const KvView& kv, uint32_t layer, uint32_t kind,
@@ -48,30 +62,10 @@ constexpr uint32_t kAhead = 8;
   const uint32_t ps = kv.layout().page_size;
   if (p + kAhead < e) {
     const std::byte* next = kv.raw(layer, kind, row.pages[(p + kAhead) / ps], (p + kAhead) % ps, g);
-    for (size_t off = 0; off < kv.layout().head_dim * protocol::dtype_size(kv.layout().dtype); off += 64)
+    for (size_t off = 0; off < kv.layout().head_dim * sizeof(float); off += 64)
       __builtin_prefetch(next + off);
   }
-  const KvLayout& l = kv.layout();
-  if (l.dtype == DType::f32 || l.head_dim % kVec != 0)
-    return kv.load(layer, kind, row.pages[p / ps], p % ps, g, conv);
-  // f16 and bf16 pools: whole vectors converted at once (f16 by the CPU's conversion instruction where the
-  // clone has one; bf16 is the upper half of an f32). Both conversions are exact.
-  const std::byte* src = kv.raw(layer, kind, row.pages[p / ps], p % ps, g);
-  for (size_t c = 0; c < l.head_dim; c += kVec) {
-    Vec out;
-    if (l.dtype == DType::f16) {
-      Half h;
-      std::memcpy(&h, src + c * 2, sizeof h);
-      out = __builtin_convertvector(h, Vec);
-    } else {
-      Bits16 b16;
-      std::memcpy(&b16, src + c * 2, sizeof b16);
-      const Bits32 bits = __builtin_convertvector(b16, Bits32) << 16;
-      std::memcpy(&out, &bits, sizeof out);
-    }
-    std::memcpy(conv + c, &out, sizeof out);
-  }
-  return conv;
+  return kv.load(layer, kind, row.pages[p / ps], p % ps, g, conv);
 }
 
 // The segment's scores for each of the group's query heads: scores[j * kDecodeSegment + i] for position
@@ -80,11 +74,13 @@ constexpr uint32_t kAhead = 8;
 template <size_t HD>
 [[gnu::always_inline]] inline void segment_scores(const KvView& kv, uint32_t layer, const RowTarget& row,
                                                   uint32_t g, uint32_t b, uint32_t e, size_t group,
-                                                  size_t hd_runtime, const float* qg, DecodeScratch& sc) {
+                                                  size_t hd_runtime, const float* qg, const float* converted,
+                                                  DecodeScratch& sc) {
   const size_t hd = HD ? HD : hd_runtime;
   sc.conv.resize(hd);
   for (uint32_t p = b; p < e; ++p) {
-    const float* key = kv_vector(kv, layer, 0, row, p, e, g, sc.conv.data());
+    const float* key =
+        converted ? converted + size_t{p - b} * hd : kv_vector(kv, layer, 0, row, p, e, g, sc.conv.data());
     for (size_t j = 0; j < group; ++j) {
       const float* qj = qg + j * hd;
       float& out = sc.scores[j * kDecodeSegment + (p - b)];
@@ -104,11 +100,13 @@ template <size_t HD>
 template <size_t HD>
 [[gnu::always_inline]] inline void segment_values(const KvView& kv, uint32_t layer, const RowTarget& row,
                                                   uint32_t g, uint32_t b, uint32_t e, size_t group,
-                                                  size_t hd_runtime, DecodePartial& out, DecodeScratch& sc) {
+                                                  size_t hd_runtime, const float* converted,
+                                                  DecodePartial& out, DecodeScratch& sc) {
   const size_t hd = HD ? HD : hd_runtime;
   std::fill(out.acc.begin(), out.acc.end(), 0.0f);
   for (uint32_t p = b; p < e; ++p) {
-    const float* v = kv_vector(kv, layer, 1, row, p, e, g, sc.conv.data());
+    const float* v =
+        converted ? converted + size_t{p - b} * hd : kv_vector(kv, layer, 1, row, p, e, g, sc.conv.data());
     for (size_t j = 0; j < group; ++j) {
       const float w = sc.scores[j * kDecodeSegment + (p - b)];
       float* acc = &out.acc[j * hd];
@@ -138,7 +136,13 @@ template <size_t HD>
   out.max.resize(group);
   out.sum.resize(group);
   out.acc.resize(group * hd);
-  segment_scores<HD>(kv, layer, row, g, b, e, group, hd, qg, sc);
+  // An f16 or bf16 pool's segment is converted to f32 once, then read as an f32 pool's would be.
+  const bool convert = kv.layout().dtype != DType::f32;
+  if (convert) {
+    sc.keys.resize(size_t{e - b} * hd);
+    convert_positions(kv, layer, 0, row.pages, b, e, g, sc.keys.data());
+  }
+  segment_scores<HD>(kv, layer, row, g, b, e, group, hd, qg, convert ? sc.keys.data() : nullptr, sc);
   for (size_t j = 0; j < group; ++j) {
     float* sj = &sc.scores[j * kDecodeSegment];
     const uint32_t n = e - b;
@@ -148,7 +152,11 @@ template <size_t HD>
     out.max[j] = m;
     out.sum[j] = k::sum(sj, n);
   }
-  segment_values<HD>(kv, layer, row, g, b, e, group, hd, out, sc);
+  if (convert) {
+    sc.values.resize(size_t{e - b} * hd);
+    convert_positions(kv, layer, 1, row.pages, b, e, g, sc.values.data());
+  }
+  segment_values<HD>(kv, layer, row, g, b, e, group, hd, convert ? sc.values.data() : nullptr, out, sc);
 }
 
 }  // namespace
@@ -164,11 +172,16 @@ EPD_MULTIVERSION void attend_prompt_rows(const ModelConfig& cfg, const KvView& k
   sc.k.resize(len * hd);
   sc.v.resize(len * hd);
   sc.conv.resize(hd);
-  for (size_t i = 0; i < len; ++i) {
-    const size_t p = base + i;
-    const PageId page = pages[p / ps];
-    std::copy_n(kv.load(layer, 0, page, p % ps, g, sc.conv.data()), hd, &sc.k[i * hd]);
-    std::copy_n(kv.load(layer, 1, page, p % ps, g, sc.conv.data()), hd, &sc.v[i * hd]);
+  if (kv.layout().dtype != DType::f32) {
+    convert_positions(kv, layer, 0, pages, base, base + len, g, sc.k.data());
+    convert_positions(kv, layer, 1, pages, base, base + len, g, sc.v.data());
+  } else {
+    for (size_t i = 0; i < len; ++i) {
+      const size_t p = base + i;
+      const PageId page = pages[p / ps];
+      std::copy_n(kv.load(layer, 0, page, p % ps, g, sc.conv.data()), hd, &sc.k[i * hd]);
+      std::copy_n(kv.load(layer, 1, page, p % ps, g, sc.conv.data()), hd, &sc.v[i * hd]);
+    }
   }
   // The group's query heads of each row, one after another: row (r, j) is query head g * group + j of r.
   sc.q.resize(rows * hd);

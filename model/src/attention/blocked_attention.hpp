@@ -53,6 +53,7 @@ struct DecodePartial {
 };
 struct DecodeScratch {
   std::vector<float> scores, conv;
+  std::vector<float> keys, values;  // an f16 / bf16 pool's segment as f32
 };
 
 // Positions [max(s * kDecodeSegment, first_visible), min(len, (s + 1) * kDecodeSegment)) of `row` (len =

@@ -7,6 +7,8 @@
 // Mark only functions whose loops are inlined into them: a call out of a clone runs the callee's own code.
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(EPD_NO_MULTIVERSION)
 #define EPD_MULTIVERSION __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#define EPD_HAS_MULTIVERSION 1  // per-ISA versions written out by hand may be used too
 #else
 #define EPD_MULTIVERSION
+#define EPD_HAS_MULTIVERSION 0
 #endif

@@ -1,9 +1,13 @@
 #include "epd/model/kv_cache.hpp"
 
+#include <immintrin.h>
 #include <xxhash.h>
 #include <bit>
 #include <cstring>
 #include <string>
+
+#include "kernels/half_vec.hpp"
+#include "kernels/multiversion.hpp"
 
 namespace epd::model {
 
@@ -147,14 +151,84 @@ void KvView::store(uint32_t layer, uint32_t kind, PageId page, uint32_t slot, co
   }
 }
 
-const float* KvView::load_converted(uint32_t layer, uint32_t kind, PageId page, uint32_t slot, uint32_t head,
-                                    float* scratch) const {
-  const std::byte* p = base_ + l_.page_offset(layer, kind, page);
-  const uint64_t e = elem_index(slot, head);
-  for (uint32_t d = 0; d < l_.head_dim; ++d) {
+namespace {
+
+// `rows` vectors of `n` halves, `stride` elements apart, to f32: one version per ISA level (GCC function
+// multi-versioning picks it at load time). vcvtph2ps is exact, as f16_to_f32 is; the portable version
+// is half_vec.hpp's arithmetic.
+#if EPD_HAS_MULTIVERSION
+#define EPD_TARGET(isa) __attribute__((target(isa)))
+#else
+#define EPD_TARGET(isa)
+#endif
+
+EPD_TARGET("default")
+void convert_f16_rows(const uint16_t* src, size_t stride, size_t rows, size_t n, float* dst) {
+  for (size_t r = 0; r < rows; ++r, src += stride, dst += n) {
+    size_t d = 0;
+    for (; d + 16 <= n; d += 16) {
+      const kernels::F32x16 v = kernels::f16x16_to_f32(src + d);
+      std::memcpy(dst + d, &v, sizeof v);
+    }
+    for (; d < n; ++d) dst[d] = f16_to_f32(src[d]);
+  }
+}
+
+#if EPD_HAS_MULTIVERSION
+EPD_TARGET("arch=x86-64-v3")
+void convert_f16_rows(const uint16_t* src, size_t stride, size_t rows, size_t n, float* dst) {
+  for (size_t r = 0; r < rows; ++r, src += stride, dst += n) {
+    size_t d = 0;
+    for (; d + 8 <= n; d += 8)
+      _mm256_storeu_ps(dst + d, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + d))));
+    for (; d < n; ++d) dst[d] = f16_to_f32(src[d]);
+  }
+}
+
+EPD_TARGET("arch=x86-64-v4")
+void convert_f16_rows(const uint16_t* src, size_t stride, size_t rows, size_t n, float* dst) {
+  for (size_t r = 0; r < rows; ++r, src += stride, dst += n) {
+    size_t d = 0;
+    for (; d + 16 <= n; d += 16)
+      _mm512_storeu_ps(dst + d, _mm512_maskz_cvtph_ps(
+                                    0xFFFF, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + d))));
+    for (; d < n; ++d) dst[d] = f16_to_f32(src[d]);
+  }
+}
+#endif
+
+}  // namespace
+
+void f16_rows_to_f32(const uint16_t* src, size_t stride, size_t rows, size_t n, float* dst) {
+  convert_f16_rows(src, stride, rows, n, dst);
+}
+
+EPD_MULTIVERSION void bf16_rows_to_f32(const uint16_t* src, size_t stride, size_t rows, size_t n,
+                                       float* dst) {
+  for (size_t r = 0; r < rows; ++r, src += stride, dst += n) {
+    size_t d = 0;
+    for (; d + 16 <= n; d += 16) {
+      const kernels::F32x16 v = kernels::bf16x16_to_f32(src + d);
+      std::memcpy(dst + d, &v, sizeof v);
+    }
+    for (; d < n; ++d) dst[d] = bf16_to_f32(src[d]);
+  }
+}
+
+// Sixteen elements at a time where the head allows (half_vec.hpp: the same bits as the scalar functions).
+EPD_MULTIVERSION const float* KvView::load_converted(uint32_t layer, uint32_t kind, PageId page,
+                                                     uint32_t slot, uint32_t head, float* scratch) const {
+  const std::byte* p = base_ + l_.page_offset(layer, kind, page) + elem_index(slot, head) * 2;
+  const bool f16 = l_.dtype == DType::f16;
+  uint32_t d = 0;
+  for (; d + 16 <= l_.head_dim; d += 16) {
+    const kernels::F32x16 v = f16 ? kernels::f16x16_to_f32(p + d * 2) : kernels::bf16x16_to_f32(p + d * 2);
+    std::memcpy(scratch + d, &v, sizeof v);
+  }
+  for (; d < l_.head_dim; ++d) {
     uint16_t v;
-    std::memcpy(&v, p + (e + d) * 2, 2);
-    scratch[d] = l_.dtype == DType::f16 ? f16_to_f32(v) : bf16_to_f32(v);
+    std::memcpy(&v, p + d * 2, 2);
+    scratch[d] = f16 ? f16_to_f32(v) : bf16_to_f32(v);
   }
   return scratch;
 }

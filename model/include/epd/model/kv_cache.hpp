@@ -84,6 +84,12 @@ float f16_to_f32(uint16_t h);
 uint16_t f32_to_bf16(float f);
 float bf16_to_f32(uint16_t h);
 
+// `rows` vectors of `n` elements each, `stride` elements apart in `src`, converted exactly to f32 into `dst`
+// (rows * n floats, row after row), with the best conversion instructions this CPU has. Attention reads an
+// f16 or bf16 pool this way, a page's run of positions per call.
+void f16_rows_to_f32(const uint16_t* src, size_t stride, size_t rows, size_t n, float* dst);
+void bf16_rows_to_f32(const uint16_t* src, size_t stride, size_t rows, size_t n, float* dst);
+
 // XXH64 over the sequence's pages in logical order (layer, K then V, page-table order): the fingerprint
 // tests and roles compare to prove two KV copies are identical.
 uint64_t kv_digest(const KvPool& pool, std::span<const PageId> pages);
