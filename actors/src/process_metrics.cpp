@@ -1,6 +1,11 @@
 #include "epd/actors/process_metrics.hpp"
 
 #include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <string_view>
 
 #include "epd/metrics/buckets.hpp"
 
@@ -11,6 +16,25 @@ using metrics::Snapshot;
 
 double now_unix_seconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// The process's resident set now and at its peak (VmRSS, VmHWM of /proc/self/status, in kB): what an
+// operator sizes a host by, and what the KV pool, the model's mapped file and ggml's repacked copies add up
+// to. Absent (not 0) where /proc is not there to read.
+void sample_memory(Snapshot& s) {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    const auto kb = [&](std::string_view key) -> std::optional<double> {
+      if (!line.starts_with(key)) return std::nullopt;
+      return std::strtod(line.c_str() + key.size(), nullptr) * 1024.0;
+    };
+    if (auto v = kb("VmRSS:"))
+      s.gauge("epd_process_resident_memory_bytes", "Resident memory of the process now (VmRSS)", *v);
+    else if (auto p = kb("VmHWM:"))
+      s.gauge("epd_process_resident_memory_peak_bytes", "Largest resident memory the process has had (VmHWM)",
+              *p);
+  }
 }
 
 // Figures that only mean something where the role has the resource: encoders hold no KV pages, so they
@@ -122,6 +146,7 @@ void export_load(metrics::Registry& registry, std::shared_ptr<LoadGauge> load, u
             {{"incarnation", std::to_string(incarnation)}});
     s.gauge("epd_process_start_time_seconds", "When the process started (unix seconds)", started);
     s.gauge("epd_healthy", "1 while the instance reports itself healthy", load->healthy.load() ? 1 : 0);
+    sample_memory(s);
     sample_load(s, *load);
     if (engine)
       s.counter("epd_fenced_writes_total",

@@ -158,6 +158,12 @@ TEST_CASE("prometheus: a real server scrapes every process and reads back what t
   CHECK(prom.value("epd_kv_pages_capacity{role=\"decode\"}") == 512);
   CHECK(prom.wait_for("epd_kv_pages_free{role=\"decode\"}", [](double v) { return v == 512; }) == 512);
   CHECK(prom.value("sum(epd_peer_incarnations_seen_total{role=\"router\"})") == instances - 1);
+  // Every process's resident memory: a real size (above the MiB its libraries alone map) and a peak no
+  // smaller than it (the two series match one to one, on instance_id and role).
+  CHECK(prom.value("count(epd_process_resident_memory_bytes > 1048576)") == instances);
+  CHECK(
+      prom.value("count(epd_process_resident_memory_peak_bytes - epd_process_resident_memory_bytes >= 0)") ==
+      instances);
 }
 
 TEST_CASE("prometheus: an injected embedding write failure moves the failure and retry counters by one",
