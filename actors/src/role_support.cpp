@@ -32,7 +32,23 @@ protocol::Result<protocol::KvLayout> kv_layout_setting(const config::Settings& s
   auto order = model::parse_dim_order(*order_name);
   if (!order)
     return protocol::make_error(protocol::ErrorCode::config_error, "kv_order: " + order.error().detail);
-  return model::kv_layout_for(m, num_pages, *dtype, *order, uint32_t(*page_size));
+  protocol::KvLayout layout = model::kv_layout_for(m, num_pages, *dtype, *order, uint32_t(*page_size));
+  if (!s.has("kv_memory_mb")) return layout;
+  // A budget: as many whole pages (every layer's K and V of page_size tokens) as it holds.
+  if (s.has("kv_pages"))
+    return protocol::make_error(protocol::ErrorCode::config_error,
+                                "kv_pages and kv_memory_mb both set: give the pool as pages or as memory");
+  auto mib = s.get_uint("kv_memory_mb", 0, 1, uint64_t{1} << 30);
+  if (!mib) return mib.error();
+  const uint64_t page = layout.page_bytes() * layout.layers * 2, pages = (*mib << 20) / page;
+  if (pages == 0 || pages > kMaxKvPages)
+    return protocol::make_error(protocol::ErrorCode::config_error,
+                                "kv_memory_mb = " + std::to_string(*mib) + " holds " + std::to_string(pages) +
+                                    " KV pages of " + std::to_string(page) + " bytes (" +
+                                    describe_layout(layout) + "); the pool takes 1.." +
+                                    std::to_string(kMaxKvPages));
+  layout.num_pages = static_cast<uint32_t>(pages);
+  return layout;
 }
 
 std::string describe_layout(const protocol::KvLayout& l) {

@@ -7,6 +7,7 @@
 #include "epd/actors/role_registry.hpp"
 #include "epd/config/cluster_config.hpp"
 #include "epd/model/config.hpp"
+#include "epd/model/kv_cache.hpp"
 #include "role_harness.hpp"
 
 using namespace epd;
@@ -19,7 +20,11 @@ namespace {
 
 using test::kRouterInc, test::kPrefillInc, test::kDecodeInc;
 
-const char* kDecodeCluster = R"(
+constexpr const char* kSixteenPages = "kv_pages = 16\n";
+
+// The cluster with decode's pool given by `pool_keys` (kv_pages or kv_memory_mb).
+std::string decode_cluster(const std::string& pool_keys) {
+  return R"(
 [cluster]
 registry = "router"
 [model]
@@ -28,8 +33,8 @@ preset = "tiny"
 backend = "tcp"
 host = "127.0.0.1"
 [defaults.decode]
-kv_pages = 16
-aux_slots = 4
+)" + pool_keys +
+         R"(aux_slots = 4
 waiting_timeout_ms = 1000
 abort_timeout_ms = 500
 staging_ring_bytes = 0
@@ -46,6 +51,7 @@ id = "decode-0"
 role = "decode"
 control = "tcp://127.0.0.1:17992"
 )";
+}
 
 struct DecodeFixture {
   test::Harness h;
@@ -55,8 +61,10 @@ struct DecodeFixture {
   RoleContext ctx;
   caf::actor role;
 
-  DecodeFixture() {
-    auto cfg = config::parse_cluster_config(kDecodeCluster, "decode_role_test.toml");
+  protocol::Status spawned;  // the spawn's outcome, when the test lets it fail
+
+  explicit DecodeFixture(const std::string& pool_keys = kSixteenPages, bool must_start = true) {
+    auto cfg = config::parse_cluster_config(decode_cluster(pool_keys), "decode_role_test.toml");
     REQUIRE(cfg.ok());
     cluster = std::move(cfg.value());
     const auto* inst = cluster.find("decode-0");
@@ -79,10 +87,14 @@ struct DecodeFixture {
         1, {test::peer("router", "router", kRouterInc), test::peer("prefill-0", "prefill", kPrefillInc),
             test::peer("decode-0", "decode", kDecodeInc)});
     auto handle = builtin_roles().find("decode")->spawn(ctx);
+    if (!must_start && !handle) {
+      spawned = handle.error();
+      return;
+    }
     REQUIRE(handle.ok());
     role = h.keep(handle->main);
     h.run();
-    REQUIRE(ctx.load->free_kv_pages == 16);
+    if (pool_keys == kSixteenPages) REQUIRE(ctx.load->free_kv_pages == 16);
   }
   ~DecodeFixture() { h.shutdown(); }
 
@@ -133,6 +145,23 @@ TEST_CASE("decode: SUBMIT allocates pages and sends BOOTSTRAP with the prompt pa
   auto big = f.submit(6, 900, 100);
   CHECK(test::only<protocol::RoomResult>(big).code == ErrorCode::out_of_capacity);
   CHECK(f.free_pages() == 16 - kRoomPages);
+}
+
+TEST_CASE("decode: kv_memory_mb sizes the pool in whole pages of its layout, alone and in range") {
+  const auto tiny = model::preset("tiny");
+  REQUIRE(tiny.ok());
+  for (const char* dtype : {"f32", "f16"}) {
+    INFO(dtype);
+    DecodeFixture f(std::string("kv_memory_mb = 1\nkv_dtype = \"") + dtype + "\"\n");
+    const auto layout = model::kv_layout_for(*tiny, 1, *model::parse_dtype(dtype));
+    const uint64_t page = layout.page_bytes() * layout.layers * 2;
+    CHECK(f.free_pages() == (uint64_t{1} << 20) / page);  // f16 holds twice the pages of f32
+  }
+  DecodeFixture both("kv_pages = 16\nkv_memory_mb = 1\n", false);
+  CHECK(both.spawned.error().code == ErrorCode::config_error);
+  CHECK(both.spawned.error().detail.find("kv_pages and kv_memory_mb both set") != std::string::npos);
+  DecodeFixture huge("kv_memory_mb = 1000000\n", false);  // 1 TB of tiny pages: more than a pool takes
+  CHECK(huge.spawned.error().detail.find("the pool takes 1..16777216") != std::string::npos);
 }
 
 TEST_CASE("decode: KV_STATUS Failed -> RESULT failed to the router with the cause, pages freed") {

@@ -834,7 +834,7 @@ protocol::Result<RoleHandle> spawn_decode(RoleContext& ctx, DecodeSettings s) {
 
 RoleSpec decode_role_spec() {
   kernel::SettingsSchema<DecodeSettings> settings;
-  settings.u32("kv_pages", &DecodeSettings::kv_pages, 1, 1u << 24)
+  settings.u32("kv_pages", &DecodeSettings::kv_pages, 1, kMaxKvPages)
       .u32("aux_slots", &DecodeSettings::aux_slots, 1, 1u << 20)
       .u32("max_batch", &DecodeSettings::max_batch, 1, 4096)
       .ms("waiting_timeout_ms", &DecodeSettings::waiting_timeout)

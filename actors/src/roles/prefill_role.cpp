@@ -821,7 +821,7 @@ namespace epd::actors {
 RoleSpec prefill_role_spec() {
   using prefill::PrefillSettings;
   kernel::SettingsSchema<PrefillSettings> settings;
-  settings.u32("kv_pages", &PrefillSettings::kv_pages, 1, 1u << 24)
+  settings.u32("kv_pages", &PrefillSettings::kv_pages, 1, kMaxKvPages)
       .u32("chunk_tokens", &PrefillSettings::chunk_tokens, 1, 1u << 20)
       .u32("transfer_workers", &PrefillSettings::transfer_workers, 1, 64)
       .u32("embed_slots", &PrefillSettings::embed_slots, 1, 1u << 16)

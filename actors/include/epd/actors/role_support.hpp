@@ -25,8 +25,11 @@ namespace epd::actors {
 protocol::Result<model::ModelConfig> model_for(const config::ClusterConfig& cfg);
 
 // The KV pool layout keys prefill and decode share (docs/staging.md): kv_page_size (default: the model's),
-// kv_dtype (f32 | f16 | bf16), kv_order (token_head_dim | head_token_dim).
-inline constexpr const char* kKvLayoutSettingKeys[] = {"kv_page_size", "kv_dtype", "kv_order"};
+// kv_dtype (f32 | f16 | bf16), kv_order (token_head_dim | head_token_dim), and kv_memory_mb: the pool's
+// size as a memory budget, in place of the role's kv_pages (`num_pages`; both set is a config_error).
+inline constexpr uint32_t kMaxKvPages = 1u << 24;  // a pool's most pages, however it is sized
+inline constexpr const char* kKvLayoutSettingKeys[] = {"kv_page_size", "kv_dtype", "kv_order",
+                                                       "kv_memory_mb"};
 protocol::Result<protocol::KvLayout> kv_layout_setting(const config::Settings& s, const model::ModelConfig& m,
                                                        uint32_t num_pages);
 // "16-token pages, f32, token_head_dim" for logs and errors.

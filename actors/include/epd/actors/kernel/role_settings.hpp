@@ -11,7 +11,7 @@ namespace epd::actors::kernel {
 SettingsSchema<SupervisorConfig> transfer_settings();
 
 // kv_page_size, kv_dtype, kv_order: the KV pool layout prefill and decode share (docs/staging.md), for
-// `pages` pages (read before) of the role's model.
+// `pages` pages (read before) of the role's model; kv_memory_mb sizes the pool instead and sets `pages`.
 template <class S>
 SettingsSchema<S>& kv_layout_settings(SettingsSchema<S>& schema, protocol::KvLayout S::*layout,
                                       uint32_t S::*pages) {
@@ -20,6 +20,7 @@ SettingsSchema<S>& kv_layout_settings(SettingsSchema<S>& schema, protocol::KvLay
                       auto l = kv_layout_setting(s, ctx.model, out.*pages);
                       if (!l) return protocol::Status(l.error());
                       out.*layout = *l;
+                      out.*pages = l->num_pages;  // kv_memory_mb may have sized it
                       return protocol::Status{};
                     });
 }
