@@ -351,7 +351,7 @@ int run_model_bench(int argc, char** argv) {
       "epd-bench model: prefill and decode throughput of the reference presets, of a checkpoint, or of a "
       "table of generated checkpoints, each GGUF beside llama.cpp's own llama-bench on the same file"};
   bool quick = false, no_llama = false;
-  std::string checkpoint, make_dir, table_dir, kv = "f32";
+  std::string checkpoint, make_dir, table_dir, kv = "f16";
   std::vector<std::string> presets{"tiny", "bench"};
   std::vector<std::string> shapes{"smollm2-135m", "llama-3.2-1b"}, types{"f32", "q8_0", "q4_k_m"};
   ModelWorkload w;

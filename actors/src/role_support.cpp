@@ -22,7 +22,7 @@ protocol::Result<protocol::KvLayout> kv_layout_setting(const config::Settings& s
                                                        uint32_t num_pages) {
   auto page_size = s.get_uint("kv_page_size", m.page_size, 1, model::kMaxPageSize);
   if (!page_size) return page_size.error();
-  auto dtype_name = s.get_string("kv_dtype", "f32");
+  auto dtype_name = s.get_string("kv_dtype", "f16");
   if (!dtype_name) return dtype_name.error();
   auto dtype = model::parse_dtype(*dtype_name);
   if (!dtype)

@@ -391,7 +391,8 @@ TEST_CASE("chaos: 8 busy clients on a 2x2 cluster, a random instance kill -9'd e
 
 // The drill on the Q4_K_M checkpoint, both prefix caches on (their defaults): kills for 12 s, then 10 s of
 // load on what the restarted instances cached since. Over shm, over tcp, and with decode pages of another
-// size (the staged path, K/V in f32 on both sides: docs/caches.md says why a resumed answer needs that).
+// size (the staged path, K/V in f16 on both sides, the roles' default: docs/caches.md says why a resumed
+// answer needs one element type).
 TEST_CASE("chaos on a Q4_K_M checkpoint with both prefix caches: every answer is the colocated run's",
           "[chaos][multiproc]") {
   QuantizedCheckpoint ck;
@@ -412,7 +413,7 @@ TEST_CASE("chaos on a Q4_K_M checkpoint with both prefix caches: every answer is
   SECTION("staged decode pages") {
     spec.backend = "shm";
     spec.defaults["decode"] = "kv_page_size = 32\n";
-    const epd::model::KvLayoutChoice kv{32, epd::model::DType::f32, epd::model::KvDimOrder::token_head_dim};
+    const epd::model::KvLayoutChoice kv{32, epd::model::DType::f16, epd::model::KvDimOrder::token_head_dim};
     run_chaos(spec, "chaos-q4km-staged", checkpoint_cases(ck.gguf, kv), load_ms, kills_until_ms, false);
   }
 }

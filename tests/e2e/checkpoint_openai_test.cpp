@@ -84,8 +84,10 @@ std::vector<uint32_t> prompt_ids(const ChatCheckpoint& ck, const Case& c) {
 // `decode_kv`: decode's KV layout when it differs from prefill's (the staged path).
 model::GenerateResult colocated(const ChatCheckpoint& ck, const std::vector<uint32_t>& prompt,
                                 const std::optional<model::KvLayoutChoice>& decode_kv = std::nullopt,
-                                const model::SamplingParams& sampling = {}) {
+                                const model::SamplingParams& sampling = {},
+                                model::DType dtype = model::DType::f16) {
   model::GenerateOptions opts;
+  opts.dtype = dtype;
   opts.sampling = sampling;
   opts.max_tokens = kMaxTokens;
   opts.chunk = kOpenaiChunk;
@@ -124,7 +126,9 @@ std::vector<uint32_t> epd_run(const ChatCheckpoint& ck, const Case& c) {
 }
 
 // What the SDK must read for a case (generate.mjs's spec). The unstaged colocated run is first checked
-// against epd-run and llama.cpp (which hold f32 KV throughout); a staged one follows from it by construction.
+// against epd-run (f16 KV, as the roles), and the same run in f32 KV against llama.cpp (which holds f32 KV
+// throughout: a comparison of the model's arithmetic, without KV rounding); a staged one follows from it by
+// construction.
 json expectation(const ChatCheckpoint& ck, const Case& c,
                  const std::optional<model::KvLayoutChoice>& decode_kv) {
   const auto prompt = prompt_ids(ck, c);
@@ -133,8 +137,9 @@ json expectation(const ChatCheckpoint& ck, const Case& c,
   if (!decode_kv) {
     CHECK(epd_run(ck, c) == ref.tokens);
     const auto greedy = llama_cpp_greedy(ck.gguf, ck.dir.string(), prompt, kMaxTokens);
-    REQUIRE(greedy.size() >= ref.tokens.size());
-    CHECK(std::vector<uint32_t>(greedy.begin(), greedy.begin() + ref.tokens.size()) == ref.tokens);
+    const auto exact = colocated(ck, prompt, std::nullopt, {}, model::DType::f32);
+    REQUIRE(greedy.size() >= exact.tokens.size());
+    CHECK(std::vector<uint32_t>(greedy.begin(), greedy.begin() + exact.tokens.size()) == exact.tokens);
   }
   json params = {{"max_tokens", kMaxTokens}, {"temperature", 0}};
   if (c.chat) {
@@ -312,9 +317,9 @@ TEST_CASE("checkpoint through the OpenAI SDK over tcp equals epd-run and llama.c
   serve_through_sdk("tcp");
 }
 
-TEST_CASE("checkpoint through the OpenAI SDK staged into an fp16 decode equals the staged colocated run") {
-  serve_through_sdk("shm", "kv_dtype = \"f16\"\nkv_page_size = 32\n",
-                    model::KvLayoutChoice{32, model::DType::f16, model::KvDimOrder::token_head_dim});
+TEST_CASE("checkpoint through the OpenAI SDK staged into an fp32 decode equals the staged colocated run") {
+  serve_through_sdk("shm", "kv_dtype = \"f32\"\nkv_page_size = 32\n",
+                    model::KvLayoutChoice{32, model::DType::f32, model::KvDimOrder::token_head_dim});
 }
 
 // A template that thinks (Qwen3's, from llama.cpp's models/templates): the answer's <think> block is read

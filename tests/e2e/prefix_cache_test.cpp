@@ -155,7 +155,8 @@ TEST_CASE("prefix cache: multi-turn conversations compute only new pages and ans
   const uint64_t held = expected_held(turns);
   REQUIRE(hits > total / 2);  // the workload is mostly repeated prefixes
   REQUIRE(held > hits);       // decode holds answers and partial pages too
-  const uint64_t token_bytes = model::staging_token_bytes(model::kv_layout_for(*model::preset("tiny"), 1));
+  const uint64_t token_bytes =
+      model::staging_token_bytes(model::kv_layout_for(*model::preset("tiny"), 1, model::DType::f16));
   const std::string kv_bytes = "epd_transfer_size_bytes_sum";  // on prefill: KV pages and aux records
   for (std::string backend : {"shm", "tcp"}) {
     SECTION(backend) {

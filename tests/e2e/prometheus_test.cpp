@@ -41,7 +41,7 @@ Moved bytes_to_move(const Case& c) {
   std::optional<epd::model::ImageDims> dims;
   if (c.image) dims = epd::model::ImageDims{c.image->width, c.image->height};
   const auto prompt = *epd::model::build_prompt(cfg, c.prompt, dims);
-  const auto layout = epd::model::kv_layout_for(cfg, 1);
+  const auto layout = epd::model::kv_layout_for(cfg, 1, epd::model::DType::f16);  // the roles' default
   Moved m;
   m.kv = prompt.size() * epd::model::staging_token_bytes(layout) + sizeof(epd::actors::AuxRecord);
   if (dims) m.embeddings = epd::model::image_token_count(cfg, *dims) * cfg.d_model * sizeof(float);

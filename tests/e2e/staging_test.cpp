@@ -90,10 +90,10 @@ TEST_CASE("staging: decode with the other dim order gets the reference tokens", 
   staged_run("kv_order = \"head_token_dim\"\n", kv, 12);
 }
 
-TEST_CASE("staging: fp32 prefill to an fp16 decode with 64-token pages, converted in the scatter",
+TEST_CASE("staging: fp16 prefill to an fp32 decode with 64-token pages, converted in the scatter",
           "[e2e][multiproc][staging]") {
-  const model::KvLayoutChoice kv{64, protocol::DType::f16, protocol::KvDimOrder::head_token_dim};
-  staged_run("kv_page_size = 64\nkv_dtype = \"f16\"\nkv_order = \"head_token_dim\"\n", kv, 12);
+  const model::KvLayoutChoice kv{64, protocol::DType::f32, protocol::KvDimOrder::head_token_dim};
+  staged_run("kv_page_size = 64\nkv_dtype = \"f32\"\nkv_order = \"head_token_dim\"\n", kv, 12);
 }
 
 TEST_CASE(
@@ -136,9 +136,10 @@ TEST_CASE("staging: a slow decode scatter makes prefill wait, not fail", "[e2e][
 
 TEST_CASE("staging: an oversized chunk fails only its own room, with the reason",
           "[e2e][multiproc][staging]") {
-  // 32-token chunks of 512 B/token need up to 16 KiB; the ring has 12 KiB: a prompt of more than 24 tokens
-  // has a chunk that can never fit, a shorter one fits.
-  Cluster cluster(staged_spec("chunk_tokens = 32\n", "kv_page_size = 64\nstaging_ring_bytes = 12288\n"));
+  // 32-token chunks of 256 B/token (f16) need up to 8 KiB; the ring has 4 KiB (one memory page: a ring is
+  // allocated in whole ones): a prompt of more than 16 tokens has a chunk that can never fit, a shorter
+  // one fits.
+  Cluster cluster(staged_spec("chunk_tokens = 32\n", "kv_page_size = 64\nstaging_ring_bytes = 4096\n"));
   cluster.start();
   auto [big_status, big] = cluster.generate({{"prompt", std::string(60, 'x')}, {"max_tokens", 4}});
   INFO(big.dump());

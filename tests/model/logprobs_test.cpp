@@ -193,7 +193,7 @@ TEST_CASE("generate: one logprob per token, prefill's first too, the same chunke
   // By hand: prefill's token, then decode steps in a batch with a sequence that asks for none.
   const Request req = make_request(*r, "describe", nullptr);
   const Request other = make_request(*r, "another", nullptr);
-  TestPool tp(r->config(), 8);
+  TestPool tp(r->config(), 8, o.dtype);  // the pool generate() used
   const auto pages = iota_pages(4), other_pages = iota_pages(4, 4);
   PrefillChunk c = slice_prompt(req.prompt, {}, r->config().d_model, 0, req.prompt.size());
   c.sampling = o.sampling;

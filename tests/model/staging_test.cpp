@@ -348,6 +348,7 @@ TEST_CASE("generate with decode_kv: f32 in other pages and order is lossless, f1
   const Image img = make_test_image(32, 24, 12);
   const std::string text = "Staged once, decoded elsewhere.";
   GenerateOptions opts;
+  opts.dtype = DType::f32;  // prefill in f32 (the roles' default is f16), so f16 below is a conversion
   opts.max_tokens = 24;
   opts.chunk = 7;
   opts.stop_at_eos = false;
@@ -356,7 +357,7 @@ TEST_CASE("generate with decode_kv: f32 in other pages and order is lossless, f1
   REQUIRE(base->tokens.size() == 24);
 
   // Same layout on both sides: staging is a byte copy, so even the KV digest is unchanged.
-  opts.decode_kv = KvLayoutChoice{};
+  opts.decode_kv = KvLayoutChoice{0, DType::f32};
   auto same = generate(*r, text, &img, opts);
   REQUIRE(same.ok());
   CHECK(same->tokens == base->tokens);

@@ -130,13 +130,13 @@ TEST_CASE("rdma e2e: text and image requests give the reference tokens and every
   stop_cleanly(cluster);
 }
 
-TEST_CASE("rdma e2e: fp16 decode with 64-token pages gets its KV staged over verbs", "[vm]") {
+TEST_CASE("rdma e2e: fp32 decode with 64-token pages gets its KV staged over verbs", "[vm]") {
   ClusterSpec spec = rdma_spec();
-  spec.defaults["decode"] = "kv_page_size = 64\nkv_dtype = \"f16\"\n";
+  spec.defaults["decode"] = "kv_page_size = 64\nkv_dtype = \"f32\"\n";
   Cluster cluster(spec);
   cluster.start();
   LogDump dump{cluster, "rdma-e2e-staged"};
-  const model::KvLayoutChoice kv{64, protocol::DType::f16, protocol::KvDimOrder::token_head_dim};
+  const model::KvLayoutChoice kv{64, protocol::DType::f32, protocol::KvDimOrder::token_head_dim};
   run_and_compare(cluster, 6, 3, kv);
   // Every room went through decode's staging ring: its chunks were written over rdma.
   const json d = cluster.instance_when("decode-0", [](const json& i) {

@@ -14,7 +14,7 @@ namespace epd::model {
 // A KV layout for one side of the sequence; page_size 0 = the model's.
 struct KvLayoutChoice {
   uint32_t page_size = 0;
-  DType dtype = DType::f32;
+  DType dtype = DType::f16;  // the roles' default (kv_dtype)
   KvDimOrder order = KvDimOrder::token_head_dim;
 };
 
@@ -32,7 +32,7 @@ struct GenerateOptions {
   // Set: masks every draw (a grammar, epd/model/grammar.hpp) and is told each drawn token that does not end
   // the answer. Owned by the caller, in the state after the answer's first `first_index` tokens.
   TokenConstraint* constraint{};
-  DType dtype = DType::f32;
+  DType dtype = DType::f16;  // the roles' default KV element type, so the oracle runs as they do
   KvDimOrder order = KvDimOrder::token_head_dim;
   // Set: mirror the disaggregated staged path. Prefill runs in the pool above (model page size), the prompt's
   // KV is gathered and scattered (converted) once into a second pool with this layout, and decode runs there.
