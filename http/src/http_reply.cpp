@@ -114,6 +114,8 @@ std::string stats_json(const RouterStats& s) {
                {"rejected", s.rejected},
                {"in_flight", s.in_flight},
                {"queued", s.queued},
+               {"prompt_backlog_tokens", s.prompt_backlog_tokens},
+               {"prompt_tokens_per_s", s.prompt_tokens_per_s ? json(*s.prompt_tokens_per_s) : json(nullptr)},
                {"retry_causes", json(s.retry_causes)},
                {"failure_causes", json(s.failure_causes)},
                {"tables", json(s.tables)}});

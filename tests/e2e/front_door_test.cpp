@@ -19,6 +19,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <mutex>
 #include <thread>
 
 #include "cluster.hpp"
@@ -110,6 +111,83 @@ TEST_CASE("front door: a burst over the in-flight limit and the queue gets 429 w
   CHECK(stats["queued"] == 0);
   std::printf("front door burst: 12 requests, %d answered, %d refused with 429\n", ok.load(),
               rejected.load());
+}
+
+// Admission from the prompt backlog (docs/http-api.md, "Admission"): prefill held at 300 ms a prompt, a
+// burst whose prompts would need more than the request timeout at the rate the router measured. Requests
+// whose first token it expects later than max_queue_wait_ms (2 s) are refused at once with 429 and a
+// Retry-After from the backlog; every admitted one must then be answered, none late with a 504. The margin
+// is an argument: an admitted request expects at most 2 s of the 6 s timeout, so the host may run the
+// burst at a third of the warm-up's pace and still pass.
+TEST_CASE("front door: prompts expected past max_queue_wait are refused at once with 429, none fail late",
+          "[front]") {
+  ClusterSpec spec;
+  spec.request_timeout_ms = 6000;
+  spec.defaults["prefill"] = "chunk_delay_ms = 300\n";
+  spec.defaults["router"] = "max_queue_wait_ms = 2000\n";
+  Cluster cluster(spec);
+  cluster.start();
+  auto prompt = [](int i) { return std::to_string(1000 + i) + ": the backlog decides whether this waits"; };
+  for (int i = 0; i < 2; ++i) {  // the router measures the rate prompts are answered at
+    auto res =
+        client(cluster.http_port()).Post("/v1/completions", generate_body(prompt(i), 4), "application/json");
+    REQUIRE(res);
+    REQUIRE(res->status == 200);
+  }
+  const json warm = cluster.stats();
+  INFO(warm.dump());
+  REQUIRE(warm["prompt_tokens_per_s"].is_number());
+  const double rate = warm["prompt_tokens_per_s"];
+  CHECK(warm["prompt_backlog_tokens"] == 0);
+
+  constexpr int kBurst = 30;
+  std::atomic<int> ok{0}, refused{0}, other{0}, max_retry_after{0};
+  std::atomic<int64_t> prompt_tokens{0};
+  std::string first_other;
+  std::mutex mu;
+  std::vector<std::thread> clients;
+  for (int i = 0; i < kBurst; ++i)
+    clients.emplace_back([&, i] {
+      auto res = client(cluster.http_port())
+                     .Post("/v1/completions", generate_body(prompt(100 + i), 4), "application/json");
+      const json body = res ? json::parse(res->body, nullptr, false) : json();
+      if (res && res->status == 200) {
+        ++ok;
+        prompt_tokens += body["usage"]["prompt_tokens"].get<int64_t>();
+      } else if (res && res->status == 429 && body["error"]["code"] == "out_of_capacity" &&
+                 body["error"]["message"].get<std::string>().find("max_queue_wait_ms") != std::string::npos) {
+        ++refused;
+        const int after = std::stoi(
+            res->get_header_value("Retry-After", 0).empty() ? "0" : res->get_header_value("Retry-After"));
+        if (after < 1) ++other;
+        int seen = max_retry_after;
+        while (after > seen && !max_retry_after.compare_exchange_weak(seen, after)) {
+        }
+      } else {
+        ++other;
+        std::lock_guard lock(mu);
+        if (first_other.empty())
+          first_other = res ? std::to_string(res->status) + " " + res->body : "no answer";
+      }
+    });
+  for (auto& c : clients) c.join();
+  const json stats = cluster.stats();
+  std::printf(
+      "front door backlog: %d requests at once, %d answered, %d refused (Retry-After up to %d s); "
+      "measured %.0f prompt tokens/s\n",
+      kBurst, ok.load(), refused.load(), max_retry_after.load(), rate);
+  INFO(first_other);
+  INFO(stats.dump());
+  // The premise: the whole burst needs more than the timeout at the measured rate (each answered prompt
+  // stands for the others: they are the same length to a token or two).
+  REQUIRE(ok > 0);
+  CHECK(double(prompt_tokens) / ok * kBurst / rate > 6.0);
+  CHECK(other == 0);  // no 504, no 5xx: a request is answered or refused at once
+  CHECK(ok >= 2);
+  CHECK(refused >= 1);
+  CHECK(stats["rejected"] == refused.load());
+  CHECK(stats["completed"] == ok.load() + 2);
+  CHECK(stats["prompt_backlog_tokens"] == 0);  // every prompt left the backlog
 }
 
 TEST_CASE("front door: a client that hangs up cancels its room on every role and frees its pages",

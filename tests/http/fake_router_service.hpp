@@ -55,6 +55,8 @@ class FakeRouterService : public RouterService {
     s.completed = 5;
     s.failed = 1;
     s.retries = 2;
+    s.prompt_backlog_tokens = 120;
+    s.prompt_tokens_per_s = 250.5;
     done(s);
   }
   Readiness readiness() override { return ready; }

@@ -173,7 +173,9 @@ TEST_CASE("wrong methods get 405, unknown paths 404, compressed bodies 415, all 
   check_error(cli.Options("/v1/stats"), 405, "OPTIONS is not allowed");
 
   check_error(cli.Get("/index.html"), 404, "no route for /index.html");  // the dashboard is at / only
-  check_error(cli.Get("/v1/generate/"), 404, "POST /v1/generate, POST /v1/responses, POST /v1/messages, POST /v1/messages/count_tokens, GET /v1/models");
+  check_error(cli.Get("/v1/generate/"), 404,
+              "POST /v1/generate, POST /v1/responses, POST /v1/messages, POST /v1/messages/count_tokens, GET "
+              "/v1/models");
   check_error(cli.Get("/v2"), 404, "GET /v1/activity, POST /tokenize, POST /detokenize, GET /");
   check_error(cli.Post("/v2/generate", R"({"prompt":"p"})", kJson), 404, "no route for /v2/generate");
 
@@ -383,6 +385,8 @@ TEST_CASE("GET /v1/instances and /v1/stats have the documented shape", "[http]")
                                 {"rejected", 0},
                                 {"in_flight", 0},
                                 {"queued", 0},
+                                {"prompt_backlog_tokens", 120},
+                                {"prompt_tokens_per_s", 250.5},
                                 {"retry_causes", json::object()},
                                 {"failure_causes", json::object()},
                                 {"tables", json::object()}}));

@@ -36,7 +36,13 @@ RouterMetrics::RouterMetrics(metrics::Registry& r)
       matched_prefill_(matched_.Add({{"peer_role", "prefill"}})),
       matched_decode_(matched_.Add({{"peer_role", "decode"}})),
       in_flight_(r.gauge("epd_requests_in_flight", "Requests placed on instances now").Add({})),
-      queued_(r.gauge("epd_requests_queued", "Requests waiting for an in-flight slot").Add({})) {
+      queued_(r.gauge("epd_requests_queued", "Requests waiting for an in-flight slot").Add({})),
+      backlog_(r.gauge("epd_router_prompt_backlog_tokens",
+                       "Prompt tokens accepted and not yet answered with a first token")
+                   .Add({})),
+      prompt_rate_(r.gauge("epd_router_prompt_tokens_per_second",
+                           "Prompt tokens answered per second while some were waiting, lately (0: none yet)")
+                       .Add({})) {
   for (const char* outcome : {"completed", "failed", "cancelled", "rejected"})
     requests_.Add({{"outcome", outcome}});  // every outcome from the start: rate() needs the zero
 }
@@ -85,9 +91,12 @@ void RouterMetrics::tokens_streamed(double gap_seconds, size_t count) {
   for (size_t i = 0; i < count; ++i) itl_.Observe(gap_seconds / double(count));
 }
 
-void RouterMetrics::occupancy(uint64_t in_flight, uint64_t queued) {
+void RouterMetrics::occupancy(uint64_t in_flight, uint64_t queued, uint64_t backlog_tokens,
+                              std::optional<double> prompt_tokens_per_s) {
   in_flight_.Set(double(in_flight));
   queued_.Set(double(queued));
+  backlog_.Set(double(backlog_tokens));
+  prompt_rate_.Set(prompt_tokens_per_s.value_or(0));
 }
 
 }  // namespace epd::actors

@@ -3,6 +3,7 @@
 // the latencies clients see — time to first token, gaps between tokens, end to end, and each stage of the
 // rooms that answered. Counted next to RouterStats (/v1/stats), at the same points of the request's life.
 #include <cstdint>
+#include <optional>
 #include <string_view>
 
 #include "epd/metrics/registry.hpp"
@@ -25,7 +26,9 @@ class RouterMetrics {
                  uint32_t prompt_tokens);
   // `count` fresh tokens arrived `gap_seconds` after the previous ones: each gets gap / count.
   void tokens_streamed(double gap_seconds, size_t count);
-  void occupancy(uint64_t in_flight, uint64_t queued);
+  // Requests in flight and queued, and the prompt backlog admission weighs (PromptBacklog).
+  void occupancy(uint64_t in_flight, uint64_t queued, uint64_t backlog_tokens,
+                 std::optional<double> prompt_tokens_per_s);
   // An attempt placed: its prompt, and how much of it the chosen prefill and decode were believed to hold.
   void placed_prefix(uint64_t prompt_tokens, uint32_t prefill_matched, uint32_t decode_matched);
 
@@ -46,6 +49,8 @@ class RouterMetrics {
   metrics::Counter& matched_decode_;
   metrics::Gauge& in_flight_;
   metrics::Gauge& queued_;
+  metrics::Gauge& backlog_;
+  metrics::Gauge& prompt_rate_;
 };
 
 }  // namespace epd::actors

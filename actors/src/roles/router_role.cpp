@@ -3,7 +3,9 @@
 // to the caller's sink as they arrive, and retries a failed room on other instances when the cause is
 // retryable, up to max_attempts (a retry regenerates the same tokens: sampling is seeded per position, so
 // only tokens beyond those already streamed are passed on). At most max_in_flight requests run; up to
-// max_queued more wait in arrival order; beyond that the answer is 429. Every call ends within
+// max_queued more wait in arrival order; beyond that the answer is 429, as it is at once for a request
+// whose prompt would wait longer than max_queue_wait for its first token behind the prompts already
+// accepted, at the rate they have been answered (PromptBacklog). Every call ends within
 // request_timeout: with tokens, cancelled by the caller, or with an error naming the cause.
 #include <spdlog/spdlog.h>
 #include <xxhash.h>
@@ -26,6 +28,7 @@
 #include "epd/model/tokens.hpp"
 #include "roles/logprobs_wire.hpp"
 #include "roles/placement_index.hpp"
+#include "roles/prompt_backlog.hpp"
 #include "roles/roles.hpp"
 #include "roles/room_grammar.hpp"
 #include "router_metrics.hpp"
@@ -83,6 +86,8 @@ struct Pending {
   uint32_t image_tokens = 0;
   std::vector<uint64_t> blocks;     // the prompt's whole blocks for cache-aware placement (PrefixIndex)
   std::vector<uint8_t> images_key;  // SUBMIT's: the images' hash (empty: none)
+  // Prompt tokens it counts in the router's backlog until its first token (the uncached part once placed).
+  std::optional<uint64_t> backlog;
   uint32_t attempts = 0;
   uint32_t capacity_waits = 0;  // attempts refused for lack of room: they do not use up max_attempts
   Attempt current;
@@ -109,8 +114,11 @@ struct RouterSettings {
   uint16_t http_port = 8080;
   uint32_t max_tokens_limit = 1024;
   std::chrono::milliseconds unavailable_wait{5000};
-  uint32_t max_in_flight = 256;                   // requests placed on instances at once
-  uint32_t max_queued = 1024;                     // more wait here; beyond that 429
+  uint32_t max_in_flight = 256;  // requests placed on instances at once
+  uint32_t max_queued = 1024;    // more wait here; beyond that 429
+  // A request expected to wait longer for its first token is refused (429); none: half the request
+  // timeout; 0: never refused for its wait.
+  std::optional<std::chrono::milliseconds> max_queue_wait;
   std::chrono::milliseconds drain_timeout{4000};  // SIGTERM: how long requests in flight may finish
   uint32_t http_threads = 2;
   uint32_t http_max_connections = 10000;
@@ -122,6 +130,7 @@ struct RouterSettings {
 struct RouterLimits {
   uint32_t max_in_flight = 256;
   uint32_t max_queued = 1024;
+  std::chrono::milliseconds max_queue_wait{0};  // 0: off
   std::chrono::milliseconds unavailable_wait{5000};
   uint32_t prefix_index_blocks = 1u << 16;
 };
@@ -140,6 +149,7 @@ struct RouterState : kernel::RoleBase {
   std::map<uint64_t, Pending> requests;
   std::deque<uint64_t> queue;  // tickets waiting for an in-flight slot, oldest first
   uint32_t active = 0;         // requests not queued
+  PromptBacklog backlog;       // prompts accepted and not yet answered, and the rate they are answered at
   // The registry's instances with this router's rooms and tokens of work on each, ordered for placement.
   PlacementIndex placement;
   // What each prefill's and decode's prefix cache is believed to hold (cache-aware placement).
@@ -238,7 +248,18 @@ void admit_queued(RouterState& st) {
 }
 
 void publish_occupancy(RouterState& st) {
-  st.metrics->occupancy(st.active, st.queue.size());
+  st.metrics->occupancy(st.active, st.queue.size(), st.backlog.tokens(), st.backlog.tokens_per_second());
+}
+
+// The request's prompt leaves the backlog: `answered` (its first token came) or given up.
+void settle_backlog(RouterState& st, Pending& p, bool answered) {
+  if (!p.backlog) return;
+  const auto now = kernel::DeadlineTimer::now(st.self);
+  if (answered)
+    st.backlog.answered(*p.backlog, now);
+  else
+    st.backlog.dropped(*p.backlog, now);
+  p.backlog.reset();
 }
 
 // A request answered with an error (`code`), in /v1/stats and the metrics.
@@ -266,6 +287,7 @@ void finish(RouterState& st, std::map<uint64_t, Pending>::iterator it, GenerateR
   if (r.timings.total_ms == 0)
     r.timings.total_ms = ms_between(p.started, kernel::DeadlineTimer::now(st.self));
   auto sink = std::move(p.sink);
+  settle_backlog(st, p, false);
   release_attempt(st, p.current);
   if (p.queued)
     std::erase(st.queue, it->first);
@@ -342,6 +364,10 @@ void start_attempt(RouterState& st, uint64_t req_id) {
   a.decode_work = decode_work.tokens - std::min<uint64_t>(decode_work.tokens, decode->matched_tokens);
   st.placement.charge(a.prefill, a.prefill_work);
   st.placement.charge(a.decode, a.decode_work);
+  if (p.backlog) {  // only what this prefill must compute is work ahead of later prompts
+    st.backlog.recount(*p.backlog, a.prefill_work, a.started);
+    p.backlog = a.prefill_work;
+  }
   st.metrics->placed_prefix(p.prompt.size(), prefill->matched_tokens, decode->matched_tokens);
   ++p.attempts;
   p.current = a;
@@ -500,6 +526,7 @@ void on_result(RouterState& st, const Envelope& env, protocol::RoomResult& res) 
       res.logprobs = std::move(before);
     }
     stream_tokens(p, 0, res.tokens, res.logprobs);
+    settle_backlog(st, p, true);  // a RESULT without TOKENS before it (their frames lost)
     st.metrics->completed(ms_between(p.started, p.current.first_token.value_or(now)) / 1000,
                           ms_between(p.started, now) / 1000, res, uint32_t(p.prompt.size()));
     GenerateResponse r;
@@ -556,6 +583,8 @@ void on_tokens(RouterState& st, const Envelope& env, protocol::Tokens& t) {
   if (!p.current.first_token) {
     p.current.first_token = now;
     st.placement.discharge(p.current.prefill, p.current.prefill_work);  // prefill's part is done
+    settle_backlog(st, p, true);
+    publish_occupancy(st);
     // Both hold the prompt's KV now, and their caches keep it: from here on the prompt's blocks are
     // believed cached there. Not earlier: an attempt that fails (say, on a stalled prefill) must not make
     // its retry look cheaper on the same instance.
@@ -590,6 +619,30 @@ void cancel_request(RouterState& st, uint64_t ticket, const std::string& reason)
   r.tokens = it->second.streamed;
   r.logprobs = it->second.logprobs;
   finish(st, it, std::move(r));
+}
+
+struct LateRefusal {
+  std::string why;
+  uint32_t retry_after_s = 1;
+};
+
+// A prompt of `tokens` expected to wait longer than max_queue_wait for its first token, behind the prompts
+// accepted before it, is refused now: a 429 the client can retry beats a 504 at the end of its budget.
+// Retry-After is how long the backlog takes to shrink enough, at the measured rate, if nothing else came.
+// Before the first answer there is no rate, and nothing is refused for its wait.
+std::optional<LateRefusal> expected_late(const RouterState& s, uint64_t tokens) {
+  const auto limit = std::chrono::duration<double>(s.limits.max_queue_wait).count();
+  const auto wait = s.backlog.wait_seconds(tokens);
+  if (limit <= 0 || !wait || *wait <= limit) return std::nullopt;
+  char figures[160];
+  std::snprintf(figures, sizeof figures, "about %.1f s at the %.0f prompt tokens/s measured lately", *wait,
+                *s.backlog.tokens_per_second());
+  LateRefusal r;
+  r.why = "the prompts ahead (" + std::to_string(s.backlog.tokens()) + " tokens) and this one (" +
+          std::to_string(tokens) + ") would take " + figures + " to reach a first token, more than " +
+          std::to_string(s.limits.max_queue_wait.count()) + " ms (max_queue_wait_ms)";
+  r.retry_after_s = uint32_t(std::min(3600.0, std::max(1.0, std::ceil(*wait - limit))));
+  return r;
 }
 
 void on_generate(RouterState& s, uint64_t ticket, GenerateRequest& req, SinkPtr& sink) {
@@ -649,10 +702,18 @@ void on_generate(RouterState& s, uint64_t ticket, GenerateRequest& req, SinkPtr&
       return reject(400, "invalid_request", g.error().detail);
     }
   }
+  if (auto late = expected_late(s, prompt->size())) {
+    ++s.stats.rejected;
+    s.metrics->request_done("rejected");
+    spdlog::debug("router: request [req {}] refused: {}", req.request_id, late->why);
+    return reject(429, "out_of_capacity", late->why, late->retry_after_s);
+  }
   Pending p;
   p.sink = std::move(sink);
   p.request = std::move(req);
   p.prompt = std::move(prompt.value());
+  p.backlog = p.prompt.size();
+  s.backlog.add(p.prompt.size(), kernel::DeadlineTimer::now(s.self));
   const auto slot = model::image_token(s.ctx.model);
   p.image_tokens = slot ? uint32_t(std::count(p.prompt.begin(), p.prompt.end(), *slot)) : 0;
   uint64_t images = 0;  // the request's pictures, for the blocks that hold their rows
@@ -708,6 +769,8 @@ caf::behavior router(caf::stateful_actor<RouterState>* self, RoleContext ctx,
             RouterStats out = s.stats;
             out.in_flight = s.active;
             out.queued = s.queue.size();
+            out.prompt_backlog_tokens = s.backlog.tokens();
+            out.prompt_tokens_per_s = s.backlog.tokens_per_second();
             out.tables = {{"requests", s.requests.size()},
                           {"rooms", s.room_to_request.size()},
                           {"queue", s.queue.size()},
@@ -824,8 +887,9 @@ protocol::Result<RoleHandle> spawn_router(RoleContext& ctx, RouterSettings setti
   http_config.tls = settings.tls;
   auto table = std::make_shared<Table>();
   table->on<protocol::Tokens>(on_tokens).on<protocol::RoomResult>(on_result);
-  RouterLimits limits{settings.max_in_flight, settings.max_queued, settings.unavailable_wait,
-                      settings.prefix_index_blocks};
+  RouterLimits limits{settings.max_in_flight, settings.max_queued,
+                      settings.max_queue_wait.value_or(ctx.cluster->cluster.request_timeout / 2),
+                      settings.unavailable_wait, settings.prefix_index_blocks};
   RouterCodec codec;
   if (auto c = model::PromptCodec::for_model(ctx.model)) {
     codec.codec = std::move(*c);
@@ -882,6 +946,15 @@ protocol::Status read_http(const RoleContext&, const config::Settings& cfg, Rout
   return {};
 }
 
+// max_queue_wait_ms: absent, half the request timeout (spawn_router); 0, no refusal for the wait.
+protocol::Status read_queue_wait(const RoleContext&, const config::Settings& cfg, RouterSettings& out) {
+  if (!cfg.has("max_queue_wait_ms")) return {};
+  auto ms = cfg.get_ms("max_queue_wait_ms", {});
+  if (!ms) return ms.error();
+  out.max_queue_wait = *ms;
+  return {};
+}
+
 // Paths in the router's settings are relative to the cluster file, like [model] path.
 std::filesystem::path config_relative(const RoleContext& ctx, const std::string& path) {
   std::filesystem::path p(path);
@@ -926,6 +999,7 @@ RoleSpec router_role_spec() {
       .ms("unavailable_wait_ms", &RouterSettings::unavailable_wait)
       .u32("max_in_flight", &RouterSettings::max_in_flight, 1, 1u << 20)
       .u32("max_queued", &RouterSettings::max_queued, 0, 1u << 20)
+      .add({"max_queue_wait_ms"}, read_queue_wait)
       .ms("drain_timeout_ms", &RouterSettings::drain_timeout)
       .u32("http_threads", &RouterSettings::http_threads, 1, 64)
       .u32("http_max_connections", &RouterSettings::http_max_connections, 1, 1u << 20)

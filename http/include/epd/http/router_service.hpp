@@ -100,11 +100,13 @@ struct RouterStats {
   uint64_t failed = 0;
   uint64_t retries = 0;
   uint64_t resumed = 0;  // retries that went on from the tokens already drawn (docs/failure-handling.md)
-  uint64_t resumed_tokens = 0;  // tokens those did not draw again
-  uint64_t cancelled = 0;       // the client went away, or a stop sequence ended the answer early
-  uint64_t rejected = 0;        // answered 429: in-flight limit and queue full
-  uint64_t in_flight = 0;       // requests being served now
-  uint64_t queued = 0;          // requests waiting for an in-flight slot
+  uint64_t resumed_tokens = 0;         // tokens those did not draw again
+  uint64_t cancelled = 0;              // the client went away, or a stop sequence ended the answer early
+  uint64_t rejected = 0;               // answered 429: in-flight limit and queue full
+  uint64_t in_flight = 0;              // requests being served now
+  uint64_t queued = 0;                 // requests waiting for an in-flight slot
+  uint64_t prompt_backlog_tokens = 0;  // prompt tokens accepted and not yet answered with a first token
+  std::optional<double> prompt_tokens_per_s;       // the rate they were answered at lately (none yet: none)
   std::map<std::string, uint64_t> retry_causes;    // error code name -> rooms retried for it
   std::map<std::string, uint64_t> failure_causes;  // error code name -> requests answered with it
   // Sizes of the router's per-request tables (docs/failure-handling.md, "Bounded tables"): 0 when idle.
