@@ -148,97 +148,119 @@ std::optional<EpdRun> measure_epd(m::ModelConfig cfg, const ModelWorkload& w, m:
   return out;
 }
 
-// The shapes --make-checkpoint and --table write (random weights, tied embeddings).
+// The shapes --make-checkpoint and --table write (random weights, tied embeddings), by name.
+using ShapeFill = void (*)(m::testing::CheckpointSpec&);
+const std::vector<std::pair<std::string, ShapeFill>>& checkpoint_shapes() {
+  static const std::vector<std::pair<std::string, ShapeFill>> shapes = {
+      {"smollm2-135m",
+       [](m::testing::CheckpointSpec& s) {
+         // SmolLM2-135M: hidden 576, 30 layers, 9 heads, 3 KV heads, FFN 1536, vocab 49152.
+         s.vocab = 49152;
+         s.d_model = 576;
+         s.layers = 30;
+         s.heads = 9;
+         s.kv_heads = 3;
+         s.ffn = 1536;
+         s.rope_theta = 100000.0f;
+       }},
+      {"llama-3.2-1b",
+       [](m::testing::CheckpointSpec& s) {
+         // Llama-3.2-1B: hidden 2048, 16 layers, 32 heads, 8 KV heads, FFN 8192, vocab 128256, Llama 3's
+         // frequency factors (rope_freqs).
+         s.vocab = 128256;
+         s.d_model = 2048;
+         s.layers = 16;
+         s.heads = 32;
+         s.kv_heads = 8;
+         s.ffn = 8192;
+         s.rope_theta = 500000.0f;
+         s.rope_freqs = true;
+       }},
+      {"qwen2.5-1.5b",
+       [](m::testing::CheckpointSpec& s) {
+         // Qwen2.5-1.5B: hidden 1536, 28 layers, 12 heads, 2 KV heads, FFN 8960, vocab 151936, Q/K/V biases.
+         s.arch = "qwen2";
+         s.vocab = 151936;
+         s.d_model = 1536;
+         s.layers = 28;
+         s.heads = 12;
+         s.kv_heads = 2;
+         s.ffn = 8960;
+         s.rope_theta = 1000000.0f;
+       }},
+      {"qwen3-0.6b",
+       [](m::testing::CheckpointSpec& s) {
+         // Qwen3-0.6B: hidden 1024, 28 layers, 16 heads of 128, 8 KV heads, FFN 3072, vocab 151936, QK-norm.
+         s.arch = "qwen3";
+         s.vocab = 151936;
+         s.d_model = 1024;
+         s.layers = 28;
+         s.heads = 16;
+         s.kv_heads = 8;
+         s.head_dim = 128;
+         s.ffn = 3072;
+         s.rope_theta = 1000000.0f;
+       }},
+      {"gemma-3-1b",
+       [](m::testing::CheckpointSpec& s) {
+         // gemma-3-1b: hidden 1152, 26 layers, 4 heads of 256, 1 KV head, FFN 6912, vocab 262144, a
+         // 512-position window on five layers of six.
+         s.arch = "gemma3";
+         s.vocab = 262144;
+         s.d_model = 1152;
+         s.layers = 26;
+         s.heads = 4;
+         s.kv_heads = 1;
+         s.head_dim = 256;
+         s.ffn = 6912;
+         s.rope_theta = 1000000.0f;
+         s.rope_base_swa = 10000.0f;
+         s.sliding_window = 512;
+       }},
+      {"phi-4-mini",
+       [](m::testing::CheckpointSpec& s) {
+         // Phi-4-mini: hidden 3072, 32 layers, 24 heads of 128, 8 KV heads, FFN 8192, vocab 200064,
+         // LongRoPE's frequency factors, 96 of each head's 128 dims rotated.
+         s.arch = "phi3";
+         s.vocab = 200064;
+         s.d_model = 3072;
+         s.layers = 32;
+         s.heads = 24;
+         s.kv_heads = 8;
+         s.ffn = 8192;
+         s.rope_theta = 10000.0f;
+         s.rope_dims = 96;
+         s.rope_scaling = "longrope";
+         s.rope_orig_context = 4096;
+         s.rope_attn_factor = 1.19f;
+         s.rope_freqs = true;
+       }},
+      {"qwen3-30b-a3b-scaled",
+       [](m::testing::CheckpointSpec& s) {
+         // Qwen3-30B-A3B's blocks (hidden 2048, 32 heads of 128, 4 KV heads, 8 routed experts of FFN 768 per
+         // row, QK-norm, vocab 151936), scaled down to fit this host: 24 of its 48 layers and 32 of its 128
+         // experts per layer. A token's work per layer is the full model's.
+         s.arch = "qwen3moe";
+         s.vocab = 151936;
+         s.d_model = 2048;
+         s.layers = 24;
+         s.heads = 32;
+         s.kv_heads = 4;
+         s.head_dim = 128;
+         s.ffn = 6144;
+         s.experts = 32;
+         s.experts_used = 8;
+         s.expert_ffn = 768;
+         s.rope_theta = 1000000.0f;
+       }},
+  };
+  return shapes;
+}
+
 m::testing::CheckpointSpec shape_spec(const std::string& shape, const std::string& file_type) {
   m::testing::CheckpointSpec spec;
-  if (shape == "smollm2-135m") {
-    // SmolLM2-135M: hidden 576, 30 layers, 9 heads, 3 KV heads, FFN 1536, vocab 49152.
-    spec.vocab = 49152;
-    spec.d_model = 576;
-    spec.layers = 30;
-    spec.heads = 9;
-    spec.kv_heads = 3;
-    spec.ffn = 1536;
-    spec.rope_theta = 100000.0f;
-  } else if (shape == "qwen2.5-1.5b") {
-    // Qwen2.5-1.5B: hidden 1536, 28 layers, 12 heads, 2 KV heads, FFN 8960, vocab 151936, Q/K/V biases.
-    spec.arch = "qwen2";
-    spec.vocab = 151936;
-    spec.d_model = 1536;
-    spec.layers = 28;
-    spec.heads = 12;
-    spec.kv_heads = 2;
-    spec.ffn = 8960;
-    spec.rope_theta = 1000000.0f;
-  } else if (shape == "qwen3-0.6b") {
-    // Qwen3-0.6B: hidden 1024, 28 layers, 16 heads of 128, 8 KV heads, FFN 3072, vocab 151936, QK-norm.
-    spec.arch = "qwen3";
-    spec.vocab = 151936;
-    spec.d_model = 1024;
-    spec.layers = 28;
-    spec.heads = 16;
-    spec.kv_heads = 8;
-    spec.head_dim = 128;
-    spec.ffn = 3072;
-    spec.rope_theta = 1000000.0f;
-  } else if (shape == "gemma-3-1b") {
-    // gemma-3-1b: hidden 1152, 26 layers, 4 heads of 256, 1 KV head, FFN 6912, vocab 262144, a 512-position
-    // window on five layers of six.
-    spec.arch = "gemma3";
-    spec.vocab = 262144;
-    spec.d_model = 1152;
-    spec.layers = 26;
-    spec.heads = 4;
-    spec.kv_heads = 1;
-    spec.head_dim = 256;
-    spec.ffn = 6912;
-    spec.rope_theta = 1000000.0f;
-    spec.rope_base_swa = 10000.0f;
-    spec.sliding_window = 512;
-  } else if (shape == "phi-4-mini") {
-    // Phi-4-mini: hidden 3072, 32 layers, 24 heads of 128, 8 KV heads, FFN 8192, vocab 200064, LongRoPE's
-    // frequency factors, 96 of each head's 128 dims rotated.
-    spec.arch = "phi3";
-    spec.vocab = 200064;
-    spec.d_model = 3072;
-    spec.layers = 32;
-    spec.heads = 24;
-    spec.kv_heads = 8;
-    spec.ffn = 8192;
-    spec.rope_theta = 10000.0f;
-    spec.rope_dims = 96;
-    spec.rope_scaling = "longrope";
-    spec.rope_orig_context = 4096;
-    spec.rope_attn_factor = 1.19f;
-    spec.rope_freqs = true;
-  } else if (shape == "qwen3-30b-a3b-scaled") {
-    // Qwen3-30B-A3B's blocks (hidden 2048, 32 heads of 128, 4 KV heads, 8 routed experts of FFN 768 per row,
-    // QK-norm, vocab 151936), scaled down to fit this host: 24 of its 48 layers and 32 of its 128 experts
-    // per layer. A token's work per layer is the full model's.
-    spec.arch = "qwen3moe";
-    spec.vocab = 151936;
-    spec.d_model = 2048;
-    spec.layers = 24;
-    spec.heads = 32;
-    spec.kv_heads = 4;
-    spec.head_dim = 128;
-    spec.ffn = 6144;
-    spec.experts = 32;
-    spec.experts_used = 8;
-    spec.expert_ffn = 768;
-    spec.rope_theta = 1000000.0f;
-  } else {
-    // Llama-3.2-1B: hidden 2048, 16 layers, 32 heads, 8 KV heads, FFN 8192, vocab 128256, Llama 3's
-    // frequency factors (rope_freqs).
-    spec.vocab = 128256;
-    spec.d_model = 2048;
-    spec.layers = 16;
-    spec.heads = 32;
-    spec.kv_heads = 8;
-    spec.ffn = 8192;
-    spec.rope_theta = 500000.0f;
-    spec.rope_freqs = true;
-  }
+  for (const auto& [name, fill] : checkpoint_shapes())
+    if (name == shape) fill(spec);
   spec.context = 4096;
   spec.tied = true;
   spec.mixed_dtypes = false;
@@ -379,9 +401,8 @@ int run_model_bench(int argc, char** argv) {
       "--file-type", file_type,
       "the made GGUF's tensor types, as llama-quantize names them (f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 "
       "q5_1 q2_k q3_k_m q4_k_m q5_k_m q6_k), quantized by llama.cpp's quantizer");
-  const std::vector<std::string> known_shapes = {"smollm2-135m",        "llama-3.2-1b", "qwen2.5-1.5b",
-                                                 "qwen3-0.6b",          "gemma-3-1b",   "phi-4-mini",
-                                                 "qwen3-30b-a3b-scaled"};
+  std::vector<std::string> known_shapes;
+  for (const auto& shape : checkpoint_shapes()) known_shapes.push_back(shape.first);
   app.add_option("--shape", shape, "the made checkpoint's shape")->check(CLI::IsMember(known_shapes));
   app.add_option("--table", table_dir,
                  "write (once) and measure every --shapes x --types checkpoint under this directory: the "

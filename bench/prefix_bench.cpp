@@ -278,7 +278,9 @@ int run_prefix(int argc, char** argv) {
         differ += o.turns[c][t].ok && outcomes[0].turns[c][t].ok &&
                   o.turns[c][t].answer != outcomes[0].turns[c][t].answer;
       }
-  const uint64_t kv_per_token = model::staging_token_bytes(model::kv_layout_for(*model_cfg, 1));
+  // The roles' default KV element type (kv_dtype = "f16"): the clusters here set none.
+  const uint64_t kv_per_token =
+      model::staging_token_bytes(model::kv_layout_for(*model_cfg, 1, model::DType::f16));
   std::printf("\n%-28s %9s %9s %9s %9s %10s %12s %9s %9s %7s\n", "variant", "t1 p50", "t1 p99", "t2+ p50",
               "t2+ p99", "computed", "KV MiB", "P hit", "D hit", "sticky");
   for (size_t i = 0; i < outcomes.size(); ++i) {

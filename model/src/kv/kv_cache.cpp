@@ -162,16 +162,27 @@ namespace {
 #define EPD_TARGET(isa)
 #endif
 
-EPD_TARGET("default")
-void convert_f16_rows(const uint16_t* src, size_t stride, size_t rows, size_t n, float* dst) {
+// The portable loop of both half types: sixteen elements at a time by `sixteen` (to f32 at its second
+// argument), the rest one by one.
+template <class Sixteen, class One>
+[[gnu::always_inline]] inline void halves_to_f32(const uint16_t* src, size_t stride, size_t rows, size_t n,
+                                                 float* dst, Sixteen sixteen, One one) {
   for (size_t r = 0; r < rows; ++r, src += stride, dst += n) {
     size_t d = 0;
-    for (; d + 16 <= n; d += 16) {
-      const kernels::F32x16 v = kernels::f16x16_to_f32(src + d);
-      std::memcpy(dst + d, &v, sizeof v);
-    }
-    for (; d < n; ++d) dst[d] = f16_to_f32(src[d]);
+    for (; d + 16 <= n; d += 16) sixteen(src + d, dst + d);
+    for (; d < n; ++d) dst[d] = one(src[d]);
   }
+}
+
+EPD_TARGET("default")
+void convert_f16_rows(const uint16_t* src, size_t stride, size_t rows, size_t n, float* dst) {
+  halves_to_f32(
+      src, stride, rows, n, dst,
+      [](const uint16_t* p, float* out) {
+        const kernels::F32x16 v = kernels::f16x16_to_f32(p);
+        std::memcpy(out, &v, sizeof v);
+      },
+      f16_to_f32);
 }
 
 #if EPD_HAS_MULTIVERSION
@@ -205,14 +216,13 @@ void f16_rows_to_f32(const uint16_t* src, size_t stride, size_t rows, size_t n, 
 
 EPD_MULTIVERSION void bf16_rows_to_f32(const uint16_t* src, size_t stride, size_t rows, size_t n,
                                        float* dst) {
-  for (size_t r = 0; r < rows; ++r, src += stride, dst += n) {
-    size_t d = 0;
-    for (; d + 16 <= n; d += 16) {
-      const kernels::F32x16 v = kernels::bf16x16_to_f32(src + d);
-      std::memcpy(dst + d, &v, sizeof v);
-    }
-    for (; d < n; ++d) dst[d] = bf16_to_f32(src[d]);
-  }
+  halves_to_f32(
+      src, stride, rows, n, dst,
+      [](const uint16_t* p, float* out) {
+        const kernels::F32x16 v = kernels::bf16x16_to_f32(p);
+        std::memcpy(out, &v, sizeof v);
+      },
+      bf16_to_f32);
 }
 
 // Sixteen elements at a time where the head allows (half_vec.hpp: the same bits as the scalar functions).
