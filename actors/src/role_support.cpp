@@ -2,6 +2,9 @@
 
 #include <spdlog/spdlog.h>
 
+#include <sched.h>
+
+#include <algorithm>
 #include <cmath>
 
 #include "epd/model/kv_cache.hpp"
@@ -10,11 +13,19 @@
 
 namespace epd::actors {
 
+// The cores this process may run on (its affinity mask), at most 256.
+uint32_t available_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  const int n = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+  return uint32_t(std::clamp(n, 1, 256));
+}
+
 protocol::Result<model::ModelConfig> model_for(const config::ClusterConfig& cfg) {
   if (cfg.model.path.empty()) return model::preset(cfg.model.preset);
   auto m = model::load_model_path(cfg.model.path.string());
   if (!m) return m;
-  m->threads = cfg.model.threads;
+  m->threads = cfg.model.threads ? cfg.model.threads : available_cores();
   return model::with_mmproj(std::move(*m), cfg.model.mmproj.string());
 }
 

@@ -2,6 +2,8 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
+
 namespace epd::model {
 namespace {
 
@@ -9,12 +11,27 @@ namespace {
 constexpr unsigned kSpin = 1u << 12;
 
 template <class Ready>
-bool spin_until(Ready ready) {
-  for (unsigned i = 0; i < kSpin; ++i) {
+bool spin_until(Ready ready, unsigned spins = kSpin) {
+  for (unsigned i = 0; i < spins; ++i) {
     if (ready()) return true;
     _mm_pause();
   }
   return ready();
+}
+
+// job_word_: tag (20 bits) | chunks (22 bits) | next chunk (22 bits). A job has at most 2^22 - 1 chunks
+// (run_chunks splits larger counts); the tag tells a job from the one before it.
+constexpr int kChunkBits = 22;
+constexpr uint64_t kChunkMask = (uint64_t{1} << kChunkBits) - 1;
+constexpr size_t kMaxChunks = kChunkMask;
+uint64_t tag_of(uint64_t w) {
+  return w >> (2 * kChunkBits);
+}
+uint64_t chunks_of(uint64_t w) {
+  return (w >> kChunkBits) & kChunkMask;
+}
+uint64_t next_of(uint64_t w) {
+  return w & kChunkMask;
 }
 
 }  // namespace
@@ -37,8 +54,9 @@ void ThreadPool::run(size_t n, const std::function<void(size_t, size_t, unsigned
     fn(0, n, 0);
     return;
   }
-  const Job job = [&](unsigned t) { fn(n * t / threads_, n * (t + 1) / threads_, t); };
-  dispatch(job);
+  const size_t parts = std::min<size_t>(n, size_t{4} * threads_);
+  const Chunk chunk = [&](size_t p, unsigned t) { fn(n * p / parts, n * (p + 1) / parts, t); };
+  dispatch(parts, chunk);
 }
 
 void ThreadPool::run_chunks(size_t chunks, const std::function<void(size_t, unsigned)>& fn) {
@@ -46,48 +64,67 @@ void ThreadPool::run_chunks(size_t chunks, const std::function<void(size_t, unsi
     for (size_t c = 0; c < chunks; ++c) fn(c, 0);
     return;
   }
-  next_chunk_.store(0, std::memory_order_relaxed);
-  const Job job = [&](unsigned t) {
-    for (size_t c; (c = next_chunk_.fetch_add(1, std::memory_order_relaxed)) < chunks;) fn(c, t);
-  };
-  dispatch(job);
+  for (size_t first = 0; first < chunks; first += kMaxChunks) {
+    const size_t count = std::min(kMaxChunks, chunks - first);
+    const Chunk chunk = [&](size_t c, unsigned t) { fn(first + c, t); };
+    dispatch(count, chunk);
+  }
 }
 
-void ThreadPool::dispatch(const Job& job) {
-  job_ = &job;
-  pending_.store(threads_ - 1, std::memory_order_relaxed);
-  generation_.fetch_add(1, std::memory_order_release);  // publishes job_ and pending_
+void ThreadPool::dispatch(size_t chunks, const Chunk& chunk) {
+  // Every chunk of the previous job is done (its caller waited for them), so nobody reads chunk_ now.
+  chunk_ = &chunk;
+  done_.store(0, std::memory_order_relaxed);
+  const uint64_t tag = (tag_of(job_word_.load(std::memory_order_relaxed)) + 1) & ((uint64_t{1} << 20) - 1);
+  const uint64_t job = tag << (2 * kChunkBits) | uint64_t(chunks) << kChunkBits;
+  job_word_.store(job, std::memory_order_release);  // publishes chunk_ and done_
   {
     std::lock_guard lk(m_);
     if (sleepers_) go_.notify_all();
   }
-  job(0);
-  if (!spin_until([this] { return pending_.load(std::memory_order_acquire) == 0; })) {
+  take_chunks(job, 0);
+  const auto all_done = [&] { return done_.load(std::memory_order_acquire) == chunks; };
+  if (!spin_until(all_done)) {
     std::unique_lock lk(m_);
     caller_waiting_ = true;
-    done_.wait(lk, [this] { return pending_.load(std::memory_order_acquire) == 0; });
+    finished_.wait(lk, all_done);
     caller_waiting_ = false;
   }
-  job_ = nullptr;
+}
+
+bool ThreadPool::take_chunks(uint64_t job, unsigned t) {
+  bool ran = false;
+  uint64_t w = job_word_.load(std::memory_order_acquire);
+  for (;;) {
+    if (tag_of(w) != tag_of(job) || next_of(w) >= chunks_of(w)) return ran;
+    if (!job_word_.compare_exchange_weak(w, w + 1, std::memory_order_acq_rel, std::memory_order_acquire))
+      continue;
+    const size_t chunks = chunks_of(w);
+    (*chunk_)(next_of(w), t);
+    ran = true;
+    if (done_.fetch_add(1, std::memory_order_acq_rel) + 1 == chunks) {
+      std::lock_guard lk(m_);
+      if (caller_waiting_) finished_.notify_one();
+    }
+    w = job_word_.load(std::memory_order_acquire);
+  }
 }
 
 void ThreadPool::worker(unsigned t) {
-  uint64_t seen = 0;
+  uint64_t seen = 0;   // the tag of the last job this worker looked at
+  bool useful = true;  // it ran a chunk of that job: spin for the next one rather than sleep at once
   for (;;) {
-    const auto fresh = [&] { return generation_.load(std::memory_order_acquire) != seen || stop_; };
-    if (!spin_until(fresh)) {
+    const auto fresh = [&] { return tag_of(job_word_.load(std::memory_order_acquire)) != seen || stop_; };
+    if (!spin_until(fresh, useful ? kSpin : 0)) {
       std::unique_lock lk(m_);
       ++sleepers_;
       go_.wait(lk, fresh);
       --sleepers_;
     }
     if (stop_) return;
-    seen = generation_.load(std::memory_order_acquire);
-    (*job_)(t);
-    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-      std::lock_guard lk(m_);
-      if (caller_waiting_) done_.notify_one();
-    }
+    const uint64_t job = job_word_.load(std::memory_order_acquire);
+    seen = tag_of(job);
+    useful = take_chunks(job, t);
   }
 }
 

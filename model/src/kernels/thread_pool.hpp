@@ -3,13 +3,20 @@
 // no other thread at all. Who computes an item never changes how it is computed: results do not depend on
 // the thread count or on which thread took which part.
 //
+// Work is handed out in chunks to whichever thread is free, and no thread has to take part: the caller
+// takes chunks too, and waits only for chunks another thread has begun. Roles placed on one host each run
+// a pool as wide as the host; when one is idle the other's threads get every core, and when both compute,
+// a worker the kernel has not scheduled does not hold its caller up — the caller does that share itself.
+//
 // A model step runs a few hundred short jobs (one per matmul group and attention pass per layer),
 // microseconds apart; waking a sleeping thread for each would cost more than many of the jobs. So between
-// jobs the workers spin for a short while (about 100 µs) before they sleep, and the caller spins before it
-// waits, as ggml's own thread pool does.
+// jobs a worker that took part in the last one spins for a short while (about 100 µs) before it sleeps, as
+// ggml's own thread pool does; one that came too late to find any chunk sleeps at once (its core is busy
+// with something else), and the caller spins before it waits.
 #include <atomic>
 #include <condition_variable>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <mutex>
 #include <thread>
@@ -25,28 +32,32 @@ class ThreadPool {
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   unsigned size() const { return threads_; }
-  // fn(begin, end, thread) for each thread's part of [0, n), split statically: with T threads, thread t takes
-  // [n*t/T, n*(t+1)/T). Returns when all parts are done.
+  // fn(begin, end, thread) for parts of [0, n) that cover it once, in up to four parts per thread, each run
+  // by whichever thread is free (`thread` < size(): for per-thread scratch). Returns when all are done.
   void run(size_t n, const std::function<void(size_t, size_t, unsigned)>& fn);
-  // fn(chunk, thread) for every chunk in [0, chunks), handed out one at a time to whichever thread is free
-  // (a thread slowed down by another process takes fewer). Returns when all are done.
+  // fn(chunk, thread) for every chunk in [0, chunks), handed out one at a time to whichever thread is free.
+  // Returns when all are done.
   void run_chunks(size_t chunks, const std::function<void(size_t, unsigned)>& fn);
 
  private:
-  using Job = std::function<void(unsigned)>;
-  void dispatch(const Job& job);
+  using Chunk = std::function<void(size_t, unsigned)>;
+  void dispatch(size_t chunks, const Chunk& chunk);
+  // Runs chunks of job `job` (the tag of a job_word_) while it has any left; true if it ran one.
+  bool take_chunks(uint64_t job, unsigned t);
   void worker(unsigned t);
 
   unsigned threads_;
   std::vector<std::thread> workers_;
-  const Job* job_ = nullptr;
-  std::atomic<uint64_t> generation_{0};
-  std::atomic<unsigned> pending_{0};
-  std::atomic<size_t> next_chunk_{0};
+  // The job: its tag (a count of jobs, in the top bits), its chunks and the next chunk to hand out, in
+  // one word, so a chunk is claimed by one compare-and-swap that also checks it is of the job the
+  // claimant woke for. A claimed chunk keeps its job (and chunk_) alive until it is done.
+  std::atomic<uint64_t> job_word_{0};
+  const Chunk* chunk_ = nullptr;
+  std::atomic<size_t> done_{0};  // chunks of the current job finished
   std::mutex m_;
-  std::condition_variable go_, done_;
+  std::condition_variable go_, finished_;
   unsigned sleepers_ = 0;        // workers waiting on go_ (under m_)
-  bool caller_waiting_ = false;  // the caller waits on done_ (under m_)
+  bool caller_waiting_ = false;  // the caller waits on finished_ (under m_)
   std::atomic<bool> stop_{false};
 };
 

@@ -22,6 +22,10 @@ namespace epd::actors {
 
 // The model a cluster config names: `[model] path` (a checkpoint directory, a .gguf or a model TOML) with
 // its thread count, or else the preset. Every process of the cluster and epd-bench read it the same way.
+// The cores this process may run on (its affinity mask), at most 256: a model instance's compute threads
+// unless [model] or the instance sets `threads`.
+uint32_t available_cores();
+
 protocol::Result<model::ModelConfig> model_for(const config::ClusterConfig& cfg);
 
 // The KV pool layout keys prefill and decode share (docs/staging.md): kv_page_size (default: the model's),

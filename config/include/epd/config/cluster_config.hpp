@@ -52,7 +52,8 @@ struct ModelSection {
   std::filesystem::path path;
   // llama.cpp's mmproj GGUF of the checkpoint (its vision tower); relative to the cluster file.
   std::filesystem::path mmproj;
-  uint32_t threads = 1;  // compute threads of a checkpoint runner per model instance
+  // Compute threads of a checkpoint runner per model instance; 0: every core the process may run on.
+  uint32_t threads = 0;
 };
 
 struct InstanceConfig {
