@@ -1,6 +1,8 @@
 #include "kernels/thread_pool.hpp"
 
 #include <immintrin.h>
+#include <pthread.h>
+#include <sched.h>
 
 #include <algorithm>
 
@@ -111,6 +113,11 @@ bool ThreadPool::take_chunks(uint64_t job, unsigned t) {
 }
 
 void ThreadPool::worker(unsigned t) {
+  // Workers run only on cores nothing else wants (SCHED_IDLE): beside another busy role they yield to its
+  // threads, and their caller, which does not need them, does their share. Best effort: a system that
+  // refuses leaves them as they are.
+  sched_param none{};
+  pthread_setschedparam(pthread_self(), SCHED_IDLE, &none);
   uint64_t seen = 0;   // the tag of the last job this worker looked at
   bool useful = true;  // it ran a chunk of that job: spin for the next one rather than sleep at once
   for (;;) {

@@ -4,9 +4,10 @@
 // the thread count or on which thread took which part.
 //
 // Work is handed out in chunks to whichever thread is free, and no thread has to take part: the caller
-// takes chunks too, and waits only for chunks another thread has begun. Roles placed on one host each run
-// a pool as wide as the host; when one is idle the other's threads get every core, and when both compute,
-// a worker the kernel has not scheduled does not hold its caller up — the caller does that share itself.
+// takes chunks too, and waits only for chunks another thread has begun. The workers run at SCHED_IDLE, on
+// cores no other thread wants. Roles placed on one host each run a pool as wide as the host: when one is
+// idle the other's workers get its cores; when both compute, each caller keeps a core, the workers yield
+// to the other role's caller, and the caller does their share itself.
 //
 // A model step runs a few hundred short jobs (one per matmul group and attention pass per layer),
 // microseconds apart; waking a sleeping thread for each would cost more than many of the jobs. So between
