@@ -1,8 +1,9 @@
-// A real vision tower through the disaggregated cluster: a random LLaVA ("mlp") or SmolVLM ("idefics3")
-// mmproj with its language model, served by encoder (libmtmd), prefill and decode over shm and over tcp
-// (decode in another KV layout there). Every answer, to prompts with one and two images through the native
-// API and to a chat with two PNG image_url parts through the OpenAI API, is llama.cpp's own greedy answer
-// (libllama + libmtmd, epd-mtmd-reference) on the same two files.
+// A real vision tower through the disaggregated cluster: a random LLaVA ("mlp"), SmolVLM ("idefics3") or
+// Pixtral ("pixtral"; Mistral-Small-3.1's with the patch merger over tcp) mmproj with its language model,
+// served by encoder (libmtmd), prefill and decode over shm and over tcp (decode in another KV layout there).
+// Every answer, to prompts with one and two images through the native API and to a chat with two PNG
+// image_url parts through the OpenAI API, is llama.cpp's own greedy answer (libllama + libmtmd,
+// epd-mtmd-reference) on the same two files.
 #include <catch2/catch.hpp>
 
 #include <filesystem>
@@ -48,11 +49,12 @@ std::string b64(const std::vector<uint8_t>& bytes) {
 }
 
 void serve_and_compare(const std::string& projector, const std::string& backend,
-                       const std::string& decode_lines) {
+                       const std::string& decode_lines, uint32_t spatial_merge = 1) {
   const fs::path dir = fs::temp_directory_path() / ("epd-e2e-vision-" + std::to_string(::getpid()));
   fs::create_directories(dir);
   model::testing::VisionSpec vs;
   vs.projector = projector;
+  vs.spatial_merge = spatial_merge;
   auto paths = model::testing::write_vision_model(vs, dir);
   REQUIRE(paths.ok());
   auto cfg = model::read_checkpoint_config(paths->lm);
@@ -136,11 +138,12 @@ void serve_and_compare(const std::string& projector, const std::string& backend,
 
 }  // namespace
 
-TEST_CASE("vision cluster: LLaVA and SmolVLM layouts over shm answer as llama.cpp does") {
-  for (const char* projector : {"mlp", "idefics3"}) serve_and_compare(projector, "shm", "");
+TEST_CASE("vision cluster: LLaVA, SmolVLM and Pixtral layouts over shm answer as llama.cpp does") {
+  for (const char* projector : {"mlp", "idefics3", "pixtral"}) serve_and_compare(projector, "shm", "");
 }
 
 TEST_CASE("vision cluster: over tcp, decode in another KV layout, answers as llama.cpp does") {
-  for (const char* projector : {"mlp", "idefics3"})
-    serve_and_compare(projector, "tcp", "kv_page_size = 4\nkv_order = \"head_token_dim\"\n");
+  const std::string decode = "kv_page_size = 4\nkv_order = \"head_token_dim\"\n";
+  for (const char* projector : {"mlp", "idefics3"}) serve_and_compare(projector, "tcp", decode);
+  serve_and_compare("pixtral", "tcp", decode, /*spatial_merge=*/2);  // Mistral-Small-3.1's merger
 }

@@ -60,14 +60,7 @@ protocol::Status PromptCodec::take_mmproj() {
   auto info = read_mmproj_info(cfg_.mmproj);
   if (!info) return info.error();
   if (auto st = check_mmproj_pair(*info, cfg_); !st) return st;
-  std::vector<std::string> wanted;
-  if (info->projector == Projector::idefics3) {
-    wanted = {"<fake_token_around_image>", "<global-img>", "\n", "\n\n"};
-    const uint32_t tiles = (info->longest_edge + info->image_size - 1) / info->image_size;
-    for (uint32_t y = 1; y <= tiles; ++y)
-      for (uint32_t x = 1; x <= tiles; ++x)
-        wanted.push_back("<row_" + std::to_string(y) + "_col_" + std::to_string(x) + ">");
-  }
+  const std::vector<std::string> wanted = layout_pieces(*info);
   if (!wanted.empty()) {
     for (TokenId id = 0; id < tok_->vocab_size(); ++id) {
       const std::string piece = tok_->piece(id, true);

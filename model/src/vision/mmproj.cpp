@@ -1,10 +1,13 @@
 // An mmproj's header and an image's layout, after libmtmd (tools/mtmd of the pinned llama.cpp): the keys
-// clip.cpp reads, the fixed-size and Idefics3 preprocessors' sizes, and the markers mtmd_tokenize emits.
+// clip.cpp reads, the fixed-size, Idefics3 and dynamic-size (Pixtral) preprocessors' sizes, and the markers
+// mtmd_tokenize emits.
 #include "epd/model/mmproj.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 #include "epd/model/gguf.hpp"
+#include "epd/model/image.hpp"
 
 namespace epd::model {
 namespace {
@@ -70,8 +73,12 @@ protocol::Result<MmprojInfo> read_mmproj_info(const std::string& path) {
     info.projector = Projector::mlp;
   else if (name == "idefics3")
     info.projector = Projector::idefics3;
+  else if (name == "pixtral")
+    info.projector = Projector::pixtral;
   else
-    return bad(path, "projector '" + name + "' is not one epd lays out (mlp: LLaVA-1.5; idefics3: SmolVLM)");
+    return bad(path, "projector '" + name +
+                         "' is not one epd lays out (mlp: LLaVA-1.5; idefics3: SmolVLM; pixtral: Pixtral, "
+                         "Mistral-Small-3.1)");
 
   auto image_size = positive(g, "clip.vision.image_size", true);
   if (!image_size) return image_size.error();
@@ -88,6 +95,15 @@ protocol::Result<MmprojInfo> read_mmproj_info(const std::string& path) {
     if (g.find("clip.vision.image_grid_pinpoints"))
       return bad(path, "LLaVA-1.6 anyres tiling (clip.vision.image_grid_pinpoints) is not laid out by epd");
     info.rows_per_image = side * side;
+  } else if (info.projector == Projector::pixtral) {
+    // clip.cpp: spatial_merge_size when the file has it (Mistral-Small-3.1's patch merger), else 1.
+    auto merge = positive(g, "clip.vision.spatial_merge_size", false);
+    if (!merge) return merge.error();
+    info.scale_factor = std::max(*merge, 1u);
+    if (info.scale_factor > 1 && !g.tensor("mm.patch_merger.weight"))
+      return bad(path, "spatial_merge_size " + std::to_string(info.scale_factor) +
+                           " without the patch merger (mm.patch_merger.weight)");
+    info.row_breaks = g.tensor("v.token_embd.img_break") != nullptr;
   } else {
     auto scale = positive(g, "clip.vision.projector.scale_factor", false);
     if (!scale) return scale.error();
@@ -113,6 +129,20 @@ protocol::Result<MmprojInfo> read_mmproj_info(const std::string& path) {
   return info;
 }
 
+std::vector<std::string> layout_pieces(const MmprojInfo& info) {
+  std::vector<std::string> out;
+  if (info.projector == Projector::idefics3) {
+    out = {"<fake_token_around_image>", "<global-img>", "\n", "\n\n"};
+    const uint32_t tiles = (info.longest_edge + info.image_size - 1) / info.image_size;
+    for (uint32_t y = 1; y <= tiles; ++y)
+      for (uint32_t x = 1; x <= tiles; ++x)
+        out.push_back("<row_" + std::to_string(y) + "_col_" + std::to_string(x) + ">");
+  } else if (info.projector == Projector::pixtral) {
+    out = {"[IMG_END]"};
+  }
+  return out;
+}
+
 protocol::Status check_mmproj_pair(const MmprojInfo& info, const ModelConfig& lm) {
   if (info.embedding_width != lm.d_model)
     return bad(info.path, "its projector writes rows of " + std::to_string(info.embedding_width) +
@@ -121,6 +151,37 @@ protocol::Status check_mmproj_pair(const MmprojInfo& info, const ModelConfig& lm
   return {};
 }
 
+namespace {
+
+// Pixtral's image: resized, keeping its aspect, to whole cells of patch_size x merge pixels and between 8 and
+// 1024 cells (clip.cpp's set_limit_image_tokens(8, 1024); mtmd-image.cpp's calc_size_preserved_ratio, in
+// its float arithmetic so that every size rounds as libmtmd rounds it); the tower's rows are the cells row
+// by row, an [IMG_BREAK] row after each row of cells but the last; then [IMG_END].
+std::vector<LayoutItem> pixtral_layout(const MmprojInfo& info, ImageDims dims) {
+  const int align = int(info.patch_size * info.scale_factor);
+  const int64_t min_pixels = int64_t{8} * align * align, max_pixels = int64_t{1024} * align * align;
+  const int width = int(dims.width), height = int(dims.height);
+  const float a = float(align);
+  const auto nearest = [&](float x) { return int(std::round(x / a)) * align; };
+  const auto down = [&](float x) { return int(std::floor(x / a)) * align; };
+  const auto up = [&](float x) { return int(std::ceil(x / a)) * align; };
+  int w = std::max(align, nearest(float(width))), h = std::max(align, nearest(float(height)));
+  if (int64_t{w} * h > max_pixels) {
+    const float beta = std::sqrt(float(height) * float(width) / float(max_pixels));
+    h = std::max(align, down(float(height) / beta));
+    w = std::max(align, down(float(width) / beta));
+  } else if (int64_t{w} * h < min_pixels) {
+    const float beta = std::sqrt(float(min_pixels) / (float(height) * float(width)));
+    h = up(float(height) * beta);
+    w = up(float(width) * beta);
+  }
+  const uint32_t cols = uint32_t(w / align), rows = uint32_t(h / align);
+  if (!info.row_breaks) return {{"", cols * rows}, {"[IMG_END]", 0}};
+  return {{"", cols * rows + rows - 1, cols}, {"[IMG_END]", 0}};
+}
+
+}  // namespace
+
 protocol::Result<std::vector<LayoutItem>> image_layout(const MmprojInfo& info, ImageDims dims) {
   std::vector<LayoutItem> out;
   if (dims.width == 0 || dims.height == 0)
@@ -128,6 +189,14 @@ protocol::Result<std::vector<LayoutItem>> image_layout(const MmprojInfo& info, I
   if (info.projector == Projector::mlp) {
     out.push_back({"", info.rows_per_image});
     return out;
+  }
+  if (info.projector == Projector::pixtral) {
+    if (dims.width > kMaxImageSide || dims.height > kMaxImageSide)
+      return protocol::make_error(protocol::ErrorCode::invalid_request,
+                                  "image of " + std::to_string(dims.width) + "x" +
+                                      std::to_string(dims.height) + " has a side past " +
+                                      std::to_string(kMaxImageSide) + " pixels");
+    return pixtral_layout(info, dims);
   }
   // Idefics3: the long side scaled to longest_edge (the short side kept in proportion, made even), cut into
   // image_size tiles, row by row, then the whole image as the overview (mtmd-image.cpp, mtmd.cpp).

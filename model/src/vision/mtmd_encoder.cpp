@@ -5,12 +5,15 @@
 #include <llama.h>
 #include <mtmd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <mutex>
 #include <string>
 
+#include "epd/model/gguf.hpp"
 #include "epd/model/llama.hpp"
 #include "epd/model/mmproj.hpp"
 #include "epd/model/vision.hpp"
@@ -61,9 +64,12 @@ struct ChunksFree {
 
 class MtmdEncoder : public ImageEncoder {
  public:
-  MtmdEncoder(MmprojInfo info, std::unique_ptr<llama_model, ModelFree> vocab,
+  MtmdEncoder(MmprojInfo info, std::vector<float> break_row, std::unique_ptr<llama_model, ModelFree> vocab,
               std::unique_ptr<mtmd_context, MtmdFree> ctx)
-      : info_(std::move(info)), vocab_model_(std::move(vocab)), ctx_(std::move(ctx)) {
+      : info_(std::move(info)),
+        break_row_(std::move(break_row)),
+        vocab_model_(std::move(vocab)),
+        ctx_(std::move(ctx)) {
     std::error_code ec;
     const auto size = std::filesystem::file_size(info_.path, ec);
     const auto mtime = std::filesystem::last_write_time(info_.path, ec).time_since_epoch().count();
@@ -84,9 +90,14 @@ class MtmdEncoder : public ImageEncoder {
           ErrorCode::invalid_request,
           "image of " + std::to_string(image.width) + "x" + std::to_string(image.height) +
               ": libmtmd cannot preprocess it (mtmd_tokenize returned " + std::to_string(rc) + ")");
-    if (auto st = check_layout(*chunks, {image.width, image.height}); !st) return st.error();
+    auto layout = check_layout(*chunks, {image.width, image.height});
+    if (!layout) return layout.error();
+    std::vector<uint32_t> break_every;  // per image chunk
+    for (const LayoutItem& item : *layout)
+      if (item.rows) break_every.push_back(item.break_every);
     Embeddings out;
     out.dim = info_.embedding_width;
+    size_t image_chunk = 0;
     for (size_t i = 0; i < mtmd_input_chunks_size(chunks.get()); ++i) {
       const mtmd_input_chunk* c = mtmd_input_chunks_get(chunks.get(), i);
       if (mtmd_input_chunk_get_type(c) != MTMD_INPUT_CHUNK_TYPE_IMAGE) continue;
@@ -94,7 +105,10 @@ class MtmdEncoder : public ImageEncoder {
       if (mtmd_encode_chunk(ctx_.get(), c) != 0)
         return protocol::make_error(ErrorCode::internal, "libmtmd failed to encode an image chunk");
       const float* rows = mtmd_get_output_embd(ctx_.get());
+      const size_t first = out.data.size();
       out.data.insert(out.data.end(), rows, rows + n * out.dim);
+      if (auto st = repair_break_rows(std::span(out.data).subspan(first), break_every[image_chunk++]); !st)
+        return st.error();
       out.tokens += uint32_t(n);
     }
     return out;
@@ -103,8 +117,26 @@ class MtmdEncoder : public ImageEncoder {
   std::string tower() const override { return tower_; }
 
  private:
+  // libmtmd's Pixtral graph makes each [IMG_BREAK] row by scaling scratch memory it never initialised by 0
+  // and adding v.token_embd.img_break: that tensor exactly, unless the scratch held a NaN or an infinity
+  // (it does, now and then, in a process that has encoded before). Such a row becomes the tensor: what
+  // libmtmd means and gives otherwise. Any other row that is not finite is libmtmd's failure.
+  protocol::Status repair_break_rows(std::span<float> rows, uint32_t break_every) const {
+    const size_t dim = info_.embedding_width;
+    for (size_t r = 0; r * dim < rows.size(); ++r) {
+      const std::span<float> row = rows.subspan(r * dim, dim);
+      if (std::all_of(row.begin(), row.end(), [](float v) { return std::isfinite(v); })) continue;
+      if (break_every == 0 || r % (break_every + 1) != break_every || break_row_.size() != dim)
+        return protocol::make_error(ErrorCode::internal,
+                                    "libmtmd's image row " + std::to_string(r) + " is not finite");
+      std::copy(break_row_.begin(), break_row_.end(), row.begin());
+    }
+    return {};
+  }
+
   // mtmd's chunks against the layout the router computed: the same marker pieces and row runs, in order.
-  protocol::Status check_layout(const mtmd_input_chunks& chunks, ImageDims dims) const {
+  protocol::Result<std::vector<LayoutItem>> check_layout(const mtmd_input_chunks& chunks,
+                                                         ImageDims dims) const {
     auto layout = image_layout(info_, dims);
     if (!layout) return layout.error();
     std::string want, got;
@@ -130,10 +162,11 @@ class MtmdEncoder : public ImageEncoder {
                                                            ") is not libmtmd's (" + got + ") for " +
                                                            std::to_string(dims.width) + "x" +
                                                            std::to_string(dims.height) + " pixels");
-    return {};
+    return layout;
   }
 
   MmprojInfo info_;
+  std::vector<float> break_row_;  // pixtral: v.token_embd.img_break
   std::string tower_;
   std::unique_ptr<llama_model, ModelFree> vocab_model_;
   std::unique_ptr<mtmd_context, MtmdFree> ctx_;
@@ -147,6 +180,17 @@ protocol::Result<std::unique_ptr<ImageEncoder>> make_vision_encoder(const ModelC
   auto info = read_mmproj_info(cfg.mmproj);
   if (!info) return info.error();
   if (auto st = check_mmproj_pair(*info, cfg); !st) return st.error();
+  std::vector<float> break_row;
+  if (info->row_breaks) {
+    auto file = GgufFile::open(cfg.mmproj);
+    if (!file) return file.error();
+    const TensorRef* t = file->tensor("v.token_embd.img_break");
+    if (!t || t->elements() != info->embedding_width)
+      return config_error("mmproj " + cfg.mmproj + ": v.token_embd.img_break is not one row of " +
+                          std::to_string(info->embedding_width) + " values");
+    break_row.resize(t->elements());
+    if (auto st = tensor_to_f32(*t, break_row); !st) return st.error();
+  }
   load_backends();
   llama_model_params mp = llama_model_default_params();
   mp.vocab_only = true;
@@ -163,8 +207,8 @@ protocol::Result<std::unique_ptr<ImageEncoder>> make_vision_encoder(const ModelC
   if (!mtmd_support_vision(ctx.get()) || mtmd_decode_use_mrope(ctx.get()) ||
       mtmd_decode_use_non_causal(ctx.get(), nullptr))
     return config_error("mmproj " + cfg.mmproj + ": libmtmd runs it with what epd's runner lacks");
-  return std::unique_ptr<ImageEncoder>(
-      std::make_unique<MtmdEncoder>(std::move(*info), std::move(vocab), std::move(ctx)));
+  return std::unique_ptr<ImageEncoder>(std::make_unique<MtmdEncoder>(std::move(*info), std::move(break_row),
+                                                                     std::move(vocab), std::move(ctx)));
 }
 
 protocol::Result<std::unique_ptr<ModelRunner>> make_vision_runner(const ModelConfig& cfg) {

@@ -11,8 +11,14 @@
 // token), "encode_us": [per image chunk], "ttft_us": from the prompt's first chunk to the first token}.
 // --embeddings writes every image chunk's encoder output in chunk order: int32 n_rows, int32 n_embd, then
 // float32[n_rows][n_embd].
+//
+// One repair, the same epd's encoder makes: libmtmd's Pixtral graph makes each [IMG_BREAK] row by scaling
+// scratch memory it never initialised by 0 and adding the file's v.token_embd.img_break, which gives that
+// tensor exactly unless the scratch held a NaN or an infinity; an image row that is not finite is set to
+// the tensor (and the run fails if the mmproj has none).
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
@@ -23,6 +29,7 @@
 #include <vector>
 
 #include <ggml-backend.h>
+#include <gguf.h>
 #include <llama-cpp.h>
 #include <mtmd-helper.h>
 #include <mtmd.h>
@@ -102,6 +109,31 @@ size_t count_markers(const std::string& prompt) {
   return n;
 }
 
+// The mmproj's [IMG_BREAK] row (v.token_embd.img_break, f32), or empty when it has none.
+std::vector<float> break_row(const std::string& mmproj) {
+  ggml_context* data = nullptr;
+  gguf_context* file = gguf_init_from_file(mmproj.c_str(), {/*no_alloc=*/false, &data});
+  if (!file) fail("cannot read " + mmproj);
+  std::vector<float> row;
+  if (ggml_tensor* t = ggml_get_tensor(data, "v.token_embd.img_break"); t && t->type == GGML_TYPE_F32) {
+    const auto* v = static_cast<const float*>(t->data);
+    row.assign(v, v + ggml_nelements(t));
+  }
+  gguf_free(file);
+  ggml_free(data);
+  return row;
+}
+
+// Rows of an image chunk that are not finite become the [IMG_BREAK] row (see the header).
+void repair_break_rows(float* rows, size_t n_rows, const std::vector<float>& brk, int n_embd) {
+  for (size_t r = 0; r < n_rows; ++r) {
+    float* row = rows + r * size_t(n_embd);
+    if (std::all_of(row, row + n_embd, [](float v) { return std::isfinite(v); })) continue;
+    if (brk.size() != size_t(n_embd)) fail("image row " + std::to_string(r) + " is not finite");
+    std::copy(brk.begin(), brk.end(), row);
+  }
+}
+
 int64_t micros_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start)
       .count();
@@ -176,6 +208,7 @@ int run(const Args& args) {
 
   // Chunk by chunk, so that each image's encode is timed and its embeddings can be kept.
   const int n_embd = llama_model_n_embd_inp(model.get());
+  const std::vector<float> brk = break_row(args.mmproj);
   std::vector<float> embeddings;
   std::vector<int64_t> encode_us;
   llama_pos n_past = 0;
@@ -192,6 +225,7 @@ int run(const Args& args) {
       if (mtmd_encode_chunk(mctx.get(), chunk) != 0) fail("cannot encode image chunk " + std::to_string(i));
       encode_us.push_back(micros_since(encode_start));
       float* embd = mtmd_get_output_embd(mctx.get());
+      repair_break_rows(embd, mtmd_input_chunk_get_n_tokens(chunk), brk, n_embd);
       if (!args.embeddings.empty())
         embeddings.insert(embeddings.end(), embd, embd + mtmd_input_chunk_get_n_tokens(chunk) * n_embd);
       status = mtmd_helper_decode_image_chunk(mctx.get(), lctx.get(), chunk, embd, n_past, 0, n_batch,

@@ -1,5 +1,6 @@
 #include "vision_fixture.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <span>
 #include <system_error>
@@ -65,19 +66,52 @@ class TensorMaker {
 bool is_idefics3(const VisionSpec& s) {
   return s.projector == "idefics3";
 }
+bool is_pixtral(const VisionSpec& s) {
+  return s.projector == "pixtral";
+}
+
+// Pixtral's tower and projector (the header's comment says which tensors and why).
+void write_pixtral_tensors(TensorMaker& t, const VisionSpec& s, const VisionLayout& l) {
+  const uint64_t d = s.vision_width, ff = s.vision_ffn, out = l.output_width, p = l.patch_size;
+  t.f32("v.patch_embd.weight", {p, p, 3, d}, std::sqrt(3.0f / static_cast<float>(3 * p * p)));
+  t.vec("v.pre_ln.weight", d, 1.0f, 0.1f);
+  for (uint32_t i = 0; i < s.vision_layers; ++i) {
+    const std::string b = "v.blk." + std::to_string(i) + ".";
+    t.vec(b + "ln1.weight", d, 1.0f, 0.1f);
+    for (const std::string m : {"attn_q", "attn_k", "attn_v"})
+      t.matrix(b + m + ".weight", d, d, m == "attn_v" ? 1.0f : 1.5f);
+    t.matrix(b + "attn_out.weight", d, d, 0.7f);
+    t.vec(b + "ln2.weight", d, 1.0f, 0.1f);
+    t.matrix(b + "ffn_gate.weight", d, ff, 1.0f);
+    t.matrix(b + "ffn_up.weight", d, ff, 1.0f);
+    t.matrix(b + "ffn_down.weight", ff, d, 0.7f);
+  }
+  if (l.scale_factor > 1) {
+    t.vec("mm.input_norm.weight", d, 1.0f, 0.1f);
+    t.matrix("mm.patch_merger.weight", d * l.scale_factor * l.scale_factor, d, 1.0f);
+  }
+  t.matrix("mm.1.weight", d, out, 0.5f);
+  t.vec("mm.1.bias", out, 0.0f, 0.05f);
+  t.matrix("mm.2.weight", out, out, 1.0f);
+  t.vec("mm.2.bias", out, 0.0f, 0.05f);
+  t.vec("v.token_embd.img_break", out, 0.0f, 1.0f);
+}
 
 protocol::Status write_mmproj(const VisionSpec& s, const VisionLayout& l, const fs::path& path) {
-  const bool sig = is_idefics3(s);
+  const bool sig = is_idefics3(s), pix = is_pixtral(s);
   const uint64_t d = s.vision_width, ff = s.vision_ffn, out = l.output_width;
   const uint64_t side = l.image_size / l.patch_size, n_pos = side * side;
   GgufWriter w;
   w.set_string("general.architecture", "clip");
   w.set_string("general.type", "mmproj");
-  w.set_string("general.name", sig ? "epd-test-smolvlm-mmproj" : "epd-test-llava-mmproj");
+  w.set_string("general.name", sig   ? "epd-test-smolvlm-mmproj"
+                               : pix ? "epd-test-pixtral-mmproj"
+                                     : "epd-test-llava-mmproj");
   w.set_u32("general.file_type", s.f16_matrices ? 1 : 0);
   w.set_bool("clip.has_vision_encoder", true);
   w.set_string("clip.projector_type", s.projector);
-  w.set_bool("clip.use_gelu", sig);  // SigLIP: GELU; CLIP: quick GELU
+  w.set_bool("clip.use_gelu", sig);            // SigLIP: GELU; CLIP: quick GELU
+  if (pix) w.set_bool("clip.use_silu", true);  // Pixtral: gated SiLU
   w.set_u32("clip.vision.image_size", l.image_size);
   w.set_u32("clip.vision.patch_size", l.patch_size);
   w.set_u32("clip.vision.embedding_length", s.vision_width);
@@ -95,8 +129,13 @@ protocol::Status write_mmproj(const VisionSpec& s, const VisionLayout& l, const 
     w.set_u32("clip.vision.projector.scale_factor", l.scale_factor);
     w.set_u32("clip.vision.preproc_image_size", l.preproc_image_size);
   }
+  if (pix && l.scale_factor > 1) w.set_u32("clip.vision.spatial_merge_size", l.scale_factor);
 
   TensorMaker t(w, s.seed, s.f16_matrices);
+  if (pix) {
+    write_pixtral_tensors(t, s, l);
+    return w.write(path.string());
+  }
   const uint64_t p = l.patch_size;
   // Patch embedding: a conv kernel, ggml ne = {p, p, 3, d}; normalized pixels are O(1).
   t.f32("v.patch_embd.weight", {p, p, 3, d}, std::sqrt(3.0f / static_cast<float>(3 * p * p)));
@@ -135,22 +174,26 @@ protocol::Status write_mmproj(const VisionSpec& s, const VisionLayout& l, const 
 }  // namespace
 
 protocol::Result<VisionLayout> vision_layout(const VisionSpec& s) {
-  const bool sig = is_idefics3(s);
+  const bool sig = is_idefics3(s), pix = is_pixtral(s);
+  const bool merged = pix && s.spatial_merge > 1;
   VisionLayout l;
-  l.image_size = s.image_size ? s.image_size : sig ? 32 : 112;
-  l.patch_size = s.patch_size ? s.patch_size : sig ? 8 : 14;
-  l.scale_factor = sig ? s.scale_factor : 1;
+  l.image_size = s.image_size ? s.image_size : sig ? 32 : pix ? (merged ? 1540 : 1024) : 112;
+  l.patch_size = s.patch_size ? s.patch_size : sig ? 8 : pix ? (merged ? 14 : 16) : 14;
+  l.scale_factor = sig ? s.scale_factor : pix ? std::max(s.spatial_merge, 1u) : 1;
   l.preproc_image_size = sig ? (s.preproc_image_size ? s.preproc_image_size : 2 * l.image_size) : 0;
   l.output_width = s.projector_width ? s.projector_width : s.lm_width;
   if (l.patch_size == 0 || l.image_size % l.patch_size != 0)
     return bad("image_size must be a multiple of patch_size");
   const uint32_t side = l.image_size / l.patch_size;
-  if (l.scale_factor == 0 || side % l.scale_factor != 0 || (sig && l.scale_factor < 2))
+  if (sig && (l.scale_factor < 2 || side % l.scale_factor != 0))
     return bad("idefics3 needs scale_factor >= 2 dividing image_size / patch_size");
+  // Pixtral's 2-D RoPE turns pairs of each half of a head.
+  if (pix && (s.vision_heads == 0 || (s.vision_width / s.vision_heads) % 4 != 0))
+    return bad("pixtral needs a vision head size divisible by 4");
   if (s.vision_heads == 0 || s.vision_width % s.vision_heads != 0 || s.vision_ffn == s.vision_width ||
       s.vision_layers < 2 || l.output_width == 0)
     return bad("bad vision tower shape");
-  l.rows_per_chunk = side * side / (l.scale_factor * l.scale_factor);
+  l.rows_per_chunk = pix ? 0 : side * side / (l.scale_factor * l.scale_factor);
   return l;
 }
 
@@ -196,6 +239,7 @@ protocol::Result<VisionModelPaths> write_vision_model(const VisionSpec& spec, co
   for (int y = 1; y <= 6; ++y)
     for (int x = 1; x <= 6; ++x)
       lm.extra_special_tokens.push_back("<row_" + std::to_string(y) + "_col_" + std::to_string(x) + ">");
+  if (is_pixtral(spec)) lm.extra_special_tokens.push_back("[IMG_END]");
   lm.extra_tokens = {"\n\n"};
   // The checkpoint writer names its file model.gguf: write it in a scratch folder, then move it.
   const fs::path scratch = dir / ".lm-tmp";

@@ -1,6 +1,6 @@
 #pragma once
 // A random-weight multimodal pair as llama.cpp's libmtmd loads it: a small Llama language model GGUF and an
-// "mmproj" GGUF (vision tower + projector), deterministic from a seed, in one of two layouts:
+// "mmproj" GGUF (vision tower + projector), deterministic from a seed, in one of three layouts:
 //
 // "mlp" (LLaVA-1.5): a CLIP ViT (patch embedding without bias, learned positions, pre-LayerNorm, quick-GELU
 //   blocks, no post-LayerNorm, NO class embedding: this llama.cpp appends CLS after the patches while its
@@ -27,6 +27,16 @@
 //     "<fake_token_around_image>".
 //   That is (C R + 1) chunks of rows and 2 C R + (R - 1) + 4 marker tokens.
 //
+// "pixtral" (Pixtral-12B; with spatial_merge 2, Mistral-Small-3.1): a ViT with 2-D RoPE and no learned
+//   positions (patch embedding without bias, RMSNorm pre-norm and blocks, no biases, gated SiLU FFN), with
+//   spatial_merge > 1 an RMSNorm (mm.input_norm) and the patch merger (mm.patch_merger: merge x merge
+//   neighbours' features -> one row), then mm.1 (vision width -> out) + GELU + mm.2 (out -> out) with biases,
+//   and v.token_embd.img_break, the [IMG_BREAK] row. image_size 1024 / patch 16 without merge, 1540 / 14
+//   with (the real files' numbers; the image size only names the largest side the real model was trained
+//   on). An image is resized, keeping its aspect, to whole cells of patch x merge pixels, 8 to 1024 cells
+//   (mmproj.cpp says how it rounds); its one chunk is the cells row by row with an [IMG_BREAK] row after each
+//   row but the last, then the "[IMG_END]" token.
+//
 // Checked with llama.cpp v0.5.0's llama-mtmd-cli: both layouts load and generate; a pair whose
 // projector_width differs from lm_width is refused ("mismatch between text model (n_embd = 64) and mmproj
 // (n_embd = 96)"); "no_such_projector" is refused ("unknown projector type"); "qwen2vl_merger" (a type
@@ -37,7 +47,7 @@
 // <0x00>..<0xFF> ("\n" is <0x0A> = id 13: mtmd finds "\n" by comparing token_to_piece(id, special=true), the
 // first id whose piece is exactly "\n"), 259 <|im_start|>, 260 <|im_end|> (control), 261
 // <fake_token_around_image>, 262 <global-img>, 263 + 6(Y-1) + (X-1) <row_Y_col_X> for Y, X in 1..6 (control,
-// 263..298), 299 "\n\n" (a normal piece), then word pieces "▁w<id>". Both layouts' LMs have these tokens.
+// 263..298), for pixtral 299 [IMG_END] (control), then "\n\n" (a normal piece), then word pieces "▁w<id>".
 //
 // Tensor types: norms, biases, patch and position embeddings f32; the blocks' and projector's matrices f16
 // (f32 with f16_matrices = false). Weights are uniform with fan-in scaling (activations of order 1).
@@ -50,8 +60,9 @@
 namespace epd::model::testing {
 
 struct VisionSpec {
-  // "mlp" (LLaVA) | "idefics3" (SmolVLM); any other string is written as is as clip.projector_type, with
-  // the mlp layout's tensors (for tests of refusal: "qwen2vl_merger", "no_such_projector").
+  // "mlp" (LLaVA) | "idefics3" (SmolVLM) | "pixtral"; any other string is written as is as
+  // clip.projector_type, with the mlp layout's tensors (for tests of refusal: "qwen2vl_merger",
+  // "no_such_projector").
   std::string projector = "mlp";
   uint32_t lm_width = 64;            // the LM's d_model
   uint32_t projector_width = 0;      // the mmproj's output width; 0 = lm_width (else a mismatched pair)
@@ -71,17 +82,18 @@ struct VisionSpec {
   uint32_t patch_size = 0;
   uint32_t scale_factor = 2;        // idefics3 only
   uint32_t preproc_image_size = 0;  // idefics3 only
+  uint32_t spatial_merge = 1;       // pixtral only: 2 = Mistral-Small-3.1's patch merger
   bool f16_matrices = true;
 };
 
 // The numbers of a spec with defaults resolved.
 struct VisionLayout {
-  uint32_t image_size = 0;  // mlp: the image; idefics3: a tile
+  uint32_t image_size = 0;  // mlp: the image; idefics3: a tile; pixtral: the header's (no effect)
   uint32_t patch_size = 0;
-  uint32_t scale_factor = 1;        // 1 for mlp
+  uint32_t scale_factor = 1;        // 1 for mlp; pixtral: the spatial merge
   uint32_t preproc_image_size = 0;  // 0 for mlp
-  uint32_t rows_per_chunk = 0;      // mlp: an image's rows; idefics3: a tile's (and the overview's)
-  uint32_t output_width = 0;        // the projector's output width
+  uint32_t rows_per_chunk = 0;  // mlp: an image's rows; idefics3: a tile's (and the overview's); pixtral 0
+  uint32_t output_width = 0;    // the projector's output width
 };
 protocol::Result<VisionLayout> vision_layout(const VisionSpec& spec);
 

@@ -1,8 +1,9 @@
-// llama.cpp's multimodal library as the oracle of epd's vision path, on random LLaVA ("mlp") and SmolVLM
-// ("idefics3") pairs: the prompt epd lays out for text + images is token for token the one mtmd_tokenize
-// lays out (BOS, template, markers, each image's rows), the encoder's rows are libmtmd's, and the greedy
-// answer is llama.cpp's (libllama + libmtmd, epd-mtmd-reference), colocated and with decode in another KV
-// layout. Files epd does not serve are refused at start, naming what is missing.
+// llama.cpp's multimodal library as the oracle of epd's vision path, on random LLaVA ("mlp"), SmolVLM
+// ("idefics3"), Pixtral and Mistral-Small-3.1 ("pixtral", without and with the patch merger) pairs: the
+// prompt epd lays out for text + images is token for token the one mtmd_tokenize lays out (BOS, template,
+// markers, each image's rows), the encoder's rows are libmtmd's, and the greedy answer is llama.cpp's
+// (libllama + libmtmd, epd-mtmd-reference), colocated and with decode in another KV layout. Files epd does
+// not serve are refused at start, naming what is missing.
 #include <catch2/catch.hpp>
 
 #include <filesystem>
@@ -25,7 +26,8 @@ using namespace epd::model::testing;
 
 struct Pair {
   explicit Pair(const std::string& projector, VisionSpec spec = {}) {
-    dir = fs::temp_directory_path() / ("epd-vision-" + projector + "-" + std::to_string(::getpid()));
+    dir = fs::temp_directory_path() / ("epd-vision-" + projector + "-" + std::to_string(spec.spatial_merge) +
+                                       "-" + std::to_string(::getpid()));
     fs::create_directories(dir);
     spec.projector = projector;
     auto p = write_vision_model(spec, dir);
@@ -92,8 +94,13 @@ std::string templated(const std::vector<ChatTurn>& turns) {
 
 TEST_CASE("vision: epd lays out text and images as libmtmd does, and answers as llama.cpp does",
           "[vision][oracle]") {
-  for (const char* projector : {"mlp", "idefics3"}) {
-    Pair pair(projector);
+  VisionSpec merged;
+  merged.spatial_merge = 2;
+  const std::pair<const char*, VisionSpec> pairs[] = {
+      {"mlp", {}}, {"idefics3", {}}, {"pixtral", {}}, {"pixtral", merged}};
+  for (const auto& [projector, spec] : pairs) {
+    INFO("spatial merge " << spec.spatial_merge);
+    Pair pair(projector, spec);
     auto codec = pair.codec();
     REQUIRE(codec->mmproj());
     const TokenId slot = *image_token(pair.cfg);
@@ -136,6 +143,35 @@ TEST_CASE("vision: epd lays out text and images as libmtmd does, and answers as 
         INFO("staged " << staged);
         CHECK(answer == theirs.generated);
       }
+    }
+  }
+}
+
+TEST_CASE("vision: Pixtral's resize to 8..1024 cells rounds every size as libmtmd rounds it", "[vision]") {
+  // Sizes on each path of the resize: kept (rounded to whole cells), scaled up to 8 cells, scaled down to
+  // 1024 cells, and half-way cases of the rounding. The encoder compares its layout with mtmd_tokenize's
+  // for every image and fails naming both; the rows it returns are the layout's.
+  // 9x8, 32x36, 86x43 and 72x1 scale up to a product that lands on a whole cell in float and not in
+  // double (with 28-pixel cells).
+  const ImageDims sizes[] = {{1, 1},     {15, 15},     {17, 9},     {24, 40},   {100, 3}, {3, 100},
+                             {640, 480}, {1000, 1000}, {2000, 300}, {513, 257}, {56, 56}, {8, 2000},
+                             {9, 8},     {32, 36},     {86, 43},    {72, 1}};
+  VisionSpec merged;
+  merged.spatial_merge = 2;
+  for (const VisionSpec& spec : {VisionSpec{}, merged}) {
+    Pair pair("pixtral", spec);
+    auto codec = pair.codec();
+    auto encoder = make_vision_encoder(pair.cfg);
+    REQUIRE(encoder.ok());
+    for (const ImageDims& dims : sizes) {
+      INFO("merge " << spec.spatial_merge << ", " << dims.width << "x" << dims.height);
+      auto layout = image_layout(*codec->mmproj(), dims);
+      REQUIRE(layout.ok());
+      const uint32_t rows = layout_rows(*layout);
+      CHECK(rows >= 8);  // at least 8 cells, and [IMG_BREAK] rows between their rows
+      auto e = (*encoder)->encode(make_test_image(dims.width, dims.height, dims.width * 7 + dims.height));
+      REQUIRE(e.ok());
+      CHECK(e->tokens == rows);
     }
   }
 }

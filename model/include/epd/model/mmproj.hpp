@@ -15,9 +15,11 @@
 
 namespace epd::model {
 
-// The projectors whose layout epd computes: LLaVA's MLP ("mlp", a fixed-size image, no markers) and
-// SmolVLM's Idefics3 ("idefics3", tiles with row/column markers and an overview).
-enum class Projector { mlp, idefics3 };
+// The projectors whose layout epd computes: LLaVA's MLP ("mlp", a fixed-size image, no markers), SmolVLM's
+// Idefics3 ("idefics3", tiles with row/column markers and an overview) and Pixtral's ("pixtral": Pixtral-12B
+// and, with a patch merger, Mistral-Small-3.1; the image at about its own size, rows of patches each ended by
+// an [IMG_BREAK] row but the last, then [IMG_END]).
+enum class Projector { mlp, idefics3, pixtral };
 
 struct MmprojInfo {
   std::string path;
@@ -25,10 +27,11 @@ struct MmprojInfo {
   std::string projector_name;  // as the file spells it
   uint32_t image_size = 0;     // the tower's input side (idefics3: a tile's)
   uint32_t patch_size = 0;
-  uint32_t scale_factor = 1;     // idefics3's pixel shuffle
+  uint32_t scale_factor = 1;     // idefics3's pixel shuffle; pixtral's spatial merge (1: none)
   uint32_t longest_edge = 0;     // idefics3's clip.vision.preproc_image_size
   uint32_t embedding_width = 0;  // the projector's output: must be the language model's d_model
-  uint32_t rows_per_image = 0;   // rows of one image (mlp) or of one tile (idefics3)
+  uint32_t rows_per_image = 0;   // rows of one image (mlp) or of one tile (idefics3); 0 for pixtral
+  bool row_breaks = false;       // pixtral: v.token_embd.img_break (an [IMG_BREAK] row after each row)
 };
 
 // Reads and checks the header: a vision tower (no audio), a projector epd serves without what it lacks
@@ -36,18 +39,22 @@ struct MmprojInfo {
 // anyres pinpoints, audio), and shapes that give whole patches.
 protocol::Result<MmprojInfo> read_mmproj_info(const std::string& path);
 
+// The marker pieces the projector's layouts may use, each of which the language model must have.
+std::vector<std::string> layout_pieces(const MmprojInfo& info);
+
 // The pair must fit: the projector's width is the language model's d_model (config_error naming both).
 protocol::Status check_mmproj_pair(const MmprojInfo& info, const ModelConfig& lm);
 
 // An image's stretch of a prompt, as mtmd_tokenize lays it out: special tokens named by their exact piece
 // (looked up in the vocabulary as libmtmd looks them up) and runs of image rows, in order.
 struct LayoutItem {
-  std::string piece;  // a token's text ("<fake_token_around_image>", "\n"); empty for a run of rows
-  uint32_t rows = 0;  // image embedding rows (one chunk: the image, a tile or the overview)
+  std::string piece;         // a token's text ("<fake_token_around_image>", "\n"); empty for a run of rows
+  uint32_t rows = 0;         // image embedding rows (one chunk: the image, a tile or the overview)
+  uint32_t break_every = 0;  // pixtral: after every this many rows, an [IMG_BREAK] row (but at the end)
 };
 
 // The layout of one image of width x height pixels; invalid_request for an image libmtmd cannot lay out
-// (Idefics3: so long and thin that a side scales to 0 pixels).
+// (Idefics3: so long and thin that a side scales to 0 pixels; Pixtral: a side past 2^16 pixels).
 protocol::Result<std::vector<LayoutItem>> image_layout(const MmprojInfo& info, ImageDims dims);
 
 // Rows of all runs of a layout.
