@@ -1,4 +1,5 @@
-// A real vision tower through the disaggregated cluster: a random LLaVA ("mlp"), SmolVLM ("idefics3") or
+// A real vision tower through the disaggregated cluster: a random LLaVA-1.5 or -1.6 ("mlp", without and
+// with pinpoints), SmolVLM ("idefics3") or
 // Pixtral ("pixtral"; Mistral-Small-3.1's with the patch merger over tcp) mmproj with its language model,
 // served by encoder (libmtmd), prefill and decode over shm and over tcp (decode in another KV layout there).
 // Every answer, to prompts with one and two images through the native API and to a chat with two PNG
@@ -34,7 +35,7 @@ struct Request {
 
 const std::vector<Request> kRequests = {
     {{{56, 56}}, "What is this?", false},
-    {{{80, 40}, {40, 72}}, "Which is wider?", false},
+    {{{200, 100}, {40, 72}}, "Which is wider?", false},  // LLaVA-1.6: 2 tiles + overview, then one
     {{{64, 48}, {48, 64}}, "Tell me about both.", true},
 };
 
@@ -49,12 +50,10 @@ std::string b64(const std::vector<uint8_t>& bytes) {
 }
 
 void serve_and_compare(const std::string& projector, const std::string& backend,
-                       const std::string& decode_lines, uint32_t spatial_merge = 1) {
+                       const std::string& decode_lines, model::testing::VisionSpec vs = {}) {
   const fs::path dir = fs::temp_directory_path() / ("epd-e2e-vision-" + std::to_string(::getpid()));
   fs::create_directories(dir);
-  model::testing::VisionSpec vs;
   vs.projector = projector;
-  vs.spatial_merge = spatial_merge;
   auto paths = model::testing::write_vision_model(vs, dir);
   REQUIRE(paths.ok());
   auto cfg = model::read_checkpoint_config(paths->lm);
@@ -90,7 +89,7 @@ void serve_and_compare(const std::string& projector, const std::string& backend,
       e.body = {{"prompt", r.text}, {"images", images}, {"max_tokens", 10}};
     }
     auto theirs = model::testing::run_mtmd_reference(EPD_MTMD_REFERENCE, paths->lm, paths->mmproj, files,
-                                                     prompt, 10, slot);
+                                                     prompt, 10, slot, false, 2, /*f32_kv=*/true);
     e.tokens = theirs.generated;
     e.text = http::to_valid_utf8((*codec)->text(theirs.generated));  // as the API sends random weights' bytes
     expected.push_back(std::move(e));
@@ -100,7 +99,9 @@ void serve_and_compare(const std::string& projector, const std::string& backend,
   spec.model_path = paths->lm;
   spec.mmproj = paths->mmproj;
   spec.backend = backend;
-  if (!decode_lines.empty()) spec.defaults["decode"] = decode_lines;
+  // f32 KV, as the oracle's: a half-precision KV cache on either side can turn a near tie between tokens.
+  spec.defaults["prefill"] = "kv_dtype = \"f32\"\n";
+  spec.defaults["decode"] = "kv_dtype = \"f32\"\n" + decode_lines;
   Cluster cluster(spec);
   cluster.start();
   std::vector<std::future<std::pair<int, std::string>>> answers;
@@ -111,7 +112,9 @@ void serve_and_compare(const std::string& projector, const std::string& backend,
     }));
   for (size_t i = 0; i < kRequests.size(); ++i) {
     const auto [status, raw] = answers[i].get();
-    INFO(projector << " over " << backend << ", request " << i << ": " << raw << "\n" << cluster.logs());
+    INFO(projector << " (" << vs.pinpoints.size() / 2 << " pinpoints, merge " << vs.spatial_merge << ") over "
+                   << backend << ", request " << i << ": " << raw << "\n"
+                   << cluster.logs());
     REQUIRE(status == 200);
     const json body = json::parse(raw);
     if (kRequests[i].chat) {
@@ -140,10 +143,15 @@ void serve_and_compare(const std::string& projector, const std::string& backend,
 
 TEST_CASE("vision cluster: LLaVA, SmolVLM and Pixtral layouts over shm answer as llama.cpp does") {
   for (const char* projector : {"mlp", "idefics3", "pixtral"}) serve_and_compare(projector, "shm", "");
+  model::testing::VisionSpec anyres;  // LLaVA-1.6
+  anyres.pinpoints = {224, 112, 112, 224, 224, 224};
+  serve_and_compare("mlp", "shm", "", anyres);
 }
 
 TEST_CASE("vision cluster: over tcp, decode in another KV layout, answers as llama.cpp does") {
   const std::string decode = "kv_page_size = 4\nkv_order = \"head_token_dim\"\n";
   for (const char* projector : {"mlp", "idefics3"}) serve_and_compare(projector, "tcp", decode);
-  serve_and_compare("pixtral", "tcp", decode, /*spatial_merge=*/2);  // Mistral-Small-3.1's merger
+  model::testing::VisionSpec merged;  // Mistral-Small-3.1's patch merger
+  merged.spatial_merge = 2;
+  serve_and_compare("pixtral", "tcp", decode, merged);
 }

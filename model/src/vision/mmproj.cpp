@@ -5,12 +5,16 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "epd/model/gguf.hpp"
 #include "epd/model/image.hpp"
 
 namespace epd::model {
 namespace {
+
+// More pinpoints than any real file has (LLaVA-1.6's have 5 to 9): a hostile header, refused.
+constexpr size_t kMaxPinpoints = 64;
 
 protocol::Error bad(const std::string& path, const std::string& what) {
   return protocol::make_error(protocol::ErrorCode::config_error, "mmproj " + path + ": " + what);
@@ -92,9 +96,24 @@ protocol::Result<MmprojInfo> read_mmproj_info(const std::string& path) {
   const uint32_t side = info.image_size / info.patch_size;
   const char* out_tensor = "mm.2.weight";
   if (info.projector == Projector::mlp) {
-    if (g.find("clip.vision.image_grid_pinpoints"))
-      return bad(path, "LLaVA-1.6 anyres tiling (clip.vision.image_grid_pinpoints) is not laid out by epd");
     info.rows_per_image = side * side;
+    if (const GgufValue* v = g.find("clip.vision.image_grid_pinpoints")) {
+      // clip.cpp reads (width, height) pairs as int32; tiles of whole image_size squares are what its
+      // tower takes (a partial tile would have other positions).
+      const std::string key = "clip.vision.image_grid_pinpoints";
+      if (v->type != GgufType::array || v->elem != GgufType::i32 || v->ints.empty() || v->ints.size() % 2 ||
+          v->ints.size() > 2 * kMaxPinpoints)
+        return bad(
+            path, key + " must be 1 to " + std::to_string(kMaxPinpoints) + " (width, height) pairs of int32");
+      for (size_t i = 0; i < v->ints.size(); i += 2) {
+        const int64_t w = v->ints[i], h = v->ints[i + 1];
+        if (w <= 0 || h <= 0 || w > kMaxImageSide || h > kMaxImageSide || w % info.image_size ||
+            h % info.image_size)
+          return bad(path, key + " has " + std::to_string(w) + "x" + std::to_string(h) +
+                               ", not whole tiles of image_size " + std::to_string(info.image_size));
+        info.pinpoints.push_back({uint32_t(w), uint32_t(h)});
+      }
+    }
   } else if (info.projector == Projector::pixtral) {
     // clip.cpp: spatial_merge_size when the file has it (Mistral-Small-3.1's patch merger), else 1.
     auto merge = positive(g, "clip.vision.spatial_merge_size", false);
@@ -153,6 +172,38 @@ protocol::Status check_mmproj_pair(const MmprojInfo& info, const ModelConfig& lm
 
 namespace {
 
+protocol::Error too_thin(const MmprojInfo& info, ImageDims dims, const std::string& what) {
+  return protocol::make_error(protocol::ErrorCode::invalid_request,
+                              "image of " + std::to_string(dims.width) + "x" + std::to_string(dims.height) +
+                                  " is too long and thin for " + info.projector_name + "'s " + what +
+                                  " (a side scales to 0)");
+}
+
+// LLaVA-1.6 (mtmd-image.cpp's llava_uhd preprocessor with pinpoints): an image within one tile is the
+// overview alone; else the pinpoint that keeps the most of its pixels when it is scaled into it (the least
+// waste on a tie, the first on a tie of both; float arithmetic as libmtmd's), cut into tiles row by row,
+// then the overview. Each is one chunk of (image_size / patch_size)^2 rows, with no markers.
+protocol::Result<std::vector<LayoutItem>> anyres_layout(const MmprojInfo& info, ImageDims dims) {
+  const int tile = int(info.image_size), ow = int(dims.width), oh = int(dims.height);
+  if (ow <= tile && oh <= tile) return std::vector<LayoutItem>{{"", info.rows_per_image}};
+  ImageDims best{0, 0};
+  int max_effective = 0, min_wasted = std::numeric_limits<int>::max();
+  for (const ImageDims& c : info.pinpoints) {
+    const float scale = std::min(float(c.width) / float(ow), float(c.height) / float(oh));
+    const int tw = int(float(ow) * scale), th = int(float(oh) * scale);
+    const int effective = std::min(tw * th, ow * oh), wasted = int(c.width * c.height) - effective;
+    if (effective > max_effective || (effective == max_effective && wasted < min_wasted)) {
+      max_effective = effective;
+      min_wasted = wasted;
+      best = c;
+    }
+  }
+  // No pinpoint keeps a pixel: libmtmd would tile from an unset size.
+  if (max_effective == 0) return too_thin(info, dims, "pinpoints");
+  const uint32_t tiles = (best.width / info.image_size) * (best.height / info.image_size);
+  return std::vector<LayoutItem>(tiles + 1, LayoutItem{"", info.rows_per_image});
+}
+
 // Pixtral's image: resized, keeping its aspect, to whole cells of patch_size x merge pixels and between 8 and
 // 1024 cells (clip.cpp's set_limit_image_tokens(8, 1024); mtmd-image.cpp's calc_size_preserved_ratio, in
 // its float arithmetic so that every size rounds as libmtmd rounds it); the tower's rows are the cells row
@@ -186,18 +237,16 @@ protocol::Result<std::vector<LayoutItem>> image_layout(const MmprojInfo& info, I
   std::vector<LayoutItem> out;
   if (dims.width == 0 || dims.height == 0)
     return protocol::make_error(protocol::ErrorCode::invalid_request, "image has no pixels");
+  if (dims.width > kMaxImageSide || dims.height > kMaxImageSide)  // as every decoder refuses it
+    return protocol::make_error(protocol::ErrorCode::invalid_request,
+                                "image of " + std::to_string(dims.width) + "x" + std::to_string(dims.height) +
+                                    " has a side past " + std::to_string(kMaxImageSide) + " pixels");
   if (info.projector == Projector::mlp) {
+    if (!info.pinpoints.empty()) return anyres_layout(info, dims);
     out.push_back({"", info.rows_per_image});
     return out;
   }
-  if (info.projector == Projector::pixtral) {
-    if (dims.width > kMaxImageSide || dims.height > kMaxImageSide)
-      return protocol::make_error(protocol::ErrorCode::invalid_request,
-                                  "image of " + std::to_string(dims.width) + "x" +
-                                      std::to_string(dims.height) + " has a side past " +
-                                      std::to_string(kMaxImageSide) + " pixels");
-    return pixtral_layout(info, dims);
-  }
+  if (info.projector == Projector::pixtral) return pixtral_layout(info, dims);
   // Idefics3: the long side scaled to longest_edge (the short side kept in proportion, made even), cut into
   // image_size tiles, row by row, then the whole image as the overview (mtmd-image.cpp, mtmd.cpp).
   const int edge = int(info.longest_edge), tile = int(info.image_size);
@@ -210,11 +259,7 @@ protocol::Result<std::vector<LayoutItem>> image_layout(const MmprojInfo& info, I
     w = int(edge * aspect);
     w += w % 2;
   }
-  if (w <= 0 || h <= 0)
-    return protocol::make_error(protocol::ErrorCode::invalid_request,
-                                "image of " + std::to_string(dims.width) + "x" + std::to_string(dims.height) +
-                                    " is too long and thin for " + info.projector_name +
-                                    "'s tiles (a side scales to 0)");
+  if (w <= 0 || h <= 0) return too_thin(info, dims, "tiles");
   const int grid_x = (w + tile - 1) / tile, grid_y = (h + tile - 1) / tile;
   for (int y = 0; y < grid_y; ++y) {
     for (int x = 0; x < grid_x; ++x) {

@@ -4,7 +4,12 @@
 // errors go to stderr.
 //
 //   epd-mtmd-reference --model LM.gguf --mmproj MMPROJ.gguf [--image FILE]... --prompt TEXT [-n N]
-//                      [--threads T] [--embeddings OUT.bin]
+//                      [--threads T] [--embeddings OUT.bin] [--kv-type f16|f32]
+//
+// --kv-type f16 (the default) runs llama.cpp as a user does: F16 KV cache, flash attention as it picks it
+// (on a CPU it rounds each query to f16 too). f32 is the oracle's: F32 KV cache, no flash attention, so
+// that attention differs from epd's f32 KV by the order of f32 sums only, not by a half-precision rounding
+// of Q, K and V, which can turn a near tie between two tokens in a random model's greedy answer.
 //
 // Output: {"layout": [{"type":"text","tokens":[ids]} | {"type":"image","tokens":N,"id":SHA-256 of the image
 // file}...], "n_past": the prompt's positions, "generated": [ids] (greedy, stops before an end-of-generation
@@ -42,6 +47,7 @@ struct Args {
   std::vector<std::string> images;
   int n_predict = 16;
   int threads = 2;
+  bool f32_kv = false;
 };
 
 [[noreturn]] void fail(const std::string& message) {
@@ -85,6 +91,8 @@ Args parse_args(int argc, char** argv) {
       args.threads = to_int(flag, value);
     else if (flag == "--embeddings")
       args.embeddings = value;
+    else if (flag == "--kv-type" && (value == "f16" || value == "f32"))
+      args.f32_kv = value == "f32";
     else
       fail("unknown argument: " + flag);
   }
@@ -203,6 +211,10 @@ int run(const Args& args) {
   ctx_params.n_ctx = static_cast<uint32_t>(mtmd_helper_get_n_pos(chunks.get()) + args.n_predict + 16);
   ctx_params.n_batch = ctx_params.n_ubatch = n_batch;
   ctx_params.n_threads = ctx_params.n_threads_batch = args.threads;
+  if (args.f32_kv) {
+    ctx_params.type_k = ctx_params.type_v = GGML_TYPE_F32;
+    ctx_params.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
+  }
   llama_context_ptr lctx(llama_init_from_model(model.get(), ctx_params));
   if (!lctx) fail("cannot create the llama context");
 

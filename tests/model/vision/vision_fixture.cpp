@@ -130,6 +130,7 @@ protocol::Status write_mmproj(const VisionSpec& s, const VisionLayout& l, const 
     w.set_u32("clip.vision.preproc_image_size", l.preproc_image_size);
   }
   if (pix && l.scale_factor > 1) w.set_u32("clip.vision.spatial_merge_size", l.scale_factor);
+  if (!s.pinpoints.empty()) w.set_i32s("clip.vision.image_grid_pinpoints", s.pinpoints);
 
   TensorMaker t(w, s.seed, s.f16_matrices);
   if (pix) {

@@ -9,6 +9,10 @@
 //   clip.vision.feature_layer: llama.cpp runs the first vision_layers-1 blocks (LLaVA's second-to-last
 //   layer; the last block is in the file but unused). An image of any size is resized to
 //   image_size x image_size (default 112, patch 14): (image_size/patch_size)^2 = 64 rows, no marker tokens.
+//   With `pinpoints` (LLaVA-1.6's clip.vision.image_grid_pinpoints, int32 width/height pairs, whole tiles of
+//   image_size): an image larger than one tile is scaled into the pinpoint that keeps most of its pixels,
+//   cut into its tiles (row by row, each a chunk of 64 rows), then the overview (another 64); an image
+//   within one tile is the overview alone. No markers, no image_newline (libmtmd uses none).
 //
 // "idefics3" (SmolVLM): a SigLIP-like ViT (patch embedding with bias, learned positions, no pre-LayerNorm,
 //   GELU blocks, post-LayerNorm), pixel shuffle by clip.vision.projector.scale_factor s, then
@@ -54,6 +58,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "epd/protocol/result.hpp"
 
@@ -83,6 +88,7 @@ struct VisionSpec {
   uint32_t scale_factor = 2;        // idefics3 only
   uint32_t preproc_image_size = 0;  // idefics3 only
   uint32_t spatial_merge = 1;       // pixtral only: 2 = Mistral-Small-3.1's patch merger
+  std::vector<int32_t> pinpoints;   // mlp only: LLaVA-1.6's (width, height) pairs; empty: LLaVA-1.5
   bool f16_matrices = true;
 };
 

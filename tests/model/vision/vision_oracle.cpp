@@ -44,7 +44,8 @@ std::string quoted(const std::string& s) {
 
 OracleRun run_mtmd_reference(const std::string& reference, const std::string& lm, const std::string& mmproj,
                              const std::vector<fs::path>& images, const std::string& prompt,
-                             uint32_t n_predict, TokenId image_id, bool embeddings, int threads) {
+                             uint32_t n_predict, TokenId image_id, bool embeddings, int threads,
+                             bool f32_kv) {
   const fs::path emb_file =
       fs::temp_directory_path() / ("epd-mtmd-emb-" + std::to_string(::getpid()) + ".bin");
   std::string cmd = "timeout 120 " + quoted(reference) + " --model " + quoted(lm) + " --mmproj " +
@@ -52,6 +53,7 @@ OracleRun run_mtmd_reference(const std::string& reference, const std::string& lm
                     " --threads " + std::to_string(threads);
   for (const auto& f : images) cmd += " --image " + quoted(f.string());
   if (embeddings) cmd += " --embeddings " + quoted(emb_file.string());
+  if (f32_kv) cmd += " --kv-type f32";
   FILE* p = ::popen(cmd.c_str(), "r");
   if (!p) throw std::runtime_error("cannot run " + cmd);
   std::string out;

@@ -28,9 +28,12 @@ struct OracleRun {
 
 // Runs `reference` (the epd-mtmd-reference binary) on the model pair with the images (files) and the
 // prompt (already in the chat template, one <__media__> marker per image); image rows are written as
-// `image_id` in OracleRun::prompt. Throws std::runtime_error naming the command if it fails.
+// `image_id` in OracleRun::prompt. Throws std::runtime_error naming the command if it fails. `f32_kv`: the
+// oracle's settings (F32 KV cache, no flash attention: epd-mtmd-reference's --kv-type f32), to compare with
+// epd running f32 KV; else llama.cpp's defaults, as a user runs it.
 OracleRun run_mtmd_reference(const std::string& reference, const std::string& lm, const std::string& mmproj,
                              const std::vector<std::filesystem::path>& images, const std::string& prompt,
-                             uint32_t n_predict, TokenId image_id, bool embeddings = false, int threads = 2);
+                             uint32_t n_predict, TokenId image_id, bool embeddings = false, int threads = 2,
+                             bool f32_kv = false);
 
 }  // namespace epd::model::testing

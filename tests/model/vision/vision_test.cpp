@@ -1,4 +1,5 @@
-// llama.cpp's multimodal library as the oracle of epd's vision path, on random LLaVA ("mlp"), SmolVLM
+// llama.cpp's multimodal library as the oracle of epd's vision path, on random LLaVA-1.5 and -1.6 ("mlp",
+// without and with pinpoints), SmolVLM
 // ("idefics3"), Pixtral and Mistral-Small-3.1 ("pixtral", without and with the patch merger) pairs: the
 // prompt epd lays out for text + images is token for token the one mtmd_tokenize lays out (BOS, template,
 // markers, each image's rows), the encoder's rows are libmtmd's, and the greedy answer is llama.cpp's
@@ -8,6 +9,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "epd/model/chat_template.hpp"
 #include "epd/model/generate.hpp"
@@ -26,8 +28,9 @@ using namespace epd::model::testing;
 
 struct Pair {
   explicit Pair(const std::string& projector, VisionSpec spec = {}) {
-    dir = fs::temp_directory_path() / ("epd-vision-" + projector + "-" + std::to_string(spec.spatial_merge) +
-                                       "-" + std::to_string(::getpid()));
+    dir = fs::temp_directory_path() /
+          ("epd-vision-" + projector + "-" + std::to_string(spec.spatial_merge) + "-" +
+           std::to_string(spec.pinpoints.size()) + "-" + std::to_string(::getpid()));
     fs::create_directories(dir);
     spec.projector = projector;
     auto p = write_vision_model(spec, dir);
@@ -63,7 +66,16 @@ const std::vector<Case> kCases = {
     {{{96, 40}}, "Describe <__media__> briefly."},                   // landscape: idefics3 tiles 2 x 1
     {{{30, 90}}, "<__media__>\nAnd this one?"},                      // portrait: 1 x 2
     {{{64, 64}, {90, 45}}, "Compare <__media__> and <__media__>."},  // two images in one message
+    // Larger than LLaVA-1.6's 112-pixel tile: its pinpoints' tiles, then the overview.
+    {{{200, 100}, {130, 250}}, "<__media__> then <__media__>: which is taller?"},
 };
+
+// LLaVA-1.6's pinpoints at the fixture's 112-pixel tile (the real files' 336 grid, scaled).
+VisionSpec anyres() {
+  VisionSpec s;
+  s.pinpoints = {224, 112, 112, 224, 224, 224, 336, 112, 112, 336};
+  return s;
+}
 
 struct Prepared {
   std::vector<Image> images;
@@ -97,9 +109,9 @@ TEST_CASE("vision: epd lays out text and images as libmtmd does, and answers as 
   VisionSpec merged;
   merged.spatial_merge = 2;
   const std::pair<const char*, VisionSpec> pairs[] = {
-      {"mlp", {}}, {"idefics3", {}}, {"pixtral", {}}, {"pixtral", merged}};
+      {"mlp", {}}, {"mlp", anyres()}, {"idefics3", {}}, {"pixtral", {}}, {"pixtral", merged}};
   for (const auto& [projector, spec] : pairs) {
-    INFO("spatial merge " << spec.spatial_merge);
+    INFO("spatial merge " << spec.spatial_merge << ", pinpoints " << spec.pinpoints.size() / 2);
     Pair pair(projector, spec);
     auto codec = pair.codec();
     REQUIRE(codec->mmproj());
@@ -111,8 +123,10 @@ TEST_CASE("vision: epd lays out text and images as libmtmd does, and answers as 
       const Prepared p = prepare(pair, kCases[i], 100 + i);
       auto ids = codec->chat(p.turns, kCases[i].sizes);
       REQUIRE(ids.ok());
-      const OracleRun theirs = run_mtmd_reference(EPD_MTMD_REFERENCE, pair.paths.lm, pair.paths.mmproj,
-                                                  p.files, templated(p.turns), 12, slot, /*embeddings=*/true);
+      const OracleRun theirs =
+          run_mtmd_reference(EPD_MTMD_REFERENCE, pair.paths.lm, pair.paths.mmproj, p.files,
+                             templated(p.turns), 12, slot, /*embeddings=*/true, 2,
+                             /*f32_kv=*/true);
       // The whole prompt, token for token: a wrong row count, a missing marker or a row in the wrong place
       // differs here.
       CHECK(*ids == theirs.prompt);
@@ -133,6 +147,7 @@ TEST_CASE("vision: epd lays out text and images as libmtmd does, and answers as 
       // The greedy answer, colocated and with decode's KV in another layout (the staged path).
       GenerateOptions opts;
       opts.max_tokens = 12;
+      opts.dtype = DType::f32;  // as the oracle's KV cache
       opts.stop_tokens.assign(codec->stop_tokens().begin(), codec->stop_tokens().end());
       for (bool staged : {false, true}) {
         if (staged) opts.decode_kv = KvLayoutChoice{4, DType::f32, KvDimOrder::head_token_dim};
@@ -174,6 +189,32 @@ TEST_CASE("vision: Pixtral's resize to 8..1024 cells rounds every size as libmtm
       CHECK(e->tokens == rows);
     }
   }
+}
+
+TEST_CASE("vision: LLaVA-1.6 picks the pinpoint libmtmd picks for every shape", "[vision]") {
+  // Within one tile (overview only), each pinpoint winning, ties of kept pixels broken by waste, and a
+  // picture too thin for any pinpoint (refused before libmtmd, which would tile from an unset size).
+  const ImageDims sizes[] = {{112, 112}, {113, 20},  {200, 100}, {100, 200}, {300, 300}, {400, 90},
+                             {90, 400},  {224, 224}, {1000, 10}, {500, 499}, {225, 113}};
+  Pair pair("mlp", anyres());
+  auto codec = pair.codec();
+  auto encoder = make_vision_encoder(pair.cfg);
+  REQUIRE(encoder.ok());
+  std::set<uint32_t> tiles_seen;
+  for (const ImageDims& dims : sizes) {
+    INFO(dims.width << "x" << dims.height);
+    auto layout = image_layout(*codec->mmproj(), dims);
+    REQUIRE(layout.ok());
+    tiles_seen.insert(uint32_t(layout->size()) - 1);
+    auto e = (*encoder)->encode(make_test_image(dims.width, dims.height, dims.width + 3 * dims.height));
+    REQUIRE(e.ok());
+    CHECK(e->tokens == layout_rows(*layout));
+  }
+  CHECK(tiles_seen == std::set<uint32_t>{0, 2, 3, 4});  // overview only, 2x1 / 1x2, 3x1 / 1x3, 2x2
+  const ImageDims thin[] = {{16000, 1}};
+  auto ids = codec->prompt("x", thin);
+  REQUIRE_FALSE(ids.ok());
+  CHECK_THAT(ids.error().detail, Catch::Contains("16000x1") && Catch::Contains("too long and thin"));
 }
 
 TEST_CASE("vision: an image the tiling cannot lay out is a clear error, not a crash", "[vision]") {

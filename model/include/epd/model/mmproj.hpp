@@ -15,10 +15,11 @@
 
 namespace epd::model {
 
-// The projectors whose layout epd computes: LLaVA's MLP ("mlp", a fixed-size image, no markers), SmolVLM's
-// Idefics3 ("idefics3", tiles with row/column markers and an overview) and Pixtral's ("pixtral": Pixtral-12B
-// and, with a patch merger, Mistral-Small-3.1; the image at about its own size, rows of patches each ended by
-// an [IMG_BREAK] row but the last, then [IMG_END]).
+// The projectors whose layout epd computes: LLaVA's MLP ("mlp": LLaVA-1.5's fixed-size image, or with
+// image_grid_pinpoints LLaVA-1.6's tiles of the best-fitting pinpoint then the overview; no markers),
+// SmolVLM's Idefics3 ("idefics3", tiles with row/column markers and an overview) and Pixtral's ("pixtral":
+// Pixtral-12B and, with a patch merger, Mistral-Small-3.1; the image at about its own size, rows of patches
+// each ended by an [IMG_BREAK] row but the last, then [IMG_END]).
 enum class Projector { mlp, idefics3, pixtral };
 
 struct MmprojInfo {
@@ -27,16 +28,17 @@ struct MmprojInfo {
   std::string projector_name;  // as the file spells it
   uint32_t image_size = 0;     // the tower's input side (idefics3: a tile's)
   uint32_t patch_size = 0;
-  uint32_t scale_factor = 1;     // idefics3's pixel shuffle; pixtral's spatial merge (1: none)
-  uint32_t longest_edge = 0;     // idefics3's clip.vision.preproc_image_size
-  uint32_t embedding_width = 0;  // the projector's output: must be the language model's d_model
-  uint32_t rows_per_image = 0;   // rows of one image (mlp) or of one tile (idefics3); 0 for pixtral
-  bool row_breaks = false;       // pixtral: v.token_embd.img_break (an [IMG_BREAK] row after each row)
+  uint32_t scale_factor = 1;         // idefics3's pixel shuffle; pixtral's spatial merge (1: none)
+  uint32_t longest_edge = 0;         // idefics3's clip.vision.preproc_image_size
+  uint32_t embedding_width = 0;      // the projector's output: must be the language model's d_model
+  uint32_t rows_per_image = 0;       // rows of one image (mlp) or of one tile (idefics3); 0 for pixtral
+  bool row_breaks = false;           // pixtral: v.token_embd.img_break (an [IMG_BREAK] row after each row)
+  std::vector<ImageDims> pinpoints;  // mlp: LLaVA-1.6's image_grid_pinpoints (width, height), or none
 };
 
 // Reads and checks the header: a vision tower (no audio), a projector epd serves without what it lacks
-// (config_error naming it: M-RoPE projectors such as Qwen2-VL's, non-causal ones such as Gemma 3's, LLaVA's
-// anyres pinpoints, audio), and shapes that give whole patches.
+// (config_error naming it: M-RoPE projectors such as Qwen2-VL's, non-causal ones such as Gemma 3's, audio),
+// and shapes that give whole patches (and pinpoints of whole tiles).
 protocol::Result<MmprojInfo> read_mmproj_info(const std::string& path);
 
 // The marker pieces the projector's layouts may use, each of which the language model must have.
@@ -54,7 +56,8 @@ struct LayoutItem {
 };
 
 // The layout of one image of width x height pixels; invalid_request for an image libmtmd cannot lay out
-// (Idefics3: so long and thin that a side scales to 0 pixels; Pixtral: a side past 2^16 pixels).
+// (Idefics3 and LLaVA-1.6: so long and thin that a side scales to 0 pixels; any: a side past
+// kMaxImageSide).
 protocol::Result<std::vector<LayoutItem>> image_layout(const MmprojInfo& info, ImageDims dims);
 
 // Rows of all runs of a layout.
