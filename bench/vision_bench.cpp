@@ -37,15 +37,27 @@ constexpr double kMiB = 1024.0 * 1024.0;
 
 // Big enough that encode times are not noise, small enough for a run of minutes on 2 cores; the LM (f32,
 // ~100 MiB) is bigger than the whole encoder process, which loads only its vocabulary.
-model::testing::VisionSpec bench_spec(const std::string& projector) {
+// Layouts by name: LLaVA-1.5 and 1.6, SmolVLM, Pixtral-12B and Mistral-Small-3.1 (Pixtral with the patch
+// merger).
+const char* const kLayouts[] = {"llava-1.5", "llava-1.6", "idefics3", "pixtral", "mistral-3.1"};
+
+model::testing::VisionSpec bench_spec(const std::string& layout) {
   model::testing::VisionSpec s;
-  s.projector = projector;
   s.lm_width = 512, s.lm_layers = 8, s.lm_heads = 8, s.lm_kv_heads = 4, s.lm_context = 2048;
   s.vision_width = 256, s.vision_heads = 4, s.vision_ffn = 1024, s.vision_layers = 6;
-  if (projector == "mlp") {
-    s.image_size = 224, s.patch_size = 14;  // 256 rows an image
-  } else {
+  if (layout == "llava-1.5" || layout == "llava-1.6") {
+    s.projector = "mlp";
+    s.image_size = 224, s.patch_size = 14;  // 256 rows a tile
+    if (layout == "llava-1.6") {            // 2 x 2 tiles + the overview: 1,280 rows an image
+      s.pinpoints = {448, 224, 224, 448, 448, 448};
+      s.lm_context = 8192;
+    }
+  } else if (layout == "idefics3") {
+    s.projector = "idefics3";
     s.image_size = 128, s.patch_size = 16, s.scale_factor = 2, s.preproc_image_size = 256;  // 2x2 + overview
+  } else {
+    s.projector = "pixtral";  // 16 x 16 cells + 15 breaks; with the merger (28-pixel cells) 9 x 9 + 8
+    if (layout == "mistral-3.1") s.spatial_merge = 2;
   }
   return s;
 }
@@ -244,7 +256,7 @@ int run_vision(int argc, char** argv) {
   std::vector<std::string> sizes;
   int rc = 0;
   try {
-    for (const char* layout : {"mlp", "idefics3"}) {
+    for (const char* layout : kLayouts) {
       uintmax_t lm = 0, mmproj = 0;
       for (auto& row : run_layout(layout, root / layout, reps, threads, memory, lm, mmproj))
         rows.push_back(row);
@@ -264,18 +276,20 @@ int run_vision(int argc, char** argv) {
       "epd-bench vision: %ux%u images, prompt \"%s\", 1 token, medians of %d requests; epd %u thread(s), "
       "llama.cpp (epd-mtmd-reference) 2\n\n",
       kSide, kSide, kText, reps, threads);
-  std::printf("%-9s %4s | %-26s | %-28s | %s\n", "", "", "encode ms/image", "TTFT ms",
+  std::printf("%-11s %4s | %-26s | %-28s | %s\n", "", "", "encode ms/image", "TTFT ms",
               "epd cluster stages ms");
-  std::printf("%-9s %4s | %7s %7s %10s | %7s %8s %11s | %7s %8s %11s\n", "layout", "imgs", "llama", "epd",
+  std::printf("%-11s %4s | %7s %7s %10s | %7s %8s %11s | %7s %8s %11s\n", "layout", "imgs", "llama", "epd",
               "epd/llama", "llama", "epd", "epd/llama", "encode", "prefill", "kv_transfer");
   for (const VisionRow& r : rows) {
     const double le = percentile(r.llama_encode, 50), ee = percentile(r.epd_encode, 50);
     const double lt = percentile(r.llama_ttft, 50), et = percentile(r.epd_ttft, 50);
-    std::printf("%-9s %4zu | %7.1f %7.1f %9.2fx | %7.1f %8.1f %10.2fx | %7.1f %8.1f %11.2f\n",
+    std::printf("%-11s %4zu | %7.1f %7.1f %9.2fx | %7.1f %8.1f %10.2fx | %7.1f %8.1f %11.2f\n",
                 r.layout.c_str(), r.images, le, ee, ee / le, lt, et, et / lt, percentile(r.encode, 50),
                 percentile(r.prefill, 50), percentile(r.transfer, 50));
   }
-  std::printf("\nfiles: %s; %s\n", sizes[0].c_str(), sizes[1].c_str());
+  std::printf("\nfiles:");
+  for (const std::string& s : sizes) std::printf(" %s;", s.c_str());
+  std::printf("\n");
   std::printf("role memory after the runs (MiB; lm / mmproj = PSS of that file's mappings):\n");
   for (const Memory& m : memory)
     std::printf("  %-18s RSS %7.1f  PSS %7.1f  lm %6.1f  mmproj %6.1f\n", m.id.c_str(), m.rss, m.pss, m.lm,
