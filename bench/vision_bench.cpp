@@ -48,9 +48,9 @@ model::testing::VisionSpec bench_spec(const std::string& layout) {
   if (layout == "llava-1.5" || layout == "llava-1.6") {
     s.projector = "mlp";
     s.image_size = 224, s.patch_size = 14;  // 256 rows a tile
-    if (layout == "llava-1.6") {            // 2 x 2 tiles + the overview: 1,280 rows an image
-      s.pinpoints = {448, 224, 224, 448, 448, 448};
-      s.lm_context = 8192;
+    if (layout == "llava-1.6") {            // 2 x 1 tiles + the overview: 768 rows an image
+      s.pinpoints = {448, 224, 224, 448};   // (4 images of 2 x 2 + overview would overflow a slot)
+      s.lm_context = 4096;
     }
   } else if (layout == "idefics3") {
     s.projector = "idefics3";

@@ -99,6 +99,14 @@ protocol::Result<std::vector<TokenId>> PromptCodec::image_tokens(ImageDims dims)
 
 protocol::Result<std::vector<TokenId>> PromptCodec::fits(std::vector<TokenId> ids) const {
   if (ids.empty()) return invalid("the prompt has no tokens");
+  // A request's images land in one embedding slot of max_image_patches rows (encoder and prefill): more
+  // would fail at the encoder after the work.
+  if (mmproj_) {
+    const auto rows = uint64_t(std::count(ids.begin(), ids.end(), *image_token(cfg_)));
+    if (rows > cfg_.max_image_patches)
+      return invalid("the request's images take " + std::to_string(rows) + " rows together, more than the " +
+                     std::to_string(cfg_.max_image_patches) + " a request's images may take");
+  }
   if (ids.size() >= cfg_.max_seq)  // leave room for at least one generated token
     return invalid("prompt of " + std::to_string(ids.size()) + " tokens does not fit max_seq " +
                    std::to_string(cfg_.max_seq));

@@ -215,6 +215,13 @@ TEST_CASE("vision: LLaVA-1.6 picks the pinpoint libmtmd picks for every shape", 
   auto ids = codec->prompt("x", thin);
   REQUIRE_FALSE(ids.ok());
   CHECK_THAT(ids.error().detail, Catch::Contains("16000x1") && Catch::Contains("too long and thin"));
+  // Images that each fit but together overflow the embedding slot (1,024 rows at this context) are refused
+  // at the router, naming the limit, not by the encoder after the work.
+  const std::vector<ImageDims> many(6, ImageDims{200, 100});  // 6 x (2 tiles + overview) x 64 = 1,152
+  auto over = codec->prompt("x", many);
+  REQUIRE_FALSE(over.ok());
+  CHECK_THAT(over.error().detail, Catch::Contains("1152 rows together") && Catch::Contains("1024"));
+  CHECK(codec->prompt("x", std::span(many).first(5)).ok());  // 960 rows
 }
 
 TEST_CASE("vision: an image the tiling cannot lay out is a clear error, not a crash", "[vision]") {
