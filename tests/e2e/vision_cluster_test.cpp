@@ -1,6 +1,6 @@
 // A real vision tower through the disaggregated cluster: a random LLaVA-1.5 or -1.6 ("mlp", without and
-// with pinpoints), SmolVLM ("idefics3") or
-// Pixtral ("pixtral"; Mistral-Small-3.1's with the patch merger over tcp) mmproj with its language model,
+// with pinpoints), SmolVLM ("idefics3"), InternVL ("internvl") or Pixtral ("pixtral"; Mistral-Small-3.1's,
+// with the patch merger, over tcp) mmproj with its language model,
 // served by encoder (libmtmd), prefill and decode over shm and over tcp (decode in another KV layout there).
 // Every answer, to prompts with one and two images through the native API and to a chat with two PNG
 // image_url parts through the OpenAI API, is llama.cpp's own greedy answer (libllama + libmtmd,
@@ -141,8 +141,9 @@ void serve_and_compare(const std::string& projector, const std::string& backend,
 
 }  // namespace
 
-TEST_CASE("vision cluster: LLaVA, SmolVLM and Pixtral layouts over shm answer as llama.cpp does") {
-  for (const char* projector : {"mlp", "idefics3", "pixtral"}) serve_and_compare(projector, "shm", "");
+TEST_CASE("vision cluster: LLaVA, SmolVLM, Pixtral and InternVL layouts over shm answer as llama.cpp does") {
+  for (const char* projector : {"mlp", "idefics3", "pixtral", "internvl"})
+    serve_and_compare(projector, "shm", "");
   model::testing::VisionSpec anyres;  // LLaVA-1.6
   anyres.pinpoints = {224, 112, 112, 224, 224, 224};
   serve_and_compare("mlp", "shm", "", anyres);

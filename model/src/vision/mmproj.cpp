@@ -44,6 +44,98 @@ protocol::Result<uint32_t> positive(const GgufFile& g, const std::string& key, b
   return uint32_t(**v);
 }
 
+// Each projector's header beyond image and patch size; returns the projector's output tensor (its rows are
+// the embedding width).
+using HeaderReader = protocol::Result<std::string> (*)(const GgufFile&, MmprojInfo&);
+
+uint32_t patches_per_side(const MmprojInfo& info) {
+  return info.image_size / info.patch_size;
+}
+
+// A scale factor (pixel shuffle) that divides the patches per side.
+protocol::Status read_scale_factor(const GgufFile& g, MmprojInfo& info) {
+  auto scale = positive(g, "clip.vision.projector.scale_factor", false);
+  if (!scale) return scale.error();
+  info.scale_factor = std::max(*scale, 1u);
+  const uint32_t side = patches_per_side(info);
+  if (side % info.scale_factor != 0)
+    return bad(g.name(), "scale_factor " + std::to_string(info.scale_factor) + " does not divide " +
+                             std::to_string(side) + " patches per side");
+  const uint32_t merged = side / info.scale_factor;
+  info.rows_per_image = merged * merged;
+  return {};
+}
+
+protocol::Result<std::string> read_mlp(const GgufFile& g, MmprojInfo& info) {
+  const uint32_t side = patches_per_side(info);
+  info.rows_per_image = side * side;
+  const GgufValue* v = g.find("clip.vision.image_grid_pinpoints");
+  if (!v) return std::string("mm.2.weight");
+  // clip.cpp reads (width, height) pairs as int32; tiles of whole image_size squares are what its tower
+  // takes (a partial tile would have other positions).
+  const std::string key = "clip.vision.image_grid_pinpoints";
+  if (v->type != GgufType::array || v->elem != GgufType::i32 || v->ints.empty() || v->ints.size() % 2 ||
+      v->ints.size() > 2 * kMaxPinpoints)
+    return bad(g.name(),
+               key + " must be 1 to " + std::to_string(kMaxPinpoints) + " (width, height) pairs of int32");
+  for (size_t i = 0; i < v->ints.size(); i += 2) {
+    const int64_t w = v->ints[i], h = v->ints[i + 1];
+    if (w <= 0 || h <= 0 || w > kMaxImageSide || h > kMaxImageSide || w % info.image_size ||
+        h % info.image_size)
+      return bad(g.name(), key + " has " + std::to_string(w) + "x" + std::to_string(h) +
+                               ", not whole tiles of image_size " + std::to_string(info.image_size));
+    info.pinpoints.push_back({uint32_t(w), uint32_t(h)});
+  }
+  return std::string("mm.2.weight");
+}
+
+protocol::Result<std::string> read_pixtral(const GgufFile& g, MmprojInfo& info) {
+  // clip.cpp: spatial_merge_size when the file has it (Mistral-Small-3.1's patch merger), else 1.
+  auto merge = positive(g, "clip.vision.spatial_merge_size", false);
+  if (!merge) return merge.error();
+  info.scale_factor = std::max(*merge, 1u);
+  if (info.scale_factor > 1 && !g.tensor("mm.patch_merger.weight"))
+    return bad(g.name(), "spatial_merge_size " + std::to_string(info.scale_factor) +
+                             " without the patch merger (mm.patch_merger.weight)");
+  info.row_breaks = g.tensor("v.token_embd.img_break") != nullptr;
+  return std::string("mm.2.weight");
+}
+
+protocol::Result<std::string> read_idefics3(const GgufFile& g, MmprojInfo& info) {
+  if (auto st = read_scale_factor(g, info); !st) return st.error();
+  auto edge = positive(g, "clip.vision.preproc_image_size", false);
+  if (!edge) return edge.error();
+  if (*edge == 0)
+    return bad(g.name(),
+               "idefics3 without clip.vision.preproc_image_size (older files) is not laid out by epd");
+  info.longest_edge = *edge;
+  if (g.find("clip.vision.image_min_pixels") || g.find("clip.vision.image_max_pixels"))
+    return bad(g.name(), "idefics3 with image_min_pixels / image_max_pixels is not laid out by epd");
+  return std::string("mm.model.fc.weight");
+}
+
+// InternVL: clip.cpp's candidates are every a x b tiles with min_tiles <= a * b <= max_tiles (defaults 1
+// and 12), a tiles across first.
+protocol::Result<std::string> read_internvl(const GgufFile& g, MmprojInfo& info) {
+  if (auto st = read_scale_factor(g, info); !st) return st.error();
+  auto lo = positive(g, "clip.vision.preproc_min_tiles", false);
+  if (!lo) return lo.error();
+  auto hi = positive(g, "clip.vision.preproc_max_tiles", false);
+  if (!hi) return hi.error();
+  const uint32_t min_tiles = *lo ? *lo : 1, max_tiles = *hi ? *hi : 12;
+  if (min_tiles > max_tiles || max_tiles > kMaxPinpoints)
+    return bad(g.name(), "preproc_min_tiles " + std::to_string(min_tiles) + " / preproc_max_tiles " +
+                             std::to_string(max_tiles) +
+                             ": not 1 <= min <= max <= " + std::to_string(kMaxPinpoints));
+  for (uint32_t a = min_tiles; a <= max_tiles; ++a)
+    for (uint32_t b = std::max((min_tiles + a - 1) / a, min_tiles); b <= std::min(max_tiles / a, max_tiles);
+         ++b)
+      info.pinpoints.push_back({a * info.image_size, b * info.image_size});
+  if (info.pinpoints.empty())
+    return bad(g.name(), "preproc_min_tiles / preproc_max_tiles allow no tile grid");
+  return std::string("mm.model.mlp.3.weight");
+}
+
 }  // namespace
 
 protocol::Result<MmprojInfo> read_mmproj_info(const std::string& path) {
@@ -79,10 +171,12 @@ protocol::Result<MmprojInfo> read_mmproj_info(const std::string& path) {
     info.projector = Projector::idefics3;
   else if (name == "pixtral")
     info.projector = Projector::pixtral;
+  else if (name == "internvl")
+    info.projector = Projector::internvl;
   else
     return bad(path, "projector '" + name +
-                         "' is not one epd lays out (mlp: LLaVA-1.5; idefics3: SmolVLM; pixtral: Pixtral, "
-                         "Mistral-Small-3.1)");
+                         "' is not one epd lays out (mlp: LLaVA-1.5 and 1.6; idefics3: SmolVLM; pixtral: "
+                         "Pixtral, Mistral-Small-3.1; internvl: InternVL 2.5 and 3)");
 
   auto image_size = positive(g, "clip.vision.image_size", true);
   if (!image_size) return image_size.error();
@@ -93,57 +187,14 @@ protocol::Result<MmprojInfo> read_mmproj_info(const std::string& path) {
   if (info.image_size % info.patch_size != 0)
     return bad(path, "image_size " + std::to_string(info.image_size) + " is not a multiple of patch_size " +
                          std::to_string(info.patch_size));
-  const uint32_t side = info.image_size / info.patch_size;
-  const char* out_tensor = "mm.2.weight";
-  if (info.projector == Projector::mlp) {
-    info.rows_per_image = side * side;
-    if (const GgufValue* v = g.find("clip.vision.image_grid_pinpoints")) {
-      // clip.cpp reads (width, height) pairs as int32; tiles of whole image_size squares are what its
-      // tower takes (a partial tile would have other positions).
-      const std::string key = "clip.vision.image_grid_pinpoints";
-      if (v->type != GgufType::array || v->elem != GgufType::i32 || v->ints.empty() || v->ints.size() % 2 ||
-          v->ints.size() > 2 * kMaxPinpoints)
-        return bad(
-            path, key + " must be 1 to " + std::to_string(kMaxPinpoints) + " (width, height) pairs of int32");
-      for (size_t i = 0; i < v->ints.size(); i += 2) {
-        const int64_t w = v->ints[i], h = v->ints[i + 1];
-        if (w <= 0 || h <= 0 || w > kMaxImageSide || h > kMaxImageSide || w % info.image_size ||
-            h % info.image_size)
-          return bad(path, key + " has " + std::to_string(w) + "x" + std::to_string(h) +
-                               ", not whole tiles of image_size " + std::to_string(info.image_size));
-        info.pinpoints.push_back({uint32_t(w), uint32_t(h)});
-      }
-    }
-  } else if (info.projector == Projector::pixtral) {
-    // clip.cpp: spatial_merge_size when the file has it (Mistral-Small-3.1's patch merger), else 1.
-    auto merge = positive(g, "clip.vision.spatial_merge_size", false);
-    if (!merge) return merge.error();
-    info.scale_factor = std::max(*merge, 1u);
-    if (info.scale_factor > 1 && !g.tensor("mm.patch_merger.weight"))
-      return bad(path, "spatial_merge_size " + std::to_string(info.scale_factor) +
-                           " without the patch merger (mm.patch_merger.weight)");
-    info.row_breaks = g.tensor("v.token_embd.img_break") != nullptr;
-  } else {
-    auto scale = positive(g, "clip.vision.projector.scale_factor", false);
-    if (!scale) return scale.error();
-    info.scale_factor = std::max(*scale, 1u);
-    auto edge = positive(g, "clip.vision.preproc_image_size", false);
-    if (!edge) return edge.error();
-    if (*edge == 0)
-      return bad(path,
-                 "idefics3 without clip.vision.preproc_image_size (older files) is not laid out by epd");
-    info.longest_edge = *edge;
-    if (g.find("clip.vision.image_min_pixels") || g.find("clip.vision.image_max_pixels"))
-      return bad(path, "idefics3 with image_min_pixels / image_max_pixels is not laid out by epd");
-    if (side % info.scale_factor != 0)
-      return bad(path, "scale_factor " + std::to_string(info.scale_factor) + " does not divide " +
-                           std::to_string(side) + " patches per side");
-    const uint32_t merged = side / info.scale_factor;
-    info.rows_per_image = merged * merged;
-    out_tensor = "mm.model.fc.weight";
-  }
-  const TensorRef* out = g.tensor(out_tensor);
-  if (!out || out->shape.size() != 2) return bad(path, std::string("missing the projector's ") + out_tensor);
+  const auto header = info.projector == Projector::mlp        ? read_mlp
+                      : info.projector == Projector::pixtral  ? read_pixtral
+                      : info.projector == Projector::internvl ? read_internvl
+                                                              : read_idefics3;
+  auto out_tensor = header(g, info);
+  if (!out_tensor) return out_tensor.error();
+  const TensorRef* out = g.tensor(*out_tensor);
+  if (!out || out->shape.size() != 2) return bad(path, "missing the projector's " + *out_tensor);
   info.embedding_width = uint32_t(out->shape[0]);
   return info;
 }
@@ -158,6 +209,8 @@ std::vector<std::string> layout_pieces(const MmprojInfo& info) {
         out.push_back("<row_" + std::to_string(y) + "_col_" + std::to_string(x) + ">");
   } else if (info.projector == Projector::pixtral) {
     out = {"[IMG_END]"};
+  } else if (info.projector == Projector::internvl) {
+    out = {"<img>", "</img>"};
   }
   return out;
 }
@@ -179,11 +232,11 @@ protocol::Error too_thin(const MmprojInfo& info, ImageDims dims, const std::stri
                                   " (a side scales to 0)");
 }
 
-// LLaVA-1.6 (mtmd-image.cpp's llava_uhd preprocessor with pinpoints): an image within one tile is the
-// overview alone; else the pinpoint that keeps the most of its pixels when it is scaled into it (the least
-// waste on a tie, the first on a tie of both; float arithmetic as libmtmd's), cut into tiles row by row,
-// then the overview. Each is one chunk of (image_size / patch_size)^2 rows, with no markers.
-protocol::Result<std::vector<LayoutItem>> anyres_layout(const MmprojInfo& info, ImageDims dims) {
+// LLaVA-1.6 and InternVL (mtmd-image.cpp's llava_uhd preprocessor with pinpoints): an image within one
+// tile is the overview alone; else the pinpoint that keeps the most of its pixels when it is scaled into it
+// (the least waste on a tie, the first on a tie of both; float arithmetic as libmtmd's), cut into tiles
+// row by row, then the overview. Each is one chunk of rows_per_image rows, with no markers.
+protocol::Result<std::vector<LayoutItem>> tile_runs(const MmprojInfo& info, ImageDims dims) {
   const int tile = int(info.image_size), ow = int(dims.width), oh = int(dims.height);
   if (ow <= tile && oh <= tile) return std::vector<LayoutItem>{{"", info.rows_per_image}};
   ImageDims best{0, 0};
@@ -242,11 +295,19 @@ protocol::Result<std::vector<LayoutItem>> image_layout(const MmprojInfo& info, I
                                 "image of " + std::to_string(dims.width) + "x" + std::to_string(dims.height) +
                                     " has a side past " + std::to_string(kMaxImageSide) + " pixels");
   if (info.projector == Projector::mlp) {
-    if (!info.pinpoints.empty()) return anyres_layout(info, dims);
+    if (!info.pinpoints.empty()) return tile_runs(info, dims);
     out.push_back({"", info.rows_per_image});
     return out;
   }
   if (info.projector == Projector::pixtral) return pixtral_layout(info, dims);
+  if (info.projector == Projector::internvl) {  // <img>, the tiles and the overview, </img>
+    auto runs = tile_runs(info, dims);
+    if (!runs) return runs.error();
+    out.push_back({"<img>", 0});
+    out.insert(out.end(), runs->begin(), runs->end());
+    out.push_back({"</img>", 0});
+    return out;
+  }
   // Idefics3: the long side scaled to longest_edge (the short side kept in proportion, made even), cut into
   // image_size tiles, row by row, then the whole image as the overview (mtmd-image.cpp, mtmd.cpp).
   const int edge = int(info.longest_edge), tile = int(info.image_size);

@@ -69,6 +69,42 @@ bool is_idefics3(const VisionSpec& s) {
 bool is_pixtral(const VisionSpec& s) {
   return s.projector == "pixtral";
 }
+bool is_internvl(const VisionSpec& s) {
+  return s.projector == "internvl";
+}
+
+// InternVL's tower and projector (the header's comment says which tensors and why).
+void write_internvl_tensors(TensorMaker& t, const VisionSpec& s, const VisionLayout& l) {
+  const uint64_t d = s.vision_width, ff = s.vision_ffn, out = l.output_width, p = l.patch_size;
+  const uint64_t side = l.image_size / l.patch_size;
+  t.f32("v.patch_embd.weight", {p, p, 3, d}, std::sqrt(3.0f / static_cast<float>(3 * p * p)));
+  t.vec("v.patch_embd.bias", d, 0.0f, 0.05f);
+  t.vec("v.class_embd", d, 0.0f, 0.5f);
+  t.f32("v.position_embd.weight", {d, side * side + 1}, 0.5f);
+  for (uint32_t i = 0; i < s.vision_layers; ++i) {
+    const std::string b = "v.blk." + std::to_string(i) + ".";
+    t.layer_norm(b + "ln1", d);
+    for (const std::string m : {"attn_q", "attn_k", "attn_v"}) {
+      t.matrix(b + m + ".weight", d, d, m == "attn_v" ? 1.0f : 1.5f);
+      t.vec(b + m + ".bias", d, 0.0f, 0.05f);
+    }
+    t.matrix(b + "attn_out.weight", d, d, 0.7f);
+    t.vec(b + "attn_out.bias", d, 0.0f, 0.05f);
+    t.vec(b + "ls1.weight", d, 0.5f, 0.1f);
+    t.layer_norm(b + "ln2", d);
+    t.matrix(b + "ffn_up.weight", d, ff, 1.0f);
+    t.vec(b + "ffn_up.bias", ff, 0.0f, 0.05f);
+    t.matrix(b + "ffn_down.weight", ff, d, 0.7f);
+    t.vec(b + "ffn_down.bias", d, 0.0f, 0.05f);
+    t.vec(b + "ls2.weight", d, 0.5f, 0.1f);
+  }
+  const uint64_t in = d * l.scale_factor * l.scale_factor;
+  t.layer_norm("mm.model.mlp.0", in);
+  t.matrix("mm.model.mlp.1.weight", in, out, 1.0f);
+  t.vec("mm.model.mlp.1.bias", out, 0.0f, 0.05f);
+  t.matrix("mm.model.mlp.3.weight", out, out, 1.0f);
+  t.vec("mm.model.mlp.3.bias", out, 0.0f, 0.05f);
+}
 
 // Pixtral's tower and projector (the header's comment says which tensors and why).
 void write_pixtral_tensors(TensorMaker& t, const VisionSpec& s, const VisionLayout& l) {
@@ -98,7 +134,7 @@ void write_pixtral_tensors(TensorMaker& t, const VisionSpec& s, const VisionLayo
 }
 
 protocol::Status write_mmproj(const VisionSpec& s, const VisionLayout& l, const fs::path& path) {
-  const bool sig = is_idefics3(s), pix = is_pixtral(s);
+  const bool sig = is_idefics3(s), pix = is_pixtral(s), ivl = is_internvl(s);
   const uint64_t d = s.vision_width, ff = s.vision_ffn, out = l.output_width;
   const uint64_t side = l.image_size / l.patch_size, n_pos = side * side;
   GgufWriter w;
@@ -106,11 +142,12 @@ protocol::Status write_mmproj(const VisionSpec& s, const VisionLayout& l, const 
   w.set_string("general.type", "mmproj");
   w.set_string("general.name", sig   ? "epd-test-smolvlm-mmproj"
                                : pix ? "epd-test-pixtral-mmproj"
+                               : ivl ? "epd-test-internvl-mmproj"
                                      : "epd-test-llava-mmproj");
   w.set_u32("general.file_type", s.f16_matrices ? 1 : 0);
   w.set_bool("clip.has_vision_encoder", true);
   w.set_string("clip.projector_type", s.projector);
-  w.set_bool("clip.use_gelu", sig);            // SigLIP: GELU; CLIP: quick GELU
+  w.set_bool("clip.use_gelu", sig || ivl);     // SigLIP, InternViT: GELU; CLIP: quick GELU
   if (pix) w.set_bool("clip.use_silu", true);  // Pixtral: gated SiLU
   w.set_u32("clip.vision.image_size", l.image_size);
   w.set_u32("clip.vision.patch_size", l.patch_size);
@@ -131,10 +168,16 @@ protocol::Status write_mmproj(const VisionSpec& s, const VisionLayout& l, const 
   }
   if (pix && l.scale_factor > 1) w.set_u32("clip.vision.spatial_merge_size", l.scale_factor);
   if (!s.pinpoints.empty()) w.set_i32s("clip.vision.image_grid_pinpoints", s.pinpoints);
+  if (ivl) {
+    w.set_u32("clip.vision.projector.scale_factor", l.scale_factor);
+    w.set_u32("clip.vision.preproc_min_tiles", 1);
+    w.set_u32("clip.vision.preproc_max_tiles", s.max_tiles);
+  }
 
   TensorMaker t(w, s.seed, s.f16_matrices);
-  if (pix) {
-    write_pixtral_tensors(t, s, l);
+  if (pix || ivl) {
+    if (pix) write_pixtral_tensors(t, s, l);
+    if (ivl) write_internvl_tensors(t, s, l);
     return w.write(path.string());
   }
   const uint64_t p = l.patch_size;
@@ -175,19 +218,19 @@ protocol::Status write_mmproj(const VisionSpec& s, const VisionLayout& l, const 
 }  // namespace
 
 protocol::Result<VisionLayout> vision_layout(const VisionSpec& s) {
-  const bool sig = is_idefics3(s), pix = is_pixtral(s);
+  const bool sig = is_idefics3(s), pix = is_pixtral(s), ivl = is_internvl(s);
   const bool merged = pix && s.spatial_merge > 1;
   VisionLayout l;
-  l.image_size = s.image_size ? s.image_size : sig ? 32 : pix ? (merged ? 1540 : 1024) : 112;
+  l.image_size = s.image_size ? s.image_size : sig ? 32 : pix ? (merged ? 1540 : 1024) : ivl ? 56 : 112;
   l.patch_size = s.patch_size ? s.patch_size : sig ? 8 : pix ? (merged ? 14 : 16) : 14;
-  l.scale_factor = sig ? s.scale_factor : pix ? std::max(s.spatial_merge, 1u) : 1;
+  l.scale_factor = sig || ivl ? s.scale_factor : pix ? std::max(s.spatial_merge, 1u) : 1;
   l.preproc_image_size = sig ? (s.preproc_image_size ? s.preproc_image_size : 2 * l.image_size) : 0;
   l.output_width = s.projector_width ? s.projector_width : s.lm_width;
   if (l.patch_size == 0 || l.image_size % l.patch_size != 0)
     return bad("image_size must be a multiple of patch_size");
   const uint32_t side = l.image_size / l.patch_size;
-  if (sig && (l.scale_factor < 2 || side % l.scale_factor != 0))
-    return bad("idefics3 needs scale_factor >= 2 dividing image_size / patch_size");
+  if ((sig || ivl) && (l.scale_factor < 2 || side % l.scale_factor != 0))
+    return bad("idefics3 and internvl need scale_factor >= 2 dividing image_size / patch_size");
   // Pixtral's 2-D RoPE turns pairs of each half of a head.
   if (pix && (s.vision_heads == 0 || (s.vision_width / s.vision_heads) % 4 != 0))
     return bad("pixtral needs a vision head size divisible by 4");
@@ -241,6 +284,7 @@ protocol::Result<VisionModelPaths> write_vision_model(const VisionSpec& spec, co
     for (int x = 1; x <= 6; ++x)
       lm.extra_special_tokens.push_back("<row_" + std::to_string(y) + "_col_" + std::to_string(x) + ">");
   if (is_pixtral(spec)) lm.extra_special_tokens.push_back("[IMG_END]");
+  if (is_internvl(spec)) lm.extra_special_tokens.insert(lm.extra_special_tokens.end(), {"<img>", "</img>"});
   lm.extra_tokens = {"\n\n"};
   // The checkpoint writer names its file model.gguf: write it in a scratch folder, then move it.
   const fs::path scratch = dir / ".lm-tmp";

@@ -41,6 +41,13 @@
 //   (mmproj.cpp says how it rounds); its one chunk is the cells row by row with an [IMG_BREAK] row after each
 //   row but the last, then the "[IMG_END]" token.
 //
+// "internvl" (InternVL 2.5 / 3): InternViT (patch embedding with bias, a class embedding appended after
+//   the patches, learned positions, LayerNorm blocks with biases and layer scales, GELU), pixel shuffle by
+//   scale_factor, then mm.model.mlp.0 (LayerNorm) -> .1 -> GELU -> .3. image_size 56 / patch 14 / s = 2:
+//   4 rows a tile. Candidate grids are every a x b tiles with 1 <= a b <= max_tiles (clip.vision.
+//   preproc_max_tiles, default 6 here); an image is laid out as LLaVA-1.6's (the grid keeping the most
+//   pixels, its tiles, the overview), between "<img>" and "</img>" (control tokens of the LM).
+//
 // Checked with llama.cpp v0.5.0's llama-mtmd-cli: both layouts load and generate; a pair whose
 // projector_width differs from lm_width is refused ("mismatch between text model (n_embd = 64) and mmproj
 // (n_embd = 96)"); "no_such_projector" is refused ("unknown projector type"); "qwen2vl_merger" (a type
@@ -51,7 +58,8 @@
 // <0x00>..<0xFF> ("\n" is <0x0A> = id 13: mtmd finds "\n" by comparing token_to_piece(id, special=true), the
 // first id whose piece is exactly "\n"), 259 <|im_start|>, 260 <|im_end|> (control), 261
 // <fake_token_around_image>, 262 <global-img>, 263 + 6(Y-1) + (X-1) <row_Y_col_X> for Y, X in 1..6 (control,
-// 263..298), for pixtral 299 [IMG_END] (control), then "\n\n" (a normal piece), then word pieces "▁w<id>".
+// 263..298), for pixtral 299 [IMG_END], for internvl 299 <img> and 300 </img> (control), then "\n\n" (a
+// normal piece), then word pieces "▁w<id>".
 //
 // Tensor types: norms, biases, patch and position embeddings f32; the blocks' and projector's matrices f16
 // (f32 with f16_matrices = false). Weights are uniform with fan-in scaling (activations of order 1).
@@ -65,7 +73,7 @@
 namespace epd::model::testing {
 
 struct VisionSpec {
-  // "mlp" (LLaVA) | "idefics3" (SmolVLM) | "pixtral"; any other string is written as is as
+  // "mlp" (LLaVA) | "idefics3" (SmolVLM) | "pixtral" | "internvl"; any other string is written as is as
   // clip.projector_type, with the mlp layout's tensors (for tests of refusal: "qwen2vl_merger",
   // "no_such_projector").
   std::string projector = "mlp";
@@ -85,10 +93,11 @@ struct VisionSpec {
   uint32_t vision_layers = 3;
   uint32_t image_size = 0;
   uint32_t patch_size = 0;
-  uint32_t scale_factor = 2;        // idefics3 only
+  uint32_t scale_factor = 2;        // idefics3 and internvl
   uint32_t preproc_image_size = 0;  // idefics3 only
   uint32_t spatial_merge = 1;       // pixtral only: 2 = Mistral-Small-3.1's patch merger
   std::vector<int32_t> pinpoints;   // mlp only: LLaVA-1.6's (width, height) pairs; empty: LLaVA-1.5
+  uint32_t max_tiles = 6;           // internvl only: clip.vision.preproc_max_tiles
   bool f16_matrices = true;
 };
 

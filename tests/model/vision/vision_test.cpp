@@ -1,6 +1,7 @@
 // llama.cpp's multimodal library as the oracle of epd's vision path, on random LLaVA-1.5 and -1.6 ("mlp",
 // without and with pinpoints), SmolVLM
-// ("idefics3"), Pixtral and Mistral-Small-3.1 ("pixtral", without and with the patch merger) pairs: the
+// ("idefics3"), Pixtral and Mistral-Small-3.1 ("pixtral", without and with the patch merger) and InternVL
+// ("internvl") pairs: the
 // prompt epd lays out for text + images is token for token the one mtmd_tokenize lays out (BOS, template,
 // markers, each image's rows), the encoder's rows are libmtmd's, and the greedy answer is llama.cpp's
 // (libllama + libmtmd, epd-mtmd-reference), colocated and with decode in another KV layout. Files epd does
@@ -108,8 +109,8 @@ TEST_CASE("vision: epd lays out text and images as libmtmd does, and answers as 
           "[vision][oracle]") {
   VisionSpec merged;
   merged.spatial_merge = 2;
-  const std::pair<const char*, VisionSpec> pairs[] = {
-      {"mlp", {}}, {"mlp", anyres()}, {"idefics3", {}}, {"pixtral", {}}, {"pixtral", merged}};
+  const std::pair<const char*, VisionSpec> pairs[] = {{"mlp", {}},     {"mlp", anyres()},   {"idefics3", {}},
+                                                      {"pixtral", {}}, {"pixtral", merged}, {"internvl", {}}};
   for (const auto& [projector, spec] : pairs) {
     INFO("spatial merge " << spec.spatial_merge << ", pinpoints " << spec.pinpoints.size() / 2);
     Pair pair(projector, spec);

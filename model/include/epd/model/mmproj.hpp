@@ -20,7 +20,9 @@ namespace epd::model {
 // SmolVLM's Idefics3 ("idefics3", tiles with row/column markers and an overview) and Pixtral's ("pixtral":
 // Pixtral-12B and, with a patch merger, Mistral-Small-3.1; the image at about its own size, rows of patches
 // each ended by an [IMG_BREAK] row but the last, then [IMG_END]).
-enum class Projector { mlp, idefics3, pixtral };
+// InternVL 2.5 / 3 ("internvl": LLaVA-1.6's tiling over every grid of min..max tiles, pixel shuffle,
+// the image between <img> and </img>).
+enum class Projector { mlp, idefics3, pixtral, internvl };
 
 struct MmprojInfo {
   std::string path;
@@ -28,12 +30,13 @@ struct MmprojInfo {
   std::string projector_name;  // as the file spells it
   uint32_t image_size = 0;     // the tower's input side (idefics3: a tile's)
   uint32_t patch_size = 0;
-  uint32_t scale_factor = 1;         // idefics3's pixel shuffle; pixtral's spatial merge (1: none)
-  uint32_t longest_edge = 0;         // idefics3's clip.vision.preproc_image_size
-  uint32_t embedding_width = 0;      // the projector's output: must be the language model's d_model
-  uint32_t rows_per_image = 0;       // rows of one image (mlp) or of one tile (idefics3); 0 for pixtral
-  bool row_breaks = false;           // pixtral: v.token_embd.img_break (an [IMG_BREAK] row after each row)
-  std::vector<ImageDims> pinpoints;  // mlp: LLaVA-1.6's image_grid_pinpoints (width, height), or none
+  uint32_t scale_factor = 1;     // idefics3's pixel shuffle; pixtral's spatial merge (1: none)
+  uint32_t longest_edge = 0;     // idefics3's clip.vision.preproc_image_size
+  uint32_t embedding_width = 0;  // the projector's output: must be the language model's d_model
+  uint32_t rows_per_image = 0;   // rows of one image (mlp) or of one tile (idefics3); 0 for pixtral
+  bool row_breaks = false;       // pixtral: v.token_embd.img_break (an [IMG_BREAK] row after each row)
+  // mlp: LLaVA-1.6's image_grid_pinpoints (width, height), or none; internvl: its tile grids in pixels
+  std::vector<ImageDims> pinpoints;
 };
 
 // Reads and checks the header: a vision tower (no audio), a projector epd serves without what it lacks
