@@ -38,8 +38,9 @@ constexpr double kMiB = 1024.0 * 1024.0;
 // Big enough that encode times are not noise, small enough for a run of minutes on 2 cores; the LM (f32,
 // ~100 MiB) is bigger than the whole encoder process, which loads only its vocabulary.
 // Layouts by name: LLaVA-1.5 and 1.6, SmolVLM, Pixtral-12B and Mistral-Small-3.1 (Pixtral with the patch
-// merger), InternVL.
-const char* const kLayouts[] = {"llava-1.5", "llava-1.6", "idefics3", "pixtral", "mistral-3.1", "internvl"};
+// merger), InternVL, Gemma 3.
+const char* const kLayouts[] = {"llava-1.5",   "llava-1.6", "idefics3", "pixtral",
+                                "mistral-3.1", "internvl",  "gemma3"};
 
 model::testing::VisionSpec bench_spec(const std::string& layout) {
   model::testing::VisionSpec s;
@@ -52,6 +53,9 @@ model::testing::VisionSpec bench_spec(const std::string& layout) {
       s.pinpoints = {448, 224, 224, 448};   // (4 images of 2 x 2 + overview would overflow a slot)
       s.lm_context = 4096;
     }
+  } else if (layout == "gemma3") {  // 32 x 32 patches pooled to 8 x 8 = 64 rows (its LM: gemma3)
+    s.projector = "gemma3";
+    s.image_size = 448, s.patch_size = 14, s.scale_factor = 4;
   } else if (layout == "internvl") {  // 256 x 256: 2 x 2 tiles + the overview, 64 rows each
     s.projector = "internvl";
     s.image_size = 224, s.patch_size = 14, s.scale_factor = 2;

@@ -14,24 +14,43 @@ bool chunking_exact(const ModelConfig& model) {
 }
 
 ChunkGrid::ChunkGrid(const ModelConfig& model, uint32_t chunk_tokens)
-    : exact_(chunking_exact(model)), chunk_(chunk_tokens) {}
+    : exact_(chunking_exact(model)),
+      chunk_(chunk_tokens),
+      image_run_(model.bidirectional_images ? image_token(model) : std::nullopt) {}
+
+bool ChunkGrid::cuts_image(std::span<const TokenId> prompt, uint32_t at) const {
+  return image_run_ && at > 0 && at < prompt.size() && prompt[at - 1] == *image_run_ &&
+         prompt[at] == *image_run_;
+}
 
 uint32_t ChunkGrid::chunk_end(uint32_t begin, uint32_t n) const {
   if (chunk_ == 0) return n;
   return uint32_t(std::min<uint64_t>(n, (uint64_t(begin) / chunk_ + 1) * chunk_));
 }
 
-ChunkGrid::Piece ChunkGrid::next_piece(uint32_t begin, uint32_t n, uint32_t answer) const {
+ChunkGrid::Piece ChunkGrid::next_piece(uint32_t begin, std::span<const TokenId> prompt,
+                                       uint32_t answer) const {
+  const uint32_t n = uint32_t(prompt.size());
   // A resumed answer's tokens are prompt tokens to an exact model; at least the first token is a prompt's.
   const uint32_t prompt_part = exact_ ? n : std::max<uint32_t>(1, n - std::min(n, answer));
-  if (begin < prompt_part) return {begin, chunk_end(begin, prompt_part), false};
-  return {begin, n, true};
+  if (begin >= prompt_part) return {begin, n, true};
+  uint32_t end = chunk_end(begin, prompt_part);
+  while (cuts_image(prompt, end)) ++end;  // to the end of the image
+  return {begin, end, false};
 }
 
-uint32_t ChunkGrid::shareable(uint32_t n, uint32_t prompt_tokens) const {
-  if (exact_) return n;
+uint32_t ChunkGrid::shareable(std::span<const TokenId> prompt, uint32_t prompt_tokens) const {
+  const uint32_t n = uint32_t(prompt.size());
+  if (exact_ && !image_run_) return n;
+  if (exact_) {  // every boundary serves: the last one before the end that cuts no image
+    uint32_t s = n;
+    while (cuts_image(prompt, s)) --s;
+    return s;
+  }
   if (chunk_ == 0) return 0;
-  return std::min(n, prompt_tokens) / chunk_ * chunk_;
+  uint32_t s = std::min(n, prompt_tokens) / chunk_ * chunk_;
+  while (s > 0 && cuts_image(prompt, s)) s -= chunk_;
+  return s;
 }
 
 uint32_t ChunkGrid::page_step(uint32_t page_size) const {

@@ -139,7 +139,7 @@ static protocol::Status run_prompt(ModelRunner& runner, GenerateResult& res, con
   draw.logprobs = &next_logprobs;
   draw.constraint = opts.constraint;
   for (uint32_t begin = 0; begin < n;) {
-    const ChunkGrid::Piece piece = grid.next_piece(begin, n, opts.first_index);
+    const ChunkGrid::Piece piece = grid.next_piece(begin, res.prompt, opts.first_index);
     auto r = compute_piece(runner, pool, pages, piece, res.prompt, emb.data, draw);
     if (!r) return r.error();
     next = *r;

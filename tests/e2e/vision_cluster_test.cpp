@@ -50,7 +50,8 @@ std::string b64(const std::vector<uint8_t>& bytes) {
 }
 
 void serve_and_compare(const std::string& projector, const std::string& backend,
-                       const std::string& decode_lines, model::testing::VisionSpec vs = {}) {
+                       const std::string& decode_lines, model::testing::VisionSpec vs = {},
+                       const std::string& prefill_lines = "") {
   const fs::path dir = fs::temp_directory_path() / ("epd-e2e-vision-" + std::to_string(::getpid()));
   fs::create_directories(dir);
   vs.projector = projector;
@@ -100,7 +101,7 @@ void serve_and_compare(const std::string& projector, const std::string& backend,
   spec.mmproj = paths->mmproj;
   spec.backend = backend;
   // f32 KV, as the oracle's: a half-precision KV cache on either side can turn a near tie between tokens.
-  spec.defaults["prefill"] = "kv_dtype = \"f32\"\n";
+  spec.defaults["prefill"] = "kv_dtype = \"f32\"\n" + prefill_lines;
   spec.defaults["decode"] = "kv_dtype = \"f32\"\n" + decode_lines;
   Cluster cluster(spec);
   cluster.start();
@@ -147,6 +148,13 @@ TEST_CASE("vision cluster: LLaVA, SmolVLM, Pixtral and InternVL layouts over shm
   model::testing::VisionSpec anyres;  // LLaVA-1.6
   anyres.pinpoints = {224, 112, 112, 224, 224, 224};
   serve_and_compare("mlp", "shm", "", anyres);
+}
+
+TEST_CASE("vision cluster: Gemma 3's images, which prefill chunks of 8 never cut, answer as llama.cpp does") {
+  // 16-row images whose rows see each other both ways; grid lines every 8 tokens fall inside them.
+  serve_and_compare("gemma3", "shm", "", {}, "chunk_tokens = 8\n");
+  serve_and_compare("gemma3", "tcp", "kv_page_size = 4\nkv_order = \"head_token_dim\"\n", {},
+                    "chunk_tokens = 8\n");
 }
 
 TEST_CASE("vision cluster: over tcp, decode in another KV layout, answers as llama.cpp does") {

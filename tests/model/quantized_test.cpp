@@ -173,17 +173,18 @@ TEST_CASE(
   CHECK(grid.chunk_end(80, 150) == 128);  // from a cached start: to the next grid line, not 80 + 64
   CHECK(grid.chunk_end(128, 150) == 150);
   CHECK(whole.chunk_end(0, 150) == 150);
-  CHECK(exact.shareable(150, 150) == 150);
-  CHECK(grid.shareable(150, 150) == 128);  // the last chunk ends where this prompt ends
-  CHECK(grid.shareable(150, 100) == 64);   // a resumed answer's 50 tokens are not a prompt's
-  CHECK(grid.shareable(63, 63) == 0);
-  CHECK(whole.shareable(150, 150) == 0);
+  const auto tokens = [](uint32_t n) { return std::vector<TokenId>(n, 1); };
+  CHECK(exact.shareable(tokens(150), 150) == 150);
+  CHECK(grid.shareable(tokens(150), 150) == 128);  // the last chunk ends where this prompt ends
+  CHECK(grid.shareable(tokens(150), 100) == 64);   // a resumed answer's 50 tokens are not a prompt's
+  CHECK(grid.shareable(tokens(63), 63) == 0);
+  CHECK(whole.shareable(tokens(150), 150) == 0);
   CHECK(exact.page_step(16) == 1);
   CHECK(grid.page_step(16) == 4);   // cached runs of 4 pages: 64 tokens
   CHECK(grid.page_step(48) == 4);   // lcm(64, 48) = 192
   CHECK(whole.page_step(16) == 0);  // nothing but position 0 is on the grid
-  const auto piece = [](const ChunkGrid& g, uint32_t begin, uint32_t n, uint32_t answer) {
-    const auto p = g.next_piece(begin, n, answer);
+  const auto piece = [&](const ChunkGrid& g, uint32_t begin, uint32_t n, uint32_t answer) {
+    const auto p = g.next_piece(begin, tokens(n), answer);
     return std::tuple(p.begin, p.end, p.decode_steps);
   };
   CHECK(piece(grid, 0, 150, 20) == std::tuple(0u, 64u, false));
@@ -191,6 +192,28 @@ TEST_CASE(
   CHECK(piece(grid, 130, 150, 20) == std::tuple(130u, 150u, true));   // the answer's 20 by decode steps
   CHECK(piece(exact, 128, 150, 20) == std::tuple(128u, 150u, false));
   CHECK(piece(grid, 0, 5, 9) == std::tuple(0u, 1u, false));  // at least one token is a prompt's
+
+  // Gemma 3's images attend within themselves both ways: no chunk cuts one, nothing is shared up to the
+  // middle of one. Text [0, 40), an image [40, 100), text [100, 150).
+  ModelConfig gemma = checkpoint;
+  gemma.mmproj = "mmproj.gguf";
+  gemma.bidirectional_images = true;
+  const ChunkGrid images(gemma, 64);
+  std::vector<TokenId> prompt(150, 1);
+  std::fill(prompt.begin() + 40, prompt.begin() + 100, *image_token(gemma));
+  const auto cut = [&](uint32_t begin, uint32_t answer) {
+    const auto p = images.next_piece(begin, prompt, answer);
+    return std::pair(p.begin, p.end);
+  };
+  CHECK(cut(0, 0) == std::pair(0u, 100u));      // the grid line 64 is inside the image: to its end
+  CHECK(cut(100, 0) == std::pair(100u, 128u));  // then to the next grid line
+  CHECK(cut(128, 0) == std::pair(128u, 150u));
+  CHECK(images.cuts_image(prompt, 64));
+  CHECK_FALSE(images.cuts_image(prompt, 40));   // where the image starts
+  CHECK_FALSE(images.cuts_image(prompt, 100));  // where it ends
+  CHECK(images.shareable(prompt, 150) == 128);
+  CHECK(images.shareable(prompt, 90) == 0);        // 64 is inside the image, 0 is the boundary before
+  CHECK(grid.next_piece(0, prompt, 0).end == 64);  // without bidirectional images: the grid alone
 }
 
 // A router that resumes a room on another decode (docs/failure-handling.md) has prefill run prompt +

@@ -91,7 +91,8 @@ void PrefixCache::unref(Node* n) {
 }
 
 PrefixCache::Lease PrefixCache::acquire(std::span<const PageKey> keys, uint32_t max_pages,
-                                        uint64_t prompt_tokens, uint32_t step) {
+                                        uint64_t prompt_tokens, uint32_t step,
+                                        const std::function<bool(uint64_t)>& starts_at) {
   Lease lease;
   if (!enabled()) return lease;
   Node* at = &root_;
@@ -101,7 +102,14 @@ PrefixCache::Lease PrefixCache::acquire(std::span<const PageKey> keys, uint32_t 
     at = found->second.get();
     lease.nodes_.push_back(at);
   }
-  lease.nodes_.resize(step == 0 ? 0 : lease.nodes_.size() / step * step);
+  size_t n = step == 0 ? 0 : lease.nodes_.size() / step * step;
+  const auto tokens = [&](size_t pages) {
+    uint64_t t = 0;
+    for (size_t i = 0; i < pages; ++i) t += keys[i].tokens.size();
+    return t;
+  };
+  while (n > 0 && starts_at && !starts_at(tokens(n))) n -= step;
+  lease.nodes_.resize(n);
   // Touched leaf first, so a deeper page is never older than its parent: eviction takes leaves anyway,
   // and the order keeps a shared prefix warmer than any one continuation of it.
   for (auto it = lease.nodes_.rbegin(); it != lease.nodes_.rend(); ++it) {

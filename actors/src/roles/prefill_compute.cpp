@@ -54,7 +54,7 @@ void step(caf::stateful_actor<ComputeState>* self) {
   // On the grid of chunk_tokens from position 0, whatever the cached prefix: a checkpoint's bits depend on
   // the chunking, and the colocated run's chunks start at 0 (epd/model/chunk_grid.hpp).
   const model::ChunkGrid grid(cfg, job.chunk_tokens);
-  const model::ChunkGrid::Piece piece = grid.next_piece(run.begin, n, job.first_index);
+  const model::ChunkGrid::Piece piece = grid.next_piece(run.begin, job.prompt, job.first_index);
   const uint32_t end = piece.end;
   ChunkComputed c;
   c.room = job.room;

@@ -257,10 +257,12 @@ void maybe_start(PrefillState& st, uint64_t id) {
   const uint32_t n = uint32_t(prompt.size());
   const uint32_t asked = n - std::min(n, r.submit.resume_from);  // the prompt the client wrote
   const uint32_t reusable = grid.exact() ? n - 1 : std::min(n - 1, asked);
-  r.shareable_tokens = grid.shareable(n, asked);
+  r.shareable_tokens = grid.shareable(prompt, asked);
   r.page_keys = page_keys(prompt, st.layout.page_size, model::image_token(st.ctx.model), r.embed_hash);
+  // Never a start inside a bidirectional image (Gemma 3's): no chunk starts there.
   r.prefix =
-      st.prefix->acquire(r.page_keys, reusable / st.layout.page_size, n, grid.page_step(st.layout.page_size));
+      st.prefix->acquire(r.page_keys, reusable / st.layout.page_size, n, grid.page_step(st.layout.page_size),
+                         [&](uint64_t start) { return !grid.cuts_image(prompt, uint32_t(start)); });
   r.local_pages = r.prefix.pages();
   auto pages = allocate_pages(st, need - uint32_t(r.prefix.size()));
   auto aux = st.aux.allocate(1);

@@ -164,10 +164,15 @@ template <size_t HD>
 EPD_MULTIVERSION void attend_prompt_rows(const ModelConfig& cfg, const KvView& kv, uint32_t layer,
                                          std::span<const PageId> pages, uint32_t start, size_t r0, size_t r1,
                                          uint32_t g, uint32_t window, const float* q, size_t q_stride,
-                                         float* out, size_t out_stride, PromptAttentionScratch& sc) {
+                                         float* out, size_t out_stride, PromptAttentionScratch& sc,
+                                         const uint32_t* sees_to) {
   const size_t hd = cfg.head_dim, group = cfg.heads / cfg.kv_heads, rows = (r1 - r0) * group;
-  // Positions [base, base + len): from the first one the block's first row sees to the last row's own.
-  const size_t base = first_visible(static_cast<uint32_t>(start + r0), window), len = start + r1 - base;
+  // The last position each row sees: its own, or past it within its image.
+  const auto last_seen = [&](size_t r) -> size_t { return sees_to ? sees_to[r] : start + r; };
+  size_t end = start + r1;
+  for (size_t r = r0; sees_to && r < r1; ++r) end = std::max(end, last_seen(r) + 1);
+  // Positions [base, base + len): from the first one the block's first row sees to the last one any sees.
+  const size_t base = first_visible(static_cast<uint32_t>(start + r0), window), len = end - base;
   const uint32_t ps = kv.layout().page_size;
   sc.k.resize(len * hd);
   sc.v.resize(len * hd);
@@ -191,12 +196,12 @@ EPD_MULTIVERSION void attend_prompt_rows(const ModelConfig& cfg, const KvView& k
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(rows), static_cast<int>(len),
               static_cast<int>(hd), 1.0f, sc.q.data(), static_cast<int>(hd), sc.k.data(),
               static_cast<int>(hd), 0.0f, sc.scores.data(), static_cast<int>(len));
-  for (size_t i = 0; i < rows; ++i) {  // row (r, j) sees [first_visible(start + r), start + r]
+  for (size_t i = 0; i < rows; ++i) {  // row (r, j) sees [first_visible(start + r), last_seen(r)]
     const uint32_t pos = static_cast<uint32_t>(start + r0 + i / group);
     const size_t lo = first_visible(pos, window) - base;
     float* row_scores = &sc.scores[i * len];
     std::fill(row_scores, row_scores + lo, 0.0f);
-    k::softmax_prefix(row_scores + lo, pos + 1 - base - lo, len - lo);
+    k::softmax_prefix(row_scores + lo, last_seen(r0 + i / group) + 1 - base - lo, len - lo);
   }
   sc.out.resize(rows * hd);
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(rows), static_cast<int>(hd),

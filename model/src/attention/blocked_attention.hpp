@@ -28,11 +28,13 @@ inline uint32_t first_visible(uint32_t pos, uint32_t window) {
 }
 
 // Rows [r0, r1) of a prompt chunk whose first row sits at position `start`, for KV head g's query group,
-// over positions [first_visible(row, window), row]. q and out hold every row (strides in floats).
+// over positions [first_visible(row, window), row], or to sees_to[row] (a position of the chunk at or past
+// the row's: Gemma 3's image rows see their whole image) when sees_to is set. q and out hold every row
+// (strides in floats).
 void attend_prompt_rows(const ModelConfig& cfg, const KvView& kv, uint32_t layer,
                         std::span<const PageId> pages, uint32_t start, size_t r0, size_t r1, uint32_t g,
                         uint32_t window, const float* q, size_t q_stride, float* out, size_t out_stride,
-                        PromptAttentionScratch& scratch);
+                        PromptAttentionScratch& scratch, const uint32_t* sees_to = nullptr);
 
 inline constexpr uint32_t kDecodeSegment = 256;
 

@@ -23,6 +23,7 @@ protocol::Result<std::unique_ptr<LlamaRunner>> make_llama_runner(const ModelConf
   if (!w) return w.error();
   detail::DecoderOptions opts;
   opts.image_token = image_token(cfg);  // an mmproj's rows, at the id past the vocabulary
+  opts.bidirectional_images = cfg.bidirectional_images;
   opts.encoder = std::move(encoder);
   return detail::make_decoder(cfg, std::move(*w), std::move(opts));
 }

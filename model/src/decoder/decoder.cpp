@@ -96,6 +96,16 @@ class Decoder final : public LlamaRunner {
         embed(t, &x_[i * d]);
       targets_[i] = RowTarget{pages, static_cast<uint32_t>(start + i)};
     }
+    // Bidirectional images: a row of an image sees up to its run's last row (the chunk holds the run).
+    sees_to_.clear();
+    if (opts_.bidirectional_images && opts_.image_token) {
+      sees_to_.resize(n);
+      for (size_t i = n; i-- > 0;) {
+        const bool run_goes_on =
+            i + 1 < n && chunk.tokens[i] == *opts_.image_token && chunk.tokens[i + 1] == *opts_.image_token;
+        sees_to_[i] = run_goes_on ? sees_to_[i + 1] : static_cast<uint32_t>(start + i);
+      }
+    }
     forward(pool, n, /*prefill=*/true);
     const size_t first = keep_all_ ? 0 : n - 1;
     compute_logits(&x_[first * d], n - first);
@@ -126,6 +136,7 @@ class Decoder final : public LlamaRunner {
     }
     x_.resize(n * d);
     targets_.resize(n);
+    sees_to_.clear();
     for (size_t i = 0; i < n; ++i) {
       embed(batch[i].last_token, &x_[i * d]);
       targets_[i] = RowTarget{batch[i].pages, batch[i].length};
@@ -401,7 +412,8 @@ class Decoder final : public LlamaRunner {
         const size_t blk = blocks - 1 - i / cfg_.kv_heads;
         attend_prompt_rows(cfg_, kv, layer, targets_[0].pages, start, blk * kPromptRows,
                            std::min(n, (blk + 1) * kPromptRows), static_cast<uint32_t>(i % cfg_.kv_heads),
-                           window, q_.data(), q_dim, attn_.data(), q_dim, prompt_scratch_[t]);
+                           window, q_.data(), q_dim, attn_.data(), q_dim, prompt_scratch_[t],
+                           sees_to_.empty() ? nullptr : sees_to_.data());
       });
       return;
     }
@@ -463,6 +475,7 @@ class Decoder final : public LlamaRunner {
   std::optional<RopeTable> rope_swa_;  // the sliding layers', when some slide
   float q_scale_;
   std::vector<RowTarget> targets_;
+  std::vector<uint32_t> sees_to_;  // prefill with bidirectional images: each row's last visible position
   std::vector<float> x_, h_, q_, k_, v_, attn_, gate_, up_, proj_, fused_, logits_;
   // Mixture of experts: router probabilities, each row's chosen experts and weights, an expert's rows.
   std::vector<float> router_, chosen_weight_, expert_in_, expert_down_, expert_out_;

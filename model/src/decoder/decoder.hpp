@@ -30,6 +30,9 @@ struct DecoderOptions {
   // Prompt positions holding this token id take the next row of the chunk's image embeddings instead of
   // the token's embedding; unset: the model takes no embeddings.
   std::optional<TokenId> image_token;
+  // Each run of image_token rows in a prefill chunk attends within itself in both directions (Gemma 3's
+  // images; the caller never cuts a run: ChunkGrid).
+  bool bidirectional_images = false;
   TokenFilter filter = TokenFilter::none;  // which ids sampling may pick
   std::unique_ptr<ImageEncoder> encoder;   // null: encode() says the model has no vision tower
 };

@@ -252,7 +252,8 @@ protocol::Result<DecoderWeights> load_decoder_weights(const ModelConfig& cfg) {
   expect.page_size = cfg.page_size;
   expect.threads = cfg.threads;
   expect.mmproj = cfg.mmproj;
-  expect.max_image_patches = cfg.max_image_patches;  // images only: with_mmproj() sets it
+  expect.max_image_patches = cfg.max_image_patches;  // images only: with_mmproj() sets them
+  expect.bidirectional_images = cfg.bidirectional_images;
   expect.max_seq = std::min(expect.max_seq, cfg.max_seq);
   if (!(expect == cfg)) return bad(path, "the model config does not match the checkpoint's shape");
 

@@ -25,11 +25,11 @@ std::optional<std::string> lacking(const std::string& projector) {
   static const std::string_view mrope[] = {
       "qwen2vl_merger", "qwen2.5vl_merger", "qwen3vl_merger", "mimovl",    "glm4v",
       "paddleocr",      "youtuvl",          "hunyuanvl",      "exaone4_5", "muse-glimmer"};
-  static const std::string_view non_causal[] = {"gemma3", "gemma4v", "gemma4uv", "deepseek4v"};
+  static const std::string_view non_causal[] = {"gemma4v", "gemma4uv", "deepseek4v"};
   for (auto p : mrope)
     if (projector == p) return "M-RoPE (2-D image positions, as Qwen2-VL's language model uses them)";
   for (auto p : non_causal)
-    if (projector == p) return "non-causal attention over image rows (as Gemma 3's language model uses it)";
+    if (projector == p) return "non-causal attention over image rows in its own arrangement (Gemma 4's)";
   return std::nullopt;
 }
 
@@ -114,6 +114,20 @@ protocol::Result<std::string> read_idefics3(const GgufFile& g, MmprojInfo& info)
   return std::string("mm.model.fc.weight");
 }
 
+// Gemma 3: the tower's patches average-pooled by clip.vision.projector.scale_factor per side (default 4).
+protocol::Result<std::string> read_gemma3(const GgufFile& g, MmprojInfo& info) {
+  auto pool = positive(g, "clip.vision.projector.scale_factor", false);
+  if (!pool) return pool.error();
+  info.scale_factor = *pool ? *pool : 4;
+  const uint32_t side = patches_per_side(info);
+  if (side % info.scale_factor != 0)
+    return bad(g.name(), "scale_factor " + std::to_string(info.scale_factor) + " does not divide " +
+                             std::to_string(side) + " patches per side");
+  info.rows_per_image = (side / info.scale_factor) * (side / info.scale_factor);
+  info.bidirectional = true;
+  return std::string("mm.input_projection.weight");
+}
+
 // InternVL: clip.cpp's candidates are every a x b tiles with min_tiles <= a * b <= max_tiles (defaults 1
 // and 12), a tiles across first.
 protocol::Result<std::string> read_internvl(const GgufFile& g, MmprojInfo& info) {
@@ -173,10 +187,12 @@ protocol::Result<MmprojInfo> read_mmproj_info(const std::string& path) {
     info.projector = Projector::pixtral;
   else if (name == "internvl")
     info.projector = Projector::internvl;
+  else if (name == "gemma3")
+    info.projector = Projector::gemma3;
   else
     return bad(path, "projector '" + name +
                          "' is not one epd lays out (mlp: LLaVA-1.5 and 1.6; idefics3: SmolVLM; pixtral: "
-                         "Pixtral, Mistral-Small-3.1; internvl: InternVL 2.5 and 3)");
+                         "Pixtral, Mistral-Small-3.1; internvl: InternVL 2.5 and 3; gemma3: Gemma 3)");
 
   auto image_size = positive(g, "clip.vision.image_size", true);
   if (!image_size) return image_size.error();
@@ -190,12 +206,14 @@ protocol::Result<MmprojInfo> read_mmproj_info(const std::string& path) {
   const auto header = info.projector == Projector::mlp        ? read_mlp
                       : info.projector == Projector::pixtral  ? read_pixtral
                       : info.projector == Projector::internvl ? read_internvl
+                      : info.projector == Projector::gemma3   ? read_gemma3
                                                               : read_idefics3;
   auto out_tensor = header(g, info);
   if (!out_tensor) return out_tensor.error();
   const TensorRef* out = g.tensor(*out_tensor);
   if (!out || out->shape.size() != 2) return bad(path, "missing the projector's " + *out_tensor);
-  info.embedding_width = uint32_t(out->shape[0]);
+  // Gemma 3's projection is stored transposed (clip.cpp multiplies by its transpose).
+  info.embedding_width = uint32_t(out->shape[info.projector == Projector::gemma3 ? 1 : 0]);
   return info;
 }
 
@@ -211,6 +229,8 @@ std::vector<std::string> layout_pieces(const MmprojInfo& info) {
     out = {"[IMG_END]"};
   } else if (info.projector == Projector::internvl) {
     out = {"<img>", "</img>"};
+  } else if (info.projector == Projector::gemma3) {
+    out = {"<start_of_image>", "<end_of_image>"};
   }
   return out;
 }
@@ -300,6 +320,8 @@ protocol::Result<std::vector<LayoutItem>> image_layout(const MmprojInfo& info, I
     return out;
   }
   if (info.projector == Projector::pixtral) return pixtral_layout(info, dims);
+  if (info.projector == Projector::gemma3)  // squeezed to one square, whatever its shape
+    return std::vector<LayoutItem>{{"<start_of_image>", 0}, {"", info.rows_per_image}, {"<end_of_image>", 0}};
   if (info.projector == Projector::internvl) {  // <img>, the tiles and the overview, </img>
     auto runs = tile_runs(info, dims);
     if (!runs) return runs.error();
@@ -344,6 +366,9 @@ uint32_t layout_rows(const std::vector<LayoutItem>& layout) {
 
 ModelConfig with_mmproj(ModelConfig cfg, std::string path) {
   cfg.mmproj = std::move(path);
+  // An unreadable file leaves it unset: the codec and the encoder refuse that file at start.
+  auto info = cfg.mmproj.empty() ? protocol::Result<MmprojInfo>(MmprojInfo{}) : read_mmproj_info(cfg.mmproj);
+  cfg.bidirectional_images = info && info->bidirectional;
   if (!cfg.mmproj.empty()) cfg.max_image_patches = std::min(cfg.max_seq, 4096u);
   return cfg;
 }

@@ -205,7 +205,7 @@ protocol::Result<std::unique_ptr<ImageEncoder>> make_vision_encoder(const ModelC
   std::unique_ptr<mtmd_context, MtmdFree> ctx(mtmd_init_from_file(cfg.mmproj.c_str(), vocab.get(), p));
   if (!ctx) return config_error("libmtmd cannot load the mmproj " + cfg.mmproj);
   if (!mtmd_support_vision(ctx.get()) || mtmd_decode_use_mrope(ctx.get()) ||
-      mtmd_decode_use_non_causal(ctx.get(), nullptr))
+      mtmd_decode_use_non_causal(ctx.get(), nullptr) != info->bidirectional)
     return config_error("mmproj " + cfg.mmproj + ": libmtmd runs it with what epd's runner lacks");
   return std::unique_ptr<ImageEncoder>(std::make_unique<MtmdEncoder>(std::move(*info), std::move(break_row),
                                                                      std::move(vocab), std::move(ctx)));

@@ -72,6 +72,9 @@ bool is_pixtral(const VisionSpec& s) {
 bool is_internvl(const VisionSpec& s) {
   return s.projector == "internvl";
 }
+bool is_gemma3(const VisionSpec& s) {
+  return s.projector == "gemma3";
+}
 
 // InternVL's tower and projector (the header's comment says which tensors and why).
 void write_internvl_tensors(TensorMaker& t, const VisionSpec& s, const VisionLayout& l) {
@@ -134,13 +137,14 @@ void write_pixtral_tensors(TensorMaker& t, const VisionSpec& s, const VisionLayo
 }
 
 protocol::Status write_mmproj(const VisionSpec& s, const VisionLayout& l, const fs::path& path) {
-  const bool sig = is_idefics3(s), pix = is_pixtral(s), ivl = is_internvl(s);
+  const bool gem = is_gemma3(s), sig = is_idefics3(s) || gem, pix = is_pixtral(s), ivl = is_internvl(s);
   const uint64_t d = s.vision_width, ff = s.vision_ffn, out = l.output_width;
   const uint64_t side = l.image_size / l.patch_size, n_pos = side * side;
   GgufWriter w;
   w.set_string("general.architecture", "clip");
   w.set_string("general.type", "mmproj");
-  w.set_string("general.name", sig   ? "epd-test-smolvlm-mmproj"
+  w.set_string("general.name", gem   ? "epd-test-gemma3-mmproj"
+                               : sig ? "epd-test-smolvlm-mmproj"
                                : pix ? "epd-test-pixtral-mmproj"
                                : ivl ? "epd-test-internvl-mmproj"
                                      : "epd-test-llava-mmproj");
@@ -162,10 +166,8 @@ protocol::Status write_mmproj(const VisionSpec& s, const VisionLayout& l, const 
   const float half[] = {0.5f, 0.5f, 0.5f};
   w.set_f32s("clip.vision.image_mean", std::span<const float>(sig ? half : clip_mean, 3));
   w.set_f32s("clip.vision.image_std", std::span<const float>(sig ? half : clip_std, 3));
-  if (sig) {
-    w.set_u32("clip.vision.projector.scale_factor", l.scale_factor);
-    w.set_u32("clip.vision.preproc_image_size", l.preproc_image_size);
-  }
+  if (sig) w.set_u32("clip.vision.projector.scale_factor", l.scale_factor);
+  if (sig && !gem) w.set_u32("clip.vision.preproc_image_size", l.preproc_image_size);
   if (pix && l.scale_factor > 1) w.set_u32("clip.vision.spatial_merge_size", l.scale_factor);
   if (!s.pinpoints.empty()) w.set_i32s("clip.vision.image_grid_pinpoints", s.pinpoints);
   if (ivl) {
@@ -201,7 +203,11 @@ protocol::Status write_mmproj(const VisionSpec& s, const VisionLayout& l, const 
     t.matrix(b + "ffn_down.weight", ff, d, 0.7f);
     t.vec(b + "ffn_down.bias", d, 0.0f, 0.05f);
   }
-  if (sig) {
+  if (gem) {
+    t.layer_norm("v.post_ln", d);
+    t.vec("mm.soft_emb_norm.weight", d, 1.0f, 0.1f);
+    t.matrix("mm.input_projection.weight", out, d, 0.6f * std::sqrt(float(out) / float(d)));  // transposed
+  } else if (sig) {
     t.layer_norm("v.post_ln", d);
     const uint64_t in = d * l.scale_factor * l.scale_factor;
     t.matrix("mm.model.fc.weight", in, out, 0.6f);  // rows of about the token embeddings' norm
@@ -218,19 +224,27 @@ protocol::Status write_mmproj(const VisionSpec& s, const VisionLayout& l, const 
 }  // namespace
 
 protocol::Result<VisionLayout> vision_layout(const VisionSpec& s) {
-  const bool sig = is_idefics3(s), pix = is_pixtral(s), ivl = is_internvl(s);
+  const bool gem = is_gemma3(s), sig = is_idefics3(s), pix = is_pixtral(s), ivl = is_internvl(s);
   const bool merged = pix && s.spatial_merge > 1;
   VisionLayout l;
-  l.image_size = s.image_size ? s.image_size : sig ? 32 : pix ? (merged ? 1540 : 1024) : ivl ? 56 : 112;
-  l.patch_size = s.patch_size ? s.patch_size : sig ? 8 : pix ? (merged ? 14 : 16) : 14;
-  l.scale_factor = sig || ivl ? s.scale_factor : pix ? std::max(s.spatial_merge, 1u) : 1;
+  l.image_size = s.image_size ? s.image_size
+                 : gem        ? 128
+                 : sig        ? 32
+                 : pix        ? (merged ? 1540 : 1024)
+                 : ivl        ? 56
+                              : 112;
+  l.patch_size = s.patch_size ? s.patch_size : sig || gem ? 8 : pix ? (merged ? 14 : 16) : 14;
+  l.scale_factor = gem          ? (s.scale_factor == 2 ? 4 : s.scale_factor)  // the default 2 is idefics3's
+                   : sig || ivl ? s.scale_factor
+                   : pix        ? std::max(s.spatial_merge, 1u)
+                                : 1;
   l.preproc_image_size = sig ? (s.preproc_image_size ? s.preproc_image_size : 2 * l.image_size) : 0;
   l.output_width = s.projector_width ? s.projector_width : s.lm_width;
   if (l.patch_size == 0 || l.image_size % l.patch_size != 0)
     return bad("image_size must be a multiple of patch_size");
   const uint32_t side = l.image_size / l.patch_size;
-  if ((sig || ivl) && (l.scale_factor < 2 || side % l.scale_factor != 0))
-    return bad("idefics3 and internvl need scale_factor >= 2 dividing image_size / patch_size");
+  if ((sig || ivl || gem) && (l.scale_factor < 2 || side % l.scale_factor != 0))
+    return bad("idefics3, internvl and gemma3 need scale_factor >= 2 dividing image_size / patch_size");
   // Pixtral's 2-D RoPE turns pairs of each half of a head.
   if (pix && (s.vision_heads == 0 || (s.vision_width / s.vision_heads) % 4 != 0))
     return bad("pixtral needs a vision head size divisible by 4");
@@ -285,6 +299,12 @@ protocol::Result<VisionModelPaths> write_vision_model(const VisionSpec& spec, co
       lm.extra_special_tokens.push_back("<row_" + std::to_string(y) + "_col_" + std::to_string(x) + ">");
   if (is_pixtral(spec)) lm.extra_special_tokens.push_back("[IMG_END]");
   if (is_internvl(spec)) lm.extra_special_tokens.insert(lm.extra_special_tokens.end(), {"<img>", "</img>"});
+  if (is_gemma3(spec)) {  // Gemma 3's language model: sliding window on layer 0, its image markers
+    lm.arch = "gemma3";
+    lm.sliding_window = 16;
+    lm.swa_pattern = 2;  // layer 1 global: the answer reads the image
+    lm.extra_special_tokens.insert(lm.extra_special_tokens.end(), {"<start_of_image>", "<end_of_image>"});
+  }
   lm.extra_tokens = {"\n\n"};
   // The checkpoint writer names its file model.gguf: write it in a scratch folder, then move it.
   const fs::path scratch = dir / ".lm-tmp";

@@ -48,6 +48,13 @@
 //   preproc_max_tiles, default 6 here); an image is laid out as LLaVA-1.6's (the grid keeping the most
 //   pixels, its tiles, the overview), between "<img>" and "</img>" (control tokens of the LM).
 //
+// "gemma3" (Gemma 3): idefics3's SigLIP tower, its patches average-pooled scale_factor x scale_factor
+//   (clip.vision.projector.scale_factor, default 4 here as in the real files), an RMSNorm
+//   (mm.soft_emb_norm) and mm.input_projection (stored transposed: ggml ne {out, vision width}). image_size
+//   128 / patch 8: 16 x 16 patches pooled to 4 x 4 = 16 rows, between "<start_of_image>" and
+//   "<end_of_image>"; the rows of one image attend to each other both ways. Its LM is a "gemma3" checkpoint
+//   (sliding window 16 on layer 0, layer 1 global: else the answer could not read an image 16 rows back).
+//
 // Checked with llama.cpp v0.5.0's llama-mtmd-cli: both layouts load and generate; a pair whose
 // projector_width differs from lm_width is refused ("mismatch between text model (n_embd = 64) and mmproj
 // (n_embd = 96)"); "no_such_projector" is refused ("unknown projector type"); "qwen2vl_merger" (a type
@@ -73,8 +80,8 @@
 namespace epd::model::testing {
 
 struct VisionSpec {
-  // "mlp" (LLaVA) | "idefics3" (SmolVLM) | "pixtral" | "internvl"; any other string is written as is as
-  // clip.projector_type, with the mlp layout's tensors (for tests of refusal: "qwen2vl_merger",
+  // "mlp" (LLaVA) | "idefics3" (SmolVLM) | "pixtral" | "internvl" | "gemma3"; any other string is written as
+  // is as clip.projector_type, with the mlp layout's tensors (for tests of refusal: "qwen2vl_merger",
   // "no_such_projector").
   std::string projector = "mlp";
   uint32_t lm_width = 64;            // the LM's d_model
@@ -93,7 +100,7 @@ struct VisionSpec {
   uint32_t vision_layers = 3;
   uint32_t image_size = 0;
   uint32_t patch_size = 0;
-  uint32_t scale_factor = 2;        // idefics3 and internvl
+  uint32_t scale_factor = 2;        // idefics3 and internvl (gemma3: its pooling, 0 = 4)
   uint32_t preproc_image_size = 0;  // idefics3 only
   uint32_t spatial_merge = 1;       // pixtral only: 2 = Mistral-Small-3.1's patch merger
   std::vector<int32_t> pinpoints;   // mlp only: LLaVA-1.6's (width, height) pairs; empty: LLaVA-1.5

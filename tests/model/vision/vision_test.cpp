@@ -110,7 +110,8 @@ TEST_CASE("vision: epd lays out text and images as libmtmd does, and answers as 
   VisionSpec merged;
   merged.spatial_merge = 2;
   const std::pair<const char*, VisionSpec> pairs[] = {{"mlp", {}},     {"mlp", anyres()},   {"idefics3", {}},
-                                                      {"pixtral", {}}, {"pixtral", merged}, {"internvl", {}}};
+                                                      {"pixtral", {}}, {"pixtral", merged}, {"internvl", {}},
+                                                      {"gemma3", {}}};
   for (const auto& [projector, spec] : pairs) {
     INFO("spatial merge " << spec.spatial_merge << ", pinpoints " << spec.pinpoints.size() / 2);
     Pair pair(projector, spec);
@@ -145,13 +146,16 @@ TEST_CASE("vision: epd lays out text and images as libmtmd does, and answers as 
       CHECK(theirs.embedding_width == pair.cfg.d_model);
       CHECK(rows == theirs.embeddings);
 
-      // The greedy answer, colocated and with decode's KV in another layout (the staged path).
+      // The greedy answer, colocated and with decode's KV in another layout (the staged path). Gemma 3's
+      // staged run prefills in chunks of 8 tokens, whose grid lines fall inside its 16-row images: a
+      // chunk runs to the image's end (chunk_grid.hpp), or its first rows would not see its last.
       GenerateOptions opts;
       opts.max_tokens = 12;
       opts.dtype = DType::f32;  // as the oracle's KV cache
       opts.stop_tokens.assign(codec->stop_tokens().begin(), codec->stop_tokens().end());
       for (bool staged : {false, true}) {
         if (staged) opts.decode_kv = KvLayoutChoice{4, DType::f32, KvDimOrder::head_token_dim};
+        if (staged && pair.cfg.bidirectional_images) opts.chunk = 8;
         auto ours = generate_tokens(**runner, *ids, opts, p.images);
         REQUIRE(ours.ok());
         std::vector<TokenId> answer = ours->tokens;
@@ -268,8 +272,8 @@ TEST_CASE("vision: mmproj files epd cannot serve are refused at start, naming wh
     CHECK_THAT(refusal(pair), Catch::Contains("qwen2vl_merger") && Catch::Contains("M-RoPE"));
   }
   {
-    Pair pair("gemma3");
-    CHECK_THAT(refusal(pair), Catch::Contains("gemma3") && Catch::Contains("non-causal"));
+    Pair pair("gemma4v");
+    CHECK_THAT(refusal(pair), Catch::Contains("gemma4v") && Catch::Contains("non-causal"));
   }
   {
     Pair pair("no_such_projector");

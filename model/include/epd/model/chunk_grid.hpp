@@ -13,7 +13,14 @@
 // - a cached K/V may serve another prompt only where it lies in a whole chunk of the grid (the last,
 //   partial chunk ends where its prompt ends, which another prompt need not) and was computed as a prompt
 //   (not by a decode step, unless the reader reads it as an answer too).
+//
+// Where an image's rows attend to each other both ways (ModelConfig::bidirectional_images, Gemma 3), a
+// chunk never cuts a run of image rows: a chunk whose grid end falls inside one ends where the run ends,
+// and the next chunk runs from there to the next grid line.
+// A grid line inside a run is then no chunk boundary: no prompt starts there and nothing is shared up to
+// there.
 #include <cstdint>
+#include <optional>
 #include <span>
 
 #include "epd/model/config.hpp"
@@ -32,25 +39,30 @@ class ChunkGrid {
   bool exact() const { return exact_; }
   // The end of the chunk that starts at `begin` in a prompt of `n` tokens: the next grid line, or n.
   uint32_t chunk_end(uint32_t begin, uint32_t n) const;
-  // What to compute next of a prompt of `n` tokens from `begin`, when its last `answer` tokens are a
-  // resumed answer's: a chunk of the grid, or (on a model that is not exact) the answer's tokens by decode
-  // steps, as decode computed them the first time.
+  // What to compute next of `prompt` from `begin`, when its last `answer` tokens are a resumed answer's: a
+  // chunk of the grid (not cutting a bidirectional image), or (on a model that is not exact) the answer's
+  // tokens by decode steps, as decode computed them the first time.
   struct Piece {
     uint32_t begin = 0, end = 0;
     bool decode_steps = false;
   };
-  Piece next_piece(uint32_t begin, uint32_t n, uint32_t answer) const;
-  // Of a prompt of `n` tokens whose first `prompt_tokens` were computed as a prompt (the rest: a resumed
-  // answer's tokens, computed by decode steps), the leading tokens whose K/V every prompt that starts with
-  // them computes alike: all of them for an exact model, else the whole chunks of the prompt part.
-  uint32_t shareable(uint32_t n, uint32_t prompt_tokens) const;
+  Piece next_piece(uint32_t begin, std::span<const TokenId> prompt, uint32_t answer) const;
+  // Of `prompt`, whose first `prompt_tokens` were computed as a prompt (the rest: a resumed answer's
+  // tokens, computed by decode steps), the leading tokens whose K/V every prompt that starts with them
+  // computes alike: all of them for an exact model, else the whole chunks of the prompt part that end on a
+  // boundary.
+  uint32_t shareable(std::span<const TokenId> prompt, uint32_t prompt_tokens) const;
+  // Whether position `at` of `prompt` lies strictly inside a run of bidirectional image rows: no chunk
+  // starts there.
+  bool cuts_image(std::span<const TokenId> prompt, uint32_t at) const;
   // A room takes cached whole pages (of `page_size` tokens) and computes from there in runs of this many
   // pages, so that it starts on the grid: 1 for an exact model, 0 when no start but 0 is on it.
   uint32_t page_step(uint32_t page_size) const;
 
  private:
   bool exact_;
-  uint32_t chunk_;  // 0: whole prompts
+  uint32_t chunk_;                    // 0: whole prompts
+  std::optional<TokenId> image_run_;  // bidirectional images: their rows' id
 };
 
 // Computes `piece` of `prompt` into `pages` (its image rows from `embeddings`). Returns the token after the

@@ -37,6 +37,9 @@ struct ModelConfig {
   // Set (with a checkpoint): llama.cpp's mmproj GGUF of the checkpoint, its vision tower and projector
   // (epd/model/mmproj.hpp). The encoder runs it through libmtmd; prefill places its rows.
   std::string mmproj;
+  // Set by with_mmproj() from the mmproj's projector (Gemma 3's): the rows of one image attend to each other
+  // in both directions, and a prefill chunk never cuts them (epd/model/chunk_grid.hpp).
+  bool bidirectional_images = false;
   uint32_t threads = 1;  // compute threads of a checkpoint runner (results do not depend on it)
 
   // KV bytes one token occupies in an f32 cache (all layers, K and V).

@@ -22,7 +22,9 @@ namespace epd::model {
 // each ended by an [IMG_BREAK] row but the last, then [IMG_END]).
 // InternVL 2.5 / 3 ("internvl": LLaVA-1.6's tiling over every grid of min..max tiles, pixel shuffle,
 // the image between <img> and </img>).
-enum class Projector { mlp, idefics3, pixtral, internvl };
+// Gemma 3 ("gemma3": the image squeezed to image_size, pooled to (image_size / patch_size / 4)^2 rows between
+// <start_of_image> and <end_of_image>, which attend to each other in both directions).
+enum class Projector { mlp, idefics3, pixtral, internvl, gemma3 };
 
 struct MmprojInfo {
   std::string path;
@@ -35,12 +37,13 @@ struct MmprojInfo {
   uint32_t embedding_width = 0;  // the projector's output: must be the language model's d_model
   uint32_t rows_per_image = 0;   // rows of one image (mlp) or of one tile (idefics3); 0 for pixtral
   bool row_breaks = false;       // pixtral: v.token_embd.img_break (an [IMG_BREAK] row after each row)
+  bool bidirectional = false;    // gemma3: an image's rows attend to each other both ways
   // mlp: LLaVA-1.6's image_grid_pinpoints (width, height), or none; internvl: its tile grids in pixels
   std::vector<ImageDims> pinpoints;
 };
 
 // Reads and checks the header: a vision tower (no audio), a projector epd serves without what it lacks
-// (config_error naming it: M-RoPE projectors such as Qwen2-VL's, non-causal ones such as Gemma 3's, audio),
+// (config_error naming it: M-RoPE projectors such as Qwen2-VL's, other non-causal ones than Gemma 3's, audio),
 // and shapes that give whole patches (and pinpoints of whole tiles).
 protocol::Result<MmprojInfo> read_mmproj_info(const std::string& path);
 
@@ -66,7 +69,8 @@ protocol::Result<std::vector<LayoutItem>> image_layout(const MmprojInfo& info, I
 // Rows of all runs of a layout.
 uint32_t layout_rows(const std::vector<LayoutItem>& layout);
 
-// cfg (a checkpoint) with `path` as its mmproj; an image may then take up to min(max_seq, 4096) rows.
+// cfg (a checkpoint) with `path` as its mmproj; an image may then take up to min(max_seq, 4096) rows, and
+// bidirectional_images says whether its projector wants them (read from the header).
 ModelConfig with_mmproj(ModelConfig cfg, std::string path);
 
 // The placeholder id of an image row in a prompt: kImage for the reference model, the first id past the

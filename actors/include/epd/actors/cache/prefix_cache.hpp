@@ -16,6 +16,7 @@
 // thread-safe); its counters are atomics a scrape reads from another thread.
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -102,7 +103,10 @@ class PrefixCache {
   // The longest cached run of `keys`' whole pages, at most `max_pages` and a multiple of `step` pages (0:
   // none), with a reference to each for the room. Counts the tokens found as hits and the rest of
   // `prompt_tokens` as misses.
-  Lease acquire(std::span<const PageKey> keys, uint32_t max_pages, uint64_t prompt_tokens, uint32_t step = 1);
+  // `starts_at(tokens)`, when set, must also hold of the lease's length (a prefill that cannot start at
+  // every grid line: ChunkGrid::cuts_image); shorter runs of `step` pages are tried.
+  Lease acquire(std::span<const PageKey> keys, uint32_t max_pages, uint64_t prompt_tokens, uint32_t step = 1,
+                const std::function<bool(uint64_t)>& starts_at = {});
   // After the room computed its prompt: pages[i] holds the KV of keys[i]. Every page past the lease that
   // the tree lacks becomes the cache's (the lease grows by it: the room no longer owns it), as long as the
   // budget allows after evicting unreferenced pages; `freed` receives those evicted pages. Stops at a key
