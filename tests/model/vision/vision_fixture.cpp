@@ -76,6 +76,25 @@ bool is_gemma3(const VisionSpec& s) {
   return s.projector == "gemma3";
 }
 
+// A LayerNorm ViT block with biases everywhere (CLIP, SigLIP; InternViT adds its layer scales).
+void write_layer_norm_block(TensorMaker& t, const std::string& b, uint64_t d, uint64_t ff,
+                            bool layer_scales) {
+  t.layer_norm(b + "ln1", d);
+  for (const std::string m : {"attn_q", "attn_k", "attn_v"}) {
+    t.matrix(b + m + ".weight", d, d, m == "attn_v" ? 1.0f : 1.5f);  // q, k: attention not uniform
+    t.vec(b + m + ".bias", d, 0.0f, 0.05f);
+  }
+  t.matrix(b + "attn_out.weight", d, d, 0.7f);
+  t.vec(b + "attn_out.bias", d, 0.0f, 0.05f);
+  if (layer_scales) t.vec(b + "ls1.weight", d, 0.5f, 0.1f);
+  t.layer_norm(b + "ln2", d);
+  t.matrix(b + "ffn_up.weight", d, ff, 1.0f);
+  t.vec(b + "ffn_up.bias", ff, 0.0f, 0.05f);
+  t.matrix(b + "ffn_down.weight", ff, d, 0.7f);
+  t.vec(b + "ffn_down.bias", d, 0.0f, 0.05f);
+  if (layer_scales) t.vec(b + "ls2.weight", d, 0.5f, 0.1f);
+}
+
 // InternVL's tower and projector (the header's comment says which tensors and why).
 void write_internvl_tensors(TensorMaker& t, const VisionSpec& s, const VisionLayout& l) {
   const uint64_t d = s.vision_width, ff = s.vision_ffn, out = l.output_width, p = l.patch_size;
@@ -86,20 +105,7 @@ void write_internvl_tensors(TensorMaker& t, const VisionSpec& s, const VisionLay
   t.f32("v.position_embd.weight", {d, side * side + 1}, 0.5f);
   for (uint32_t i = 0; i < s.vision_layers; ++i) {
     const std::string b = "v.blk." + std::to_string(i) + ".";
-    t.layer_norm(b + "ln1", d);
-    for (const std::string m : {"attn_q", "attn_k", "attn_v"}) {
-      t.matrix(b + m + ".weight", d, d, m == "attn_v" ? 1.0f : 1.5f);
-      t.vec(b + m + ".bias", d, 0.0f, 0.05f);
-    }
-    t.matrix(b + "attn_out.weight", d, d, 0.7f);
-    t.vec(b + "attn_out.bias", d, 0.0f, 0.05f);
-    t.vec(b + "ls1.weight", d, 0.5f, 0.1f);
-    t.layer_norm(b + "ln2", d);
-    t.matrix(b + "ffn_up.weight", d, ff, 1.0f);
-    t.vec(b + "ffn_up.bias", ff, 0.0f, 0.05f);
-    t.matrix(b + "ffn_down.weight", ff, d, 0.7f);
-    t.vec(b + "ffn_down.bias", d, 0.0f, 0.05f);
-    t.vec(b + "ls2.weight", d, 0.5f, 0.1f);
+    write_layer_norm_block(t, b, d, ff, /*layer_scales=*/true);
   }
   const uint64_t in = d * l.scale_factor * l.scale_factor;
   t.layer_norm("mm.model.mlp.0", in);
@@ -190,18 +196,7 @@ protocol::Status write_mmproj(const VisionSpec& s, const VisionLayout& l, const 
   if (!sig) t.layer_norm("v.pre_ln", d);
   for (uint32_t i = 0; i < s.vision_layers; ++i) {
     const std::string b = "v.blk." + std::to_string(i) + ".";
-    t.layer_norm(b + "ln1", d);
-    for (const std::string m : {"attn_q", "attn_k", "attn_v"}) {
-      t.matrix(b + m + ".weight", d, d, m == "attn_v" ? 1.0f : 1.5f);  // q, k: attention not uniform
-      t.vec(b + m + ".bias", d, 0.0f, 0.05f);
-    }
-    t.matrix(b + "attn_out.weight", d, d, 0.7f);
-    t.vec(b + "attn_out.bias", d, 0.0f, 0.05f);
-    t.layer_norm(b + "ln2", d);
-    t.matrix(b + "ffn_up.weight", d, ff, 1.0f);
-    t.vec(b + "ffn_up.bias", ff, 0.0f, 0.05f);
-    t.matrix(b + "ffn_down.weight", ff, d, 0.7f);
-    t.vec(b + "ffn_down.bias", d, 0.0f, 0.05f);
+    write_layer_norm_block(t, b, d, ff, /*layer_scales=*/false);
   }
   if (gem) {
     t.layer_norm("v.post_ln", d);
