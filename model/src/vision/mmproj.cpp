@@ -29,7 +29,8 @@ std::optional<std::string> lacking(const std::string& projector) {
   for (auto p : mrope)
     if (projector == p) return "M-RoPE (2-D image positions, as Qwen2-VL's language model uses them)";
   for (auto p : non_causal)
-    if (projector == p) return "non-causal attention over image rows in its own arrangement (Gemma 4's)";
+    if (projector == p)
+      return "non-causal attention over image rows in its own arrangement (Gemma 4's, DeepSeek's)";
   return std::nullopt;
 }
 
@@ -203,11 +204,11 @@ protocol::Result<MmprojInfo> read_mmproj_info(const std::string& path) {
   if (info.image_size % info.patch_size != 0)
     return bad(path, "image_size " + std::to_string(info.image_size) + " is not a multiple of patch_size " +
                          std::to_string(info.patch_size));
-  const auto header = info.projector == Projector::mlp        ? read_mlp
-                      : info.projector == Projector::pixtral  ? read_pixtral
-                      : info.projector == Projector::internvl ? read_internvl
-                      : info.projector == Projector::gemma3   ? read_gemma3
-                                                              : read_idefics3;
+  const HeaderReader header = info.projector == Projector::mlp        ? read_mlp
+                              : info.projector == Projector::pixtral  ? read_pixtral
+                              : info.projector == Projector::internvl ? read_internvl
+                              : info.projector == Projector::gemma3   ? read_gemma3
+                                                                      : read_idefics3;
   auto out_tensor = header(g, info);
   if (!out_tensor) return out_tensor.error();
   const TensorRef* out = g.tensor(*out_tensor);

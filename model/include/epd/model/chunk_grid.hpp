@@ -16,9 +16,8 @@
 //
 // Where an image's rows attend to each other both ways (ModelConfig::bidirectional_images, Gemma 3), a
 // chunk never cuts a run of image rows: a chunk whose grid end falls inside one ends where the run ends,
-// and the next chunk runs from there to the next grid line.
-// A grid line inside a run is then no chunk boundary: no prompt starts there and nothing is shared up to
-// there.
+// and the next chunk runs from there to the next grid line. A grid line inside a run is then no chunk
+// boundary: no prompt starts there and nothing is shared up to there.
 #include <cstdint>
 #include <optional>
 #include <span>
