@@ -41,15 +41,10 @@ ChunkGrid::Piece ChunkGrid::next_piece(uint32_t begin, std::span<const TokenId> 
 
 uint32_t ChunkGrid::shareable(std::span<const TokenId> prompt, uint32_t prompt_tokens) const {
   const uint32_t n = uint32_t(prompt.size());
-  if (exact_ && !image_run_) return n;
-  if (exact_) {  // every boundary serves: the last one before the end that cuts no image
-    uint32_t s = n;
-    while (cuts_image(prompt, s)) --s;
-    return s;
-  }
-  if (chunk_ == 0) return 0;
-  uint32_t s = std::min(n, prompt_tokens) / chunk_ * chunk_;
-  while (s > 0 && cuts_image(prompt, s)) s -= chunk_;
+  if (!exact_ && chunk_ == 0) return 0;
+  // Every token of an exact model, else the prompt part's whole chunks; back to a boundary before an image.
+  uint32_t s = exact_ ? n : std::min(n, prompt_tokens) / chunk_ * chunk_;
+  while (s > 0 && cuts_image(prompt, s)) s -= exact_ ? 1 : chunk_;
   return s;
 }
 
