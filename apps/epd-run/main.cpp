@@ -245,6 +245,12 @@ int main(int argc, char** argv) {
         return 1;
       }
       ids = std::move(*p);
+      auto grids = codec->image_grids(dims);  // where an M-RoPE model's image rows rotate
+      if (!grids) {
+        std::cerr << "epd-run: " << grids.error().to_string() << "\n";
+        return 1;
+      }
+      opts.image_grids = std::move(*grids);
     }
   } else if (chat) {
     if (!tools.empty()) {

@@ -65,6 +65,7 @@ protocol::Result<TokenId> compute_piece(ModelRunner& runner, const KvPool& pool,
     const ModelConfig& cfg = runner.config();
     PrefillChunk c = slice_prompt(prompt, embeddings, cfg.d_model, piece.begin, piece.end,
                                   image_token(cfg).value_or(kImage));
+    c.positions = draw.positions;
     if (last) {
       c.sampling = draw.sampling;
       c.generated = draw.generated;
@@ -79,6 +80,7 @@ protocol::Result<TokenId> compute_piece(ModelRunner& runner, const KvPool& pool,
   TokenId next = 0;
   for (uint32_t p = piece.begin; p < piece.end; ++p) {
     DecodeSeq seq{pages, p, prompt[p]};
+    if (draw.positions) seq.position_lag = draw.positions->lag();  // answer tokens follow every image
     TokenLogprobs logprobs;
     if (p + 1 == n) {
       seq.sampling = draw.sampling;

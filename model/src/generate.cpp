@@ -138,6 +138,13 @@ static protocol::Status run_prompt(ModelRunner& runner, GenerateResult& res, con
   draw.generated = opts.first_index;
   draw.logprobs = &next_logprobs;
   draw.constraint = opts.constraint;
+  PromptPositions positions;
+  if (cfg.mrope) {
+    auto made = PromptPositions::make(res.prompt, image_token(cfg).value_or(kImage), opts.image_grids);
+    if (!made) return made.error();
+    positions = std::move(*made);
+    draw.positions = &positions;
+  }
   for (uint32_t begin = 0; begin < n;) {
     const ChunkGrid::Piece piece = grid.next_piece(begin, res.prompt, opts.first_index);
     auto r = compute_piece(runner, pool, pages, piece, res.prompt, emb.data, draw);
@@ -166,6 +173,7 @@ static protocol::Status run_prompt(ModelRunner& runner, GenerateResult& res, con
   t0 = clock::now();
   DecodeSeq seq{dpages, n, next, opts.sampling, opts.first_index + 1};
   seq.constraint = opts.constraint;
+  seq.position_lag = positions.lag();
   // The penalties read prompt + answer through last_token, contiguous; kept only when they are on.
   std::vector<TokenId> history;
   if (opts.sampling.penalized()) history = res.prompt;

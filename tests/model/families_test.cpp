@@ -83,6 +83,7 @@ CheckpointSpec family_spec(const std::string& arch) {
   s.write_hf = false;
   s.mixed_dtypes = false;
   if (arch == "gemma3") s.sliding_window = 16;
+  if (arch == "qwen2vl") s.rope_sections = {2, 3, 3, 0};  // required, as llama.cpp requires it
   return s;
 }
 
@@ -184,5 +185,14 @@ TEST_CASE("Checkpoint files with what epd does not run give errors naming it") {
     auto s = family_spec("gemma3");
     s.rope_freqs = true;  // no frequency factors in Gemma 3
     expect(s, "tensor rope_freqs.weight is not used by epd's gemma3 decoder");
+  }
+  {
+    auto s = family_spec("qwen2vl");  // M-RoPE without its sections, or with sections it cannot have
+    s.rope_sections.clear();
+    expect(s, "qwen2vl.rope.dimension_sections is missing");
+    s.rope_sections = {2, 3, 3};
+    expect(s, "qwen2vl.rope.dimension_sections must be an array of 4");
+    s.rope_sections = {4, 4, 4, 0};  // 12 pairs of a head of 8
+    expect(s, "sums to 12 pairs, not 1..8");
   }
 }

@@ -89,7 +89,8 @@ std::vector<Tensor> make_tensors(const CheckpointSpec& s) {
                  kv = uint64_t{s.kv_heads} * hd;
   const bool interleaved = interleaved_rope(s), gemma = s.arch == "gemma3", phi = s.arch == "phi3";
   const bool moe = s.arch == "qwen3moe";
-  const bool qk_norm = s.arch == "qwen3" || moe || gemma, qkv_bias = s.qkv_bias || s.arch == "qwen2";
+  const bool qk_norm = s.arch == "qwen3" || moe || gemma,
+             qkv_bias = s.qkv_bias || s.arch == "qwen2" || s.arch == "qwen2vl";
   const bool fused_qkv = s.fused_qkv || phi;
   std::vector<Tensor> t;
   uint64_t tag = 1;
@@ -356,6 +357,7 @@ protocol::Status write_gguf(const CheckpointSpec& s, const std::vector<Tensor>& 
   if (s.sliding_window) w.set_u32(a + "attention.sliding_window", s.sliding_window);
   if (s.swa_pattern) w.set_u32(a + "attention.sliding_window_pattern", s.swa_pattern);
   if (s.rope_base_swa != 0) w.set_f32(a + "rope.freq_base_swa", s.rope_base_swa);
+  if (!s.rope_sections.empty()) w.set_i32s(a + "rope.dimension_sections", s.rope_sections);
   if (s.arch == "qwen3moe") {
     w.set_u32(a + "expert_count", s.experts);
     w.set_u32(a + "expert_used_count", s.experts_used);

@@ -54,10 +54,14 @@ struct CheckpointSpec {
 
   // The GGUF's architecture (general.architecture) and what its blocks hold, as llama.cpp's converter
   // writes them: "llama" and "mistral3" (Q and K rows permuted for the interleaved rotation), "qwen2" (Q/K/V
-  // biases), "qwen3" (QK-norm), "qwen3moe" (QK-norm, routed experts), "gemma3" (QK-norm, post norms, GeGLU,
-  // sliding window), "phi3" (fused QKV and gate/up). The last four rotate in halves: their rows stay as
-  // Hugging Face has them. Only "llama" writes a Hugging Face directory too (write_hf).
+  // biases), "qwen2vl" (qwen2's blocks, M-RoPE: rope.dimension_sections from rope_sections), "qwen3"
+  // (QK-norm), "qwen3moe" (QK-norm, routed experts), "gemma3" (QK-norm, post norms, GeGLU, sliding window),
+  // "phi3" (fused QKV and gate/up). All but the first two rotate in halves: their rows stay as Hugging Face
+  // has them. Only "llama" writes a Hugging Face directory too (write_hf).
   std::string arch = "llama";
+  // qwen2vl: the pairs of a head each of the (t, y, x, extra) positions turns (4 values; llama.cpp requires
+  // the key for qwen2vl).
+  std::vector<int32_t> rope_sections;
   uint32_t head_dim = 0;   // 0: d_model / heads; else written as attention.key_length / value_length
   uint32_t rope_dims = 0;  // rope.dimension_count (0: the head dim)
   bool qkv_bias = false;   // Q/K/V biases (qwen2 always has them)

@@ -315,6 +315,14 @@ TEST_CASE("Every checkpoint family matches llama.cpp's logits and greedy tokens"
     cases.push_back({"qwen2, YaRN x4", y, 1e-4});
   }
   {
+    // Qwen2-VL's language model: qwen2's blocks with M-RoPE, whose sections turn by one position on text
+    // (the image side: vision_test.cpp). A head of 16 is 8 pairs: 2 by t, 3 by y, 3 by x.
+    auto s = spec("qwen2vl");
+    s.rope_theta = 1000000.0f;
+    s.rope_sections = {2, 3, 3, 0};
+    cases.push_back({"qwen2vl, text", s, 1e-4});
+  }
+  {
     auto s = spec("qwen3");  // QK-norm; a head dim that is not d_model / heads
     s.head_dim = 32;
     s.rope_theta = 1000000.0f;

@@ -57,24 +57,56 @@ RopeTable::RopeTable(const RopeSpec& spec, uint32_t head_dim, uint32_t max_seq)
       cos_[pos * half_ + i] = static_cast<float>(std::cos(a) * mscale);
       sin_[pos * half_ + i] = static_cast<float>(std::sin(a) * mscale);
     }
+  if (spec.multi()) {
+    // ggml_mrope_cache_init: pair i's sector is i modulo the sections' sum; a sector's section picks the
+    // component (t, y, x, e).
+    const auto& sec = spec.sections;
+    const size_t sum = sec[0] + sec[1] + sec[2] + sec[3];
+    component_.resize(half_);
+    for (size_t i = 0; i < half_; ++i) {
+      const size_t sector = i % sum;
+      component_[i] = sector < sec[0]                     ? 0
+                      : sector < sec[0] + sec[1]          ? 1
+                      : sector < sec[0] + sec[1] + sec[2] ? 2
+                                                          : 3;
+    }
+  }
 }
 
 void RopeTable::apply(float* head, uint32_t pos) const {
+  apply(head, Angles{cos(pos), sin(pos)});
+}
+
+void RopeTable::apply(float* head, const Angles& a) const {
   if (style_ == RopeStyle::neox)
-    k::rope_neox(head, cos(pos), sin(pos), 2 * half_);
+    k::rope_neox(head, a.cos, a.sin, 2 * half_);
   else
-    k::rope(head, cos(pos), sin(pos), 2 * half_);
+    k::rope(head, a.cos, a.sin, 2 * half_);
+}
+
+RopeTable::Angles RopeTable::angles(const RopePosition& pos, std::span<float> scratch) const {
+  if (component_.empty()) return {cos(pos.t), sin(pos.t)};
+  const uint32_t p[4] = {pos.t, pos.y, pos.x, pos.e};
+  float *c = scratch.data(), *s = c + half_;
+  for (size_t i = 0; i < half_; ++i) {
+    const size_t at = size_t{p[component_[i]]} * half_ + i;
+    c[i] = cos_[at];
+    s[i] = sin_[at];
+  }
+  return {c, s};
 }
 
 void rope_and_store(const ModelConfig& cfg, const RopeTable& rope, float q_scale, const KvView& kv,
                     uint32_t layer, const RowTarget& row, float* q, float* k, const float* v) {
   const size_t hd = cfg.head_dim;
+  float scratch[1024];  // M-RoPE's gathered angles: head_dim <= 1024 (validate())
+  const RopeTable::Angles a = rope.angles(row.rope, scratch);
   for (uint32_t hq = 0; hq < cfg.heads; ++hq) {
     float* qh = q + hq * hd;
-    rope.apply(qh, row.pos);
+    rope.apply(qh, a);
     for (size_t i = 0; i < hd; ++i) qh[i] *= q_scale;
   }
-  for (uint32_t hk = 0; hk < cfg.kv_heads; ++hk) rope.apply(k + hk * hd, row.pos);
+  for (uint32_t hk = 0; hk < cfg.kv_heads; ++hk) rope.apply(k + hk * hd, a);
   const uint32_t ps = kv.layout().page_size;  // the pool's, which may differ from cfg.page_size
   const PageId page = row.pages[row.pos / ps];
   kv.store(layer, 0, page, row.pos % ps, k);

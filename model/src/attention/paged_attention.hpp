@@ -10,14 +10,22 @@
 #include "decoder/decoder_arch.hpp"
 #include "epd/model/config.hpp"
 #include "epd/model/kv_cache.hpp"
+#include "epd/model/positions.hpp"
 #include "epd/protocol/result.hpp"
 
 namespace epd::model::detail {
 
-// Where one LM input row goes: its sequence's page table and its position.
+// Where one LM input row goes: its sequence's page table and its KV slot `pos`, and where it rotates: its
+// position, which is the slot but for M-RoPE (epd/model/positions.hpp).
 struct RowTarget {
+  RowTarget() = default;
+  RowTarget(std::span<const PageId> pages_, uint32_t pos_)
+      : pages(pages_), pos(pos_), rope{pos_, pos_, pos_, pos_} {}
+  RowTarget(std::span<const PageId> pages_, uint32_t pos_, RopePosition rope_)
+      : pages(pages_), pos(pos_), rope(rope_) {}
   std::span<const PageId> pages;
-  uint32_t pos;
+  uint32_t pos = 0;
+  RopePosition rope;
 };
 
 // invalid_request unless the pages cover positions [0, end) and every page index is inside the pool.
@@ -34,10 +42,20 @@ class RopeTable {
   void apply(float* head, uint32_t pos) const;
   uint32_t dims() const { return static_cast<uint32_t>(2 * half_); }
 
+  // The angles of one row: the table's row of pos.t, or with M-RoPE sections each pair's from the
+  // component of `pos` its section names, gathered into `scratch` (2 * dims() / 2 floats).
+  struct Angles {
+    const float *cos, *sin;
+  };
+  Angles angles(const RopePosition& pos, std::span<float> scratch) const;
+  // Rotates the first dims() values of one head by a row's angles.
+  void apply(float* head, const Angles& a) const;
+
  private:
   RopeStyle style_;
   size_t half_;
   std::vector<float> cos_, sin_;
+  std::vector<uint8_t> component_;  // M-RoPE: per pair, which of (t, y, x, e) it turns by; empty: t
 };
 
 // Rotates the row's query heads (and scales them by q_scale) and its KV heads at the row's position, then

@@ -84,6 +84,7 @@ class Decoder final : public LlamaRunner {
       return invalid("penalized prefill chunk ending at " + std::to_string(uint64_t{start} + n) + " has " +
                      std::to_string(chunk.history.size()) + " history tokens");
     if (auto st = check_embeddings(chunk); !st) return st.error();
+    if (auto st = check_positions(chunk, start); !st) return st.error();
 
     x_.resize(n * d);
     targets_.resize(n);
@@ -94,7 +95,9 @@ class Decoder final : public LlamaRunner {
         std::memcpy(&x_[i * d], &chunk.embeddings[img_row++ * d], d * sizeof(float));
       else
         embed(t, &x_[i * d]);
-      targets_[i] = RowTarget{pages, static_cast<uint32_t>(start + i)};
+      const auto slot = static_cast<uint32_t>(start + i);
+      targets_[i] =
+          chunk.positions ? RowTarget{pages, slot, chunk.positions->at(slot)} : RowTarget{pages, slot};
     }
     // Bidirectional images: a row of an image sees up to its run's last row (the chunk holds the run).
     sees_to_.clear();
@@ -129,6 +132,9 @@ class Decoder final : public LlamaRunner {
       if (opts_.image_token && s.last_token == *opts_.image_token)
         return invalid("decode input token " + std::to_string(s.last_token) + " is not a text token");
       if (auto st = check_pages(pool.layout, s.pages, uint64_t{s.length} + 1); !st) return st;
+      if (s.position_lag > s.length || (s.position_lag != 0 && !cfg_.mrope))
+        return invalid("decode position lag " + std::to_string(s.position_lag) + " at length " +
+                       std::to_string(s.length) + (cfg_.mrope ? "" : " for a model without M-RoPE"));
       if (auto st = validate(s.sampling); !st) return st;
       if (s.sampling.penalized() && s.history.size() != uint64_t{s.length} + 1)
         return invalid("penalized decode sequence of length " + std::to_string(s.length) + " has " +
@@ -139,7 +145,8 @@ class Decoder final : public LlamaRunner {
     sees_to_.clear();
     for (size_t i = 0; i < n; ++i) {
       embed(batch[i].last_token, &x_[i * d]);
-      targets_[i] = RowTarget{batch[i].pages, batch[i].length};
+      const uint32_t p = batch[i].length - batch[i].position_lag;
+      targets_[i] = RowTarget{batch[i].pages, batch[i].length, RopePosition{p, p, p, p}};
     }
     forward(pool, n, /*prefill=*/false);
     compute_logits(x_.data(), n);
@@ -168,6 +175,26 @@ class Decoder final : public LlamaRunner {
     for (float v : chunk.embeddings)
       if (!std::isfinite(v) || std::fabs(v) > 1e6f)
         return invalid("image embedding not finite or out of range");
+    return {};
+  }
+
+  // An M-RoPE model's image rows rotate by their grid: the chunk must carry the prompt's positions, which
+  // must place an image row exactly where the chunk has one. Other models take none.
+  protocol::Status check_positions(const PrefillChunk& chunk, uint32_t start) const {
+    if (!chunk.positions) {
+      if (cfg_.mrope && opts_.image_token &&
+          std::find(chunk.tokens.begin(), chunk.tokens.end(), *opts_.image_token) != chunk.tokens.end())
+        return invalid("model " + cfg_.name + " rotates image rows by M-RoPE: the chunk needs their grids");
+      return {};
+    }
+    if (!cfg_.mrope) return invalid("model " + cfg_.name + " has no M-RoPE: its chunks take no positions");
+    for (size_t i = 0; i < chunk.tokens.size(); ++i) {
+      const bool image = opts_.image_token && chunk.tokens[i] == *opts_.image_token;
+      if (image != chunk.positions->is_image(uint32_t(start + i)))
+        return invalid("the prompt's positions place " + std::string(image ? "text" : "an image row") +
+                       " at slot " + std::to_string(start + i) + ", where the chunk has " +
+                       (image ? "an image row" : "text"));
+    }
     return {};
   }
 

@@ -3,6 +3,7 @@
 // scale and sliding windows, the feed-forward activation, the embedding scale and the logit soft-cap. Each
 // family's file (families/) fills it from its GGUF keys and tensors, the way llama.cpp's hyper-parameters
 // select what its graph builders compute; the defaults are Llama's (and the seeded reference model's).
+#include <array>
 #include <cstdint>
 #include <vector>
 
@@ -29,6 +30,10 @@ struct RopeSpec {
   uint32_t n_ctx_orig = 0;  // YaRN: the context the model was trained with
   std::vector<float>
       freq_factors;  // dims/2 divisors of each pair's frequency (Llama 3's rope_freqs), or none
+  // M-RoPE (ggml_rope_multi, Qwen2-VL): pair i turns by position component c of the row, the section that
+  // i % (sum of sections) falls in (t, y, x, e: RopePosition); all 0: one position per row.
+  std::array<uint32_t, 4> sections{};
+  bool multi() const { return sections[0] + sections[1] + sections[2] + sections[3] != 0; }
 };
 
 enum class Activation : uint8_t {

@@ -171,6 +171,7 @@ protocol::Result<GgufModel> read_gguf_model(const GgufFile& g) {
   }
 
   if (auto st = family.read_keys(keys, c, m.arch); !st) return st.error();
+  c.mrope = m.arch.rope.multi();
   if (const std::string k = keys.unread_key(); !k.empty())
     return bad(where, "metadata key " + k + " is not used by epd's " + std::string(family.name) +
                           " decoder (what it selects is not supported)");

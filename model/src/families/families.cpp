@@ -10,8 +10,8 @@ protocol::Status no_own_keys(KeyReader&, const ModelConfig&, detail::DecoderArch
 }
 
 std::span<const DecoderFamily* const> decoder_families() {
-  static const DecoderFamily* const all[] = {&kLlama,    &kMistral3, &kQwen2, &kQwen3,
-                                             &kQwen3Moe, &kGemma3,   &kPhi3};
+  static const DecoderFamily* const all[] = {&kLlama, &kMistral3, &kQwen2,  &kQwen2Vl,
+                                             &kQwen3, &kQwen3Moe, &kGemma3, &kPhi3};
   return all;
 }
 

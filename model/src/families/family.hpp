@@ -107,6 +107,7 @@ std::vector<std::string> gguf_key_names(const DecoderFamily& family);
 extern const DecoderFamily kLlama;
 extern const DecoderFamily kMistral3;
 extern const DecoderFamily kQwen2;
+extern const DecoderFamily kQwen2Vl;
 extern const DecoderFamily kQwen3;
 extern const DecoderFamily kGemma3;
 extern const DecoderFamily kPhi3;

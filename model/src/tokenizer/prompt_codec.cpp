@@ -97,6 +97,18 @@ protocol::Result<std::vector<TokenId>> PromptCodec::image_tokens(ImageDims dims)
   return out;
 }
 
+protocol::Result<std::vector<ImageGrid>> PromptCodec::image_grids(std::span<const ImageDims> images) const {
+  std::vector<ImageGrid> out;
+  if (!mmproj_) return out;
+  for (const ImageDims& dims : images) {
+    auto layout = image_layout(*mmproj_, dims);
+    if (!layout) return layout.error();
+    for (const LayoutItem& item : *layout)
+      if (item.cols) out.push_back(ImageGrid{item.cols, item.rows / item.cols});
+  }
+  return out;
+}
+
 protocol::Result<std::vector<TokenId>> PromptCodec::fits(std::vector<TokenId> ids) const {
   if (ids.empty()) return invalid("the prompt has no tokens");
   // A request's images land in one embedding slot of max_image_patches rows (encoder and prefill): more

@@ -1,6 +1,6 @@
 // An mmproj's header and an image's layout, after libmtmd (tools/mtmd of the pinned llama.cpp): the keys
-// clip.cpp reads, the fixed-size, Idefics3 and dynamic-size (Pixtral) preprocessors' sizes, and the markers
-// mtmd_tokenize emits.
+// clip.cpp reads, the fixed-size, Idefics3 and dynamic-size (Pixtral, Qwen2-VL) preprocessors' sizes, and the
+// markers mtmd_tokenize emits.
 #include "epd/model/mmproj.hpp"
 
 #include <algorithm>
@@ -22,12 +22,13 @@ protocol::Error bad(const std::string& path, const std::string& what) {
 
 // Projectors libmtmd runs that need what epd's runner lacks, and what that is.
 std::optional<std::string> lacking(const std::string& projector) {
-  static const std::string_view mrope[] = {
-      "qwen2vl_merger", "qwen2.5vl_merger", "qwen3vl_merger", "mimovl",    "glm4v",
-      "paddleocr",      "youtuvl",          "hunyuanvl",      "exaone4_5", "muse-glimmer"};
+  static const std::string_view mrope[] = {"qwen3vl_merger", "mimovl",    "glm4v",     "paddleocr",
+                                           "youtuvl",        "hunyuanvl", "exaone4_5", "muse-glimmer"};
   static const std::string_view non_causal[] = {"gemma4v", "gemma4uv", "deepseek4v"};
   for (auto p : mrope)
-    if (projector == p) return "M-RoPE (2-D image positions, as Qwen2-VL's language model uses them)";
+    if (projector == p)
+      return "M-RoPE in another arrangement than Qwen2-VL's (its own image positions, deep stacks or "
+             "markers)";
   for (auto p : non_causal)
     if (projector == p)
       return "non-causal attention over image rows in its own arrangement (Gemma 4's, DeepSeek's)";
@@ -151,6 +152,40 @@ protocol::Result<std::string> read_internvl(const GgufFile& g, MmprojInfo& info)
   return std::string("mm.model.mlp.3.weight");
 }
 
+// Qwen2-VL and Qwen2.5-VL: no layout keys beyond clip.vision.spatial_merge_size (2 when absent, and 2 is
+// what libmtmd's token counts and graph assume: `/ (patch_size * 2)`, an assert that the image is whole
+// 2 x 2 cells). The tensors the graph uses unconditionally are checked here: without them libmtmd aborts or
+// dereferences null while encoding (a type name on the wrong tensors crashed it), with a patch bias or a
+// class embedding it asserts.
+protocol::Result<std::string> read_qwen2vl(const GgufFile& g, MmprojInfo& info) {
+  auto merge = positive(g, "clip.vision.spatial_merge_size", false);
+  if (!merge) return merge.error();
+  if (*merge != 0 && *merge != 2)
+    return bad(g.name(), "spatial_merge_size " + std::to_string(*merge) + ": libmtmd's " +
+                             info.projector_name + " merges 2 x 2 patches only");
+  info.scale_factor = 2;
+  if (info.projector_name == "qwen2.5vl_merger") {
+    auto pattern = positive(g, "clip.vision.n_wa_pattern", true);  // clip.cpp requires it for 2.5
+    if (!pattern) return pattern.error();
+  }
+  for (const char* t : {"v.patch_embd.bias", "v.class_embd"})
+    if (g.tensor(t))
+      return bad(g.name(),
+                 std::string(t) + ": libmtmd's " + info.projector_name + " graph asserts there is none");
+  auto layers = positive(g, "clip.vision.block_count", true);
+  if (!layers) return layers.error();
+  std::vector<std::string> needed = {"v.patch_embd.weight", "v.patch_embd.weight.1", "mm.0.weight",
+                                     "mm.0.bias", "mm.2.bias"};
+  for (uint32_t i = 0; i < *layers; ++i)
+    for (const char* m : {"attn_q", "attn_k", "attn_v", "attn_out"})
+      for (const char* kind : {".weight", ".bias"})
+        needed.push_back("v.blk." + std::to_string(i) + "." + m + kind);
+  for (const std::string& t : needed)
+    if (!g.tensor(t))
+      return bad(g.name(), "missing " + t + ", which " + info.projector_name + "'s tower uses");
+  return std::string("mm.2.weight");
+}
+
 }  // namespace
 
 protocol::Result<MmprojInfo> read_mmproj_info(const std::string& path) {
@@ -190,10 +225,13 @@ protocol::Result<MmprojInfo> read_mmproj_info(const std::string& path) {
     info.projector = Projector::internvl;
   else if (name == "gemma3")
     info.projector = Projector::gemma3;
+  else if (name == "qwen2vl_merger" || name == "qwen2.5vl_merger")
+    info.projector = Projector::qwen2vl;
   else
     return bad(path, "projector '" + name +
                          "' is not one epd lays out (mlp: LLaVA-1.5 and 1.6; idefics3: SmolVLM; pixtral: "
-                         "Pixtral, Mistral-Small-3.1; internvl: InternVL 2.5 and 3; gemma3: Gemma 3)");
+                         "Pixtral, Mistral-Small-3.1; internvl: InternVL 2.5 and 3; gemma3: Gemma 3; "
+                         "qwen2vl_merger, qwen2.5vl_merger: Qwen2-VL, Qwen2.5-VL)");
 
   auto image_size = positive(g, "clip.vision.image_size", true);
   if (!image_size) return image_size.error();
@@ -208,6 +246,7 @@ protocol::Result<MmprojInfo> read_mmproj_info(const std::string& path) {
                               : info.projector == Projector::pixtral  ? read_pixtral
                               : info.projector == Projector::internvl ? read_internvl
                               : info.projector == Projector::gemma3   ? read_gemma3
+                              : info.projector == Projector::qwen2vl  ? read_qwen2vl
                                                                       : read_idefics3;
   auto out_tensor = header(g, info);
   if (!out_tensor) return out_tensor.error();
@@ -232,6 +271,8 @@ std::vector<std::string> layout_pieces(const MmprojInfo& info) {
     out = {"<img>", "</img>"};
   } else if (info.projector == Projector::gemma3) {
     out = {"<start_of_image>", "<end_of_image>"};
+  } else if (info.projector == Projector::qwen2vl) {
+    out = {"<|vision_start|>", "<|vision_end|>"};
   }
   return out;
 }
@@ -241,6 +282,16 @@ protocol::Status check_mmproj_pair(const MmprojInfo& info, const ModelConfig& lm
     return bad(info.path, "its projector writes rows of " + std::to_string(info.embedding_width) +
                               " values, the language model " + lm.name + " embeds " +
                               std::to_string(lm.d_model) + ": not a matching pair");
+  // libmtmd gives an image (t, y, x) positions when the language model rotates by M-RoPE, whatever the
+  // projector: only Qwen2-VL's rows are meant for them (another's would be a 1 x n grid).
+  if (info.projector == Projector::qwen2vl && !lm.mrope)
+    return bad(info.path, "projector '" + info.projector_name +
+                              "' places its rows by M-RoPE, the language model " + lm.name +
+                              " does not rotate by M-RoPE (a qwen2vl checkpoint does): not a matching pair");
+  if (info.projector != Projector::qwen2vl && lm.mrope)
+    return bad(info.path,
+               "the language model " + lm.name + " rotates by M-RoPE, projector '" + info.projector_name +
+                   "' lays out no 2-D image positions for it (Qwen2-VL's does): not a matching pair");
   return {};
 }
 
@@ -278,13 +329,13 @@ protocol::Result<std::vector<LayoutItem>> tile_runs(const MmprojInfo& info, Imag
   return std::vector<LayoutItem>(tiles + 1, LayoutItem{"", info.rows_per_image});
 }
 
-// Pixtral's image: resized, keeping its aspect, to whole cells of patch_size x merge pixels and between 8 and
-// 1024 cells (clip.cpp's set_limit_image_tokens(8, 1024); mtmd-image.cpp's calc_size_preserved_ratio, in
-// its float arithmetic so that every size rounds as libmtmd rounds it); the tower's rows are the cells row
-// by row, an [IMG_BREAK] row after each row of cells but the last; then [IMG_END].
-std::vector<LayoutItem> pixtral_layout(const MmprojInfo& info, ImageDims dims) {
+// The dynamic-size preprocessor (mtmd-image.cpp's mtmd_image_preprocessor_dyn_size): the image resized,
+// keeping its aspect, to whole cells of patch_size x merge pixels and between min_cells and max_cells cells
+// (clip.cpp's set_limit_image_tokens; calc_size_preserved_ratio, in its float arithmetic so that every size
+// rounds as libmtmd rounds it). Returns (columns, rows) of cells.
+ImageDims dyn_size_cells(const MmprojInfo& info, ImageDims dims, int64_t min_cells, int64_t max_cells) {
   const int align = int(info.patch_size * info.scale_factor);
-  const int64_t min_pixels = int64_t{8} * align * align, max_pixels = int64_t{1024} * align * align;
+  const int64_t min_pixels = min_cells * align * align, max_pixels = max_cells * align * align;
   const int width = int(dims.width), height = int(dims.height);
   const float a = float(align);
   const auto nearest = [&](float x) { return int(std::round(x / a)) * align; };
@@ -300,7 +351,13 @@ std::vector<LayoutItem> pixtral_layout(const MmprojInfo& info, ImageDims dims) {
     h = up(float(height) * beta);
     w = up(float(width) * beta);
   }
-  const uint32_t cols = uint32_t(w / align), rows = uint32_t(h / align);
+  return {uint32_t(w / align), uint32_t(h / align)};
+}
+
+// Pixtral's image: 8 to 1024 cells (clip.cpp's set_limit_image_tokens(8, 1024)); the tower's rows are the
+// cells row by row, an [IMG_BREAK] row after each row of cells but the last; then [IMG_END].
+std::vector<LayoutItem> pixtral_layout(const MmprojInfo& info, ImageDims dims) {
+  const auto [cols, rows] = dyn_size_cells(info, dims, 8, 1024);
   if (!info.row_breaks) return {{"", cols * rows}, {"[IMG_END]", 0}};
   return {{"", cols * rows + rows - 1, cols}, {"[IMG_END]", 0}};
 }
@@ -321,6 +378,13 @@ protocol::Result<std::vector<LayoutItem>> image_layout(const MmprojInfo& info, I
     return out;
   }
   if (info.projector == Projector::pixtral) return pixtral_layout(info, dims);
+  if (info.projector == Projector::qwen2vl) {
+    // 8 to 4096 cells of 2 x 2 patches (clip.cpp: set_limit_image_tokens(8, 4096) for QWEN2VL / QWEN25VL,
+    // no header keys), one row each, row by row: mtmd's nx = columns, ny = rows.
+    const auto [cols, rows] = dyn_size_cells(info, dims, 8, 4096);
+    return std::vector<LayoutItem>{
+        {"<|vision_start|>", 0}, {"", cols * rows, 0, cols}, {"<|vision_end|>", 0}};
+  }
   if (info.projector == Projector::gemma3)  // squeezed to one square, whatever its shape
     return std::vector<LayoutItem>{{"<start_of_image>", 0}, {"", info.rows_per_image}, {"<end_of_image>", 0}};
   if (info.projector == Projector::internvl) {  // <img>, the tiles and the overview, </img>

@@ -134,19 +134,29 @@ class MtmdEncoder : public ImageEncoder {
     return {};
   }
 
-  // mtmd's chunks against the layout the router computed: the same marker pieces and row runs, in order.
+  // mtmd's chunks against the layout the router computed: the same marker pieces and row runs, in order,
+  // and a run laid out as a grid (cols != 0: its rows take 2-D positions) is mtmd's nx x ny grid.
   protocol::Result<std::vector<LayoutItem>> check_layout(const mtmd_input_chunks& chunks,
                                                          ImageDims dims) const {
     auto layout = image_layout(info_, dims);
     if (!layout) return layout.error();
     std::string want, got;
     for (const LayoutItem& item : *layout)
-      want += item.rows ? "[" + std::to_string(item.rows) + " rows]" : escape_text(item.piece) + " ";
+      want += !item.rows ? escape_text(item.piece) + " "
+              : item.cols
+                  ? "[" + std::to_string(item.rows) + " rows: ny " + std::to_string(item.rows / item.cols) +
+                        ", nx " + std::to_string(item.cols) + "]"
+                  : "[" + std::to_string(item.rows) + " rows]";
     const llama_vocab* vocab = llama_model_get_vocab(vocab_model_.get());
     for (size_t i = 0; i < mtmd_input_chunks_size(&chunks); ++i) {
       const mtmd_input_chunk* c = mtmd_input_chunks_get(&chunks, i);
       if (mtmd_input_chunk_get_type(c) == MTMD_INPUT_CHUNK_TYPE_IMAGE) {
-        got += "[" + std::to_string(mtmd_input_chunk_get_n_tokens(c)) + " rows]";
+        const size_t n = mtmd_input_chunk_get_n_tokens(c);
+        const mtmd_image_tokens* image = mtmd_input_chunk_get_tokens_image(c);
+        if (mtmd_decode_use_mrope(ctx_.get()) && image && n)
+          got += mrope_grid(image, n);
+        else
+          got += "[" + std::to_string(n) + " rows]";
         continue;
       }
       size_t n = 0;
@@ -163,6 +173,25 @@ class MtmdEncoder : public ImageEncoder {
                                                            std::to_string(dims.width) + "x" +
                                                            std::to_string(dims.height) + " pixels");
     return layout;
+  }
+
+  // An M-RoPE image's n rows as mtmd positions them (its nx and ny getters are deprecated in favour of the
+  // positions): "[n rows: ny .., nx ..]" read off its last row, and any row not at (t, y, x) = (0, i / nx,
+  // i % nx), spelled out (the first few).
+  static std::string mrope_grid(const mtmd_image_tokens* image, size_t n) {
+    const mtmd_decoder_pos last = mtmd_image_tokens_get_decoder_pos(image, 0, n - 1);
+    const size_t nx = size_t(last.x) + 1, ny = size_t(last.y) + 1;
+    std::string out =
+        "[" + std::to_string(n) + " rows: ny " + std::to_string(ny) + ", nx " + std::to_string(nx) + "]";
+    int shown = 0;
+    for (size_t i = 0; i < n && shown < 3; ++i) {
+      const mtmd_decoder_pos p = mtmd_image_tokens_get_decoder_pos(image, 0, i);
+      if (p.t == 0 && p.y == i / nx && p.x == i % nx) continue;
+      out += "(row " + std::to_string(i) + " at t " + std::to_string(p.t) + ", y " + std::to_string(p.y) +
+             ", x " + std::to_string(p.x) + ")";
+      ++shown;
+    }
+    return out;
   }
 
   MmprojInfo info_;
@@ -204,7 +233,7 @@ protocol::Result<std::unique_ptr<ImageEncoder>> make_vision_encoder(const ModelC
   p.n_threads = int(cfg.threads);
   std::unique_ptr<mtmd_context, MtmdFree> ctx(mtmd_init_from_file(cfg.mmproj.c_str(), vocab.get(), p));
   if (!ctx) return config_error("libmtmd cannot load the mmproj " + cfg.mmproj);
-  if (!mtmd_support_vision(ctx.get()) || mtmd_decode_use_mrope(ctx.get()) ||
+  if (!mtmd_support_vision(ctx.get()) || mtmd_decode_use_mrope(ctx.get()) != cfg.mrope ||
       mtmd_decode_use_non_causal(ctx.get(), nullptr) != info->bidirectional)
     return config_error("mmproj " + cfg.mmproj + ": libmtmd runs it with what epd's runner lacks");
   return std::unique_ptr<ImageEncoder>(std::make_unique<MtmdEncoder>(std::move(*info), std::move(break_row),

@@ -4,7 +4,10 @@
 // errors go to stderr.
 //
 //   epd-mtmd-reference --model LM.gguf --mmproj MMPROJ.gguf [--image FILE]... --prompt TEXT [-n N]
-//                      [--threads T] [--embeddings OUT.bin] [--kv-type f16|f32]
+//                      [--threads T] [--embeddings OUT.bin] [--kv-type f16|f32] [--layout-only]
+//
+// --layout-only: mtmd_tokenize's layout alone (no context, nothing encoded or decoded): the "layout" of the
+// output, for images too large to encode in a test.
 //
 // --kv-type f16 (the default) runs llama.cpp as a user does: F16 KV cache, flash attention as it picks it
 // (on a CPU it rounds each query to f16 too). f32 is the oracle's: F32 KV cache, no flash attention, so
@@ -12,8 +15,9 @@
 // of Q, K and V, which can turn a near tie between two tokens in a random model's greedy answer.
 //
 // Output: {"layout": [{"type":"text","tokens":[ids]} | {"type":"image","tokens":N,"id":SHA-256 of the image
-// file}...], "n_past": the prompt's positions, "generated": [ids] (greedy, stops before an end-of-generation
-// token), "encode_us": [per image chunk], "ttft_us": from the prompt's first chunk to the first token}.
+// file, with an M-RoPE language model "nx","ny": its grid of positions}...], "n_past": the prompt's
+// positions, "generated": [ids] (greedy, stops before an end-of-generation token), "encode_us": [per image
+// chunk], "ttft_us": from the prompt's first chunk to the first token}.
 // --embeddings writes every image chunk's encoder output in chunk order: int32 n_rows, int32 n_embd, then
 // float32[n_rows][n_embd].
 //
@@ -48,6 +52,7 @@ struct Args {
   int n_predict = 16;
   int threads = 2;
   bool f32_kv = false;
+  bool layout_only = false;
 };
 
 [[noreturn]] void fail(const std::string& message) {
@@ -75,6 +80,10 @@ Args parse_args(int argc, char** argv) {
   bool has_prompt = false;
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
+    if (flag == "--layout-only") {
+      args.layout_only = true;
+      continue;
+    }
     if (i + 1 >= argc) fail("missing value after " + flag);
     const std::string value = argv[++i];
     if (flag == "--model")
@@ -200,9 +209,21 @@ int run(const Args& args) {
       layout.push_back({{"type", "text"}, {"tokens", std::vector<llama_token>(tokens, tokens + n)}});
     } else {
       const size_t n = mtmd_input_chunk_get_n_tokens(chunk);
-      layout.push_back({{"type", "image"}, {"tokens", n}, {"id", mtmd_input_chunk_get_id(chunk)}});
+      nlohmann::json image = {{"type", "image"}, {"tokens", n}, {"id", mtmd_input_chunk_get_id(chunk)}};
+      if (mtmd_decode_use_mrope(mctx.get()) && n) {
+        // The grid as mtmd positions it (its nx / ny getters are deprecated): the last row's (x, y) + 1.
+        const mtmd_decoder_pos last =
+            mtmd_image_tokens_get_decoder_pos(mtmd_input_chunk_get_tokens_image(chunk), 0, n - 1);
+        image["nx"] = last.x + 1;
+        image["ny"] = last.y + 1;
+      }
+      layout.push_back(std::move(image));
       largest_chunk = std::max(largest_chunk, n);
     }
+  }
+  if (args.layout_only) {
+    std::cout << nlohmann::json{{"layout", layout}}.dump() << std::endl;
+    return 0;
   }
 
   // One batch (and micro-batch) holds a whole image chunk: non-causal projectors need it in one piece.

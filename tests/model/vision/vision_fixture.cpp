@@ -75,6 +75,12 @@ bool is_internvl(const VisionSpec& s) {
 bool is_gemma3(const VisionSpec& s) {
   return s.projector == "gemma3";
 }
+bool is_qwen25vl(const VisionSpec& s) {
+  return s.projector == "qwen2.5vl";
+}
+bool is_qwen2vl(const VisionSpec& s) {  // Qwen2-VL or Qwen2.5-VL
+  return s.projector == "qwen2vl" || is_qwen25vl(s);
+}
 
 // A LayerNorm ViT block with biases everywhere (CLIP, SigLIP; InternViT adds its layer scales).
 void write_layer_norm_block(TensorMaker& t, const std::string& b, uint64_t d, uint64_t ff,
@@ -142,8 +148,48 @@ void write_pixtral_tensors(TensorMaker& t, const VisionSpec& s, const VisionLayo
   t.vec("v.token_embd.img_break", out, 0.0f, 1.0f);
 }
 
+// Qwen2-VL's and Qwen2.5-VL's tower and merger (the header's comment says which tensors and why).
+void write_qwen2vl_tensors(TensorMaker& t, const VisionSpec& s, const VisionLayout& l) {
+  const uint64_t d = s.vision_width, ff = s.vision_ffn, out = l.output_width, p = l.patch_size;
+  const bool v25 = is_qwen25vl(s);
+  // The Conv3D's two temporal slices: a still image is both frames, so it meets both kernels.
+  for (const char* name : {"v.patch_embd.weight", "v.patch_embd.weight.1"})
+    t.f32(name, {p, p, 3, d}, std::sqrt(1.5f / static_cast<float>(3 * p * p)));
+  for (uint32_t i = 0; i < s.vision_layers; ++i) {
+    const std::string b = "v.blk." + std::to_string(i) + ".";
+    if (!v25) {
+      write_layer_norm_block(t, b, d, ff, /*layer_scales=*/false);
+      continue;
+    }
+    t.vec(b + "ln1.weight", d, 1.0f, 0.1f);  // RMSNorm
+    for (const std::string m : {"attn_q", "attn_k", "attn_v"}) {
+      t.matrix(b + m + ".weight", d, d, m == "attn_v" ? 1.0f : 1.5f);
+      t.vec(b + m + ".bias", d, 0.0f, 0.05f);
+    }
+    t.matrix(b + "attn_out.weight", d, d, 0.7f);
+    t.vec(b + "attn_out.bias", d, 0.0f, 0.05f);
+    t.vec(b + "ln2.weight", d, 1.0f, 0.1f);
+    for (const std::string m : {"ffn_gate", "ffn_up"}) {
+      t.matrix(b + m + ".weight", d, ff, 1.0f);
+      t.vec(b + m + ".bias", ff, 0.0f, 0.05f);
+    }
+    t.matrix(b + "ffn_down.weight", ff, d, 0.7f);
+    t.vec(b + "ffn_down.bias", d, 0.0f, 0.05f);
+  }
+  // The merger: its norm (ln_q) on each patch, then 2 x 2 neighbours' features -> mm.0 -> GELU -> mm.2.
+  if (v25)
+    t.vec("v.post_ln.weight", d, 1.0f, 0.1f);
+  else
+    t.layer_norm("v.post_ln", d);
+  t.matrix("mm.0.weight", 4 * d, 4 * d, 1.0f);
+  t.vec("mm.0.bias", 4 * d, 0.0f, 0.05f);
+  t.matrix("mm.2.weight", 4 * d, out, 1.0f);
+  t.vec("mm.2.bias", out, 0.0f, 0.05f);
+}
+
 protocol::Status write_mmproj(const VisionSpec& s, const VisionLayout& l, const fs::path& path) {
   const bool gem = is_gemma3(s), sig = is_idefics3(s) || gem, pix = is_pixtral(s), ivl = is_internvl(s);
+  const bool qvl = is_qwen2vl(s);
   const uint64_t d = s.vision_width, ff = s.vision_ffn, out = l.output_width;
   const uint64_t side = l.image_size / l.patch_size, n_pos = side * side;
   GgufWriter w;
@@ -153,12 +199,15 @@ protocol::Status write_mmproj(const VisionSpec& s, const VisionLayout& l, const 
                                : sig ? "epd-test-smolvlm-mmproj"
                                : pix ? "epd-test-pixtral-mmproj"
                                : ivl ? "epd-test-internvl-mmproj"
+                               : qvl ? "epd-test-qwen2vl-mmproj"
                                      : "epd-test-llava-mmproj");
   w.set_u32("general.file_type", s.f16_matrices ? 1 : 0);
   w.set_bool("clip.has_vision_encoder", true);
-  w.set_string("clip.projector_type", s.projector);
-  w.set_bool("clip.use_gelu", sig || ivl);     // SigLIP, InternViT: GELU; CLIP: quick GELU
-  if (pix) w.set_bool("clip.use_silu", true);  // Pixtral: gated SiLU
+  w.set_string("clip.projector_type", !qvl             ? s.projector
+                                      : is_qwen25vl(s) ? "qwen2.5vl_merger"
+                                                       : "qwen2vl_merger");
+  w.set_bool("clip.use_gelu", sig || ivl);                       // SigLIP, InternViT: GELU; CLIP: quick GELU
+  if (pix || is_qwen25vl(s)) w.set_bool("clip.use_silu", true);  // Pixtral, Qwen2.5-VL: gated SiLU
   w.set_u32("clip.vision.image_size", l.image_size);
   w.set_u32("clip.vision.patch_size", l.patch_size);
   w.set_u32("clip.vision.embedding_length", s.vision_width);
@@ -176,6 +225,7 @@ protocol::Status write_mmproj(const VisionSpec& s, const VisionLayout& l, const 
   if (sig && !gem) w.set_u32("clip.vision.preproc_image_size", l.preproc_image_size);
   if (pix && l.scale_factor > 1) w.set_u32("clip.vision.spatial_merge_size", l.scale_factor);
   if (!s.pinpoints.empty()) w.set_i32s("clip.vision.image_grid_pinpoints", s.pinpoints);
+  if (is_qwen25vl(s)) w.set_u32("clip.vision.n_wa_pattern", 2);  // blocks 0 and 2 windowed, 1 full
   if (ivl) {
     w.set_u32("clip.vision.projector.scale_factor", l.scale_factor);
     w.set_u32("clip.vision.preproc_min_tiles", 1);
@@ -183,9 +233,10 @@ protocol::Status write_mmproj(const VisionSpec& s, const VisionLayout& l, const 
   }
 
   TensorMaker t(w, s.seed, s.f16_matrices);
-  if (pix || ivl) {
+  if (pix || ivl || qvl) {
     if (pix) write_pixtral_tensors(t, s, l);
     if (ivl) write_internvl_tensors(t, s, l);
+    if (qvl) write_qwen2vl_tensors(t, s, l);
     return w.write(path.string());
   }
   const uint64_t p = l.patch_size;
@@ -220,6 +271,7 @@ protocol::Status write_mmproj(const VisionSpec& s, const VisionLayout& l, const 
 
 protocol::Result<VisionLayout> vision_layout(const VisionSpec& s) {
   const bool gem = is_gemma3(s), sig = is_idefics3(s), pix = is_pixtral(s), ivl = is_internvl(s);
+  const bool qvl = is_qwen2vl(s);
   const bool merged = pix && s.spatial_merge > 1;
   VisionLayout l;
   l.image_size = s.image_size ? s.image_size
@@ -232,6 +284,7 @@ protocol::Result<VisionLayout> vision_layout(const VisionSpec& s) {
   l.scale_factor = gem          ? (s.scale_factor == 2 ? 4 : s.scale_factor)  // the default 2 is idefics3's
                    : sig || ivl ? s.scale_factor
                    : pix        ? std::max(s.spatial_merge, 1u)
+                   : qvl        ? 2
                                 : 1;
   l.preproc_image_size = sig ? (s.preproc_image_size ? s.preproc_image_size : 2 * l.image_size) : 0;
   l.output_width = s.projector_width ? s.projector_width : s.lm_width;
@@ -240,13 +293,13 @@ protocol::Result<VisionLayout> vision_layout(const VisionSpec& s) {
   const uint32_t side = l.image_size / l.patch_size;
   if ((sig || ivl || gem) && (l.scale_factor < 2 || side % l.scale_factor != 0))
     return bad("idefics3, internvl and gemma3 need scale_factor >= 2 dividing image_size / patch_size");
-  // Pixtral's 2-D RoPE turns pairs of each half of a head.
-  if (pix && (s.vision_heads == 0 || (s.vision_width / s.vision_heads) % 4 != 0))
-    return bad("pixtral needs a vision head size divisible by 4");
+  // Pixtral's 2-D RoPE turns pairs of each half of a head; Qwen2-VL's M-RoPE has 4 sections of d_head / 4.
+  if ((pix || qvl) && (s.vision_heads == 0 || (s.vision_width / s.vision_heads) % 4 != 0))
+    return bad("pixtral and qwen2vl need a vision head size divisible by 4");
   if (s.vision_heads == 0 || s.vision_width % s.vision_heads != 0 || s.vision_ffn == s.vision_width ||
       s.vision_layers < 2 || l.output_width == 0)
     return bad("bad vision tower shape");
-  l.rows_per_chunk = pix ? 0 : side * side / (l.scale_factor * l.scale_factor);
+  l.rows_per_chunk = pix || qvl ? 0 : side * side / (l.scale_factor * l.scale_factor);
   return l;
 }
 
@@ -299,6 +352,14 @@ protocol::Result<VisionModelPaths> write_vision_model(const VisionSpec& spec, co
     lm.sliding_window = 16;
     lm.swa_pattern = 2;  // layer 1 global: the answer reads the image
     lm.extra_special_tokens.insert(lm.extra_special_tokens.end(), {"<start_of_image>", "<end_of_image>"});
+  }
+  if (is_qwen2vl(spec)) {  // Qwen2-VL's language model: qwen2's blocks with M-RoPE, its image markers
+    lm.arch = "qwen2vl";
+    // Of a head's pairs a quarter turn by t, three eighths each by y and x, as Qwen2.5-VL's 16, 24, 24, 0
+    // of 64 (2, 3, 3, 0 of a 16-wide head's 8).
+    const int32_t pairs = int32_t(spec.lm_width / spec.lm_heads / 2);
+    lm.rope_sections = {pairs / 4, pairs * 3 / 8, pairs * 3 / 8, 0};
+    lm.extra_special_tokens.insert(lm.extra_special_tokens.end(), {"<|vision_start|>", "<|vision_end|>"});
   }
   lm.extra_tokens = {"\n\n"};
   // The checkpoint writer names its file model.gguf: write it in a scratch folder, then move it.

@@ -55,18 +55,33 @@
 //   "<end_of_image>"; the rows of one image attend to each other both ways. Its LM is a "gemma3" checkpoint
 //   (sliding window 16 on layer 0, layer 1 global: else the answer could not read an image 16 rows back).
 //
+// "qwen2vl" (Qwen2-VL; "qwen2.5vl": Qwen2.5-VL): a ViT with 2-D M-RoPE and no learned positions: the
+//   Conv3D patch embedding split as the converter splits it into v.patch_embd.weight and .weight.1 (its two
+//   temporal slices; a still image meets both, no bias), no pre-norm, LayerNorm blocks with biases
+//   everywhere and quick-GELU (2.5: RMSNorm blocks, gated SiLU FFN with biases, window attention on blocks
+//   0 and 2 by clip.vision.n_wa_pattern 2), the merger's norm as v.post_ln, then 2 x 2 neighbouring
+//   patches' features -> mm.0 (4 d -> 4 d) + GELU -> mm.2 (4 d -> out), with biases. image_size 112 /
+//   patch 14 (the header's image size does not shape the layout). An image is resized as Pixtral's to whole
+//   cells of 2 patches (28 pixels), 8 to 4096 cells (mmproj.cpp says how it rounds), one row a cell, row by
+//   row, between "<|vision_start|>" and "<|vision_end|>" (control tokens of the LM): 48 x 48 -> 3 x 3 = 9
+//   rows, 200 x 100 -> 7 x 4 = 28. Its LM is a "qwen2vl" checkpoint (qwen2's Q/K/V biases, rotation in
+//   halves, rope.dimension_sections a quarter, 3/8 and 3/8 of a head's pairs: 2, 3, 3, 0 of 8), whose image
+//   rows llama.cpp places at (t, y, x) = the image's first position plus (0, row, column).
+//
 // Checked with llama.cpp v0.5.0's llama-mtmd-cli: both layouts load and generate; a pair whose
 // projector_width differs from lm_width is refused ("mismatch between text model (n_embd = 64) and mmproj
 // (n_embd = 96)"); "no_such_projector" is refused ("unknown projector type"); "qwen2vl_merger" (a type
-// llama.cpp knows, with the mlp tensors) crashes it (SIGSEGV while encoding): refuse it before libmtmd.
+// llama.cpp knows, with the mlp tensors) crashes it (SIGSEGV while encoding): epd refuses it before libmtmd,
+// naming the tensor its graph needs (v.patch_embd.weight.1).
 //
 // The language model (CheckpointSpec, GGUF only, file lm.gguf): width lm_width, ChatML chat template, and
 // this vocabulary (SentencePiece "llama" model, vocab 384): 0 <unk>, 1 <s>, 2 </s>, 3..258 byte tokens
 // <0x00>..<0xFF> ("\n" is <0x0A> = id 13: mtmd finds "\n" by comparing token_to_piece(id, special=true), the
 // first id whose piece is exactly "\n"), 259 <|im_start|>, 260 <|im_end|> (control), 261
 // <fake_token_around_image>, 262 <global-img>, 263 + 6(Y-1) + (X-1) <row_Y_col_X> for Y, X in 1..6 (control,
-// 263..298), for pixtral 299 [IMG_END], for internvl 299 <img> and 300 </img> (control), then "\n\n" (a
-// normal piece), then word pieces "▁w<id>".
+// 263..298), for pixtral 299 [IMG_END], for internvl 299 <img> and 300 </img>, for gemma3 299
+// <start_of_image> and 300 <end_of_image>, for qwen2vl 299 <|vision_start|> and 300 <|vision_end|>
+// (control), then "\n\n" (a normal piece), then word pieces "▁w<id>".
 //
 // Tensor types: norms, biases, patch and position embeddings f32; the blocks' and projector's matrices f16
 // (f32 with f16_matrices = false). Weights are uniform with fan-in scaling (activations of order 1).
@@ -80,9 +95,9 @@
 namespace epd::model::testing {
 
 struct VisionSpec {
-  // "mlp" (LLaVA) | "idefics3" (SmolVLM) | "pixtral" | "internvl" | "gemma3"; any other string is written as
-  // is as clip.projector_type, with the mlp layout's tensors (for tests of refusal: "qwen2vl_merger",
-  // "no_such_projector").
+  // "mlp" (LLaVA) | "idefics3" (SmolVLM) | "pixtral" | "internvl" | "gemma3" | "qwen2vl" | "qwen2.5vl"; any
+  // other string is written as is as clip.projector_type, with the mlp layout's tensors (for tests of
+  // refusal: "qwen2vl_merger" without Qwen2-VL's tensors, "qwen3vl_merger", "no_such_projector").
   std::string projector = "mlp";
   uint32_t lm_width = 64;            // the LM's d_model
   uint32_t projector_width = 0;      // the mmproj's output width; 0 = lm_width (else a mismatched pair)
@@ -114,8 +129,9 @@ struct VisionLayout {
   uint32_t patch_size = 0;
   uint32_t scale_factor = 1;        // 1 for mlp; pixtral: the spatial merge
   uint32_t preproc_image_size = 0;  // 0 for mlp
-  uint32_t rows_per_chunk = 0;  // mlp: an image's rows; idefics3: a tile's (and the overview's); pixtral 0
-  uint32_t output_width = 0;    // the projector's output width
+  uint32_t rows_per_chunk =
+      0;  // mlp: an image's rows; idefics3: a tile's (and the overview's); pixtral, qwen2vl 0
+  uint32_t output_width = 0;  // the projector's output width
 };
 protocol::Result<VisionLayout> vision_layout(const VisionSpec& spec);
 

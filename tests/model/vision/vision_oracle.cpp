@@ -44,8 +44,9 @@ std::string quoted(const std::string& s) {
 
 OracleRun run_mtmd_reference(const std::string& reference, const std::string& lm, const std::string& mmproj,
                              const std::vector<fs::path>& images, const std::string& prompt,
-                             uint32_t n_predict, TokenId image_id, bool embeddings, int threads,
-                             bool f32_kv) {
+                             uint32_t n_predict, TokenId image_id, bool embeddings, int threads, bool f32_kv,
+                             bool layout_only) {
+  embeddings = embeddings && !layout_only;  // nothing is encoded
   const fs::path emb_file =
       fs::temp_directory_path() / ("epd-mtmd-emb-" + std::to_string(::getpid()) + ".bin");
   std::string cmd = "timeout 120 " + quoted(reference) + " --model " + quoted(lm) + " --mmproj " +
@@ -54,6 +55,7 @@ OracleRun run_mtmd_reference(const std::string& reference, const std::string& lm
   for (const auto& f : images) cmd += " --image " + quoted(f.string());
   if (embeddings) cmd += " --embeddings " + quoted(emb_file.string());
   if (f32_kv) cmd += " --kv-type f32";
+  if (layout_only) cmd += " --layout-only";
   FILE* p = ::popen(cmd.c_str(), "r");
   if (!p) throw std::runtime_error("cannot run " + cmd);
   std::string out;
@@ -70,8 +72,11 @@ OracleRun run_mtmd_reference(const std::string& reference, const std::string& lm
       const uint32_t rows = chunk.at("tokens").get<uint32_t>();
       run.prompt.insert(run.prompt.end(), rows, image_id);
       run.image_chunks.push_back(rows);
+      if (chunk.contains("nx"))
+        run.image_grids.emplace_back(chunk.at("nx").get<uint32_t>(), chunk.at("ny").get<uint32_t>());
     }
   }
+  if (layout_only) return run;
   run.generated = j.at("generated").get<std::vector<TokenId>>();
   run.ttft_ms = j.value("ttft_us", 0.0) / 1000;
   for (const auto& us : j.value("encode_us", nlohmann::json::array()))

@@ -1,7 +1,7 @@
 // llama.cpp's multimodal library as the oracle of epd's vision path, on random LLaVA-1.5 and -1.6 ("mlp",
 // without and with pinpoints), SmolVLM
-// ("idefics3"), Pixtral and Mistral-Small-3.1 ("pixtral", without and with the patch merger) and InternVL
-// ("internvl") pairs: the
+// ("idefics3"), Pixtral and Mistral-Small-3.1 ("pixtral", without and with the patch merger), InternVL
+// ("internvl"), Gemma 3 and Qwen2-VL / Qwen2.5-VL ("qwen2vl", "qwen2.5vl": M-RoPE) pairs: the
 // prompt epd lays out for text + images is token for token the one mtmd_tokenize lays out (BOS, template,
 // markers, each image's rows), the encoder's rows are libmtmd's, and the greedy answer is llama.cpp's
 // (libllama + libmtmd, epd-mtmd-reference), colocated and with decode in another KV layout. Files epd does
@@ -109,9 +109,9 @@ TEST_CASE("vision: epd lays out text and images as libmtmd does, and answers as 
           "[vision][oracle]") {
   VisionSpec merged;
   merged.spatial_merge = 2;
-  const std::pair<const char*, VisionSpec> pairs[] = {{"mlp", {}},     {"mlp", anyres()},   {"idefics3", {}},
-                                                      {"pixtral", {}}, {"pixtral", merged}, {"internvl", {}},
-                                                      {"gemma3", {}}};
+  const std::pair<const char*, VisionSpec> pairs[] = {
+      {"mlp", {}},      {"mlp", anyres()}, {"idefics3", {}}, {"pixtral", {}},  {"pixtral", merged},
+      {"internvl", {}}, {"gemma3", {}},    {"qwen2vl", {}},  {"qwen2.5vl", {}}};
   for (const auto& [projector, spec] : pairs) {
     INFO("spatial merge " << spec.spatial_merge << ", pinpoints " << spec.pinpoints.size() / 2);
     Pair pair(projector, spec);
@@ -153,15 +153,31 @@ TEST_CASE("vision: epd lays out text and images as libmtmd does, and answers as 
       opts.max_tokens = 12;
       opts.dtype = DType::f32;  // as the oracle's KV cache
       opts.stop_tokens.assign(codec->stop_tokens().begin(), codec->stop_tokens().end());
+      auto grids = codec->image_grids(kCases[i].sizes);  // Qwen2-VL's: where its image rows rotate
+      REQUIRE(grids.ok());
+      opts.image_grids = *grids;
       for (bool staged : {false, true}) {
         if (staged) opts.decode_kv = KvLayoutChoice{4, DType::f32, KvDimOrder::head_token_dim};
-        if (staged && pair.cfg.bidirectional_images) opts.chunk = 8;
+        if (staged && (pair.cfg.bidirectional_images || pair.cfg.mrope)) opts.chunk = 8;
         auto ours = generate_tokens(**runner, *ids, opts, p.images);
         REQUIRE(ours.ok());
         std::vector<TokenId> answer = ours->tokens;
         if (ours->stopped_at_eos) answer.pop_back();  // llama.cpp's run ends before the end token
         INFO("staged " << staged);
         CHECK(answer == theirs.generated);
+        // M-RoPE: an answer resumed after its first 3 tokens (which end the prompt, replayed as decode steps
+        // as a hand-over replays them) goes on as the whole run did: they rotate behind their slots by the
+        // images' lag, as the tokens decode draws after them do.
+        if (pair.cfg.mrope && ours->tokens.size() > 3) {
+          GenerateOptions rest = opts;
+          rest.first_index = 3;
+          rest.max_tokens = opts.max_tokens - 3;
+          std::vector<TokenId> resumed_prompt = *ids;
+          resumed_prompt.insert(resumed_prompt.end(), ours->tokens.begin(), ours->tokens.begin() + 3);
+          auto resumed = generate_tokens(**runner, resumed_prompt, rest, p.images);
+          REQUIRE(resumed.ok());
+          CHECK(resumed->tokens == std::vector<TokenId>(ours->tokens.begin() + 3, ours->tokens.end()));
+        }
       }
     }
   }
@@ -194,6 +210,75 @@ TEST_CASE("vision: Pixtral's resize to 8..1024 cells rounds every size as libmtm
       CHECK(e->tokens == rows);
     }
   }
+}
+
+TEST_CASE(
+    "vision: Qwen2-VL's smart resize to 8..4096 cells lays out every size as libmtmd does, grid and all",
+    "[vision]") {
+  // Every path of the resize (kept and rounded to whole 28-pixel cells, scaled up to 8 cells, scaled down
+  // to 4096), extreme aspect ratios, and sizes whose cell counts round differently in double than in
+  // libmtmd's float: 9x8 (float 4 x 3 cells, double 3 x 3), 8x144 (1 x 13 / 1 x 12), 1812x1812 (64 x 64 /
+  // 63 x 63), 908x3632 (31 x 127 / 32 x 128). The small ones are encoded (the encoder compares the layout
+  // and the grid of positions with mtmd_tokenize's and fails naming both); all are laid out by llama.cpp
+  // itself (epd-mtmd-reference --layout-only), whose rows and nx x ny grid must be epd's.
+  const ImageDims encoded[] = {{1, 1},   {15, 15}, {48, 48},   {9, 8},     {2, 9},    {8, 144},
+                               {100, 3}, {3, 100}, {200, 100}, {640, 480}, {1, 16384}};
+  const ImageDims laid_out[] = {{1812, 1812}, {908, 3632}, {3000, 2000}, {16384, 210}, {16384, 1}};
+  Pair pair("qwen2vl");
+  auto codec = pair.codec();
+  auto encoder = make_vision_encoder(pair.cfg);
+  REQUIRE(encoder.ok());
+  std::vector<ImageDims> all(std::begin(encoded), std::end(encoded));
+  all.insert(all.end(), std::begin(laid_out), std::end(laid_out));
+  std::vector<fs::path> files;
+  std::string prompt;
+  std::vector<std::string> grids;  // epd's nx x ny
+  std::vector<uint32_t> rows;
+  for (const ImageDims& dims : all) {
+    INFO(dims.width << "x" << dims.height);
+    auto layout = image_layout(*codec->mmproj(), dims);
+    REQUIRE(layout.ok());
+    REQUIRE(layout->size() == 3);
+    CHECK((*layout)[0].piece == "<|vision_start|>");
+    CHECK((*layout)[2].piece == "<|vision_end|>");
+    const LayoutItem& run = (*layout)[1];
+    REQUIRE(run.cols != 0);
+    CHECK(run.rows % run.cols == 0);
+    CHECK(run.rows >= 8);
+    CHECK(run.rows <= 4096);
+    grids.push_back(std::to_string(run.cols) + " x " + std::to_string(run.rows / run.cols));
+    rows.push_back(run.rows);
+    // Only the size matters to the layout: a flat picture keeps the large files small.
+    files.push_back(pair.dir / ("resize-" + std::to_string(files.size()) + ".png"));
+    write_png_file(files.back(), Image{dims.width, dims.height,
+                                       std::vector<uint8_t>(size_t(dims.width) * dims.height * 3, 90)});
+    prompt += "<__media__>";
+  }
+  const OracleRun theirs = run_mtmd_reference(EPD_MTMD_REFERENCE, pair.paths.lm, pair.paths.mmproj, files,
+                                              prompt + "x", 0, *image_token(pair.cfg), false, 2, false,
+                                              /*layout_only=*/true);
+  CHECK(theirs.image_chunks == rows);
+  std::vector<std::string> their_grids;
+  for (const auto& [nx, ny] : theirs.image_grids)
+    their_grids.push_back(std::to_string(nx) + " x " + std::to_string(ny));
+  CHECK(their_grids == grids);
+  for (const ImageDims& dims : encoded) {
+    INFO(dims.width << "x" << dims.height);
+    auto e = (*encoder)->encode(make_test_image(dims.width, dims.height, dims.width * 7 + dims.height));
+    if (!e) FAIL(e.error().detail);
+    CHECK(e->tokens == layout_rows(*image_layout(*codec->mmproj(), dims)));
+  }
+  // Past the limits: a side longer than any decoder takes, and more rows than an image may take here
+  // (min(max_seq, 4096) = 1024), refused at the router naming the limit.
+  auto wide = image_layout(*codec->mmproj(), {16385, 1});
+  REQUIRE_FALSE(wide.ok());
+  CHECK(wide.error().code == epd::protocol::ErrorCode::invalid_request);
+  CHECK_THAT(wide.error().detail, Catch::Contains("16385x1") && Catch::Contains("16384"));
+  const ImageDims big[] = {{3000, 2000}};
+  auto over = codec->prompt("x", big);
+  REQUIRE_FALSE(over.ok());
+  CHECK(over.error().code == epd::protocol::ErrorCode::invalid_request);
+  CHECK_THAT(over.error().detail, Catch::Contains("3000x2000") && Catch::Contains("more than the 1024"));
 }
 
 TEST_CASE("vision: LLaVA-1.6 picks the pinpoint libmtmd picks for every shape", "[vision]") {
@@ -252,15 +337,16 @@ TEST_CASE("vision: an image the tiling cannot lay out is a clear error, not a cr
 }
 
 TEST_CASE("vision: mmproj files epd cannot serve are refused at start, naming what is missing", "[vision]") {
-  auto refusal = [](const Pair& pair) {
-    auto codec = PromptCodec::for_model(pair.cfg);
-    auto encoder = make_vision_encoder(pair.cfg);
+  auto refused = [](const ModelConfig& cfg) {
+    auto codec = PromptCodec::for_model(cfg);
+    auto encoder = make_vision_encoder(cfg);
     REQUIRE_FALSE(codec.ok());
     REQUIRE_FALSE(encoder.ok());
     CHECK(codec.error().code == epd::protocol::ErrorCode::config_error);
     CHECK(encoder.error().detail == codec.error().detail);  // the router and the encoder say the same
     return encoder.error().detail;
   };
+  auto refusal = [&](const Pair& pair) { return refused(pair.cfg); };
   {
     VisionSpec wide;
     wide.projector_width = 96;  // the projector writes 96-wide rows, the LM embeds 64
@@ -268,8 +354,28 @@ TEST_CASE("vision: mmproj files epd cannot serve are refused at start, naming wh
     CHECK_THAT(refusal(pair), Catch::Contains("rows of 96 values") && Catch::Contains("embeds 64"));
   }
   {
+    Pair pair("qwen3vl_merger");
+    CHECK_THAT(refusal(pair), Catch::Contains("qwen3vl_merger") && Catch::Contains("M-RoPE"));
+  }
+  {
+    // A Qwen2-VL type name on another tower's tensors: libmtmd would crash encoding it.
     Pair pair("qwen2vl_merger");
-    CHECK_THAT(refusal(pair), Catch::Contains("qwen2vl_merger") && Catch::Contains("M-RoPE"));
+    CHECK_THAT(refusal(pair), Catch::Contains("missing v.patch_embd.weight.1"));
+  }
+  {
+    // Qwen2-VL's projector with a language model that does not rotate by M-RoPE, and an M-RoPE language
+    // model with a projector whose rows are not a grid: mtmd would place the rows as neither meant.
+    Pair qwen("qwen2vl"), llava("mlp");
+    auto lm_of = [](const Pair& pair) {
+      auto c = read_checkpoint_config(pair.paths.lm);
+      REQUIRE(c.ok());
+      return *c;
+    };
+    CHECK_THAT(refused(with_mmproj(lm_of(llava), qwen.paths.mmproj)),
+               Catch::Contains("'qwen2vl_merger' places its rows by M-RoPE") &&
+                   Catch::Contains("does not rotate by M-RoPE"));
+    CHECK_THAT(refused(with_mmproj(lm_of(qwen), llava.paths.mmproj)),
+               Catch::Contains("rotates by M-RoPE, projector 'mlp'"));
   }
   {
     Pair pair("gemma4v");

@@ -66,6 +66,7 @@ class ChunkGrid {
 
 // Computes `piece` of `prompt` into `pages` (its image rows from `embeddings`). Returns the token after the
 // piece, drawn as `draw` says (its sampling, index `generated`, constraint and logprobs) where the piece ends
+// (and rotated at draw.positions throughout, for M-RoPE)
 // the prompt; history and constraint are read only then.
 protocol::Result<TokenId> compute_piece(ModelRunner& runner, const KvPool& pool,
                                         std::span<const PageId> pages, const ChunkGrid::Piece& piece,

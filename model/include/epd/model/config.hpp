@@ -40,6 +40,9 @@ struct ModelConfig {
   // Set by with_mmproj() from the mmproj's projector (Gemma 3's): the rows of one image attend to each other
   // in both directions, and a prefill chunk never cuts them (epd/model/chunk_grid.hpp).
   bool bidirectional_images = false;
+  // Set from the checkpoint (Qwen2-VL's "qwen2vl" language model): rows rotate by (t, y, x) positions
+  // (M-RoPE), which lag their KV slots after an image (epd/model/positions.hpp).
+  bool mrope = false;
   uint32_t threads = 1;  // compute threads of a checkpoint runner (results do not depend on it)
 
   // KV bytes one token occupies in an f32 cache (all layers, K and V).

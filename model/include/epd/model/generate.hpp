@@ -37,6 +37,9 @@ struct GenerateOptions {
   // Set: mirror the disaggregated staged path. Prefill runs in the pool above (model page size), the prompt's
   // KV is gathered and scattered (converted) once into a second pool with this layout, and decode runs there.
   std::optional<KvLayoutChoice> decode_kv;
+  // An M-RoPE model's image grids, one per image in prompt order (PromptCodec::image_grids): where its
+  // image rows rotate (epd/model/positions.hpp). Unread for other models.
+  std::vector<ImageGrid> image_grids;
 };
 
 struct GenerateResult {

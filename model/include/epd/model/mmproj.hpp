@@ -24,7 +24,10 @@ namespace epd::model {
 // the image between <img> and </img>).
 // Gemma 3 ("gemma3": the image squeezed to image_size, pooled to (image_size / patch_size / 4)^2 rows between
 // <start_of_image> and <end_of_image>, which attend to each other in both directions).
-enum class Projector { mlp, idefics3, pixtral, internvl, gemma3 };
+// Qwen2-VL and Qwen2.5-VL ("qwen2vl_merger", "qwen2.5vl_merger": one layout): the image resized as Pixtral's
+// to 8..4096 cells of 2 x 2 patches, one row a cell, row by row between <|vision_start|> and <|vision_end|>;
+// the rows take 2-D positions in an M-RoPE language model (LayoutItem::cols).
+enum class Projector { mlp, idefics3, pixtral, internvl, gemma3, qwen2vl };
 
 struct MmprojInfo {
   std::string path;
@@ -32,7 +35,7 @@ struct MmprojInfo {
   std::string projector_name;  // as the file spells it
   uint32_t image_size = 0;     // the tower's input side (idefics3: a tile's)
   uint32_t patch_size = 0;
-  uint32_t scale_factor = 1;     // idefics3's pixel shuffle; pixtral's spatial merge (1: none)
+  uint32_t scale_factor = 1;     // idefics3's pixel shuffle; pixtral's spatial merge (1: none); qwen2vl 2
   uint32_t longest_edge = 0;     // idefics3's clip.vision.preproc_image_size
   uint32_t embedding_width = 0;  // the projector's output: must be the language model's d_model
   uint32_t rows_per_image = 0;   // rows of one image (mlp) or of one tile (idefics3); 0 for pixtral
@@ -43,14 +46,16 @@ struct MmprojInfo {
 };
 
 // Reads and checks the header: a vision tower (no audio), a projector epd serves without what it lacks
-// (config_error naming it: M-RoPE projectors such as Qwen2-VL's, other non-causal ones than Gemma 3's, audio),
-// and shapes that give whole patches (and pinpoints of whole tiles).
+// (config_error naming it: M-RoPE projectors other than Qwen2-VL's, other non-causal ones than Gemma 3's,
+// audio), and shapes that give whole patches (and pinpoints of whole tiles); for Qwen2-VL also the tensors
+// libmtmd's graph uses unconditionally (it crashes without them).
 protocol::Result<MmprojInfo> read_mmproj_info(const std::string& path);
 
 // The marker pieces the projector's layouts may use, each of which the language model must have.
 std::vector<std::string> layout_pieces(const MmprojInfo& info);
 
-// The pair must fit: the projector's width is the language model's d_model (config_error naming both).
+// The pair must fit: the projector's width is the language model's d_model, and Qwen2-VL's projector goes
+// with an M-RoPE language model (ModelConfig::mrope) and only it with one (config_error naming both).
 protocol::Status check_mmproj_pair(const MmprojInfo& info, const ModelConfig& lm);
 
 // An image's stretch of a prompt, as mtmd_tokenize lays it out: special tokens named by their exact piece
@@ -59,11 +64,14 @@ struct LayoutItem {
   std::string piece;         // a token's text ("<fake_token_around_image>", "\n"); empty for a run of rows
   uint32_t rows = 0;         // image embedding rows (one chunk: the image, a tile or the overview)
   uint32_t break_every = 0;  // pixtral: after every this many rows, an [IMG_BREAK] row (but at the end)
+  // Qwen2-VL's M-RoPE: the run is an image of rows / cols rows of `cols` rows each, row by row (mtmd's nx
+  // and ny), whose positions are 2-D (epd/model/positions.hpp); 0: the run's positions are its slots.
+  uint32_t cols = 0;
 };
 
 // The layout of one image of width x height pixels; invalid_request for an image libmtmd cannot lay out
 // (Idefics3 and LLaVA-1.6: so long and thin that a side scales to 0 pixels; any: a side past
-// kMaxImageSide).
+// kMaxImageSide). Pixtral and Qwen2-VL take any other size: libmtmd scales it into their cell limits.
 protocol::Result<std::vector<LayoutItem>> image_layout(const MmprojInfo& info, ImageDims dims);
 
 // Rows of all runs of a layout.

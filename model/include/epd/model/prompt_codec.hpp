@@ -16,6 +16,7 @@
 #include "epd/model/chat_template.hpp"
 #include "epd/model/config.hpp"
 #include "epd/model/mmproj.hpp"
+#include "epd/model/positions.hpp"
 #include "epd/model/tokenizer.hpp"
 #include "epd/model/tokenizer_load.hpp"
 #include "epd/model/tokens.hpp"
@@ -52,6 +53,9 @@ class PromptCodec {
   // An image's tokens: its layout (mmproj.hpp) with the vocabulary's marker ids and image_token() rows.
   // Only for a model with an mmproj.
   protocol::Result<std::vector<TokenId>> image_tokens(ImageDims dims) const;
+  // The grids of the images' runs of rows that have one (LayoutItem::cols: Qwen2-VL's), in order: where an
+  // M-RoPE model rotates them (positions.hpp). Empty for a model without an mmproj or such a projector.
+  protocol::Result<std::vector<ImageGrid>> image_grids(std::span<const ImageDims> images) const;
   // The model's mmproj, if it has one.
   const std::optional<MmprojInfo>& mmproj() const { return mmproj_; }
 

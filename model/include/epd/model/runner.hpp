@@ -10,6 +10,7 @@
 #include "epd/model/config.hpp"
 #include "epd/model/image.hpp"
 #include "epd/model/kv_cache.hpp"
+#include "epd/model/positions.hpp"
 #include "epd/model/sampling.hpp"
 #include "epd/model/token_constraint.hpp"
 #include "epd/model/tokens.hpp"
@@ -48,6 +49,9 @@ struct PrefillChunk {
   TokenLogprobs* logprobs = nullptr;
   // Set: masks the logits of the token after the chunk before the draw (a grammar). Not advanced here.
   TokenConstraint* constraint{};
+  // An M-RoPE model's positions of the whole prompt (ModelConfig::mrope; its image rows need them); null:
+  // each row's position is its slot.
+  const PromptPositions* positions = nullptr;
 };
 
 // The chunk [begin, end) of a full prompt, with the embedding rows of its image tokens (greedy sampling:
@@ -77,6 +81,8 @@ struct DecodeSeq {
   std::span<const TokenId> history{};
   // Set: masks the logits before the draw (a grammar). Not advanced here: the caller accepts the token.
   TokenConstraint* constraint{};
+  // M-RoPE: the token rotates at position length - position_lag (PromptPositions::lag() of its prompt).
+  uint32_t position_lag = 0;
 };
 
 // A model's vision tower alone: what the encoder role runs. It holds none of the language model's weights.
