@@ -88,6 +88,23 @@ protocol::RoomResult failure_result(uint64_t room, const protocol::Error& error)
   return r;
 }
 
+protocol::Result<model::PromptPositions> positions_of(const model::ModelConfig& model,
+                                                      const protocol::Submit& s) {
+  if (!model.mrope) {
+    if (s.image_grids.empty()) return model::PromptPositions{};
+    return protocol::make_error(protocol::ErrorCode::invalid_request,
+                                "SUBMIT: image_grids for model " + model.name + ", which has no M-RoPE");
+  }
+  if (s.image_grids.size() % 2 != 0)
+    return protocol::make_error(protocol::ErrorCode::invalid_request,
+                                "SUBMIT: image_grids holds " + std::to_string(s.image_grids.size()) +
+                                    " numbers, not (columns, rows) pairs");
+  std::vector<model::ImageGrid> grids;
+  for (size_t i = 0; i < s.image_grids.size(); i += 2)
+    grids.push_back(model::ImageGrid{s.image_grids[i], s.image_grids[i + 1]});
+  return model::PromptPositions::make(s.prompt, model::image_token(model).value_or(model::kImage), grids);
+}
+
 model::SamplingParams sampling_of(const protocol::Submit& s) {
   model::SamplingParams p{s.temperature, s.top_p, s.top_k, s.seed, s.min_p, {}};
   p.presence_penalty = s.presence_penalty;

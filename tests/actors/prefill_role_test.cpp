@@ -71,6 +71,7 @@ struct PrefillFixture {
   // What the router's SUBMITs (and the colocated reference) carry.
   uint32_t max_tokens = kMaxTokens;
   model::SamplingParams sampling;
+  std::vector<uint32_t> image_grids;  // SUBMIT's (an M-RoPE model's)
   std::string request_id;
   test::Node& prefill = c.add("prefill-0", kPrefillInc);
   test::Node& decode = c.add("decode-0", kDecodeInc);
@@ -99,6 +100,7 @@ struct PrefillFixture {
     s.max_tokens = max_tokens;
     s.request_id = request_id;
     set_sampling(s, sampling);
+    s.image_grids = image_grids;
     s.encoder = std::move(encoder);
     s.prefill = "prefill-0";
     s.decode = "decode-0";
@@ -112,6 +114,7 @@ struct PrefillFixture {
     s.max_tokens = max_tokens;
     s.request_id = request_id;
     set_sampling(s, sampling);
+    s.image_grids = image_grids;
     s.prefill = "prefill-0";
     s.decode = "decode-0";
     c.send("router", kRouterInc, "decode-0", std::move(s));
@@ -430,6 +433,26 @@ TEST_CASE("sampling params out of range are refused by prefill and decode, nothi
   CHECK(r.room == 8);
   CHECK(r.code == ErrorCode::invalid_request);
   CHECK_THAT(r.reason, Catch::Contains("top_p"));
+  f.check_prefill_idle();
+  f.check_decode_idle();
+}
+
+TEST_CASE("image grids for a model without M-RoPE are refused by prefill and decode, nothing held") {
+  // Where a row rotates is the model's to say: grids the router had no business sending mean a mismatched
+  // router, whose prompt the roles must not compute.
+  PrefillFixture f;
+  f.image_grids = {2, 2};
+  const auto prompt = f.prompt("hello");
+  f.submit_decode(7, prompt);
+  auto out = f.c.pump();
+  auto r = test::only<protocol::RoomResult>(out);
+  CHECK(r.code == ErrorCode::invalid_request);
+  CHECK_THAT(r.reason, Catch::Contains("image_grids") && Catch::Contains("no M-RoPE"));
+  f.submit_prefill(8, prompt);
+  r = only_result(f.c.pump());
+  CHECK(r.room == 8);
+  CHECK(r.code == ErrorCode::invalid_request);
+  CHECK_THAT(r.reason, Catch::Contains("image_grids") && Catch::Contains("no M-RoPE"));
   f.check_prefill_idle();
   f.check_decode_idle();
 }

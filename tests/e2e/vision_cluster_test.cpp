@@ -1,6 +1,6 @@
 // A real vision tower through the disaggregated cluster: a random LLaVA-1.5 or -1.6 ("mlp", without and
-// with pinpoints), SmolVLM ("idefics3"), InternVL ("internvl") or Pixtral ("pixtral"; Mistral-Small-3.1's,
-// with the patch merger, over tcp) mmproj with its language model,
+// with pinpoints), SmolVLM ("idefics3"), InternVL ("internvl"), Pixtral ("pixtral"; Mistral-Small-3.1's,
+// with the patch merger, over tcp), Gemma 3 or Qwen2-VL / Qwen2.5-VL (M-RoPE) mmproj with its language model,
 // served by encoder (libmtmd), prefill and decode over shm and over tcp (decode in another KV layout there).
 // Every answer, to prompts with one and two images through the native API and to a chat with two PNG
 // image_url parts through the OpenAI API, is llama.cpp's own greedy answer (libllama + libmtmd,
@@ -154,6 +154,14 @@ TEST_CASE("vision cluster: Gemma 3's images, which prefill chunks of 8 never cut
   // 16-row images whose rows see each other both ways; grid lines every 8 tokens fall inside them.
   serve_and_compare("gemma3", "shm", "", {}, "chunk_tokens = 8\n");
   serve_and_compare("gemma3", "tcp", "kv_page_size = 4\nkv_order = \"head_token_dim\"\n", {},
+                    "chunk_tokens = 8\n");
+}
+
+TEST_CASE("vision cluster: Qwen2-VL's M-RoPE images, cut by prefill chunks of 8, answer as llama.cpp does") {
+  // Image rows rotate by (t, y, x) and text after an image resumes max(cols, rows) on: prefill and decode
+  // know where from SUBMIT's image_grids; grid lines every 8 tokens fall inside the images.
+  serve_and_compare("qwen2vl", "shm", "", {}, "chunk_tokens = 8\n");
+  serve_and_compare("qwen2.5vl", "tcp", "kv_page_size = 4\nkv_order = \"head_token_dim\"\n", {},
                     "chunk_tokens = 8\n");
 }
 

@@ -80,6 +80,7 @@ void step(caf::event_based_actor* self, LoopState& st) {
     batch[i].generated = s.join.first_index + uint32_t(s.tokens.size());  // the index this step draws
     batch[i].history = s.history;
     batch[i].constraint = s.grammar.get();
+    batch[i].position_lag = s.join.position_lag;
   }
   auto status = st.runner->decode_step(st.config.pool, batch, next, logprobs);
   std::deque<Sequence> rest;

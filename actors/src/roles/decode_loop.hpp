@@ -26,6 +26,7 @@ struct DecodeJoin {
   std::vector<uint32_t> prompt{};
   protocol::GrammarSpec grammar{};        // SUBMIT's: every token follows it
   bool ignore_eos = false;                // SUBMIT's: only max_new ends the answer
+  uint32_t position_lag = 0;              // DecodeSeq's: M-RoPE's lag of positions behind slots
   model::TokenLogprobs first_logprobs{};  // first_token's (prefill's), with sampling.logprobs
 };
 

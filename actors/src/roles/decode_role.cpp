@@ -75,6 +75,7 @@ struct DecodeRoom {
   bool holding_logged = false;                        // "still holding" said once per quarantined room
   uint32_t prompt_len = 0;
   uint32_t first_index = 0;         // SUBMIT's resume_from
+  uint32_t position_lag = 0;        // M-RoPE: the answer rotates this far behind its slots
   protocol::GrammarSpec grammar{};  // SUBMIT's
   bool ignore_eos = false;          // SUBMIT's
   uint32_t max_new = 0;
@@ -278,6 +279,8 @@ void on_submit(DecodeState& st, const Envelope& env, protocol::Submit& s) {
         make_error(ErrorCode::invalid_request, "SUBMIT needs 1.." + std::to_string(m.max_seq - 1) +
                                                    " prompt tokens, max_tokens >= 1 and a prefill instance"));
   if (auto ok = model::validate(sampling_of(s)); !ok) return refuse(ok.error());
+  auto positions = positions_of(m, s);  // where the answer's tokens rotate: past every image
+  if (!positions) return refuse(positions.error());
   // A prefill that is dead to us (its connection broke) may still be listed by the registry for a moment:
   // refuse at once so the router retries elsewhere, instead of waiting for a KV that never comes.
   auto prefill = st.ctx.bridge->peers().find(s.prefill);
@@ -307,6 +310,7 @@ void on_submit(DecodeState& st, const Envelope& env, protocol::Submit& s) {
   if (prefill) room.writer = prefill->segment;
   room.prompt_len = uint32_t(s.prompt.size());
   room.first_index = s.resume_from;
+  room.position_lag = positions->lag();
   room.max_new = std::min<uint32_t>(s.max_tokens, m.max_seq - room.prompt_len);
   const uint32_t need = model::pages_for(st.layout, uint64_t(room.prompt_len) + room.max_new);
   // The prompt's leading pages held already: prefill writes none of them. The router names the images
@@ -436,6 +440,7 @@ void start_decoding(DecodeState& st, uint64_t id, DecodeRoom& room) {
                   room.max_new, room.router, room.sampling,   std::move(prompt)};
   join.grammar = room.grammar;
   join.ignore_eos = room.ignore_eos;
+  join.position_lag = room.position_lag;
   if (room.sampling.logprobs) join.first_logprobs = std::move(from_wire(*room.kv.first_logprobs).front());
   st.self->send(st.loop, std::move(join));
 }

@@ -70,6 +70,7 @@ void step(caf::stateful_actor<ComputeState>* self) {
     draw.sampling = job.sampling;
     draw.generated = job.first_index;
     draw.logprobs = &c.first_logprobs;  // only the last piece's draw counts
+    if (cfg.mrope) draw.positions = &job.positions;
     // The first token's draw follows the grammar, from the state after a resumed answer's tokens.
     protocol::Result<std::unique_ptr<model::Grammar>> grammar = std::unique_ptr<model::Grammar>{};
     if (end == n && !job.grammar.empty()) {

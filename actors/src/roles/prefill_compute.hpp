@@ -20,9 +20,10 @@ struct PrefillJob {
   std::vector<uint32_t> pages;  // local pool pages, logical order
   uint32_t start = 0;           // tokens [0, start) have K/V in the pages already (the prefix cache's)
   uint32_t chunk_tokens = 64;
-  model::SamplingParams sampling;   // draws the first generated token
-  uint32_t first_index = 0;         // its index: 0, or SUBMIT's resume_from
-  protocol::GrammarSpec grammar{};  // SUBMIT's: the first token follows it (after a resumed answer's)
+  model::SamplingParams sampling;    // draws the first generated token
+  uint32_t first_index = 0;          // its index: 0, or SUBMIT's resume_from
+  protocol::GrammarSpec grammar{};   // SUBMIT's: the first token follows it (after a resumed answer's)
+  model::PromptPositions positions;  // where the prompt's rows rotate (an M-RoPE model's image grids)
 };
 
 // The room ended: compute no more of it. If its job is still queued or running, it ends with a last

@@ -306,6 +306,7 @@ void maybe_start(PrefillState& st, uint64_t id) {
   job.sampling = sampling_of(r.submit);
   job.first_index = r.submit.resume_from;
   job.grammar = r.submit.grammar;
+  job.positions = r.positions;
   publish_load(st);
   spdlog::debug("prefill: {} starts: {} prompt tokens ({} cached) for decode '{}'{}",
                 kernel::room_tag(id, r.request_id()), prompt.size(), r.cached_tokens, r.decode,
@@ -464,6 +465,9 @@ void on_submit(PrefillState& st, const Envelope& env, protocol::Submit& msg) {
                                     std::to_string(msg.image_tokens) + "), encoder '" + msg.encoder +
                                     "', decode '" + msg.decode + "'"));
   if (auto ok = model::validate(sampling_of(msg)); !ok) return fail_room(st, msg.room, ok.error());
+  auto positions = positions_of(st.ctx.model, msg);
+  if (!positions) return fail_room(st, msg.room, positions.error());
+  r.positions = std::move(*positions);
   if (r.have_bootstrap && r.decode != msg.decode)
     return fail_room(st, msg.room,
                      make_error(ErrorCode::invalid_request,

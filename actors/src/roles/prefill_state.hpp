@@ -77,6 +77,7 @@ struct PrefillRoom {
   bool have_submit = false;
   bool told_started = false;  // decode heard that a chunk of it is computed (KV_STATUS transferring)
   protocol::Submit submit;
+  model::PromptPositions positions;  // where its rows rotate (SUBMIT's image_grids, M-RoPE)
   bool have_bootstrap = false;
   protocol::Bootstrap boot;
   std::string decode;   // from SUBMIT, or BOOTSTRAP's sender until SUBMIT arrives

@@ -84,8 +84,9 @@ struct Pending {
   std::optional<clock::time_point> last_streamed;  // when tokens were last passed on (inter-token latency)
   std::vector<uint32_t> prompt;
   uint32_t image_tokens = 0;
-  std::vector<uint64_t> blocks;     // the prompt's whole blocks for cache-aware placement (PrefixIndex)
-  std::vector<uint8_t> images_key;  // SUBMIT's: the images' hash (empty: none)
+  std::vector<uint64_t> blocks;       // the prompt's whole blocks for cache-aware placement (PrefixIndex)
+  std::vector<uint8_t> images_key;    // SUBMIT's: the images' hash (empty: none)
+  std::vector<uint32_t> image_grids;  // SUBMIT's: an M-RoPE model's image grids (empty: none)
   // Prompt tokens it counts in the router's backlog until its first token (the uncached part once placed).
   std::optional<uint64_t> backlog;
   uint32_t attempts = 0;
@@ -381,6 +382,7 @@ void start_attempt(RouterState& st, uint64_t req_id) {
   s.prompt = p.prompt;
   s.image_tokens = p.image_tokens;
   s.images_key = p.images_key;
+  s.image_grids = p.image_grids;
   s.max_tokens = p.request.max_tokens;
   if (const uint32_t k = resumable_tokens(st, p); k > 0) {
     // Go on from what was streamed: prefill computes prompt + those tokens, draws token k, decode the rest.
@@ -696,6 +698,15 @@ void on_generate(RouterState& s, uint64_t ticket, GenerateRequest& req, SinkPtr&
     count_failure(s, name);
     return reject(code == ErrorCode::config_error ? 422 : 400, name, prompt.error().detail);
   }
+  std::vector<uint32_t> grids;  // where an M-RoPE model's image rows rotate
+  if (s.codec.codec && !dims.empty()) {
+    auto g = s.codec.codec->image_grids(dims);
+    if (!g) {
+      count_failure(s, "invalid_request");
+      return reject(400, "invalid_request", g.error().detail);
+    }
+    for (const model::ImageGrid& grid : *g) grids.insert(grids.end(), {grid.cols, grid.rows});
+  }
   if (!req.grammar.empty()) {  // parsed here once, so a bad one is a 400 and never a failed room
     if (auto g = s.grammars->state(req.grammar, {}); !g) {
       count_failure(s, "invalid_request");
@@ -712,6 +723,7 @@ void on_generate(RouterState& s, uint64_t ticket, GenerateRequest& req, SinkPtr&
   p.sink = std::move(sink);
   p.request = std::move(req);
   p.prompt = std::move(prompt.value());
+  p.image_grids = std::move(grids);
   p.backlog = p.prompt.size();
   s.backlog.add(p.prompt.size(), kernel::DeadlineTimer::now(s.self));
   const auto slot = model::image_token(s.ctx.model);

@@ -13,6 +13,7 @@
 #include "epd/config/cluster_config.hpp"
 #include "epd/config/settings.hpp"
 #include "epd/model/config.hpp"
+#include "epd/model/positions.hpp"
 #include "epd/model/sampling.hpp"
 #include "epd/protocol/kv_layout.hpp"
 #include "epd/protocol/segment.hpp"
@@ -50,6 +51,12 @@ protocol::RoomResult failure_result(uint64_t room, const protocol::Error& error)
 // The sampling fields of a SUBMIT, and back (the router fills them from a request).
 model::SamplingParams sampling_of(const protocol::Submit& submit);
 void set_sampling(protocol::Submit& submit, const model::SamplingParams& params);
+
+// Where the rows of a SUBMIT's prompt (its resumed answer included) rotate: for an M-RoPE model from its
+// image_grids, else every position is its slot; invalid_request when the grids do not tile the prompt's
+// image rows, or come for a model without M-RoPE.
+protocol::Result<model::PromptPositions> positions_of(const model::ModelConfig& model,
+                                                      const protocol::Submit& submit);
 
 // Every long-lived actor calls this first: an unexpected message or an error reply is logged and dropped
 // instead of CAF's defaults (print, or quit the actor), so one stray message can never stop a role.

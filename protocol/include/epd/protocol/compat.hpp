@@ -36,7 +36,9 @@ namespace epd::protocol {
 // 11: SUBMIT's grammar may be lazy (`grammar_lazy`, `grammar_triggers`, `grammar_trigger_tokens`) or start
 //    from the generation prompt (`grammar_prefill`): llama.cpp's tool-call grammars; a revision-10 prefill or
 //    decode would constrain a lazy grammar's answer from its first token, or refuse a prefilled grammar's.
-inline constexpr uint32_t kProtocolRevision = 11;
+// 12: SUBMIT's `image_grids`: where an M-RoPE model's (Qwen2-VL's) image rows rotate. A revision-11 build
+//    cannot load such a model, so it never meets one: this build still speaks 11.
+inline constexpr uint32_t kProtocolRevision = 12;
 inline constexpr uint32_t kOldestProtocolRevision = 11;
 
 struct Incompatibility {

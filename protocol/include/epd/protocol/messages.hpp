@@ -690,6 +690,9 @@ struct Submit {
   bool ignore_eos = false;  // the model's end tokens do not end the answer: max_tokens does (llama-server's)
   // A role waiting for work queued at another bounds the wait by it (docs/failure-handling.md, "Deadlines").
   uint32_t budget_ms = 0;  // the request's time left at the router when it sent this, ms; 0: not given
+  // An M-RoPE model's images as grids of rows, where prefill and decode rotate them (docs/model.md,
+  // "M-RoPE").
+  std::vector<uint32_t> image_grids;  // per image in prompt order: columns, rows (cols x rows rows); or none
 
   bool operator==(const Submit&) const = default;
   template <class S, class V>
@@ -725,6 +728,7 @@ struct Submit {
     v.opt("grammar_prefill", s.grammar.prefill);
     v.opt("ignore_eos", s.ignore_eos);
     v.opt("budget_ms", s.budget_ms);
+    v.opt("image_grids", s.image_grids);
   }
 };
 
