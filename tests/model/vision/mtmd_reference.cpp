@@ -229,7 +229,9 @@ int run(const Args& args) {
   // One batch (and micro-batch) holds a whole image chunk: non-causal projectors need it in one piece.
   const auto n_batch = static_cast<uint32_t>(std::max<size_t>(512, largest_chunk));
   llama_context_params ctx_params = llama_context_default_params();
-  ctx_params.n_ctx = static_cast<uint32_t>(mtmd_helper_get_n_pos(chunks.get()) + args.n_predict + 16);
+  // KV cells for every row: with M-RoPE an image takes fewer positions than rows (and llama.cpp caps
+  // n_batch at n_ctx, which then could not hold the image).
+  ctx_params.n_ctx = static_cast<uint32_t>(mtmd_helper_get_n_tokens(chunks.get()) + args.n_predict + 16);
   ctx_params.n_batch = ctx_params.n_ubatch = n_batch;
   ctx_params.n_threads = ctx_params.n_threads_batch = args.threads;
   if (args.f32_kv) {
