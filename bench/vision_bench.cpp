@@ -38,9 +38,9 @@ constexpr double kMiB = 1024.0 * 1024.0;
 // Big enough that encode times are not noise, small enough for a run of minutes on 2 cores; the LM (f32,
 // ~100 MiB) is bigger than the whole encoder process, which loads only its vocabulary.
 // Layouts by name: LLaVA-1.5 and 1.6, SmolVLM, Pixtral-12B and Mistral-Small-3.1 (Pixtral with the patch
-// merger), InternVL, Gemma 3.
+// merger), InternVL, Gemma 3, Qwen2.5-VL.
 const char* const kLayouts[] = {"llava-1.5",   "llava-1.6", "idefics3", "pixtral",
-                                "mistral-3.1", "internvl",  "gemma3"};
+                                "mistral-3.1", "internvl",  "gemma3",   "qwen2.5-vl"};
 
 model::testing::VisionSpec bench_spec(const std::string& layout) {
   model::testing::VisionSpec s;
@@ -56,6 +56,8 @@ model::testing::VisionSpec bench_spec(const std::string& layout) {
   } else if (layout == "gemma3") {  // 32 x 32 patches pooled to 8 x 8 = 64 rows (its LM: gemma3)
     s.projector = "gemma3";
     s.image_size = 448, s.patch_size = 14, s.scale_factor = 4;
+  } else if (layout == "qwen2.5-vl") {  // 9 x 9 cells of 28 pixels: 81 rows (its LM: qwen2vl, M-RoPE)
+    s.projector = "qwen2.5vl";
   } else if (layout == "internvl") {  // 256 x 256: 2 x 2 tiles + the overview, 64 rows each
     s.projector = "internvl";
     s.image_size = 224, s.patch_size = 14, s.scale_factor = 2;
