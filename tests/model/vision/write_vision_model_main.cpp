@@ -1,19 +1,25 @@
 // epd-write-vision-model: writes a random multimodal pair (vision_fixture.hpp) for tools and other tests:
 //   epd-write-vision-model --projector mlp|idefics3|<any> --dir D [--lm-width N] [--projector-width N]
-//                          [--seed N] [--lm-file-type f32|f16|q8_0|...]
-// writes D/lm.gguf and D/mmproj.gguf and prints their paths, one a line.
+//                          [--seed N] [--lm-file-type f32|f16|q8_0|...] [--lm-layers N] [--lm-heads N]
+//                          [--lm-kv-heads N] [--lm-context N] [--vision-width N] [--vision-heads N]
+//                          [--vision-ffn N] [--vision-layers N]
+// writes D/lm.gguf and D/mmproj.gguf and prints their paths, one a line. The shape flags make pairs of the
+// sizes people serve for benchmarks (e.g. a SmolLM2-135M-shaped LM: width 576, 30 layers, 9 heads, 3 KV).
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <utility>
 
 #include "vision_fixture.hpp"
 
 namespace {
 
 int usage() {
-  std::fprintf(stderr,
-               "usage: epd-write-vision-model --projector P --dir D [--lm-width N] [--projector-width N] "
-               "[--seed N] [--lm-file-type T]\n");
+  std::fprintf(
+      stderr,
+      "usage: epd-write-vision-model --projector P --dir D [--lm-width N] [--projector-width N] "
+      "[--seed N] [--lm-file-type T] [--lm-layers N] [--lm-heads N] [--lm-kv-heads N] "
+      "[--lm-context N] [--vision-width N] [--vision-heads N] [--vision-ffn N] [--vision-layers N]\n");
   return 2;
 }
 
@@ -27,6 +33,11 @@ bool parse_u64(const char* s, uint64_t& out) {
 
 int main(int argc, char** argv) {
   epd::model::testing::VisionSpec spec;
+  const std::pair<const char*, uint32_t*> shape[] = {
+      {"--lm-layers", &spec.lm_layers},       {"--lm-heads", &spec.lm_heads},
+      {"--lm-kv-heads", &spec.lm_kv_heads},   {"--lm-context", &spec.lm_context},
+      {"--vision-width", &spec.vision_width}, {"--vision-heads", &spec.vision_heads},
+      {"--vision-ffn", &spec.vision_ffn},     {"--vision-layers", &spec.vision_layers}};
   std::string dir;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -46,7 +57,11 @@ int main(int argc, char** argv) {
     } else if (a == "--seed" && parse_u64(v, n)) {
       spec.seed = n;
     } else {
-      return usage();
+      uint32_t* field = nullptr;
+      for (const auto& [name, f] : shape)
+        if (a == name) field = f;
+      if (!field || !parse_u64(v, n) || n == 0 || n >= 65536) return usage();
+      *field = static_cast<uint32_t>(n);
     }
   }
   if (dir.empty()) return usage();
