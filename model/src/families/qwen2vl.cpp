@@ -46,7 +46,9 @@ const DecoderFamily kQwen2Vl{
     .hf_model_type = "",
     .examples = "Qwen2-VL-2B/7B-Instruct, Qwen2.5-VL-3B/7B-Instruct (language model)",
     .rope_style = detail::RopeStyle::neox,
-    .layout = {.output_bias = true},
+    // No LM-head bias: llama.cpp loads an optional output.bias for qwen2vl but its graph never adds it, so a
+    // file with one is refused by name rather than answered otherwise than llama.cpp answers it.
+    .layout = {},
     .read_keys = qwen2vl_keys,
     .keys = kKeys,
     .hf_tensor = nullptr,
