@@ -141,9 +141,15 @@ TEST_CASE("decode: SUBMIT allocates pages and sends BOOTSTRAP with the prompt pa
   CHECK(r.code == ErrorCode::invalid_request);
   CHECK(f.free_pages() == 16 - kRoomPages);
 
-  // More pages than the pool holds: out_of_capacity, nothing leaks.
+  // More pages than are free: out_of_capacity (retryable: they free up), nothing leaks.
+  auto busy = f.submit(7, 200, 40);  // 15 pages of 16-token pages, 14 free
+  CHECK(test::only<protocol::RoomResult>(busy).code == ErrorCode::out_of_capacity);
+  CHECK(f.free_pages() == 16 - kRoomPages);
+  // More pages than the pool holds: the request's fault, never placed by a retry; nothing leaks.
   auto big = f.submit(6, 900, 100);
-  CHECK(test::only<protocol::RoomResult>(big).code == ErrorCode::out_of_capacity);
+  const auto never = test::only<protocol::RoomResult>(big);
+  CHECK(never.code == ErrorCode::invalid_request);
+  CHECK_THAT(never.reason, Catch::Contains("need 63 KV pages") && Catch::Contains("holds 16 in all"));
   CHECK(f.free_pages() == 16 - kRoomPages);
 }
 

@@ -313,6 +313,14 @@ void on_submit(DecodeState& st, const Envelope& env, protocol::Submit& s) {
   room.position_lag = positions->lag();
   room.max_new = std::min<uint32_t>(s.max_tokens, m.max_seq - room.prompt_len);
   const uint32_t need = model::pages_for(st.layout, uint64_t(room.prompt_len) + room.max_new);
+  // More than the whole pool: no wait or retry would ever place it (the router would retry it until its
+  // deadline), so it is the request's fault.
+  if (need > st.pages.total())
+    return refuse(make_error(ErrorCode::invalid_request,
+                             "the prompt and max_tokens need " + std::to_string(need) + " KV pages of " +
+                                 std::to_string(st.layout.page_size) + " tokens, decode '" +
+                                 st.ctx.instance->id + "' holds " + std::to_string(st.pages.total()) +
+                                 " in all"));
   // The prompt's leading pages held already: prefill writes none of them. The router names the images
   // (SUBMIT's images_key), so pages with image rows are keyed too.
   const auto image_token = model::image_token(m);
