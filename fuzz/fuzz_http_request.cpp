@@ -57,10 +57,12 @@ void openai_body(openai::Endpoint endpoint, std::string_view body) {
   size_t text = 0;
   for (const auto& m : r.messages) {
     text += m.text.size();
-    FUZZ_CHECK(m.images.empty() || m.role == "user");
-    for (const auto& img : m.images) {
-      FUZZ_CHECK(!img.empty() && img.size() <= limits.max_image_bytes);
-      FUZZ_CHECK(epd::model::sniff_image_format(img) != epd::model::ImageFormat::unknown);
+    FUZZ_CHECK(m.media.empty() || m.role == "user");
+    for (const auto& part : m.media) {
+      FUZZ_CHECK(!part.bytes.empty() &&
+                 part.bytes.size() <= (part.audio ? limits.max_audio_bytes : limits.max_image_bytes));
+      if (!part.audio)
+        FUZZ_CHECK(epd::model::sniff_image_format(part.bytes) != epd::model::ImageFormat::unknown);
     }
   }
   FUZZ_CHECK(text <= limits.max_prompt_bytes);
@@ -81,8 +83,8 @@ void generate_body(std::string_view body) {
              r.prompt_tokens.size() <= limits.max_prompt_bytes / 4);
   FUZZ_CHECK(r.max_tokens >= 1 && r.max_tokens <= limits.max_tokens_limit);
   check_sampling(r.sampling);
-  FUZZ_CHECK(r.images_ppm.size() <= limits.max_images);
-  for (const auto& image : r.images_ppm) FUZZ_CHECK(image.size() <= limits.max_image_bytes);
+  FUZZ_CHECK(r.media.size() <= limits.max_images);
+  for (const auto& image : r.media) FUZZ_CHECK(image.size() <= limits.max_image_bytes);
 }
 
 void data_uri(std::string_view uri) {

@@ -3,9 +3,12 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
+#include <iterator>
 #include <optional>
 
+#include "epd/model/audio.hpp"
 #include "epd/model/generate.hpp"
 #include "epd/model/grammar.hpp"
 #include "epd/model/image_codec.hpp"
@@ -21,6 +24,7 @@ int main(int argc, char** argv) {
   CLI::App app{"epd-run: colocated encode + prefill + decode with the reference model or a checkpoint"};
   std::string model_file, preset_name = "tiny", prompt, prompt_tokens, system, mmproj;
   std::vector<std::string> image_files;
+  std::vector<std::string> audio_files;
   uint32_t max_tokens = 16, chunk = 0, threads = 1;
   bool json = false, chat = false;
   std::optional<uint32_t> top_logprobs;  // --logprobs N
@@ -44,6 +48,10 @@ int main(int argc, char** argv) {
   app.add_option("--image", image_files,
                  "image file: PNG, JPEG or binary PPM (P6); repeat for several (a model with an mmproj); "
                  "with --chat they stand at the prompt's <__media__> markers if it has them, else before it");
+  app.add_option(
+      "--audio", audio_files,
+      "audio file: WAV, MP3 or FLAC; repeat for several (a model whose mmproj has an audio tower); "
+      "after the --image files, at the markers as they are");
   app.add_option("--max-tokens", max_tokens, "tokens to generate (including the first)");
   app.add_option("--chunk", chunk, "prefill chunk size in tokens (0 = whole prompt)");
   app.add_option("--temperature", sampling.temperature, "0 = greedy (default), else sample; 0..2");
@@ -161,7 +169,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::vector<m::Image> images;
-  std::vector<m::ImageDims> dims;
+  std::vector<m::MediaDims> dims;
   for (const auto& file : image_files) {
     auto img = m::read_image_file(file, m::max_rgb_bytes_for(*cfg));
     if (!img) {
@@ -170,6 +178,22 @@ int main(int argc, char** argv) {
     }
     dims.push_back({img->width, img->height});
     images.push_back(std::move(*img));
+  }
+  std::vector<m::Media> media(images.begin(), images.end());
+  for (const auto& file : audio_files) {
+    std::ifstream in(file, std::ios::binary);
+    if (!in) {
+      std::cerr << "epd-run: " << file << " cannot be read\n";
+      return 2;
+    }
+    const std::vector<uint8_t> bytes{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+    auto audio = m::decode_audio(bytes, UINT64_MAX);
+    if (!audio) {
+      std::cerr << "epd-run: " << file << ": " << audio.error().to_string() << "\n";
+      return 2;
+    }
+    dims.push_back(m::media_dims(*audio));
+    media.push_back(std::move(*audio));
   }
   const m::Image* image = images.empty() ? nullptr : &images.front();
   auto runner = m::make_vision_runner(*cfg);
@@ -215,15 +239,15 @@ int main(int argc, char** argv) {
   for (size_t at = prompt.find(m::kImageMarker); chat && at != std::string::npos;
        at = prompt.find(m::kImageMarker, at + std::string_view(m::kImageMarker).size()))
     ++markers;
-  if (markers != 0 && markers != images.size()) {
+  if (markers != 0 && markers != media.size()) {
     std::cerr << "epd-run: the prompt has " << markers << " " << m::kImageMarker << " markers for "
-              << images.size() << " --image files\n";
+              << media.size() << " --image and --audio files\n";
     return 2;
   }
   std::string user_text;
   if (markers == 0)
-    for (size_t i = 0; i < images.size(); ++i) user_text += m::kImageMarker;
-  turns.push_back({"user", user_text + prompt, !images.empty()});
+    for (size_t i = 0; i < media.size(); ++i) user_text += m::kImageMarker;
+  turns.push_back({"user", user_text + prompt, !media.empty()});
 
   // A checkpoint's text goes through its tokenizer and generation ends at its end tokens, as the router
   // does it. Token ids need no tokenizer: without one the answer runs to max_tokens and has no text.
@@ -317,7 +341,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   auto res = ids.empty() ? m::generate(**runner, prompt, image, opts)
-                         : m::generate_tokens(**runner, std::move(ids), opts, images);
+                         : m::generate_tokens(**runner, std::move(ids), opts, media);
   if (!res) {
     std::cerr << "epd-run: " << res.error().to_string() << "\n";
     return 1;

@@ -3,6 +3,7 @@
 #include <mutex>
 
 #include "epd/http/text_stream.hpp"
+#include "epd/model/audio.hpp"
 #include "epd/model/grammar.hpp"
 #include "epd/model/image_codec.hpp"
 #include "epd/model/prompt_codec.hpp"
@@ -324,19 +325,29 @@ std::optional<HttpError> to_turns(openai::Request& in, const GenerateLimits& lim
     model::ChatTurn turn;
     turn.role = m.role == "developer" ? "system" : m.role;  // OpenAI's newer name for the system turn
     turn.text = std::move(m.text);
-    turn.image = !m.images.empty();
+    turn.image = !m.media.empty();
     turn.tool_calls = std::move(m.tool_calls);
     turn.tool_call_id = std::move(m.tool_call_id);
-    if (out.images_ppm.size() + m.images.size() > limits.max_images)
-      return HttpError{400, "invalid_request",
-                       "a request may carry at most " + std::to_string(limits.max_images) + " images",
-                       "messages[" + std::to_string(i) + "].content"};
-    for (const auto& bytes : m.images) {
-      auto image = model::decode_image(bytes, limits.max_image_bytes);
+    if (out.media.size() + m.media.size() > limits.max_images)
+      return HttpError{
+          400, "invalid_request",
+          "a request may carry at most " + std::to_string(limits.max_images) + " images and audio clips",
+          "messages[" + std::to_string(i) + "].content"};
+    for (const auto& part : m.media) {
+      if (part.audio) {
+        auto audio =
+            model::decode_audio(part.bytes, uint64_t{limits.max_audio_seconds} * model::kAudioSampleRate);
+        if (!audio)
+          return HttpError{400, "invalid_request", "audio: " + audio.error().detail,
+                           "messages[" + std::to_string(i) + "].content"};
+        out.media.push_back(model::encode_audio_wav(*audio));
+        continue;
+      }
+      auto image = model::decode_image(part.bytes, limits.max_image_bytes);
       if (!image)
         return HttpError{400, "invalid_request", "image: " + image.error().detail,
                          "messages[" + std::to_string(i) + "].content"};
-      out.images_ppm.push_back(model::encode_ppm(*image));
+      out.media.push_back(model::encode_ppm(*image));
     }
     out.messages.push_back(std::move(turn));
   }
@@ -416,6 +427,7 @@ openai::Limits request_limits(const ApiContext& ctx) {
   openai::Limits limits;
   limits.max_prompt_bytes = g.max_prompt_bytes;
   limits.max_image_bytes = g.max_image_bytes;
+  limits.max_audio_bytes = g.max_audio_bytes;
   limits.default_max_tokens = g.default_max_tokens;
   limits.max_tokens_limit = g.max_tokens_limit;
   limits.max_json_depth = g.max_json_depth;

@@ -3,7 +3,7 @@
 #include "answer.hpp"
 #include "anthropic_reply.hpp"
 #include "epd/http/anthropic_request.hpp"
-#include "epd/model/image.hpp"
+#include "epd/model/media.hpp"
 #include "epd/model/prompt_codec.hpp"
 
 namespace epd::http {
@@ -38,11 +38,11 @@ void handle_count_tokens(const std::shared_ptr<ApiContext>& ctx, ExchangePtr ex)
   if (!codec)
     return fail({400, "invalid_request", "this model takes only token ids: it has no chat template"});
   const GenerateRequest& r = prepared.request;
-  std::vector<model::ImageDims> dims;
-  for (const auto& ppm : r.images_ppm) {
-    auto image = model::parse_ppm(ppm);
-    if (!image) return fail({400, "invalid_request", "image: " + image.error().detail, "messages"});
-    dims.push_back({image->width, image->height});
+  std::vector<model::MediaDims> dims;
+  for (const auto& bytes : r.media) {
+    auto item = model::parse_media_item(bytes);
+    if (!item) return fail({400, "invalid_request", item.error().detail, "messages"});
+    dims.push_back(model::media_dims(*item));
   }
   auto prompt = codec->chat(r.messages, dims, r.tools);
   if (!prompt)

@@ -141,7 +141,7 @@ std::variant<GenerateRequest, HttpError> parse_generate_request(std::string_view
     bool p6 = ppm.size() >= 3 && ppm[0] == 'P' && ppm[1] == '6' &&
               (ppm[2] == ' ' || ppm[2] == '\t' || ppm[2] == '\n' || ppm[2] == '\r');
     if (!p6) return bad_request(name + " is not a binary PPM: it must start with \"P6\"");
-    request.images_ppm.push_back(std::move(*bytes));
+    request.media.push_back(std::move(*bytes));
   }
   return request;
 }

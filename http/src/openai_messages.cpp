@@ -1,8 +1,10 @@
 #include "openai_messages.hpp"
 
+#include <algorithm>
 #include <string>
 #include <string_view>
 
+#include "epd/http/base64.hpp"
 #include "epd/http/data_uri.hpp"
 #include "epd/model/chat.hpp"
 #include "json_body.hpp"
@@ -93,10 +95,10 @@ class MessagesParser {
     bool after_text = false;
     for (size_t j = 0; j < content->size(); ++j) {
       const std::string at_j = content_param + "[" + std::to_string(j) + "]";
-      const size_t images = out.images.size();
+      const size_t items = out.media.size();
       std::string text;
       if (auto e = part((*content)[j], at_j, out, text)) return e;
-      if (out.images.size() > images) {
+      if (out.media.size() > items) {
         out.text += model::kImageMarker;
         after_text = false;
         continue;
@@ -169,12 +171,48 @@ class MessagesParser {
       text_out = text->get<std::string>();
       return {};
     }
+    if (*type == "input_audio") {
+      if (out.role != "user") return invalid(type_param, "audio is only allowed in user messages");
+      return audio(p, at + ".input_audio", out);
+    }
     if (*type != "image_url") {
       return invalid(type_param, in_quotes(type_param) + " is " + clip(type->get<std::string>()) +
-                                     "; epd takes \"text\" and \"image_url\" parts");
+                                     "; epd takes \"text\", \"image_url\" and \"input_audio\" parts");
     }
     if (out.role != "user") return invalid(type_param, "images are only allowed in user messages");
     return image(p, at + ".image_url", out);
+  }
+
+  // "input_audio": {"data": base64 of the file, "format": "wav" | "mp3"} (OpenAI's shape). The bytes must
+  // be what the format says (by their magic); the router decodes them.
+  Failure audio(const json& p, const std::string& param, Message& out) {
+    const json* input = field(p, "input_audio");
+    if (!input) return invalid(param, in_quotes(param) + " is required");
+    if (!input->is_object()) return wrong_type(param, "an object with \"data\" and \"format\"", *input);
+    const json* format = field(*input, "format");
+    if (!format || !format->is_string() || !(*format == "wav" || *format == "mp3"))
+      return invalid(param + ".format", in_quotes(param + ".format") + " must be \"wav\" or \"mp3\"");
+    const json* data = field(*input, "data");
+    if (!data) return invalid(param + ".data", in_quotes(param + ".data") + " is required");
+    if (!data->is_string()) return wrong_type(param + ".data", "a base64 string", *data);
+    if (data->get_ref<const std::string&>().empty())
+      return invalid(param + ".data", in_quotes(param + ".data") + " is empty");
+    auto bytes = base64_decode(data->get_ref<const std::string&>(), limits_.max_audio_bytes);
+    if (!bytes) {
+      if (bytes.error().code == protocol::ErrorCode::oversized)
+        return oversized(param + ".data", in_quotes(param + ".data") + ": " + bytes.error().detail);
+      return invalid(param + ".data", in_quotes(param + ".data") + ": " + bytes.error().detail);
+    }
+    const auto& b = *bytes;
+    const bool wav = b.size() >= 12 && std::equal(b.begin(), b.begin() + 4, "RIFF") &&
+                     std::equal(b.begin() + 8, b.begin() + 12, "WAVE");
+    const bool mp3 = (b.size() >= 3 && std::equal(b.begin(), b.begin() + 3, "ID3")) ||
+                     (b.size() >= 2 && b[0] == 0xFF && (b[1] & 0xE0) == 0xE0);
+    if (*format == "wav" ? !wav : !mp3)
+      return invalid(param + ".data", in_quotes(param + ".data") + " is not a" +
+                                          (*format == "wav" ? " WAV (RIFF/WAVE)" : "n MP3") + " file");
+    out.media.push_back({std::move(*bytes), true});
+    return {};
   }
 
   // "image_url": {"url": "data:...", "detail": ...} or, as some clients send it, "image_url": "data:...".
@@ -202,7 +240,7 @@ class MessagesParser {
       e->param = url_param;
       return std::move(*e);
     }
-    out.images.push_back(std::move(std::get<std::vector<uint8_t>>(decoded)));
+    out.media.push_back({std::move(std::get<std::vector<uint8_t>>(decoded)), false});
     return {};
   }
 

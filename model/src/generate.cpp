@@ -78,7 +78,7 @@ protocol::Result<GenerateResult> generate(ModelRunner& runner, std::string_view 
   res.encode_ms = ms_since(t0);
 
   auto prompt =
-      build_prompt(cfg, text, image ? std::optional<ImageDims>({image->width, image->height}) : std::nullopt);
+      build_prompt(cfg, text, image ? std::optional<MediaDims>({image->width, image->height}) : std::nullopt);
   if (!prompt) return prompt.error();
   res.prompt = std::move(*prompt);
   if (auto st = run_prompt(runner, res, emb, opts); !st) return st.error();
@@ -86,7 +86,7 @@ protocol::Result<GenerateResult> generate(ModelRunner& runner, std::string_view 
 }
 
 protocol::Result<GenerateResult> generate_tokens(ModelRunner& runner, std::vector<TokenId> prompt,
-                                                 const GenerateOptions& opts, std::span<const Image> images) {
+                                                 const GenerateOptions& opts, std::span<const Media> media) {
   const ModelConfig& cfg = runner.config();
   if (opts.decode_kv && opts.decode_kv->page_size > kMaxPageSize)
     return protocol::make_error(protocol::ErrorCode::invalid_request,
@@ -101,8 +101,8 @@ protocol::Result<GenerateResult> generate_tokens(ModelRunner& runner, std::vecto
   GenerateResult res;
   Embeddings emb;
   const auto t0 = std::chrono::steady_clock::now();
-  for (const Image& image : images) {
-    auto e = runner.encode(image);
+  for (const Media& item : media) {
+    auto e = encode_media(runner, item);
     if (!e) return e.error();
     emb.dim = e->dim;
     emb.tokens += e->tokens;

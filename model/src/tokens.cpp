@@ -18,13 +18,13 @@ std::string decode_text(std::span<const TokenId> tokens) {
   return out;
 }
 
-uint64_t image_token_count(const ModelConfig& cfg, ImageDims d) {
+uint64_t image_token_count(const ModelConfig& cfg, MediaDims d) {
   const uint64_t p = cfg.patch_size;
   return ((d.width + p - 1) / p) * ((d.height + p - 1) / p);
 }
 
 protocol::Result<std::vector<TokenId>> build_prompt(const ModelConfig& cfg, std::string_view text,
-                                                    std::optional<ImageDims> image) {
+                                                    std::optional<MediaDims> image) {
   uint64_t n_img = 0;
   if (image) {
     if (image->width == 0 || image->height == 0)

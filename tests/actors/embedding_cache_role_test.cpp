@@ -226,7 +226,7 @@ struct PrefillSide {
     c.publish(kRouterInc);
   }
   std::vector<uint32_t> prompt() {
-    auto p = model::build_prompt(c.model(), "what is this", model::ImageDims{32, 24});
+    auto p = model::build_prompt(c.model(), "what is this", model::MediaDims{32, 24});
     REQUIRE(p.ok());
     return *p;
   }

@@ -86,7 +86,7 @@ struct PrefillFixture {
     REQUIRE(prefill_free_pages() == 16);
   }
 
-  std::vector<uint32_t> prompt(std::string_view text, std::optional<model::ImageDims> image = {}) {
+  std::vector<uint32_t> prompt(std::string_view text, std::optional<model::MediaDims> image = {}) {
     auto p = model::build_prompt(c.model(), text, image);
     REQUIRE(p.ok());
     return *p;
@@ -213,7 +213,7 @@ TEST_CASE(
     "pipeline: encoder, prefill and decode in one process give the colocated tokens of an image prompt") {
   PrefillFixture f(true);
   const auto image = model::make_test_image(32, 24, 7);
-  const auto prompt = f.prompt("what is this", model::ImageDims{32, 24});
+  const auto prompt = f.prompt("what is this", model::MediaDims{32, 24});
   REQUIRE(model::count_image_tokens(prompt) == 12);
   protocol::Submit enc;
   enc.room = 9;
@@ -233,7 +233,7 @@ TEST_CASE(
 
 TEST_CASE("prefill: BOOTSTRAP never comes -> bootstrap_timeout, nothing held, the ended room stays ended") {
   PrefillFixture f;
-  const auto prompt = f.prompt("x", model::ImageDims{16, 16});  // 4 image tokens
+  const auto prompt = f.prompt("x", model::MediaDims{16, 16});  // 4 image tokens
   f.submit_prefill(5, prompt, "encoder-0");
   f.c.h.advance(999ms, 999ms);
   CHECK(f.c.pump().empty());
@@ -267,7 +267,7 @@ TEST_CASE("prefill: BOOTSTRAP never comes -> bootstrap_timeout, nothing held, th
 
 TEST_CASE("prefill: EMBED_META from an encoder other than the one SUBMIT named is refused") {
   PrefillFixture f;
-  const auto prompt = f.prompt("x", model::ImageDims{16, 16});
+  const auto prompt = f.prompt("x", model::MediaDims{16, 16});
   f.submit_prefill(5, prompt, "encoder-0");
   f.c.pump();
   f.c.send("encoder-1", kOtherEncoderInc, "prefill-0", protocol::EmbedMeta{5, 4, 64, 4 * 64 * 4});
@@ -319,7 +319,7 @@ TEST_CASE("prefill: ABORT while a page write runs is acknowledged once the write
 
 // A room held between BOOTSTRAP and its embeddings (nothing computes, nothing writes).
 void waiting_for_embeddings(PrefillFixture& f, uint64_t room) {
-  const auto prompt = f.prompt("x", model::ImageDims{16, 16});
+  const auto prompt = f.prompt("x", model::MediaDims{16, 16});
   f.submit_prefill(room, prompt, "encoder-0");
   f.submit_decode(room, prompt);
   CHECK(f.c.pump().empty());
@@ -366,7 +366,7 @@ TEST_CASE(
   f.max_tokens = 24;
   const auto image = model::make_test_image(32, 24, 7);
   const auto text_prompt = f.prompt("the quick brown fox");
-  const auto image_prompt = f.prompt("what is this", model::ImageDims{32, 24});
+  const auto image_prompt = f.prompt("what is this", model::MediaDims{32, 24});
   f.submit_prefill(5, text_prompt);
   f.submit_decode(5, text_prompt);
   f.submit_encoder(9, image);
@@ -394,7 +394,7 @@ TEST_CASE("request id: every role names the room with the client's request id in
   PrefillFixture f(true);
   f.request_id = "abc-123";
   const auto image = model::make_test_image(32, 24, 7);
-  const auto prompt = f.prompt("what is this", model::ImageDims{32, 24});
+  const auto prompt = f.prompt("what is this", model::MediaDims{32, 24});
   f.submit_encoder(9, image);
   f.submit_prefill(9, prompt, "encoder-0");
   f.submit_decode(9, prompt);

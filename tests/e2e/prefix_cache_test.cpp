@@ -59,8 +59,8 @@ std::vector<Turn> conversations() {
 using Keyed = std::vector<std::pair<uint32_t, int>>;
 Keyed keyed_prompt(const Turn& t) {
   static const auto cfg = *model::preset("tiny");
-  std::optional<model::ImageDims> dims;
-  if (t.c.image) dims = model::ImageDims{t.c.image->width, t.c.image->height};
+  std::optional<model::MediaDims> dims;
+  if (t.c.image) dims = model::MediaDims{t.c.image->width, t.c.image->height};
   auto ids = model::build_prompt(cfg, t.c.prompt, dims);
   REQUIRE(ids);
   Keyed p;
@@ -113,8 +113,8 @@ uint64_t prompt_tokens(const std::vector<Turn>& turns) {
   static const auto cfg = *model::preset("tiny");
   uint64_t n = 0;
   for (const auto& t : turns) {
-    std::optional<model::ImageDims> dims;
-    if (t.c.image) dims = model::ImageDims{t.c.image->width, t.c.image->height};
+    std::optional<model::MediaDims> dims;
+    if (t.c.image) dims = model::MediaDims{t.c.image->width, t.c.image->height};
     n += model::build_prompt(cfg, t.c.prompt, dims)->size();
   }
   return n;

@@ -38,8 +38,8 @@ struct Moved {
 
 Moved bytes_to_move(const Case& c) {
   static const auto cfg = *epd::model::preset("tiny");
-  std::optional<epd::model::ImageDims> dims;
-  if (c.image) dims = epd::model::ImageDims{c.image->width, c.image->height};
+  std::optional<epd::model::MediaDims> dims;
+  if (c.image) dims = epd::model::MediaDims{c.image->width, c.image->height};
   const auto prompt = *epd::model::build_prompt(cfg, c.prompt, dims);
   const auto layout = epd::model::kv_layout_for(cfg, 1, epd::model::DType::f16);  // the roles' default
   Moved m;

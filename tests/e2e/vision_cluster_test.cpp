@@ -8,7 +8,9 @@
 #include <catch2/catch.hpp>
 
 #include <filesystem>
+#include <fstream>
 #include <future>
+#include <iterator>
 
 #include "cluster.hpp"
 #include "epd/http/base64.hpp"
@@ -28,7 +30,7 @@ namespace fs = std::filesystem;
 namespace {
 
 struct Request {
-  std::vector<model::ImageDims> sizes;
+  std::vector<model::MediaDims> sizes;
   std::string text;
   bool chat = false;  // OpenAI chat with PNG parts (images first), else native /v1/generate with PPMs
 };
@@ -171,4 +173,138 @@ TEST_CASE("vision cluster: over tcp, decode in another KV layout, answers as lla
   model::testing::VisionSpec merged;  // Mistral-Small-3.1's patch merger
   merged.spatial_merge = 2;
   serve_and_compare("pixtral", "tcp", decode, merged);
+}
+
+namespace {
+
+// A clip as a client sends it in an input_audio part: a WAV written at its own rate, or the bundle's MP3.
+struct ClipSpec {
+  uint32_t rate = 16000, channels = 1;
+  double seconds = 3;
+  bool mp3 = false;  // llama.cpp's own test MP3 (tools/mtmd/test-2.mp3) instead
+};
+
+std::vector<uint8_t> file_bytes(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// Ultravox or Qwen2-Audio through the cluster: OpenAI chats with input_audio parts, in flight together,
+// each answered as llama.cpp answers the same files; bad audio is a 400 naming why, and nothing is held.
+void serve_audio_and_compare(const std::string& projector, const std::string& backend,
+                             const std::string& decode_lines, const std::string& prefill_lines) {
+  const fs::path dir = fs::temp_directory_path() / ("epd-e2e-audio-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  model::testing::VisionSpec vs;
+  vs.projector = projector;
+  vs.lm_context = 4096;
+  auto paths = model::testing::write_vision_model(vs, dir);
+  REQUIRE(paths.ok());
+  auto cfg = model::read_checkpoint_config(paths->lm);
+  REQUIRE(cfg.ok());
+  auto codec = model::PromptCodec::for_model(model::with_mmproj(*cfg, paths->mmproj));
+  REQUIRE(codec.ok());
+  const model::TokenId slot = *model::image_token(model::with_mmproj(*cfg, paths->mmproj));
+  const std::vector<std::vector<ClipSpec>> requests = {
+      {{16000, 1, 3}},
+      {{44100, 2, 31}, {16000, 1, 2}},  // resampled and mixed down, two chunks; then a second clip
+      {{0, 0, 0, true}},
+  };
+  std::vector<Expected> expected;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    std::vector<fs::path> files;
+    json parts = json::array();
+    std::string markers;
+    for (size_t k = 0; k < requests[i].size(); ++k) {
+      const ClipSpec& c = requests[i][k];
+      if (c.mp3) {
+        files.push_back(fs::path(EPD_LLAMA_CPP_SRC) / "tools/mtmd/test-2.mp3");
+      } else {
+        files.push_back(dir / ("clip-" + std::to_string(i) + "-" + std::to_string(k) + ".wav"));
+        const auto wav = model::testing::make_test_wav(c.rate, c.channels, c.seconds, 10 * i + k);
+        std::ofstream(files.back(), std::ios::binary)
+            .write(reinterpret_cast<const char*>(wav.data()), std::streamsize(wav.size()));
+      }
+      parts.push_back(
+          {{"type", "input_audio"},
+           {"input_audio", {{"data", b64(file_bytes(files.back()))}, {"format", c.mp3 ? "mp3" : "wav"}}}});
+      markers += model::kImageMarker;
+    }
+    parts.push_back({{"type", "text"}, {"text", "What do you hear?"}});
+    const std::vector<model::ChatTurn> turns = {{"user", markers + "What do you hear?", true}};
+    auto theirs = model::testing::run_mtmd_reference(EPD_MTMD_REFERENCE, paths->lm, paths->mmproj, files,
+                                                     *model::render_chat_text("", turns, "", ""), 10, slot,
+                                                     false, 2, /*f32_kv=*/true);
+    Expected e;
+    e.body = {{"messages", {{{"role", "user"}, {"content", parts}}}}, {"max_tokens", 10}};
+    e.text = http::to_valid_utf8((*codec)->text(theirs.generated));
+    expected.push_back(std::move(e));
+  }
+
+  ClusterSpec spec;
+  spec.model_path = paths->lm;
+  spec.mmproj = paths->mmproj;
+  spec.backend = backend;
+  spec.defaults["prefill"] = "kv_dtype = \"f32\"\n" + prefill_lines;
+  spec.defaults["decode"] = "kv_dtype = \"f32\"\n" + decode_lines;
+  Cluster cluster(spec);
+  cluster.start();
+  std::vector<std::future<std::pair<int, std::string>>> answers;
+  for (size_t i = 0; i < requests.size(); ++i)
+    answers.push_back(std::async(std::launch::async, [&, i] {
+      return cluster.post_raw("/v1/chat/completions", expected[i].body.dump());
+    }));
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const auto [status, raw] = answers[i].get();
+    INFO(projector << " over " << backend << ", request " << i << ": " << raw << "\n" << cluster.logs());
+    REQUIRE(status == 200);
+    CHECK(json::parse(raw)["choices"][0]["message"]["content"] == expected[i].text);
+  }
+  // Refused with a 400 that names why: a WAV cut short, bytes that are no MP3, and a picture for a model
+  // that hears. Nothing is held after them.
+  const auto wav = model::testing::make_test_wav(16000, 1, 2, 3);
+  const auto audio_part = [](const std::vector<uint8_t>& bytes, const char* format) {
+    return json{{"type", "input_audio"}, {"input_audio", {{"data", b64(bytes)}, {"format", format}}}};
+  };
+  const auto picture =
+      json{{"type", "image_url"},
+           {"image_url",
+            {{"url", "data:image/png;base64," +
+                         b64(model::testing::encode_png(model::make_test_image(32, 32, 1)))}}}};
+  std::vector<std::pair<json, std::string>> bad = {
+      {json::array({audio_part(std::vector<uint8_t>(wav.begin(), wav.begin() + wav.size() / 2), "wav")}),
+       "truncated"},
+      {json::array({audio_part(wav, "mp3")}), "is not an MP3 file"},
+      {json::array({picture}), "takes audio, not images"},
+  };
+  // Qwen2-Audio's decode pool (kv_pages below) is smaller than 4 chunks of 750 rows: refused at once as the
+  // request's fault, not retried against a pool it can never fit until the deadline.
+  if (projector == "qwen2a")
+    bad.push_back({json::array({audio_part(model::testing::make_test_wav(16000, 1, 65, 4), "wav"),
+                                audio_part(wav, "wav")}),
+                   "in all"});
+  for (const auto& [parts, why] : bad) {
+    const auto [status, raw] = cluster.post_raw(
+        "/v1/chat/completions",
+        json{{"messages", {{{"role", "user"}, {"content", parts}}}}, {"max_tokens", 4}}.dump());
+    INFO(raw);
+    CHECK(status == 400);
+    CHECK_THAT(raw, Catch::Contains(why));
+  }
+  cluster.wait_all_free();
+  const std::string reports = cluster.stop_and_collect_sanitizer_reports();
+  INFO(reports);
+  CHECK(reports.empty());
+  fs::remove_all(dir);
+}
+
+}  // namespace
+
+TEST_CASE("vision cluster: Ultravox and Qwen2-Audio clips in OpenAI chats answer as llama.cpp does") {
+  // Ultravox over shm; Qwen2-Audio over tcp into another decode KV layout, with prefill chunks of 8 that cut
+  // its 750-row chunks.
+  serve_audio_and_compare("ultravox", "shm", "", "");
+  serve_audio_and_compare("qwen2a", "tcp",
+                          "kv_page_size = 4\nkv_order = \"head_token_dim\"\nkv_pages = 700\n",
+                          "chunk_tokens = 8\n");
 }

@@ -93,7 +93,7 @@ class FakeRouterService : public RouterService {
     }
     r.room = 0xfedcba9876543210ull;
     r.attempts = 1;
-    r.encoder = request.images_ppm.empty() ? "" : "encoder-0";
+    r.encoder = request.media.empty() ? "" : "encoder-0";
     r.prefill = "prefill-0";
     r.decode = "decode-0";
     r.timings = {1.5, 2.5, 0.25, 3.0, 4.0, 11.0};

@@ -73,8 +73,8 @@ TEST_CASE("POST /v1/generate answers with text, tokens, instances and stage timi
   REQUIRE(res);
   CHECK(res->status == 200);
   CHECK(json_body(res)["instances"]["encoder"] == "encoder-0");
-  REQUIRE(server.service.last_request().images_ppm.size() == 1);
-  auto image = server.service.last_request().images_ppm[0];
+  REQUIRE(server.service.last_request().media.size() == 1);
+  auto image = server.service.last_request().media[0];
   CHECK(std::string(image.begin(), image.end()).starts_with("P6\n4 1\n255\n"));
   CHECK(image.size() == 11 + 12);
 

@@ -532,17 +532,18 @@ TEST_CASE("openai request: chat messages with string and part contents", "[http]
   CHECK(r.messages[2].role == "user");
   // Joined as llama-server joins parts: each image as its marker, no "\n" next to one.
   CHECK(r.messages[2].text == "What is<__media__>this?<__media__>");
-  REQUIRE(r.messages[2].images.size() == 2);
-  CHECK(std::string(r.messages[2].images[0].begin(), r.messages[2].images[0].end()) == kRequestPng);
-  CHECK(std::string(r.messages[2].images[1].begin(), r.messages[2].images[1].end()) == kRequestPng + "2");
+  REQUIRE(r.messages[2].media.size() == 2);
+  CHECK(std::string(r.messages[2].media[0].bytes.begin(), r.messages[2].media[0].bytes.end()) == kRequestPng);
+  CHECK(std::string(r.messages[2].media[1].bytes.begin(), r.messages[2].media[1].bytes.end()) ==
+        kRequestPng + "2");
   CHECK(r.messages[3].role == "assistant");
   CHECK(r.messages[3].text.empty());
-  CHECK(r.messages[3].images.empty());
+  CHECK(r.messages[3].media.empty());
 
   // detail is checked and otherwise ignored; an empty parts array is empty text.
   r = accepted(Endpoint::chat,
                user({{{"type", "image_url"}, {"image_url", {{"url", png_uri()}, {"detail", "low"}}}}}));
-  CHECK(r.messages[0].images.size() == 1);
+  CHECK(r.messages[0].media.size() == 1);
   CHECK(accepted(Endpoint::chat, user(json::array())).messages[0].text.empty());
   CHECK(accepted(Endpoint::chat, user("")).messages[0].text.empty());
 }
@@ -581,8 +582,45 @@ TEST_CASE("openai request: content parts and images", "[http][openai_request]") 
   check(rejected(Endpoint::chat, user({{{"type", "text"}}})), "messages[0].content[0].text", "is required");
   check(rejected(Endpoint::chat, user({{{"type", "text"}, {"text", 1}}})), "messages[0].content[0].text",
         "must be a string");
-  check(rejected(Endpoint::chat, user({{{"type", "input_audio"}, {"input_audio", json::object()}}})),
-        "messages[0].content[0].type", "is \"input_audio\"; epd takes \"text\" and \"image_url\" parts");
+  check(rejected(Endpoint::chat, user({{{"type", "file"}, {"file", json::object()}}})),
+        "messages[0].content[0].type",
+        "is \"file\"; epd takes \"text\", \"image_url\" and \"input_audio\" parts");
+  // input_audio: OpenAI's shape, the bytes what the format says.
+  const auto audio = [](json input) {
+    return user({{{"type", "input_audio"}, {"input_audio", std::move(input)}}});
+  };
+  const std::vector<uint8_t> wav = {'R', 'I', 'F', 'F', 0x24, 0, 0, 0, 'W', 'A', 'V', 'E'},
+                             mp3 = {'I', 'D', '3', 4, 0};
+  check(rejected(Endpoint::chat, audio(json::object())), "messages[0].content[0].input_audio.format",
+        "must be \"wav\" or \"mp3\"");
+  check(rejected(Endpoint::chat, audio({{"format", "flac"}, {"data", base64_encode(wav)}})),
+        "messages[0].content[0].input_audio.format", "must be \"wav\" or \"mp3\"");
+  check(rejected(Endpoint::chat, audio({{"format", "wav"}})), "messages[0].content[0].input_audio.data",
+        "is required");
+  check(rejected(Endpoint::chat, audio({{"format", "wav"}, {"data", "%%"}})),
+        "messages[0].content[0].input_audio.data", "base64");
+  check(rejected(Endpoint::chat, audio({{"format", "mp3"}, {"data", base64_encode(wav)}})),
+        "messages[0].content[0].input_audio.data", "is not an MP3 file");
+  check(rejected(Endpoint::chat, audio({{"format", "wav"}, {"data", base64_encode(mp3)}})),
+        "messages[0].content[0].input_audio.data", "is not a WAV (RIFF/WAVE) file");
+  check(
+      rejected(
+          Endpoint::chat,
+          {{"messages",
+            {{{"role", "assistant"},
+              {"content",
+               {{{"type", "input_audio"}, {"input_audio", {{"format", "wav"}, {"data", "UklGRg=="}}}}}}}}}}),
+      "messages[0].content[0].type", "audio is only allowed in user messages");
+  {
+    auto r = accepted(Endpoint::chat,
+                      user({{{"type", "text"}, {"text", "Listen:"}},
+                            {{"type", "input_audio"},
+                             {"input_audio", {{"format", "wav"}, {"data", base64_encode(wav)}}}}}));
+    REQUIRE(r.messages[0].media.size() == 1);
+    CHECK(r.messages[0].media[0].audio);
+    CHECK(r.messages[0].media[0].bytes == wav);
+    CHECK(r.messages[0].text == "Listen:<__media__>");
+  }
   check(rejected(Endpoint::chat,
                  {{"messages",
                    {{{"role", "system"},

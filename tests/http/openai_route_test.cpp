@@ -249,7 +249,7 @@ TEST_CASE("openai route: what the route itself refuses", "[http][openai_route]")
   res = cli.Post("/v1/chat/completions", two_images.dump(), kJson);
   REQUIRE(res);
   CHECK(res->status == 200);
-  CHECK(server.service.last_request().images_ppm.size() == 2);
+  CHECK(server.service.last_request().media.size() == 2);
   CHECK(server.service.last_request().messages.at(0).text == "<__media__><__media__>");
 
   // One image reaches the router decoded and re-encoded as PPM; X-Request-Id is taken from the client.
@@ -262,8 +262,8 @@ TEST_CASE("openai route: what the route itself refuses", "[http][openai_route]")
   CHECK(res->get_header_value("X-Request-Id") == "my-req-1");
   const auto last = server.service.last_request();
   CHECK(last.request_id == "my-req-1");
-  REQUIRE(last.images_ppm.size() == 1);
-  CHECK(std::string(last.images_ppm[0].begin(), last.images_ppm[0].end()) == ppm);
+  REQUIRE(last.media.size() == 1);
+  CHECK(std::string(last.media[0].begin(), last.media[0].end()) == ppm);
   REQUIRE(last.messages.size() == 1);
   CHECK(last.messages[0].image);
 

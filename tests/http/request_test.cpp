@@ -55,7 +55,7 @@ TEST_CASE("generate request: prompt, defaults, max_tokens, unknown keys", "[http
   auto r = accepted(R"({"prompt":"hello"})");
   CHECK(r.prompt == "hello");
   CHECK(r.max_tokens == 16);
-  CHECK(r.images_ppm.empty());
+  CHECK(r.media.empty());
 
   r = accepted(R"({"prompt":"hi","max_tokens":32,"temperature":0.5,"extra":{"a":[1,2]}})");
   CHECK(r.max_tokens == 32);
@@ -72,14 +72,14 @@ TEST_CASE("generate request: prompt, defaults, max_tokens, unknown keys", "[http
 TEST_CASE("generate request: image is decoded from base64 PPM", "[http][request]") {
   auto image = ppm(10);
   auto r = accepted(json{{"prompt", "p"}, {"image", b64(image)}}.dump());
-  REQUIRE(r.images_ppm.size() == 1);
-  CHECK(std::string(r.images_ppm[0].begin(), r.images_ppm[0].end()) == image);
+  REQUIRE(r.media.size() == 1);
+  CHECK(std::string(r.media[0].begin(), r.media[0].end()) == image);
   // Wrapped base64 (the `base64` tool's output) is fine.
   auto wrapped = b64(image);
   wrapped.insert(8, "\n");
   r = accepted(json{{"prompt", "p"}, {"image", wrapped}}.dump());
-  REQUIRE(r.images_ppm.size() == 1);
-  CHECK(r.images_ppm[0].size() == image.size());
+  REQUIRE(r.media.size() == 1);
+  CHECK(r.media[0].size() == image.size());
 }
 
 TEST_CASE("generate request: malformed JSON says where parsing failed", "[http][request]") {

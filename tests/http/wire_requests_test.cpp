@@ -87,7 +87,7 @@ TEST_CASE("Anthropic's blocks become the chat's turns, calls, tool results and i
   CHECK(r.messages[0].role == "system");
   CHECK(r.messages[0].text == "Be brief.\nUse tools.");
   CHECK(r.messages[1].role == "user");
-  CHECK(r.messages[1].images.size() == 1);
+  CHECK(r.messages[1].media.size() == 1);
   CHECK(r.messages[2].role == "assistant");
   CHECK(r.messages[2].text == "Calling.");  // the earlier thinking is left out
   REQUIRE(r.messages[2].tool_calls.size() == 1);
@@ -243,7 +243,7 @@ TEST_CASE("Responses items become the chat's turns and the Response repeats the 
   CHECK(r.stream);
   REQUIRE(r.messages.size() == 6);
   CHECK(r.messages[0].role == "system");
-  CHECK(r.messages[1].images.size() == 1);
+  CHECK(r.messages[1].media.size() == 1);
   CHECK(r.messages[2].role == "assistant");
   CHECK(r.messages[2].text == "Calling.");
   REQUIRE(r.messages[2].tool_calls.size() == 2);  // the message and the calls after it are one turn

@@ -45,7 +45,7 @@ TEST_CASE("chat: an image leaves no mark in the text, build_prompt puts it after
   auto text = render_chat(tiny(), turns);
   REQUIRE(text.ok());
   CHECK(*text == *render_chat(tiny(), std::vector<ChatTurn>{{"system", "s"}, {"user", "what is this"}}));
-  auto prompt = build_prompt(tiny(), *text, ImageDims{16, 16});
+  auto prompt = build_prompt(tiny(), *text, MediaDims{16, 16});
   REQUIRE(prompt.ok());
   CHECK((*prompt)[0] == kBos);
   CHECK(count_image_tokens(*prompt) == 4);

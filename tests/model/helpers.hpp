@@ -68,7 +68,7 @@ inline Request make_request(ModelRunner& r, std::string_view text, const Image* 
     req.emb = std::move(*e);
   }
   auto p = build_prompt(r.config(), text,
-                        img ? std::optional<ImageDims>({img->width, img->height}) : std::nullopt);
+                        img ? std::optional<MediaDims>({img->width, img->height}) : std::nullopt);
   REQUIRE(p.ok());
   req.prompt = std::move(*p);
   return req;

@@ -494,6 +494,7 @@ TEST_CASE("a resumed answer, from prompt + its first k tokens, draws the rest of
           "[model][sampling]") {
   auto r = runner_for("tiny");
   const Image img = make_test_image(24, 16, 4);
+  const Media item = img;
   // The penalties count the answer so far: on a resumed attempt its first k tokens end the prompt.
   SamplingParams penalized_greedy;
   penalized_greedy.frequency_penalty = 0.7f;
@@ -516,7 +517,7 @@ TEST_CASE("a resumed answer, from prompt + its first k tokens, draws the rest of
       rest.first_index = k;
       rest.max_tokens = 24 - k;
       rest.chunk = 7;  // the resumed prompt need not be prefilled as the first was
-      auto resumed = generate_tokens(*r, prompt, rest, {&img, 1});
+      auto resumed = generate_tokens(*r, prompt, rest, {&item, 1});
       REQUIRE(resumed.ok());
       CHECK(resumed->tokens == std::vector<TokenId>(whole->tokens.begin() + k, whole->tokens.end()));
       CHECK(resumed->kv_digest == whole->kv_digest);
@@ -538,7 +539,7 @@ TEST_CASE("a resumed answer, from prompt + its first k tokens, draws the rest of
   std::vector<TokenId> prompt = whole->prompt;
   prompt.insert(prompt.end(), whole->tokens.begin(), whole->tokens.begin() + 3);
   o.max_tokens = 5;
-  auto fresh = generate_tokens(*r, prompt, o, {&img, 1});
+  auto fresh = generate_tokens(*r, prompt, o, {&item, 1});
   REQUIRE(fresh.ok());
   CHECK(fresh->tokens != std::vector<TokenId>(whole->tokens.begin() + 3, whole->tokens.end()));
 }

@@ -30,13 +30,13 @@ TEST_CASE("build_prompt places one IMAGE token per patch after BOS", "[model][to
   auto cfg = *preset("tiny");  // patch 8
   CHECK(image_token_count(cfg, {32, 32}) == 16);
   CHECK(image_token_count(cfg, {33, 17}) == 5 * 3);  // edges are padded
-  auto p = build_prompt(cfg, "ab", ImageDims{16, 8});
+  auto p = build_prompt(cfg, "ab", MediaDims{16, 8});
   REQUIRE(p.ok());
   CHECK(*p == std::vector<TokenId>{kBos, kImage, kImage, 'a', 'b'});
   auto no_img = build_prompt(cfg, "ab", std::nullopt);
   REQUIRE(no_img.ok());
   CHECK(*no_img == std::vector<TokenId>{kBos, 'a', 'b'});
-  CHECK_FALSE(build_prompt(cfg, "x", ImageDims{1000, 1000}).ok());  // too many patches
+  CHECK_FALSE(build_prompt(cfg, "x", MediaDims{1000, 1000}).ok());  // too many patches
   CHECK_FALSE(build_prompt(cfg, std::string(cfg.max_seq, 'a'), std::nullopt).ok());
 }
 

@@ -34,6 +34,28 @@ std::optional<ContentHash> content_hash(const model::Image& image) {
   return out;
 }
 
+std::optional<ContentHash> content_hash(const model::Audio& audio) {
+  // A clip: its samples as the tower takes them (mono float at the one rate), under its own domain tag.
+  constexpr std::string_view kAudio = "epd audio f32 16k mono v1";
+  std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
+  uint8_t n[8];
+  put_le32(n, uint32_t(audio.samples.size()));
+  put_le32(n + 4, uint32_t(uint64_t(audio.samples.size()) >> 32));
+  ContentHash out{};
+  unsigned int len = 0;
+  if (!ctx || EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) != 1 ||
+      EVP_DigestUpdate(ctx.get(), kAudio.data(), kAudio.size()) != 1 ||
+      EVP_DigestUpdate(ctx.get(), n, sizeof n) != 1 ||
+      EVP_DigestUpdate(ctx.get(), audio.samples.data(), audio.samples.size() * sizeof(float)) != 1 ||
+      EVP_DigestFinal_ex(ctx.get(), out.data(), &len) != 1 || len != out.size())
+    return std::nullopt;
+  return out;
+}
+
+std::optional<ContentHash> content_hash(const model::Media& item) {
+  return std::visit([](const auto& m) { return content_hash(m); }, item);
+}
+
 std::optional<ContentHash> images_hash(std::span<const std::optional<ContentHash>> images,
                                        std::string_view tower) {
   if (images.empty()) return std::nullopt;

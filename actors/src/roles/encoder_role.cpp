@@ -42,7 +42,7 @@ struct EncoderSettings {
 
 struct EncodeJob {
   uint64_t room = 0;
-  std::vector<std::vector<uint8_t>> images;  // PPMs: their rows go to the slot one after the other
+  std::vector<std::vector<uint8_t>> images;  // media items (PPMs, WAVs): their rows go to the slot in order
   float* out = nullptr;                      // source slot
   uint64_t capacity_floats = 0;
 };
@@ -182,17 +182,17 @@ caf::behavior encode_compute(caf::event_based_actor* self, model::ModelConfig cf
         uint64_t used = 0;  // floats written to the slot
         for (size_t i = 0; i < job.images.size() && done.ok; ++i) {
           auto fail = [&](protocol::Error e) {
-            if (job.images.size() > 1) e.detail = "image " + std::to_string(i) + ": " + e.detail;
+            if (job.images.size() > 1) e.detail = "item " + std::to_string(i) + ": " + e.detail;
             done.ok = false;
             done.error = std::move(e);
           };
-          auto image = model::parse_ppm(job.images[i]);
-          if (!image) {
-            fail(image.error());
+          auto item = model::parse_media_item(job.images[i]);
+          if (!item) {
+            fail(item.error());
             break;
           }
-          // Each image is cached on its own (keyed by its pixels and the tower), the room by all of them.
-          hashes.push_back(cache->enabled() ? content_hash(*image) : std::nullopt);
+          // Each item is cached on its own (keyed by its pixels or samples and the tower), the room by all.
+          hashes.push_back(cache->enabled() ? content_hash(*item) : std::nullopt);
           const auto key = images_hash(std::span(&hashes.back(), 1), tower);
           auto hit = key ? cache->find(*key) : std::optional<EmbeddingCache::Pin>();
           if (hit && used * sizeof(float) + hit->bytes().size() <= job.capacity_floats * sizeof(float)) {
@@ -202,7 +202,7 @@ caf::behavior encode_compute(caf::event_based_actor* self, model::ModelConfig cf
             continue;
           }
           done.cache_hit = false;
-          auto emb = r->encode(*image);
+          auto emb = model::encode_media(*r, *item);
           if (!emb) {
             fail(emb.error());
           } else if (used + emb->data.size() > job.capacity_floats) {

@@ -22,7 +22,7 @@
 #include "epd/http/http_api.hpp"
 #include "epd/http/router_service.hpp"
 #include "epd/model/chat.hpp"
-#include "epd/model/image.hpp"
+#include "epd/model/media.hpp"
 #include "epd/model/mmproj.hpp"
 #include "epd/model/prompt_codec.hpp"
 #include "epd/model/tokens.hpp"
@@ -340,8 +340,8 @@ void start_attempt(RouterState& st, uint64_t req_id) {
   follow_registry(st);
   auto decode = pick(st, "decode", p.failed_instances, &decode_work);
   auto prefill = pick(st, "prefill", p.failed_instances, &prefill_work);
-  auto encoder = p.request.images_ppm.empty() ? std::optional<Placement>(Placement{})
-                                              : pick(st, "encoder", p.failed_instances);
+  auto encoder = p.request.media.empty() ? std::optional<Placement>(Placement{})
+                                         : pick(st, "encoder", p.failed_instances);
   if (!decode || !prefill || !encoder) {
     const char* missing = !decode ? "decode" : !prefill ? "prefill" : "encoder";
     // An instance may be restarting (epd-cluster brings it back): wait for one, boundedly.
@@ -408,7 +408,7 @@ void start_attempt(RouterState& st, uint64_t req_id) {
   st.ctx.bridge->send(a.decode, s);
   if (!a.encoder.empty()) {
     protocol::Submit e = s;
-    e.images = p.request.images_ppm;
+    e.images = p.request.media;
     e.prompt.clear();
     st.ctx.bridge->send(a.encoder, std::move(e));
   }
@@ -665,14 +665,16 @@ void on_generate(RouterState& s, uint64_t ticket, GenerateRequest& req, SinkPtr&
                       " requests in flight and " + std::to_string(s.limits.max_queued) + " queued",
                   1);
   }
-  std::vector<model::ImageDims> dims;
-  for (size_t i = 0; i < req.images_ppm.size(); ++i) {
-    auto image = model::parse_ppm(req.images_ppm[i]);
-    if (!image) {
+  std::vector<model::MediaDims> dims;
+  std::vector<std::optional<ContentHash>> hashes;  // each item's decoded pixels or samples
+  for (size_t i = 0; i < req.media.size(); ++i) {
+    auto item = model::parse_media_item(req.media[i]);
+    if (!item) {
       count_failure(s, "invalid_request");
-      return reject(400, "invalid_request", "image " + std::to_string(i) + ": " + image.error().detail);
+      return reject(400, "invalid_request", "media item " + std::to_string(i) + ": " + item.error().detail);
     }
-    dims.push_back({image->width, image->height});
+    dims.push_back(model::media_dims(*item));
+    hashes.push_back(content_hash(*item));
   }
   protocol::Result<std::vector<uint32_t>> prompt = std::vector<uint32_t>{};
   if (!req.prompt_tokens.empty()) {  // token ids as given: no template, no image
@@ -728,16 +730,11 @@ void on_generate(RouterState& s, uint64_t ticket, GenerateRequest& req, SinkPtr&
   s.backlog.add(p.prompt.size(), kernel::DeadlineTimer::now(s.self));
   const auto slot = model::image_token(s.ctx.model);
   p.image_tokens = slot ? uint32_t(std::count(p.prompt.begin(), p.prompt.end(), *slot)) : 0;
-  uint64_t images = 0;  // the request's pictures, for the blocks that hold their rows
-  std::vector<std::optional<ContentHash>> pixels;
-  for (const auto& ppm : p.request.images_ppm) {
-    images = XXH3_64bits_withSeed(ppm.data(), ppm.size(), images);
-    auto image = model::parse_ppm(ppm);
-    pixels.push_back(image ? content_hash(*image) : std::nullopt);
-  }
+  uint64_t images = 0;  // the request's pictures and clips, for the blocks that hold their rows
+  for (const auto& item : p.request.media) images = XXH3_64bits_withSeed(item.data(), item.size(), images);
   p.blocks = s.prefix_index->blocks(p.prompt, slot, images);
-  // Decode's prefix cache keys image rows by the pixels' hash, as the encoder's embedding cache does.
-  if (auto key = images_hash(pixels, {})) p.images_key.assign(key->begin(), key->end());
+  // Decode's prefix cache keys media rows by the content's hash, as the encoder's embedding cache does.
+  if (auto key = images_hash(hashes, {})) p.images_key.assign(key->begin(), key->end());
   p.started = kernel::DeadlineTimer::now(s.self);
   p.queued = s.active >= s.limits.max_in_flight;
   s.requests.emplace(ticket, std::move(p));

@@ -66,6 +66,11 @@ class Decoder final : public LlamaRunner {
     return opts_.encoder->encode(image);
   }
 
+  protocol::Result<Embeddings> encode_audio(const Audio& audio) override {
+    if (!opts_.encoder) return invalid("model " + cfg_.name + " is a text-only checkpoint: it has no audio tower");
+    return opts_.encoder->encode_audio(audio);
+  }
+
   protocol::Result<TokenId> prefill_chunk(const KvPool& pool, std::span<const PageId> pages, uint32_t start,
                                           const PrefillChunk& chunk) override {
     if (auto st = check_pool(cfg_, pool); !st) return st.error();

@@ -71,14 +71,14 @@ protocol::Status PromptCodec::take_mmproj() {
         return protocol::make_error(protocol::ErrorCode::config_error,
                                     "mmproj " + cfg_.mmproj + ": the language model has no token '" +
                                         escape_text(w) + "', which the " + info->projector_name +
-                                        " image layout needs");
+                                        " layout needs");
   }
   mmproj_ = std::move(*info);
   return {};
 }
 
-protocol::Result<std::vector<TokenId>> PromptCodec::image_tokens(ImageDims dims) const {
-  auto layout = image_layout(*mmproj_, dims);
+protocol::Result<std::vector<TokenId>> PromptCodec::image_tokens(MediaDims dims) const {
+  auto layout = media_layout(*mmproj_, dims);
   if (!layout) return layout.error();
   std::vector<TokenId> out;
   const TokenId row = *image_token(cfg_);
@@ -91,17 +91,16 @@ protocol::Result<std::vector<TokenId>> PromptCodec::image_tokens(ImageDims dims)
       out.push_back(pieces_.find(item.piece)->second);
   }
   if (rows > cfg_.max_image_patches)
-    return invalid("image of " + std::to_string(dims.width) + "x" + std::to_string(dims.height) + " takes " +
-                   std::to_string(rows) + " rows, more than the " + std::to_string(cfg_.max_image_patches) +
-                   " an image may take");
+    return invalid(media_name(dims) + " takes " + std::to_string(rows) + " rows, more than the " +
+                   std::to_string(cfg_.max_image_patches) + " an item may take");
   return out;
 }
 
-protocol::Result<std::vector<ImageGrid>> PromptCodec::image_grids(std::span<const ImageDims> images) const {
+protocol::Result<std::vector<ImageGrid>> PromptCodec::image_grids(std::span<const MediaDims> images) const {
   std::vector<ImageGrid> out;
   if (!mmproj_) return out;
-  for (const ImageDims& dims : images) {
-    auto layout = image_layout(*mmproj_, dims);
+  for (const MediaDims& dims : images) {
+    auto layout = media_layout(*mmproj_, dims);
     if (!layout) return layout.error();
     for (const LayoutItem& item : *layout)
       if (item.cols) out.push_back(ImageGrid{item.cols, item.rows / item.cols});
@@ -133,12 +132,12 @@ protocol::Status PromptCodec::check_images(size_t n) const {
 }
 
 protocol::Result<std::vector<TokenId>> PromptCodec::prompt(std::string_view text,
-                                                           std::span<const ImageDims> images) const {
+                                                           std::span<const MediaDims> images) const {
   if (auto st = check_images(images.size()); !st) return st.error();
   if (reference_) return build_prompt(cfg_, text, images.empty() ? std::nullopt : std::optional(images[0]));
   std::vector<TokenId> ids;
   if (tok_->add_bos() && tok_->bos()) ids.push_back(*tok_->bos());
-  for (ImageDims d : images) {
+  for (MediaDims d : images) {
     auto rows = image_tokens(d);
     if (!rows) return rows.error();
     ids.insert(ids.end(), rows->begin(), rows->end());
@@ -150,7 +149,7 @@ protocol::Result<std::vector<TokenId>> PromptCodec::prompt(std::string_view text
 }
 
 protocol::Result<std::vector<TokenId>> PromptCodec::chat(std::span<const ChatTurn> turns,
-                                                         std::span<const ImageDims> images,
+                                                         std::span<const MediaDims> images,
                                                          std::span<const ChatTool> tools) const {
   if (auto st = check_images(images.size()); !st) return st.error();
   if (reference_) {
@@ -168,7 +167,7 @@ protocol::Result<std::vector<TokenId>> PromptCodec::chat(std::span<const ChatTur
   auto rendered = render(turns, tools);
   if (!rendered) return rendered.error();
   std::vector<std::vector<TokenId>> image_ids;
-  for (ImageDims d : images) {
+  for (MediaDims d : images) {
     auto rows = image_tokens(d);
     if (!rows) return rows.error();
     image_ids.push_back(std::move(*rows));

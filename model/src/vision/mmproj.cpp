@@ -1,12 +1,13 @@
-// An mmproj's header and an image's layout, after libmtmd (tools/mtmd of the pinned llama.cpp): the keys
-// clip.cpp reads, the fixed-size, Idefics3 and dynamic-size (Pixtral, Qwen2-VL) preprocessors' sizes, and the
-// markers mtmd_tokenize emits.
+// An mmproj's header and an image's or a clip's layout, after libmtmd (tools/mtmd of the pinned llama.cpp):
+// the keys clip.cpp reads, the fixed-size, Idefics3 and dynamic-size (Pixtral, Qwen2-VL) preprocessors'
+// sizes, Whisper's chunks, and the markers mtmd_tokenize emits.
 #include "epd/model/mmproj.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
+#include "epd/model/audio.hpp"
 #include "epd/model/gguf.hpp"
 #include "epd/model/image.hpp"
 
@@ -186,7 +187,66 @@ protocol::Result<std::string> read_qwen2vl(const GgufFile& g, MmprojInfo& info) 
   return std::string("mm.2.weight");
 }
 
+// libmtmd's Whisper chunk: 3000 mel frames (30 s), halved by the encoder's strided convolution.
+constexpr uint32_t kChunkFrames = 3000;
+
+// An audio-only mmproj: Ultravox's or Qwen2-Audio's projector over a Whisper encoder (clip.cpp's
+// PROJECTOR_TYPE_ULTRAVOX / QWEN2A, models/whisper-enc.cpp).
+protocol::Result<MmprojInfo> read_audio(const GgufFile& g, MmprojInfo info) {
+  std::string name;
+  for (const char* key : {"clip.audio.projector_type", "clip.projector_type"}) {
+    auto s = g.get_string(key);
+    if (!s) return bad(g.name(), s.error().detail);
+    if (*s) {
+      name = **s;
+      break;
+    }
+  }
+  if (name.empty()) return bad(g.name(), "no clip.audio.projector_type");
+  info.projector_name = name;
+  auto mels = positive(g, "clip.audio.num_mel_bins", true);
+  if (!mels) return mels.error();
+  std::string out_tensor;
+  if (name == "ultravox") {
+    info.projector = Projector::ultravox;
+    auto stack = positive(g, "clip.audio.projector.stack_factor", true);
+    if (!stack) return stack.error();
+    info.scale_factor = *stack;
+    // libmtmd counts a chunk's rows as ceil(3000 / s) / 2 and its graph stacks the 1500 encoder rows into
+    // ceil(1500 / s): where the two differ (s = 8, the real files' factor, among them) it aborts on every
+    // clip ("Invalid number of output tokens").
+    const uint32_t counted = (kChunkFrames + *stack - 1) / *stack / 2;
+    const uint32_t made = (kChunkFrames / 2 + *stack - 1) / *stack;
+    if (counted != made)
+      return bad(g.name(), "clip.audio.projector.stack_factor " + std::to_string(*stack) +
+                               ": the pinned libmtmd counts " + std::to_string(counted) +
+                               " rows a chunk, its graph makes " + std::to_string(made) +
+                               ", and it aborts on such a file");
+    info.rows_per_audio_chunk = counted;
+    out_tensor = "mm.a.mlp.2.weight";
+  } else if (name == "qwen2a") {
+    info.projector = Projector::qwen2a;
+    info.rows_per_audio_chunk = kChunkFrames / 2 / 2;  // the convolution's stride, then the pooling
+    out_tensor = "mm.a.fc.weight";
+  } else {
+    return bad(g.name(), "audio projector '" + name +
+                             "' is not one epd lays out (ultravox: Ultravox; qwen2a: Qwen2-Audio)");
+  }
+  const TensorRef* out = g.tensor(out_tensor);
+  if (!out || out->shape.size() != 2) return bad(g.name(), "missing the projector's " + out_tensor);
+  info.embedding_width = uint32_t(out->shape[0]);
+  return info;
+}
+
 }  // namespace
+
+uint64_t audio_chunks(uint64_t samples) {
+  // mtmd-audio.cpp: at least n_fft / 2 + 1 samples, 30 s of zeros and 200 reflected at the end, frames of
+  // 400 samples every 160, and only whole chunks (the last partial one is padding).
+  const uint64_t n = std::max<uint64_t>(samples, 201);
+  const uint64_t frames = (n + 30 * 16000) / 160 + 1;
+  return frames / kChunkFrames;
+}
 
 protocol::Result<MmprojInfo> read_mmproj_info(const std::string& path) {
   auto file = GgufFile::open(path);
@@ -198,10 +258,13 @@ protocol::Result<MmprojInfo> read_mmproj_info(const std::string& path) {
     const GgufValue* v = g.find(key);
     return v && v->type == GgufType::boolean && v->i != 0;
   };
-  if (flag("clip.has_audio_encoder") || flag("clip.has_gen_audio_encoder"))
-    return bad(path, "it has an audio encoder; epd serves images only");
-  if (!flag("clip.has_vision_encoder"))
-    return bad(path, "it has no vision encoder (clip.has_vision_encoder)");
+  if (flag("clip.has_gen_audio_encoder")) return bad(path, "it generates audio; epd takes sound in only");
+  const bool audio = flag("clip.has_audio_encoder"), vision = flag("clip.has_vision_encoder");
+  if (audio && vision)
+    return bad(path, "it has both a vision and an audio tower; epd serves one tower an mmproj");
+  if (audio) return read_audio(g, std::move(info));
+  if (!vision)
+    return bad(path, "it has no vision or audio encoder (clip.has_vision_encoder, clip.has_audio_encoder)");
   std::string name;
   for (const char* key : {"clip.projector_type", "clip.vision.projector_type"}) {
     auto s = g.get_string(key);
@@ -273,6 +336,8 @@ std::vector<std::string> layout_pieces(const MmprojInfo& info) {
     out = {"<start_of_image>", "<end_of_image>"};
   } else if (info.projector == Projector::qwen2vl) {
     out = {"<|vision_start|>", "<|vision_end|>"};
+  } else if (info.projector == Projector::qwen2a) {
+    out = {"<|audio_bos|>", "<|audio_eos|>"};
   }
   return out;
 }
@@ -297,7 +362,7 @@ protocol::Status check_mmproj_pair(const MmprojInfo& info, const ModelConfig& lm
 
 namespace {
 
-protocol::Error too_thin(const MmprojInfo& info, ImageDims dims, const std::string& what) {
+protocol::Error too_thin(const MmprojInfo& info, MediaDims dims, const std::string& what) {
   return protocol::make_error(protocol::ErrorCode::invalid_request,
                               "image of " + std::to_string(dims.width) + "x" + std::to_string(dims.height) +
                                   " is too long and thin for " + info.projector_name + "'s " + what +
@@ -308,12 +373,12 @@ protocol::Error too_thin(const MmprojInfo& info, ImageDims dims, const std::stri
 // tile is the overview alone; else the pinpoint that keeps the most of its pixels when it is scaled into it
 // (the least waste on a tie, the first on a tie of both; float arithmetic as libmtmd's), cut into tiles
 // row by row, then the overview. Each is one chunk of rows_per_image rows, with no markers.
-protocol::Result<std::vector<LayoutItem>> tile_runs(const MmprojInfo& info, ImageDims dims) {
+protocol::Result<std::vector<LayoutItem>> tile_runs(const MmprojInfo& info, MediaDims dims) {
   const int tile = int(info.image_size), ow = int(dims.width), oh = int(dims.height);
   if (ow <= tile && oh <= tile) return std::vector<LayoutItem>{{"", info.rows_per_image}};
-  ImageDims best{0, 0};
+  MediaDims best{0, 0};
   int max_effective = 0, min_wasted = std::numeric_limits<int>::max();
-  for (const ImageDims& c : info.pinpoints) {
+  for (const MediaDims& c : info.pinpoints) {
     const float scale = std::min(float(c.width) / float(ow), float(c.height) / float(oh));
     const int tw = int(float(ow) * scale), th = int(float(oh) * scale);
     const int effective = std::min(tw * th, ow * oh), wasted = int(c.width * c.height) - effective;
@@ -333,7 +398,10 @@ protocol::Result<std::vector<LayoutItem>> tile_runs(const MmprojInfo& info, Imag
 // keeping its aspect, to whole cells of patch_size x merge pixels and between min_cells and max_cells cells
 // (clip.cpp's set_limit_image_tokens; calc_size_preserved_ratio, in its float arithmetic so that every size
 // rounds as libmtmd rounds it). Returns (columns, rows) of cells.
-ImageDims dyn_size_cells(const MmprojInfo& info, ImageDims dims, int64_t min_cells, int64_t max_cells) {
+struct Cells {
+  uint32_t cols = 0, rows = 0;
+};
+Cells dyn_size_cells(const MmprojInfo& info, MediaDims dims, int64_t min_cells, int64_t max_cells) {
   const int align = int(info.patch_size * info.scale_factor);
   const int64_t min_pixels = min_cells * align * align, max_pixels = max_cells * align * align;
   const int width = int(dims.width), height = int(dims.height);
@@ -356,7 +424,7 @@ ImageDims dyn_size_cells(const MmprojInfo& info, ImageDims dims, int64_t min_cel
 
 // Pixtral's image: 8 to 1024 cells (clip.cpp's set_limit_image_tokens(8, 1024)); the tower's rows are the
 // cells row by row, an [IMG_BREAK] row after each row of cells but the last; then [IMG_END].
-std::vector<LayoutItem> pixtral_layout(const MmprojInfo& info, ImageDims dims) {
+std::vector<LayoutItem> pixtral_layout(const MmprojInfo& info, MediaDims dims) {
   const auto [cols, rows] = dyn_size_cells(info, dims, 8, 1024);
   if (!info.row_breaks) return {{"", cols * rows}, {"[IMG_END]", 0}};
   return {{"", cols * rows + rows - 1, cols}, {"[IMG_END]", 0}};
@@ -364,8 +432,23 @@ std::vector<LayoutItem> pixtral_layout(const MmprojInfo& info, ImageDims dims) {
 
 }  // namespace
 
-protocol::Result<std::vector<LayoutItem>> image_layout(const MmprojInfo& info, ImageDims dims) {
+protocol::Result<std::vector<LayoutItem>> media_layout(const MmprojInfo& info, MediaDims dims) {
   std::vector<LayoutItem> out;
+  if (dims.audio() != info.audio())
+    return protocol::make_error(protocol::ErrorCode::invalid_request,
+                                std::string("the model's mmproj takes ") +
+                                    (info.audio() ? "audio" : "images") + ", not " +
+                                    (dims.audio() ? "audio" : "images"));
+  if (dims.audio()) {  // each 30 s chunk a run of rows (mtmd.cpp), Qwen2-Audio's between its markers
+    const uint64_t chunks = audio_chunks(dims.samples);
+    if (chunks * info.rows_per_audio_chunk > std::numeric_limits<uint32_t>::max())
+      return protocol::make_error(protocol::ErrorCode::invalid_request,
+                                  "audio of " + std::to_string(dims.samples) + " samples is too long");
+    if (info.projector == Projector::qwen2a) out.push_back({"<|audio_bos|>", 0});
+    out.insert(out.end(), chunks, LayoutItem{"", info.rows_per_audio_chunk});
+    if (info.projector == Projector::qwen2a) out.push_back({"<|audio_eos|>", 0});
+    return out;
+  }
   if (dims.width == 0 || dims.height == 0)
     return protocol::make_error(protocol::ErrorCode::invalid_request, "image has no pixels");
   if (dims.width > kMaxImageSide || dims.height > kMaxImageSide)  // as every decoder refuses it
@@ -421,6 +504,11 @@ protocol::Result<std::vector<LayoutItem>> image_layout(const MmprojInfo& info, I
   out.push_back({"", info.rows_per_image});
   out.push_back({"<fake_token_around_image>", 0});
   return out;
+}
+
+std::string media_name(MediaDims dims) {
+  if (dims.audio()) return "audio of " + audio_seconds(dims.samples);
+  return "image of " + std::to_string(dims.width) + "x" + std::to_string(dims.height);
 }
 
 uint32_t layout_rows(const std::vector<LayoutItem>& layout) {

@@ -81,42 +81,60 @@ class MtmdEncoder : public ImageEncoder {
       return protocol::make_error(ErrorCode::invalid_request, "image: empty or inconsistent raster");
     std::unique_ptr<mtmd_bitmap, BitmapFree> bitmap(
         mtmd_bitmap_init(image.width, image.height, image.rgb.data()));
+    return encode_bitmap(*bitmap, {image.width, image.height, 0});
+  }
+
+  protocol::Result<Embeddings> encode_audio(const Audio& audio) override {
+    if (audio.samples.empty()) return protocol::make_error(ErrorCode::invalid_request, "audio: no samples");
+    std::unique_ptr<mtmd_bitmap, BitmapFree> bitmap(
+        mtmd_bitmap_init_from_audio(audio.samples.size(), audio.samples.data()));
+    return encode_bitmap(*bitmap, {0, 0, audio.samples.size()});
+  }
+
+  std::string tower() const override { return tower_; }
+
+ private:
+  // One item through mtmd: tokenized alone, its layout checked against epd's, then every chunk of rows
+  // (an image's tiles, a clip's 30 s chunks) encoded in order.
+  protocol::Result<Embeddings> encode_bitmap(const mtmd_bitmap& bitmap, MediaDims dims) {
+    if (dims.audio() != info_.audio())
+      return protocol::make_error(ErrorCode::invalid_request,
+                                  "model's mmproj takes " + std::string(info_.audio() ? "audio" : "images") +
+                                      ", not " + (dims.audio() ? "audio" : "images"));
     std::unique_ptr<mtmd_input_chunks, ChunksFree> chunks(mtmd_input_chunks_init());
     const char* marker = mtmd_default_marker();
     const mtmd_input_text text{marker, std::strlen(marker), /*add_special=*/false, /*parse_special=*/true};
-    const mtmd_bitmap* bitmaps[] = {bitmap.get()};
+    const mtmd_bitmap* bitmaps[] = {&bitmap};
     if (int32_t rc = mtmd_tokenize(ctx_.get(), chunks.get(), &text, bitmaps, 1); rc != 0)
-      return protocol::make_error(
-          ErrorCode::invalid_request,
-          "image of " + std::to_string(image.width) + "x" + std::to_string(image.height) +
-              ": libmtmd cannot preprocess it (mtmd_tokenize returned " + std::to_string(rc) + ")");
-    auto layout = check_layout(*chunks, {image.width, image.height});
+      return protocol::make_error(ErrorCode::invalid_request,
+                                  media_name(dims) +
+                                      ": libmtmd cannot preprocess it (mtmd_tokenize returned " +
+                                      std::to_string(rc) + ")");
+    auto layout = check_layout(*chunks, dims);
     if (!layout) return layout.error();
-    std::vector<uint32_t> break_every;  // per image chunk
+    std::vector<uint32_t> break_every;  // per chunk of rows
     for (const LayoutItem& item : *layout)
       if (item.rows) break_every.push_back(item.break_every);
     Embeddings out;
     out.dim = info_.embedding_width;
-    size_t image_chunk = 0;
+    size_t row_chunk = 0;
     for (size_t i = 0; i < mtmd_input_chunks_size(chunks.get()); ++i) {
       const mtmd_input_chunk* c = mtmd_input_chunks_get(chunks.get(), i);
-      if (mtmd_input_chunk_get_type(c) != MTMD_INPUT_CHUNK_TYPE_IMAGE) continue;
+      if (mtmd_input_chunk_get_type(c) == MTMD_INPUT_CHUNK_TYPE_TEXT) continue;
       const size_t n = mtmd_input_chunk_get_n_tokens(c);
       if (mtmd_encode_chunk(ctx_.get(), c) != 0)
-        return protocol::make_error(ErrorCode::internal, "libmtmd failed to encode an image chunk");
+        return protocol::make_error(ErrorCode::internal,
+                                    "libmtmd failed to encode a chunk of " + media_name(dims));
       const float* rows = mtmd_get_output_embd(ctx_.get());
       const size_t first = out.data.size();
       out.data.insert(out.data.end(), rows, rows + n * out.dim);
-      if (auto st = repair_break_rows(std::span(out.data).subspan(first), break_every[image_chunk++]); !st)
+      if (auto st = repair_break_rows(std::span(out.data).subspan(first), break_every[row_chunk++]); !st)
         return st.error();
       out.tokens += uint32_t(n);
     }
     return out;
   }
 
-  std::string tower() const override { return tower_; }
-
- private:
   // libmtmd's Pixtral graph makes each [IMG_BREAK] row by scaling scratch memory it never initialised by 0
   // and adding v.token_embd.img_break: that tensor exactly, unless the scratch held a NaN or an infinity
   // (it does, now and then, in a process that has encoded before). Such a row becomes the tensor: what
@@ -137,8 +155,8 @@ class MtmdEncoder : public ImageEncoder {
   // mtmd's chunks against the layout the router computed: the same marker pieces and row runs, in order,
   // and a run laid out as a grid (cols != 0: its rows take 2-D positions) is mtmd's nx x ny grid.
   protocol::Result<std::vector<LayoutItem>> check_layout(const mtmd_input_chunks& chunks,
-                                                         ImageDims dims) const {
-    auto layout = image_layout(info_, dims);
+                                                         MediaDims dims) const {
+    auto layout = media_layout(info_, dims);
     if (!layout) return layout.error();
     std::string want, got;
     for (const LayoutItem& item : *layout)
@@ -150,7 +168,7 @@ class MtmdEncoder : public ImageEncoder {
     const llama_vocab* vocab = llama_model_get_vocab(vocab_model_.get());
     for (size_t i = 0; i < mtmd_input_chunks_size(&chunks); ++i) {
       const mtmd_input_chunk* c = mtmd_input_chunks_get(&chunks, i);
-      if (mtmd_input_chunk_get_type(c) == MTMD_INPUT_CHUNK_TYPE_IMAGE) {
+      if (mtmd_input_chunk_get_type(c) != MTMD_INPUT_CHUNK_TYPE_TEXT) {
         const size_t n = mtmd_input_chunk_get_n_tokens(c);
         const mtmd_image_tokens* image = mtmd_input_chunk_get_tokens_image(c);
         if (mtmd_decode_use_mrope(ctx_.get()) && image && n)
@@ -168,10 +186,9 @@ class MtmdEncoder : public ImageEncoder {
       }
     }
     if (want != got)
-      return protocol::make_error(ErrorCode::internal, "the image layout epd computed (" + want +
-                                                           ") is not libmtmd's (" + got + ") for " +
-                                                           std::to_string(dims.width) + "x" +
-                                                           std::to_string(dims.height) + " pixels");
+      return protocol::make_error(
+          ErrorCode::internal,
+          "the layout epd computed (" + want + ") is not libmtmd's (" + got + ") for " + media_name(dims));
     return layout;
   }
 
@@ -233,7 +250,9 @@ protocol::Result<std::unique_ptr<ImageEncoder>> make_vision_encoder(const ModelC
   p.n_threads = int(cfg.threads);
   std::unique_ptr<mtmd_context, MtmdFree> ctx(mtmd_init_from_file(cfg.mmproj.c_str(), vocab.get(), p));
   if (!ctx) return config_error("libmtmd cannot load the mmproj " + cfg.mmproj);
-  if (!mtmd_support_vision(ctx.get()) || mtmd_decode_use_mrope(ctx.get()) != cfg.mrope ||
+  const bool supported = info->audio() ? mtmd_support_audio(ctx.get()) && !mtmd_support_vision(ctx.get())
+                                       : mtmd_support_vision(ctx.get()) && !mtmd_support_audio(ctx.get());
+  if (!supported || mtmd_decode_use_mrope(ctx.get()) != cfg.mrope ||
       mtmd_decode_use_non_causal(ctx.get(), nullptr) != info->bidirectional)
     return config_error("mmproj " + cfg.mmproj + ": libmtmd runs it with what epd's runner lacks");
   return std::unique_ptr<ImageEncoder>(std::make_unique<MtmdEncoder>(std::move(*info), std::move(break_row),

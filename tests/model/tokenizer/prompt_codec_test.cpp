@@ -36,8 +36,8 @@ TEST_CASE("the reference model's codec is the byte tokenizer and template of bef
   REQUIRE(codec.ok());
   const PromptCodec& c = **codec;
   CHECK(c.tokenizer().kind() == "byte");
-  for (auto image : {std::optional<ImageDims>{}, std::optional<ImageDims>{ImageDims{16, 8}}}) {
-    std::vector<ImageDims> images;
+  for (auto image : {std::optional<MediaDims>{}, std::optional<MediaDims>{MediaDims{16, 8}}}) {
+    std::vector<MediaDims> images;
     if (image) images.push_back(*image);
     CHECK(*c.prompt("hello", images) == *build_prompt(cfg, "hello", image));
     const auto turns = codec_conversation();
@@ -82,7 +82,7 @@ TEST_CASE("a SentencePiece checkpoint's codec uses its tokenizer and Llama-2 tem
   generated.push_back(*t.eos());
   generated.push_back(*hello->begin());
   CHECK(c.text(generated) == "hello world");
-  const ImageDims one_image[] = {{8, 8}};
+  const MediaDims one_image[] = {{8, 8}};
   auto image = c.prompt("x", one_image);
   REQUIRE_FALSE(image.ok());
   CHECK_THAT(image.error().detail, Catch::Contains("takes no images"));

@@ -181,19 +181,20 @@ TEST_CASE("demo model: an answer resumed from its first tokens is the same answe
     const DemoModel m = load_demo(lm);
     auto image = read_image_file(kDir + "eval-images/scene-2-3.png", max_rgb_bytes_for(m.cfg));
     REQUIRE(image.ok());
-    const ImageDims dims[] = {{image->width, image->height}};
+    const MediaDims dims[] = {{image->width, image->height}};
     const std::vector<ChatTurn> turns = {{"user", "Describe the picture." + std::string(kImageMarker), true}};
     auto prompt = m.codec->chat(turns, dims);
     REQUIRE(prompt.ok());
     SamplingParams warm;
     warm.temperature = 0.8f;
     warm.seed = 5;
+    const Media item = *image;
     for (const SamplingParams& p : {SamplingParams{}, warm}) {
       GenerateOptions o;
       o.max_tokens = 20;
       o.stop_at_eos = false;
       o.sampling = p;
-      auto whole = generate_tokens(*m.runner, *prompt, o, std::span(&*image, 1));
+      auto whole = generate_tokens(*m.runner, *prompt, o, std::span(&item, 1));
       REQUIRE(whole.ok());
       for (uint32_t k : {1u, 6u}) {
         INFO(lm << ", temperature " << p.temperature << ", resumed after " << k << " tokens");
@@ -202,7 +203,7 @@ TEST_CASE("demo model: an answer resumed from its first tokens is the same answe
         GenerateOptions rest = o;
         rest.first_index = k;
         rest.max_tokens = o.max_tokens - k;
-        auto resumed = generate_tokens(*m.runner, resumed_prompt, rest, std::span(&*image, 1));
+        auto resumed = generate_tokens(*m.runner, resumed_prompt, rest, std::span(&item, 1));
         REQUIRE(resumed.ok());
         CHECK(resumed->tokens == std::vector<TokenId>(whole->tokens.begin() + k, whole->tokens.end()));
       }

@@ -1,10 +1,14 @@
 // epd-mtmd-reference: llama.cpp itself (libllama + libmtmd) running one multimodal prompt, the oracle of
-// epd's vision pipeline. Tokenizes the templated prompt with mtmd (one <__media__> marker per image),
-// evaluates its chunks, decodes greedily and prints one JSON object on stdout; llama.cpp's warnings and
-// errors go to stderr.
+// epd's vision and audio pipelines. Tokenizes the templated prompt with mtmd (one <__media__> marker per
+// image or audio clip), evaluates its chunks, decodes greedily and prints one JSON object on stdout;
+// llama.cpp's warnings and errors go to stderr.
 //
-//   epd-mtmd-reference --model LM.gguf --mmproj MMPROJ.gguf [--image FILE]... --prompt TEXT [-n N]
-//                      [--threads T] [--embeddings OUT.bin] [--kv-type f16|f32] [--layout-only]
+//   epd-mtmd-reference --model LM.gguf --mmproj MMPROJ.gguf [--image FILE | --audio FILE]... --prompt TEXT
+//                      [-n N] [--threads T] [--embeddings OUT.bin] [--kv-type f16|f32] [--layout-only]
+//
+// --image and --audio make one list of media in command-line order, the order of the prompt's markers.
+// libmtmd's helper tells them apart by their bytes (a WAV, MP3 or FLAC file is audio, decoded to 16 kHz
+// mono; anything else an image): the flag only asserts which it must be.
 //
 // --layout-only: mtmd_tokenize's layout alone (no context, nothing encoded or decoded): the "layout" of the
 // output, for images too large to encode in a test.
@@ -15,11 +19,12 @@
 // of Q, K and V, which can turn a near tie between two tokens in a random model's greedy answer.
 //
 // Output: {"layout": [{"type":"text","tokens":[ids]} | {"type":"image","tokens":N,"id":SHA-256 of the image
-// file, with an M-RoPE language model "nx","ny": its grid of positions}...], "n_past": the prompt's
-// positions, "generated": [ids] (greedy, stops before an end-of-generation token), "encode_us": [per image
+// file, with an M-RoPE language model "nx","ny": its grid of positions} | {"type":"audio","tokens":N,"id":
+// SHA-256 of the audio file} (one per 30 s chunk of a clip)...], "n_past": the prompt's positions,
+// "generated": [ids] (greedy, stops before an end-of-generation token), "encode_us": [per image or audio
 // chunk], "ttft_us": from the prompt's first chunk to the first token}.
-// --embeddings writes every image chunk's encoder output in chunk order: int32 n_rows, int32 n_embd, then
-// float32[n_rows][n_embd].
+// --embeddings writes every image and audio chunk's encoder output in chunk order: int32 n_rows, int32
+// n_embd, then float32[n_rows][n_embd].
 //
 // One repair, the same epd's encoder makes: libmtmd's Pixtral graph makes each [IMG_BREAK] row by scaling
 // scratch memory it never initialised by 0 and adding the file's v.token_embd.img_break, which gives that
@@ -48,7 +53,11 @@ namespace {
 
 struct Args {
   std::string model, mmproj, prompt, embeddings;
-  std::vector<std::string> images;
+  struct Media {
+    std::string path;
+    bool audio = false;  // --audio (else --image)
+  };
+  std::vector<Media> media;  // in command-line order
   int n_predict = 16;
   int threads = 2;
   bool f32_kv = false;
@@ -90,8 +99,8 @@ Args parse_args(int argc, char** argv) {
       args.model = existing_file(value);
     else if (flag == "--mmproj")
       args.mmproj = existing_file(value);
-    else if (flag == "--image")
-      args.images.push_back(existing_file(value));
+    else if (flag == "--image" || flag == "--audio")
+      args.media.push_back({existing_file(value), flag == "--audio"});
     else if (flag == "--prompt")
       args.prompt = value, has_prompt = true;
     else if (flag == "-n")
@@ -157,9 +166,9 @@ int64_t micros_since(std::chrono::steady_clock::time_point start) {
 }
 
 int run(const Args& args) {
-  if (count_markers(args.prompt) != args.images.size())
+  if (count_markers(args.prompt) != args.media.size())
     fail("the prompt has " + std::to_string(count_markers(args.prompt)) + " " + mtmd_default_marker() +
-         " markers for " + std::to_string(args.images.size()) + " images");
+         " markers for " + std::to_string(args.media.size()) + " images and audio clips");
   llama_log_set(log_to_stderr, nullptr);
   mtmd_helper_log_set(log_to_stderr, nullptr);
   ggml_backend_load_all_from_path(EPD_GGML_DIR);  // the CPU back end is a separate libggml-cpu-<isa>.so
@@ -180,12 +189,15 @@ int run(const Args& args) {
 
   std::vector<mtmd::bitmap_ptr> bitmaps;
   std::vector<const mtmd_bitmap*> bitmap_views;
-  for (const std::string& path : args.images) {
+  for (const Args::Media& m : args.media) {
+    const char* kind = m.audio ? "audio" : "image";
     mtmd_helper_bitmap_wrapper loaded =
-        mtmd_helper_bitmap_init_from_file(mctx.get(), path.c_str(), false, mtmd_helper_init_opt_default());
-    if (!loaded.bitmap) fail("cannot decode image " + path);
+        mtmd_helper_bitmap_init_from_file(mctx.get(), m.path.c_str(), false, mtmd_helper_init_opt_default());
+    if (!loaded.bitmap) fail(std::string("cannot decode ") + kind + " " + m.path);
     bitmaps.emplace_back(loaded.bitmap);
     bitmap_views.push_back(loaded.bitmap);
+    if (mtmd_bitmap_is_audio(loaded.bitmap) != m.audio)
+      fail(m.path + " is not " + (m.audio ? "audio" : "an image"));
   }
 
   const mtmd_input_text text{args.prompt.c_str(), args.prompt.size(), /*add_special=*/true,
@@ -198,7 +210,7 @@ int run(const Args& args) {
   const size_t n_chunks = mtmd_input_chunks_size(chunks.get());
   if (n_chunks == 0 || mtmd_input_chunk_get_type(mtmd_input_chunks_get(chunks.get(), n_chunks - 1)) !=
                            MTMD_INPUT_CHUNK_TYPE_TEXT)
-    fail("the prompt must end with text after its last image");
+    fail("the prompt must end with text after its last image or audio clip");
   nlohmann::json layout = nlohmann::json::array();
   size_t largest_chunk = 1;
   for (size_t i = 0; i < n_chunks; ++i) {
@@ -209,8 +221,10 @@ int run(const Args& args) {
       layout.push_back({{"type", "text"}, {"tokens", std::vector<llama_token>(tokens, tokens + n)}});
     } else {
       const size_t n = mtmd_input_chunk_get_n_tokens(chunk);
-      nlohmann::json image = {{"type", "image"}, {"tokens", n}, {"id", mtmd_input_chunk_get_id(chunk)}};
-      if (mtmd_decode_use_mrope(mctx.get()) && n) {
+      const bool audio = mtmd_input_chunk_get_type(chunk) == MTMD_INPUT_CHUNK_TYPE_AUDIO;
+      nlohmann::json image = {
+          {"type", audio ? "audio" : "image"}, {"tokens", n}, {"id", mtmd_input_chunk_get_id(chunk)}};
+      if (!audio && mtmd_decode_use_mrope(mctx.get()) && n) {
         // The grid as mtmd positions it (its nx / ny getters are deprecated): the last row's (x, y) + 1.
         const mtmd_decoder_pos last =
             mtmd_image_tokens_get_decoder_pos(mtmd_input_chunk_get_tokens_image(chunk), 0, n - 1);
@@ -226,7 +240,8 @@ int run(const Args& args) {
     return 0;
   }
 
-  // One batch (and micro-batch) holds a whole image chunk: non-causal projectors need it in one piece.
+  // One batch (and micro-batch) holds a whole image or audio chunk: non-causal projectors need it in one
+  // piece.
   const auto n_batch = static_cast<uint32_t>(std::max<size_t>(512, largest_chunk));
   llama_context_params ctx_params = llama_context_default_params();
   // KV cells for every row: with M-RoPE an image takes fewer positions than rows (and llama.cpp caps
@@ -241,7 +256,7 @@ int run(const Args& args) {
   llama_context_ptr lctx(llama_init_from_model(model.get(), ctx_params));
   if (!lctx) fail("cannot create the llama context");
 
-  // Chunk by chunk, so that each image's encode is timed and its embeddings can be kept.
+  // Chunk by chunk, so that each image's or audio chunk's encode is timed and its embeddings can be kept.
   const int n_embd = llama_model_n_embd_inp(model.get());
   const std::vector<float> brk = break_row(args.mmproj);
   std::vector<float> embeddings;
@@ -257,7 +272,7 @@ int run(const Args& args) {
                                              i + 1 == n_chunks, &new_n_past);
     } else {
       const auto encode_start = std::chrono::steady_clock::now();
-      if (mtmd_encode_chunk(mctx.get(), chunk) != 0) fail("cannot encode image chunk " + std::to_string(i));
+      if (mtmd_encode_chunk(mctx.get(), chunk) != 0) fail("cannot encode media chunk " + std::to_string(i));
       encode_us.push_back(micros_since(encode_start));
       float* embd = mtmd_get_output_embd(mctx.get());
       repair_break_rows(embd, mtmd_input_chunk_get_n_tokens(chunk), brk, n_embd);

@@ -44,6 +44,15 @@ class TensorMaker {
     for (uint64_t d : ne) n *= d;
     w_.add_f32(name, std::move(ne), values(n, a));
   }
+  // A convolution kernel, f16 as the matrices (the converter stores Whisper's that way).
+  void kernel(const std::string& name, std::vector<uint64_t> ne, float a) {
+    uint64_t n = 1;
+    for (uint64_t d : ne) n *= d;
+    if (f16_)
+      w_.add_f16(name, std::move(ne), values(n, a));
+    else
+      w_.add_f32(name, std::move(ne), values(n, a));
+  }
   // A LayerNorm: gains near 1, small biases.
   void layer_norm(const std::string& prefix, uint64_t n) {
     vec(prefix + ".weight", n, 1.0f, 0.1f);
@@ -81,6 +90,21 @@ bool is_qwen25vl(const VisionSpec& s) {
 bool is_qwen2vl(const VisionSpec& s) {  // Qwen2-VL or Qwen2.5-VL
   return s.projector == "qwen2vl" || is_qwen25vl(s);
 }
+bool is_ultravox(const VisionSpec& s) {
+  return s.projector == "ultravox";
+}
+bool is_qwen2a(const VisionSpec& s) {
+  return s.projector == "qwen2a";
+}
+bool is_audio(const VisionSpec& s) {
+  return is_ultravox(s) || is_qwen2a(s);
+}
+
+// libmtmd's Whisper front end: 16 kHz, 128 mel bins (whisper-large-v3's), 3000 frames (30 s) a chunk, halved
+// by the stride-2 convolution into the positions.
+constexpr uint32_t kMelBins = 128;
+constexpr uint32_t kMelFrames = 3000;
+constexpr uint32_t kAudioPositions = kMelFrames / 2;
 
 // A LayerNorm ViT block with biases everywhere (CLIP, SigLIP; InternViT adds its layer scales).
 void write_layer_norm_block(TensorMaker& t, const std::string& b, uint64_t d, uint64_t ff,
@@ -187,7 +211,66 @@ void write_qwen2vl_tensors(TensorMaker& t, const VisionSpec& s, const VisionLayo
   t.vec("mm.2.bias", out, 0.0f, 0.05f);
 }
 
+// Ultravox's or Qwen2-Audio's mmproj: a Whisper encoder and its projector (the header's comment says which
+// tensors and why), with the keys llama.cpp's converter writes for an audio-only file.
+protocol::Status write_audio_mmproj(const VisionSpec& s, const VisionLayout& l, const fs::path& path) {
+  const bool uvx = is_ultravox(s);
+  const uint64_t d = s.vision_width, ff = s.vision_ffn, out = l.output_width;
+  GgufWriter w;
+  w.set_string("general.architecture", "clip");
+  w.set_string("general.type", "mmproj");
+  w.set_string("general.name", uvx ? "epd-test-ultravox-mmproj" : "epd-test-qwen2audio-mmproj");
+  w.set_u32("general.file_type", s.f16_matrices ? 1 : 0);
+  w.set_bool("clip.has_audio_encoder", true);  // no clip.has_vision_encoder key, as the converter writes
+  w.set_string("clip.projector_type", s.projector);
+  w.set_u32("clip.audio.projection_dim", l.output_width);
+  w.set_u32("clip.audio.embedding_length", s.vision_width);
+  w.set_u32("clip.audio.feed_forward_length", s.vision_ffn);
+  w.set_u32("clip.audio.block_count", s.vision_layers);
+  w.set_u32("clip.audio.attention.head_count", s.vision_heads);
+  w.set_u32("clip.audio.num_mel_bins", kMelBins);
+  w.set_f32("clip.audio.attention.layer_norm_epsilon", 1e-5f);
+  if (uvx) w.set_u32("clip.audio.projector.stack_factor", l.scale_factor);
+
+  TensorMaker t(w, s.seed, s.f16_matrices);
+  // The convolutions (ggml ne {kernel, in, out}); the biases are stored as columns, ne {1, out}.
+  t.kernel("a.conv1d.1.weight", {3, kMelBins, d}, std::sqrt(3.0f / float(3 * kMelBins)));
+  t.f32("a.conv1d.1.bias", {1, d}, 0.05f);
+  t.kernel("a.conv1d.2.weight", {3, d, d}, std::sqrt(3.0f / float(3 * d)));
+  t.f32("a.conv1d.2.bias", {1, d}, 0.05f);
+  t.f32("a.position_embd.weight", {d, kAudioPositions}, 0.5f);
+  for (uint32_t i = 0; i < s.vision_layers; ++i) {
+    const std::string b = "a.blk." + std::to_string(i) + ".";
+    t.layer_norm(b + "ln1", d);
+    for (const std::string m : {"attn_q", "attn_k", "attn_v"}) {
+      t.matrix(b + m + ".weight", d, d, m == "attn_v" ? 1.0f : 1.5f);
+      if (m != "attn_k") t.vec(b + m + ".bias", d, 0.0f, 0.05f);  // Whisper's K has none
+    }
+    t.matrix(b + "attn_out.weight", d, d, 0.7f);
+    t.vec(b + "attn_out.bias", d, 0.0f, 0.05f);
+    t.layer_norm(b + "ln2", d);
+    t.matrix(b + "ffn_up.weight", d, ff, 1.0f);
+    t.vec(b + "ffn_up.bias", ff, 0.0f, 0.05f);
+    t.matrix(b + "ffn_down.weight", ff, d, 0.7f);
+    t.vec(b + "ffn_down.bias", d, 0.0f, 0.05f);
+  }
+  t.layer_norm("a.post_ln", d);
+  if (uvx) {
+    // Stacked rows -> RMSNorm -> mm.1 -> SwiGLU (halves swapped) -> RMSNorm -> mm.2, no biases.
+    const uint64_t in = d * l.scale_factor;
+    t.vec("mm.a.norm_pre.weight", in, 1.0f, 0.1f);
+    t.matrix("mm.a.mlp.1.weight", in, 4 * out, 1.0f);
+    t.vec("mm.a.norm_mid.weight", 2 * out, 1.0f, 0.1f);
+    t.matrix("mm.a.mlp.2.weight", 2 * out, out, 0.6f);  // rows of about the token embeddings' norm
+  } else {
+    t.matrix("mm.a.fc.weight", d, out, 0.6f);
+    t.vec("mm.a.fc.bias", out, 0.0f, 0.05f);
+  }
+  return w.write(path.string());
+}
+
 protocol::Status write_mmproj(const VisionSpec& s, const VisionLayout& l, const fs::path& path) {
+  if (is_audio(s)) return write_audio_mmproj(s, l, path);
   const bool gem = is_gemma3(s), sig = is_idefics3(s) || gem, pix = is_pixtral(s), ivl = is_internvl(s);
   const bool qvl = is_qwen2vl(s);
   const uint64_t d = s.vision_width, ff = s.vision_ffn, out = l.output_width;
@@ -270,6 +353,23 @@ protocol::Status write_mmproj(const VisionSpec& s, const VisionLayout& l, const 
 }  // namespace
 
 protocol::Result<VisionLayout> vision_layout(const VisionSpec& s) {
+  if (is_audio(s)) {
+    VisionLayout l;
+    l.audio = true;
+    l.output_width = s.projector_width ? s.projector_width : s.lm_width;
+    l.scale_factor = is_ultravox(s) ? s.stack_factor : 2;
+    if (s.vision_heads == 0 || s.vision_width % s.vision_heads != 0 || s.vision_ffn == s.vision_width ||
+        s.vision_layers < 1 || l.output_width == 0)
+      return bad("bad audio tower shape");
+    // libmtmd counts ceil(3000 / s) / 2 rows a chunk where its graph stacks 1500 rows into ceil(1500 / s)
+    // and aborts when they differ (s = 8, the real files': 187 and 188). Such a file is still written:
+    // epd must refuse it.
+    const uint32_t sf = std::max(l.scale_factor, 1u);
+    const uint32_t counted = (kMelFrames + sf - 1) / sf / 2;
+    if (is_ultravox(s) && l.scale_factor == 0) return bad("ultravox's stack_factor must be positive");
+    l.rows_per_chunk = is_ultravox(s) ? counted : kAudioPositions / 2;  // qwen2a: average pool by 2
+    return l;
+  }
   const bool gem = is_gemma3(s), sig = is_idefics3(s), pix = is_pixtral(s), ivl = is_internvl(s);
   const bool qvl = is_qwen2vl(s);
   const bool merged = pix && s.spatial_merge > 1;
@@ -323,6 +423,55 @@ TileGrid tile_grid(const VisionLayout& l, uint32_t width, uint32_t height) {
   return {static_cast<uint32_t>((w + t - 1) / t), static_cast<uint32_t>((h + t - 1) / t)};
 }
 
+std::vector<uint8_t> make_test_wav(uint32_t sample_rate, uint32_t channels, double seconds, uint64_t seed) {
+  const auto frames = static_cast<uint64_t>(std::llround(std::max(seconds, 0.0) * sample_rate));
+  const uint64_t data_bytes = frames * channels * 2;
+  std::vector<uint8_t> out;
+  out.reserve(44 + data_bytes);
+  auto put = [&](uint64_t v, int bytes) {
+    for (int i = 0; i < bytes; ++i) out.push_back(static_cast<uint8_t>(v >> (8 * i)));
+  };
+  auto tag = [&](const char* t) { out.insert(out.end(), t, t + 4); };
+  tag("RIFF");
+  put(36 + data_bytes, 4);
+  tag("WAVE");
+  tag("fmt ");
+  put(16, 4);
+  put(1, 2);  // PCM
+  put(channels, 2);
+  put(sample_rate, 4);
+  put(uint64_t(sample_rate) * channels * 2, 4);
+  put(channels * 2, 2);
+  put(16, 2);
+  tag("data");
+  put(data_bytes, 4);
+  // Per channel three tones (150 Hz .. 3 kHz) under a slow envelope, so that the mel frames vary in time
+  // and across bins, plus noise.
+  constexpr double kTwoPi = 6.283185307179586;
+  std::vector<double> freq(3 * channels), phase(3 * channels);
+  SplitMix64 pick = tensor_stream(seed, 0);
+  for (size_t i = 0; i < freq.size(); ++i) {
+    freq[i] = 150.0 + 1425.0 * (pick.uniform_pm1() + 1.0);
+    phase[i] = kTwoPi * 0.5 * (pick.uniform_pm1() + 1.0);
+  }
+  SplitMix64 noise = tensor_stream(seed, 1);
+  for (uint64_t f = 0; f < frames; ++f) {
+    const double t = double(f) / sample_rate;
+    for (uint32_t c = 0; c < channels; ++c) {
+      double v = 0.0;
+      for (uint32_t k = 0; k < 3; ++k) {
+        const size_t i = 3 * c + k;
+        const double envelope = 0.5 + 0.5 * std::sin(kTwoPi * (0.7 + 0.4 * k) * t + phase[i]);
+        v += 0.25 * envelope * std::sin(kTwoPi * freq[i] * t + phase[i]);
+      }
+      v += 0.05 * noise.uniform_pm1();
+      const auto q = static_cast<int16_t>(std::lround(std::clamp(v, -1.0, 1.0) * 32767.0));
+      put(static_cast<uint16_t>(q), 2);
+    }
+  }
+  return out;
+}
+
 protocol::Result<VisionModelPaths> write_vision_model(const VisionSpec& spec, const fs::path& dir) {
   auto layout = vision_layout(spec);
   if (!layout) return layout.error();
@@ -352,6 +501,10 @@ protocol::Result<VisionModelPaths> write_vision_model(const VisionSpec& spec, co
     lm.sliding_window = 16;
     lm.swa_pattern = 2;  // layer 1 global: the answer reads the image
     lm.extra_special_tokens.insert(lm.extra_special_tokens.end(), {"<start_of_image>", "<end_of_image>"});
+  }
+  if (is_qwen2a(spec)) {  // Qwen2-Audio's language model: qwen2's blocks, its audio markers
+    lm.arch = "qwen2";
+    lm.extra_special_tokens.insert(lm.extra_special_tokens.end(), {"<|audio_bos|>", "<|audio_eos|>"});
   }
   if (is_qwen2vl(spec)) {  // Qwen2-VL's language model: qwen2's blocks with M-RoPE, its image markers
     lm.arch = "qwen2vl";

@@ -1,6 +1,6 @@
 #pragma once
 // A random-weight multimodal pair as llama.cpp's libmtmd loads it: a small Llama language model GGUF and an
-// "mmproj" GGUF (vision tower + projector), deterministic from a seed, in one of three layouts:
+// "mmproj" GGUF (vision or audio tower + projector), deterministic from a seed, in one of these layouts:
 //
 // "mlp" (LLaVA-1.5): a CLIP ViT (patch embedding without bias, learned positions, pre-LayerNorm, quick-GELU
 //   blocks, no post-LayerNorm, NO class embedding: this llama.cpp appends CLS after the patches while its
@@ -68,11 +68,42 @@
 //   halves, rope.dimension_sections a quarter, 3/8 and 3/8 of a head's pairs: 2, 3, 3, 0 of 8), whose image
 //   rows llama.cpp places at (t, y, x) = the image's first position plus (0, row, column).
 //
+// "ultravox" (Ultravox) and "qwen2a" (Qwen2-Audio): AUDIO-only mmproj files as llama.cpp's converter writes
+//   them (clip.has_audio_encoder true and no clip.has_vision_encoder key, clip.projector_type, clip.audio.*:
+//   embedding_length, feed_forward_length, block_count, attention.head_count,
+//   attention.layer_norm_epsilon, num_mel_bins 128 (whisper-large-v3's), projection_dim, for ultravox
+//   projector.stack_factor). The tower is a Whisper encoder (whisper-enc.cpp): a.conv1d.1 (kernel 3, 128
+//   mels -> width, stride 1) and a.conv1d.2 (kernel 3, stride 2), each with a bias (ggml ne {1, width})
+//   and GELU, learned positions a.position_embd.weight (1500 of them: a chunk's 3000 mel frames halved),
+//   LayerNorm blocks with Q, V and output biases but no K bias (the graph asserts it), GELU FFN with
+//   biases, a.post_ln; conv kernels and matrices f16 as the converter forces (f32 with f16_matrices =
+//   false). ultravox: the 1500 rows stacked by stack_factor s (s consecutive rows -> one of s x width,
+//   zero-padded), RMSNorm mm.a.norm_pre (s x width), mm.a.mlp.1 (s x width -> 4 out), SwiGLU with the
+//   halves swapped (-> 2 out), RMSNorm mm.a.norm_mid, mm.a.mlp.2 (2 out -> out), no biases. qwen2a:
+//   whisper's average pool by 2 before a.post_ln, then mm.a.fc (width -> out) with its bias.
+//   Rows of one chunk (clip_n_output_tokens for 3000 mel frames): ultravox floor(ceil(3000 / s) / 2)
+//   while the graph makes ceil(1500 / s) rows, so s must keep both equal (libmtmd aborts "Invalid number
+//   of output tokens" otherwise): s = 8 (the real files') would give 187 vs 188, so this fixture's default
+//   is s = 4 -> 375 rows (1, 2, 3, 5, 6, 10, 12, 16 also pass; vision_layout refuses the others); qwen2a
+//   750.
+//   Chunks: libmtmd's helper decodes a file with miniaudio to mono f32 at 16 kHz (N = the file's frames F
+//   when it is at 16 kHz, else floor(F x 16000 / R), plus one when R is another multiple of 16000), pads N
+//   to at least 201 samples, then mtmd_audio_preprocessor_whisper pads 30 s of zeros and computes
+//   floor(N / 160) + 3001 mel frames cut into whole windows of 3000 (a partial last window dropped):
+//   epd::model::audio_chunks(N) = 1 + floor((floor(N / 160) + 1) / 3000) chunks, so 3 s -> 1, 29.98 s -> 1, from
+//   29.99 s (N >= 479840) -> 2, 31 s -> 2, 65 s -> 3. Every chunk is a whole 30 s window (the last mostly
+//   padding) and has the same number of rows. Layout of one clip: ultravox: its chunks, no markers;
+//   qwen2a: "<|audio_bos|>", its chunks, "<|audio_eos|>" (control tokens of the LM). The LM of qwen2a is a
+//   "qwen2" checkpoint (Q/K/V biases). Long clips outgrow the default lm_context 1024 (two qwen2a chunks
+//   are 1500 rows; llama-mtmd-cli sizes its context by it and then fails to decode): write such pairs
+//   with e.g. 4096.
+//
 // Checked with llama.cpp v0.5.0's llama-mtmd-cli: both layouts load and generate; a pair whose
 // projector_width differs from lm_width is refused ("mismatch between text model (n_embd = 64) and mmproj
 // (n_embd = 96)"); "no_such_projector" is refused ("unknown projector type"); "qwen2vl_merger" (a type
 // llama.cpp knows, with the mlp tensors) crashes it (SIGSEGV while encoding): epd refuses it before libmtmd,
-// naming the tensor its graph needs (v.patch_embd.weight.1).
+// naming the tensor its graph needs (v.patch_embd.weight.1). Its audio (ultravox, qwen2a with clips of 3 s
+// and 31 s in one prompt, -c 4096) generates the same greedy tokens as epd-mtmd-reference.
 //
 // The language model (CheckpointSpec, GGUF only, file lm.gguf): width lm_width, ChatML chat template, and
 // this vocabulary (SentencePiece "llama" model, vocab 384): 0 <unk>, 1 <s>, 2 </s>, 3..258 byte tokens
@@ -80,8 +111,9 @@
 // first id whose piece is exactly "\n"), 259 <|im_start|>, 260 <|im_end|> (control), 261
 // <fake_token_around_image>, 262 <global-img>, 263 + 6(Y-1) + (X-1) <row_Y_col_X> for Y, X in 1..6 (control,
 // 263..298), for pixtral 299 [IMG_END], for internvl 299 <img> and 300 </img>, for gemma3 299
-// <start_of_image> and 300 <end_of_image>, for qwen2vl 299 <|vision_start|> and 300 <|vision_end|>
-// (control), then "\n\n" (a normal piece), then word pieces "▁w<id>".
+// <start_of_image> and 300 <end_of_image>, for qwen2vl 299 <|vision_start|> and 300 <|vision_end|>,
+// for qwen2a 299 <|audio_bos|> and 300 <|audio_eos|> (control), then "\n\n" (a normal piece), then word
+// pieces "▁w<id>".
 //
 // Tensor types: norms, biases, patch and position embeddings f32; the blocks' and projector's matrices f16
 // (f32 with f16_matrices = false). Weights are uniform with fan-in scaling (activations of order 1).
@@ -95,7 +127,8 @@
 namespace epd::model::testing {
 
 struct VisionSpec {
-  // "mlp" (LLaVA) | "idefics3" (SmolVLM) | "pixtral" | "internvl" | "gemma3" | "qwen2vl" | "qwen2.5vl"; any
+  // "mlp" (LLaVA) | "idefics3" (SmolVLM) | "pixtral" | "internvl" | "gemma3" | "qwen2vl" | "qwen2.5vl"
+  // | audio: "ultravox" | "qwen2a" (Qwen2-Audio); any
   // other string is written as is as clip.projector_type, with the mlp layout's tensors (for tests of
   // refusal: "qwen2vl_merger" without Qwen2-VL's tensors, "qwen3vl_merger", "no_such_projector").
   std::string projector = "mlp";
@@ -107,8 +140,8 @@ struct VisionSpec {
   uint32_t lm_heads = 4;
   uint32_t lm_kv_heads = 2;
   uint32_t lm_context = 1024;
-  // The vision tower. 0 = the layout's default (image_size: mlp 112, idefics3 32; patch_size: mlp 14,
-  // idefics3 8; preproc_image_size: 2 x image_size).
+  // The vision tower (for ultravox and qwen2a the Whisper encoder's shape). 0 = the layout's default
+  // (image_size: mlp 112, idefics3 32; patch_size: mlp 14, idefics3 8; preproc_image_size: 2 x image_size).
   uint32_t vision_width = 32;
   uint32_t vision_heads = 2;
   uint32_t vision_ffn = 80;  // must differ from vision_width (llama.cpp swaps up/down of old files if equal)
@@ -120,6 +153,7 @@ struct VisionSpec {
   uint32_t spatial_merge = 1;       // pixtral only: 2 = Mistral-Small-3.1's patch merger
   std::vector<int32_t> pinpoints;   // mlp only: LLaVA-1.6's (width, height) pairs; empty: LLaVA-1.5
   uint32_t max_tiles = 6;           // internvl only: clip.vision.preproc_max_tiles
+  uint32_t stack_factor = 4;        // ultravox only: clip.audio.projector.stack_factor (see above)
   bool f16_matrices = true;
 };
 
@@ -129,11 +163,18 @@ struct VisionLayout {
   uint32_t patch_size = 0;
   uint32_t scale_factor = 1;        // 1 for mlp; pixtral: the spatial merge
   uint32_t preproc_image_size = 0;  // 0 for mlp
-  uint32_t rows_per_chunk =
-      0;  // mlp: an image's rows; idefics3: a tile's (and the overview's); pixtral, qwen2vl 0
+  // mlp: an image's rows; idefics3: a tile's (and the overview's); ultravox, qwen2a: a 30 s audio chunk's;
+  // pixtral, qwen2vl 0
+  uint32_t rows_per_chunk = 0;
   uint32_t output_width = 0;  // the projector's output width
+  bool audio = false;         // ultravox, qwen2a (image_size and patch_size 0; scale_factor: the stack
+                              // factor, qwen2a's pool 2)
 };
 protocol::Result<VisionLayout> vision_layout(const VisionSpec& spec);
+
+// A 16-bit PCM RIFF WAV of round(seconds x sample_rate) frames: a few tones and a little noise, different in
+// each channel, deterministic from the seed.
+std::vector<uint8_t> make_test_wav(uint32_t sample_rate, uint32_t channels, double seconds, uint64_t seed);
 
 // idefics3: the tile grid of a W x H image (columns, rows), as libmtmd's preprocessor computes it (the
 // overview comes on top); a side of 0 (aspect ratio beyond L:1, e.g. 1000 x 10) is an image libmtmd refuses

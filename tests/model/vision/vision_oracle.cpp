@@ -52,7 +52,9 @@ OracleRun run_mtmd_reference(const std::string& reference, const std::string& lm
   std::string cmd = "timeout 120 " + quoted(reference) + " --model " + quoted(lm) + " --mmproj " +
                     quoted(mmproj) + " --prompt " + quoted(prompt) + " -n " + std::to_string(n_predict) +
                     " --threads " + std::to_string(threads);
-  for (const auto& f : images) cmd += " --image " + quoted(f.string());
+  for (const auto& f : images)
+    cmd +=
+        (f.extension() == ".wav" || f.extension() == ".mp3" ? " --audio " : " --image ") + quoted(f.string());
   if (embeddings) cmd += " --embeddings " + quoted(emb_file.string());
   if (f32_kv) cmd += " --kv-type f32";
   if (layout_only) cmd += " --layout-only";

@@ -58,7 +58,7 @@ struct Pair {
 
 // One conversation: its images (sizes; the pixels follow from the seed) and a user text with markers.
 struct Case {
-  std::vector<ImageDims> sizes;
+  std::vector<MediaDims> sizes;
   std::string user;
 };
 
@@ -79,7 +79,7 @@ VisionSpec anyres() {
 }
 
 struct Prepared {
-  std::vector<Image> images;
+  std::vector<Media> images;
   std::vector<fs::path> files;
   std::vector<ChatTurn> turns;
 };
@@ -87,9 +87,10 @@ struct Prepared {
 Prepared prepare(const Pair& pair, const Case& c, uint64_t seed) {
   Prepared p;
   for (size_t i = 0; i < c.sizes.size(); ++i) {
-    p.images.push_back(make_test_image(c.sizes[i].width, c.sizes[i].height, seed + i));
+    const Image image = make_test_image(c.sizes[i].width, c.sizes[i].height, seed + i);
     p.files.push_back(pair.dir / ("image-" + std::to_string(seed) + "-" + std::to_string(i) + ".png"));
-    write_png_file(p.files.back(), p.images.back());
+    write_png_file(p.files.back(), image);
+    p.images.push_back(image);
   }
   p.turns = {{"system", "You see pictures.", false}, {"user", c.user, true}};
   return p;
@@ -137,8 +138,8 @@ TEST_CASE("vision: epd lays out text and images as libmtmd does, and answers as 
       auto encoder = make_vision_encoder(pair.cfg);
       REQUIRE(encoder.ok());
       std::vector<float> rows;
-      for (const Image& image : p.images) {
-        auto e = (*encoder)->encode(image);
+      for (const Media& item : p.images) {
+        auto e = encode_media(**encoder, item);
         REQUIRE(e.ok());
         CHECK(e->dim == pair.cfg.d_model);
         rows.insert(rows.end(), e->data.begin(), e->data.end());
@@ -189,7 +190,7 @@ TEST_CASE("vision: Pixtral's resize to 8..1024 cells rounds every size as libmtm
   // for every image and fails naming both; the rows it returns are the layout's.
   // 9x8, 32x36, 86x43 and 72x1 scale up to a product that lands on a whole cell in float and not in
   // double (with 28-pixel cells).
-  const ImageDims sizes[] = {{1, 1},     {15, 15},     {17, 9},     {24, 40},   {100, 3}, {3, 100},
+  const MediaDims sizes[] = {{1, 1},     {15, 15},     {17, 9},     {24, 40},   {100, 3}, {3, 100},
                              {640, 480}, {1000, 1000}, {2000, 300}, {513, 257}, {56, 56}, {8, 2000},
                              {9, 8},     {32, 36},     {86, 43},    {72, 1}};
   VisionSpec merged;
@@ -199,9 +200,9 @@ TEST_CASE("vision: Pixtral's resize to 8..1024 cells rounds every size as libmtm
     auto codec = pair.codec();
     auto encoder = make_vision_encoder(pair.cfg);
     REQUIRE(encoder.ok());
-    for (const ImageDims& dims : sizes) {
+    for (const MediaDims& dims : sizes) {
       INFO("merge " << spec.spatial_merge << ", " << dims.width << "x" << dims.height);
-      auto layout = image_layout(*codec->mmproj(), dims);
+      auto layout = media_layout(*codec->mmproj(), dims);
       REQUIRE(layout.ok());
       const uint32_t rows = layout_rows(*layout);
       CHECK(rows >= 8);  // at least 8 cells, and [IMG_BREAK] rows between their rows
@@ -221,22 +222,22 @@ TEST_CASE(
   // 63 x 63), 908x3632 (31 x 127 / 32 x 128). The small ones are encoded (the encoder compares the layout
   // and the grid of positions with mtmd_tokenize's and fails naming both); all are laid out by llama.cpp
   // itself (epd-mtmd-reference --layout-only), whose rows and nx x ny grid must be epd's.
-  const ImageDims encoded[] = {{1, 1},   {15, 15}, {48, 48},   {9, 8},     {2, 9},    {8, 144},
+  const MediaDims encoded[] = {{1, 1},   {15, 15}, {48, 48},   {9, 8},     {2, 9},    {8, 144},
                                {100, 3}, {3, 100}, {200, 100}, {640, 480}, {1, 16384}};
-  const ImageDims laid_out[] = {{1812, 1812}, {908, 3632}, {3000, 2000}, {16384, 210}, {16384, 1}};
+  const MediaDims laid_out[] = {{1812, 1812}, {908, 3632}, {3000, 2000}, {16384, 210}, {16384, 1}};
   Pair pair("qwen2vl");
   auto codec = pair.codec();
   auto encoder = make_vision_encoder(pair.cfg);
   REQUIRE(encoder.ok());
-  std::vector<ImageDims> all(std::begin(encoded), std::end(encoded));
+  std::vector<MediaDims> all(std::begin(encoded), std::end(encoded));
   all.insert(all.end(), std::begin(laid_out), std::end(laid_out));
   std::vector<fs::path> files;
   std::string prompt;
   std::vector<std::string> grids;  // epd's nx x ny
   std::vector<uint32_t> rows;
-  for (const ImageDims& dims : all) {
+  for (const MediaDims& dims : all) {
     INFO(dims.width << "x" << dims.height);
-    auto layout = image_layout(*codec->mmproj(), dims);
+    auto layout = media_layout(*codec->mmproj(), dims);
     REQUIRE(layout.ok());
     REQUIRE(layout->size() == 3);
     CHECK((*layout)[0].piece == "<|vision_start|>");
@@ -262,19 +263,19 @@ TEST_CASE(
   for (const auto& [nx, ny] : theirs.image_grids)
     their_grids.push_back(std::to_string(nx) + " x " + std::to_string(ny));
   CHECK(their_grids == grids);
-  for (const ImageDims& dims : encoded) {
+  for (const MediaDims& dims : encoded) {
     INFO(dims.width << "x" << dims.height);
     auto e = (*encoder)->encode(make_test_image(dims.width, dims.height, dims.width * 7 + dims.height));
     if (!e) FAIL(e.error().detail);
-    CHECK(e->tokens == layout_rows(*image_layout(*codec->mmproj(), dims)));
+    CHECK(e->tokens == layout_rows(*media_layout(*codec->mmproj(), dims)));
   }
   // Past the limits: a side longer than any decoder takes, and more rows than an image may take here
   // (min(max_seq, 4096) = 1024), refused at the router naming the limit.
-  auto wide = image_layout(*codec->mmproj(), {16385, 1});
+  auto wide = media_layout(*codec->mmproj(), {16385, 1});
   REQUIRE_FALSE(wide.ok());
   CHECK(wide.error().code == epd::protocol::ErrorCode::invalid_request);
   CHECK_THAT(wide.error().detail, Catch::Contains("16385x1") && Catch::Contains("16384"));
-  const ImageDims big[] = {{3000, 2000}};
+  const MediaDims big[] = {{3000, 2000}};
   auto over = codec->prompt("x", big);
   REQUIRE_FALSE(over.ok());
   CHECK(over.error().code == epd::protocol::ErrorCode::invalid_request);
@@ -284,16 +285,16 @@ TEST_CASE(
 TEST_CASE("vision: LLaVA-1.6 picks the pinpoint libmtmd picks for every shape", "[vision]") {
   // Within one tile (overview only), each pinpoint winning, ties of kept pixels broken by waste, and a
   // picture too thin for any pinpoint (refused before libmtmd, which would tile from an unset size).
-  const ImageDims sizes[] = {{112, 112}, {113, 20},  {200, 100}, {100, 200}, {300, 300}, {400, 90},
+  const MediaDims sizes[] = {{112, 112}, {113, 20},  {200, 100}, {100, 200}, {300, 300}, {400, 90},
                              {90, 400},  {224, 224}, {1000, 10}, {500, 499}, {225, 113}};
   Pair pair("mlp", anyres());
   auto codec = pair.codec();
   auto encoder = make_vision_encoder(pair.cfg);
   REQUIRE(encoder.ok());
   std::set<uint32_t> tiles_seen;
-  for (const ImageDims& dims : sizes) {
+  for (const MediaDims& dims : sizes) {
     INFO(dims.width << "x" << dims.height);
-    auto layout = image_layout(*codec->mmproj(), dims);
+    auto layout = media_layout(*codec->mmproj(), dims);
     REQUIRE(layout.ok());
     tiles_seen.insert(uint32_t(layout->size()) - 1);
     auto e = (*encoder)->encode(make_test_image(dims.width, dims.height, dims.width + 3 * dims.height));
@@ -301,13 +302,13 @@ TEST_CASE("vision: LLaVA-1.6 picks the pinpoint libmtmd picks for every shape", 
     CHECK(e->tokens == layout_rows(*layout));
   }
   CHECK(tiles_seen == std::set<uint32_t>{0, 2, 3, 4});  // overview only, 2x1 / 1x2, 3x1 / 1x3, 2x2
-  const ImageDims thin[] = {{16000, 1}};
+  const MediaDims thin[] = {{16000, 1}};
   auto ids = codec->prompt("x", thin);
   REQUIRE_FALSE(ids.ok());
   CHECK_THAT(ids.error().detail, Catch::Contains("16000x1") && Catch::Contains("too long and thin"));
   // Images that each fit but together overflow the embedding slot (1,024 rows at this context) are refused
   // at the router, naming the limit, not by the encoder after the work.
-  const std::vector<ImageDims> many(6, ImageDims{200, 100});  // 6 x (2 tiles + overview) x 64 = 1,152
+  const std::vector<MediaDims> many(6, MediaDims{200, 100});  // 6 x (2 tiles + overview) x 64 = 1,152
   auto over = codec->prompt("x", many);
   REQUIRE_FALSE(over.ok());
   CHECK_THAT(over.error().detail, Catch::Contains("1152 rows together") && Catch::Contains("1024"));
@@ -317,7 +318,7 @@ TEST_CASE("vision: LLaVA-1.6 picks the pinpoint libmtmd picks for every shape", 
 TEST_CASE("vision: an image the tiling cannot lay out is a clear error, not a crash", "[vision]") {
   Pair pair("idefics3");
   auto codec = pair.codec();
-  const ImageDims thin[] = {{1000, 10}};
+  const MediaDims thin[] = {{1000, 10}};
   auto ids = codec->prompt("x", thin);
   REQUIRE_FALSE(ids.ok());
   CHECK(ids.error().code == epd::protocol::ErrorCode::invalid_request);
@@ -332,7 +333,7 @@ TEST_CASE("vision: an image the tiling cannot lay out is a clear error, not a cr
   text_only.mmproj.clear();
   auto plain = PromptCodec::for_model(text_only);
   REQUIRE(plain.ok());
-  const ImageDims one[] = {{8, 8}};
+  const MediaDims one[] = {{8, 8}};
   CHECK_THAT((*plain)->prompt("x", one).error().detail, Catch::Contains("takes no images"));
 }
 

@@ -41,7 +41,7 @@ VqaAnswer ask_colocated(ModelRunner& runner, const PromptCodec& codec, const Vqa
   auto image = read_image_file(q.image.string(), max_rgb_bytes_for(runner.config()));
   if (!image) throw std::runtime_error(q.image.string() + ": " + image.error().detail);
   const std::vector<ChatTurn> turns = {{"user", q.question + std::string(kImageMarker), true}};
-  const ImageDims dims[] = {{image->width, image->height}};
+  const MediaDims dims[] = {{image->width, image->height}};
   auto prompt = codec.chat(turns, dims);
   if (!prompt) throw std::runtime_error(prompt.error().detail);
   const auto slot = image_token(runner.config());
@@ -50,7 +50,8 @@ VqaAnswer ask_colocated(ModelRunner& runner, const PromptCodec& codec, const Vqa
   GenerateOptions opts;
   opts.max_tokens = max_tokens;
   opts.stop_tokens.assign(codec.stop_tokens().begin(), codec.stop_tokens().end());
-  auto r = generate_tokens(runner, *prompt, opts, std::span(&*image, 1));
+  const Media item = std::move(*image);
+  auto r = generate_tokens(runner, *prompt, opts, std::span(&item, 1));
   if (!r) throw std::runtime_error(r.error().detail);
   VqaAnswer a{r->tokens, {}, r->stopped_at_eos};
   if (a.ended) a.tokens.pop_back();

@@ -14,7 +14,9 @@ namespace epd::http {
 struct GenerateLimits {
   size_t max_prompt_bytes = 64 * 1024;
   size_t max_image_bytes = 16 * 1024 * 1024;  // decoded PPM
-  size_t max_images = 16;                     // images of one request
+  size_t max_images = 16;                     // images and clips of one request
+  size_t max_audio_bytes = 32 * 1024 * 1024;  // one audio file as sent
+  uint32_t max_audio_seconds = 600;           // one clip, decoded (a longer one is refused before it is)
   uint32_t default_max_tokens = 16;
   uint32_t max_tokens_limit = 1024;  // max_tokens must be in 1..max_tokens_limit
   int max_json_depth = 32;           // nesting deeper than this is refused before it is built

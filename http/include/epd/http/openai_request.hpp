@@ -21,12 +21,18 @@ namespace epd::http::openai {
 
 enum class Endpoint { completions, chat };
 
+// A user message's image_url file (PNG/JPEG/PPM) or input_audio file (WAV/MP3), as sent.
+struct MediaPart {
+  std::vector<uint8_t> bytes;
+  bool audio = false;
+};
+
 struct Message {
   std::string role;  // "system", "developer", "user", "assistant" or "tool", as given
-  // The text parts joined with "\n" (a string content is one part), each image as model::kImageMarker
-  // where it stood, with no "\n" next to it (as llama-server joins them).
+  // The text parts joined with "\n" (a string content is one part), each image or clip as
+  // model::kImageMarker where it stood, with no "\n" next to it (as llama-server joins them).
   std::string text;
-  std::vector<std::vector<uint8_t>> images;   // raw PNG/JPEG/PPM bytes from data: URIs, in order (user only)
+  std::vector<MediaPart> media;               // from data: URIs and input_audio parts, in order (user only)
   std::vector<model::ToolCall> tool_calls{};  // an assistant's "tool_calls", arguments checked to be objects
   std::string tool_call_id{};                 // a tool message's
 };
@@ -80,6 +86,7 @@ inline constexpr uint32_t kMaxChoices = 8;
 struct Limits {
   size_t max_prompt_bytes = 64 * 1024;        // the prompt, or all messages' text together
   size_t max_image_bytes = 16 * 1024 * 1024;  // one image as sent (PNG/JPEG/PPM file bytes, not pixels)
+  size_t max_audio_bytes = 32 * 1024 * 1024;  // one audio file as sent (WAV/MP3 bytes, not samples)
   uint32_t default_max_tokens = 16;
   uint32_t max_tokens_limit = 1024;  // max_tokens must be in 1..max_tokens_limit
   int max_json_depth = 32;           // nesting deeper than this is refused before it is built

@@ -27,9 +27,9 @@ struct GenerateRequest {
   std::vector<model::ChatTurn> messages;  // chat: the router applies the model's chat template
   // chat: the tools the template lists for the model (model/chat_tools.hpp); empty: none.
   std::vector<model::ChatTool> tools{};
-  // Binary PPMs (P6), in order: a chat's images stand at the kImageMarker of their turns, a prompt's go
-  // before its text. None = no image.
-  std::vector<std::vector<uint8_t>> images_ppm;
+  // Binary PPMs (P6) and audio clips (model::encode_audio_wav), in order: a chat's items stand at the
+  // kImageMarker of their turns, a prompt's go before its text. None = no image or clip.
+  std::vector<std::vector<uint8_t>> media;
   uint32_t max_tokens = 16;
   model::SamplingParams sampling;
   // Constrained decoding: a GBNF grammar (llama.cpp's) the answer follows, JSON schemas already converted;

@@ -56,11 +56,11 @@ protocol::Result<GenerateResult> generate(ModelRunner& runner, std::string_view 
                                           const GenerateOptions& opts);
 
 // The same from prompt token ids: how checkpoint models run (their PromptCodec tokenizes, and lays out the
-// images, whose rows runner.encode() gives, in order). A checkpoint's generation stops at
+// media, whose rows runner.encode() and encode_audio() give, in order). A checkpoint's generation stops at
 // opts.stop_tokens; `text` is filled only for the reference model's byte vocabulary.
 protocol::Result<GenerateResult> generate_tokens(ModelRunner& runner, std::vector<TokenId> prompt,
                                                  const GenerateOptions& opts,
-                                                 std::span<const Image> images = {});
+                                                 std::span<const Media> media = {});
 
 // {"tokens":[...],"text":"...",["logprobs":[{"logprob":x,"top":[[id,x],...]},...],]"prompt_tokens":N,"stopped_at_eos":B,"kv_digest":"hex","timings_ms":{...}};
 // the text is escaped so any byte sequence gives valid JSON (bytes >= 0x80 as \u00XX).

@@ -27,7 +27,11 @@ namespace epd::model {
 // Qwen2-VL and Qwen2.5-VL ("qwen2vl_merger", "qwen2.5vl_merger": one layout): the image resized as Pixtral's
 // to 8..4096 cells of 2 x 2 patches, one row a cell, row by row between <|vision_start|> and <|vision_end|>;
 // the rows take 2-D positions in an M-RoPE language model (LayoutItem::cols).
-enum class Projector { mlp, idefics3, pixtral, internvl, gemma3, qwen2vl };
+// Audio (an mmproj with an audio tower, no vision one): a Whisper encoder cutting a clip into 30 s chunks of
+// 3000 mel frames (audio_layout below), then Ultravox's projector ("ultravox": frames stacked by
+// clip.audio.projector.stack_factor, no markers) or Qwen2-Audio's ("qwen2a": frames pooled by 2, the clip
+// between <|audio_bos|> and <|audio_eos|>).
+enum class Projector { mlp, idefics3, pixtral, internvl, gemma3, qwen2vl, ultravox, qwen2a };
 
 struct MmprojInfo {
   std::string path;
@@ -42,13 +46,17 @@ struct MmprojInfo {
   bool row_breaks = false;       // pixtral: v.token_embd.img_break (an [IMG_BREAK] row after each row)
   bool bidirectional = false;    // gemma3: an image's rows attend to each other both ways
   // mlp: LLaVA-1.6's image_grid_pinpoints (width, height), or none; internvl: its tile grids in pixels
-  std::vector<ImageDims> pinpoints;
+  std::vector<MediaDims> pinpoints;
+  uint32_t rows_per_audio_chunk = 0;  // audio: rows of one 30 s chunk
+  bool audio() const { return projector == Projector::ultravox || projector == Projector::qwen2a; }
 };
 
-// Reads and checks the header: a vision tower (no audio), a projector epd serves without what it lacks
-// (config_error naming it: M-RoPE projectors other than Qwen2-VL's, other non-causal ones than Gemma 3's,
-// audio), and shapes that give whole patches (and pinpoints of whole tiles); for Qwen2-VL also the tensors
-// libmtmd's graph uses unconditionally (it crashes without them).
+// Reads and checks the header: a vision or an audio tower (not both), a projector epd serves without what it
+// lacks (config_error naming it: M-RoPE projectors other than Qwen2-VL's, other non-causal ones than Gemma
+// 3's, audio projectors other than Ultravox's and Qwen2-Audio's), and shapes that give whole patches (and
+// pinpoints of whole tiles); for Qwen2-VL also the tensors libmtmd's graph uses unconditionally (it crashes
+// without them); for Ultravox a stack factor whose rows libmtmd counts as its graph makes them (it aborts
+// otherwise).
 protocol::Result<MmprojInfo> read_mmproj_info(const std::string& path);
 
 // The marker pieces the projector's layouts may use, each of which the language model must have.
@@ -69,10 +77,21 @@ struct LayoutItem {
   uint32_t cols = 0;
 };
 
-// The layout of one image of width x height pixels; invalid_request for an image libmtmd cannot lay out
-// (Idefics3 and LLaVA-1.6: so long and thin that a side scales to 0 pixels; any: a side past
-// kMaxImageSide). Pixtral and Qwen2-VL take any other size: libmtmd scales it into their cell limits.
-protocol::Result<std::vector<LayoutItem>> image_layout(const MmprojInfo& info, ImageDims dims);
+// The layout of one item: an image of width x height pixels, or an audio clip of `samples` samples (its
+// 30 s chunks, each a run of rows_per_audio_chunk rows, between the projector's markers).
+// invalid_request for an image libmtmd cannot lay out (Idefics3 and LLaVA-1.6: so long and thin that a
+// side scales to 0 pixels; any: a side past kMaxImageSide), an image for an audio tower or a clip for a
+// vision tower. Pixtral and Qwen2-VL take any other size: libmtmd scales it into their cell limits.
+protocol::Result<std::vector<LayoutItem>> media_layout(const MmprojInfo& info, MediaDims dims);
+
+// The 30 s chunks libmtmd's Whisper preprocessor cuts a clip of `samples` samples into: the clip padded
+// with 30 s of silence (and to 201 samples at least), in mel frames of 160 samples (400-sample windows),
+// whole chunks of 3000 frames only. So a clip shorter than 29.99 s is one chunk, and one of exactly 30 s
+// two (the second nearly all padding).
+uint64_t audio_chunks(uint64_t samples);
+
+// "image of WxH" or "audio of N s", for errors.
+std::string media_name(MediaDims dims);
 
 // Rows of all runs of a layout.
 uint32_t layout_rows(const std::vector<LayoutItem>& layout);

@@ -37,13 +37,13 @@ class PromptCodec {
   // image for a model without a vision tower (the reference model takes one), an empty prompt, a prompt
   // that leaves no room for one generated token in cfg.max_seq.
   protocol::Result<std::vector<TokenId>> prompt(std::string_view text,
-                                                std::span<const ImageDims> images) const;
+                                                std::span<const MediaDims> images) const;
   // The conversation in the model's chat template, ending where the assistant answers, each image where
   // its marker stands (ChatTurn); same errors, and config_error when the checkpoint's template does not
   // parse. A checkpoint's template is rendered by llama.cpp's engine (chat_template.hpp), tools included;
   // the reference model writes them in the Hermes format (chat_tools.hpp).
   protocol::Result<std::vector<TokenId>> chat(std::span<const ChatTurn> turns,
-                                              std::span<const ImageDims> images,
+                                              std::span<const MediaDims> images,
                                               std::span<const ChatTool> tools = {}) const;
   // A checkpoint's conversation as its template renders it, with the parser of the answer (content,
   // reasoning_content, tool calls); config_error for the reference model (its answers are read by
@@ -52,10 +52,10 @@ class PromptCodec {
                                         const ToolUse& use = {}) const;
   // An image's tokens: its layout (mmproj.hpp) with the vocabulary's marker ids and image_token() rows.
   // Only for a model with an mmproj.
-  protocol::Result<std::vector<TokenId>> image_tokens(ImageDims dims) const;
+  protocol::Result<std::vector<TokenId>> image_tokens(MediaDims dims) const;
   // The grids of the images' runs of rows that have one (LayoutItem::cols: Qwen2-VL's), in order: where an
   // M-RoPE model rotates them (positions.hpp). Empty for a model without an mmproj or such a projector.
-  protocol::Result<std::vector<ImageGrid>> image_grids(std::span<const ImageDims> images) const;
+  protocol::Result<std::vector<ImageGrid>> image_grids(std::span<const MediaDims> images) const;
   // The model's mmproj, if it has one.
   const std::optional<MmprojInfo>& mmproj() const { return mmproj_; }
 

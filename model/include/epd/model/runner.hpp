@@ -10,6 +10,7 @@
 #include "epd/model/config.hpp"
 #include "epd/model/image.hpp"
 #include "epd/model/kv_cache.hpp"
+#include "epd/model/media.hpp"
 #include "epd/model/positions.hpp"
 #include "epd/model/sampling.hpp"
 #include "epd/model/token_constraint.hpp"
@@ -91,10 +92,17 @@ class ImageEncoder {
   virtual ~ImageEncoder() = default;
   // Image -> one embedding row per image token (image_token_count rows of d_model for the reference model).
   virtual protocol::Result<Embeddings> encode(const Image& image) = 0;
+  // An audio clip -> its chunks' rows, in order. Default: invalid_request (no audio tower).
+  virtual protocol::Result<Embeddings> encode_audio(const Audio& audio);
   // Which tower this is, for cache keys: empty for the reference model's (its config says it all), the
   // mmproj file's identity for libmtmd's.
   virtual std::string tower() const { return {}; }
 };
+
+class ModelRunner;
+// An item through the encoder's encode or encode_audio.
+protocol::Result<Embeddings> encode_media(ImageEncoder& encoder, const Media& item);
+protocol::Result<Embeddings> encode_media(ModelRunner& runner, const Media& item);
 
 // The encoder of the model a config names: the reference model's vision encoder, or, for a checkpoint
 // without a vision tower, one that refuses every image with a clear error (nothing of the checkpoint is
@@ -108,6 +116,8 @@ class ModelRunner {
 
   // Image -> one embedding per patch (image_token_count rows of d_model).
   virtual protocol::Result<Embeddings> encode(const Image& image) = 0;
+  // An audio clip -> its rows (ImageEncoder::encode_audio). Default: invalid_request (no audio tower).
+  virtual protocol::Result<Embeddings> encode_audio(const Audio& audio);
 
   // Runs one chunk, writing its K/V into `pages` at positions [start, start + n). Returns the token after the
   // chunk's last position, sampled with chunk.sampling at index 0: after the last chunk that is the first

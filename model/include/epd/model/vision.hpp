@@ -11,7 +11,7 @@
 namespace epd::model {
 
 // cfg.mmproj through libmtmd, with only the language model's vocabulary loaded (no weights): every image
-// is tokenized by mtmd itself and its layout checked against image_layout() (an internal error naming both
+// is tokenized by mtmd itself and its layout checked against media_layout() (an internal error naming both
 // if they differ), then each image chunk encoded; the rows come back in chunk order. Without an mmproj:
 // make_image_encoder(cfg). config_error for an mmproj epd does not serve (read_mmproj_info), one that does
 // not fit the language model, or a file libmtmd cannot load.

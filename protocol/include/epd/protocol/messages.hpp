@@ -655,7 +655,9 @@ struct Submit {
   uint64_t room = 0;
   uint32_t attempt = 0;
   std::vector<uint32_t> prompt;  // token ids, with image placeholders where embedding rows go
-  // Binary PPMs (P6), in prompt order; none = text only. The encoder returns their rows concatenated.
+  // Media items in prompt order: binary PPMs (P6), and audio clips as WAVs of 32-bit float mono samples at
+  // 16 kHz (an encoder that predates audio cannot load an audio mmproj, so never gets one); none = text
+  // only. The encoder returns their rows concatenated.
   std::vector<std::vector<uint8_t>> images;
   uint32_t image_tokens = 0;  // image placeholders in the prompt: rows of all images
   uint32_t max_tokens = 0;
