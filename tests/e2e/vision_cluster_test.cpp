@@ -1,10 +1,10 @@
 // A real vision tower through the disaggregated cluster: a random LLaVA-1.5 or -1.6 ("mlp", without and
-// with pinpoints), SmolVLM ("idefics3"), InternVL ("internvl"), Pixtral ("pixtral"; Mistral-Small-3.1's,
-// with the patch merger, over tcp), Gemma 3 or Qwen2-VL / Qwen2.5-VL (M-RoPE) mmproj with its language model,
-// served by encoder (libmtmd), prefill and decode over shm and over tcp (decode in another KV layout there).
-// Every answer, to prompts with one and two images through the native API and to a chat with two PNG
-// image_url parts through the OpenAI API, is llama.cpp's own greedy answer (libllama + libmtmd,
-// epd-mtmd-reference) on the same two files.
+// with pinpoints), SmolVLM ("idefics3"), InternVL ("internvl"), MiniCPM-V ("minicpmv", the resampler),
+// Pixtral ("pixtral"; Mistral-Small-3.1's, with the patch merger, over tcp), Gemma 3 or Qwen2-VL / Qwen2.5-VL
+// (M-RoPE) mmproj with its language model, served by encoder (libmtmd), prefill and decode over shm and over
+// tcp (decode in another KV layout there). Every answer, to prompts with one and two images through the
+// native API and to a chat with two PNG image_url parts through the OpenAI API, is llama.cpp's own greedy
+// answer (libllama + libmtmd, epd-mtmd-reference) on the same two files.
 #include <catch2/catch.hpp>
 
 #include <filesystem>
@@ -21,6 +21,7 @@
 #include "epd/model/prompt_codec.hpp"
 #include "vision_fixture.hpp"
 #include "vision_oracle.hpp"
+#include "vision_pair.hpp"
 
 using namespace epd;
 using namespace epd::testing;
@@ -51,19 +52,38 @@ std::string b64(const std::vector<uint8_t>& bytes) {
   return http::base64_encode(bytes);
 }
 
+// The pair served with an f32 KV on both sides, as the oracle's: a half-precision KV cache on either side
+// can turn a near tie between tokens.
+ClusterSpec served(const model::testing::VisionModelPaths& paths, const std::string& backend,
+                   const std::string& decode_lines, const std::string& prefill_lines) {
+  ClusterSpec spec;
+  spec.model_path = paths.lm;
+  spec.mmproj = paths.mmproj;
+  spec.backend = backend;
+  spec.defaults["prefill"] = "kv_dtype = \"f32\"\n" + prefill_lines;
+  spec.defaults["decode"] = "kv_dtype = \"f32\"\n" + decode_lines;
+  return spec;
+}
+
+// (route, body) requests posted at once, in flight together; their (status, body) answers in order.
+std::vector<std::pair<int, std::string>> post_together(
+    Cluster& cluster, const std::vector<std::pair<std::string, json>>& requests) {
+  std::vector<std::future<std::pair<int, std::string>>> pending;
+  for (const auto& request : requests)
+    pending.push_back(std::async(std::launch::async,
+                                 [&] { return cluster.post_raw(request.first, request.second.dump()); }));
+  std::vector<std::pair<int, std::string>> out;
+  for (auto& f : pending) out.push_back(f.get());
+  return out;
+}
+
 void serve_and_compare(const std::string& projector, const std::string& backend,
                        const std::string& decode_lines, model::testing::VisionSpec vs = {},
                        const std::string& prefill_lines = "") {
-  const fs::path dir = fs::temp_directory_path() / ("epd-e2e-vision-" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  vs.projector = projector;
-  auto paths = model::testing::write_vision_model(vs, dir);
-  REQUIRE(paths.ok());
-  auto cfg = model::read_checkpoint_config(paths->lm);
-  REQUIRE(cfg.ok());
-  auto codec = model::PromptCodec::for_model(model::with_mmproj(*cfg, paths->mmproj));
-  REQUIRE(codec.ok());
-  const model::TokenId slot = *model::image_token(model::with_mmproj(*cfg, paths->mmproj));
+  const model::testing::Pair pair(projector, vs);
+  const fs::path& dir = pair.dir;
+  const auto codec = pair.codec();
+  const model::TokenId slot = *model::image_token(pair.cfg);
 
   std::vector<Expected> expected;
   for (size_t i = 0; i < kRequests.size(); ++i) {
@@ -91,30 +111,21 @@ void serve_and_compare(const std::string& projector, const std::string& backend,
     } else {
       e.body = {{"prompt", r.text}, {"images", images}, {"max_tokens", 10}};
     }
-    auto theirs = model::testing::run_mtmd_reference(EPD_MTMD_REFERENCE, paths->lm, paths->mmproj, files,
-                                                     prompt, 10, slot, false, 2, /*f32_kv=*/true);
+    auto theirs = model::testing::run_mtmd_reference(EPD_MTMD_REFERENCE, pair.paths.lm, pair.paths.mmproj,
+                                                     files, prompt, 10, slot, false, 2, /*f32_kv=*/true);
     e.tokens = theirs.generated;
-    e.text = http::to_valid_utf8((*codec)->text(theirs.generated));  // as the API sends random weights' bytes
+    e.text = http::to_valid_utf8(codec->text(theirs.generated));  // as the API sends random weights' bytes
     expected.push_back(std::move(e));
   }
 
-  ClusterSpec spec;
-  spec.model_path = paths->lm;
-  spec.mmproj = paths->mmproj;
-  spec.backend = backend;
-  // f32 KV, as the oracle's: a half-precision KV cache on either side can turn a near tie between tokens.
-  spec.defaults["prefill"] = "kv_dtype = \"f32\"\n" + prefill_lines;
-  spec.defaults["decode"] = "kv_dtype = \"f32\"\n" + decode_lines;
-  Cluster cluster(spec);
+  Cluster cluster(served(pair.paths, backend, decode_lines, prefill_lines));
   cluster.start();
-  std::vector<std::future<std::pair<int, std::string>>> answers;
-  for (size_t i = 0; i < kRequests.size(); ++i)  // in flight together
-    answers.push_back(std::async(std::launch::async, [&, i] {
-      return cluster.post_raw(kRequests[i].chat ? "/v1/chat/completions" : "/v1/generate",
-                              expected[i].body.dump());
-    }));
+  std::vector<std::pair<std::string, json>> requests;
+  for (size_t i = 0; i < kRequests.size(); ++i)
+    requests.emplace_back(kRequests[i].chat ? "/v1/chat/completions" : "/v1/generate", expected[i].body);
+  const auto answers = post_together(cluster, requests);
   for (size_t i = 0; i < kRequests.size(); ++i) {
-    const auto [status, raw] = answers[i].get();
+    const auto& [status, raw] = answers[i];
     INFO(projector << " (" << vs.pinpoints.size() / 2 << " pinpoints, merge " << vs.spatial_merge << ") over "
                    << backend << ", request " << i << ": " << raw << "\n"
                    << cluster.logs());
@@ -124,7 +135,7 @@ void serve_and_compare(const std::string& projector, const std::string& backend,
       CHECK(body["choices"][0]["message"]["content"] == expected[i].text);
     } else {
       auto tokens = body["tokens"].get<std::vector<uint32_t>>();
-      if (!tokens.empty() && (*codec)->ends_generation(tokens.back()))
+      if (!tokens.empty() && codec->ends_generation(tokens.back()))
         tokens.pop_back();  // llama.cpp's run ends before the end token
       CHECK(tokens == expected[i].tokens);
       CHECK(body["instances"]["encoder"] == "encoder-0");
@@ -139,14 +150,23 @@ void serve_and_compare(const std::string& projector, const std::string& backend,
   const std::string reports = cluster.stop_and_collect_sanitizer_reports();
   INFO(reports);
   CHECK(reports.empty());
-  fs::remove_all(dir);
+}
+
+// MiniCPM-V's resampler: heads 128 wide (clip.cpp), so a projector of whole heads.
+model::testing::VisionSpec resampler() {
+  model::testing::VisionSpec s;
+  s.lm_width = 128;
+  return s;
 }
 
 }  // namespace
 
-TEST_CASE("vision cluster: LLaVA, SmolVLM, Pixtral and InternVL layouts over shm answer as llama.cpp does") {
+TEST_CASE(
+    "vision cluster: LLaVA, SmolVLM, Pixtral, InternVL and MiniCPM-V layouts over shm answer as llama.cpp "
+    "does") {
   for (const char* projector : {"mlp", "idefics3", "pixtral", "internvl"})
     serve_and_compare(projector, "shm", "");
+  serve_and_compare("minicpmv", "shm", "", resampler());
   model::testing::VisionSpec anyres;  // LLaVA-1.6
   anyres.pinpoints = {224, 112, 112, 224, 224, 224};
   serve_and_compare("mlp", "shm", "", anyres);
@@ -173,6 +193,7 @@ TEST_CASE("vision cluster: over tcp, decode in another KV layout, answers as lla
   model::testing::VisionSpec merged;  // Mistral-Small-3.1's patch merger
   merged.spatial_merge = 2;
   serve_and_compare("pixtral", "tcp", decode, merged);
+  serve_and_compare("minicpmv", "tcp", decode, resampler());
 }
 
 namespace {
@@ -193,18 +214,12 @@ std::vector<uint8_t> file_bytes(const fs::path& path) {
 // each answered as llama.cpp answers the same files; bad audio is a 400 naming why, and nothing is held.
 void serve_audio_and_compare(const std::string& projector, const std::string& backend,
                              const std::string& decode_lines, const std::string& prefill_lines) {
-  const fs::path dir = fs::temp_directory_path() / ("epd-e2e-audio-" + std::to_string(::getpid()));
-  fs::create_directories(dir);
   model::testing::VisionSpec vs;
-  vs.projector = projector;
   vs.lm_context = 4096;
-  auto paths = model::testing::write_vision_model(vs, dir);
-  REQUIRE(paths.ok());
-  auto cfg = model::read_checkpoint_config(paths->lm);
-  REQUIRE(cfg.ok());
-  auto codec = model::PromptCodec::for_model(model::with_mmproj(*cfg, paths->mmproj));
-  REQUIRE(codec.ok());
-  const model::TokenId slot = *model::image_token(model::with_mmproj(*cfg, paths->mmproj));
+  const model::testing::Pair pair(projector, vs);
+  const fs::path& dir = pair.dir;
+  const auto codec = pair.codec();
+  const model::TokenId slot = *model::image_token(pair.cfg);
   const std::vector<std::vector<ClipSpec>> requests = {
       {{16000, 1, 3}},
       {{44100, 2, 31}, {16000, 1, 2}},  // resampled and mixed down, two chunks; then a second clip
@@ -232,30 +247,22 @@ void serve_audio_and_compare(const std::string& projector, const std::string& ba
     }
     parts.push_back({{"type", "text"}, {"text", "What do you hear?"}});
     const std::vector<model::ChatTurn> turns = {{"user", markers + "What do you hear?", true}};
-    auto theirs = model::testing::run_mtmd_reference(EPD_MTMD_REFERENCE, paths->lm, paths->mmproj, files,
-                                                     *model::render_chat_text("", turns, "", ""), 10, slot,
-                                                     false, 2, /*f32_kv=*/true);
+    auto theirs = model::testing::run_mtmd_reference(EPD_MTMD_REFERENCE, pair.paths.lm, pair.paths.mmproj,
+                                                     files, *model::render_chat_text("", turns, "", ""), 10,
+                                                     slot, false, 2, /*f32_kv=*/true);
     Expected e;
     e.body = {{"messages", {{{"role", "user"}, {"content", parts}}}}, {"max_tokens", 10}};
-    e.text = http::to_valid_utf8((*codec)->text(theirs.generated));
+    e.text = http::to_valid_utf8(codec->text(theirs.generated));
     expected.push_back(std::move(e));
   }
 
-  ClusterSpec spec;
-  spec.model_path = paths->lm;
-  spec.mmproj = paths->mmproj;
-  spec.backend = backend;
-  spec.defaults["prefill"] = "kv_dtype = \"f32\"\n" + prefill_lines;
-  spec.defaults["decode"] = "kv_dtype = \"f32\"\n" + decode_lines;
-  Cluster cluster(spec);
+  Cluster cluster(served(pair.paths, backend, decode_lines, prefill_lines));
   cluster.start();
-  std::vector<std::future<std::pair<int, std::string>>> answers;
-  for (size_t i = 0; i < requests.size(); ++i)
-    answers.push_back(std::async(std::launch::async, [&, i] {
-      return cluster.post_raw("/v1/chat/completions", expected[i].body.dump());
-    }));
+  std::vector<std::pair<std::string, json>> chats;
+  for (const Expected& e : expected) chats.emplace_back("/v1/chat/completions", e.body);
+  const auto answers = post_together(cluster, chats);
   for (size_t i = 0; i < requests.size(); ++i) {
-    const auto [status, raw] = answers[i].get();
+    const auto& [status, raw] = answers[i];
     INFO(projector << " over " << backend << ", request " << i << ": " << raw << "\n" << cluster.logs());
     REQUIRE(status == 200);
     CHECK(json::parse(raw)["choices"][0]["message"]["content"] == expected[i].text);
@@ -295,7 +302,6 @@ void serve_audio_and_compare(const std::string& projector, const std::string& ba
   const std::string reports = cluster.stop_and_collect_sanitizer_reports();
   INFO(reports);
   CHECK(reports.empty());
-  fs::remove_all(dir);
 }
 
 }  // namespace

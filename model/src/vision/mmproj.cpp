@@ -187,6 +187,25 @@ protocol::Result<std::string> read_qwen2vl(const GgufFile& g, MmprojInfo& info) 
   return std::string("mm.2.weight");
 }
 
+// MiniCPM-V: clip.minicpmv_version (absent: 2) picks the markers, clip.minicpmv_query_num (absent: 64 for
+// version 3 and later, else 96) the rows of every chunk. Files with pinpoints take another path in libmtmd.
+protocol::Result<std::string> read_minicpmv(const GgufFile& g, MmprojInfo& info) {
+  const GgufValue* v = g.find("clip.minicpmv_version");
+  const int64_t version = v ? v->i : 0;
+  info.minicpmv_version = version == 0 ? 2 : uint32_t(version);
+  if (!(version == 0 || (version >= 2 && version <= 6) || version == 100045))
+    return bad(g.name(), "clip.minicpmv_version " + std::to_string(version) +
+                             " is not one libmtmd lays out (2 to 6, 100045)");
+  auto query = positive(g, "clip.minicpmv_query_num", false);
+  if (!query) return query.error();
+  info.rows_per_image = *query ? *query : version >= 3 ? 64 : 96;
+  if (g.find("clip.vision.image_grid_pinpoints"))
+    return bad(g.name(), "a resampler with image_grid_pinpoints is not laid out by epd");
+  for (const char* t : {"resampler.query", "resampler.kv.weight", "resampler.pos_embed_k"})
+    if (!g.tensor(t)) return bad(g.name(), std::string("missing ") + t + ", which the resampler uses");
+  return std::string("resampler.proj.weight");
+}
+
 // libmtmd's Whisper chunk: 3000 mel frames (30 s), halved by the encoder's strided convolution.
 constexpr uint32_t kChunkFrames = 3000;
 
@@ -290,11 +309,13 @@ protocol::Result<MmprojInfo> read_mmproj_info(const std::string& path) {
     info.projector = Projector::gemma3;
   else if (name == "qwen2vl_merger" || name == "qwen2.5vl_merger")
     info.projector = Projector::qwen2vl;
+  else if (name == "resampler")
+    info.projector = Projector::minicpmv;
   else
     return bad(path, "projector '" + name +
                          "' is not one epd lays out (mlp: LLaVA-1.5 and 1.6; idefics3: SmolVLM; pixtral: "
                          "Pixtral, Mistral-Small-3.1; internvl: InternVL 2.5 and 3; gemma3: Gemma 3; "
-                         "qwen2vl_merger, qwen2.5vl_merger: Qwen2-VL, Qwen2.5-VL)");
+                         "qwen2vl_merger, qwen2.5vl_merger: Qwen2-VL, Qwen2.5-VL; resampler: MiniCPM-V)");
 
   auto image_size = positive(g, "clip.vision.image_size", true);
   if (!image_size) return image_size.error();
@@ -310,13 +331,15 @@ protocol::Result<MmprojInfo> read_mmproj_info(const std::string& path) {
                               : info.projector == Projector::internvl ? read_internvl
                               : info.projector == Projector::gemma3   ? read_gemma3
                               : info.projector == Projector::qwen2vl  ? read_qwen2vl
+                              : info.projector == Projector::minicpmv ? read_minicpmv
                                                                       : read_idefics3;
   auto out_tensor = header(g, info);
   if (!out_tensor) return out_tensor.error();
   const TensorRef* out = g.tensor(*out_tensor);
   if (!out || out->shape.size() != 2) return bad(path, "missing the projector's " + *out_tensor);
-  // Gemma 3's projection is stored transposed (clip.cpp multiplies by its transpose).
-  info.embedding_width = uint32_t(out->shape[info.projector == Projector::gemma3 ? 1 : 0]);
+  // Gemma 3's projection and the resampler's are stored transposed (clip.cpp multiplies by the transpose).
+  const bool transposed = info.projector == Projector::gemma3 || info.projector == Projector::minicpmv;
+  info.embedding_width = uint32_t(out->shape[transposed ? 1 : 0]);
   return info;
 }
 
@@ -338,6 +361,8 @@ std::vector<std::string> layout_pieces(const MmprojInfo& info) {
     out = {"<|vision_start|>", "<|vision_end|>"};
   } else if (info.projector == Projector::qwen2a) {
     out = {"<|audio_bos|>", "<|audio_eos|>"};
+  } else if (info.projector == Projector::minicpmv) {
+    out = {"<image>", "</image>", "<slice>", "</slice>", "\n"};
   }
   return out;
 }
@@ -422,6 +447,51 @@ Cells dyn_size_cells(const MmprojInfo& info, MediaDims dims, int64_t min_cells, 
   return {uint32_t(w / align), uint32_t(h / align)};
 }
 
+// MiniCPM-V's slices (mtmd-image.cpp's llava_uhd preprocessor without pinpoints): an image with a side past
+// the slice size is cut into the grid of 2 to 9 slices, from the slice counts next to its area in slices,
+// whose log aspect is closest to the image's (the first such grid on a tie), in libmtmd's float arithmetic.
+Cells minicpmv_grid(const MediaDims& dims, uint32_t slice) {
+  const float log_ratio = std::log(float(dims.width) / float(dims.height));
+  const float ratio = float(dims.width) * float(dims.height) / float(slice * slice);
+  const int multiple = int(std::fmin(std::ceil(ratio), 9.0f));
+  Cells best{1, 1};
+  float min_error = std::numeric_limits<float>::infinity();
+  for (int n : {multiple - 1, multiple, multiple + 1}) {
+    if (n == 1 || n > 9) continue;
+    for (int cols = 1; cols <= n; ++cols) {
+      if (n % cols) continue;
+      const float error = std::abs(log_ratio - std::log(double(cols) / double(n / cols)));
+      if (error < min_error) {
+        min_error = error;
+        best = {uint32_t(cols), uint32_t(n / cols)};
+      }
+    }
+  }
+  return best;
+}
+
+// The overview between <image> and </image>; then, for a larger image, the slices row by row, each between
+// <slice> and </slice> (2.6), or each between <image> and </image> and all of them between <slice> and
+// </slice> (2.5), "\n" between rows of slices.
+std::vector<LayoutItem> minicpmv_layout(const MmprojInfo& info, MediaDims dims) {
+  const uint32_t q = info.rows_per_image;
+  std::vector<LayoutItem> out = {{"<image>", 0}, {"", q}, {"</image>", 0}};
+  if (dims.width <= info.image_size && dims.height <= info.image_size) return out;
+  const auto [cols, rows] = minicpmv_grid(dims, info.image_size);
+  const bool v25 = info.minicpmv_version == 2;
+  if (v25) out.push_back({"<slice>", 0});
+  for (uint32_t y = 0; y < rows; ++y) {
+    for (uint32_t x = 0; x < cols; ++x) {
+      out.push_back({v25 ? "<image>" : "<slice>", 0});
+      out.push_back({"", q});
+      out.push_back({v25 ? "</image>" : "</slice>", 0});
+    }
+    if (y + 1 != rows) out.push_back({"\n", 0});
+  }
+  if (v25) out.push_back({"</slice>", 0});
+  return out;
+}
+
 // Pixtral's image: 8 to 1024 cells (clip.cpp's set_limit_image_tokens(8, 1024)); the tower's rows are the
 // cells row by row, an [IMG_BREAK] row after each row of cells but the last; then [IMG_END].
 std::vector<LayoutItem> pixtral_layout(const MmprojInfo& info, MediaDims dims) {
@@ -461,6 +531,7 @@ protocol::Result<std::vector<LayoutItem>> media_layout(const MmprojInfo& info, M
     return out;
   }
   if (info.projector == Projector::pixtral) return pixtral_layout(info, dims);
+  if (info.projector == Projector::minicpmv) return minicpmv_layout(info, dims);
   if (info.projector == Projector::qwen2vl) {
     // 8 to 4096 cells of 2 x 2 patches (clip.cpp: set_limit_image_tokens(8, 4096) for QWEN2VL / QWEN25VL,
     // no header keys), one row each, row by row: mtmd's nx = columns, ny = rows.

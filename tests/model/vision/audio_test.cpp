@@ -19,6 +19,7 @@
 #include "epd/model/vision.hpp"
 #include "vision_fixture.hpp"
 #include "vision_oracle.hpp"
+#include "vision_pair.hpp"
 
 namespace {
 
@@ -26,31 +27,13 @@ namespace fs = std::filesystem;
 using namespace epd::model;
 namespace fx = epd::model::testing;
 
-struct AudioPair {
-  explicit AudioPair(const std::string& projector, uint32_t stack_factor = 4) {
-    dir = fs::temp_directory_path() /
-          ("epd-audio-" + projector + "-" + std::to_string(stack_factor) + "-" + std::to_string(::getpid()));
-    fs::create_directories(dir);
-    fx::VisionSpec spec;
-    spec.projector = projector;
-    spec.stack_factor = stack_factor;
-    spec.lm_context = 4096;  // three chunks of Qwen2-Audio's 750 rows
-    auto p = fx::write_vision_model(spec, dir);
-    REQUIRE(p.ok());
-    paths = *p;
-    auto c = read_checkpoint_config(paths.lm);
-    REQUIRE(c.ok());
-    cfg = with_mmproj(*c, paths.mmproj);
-    cfg.threads = 2;
-  }
-  ~AudioPair() {
-    std::error_code ec;
-    fs::remove_all(dir, ec);
-  }
-  fs::path dir;
-  fx::VisionModelPaths paths;
-  ModelConfig cfg;
-};
+// Ultravox's or Qwen2-Audio's pair, with room for three chunks of Qwen2-Audio's 750 rows.
+fx::Pair audio_pair(const std::string& projector, uint32_t stack_factor = 4) {
+  fx::VisionSpec spec;
+  spec.stack_factor = stack_factor;
+  spec.lm_context = 4096;
+  return fx::Pair(projector, spec);
+}
 
 // A clip as a client sends it: a WAV file at its own rate and channels.
 struct Clip {
@@ -79,7 +62,7 @@ std::vector<uint8_t> read_bytes(const fs::path& path) {
 TEST_CASE("audio: epd lays out clips as libmtmd does, and answers as llama.cpp does",
           "[vision][audio][oracle]") {
   for (const char* projector : {"ultravox", "qwen2a"}) {
-    AudioPair pair(projector);
+    auto pair = audio_pair(projector);
     auto codec = PromptCodec::for_model(pair.cfg);
     if (!codec) FAIL(codec.error().to_string());
     REQUIRE((*codec)->mmproj());
@@ -200,14 +183,14 @@ TEST_CASE("audio: clips and files epd cannot take are refused, naming why", "[vi
 
   SECTION("projectors and pairs") {
     // Ultravox's real stack factor: libmtmd counts 187 rows a chunk, its graph makes 188, and it aborts.
-    AudioPair eight("ultravox", 8);
+    auto eight = audio_pair("ultravox", 8);
     auto info = read_mmproj_info(eight.paths.mmproj);
     REQUIRE_FALSE(info.ok());
     CHECK(info.error().code == epd::protocol::ErrorCode::config_error);
     CHECK_THAT(info.error().detail,
                Catch::Contains("stack_factor 8") && Catch::Contains("187") && Catch::Contains("188"));
     // An audio model takes no image, a vision model no clip: a 400 at the router, not a failed room.
-    AudioPair qwen("qwen2a");
+    auto qwen = audio_pair("qwen2a");
     auto codec = PromptCodec::for_model(qwen.cfg);
     if (!codec) FAIL(codec.error().to_string());
     const std::vector<ChatTurn> turns = {{"user", "<__media__>What is it?", true}};

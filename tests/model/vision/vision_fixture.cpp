@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <span>
 #include <system_error>
 #include <vector>
@@ -53,6 +54,10 @@ class TensorMaker {
     else
       w_.add_f32(name, std::move(ne), values(n, a));
   }
+  // An f32 tensor of given values (ggml order ne); takes no stream.
+  void raw_f32(const std::string& name, std::vector<uint64_t> ne, const std::vector<float>& v) {
+    w_.add_f32(name, std::move(ne), v);
+  }
   // A LayerNorm: gains near 1, small biases.
   void layer_norm(const std::string& prefix, uint64_t n) {
     vec(prefix + ".weight", n, 1.0f, 0.1f);
@@ -90,6 +95,9 @@ bool is_qwen25vl(const VisionSpec& s) {
 bool is_qwen2vl(const VisionSpec& s) {  // Qwen2-VL or Qwen2.5-VL
   return s.projector == "qwen2vl" || is_qwen25vl(s);
 }
+bool is_minicpmv(const VisionSpec& s) {
+  return s.projector == "minicpmv";
+}
 bool is_ultravox(const VisionSpec& s) {
   return s.projector == "ultravox";
 }
@@ -105,6 +113,10 @@ bool is_audio(const VisionSpec& s) {
 constexpr uint32_t kMelBins = 128;
 constexpr uint32_t kMelFrames = 3000;
 constexpr uint32_t kAudioPositions = kMelFrames / 2;
+
+// MiniCPM-V's tower learns 70 x 70 positions (SigLIP-400m at 980 / 14); clip.cpp buckets any patch grid
+// into them, so the table has 4900 rows whatever the image size.
+constexpr uint32_t kMinicpmvBuckets = 70;
 
 // A LayerNorm ViT block with biases everywhere (CLIP, SigLIP; InternViT adds its layer scales).
 void write_layer_norm_block(TensorMaker& t, const std::string& b, uint64_t d, uint64_t ff,
@@ -211,6 +223,40 @@ void write_qwen2vl_tensors(TensorMaker& t, const VisionSpec& s, const VisionLayo
   t.vec("mm.2.bias", out, 0.0f, 0.05f);
 }
 
+// MiniCPM-V's resampler (the header's comment says which tensors and why): one cross-attention of
+// query_num learned queries over the tower's rows, then ln_post and proj.
+void write_resampler_tensors(TensorMaker& t, const VisionSpec& s, const VisionLayout& l) {
+  const uint64_t d = s.vision_width, out = l.output_width, n = kMinicpmvBuckets;
+  t.f32("resampler.query", {out, l.rows_per_chunk}, 1.0f);
+  t.matrix("resampler.kv.weight", d, out, 1.0f);
+  t.layer_norm("resampler.ln_q", out);
+  t.layer_norm("resampler.ln_kv", out);
+  for (const std::string m : {"q", "k", "v"}) {
+    t.matrix("resampler.attn." + m + ".weight", out, out, m == "v" ? 1.0f : 1.5f);
+    t.vec("resampler.attn." + m + ".bias", out, 0.0f, 0.05f);
+  }
+  t.matrix("resampler.attn.out.weight", out, out, 0.7f);
+  t.vec("resampler.attn.out.bias", out, 0.0f, 0.05f);
+  t.layer_norm("resampler.ln_post", out);
+  t.matrix("resampler.proj.weight", out, out, 0.6f);  // rows of about the token embeddings' norm
+  // The converter's 2-D sin-cos table over 70 x 70 cells (x's half, then y's); clip.cpp's graph computes
+  // the same keys' positions itself and only requires the tensor.
+  std::vector<float> pos(out * n * n);
+  const uint64_t quarter = out / 4;
+  for (uint64_t y = 0; y < n; ++y)
+    for (uint64_t x = 0; x < n; ++x) {
+      float* row = &pos[(y * n + x) * out];
+      for (uint64_t i = 0; i < quarter; ++i) {
+        const double omega = std::pow(10000.0, -double(i) / double(quarter));
+        row[i] = float(std::sin(double(x) * omega));
+        row[quarter + i] = float(std::cos(double(x) * omega));
+        row[2 * quarter + i] = float(std::sin(double(y) * omega));
+        row[3 * quarter + i] = float(std::cos(double(y) * omega));
+      }
+    }
+  t.raw_f32("resampler.pos_embed_k", {out, n * n}, pos);
+}
+
 // Ultravox's or Qwen2-Audio's mmproj: a Whisper encoder and its projector (the header's comment says which
 // tensors and why), with the keys llama.cpp's converter writes for an audio-only file.
 protocol::Status write_audio_mmproj(const VisionSpec& s, const VisionLayout& l, const fs::path& path) {
@@ -271,14 +317,17 @@ protocol::Status write_audio_mmproj(const VisionSpec& s, const VisionLayout& l, 
 
 protocol::Status write_mmproj(const VisionSpec& s, const VisionLayout& l, const fs::path& path) {
   if (is_audio(s)) return write_audio_mmproj(s, l, path);
-  const bool gem = is_gemma3(s), sig = is_idefics3(s) || gem, pix = is_pixtral(s), ivl = is_internvl(s);
+  const bool gem = is_gemma3(s), mcv = is_minicpmv(s), pix = is_pixtral(s), ivl = is_internvl(s);
+  const bool sig = is_idefics3(s) || gem || mcv;  // a SigLIP tower
   const bool qvl = is_qwen2vl(s);
   const uint64_t d = s.vision_width, ff = s.vision_ffn, out = l.output_width;
-  const uint64_t side = l.image_size / l.patch_size, n_pos = side * side;
+  const uint64_t side = l.image_size / l.patch_size;
+  const uint64_t n_pos = mcv ? kMinicpmvBuckets * kMinicpmvBuckets : side * side;
   GgufWriter w;
   w.set_string("general.architecture", "clip");
   w.set_string("general.type", "mmproj");
   w.set_string("general.name", gem   ? "epd-test-gemma3-mmproj"
+                               : mcv ? "epd-test-minicpmv-mmproj"
                                : sig ? "epd-test-smolvlm-mmproj"
                                : pix ? "epd-test-pixtral-mmproj"
                                : ivl ? "epd-test-internvl-mmproj"
@@ -286,7 +335,8 @@ protocol::Status write_mmproj(const VisionSpec& s, const VisionLayout& l, const 
                                      : "epd-test-llava-mmproj");
   w.set_u32("general.file_type", s.f16_matrices ? 1 : 0);
   w.set_bool("clip.has_vision_encoder", true);
-  w.set_string("clip.projector_type", !qvl             ? s.projector
+  w.set_string("clip.projector_type", mcv              ? "resampler"
+                                      : !qvl           ? s.projector
                                       : is_qwen25vl(s) ? "qwen2.5vl_merger"
                                                        : "qwen2vl_merger");
   w.set_bool("clip.use_gelu", sig || ivl);                       // SigLIP, InternViT: GELU; CLIP: quick GELU
@@ -304,8 +354,12 @@ protocol::Status write_mmproj(const VisionSpec& s, const VisionLayout& l, const 
   const float half[] = {0.5f, 0.5f, 0.5f};
   w.set_f32s("clip.vision.image_mean", std::span<const float>(sig ? half : clip_mean, 3));
   w.set_f32s("clip.vision.image_std", std::span<const float>(sig ? half : clip_std, 3));
-  if (sig) w.set_u32("clip.vision.projector.scale_factor", l.scale_factor);
-  if (sig && !gem) w.set_u32("clip.vision.preproc_image_size", l.preproc_image_size);
+  if (sig && !mcv) w.set_u32("clip.vision.projector.scale_factor", l.scale_factor);
+  if (sig && !gem && !mcv) w.set_u32("clip.vision.preproc_image_size", l.preproc_image_size);
+  if (mcv) {  // as the converter writes them (the version an int32)
+    w.set_i32("clip.minicpmv_version", int32_t(s.minicpmv_version));
+    w.set_u32("clip.minicpmv_query_num", l.rows_per_chunk);
+  }
   if (pix && l.scale_factor > 1) w.set_u32("clip.vision.spatial_merge_size", l.scale_factor);
   if (!s.pinpoints.empty()) w.set_i32s("clip.vision.image_grid_pinpoints", s.pinpoints);
   if (is_qwen25vl(s)) w.set_u32("clip.vision.n_wa_pattern", 2);  // blocks 0 and 2 windowed, 1 full
@@ -332,7 +386,10 @@ protocol::Status write_mmproj(const VisionSpec& s, const VisionLayout& l, const 
     const std::string b = "v.blk." + std::to_string(i) + ".";
     write_layer_norm_block(t, b, d, ff, /*layer_scales=*/false);
   }
-  if (gem) {
+  if (mcv) {
+    t.layer_norm("v.post_ln", d);
+    write_resampler_tensors(t, s, l);
+  } else if (gem) {
     t.layer_norm("v.post_ln", d);
     t.vec("mm.soft_emb_norm.weight", d, 1.0f, 0.1f);
     t.matrix("mm.input_projection.weight", out, d, 0.6f * std::sqrt(float(out) / float(d)));  // transposed
@@ -348,6 +405,30 @@ protocol::Status write_mmproj(const VisionSpec& s, const VisionLayout& l, const 
     t.vec("mm.2.bias", out, 0.0f, 0.05f);
   }
   return w.write(path.string());
+}
+
+// libmtmd's mtmd_image_preprocessor_llava_uhd without pinpoints (get_slice_instructions, get_best_grid),
+// in its float and double arithmetic.
+TileGrid minicpmv_grid(const VisionLayout& l, uint32_t width, uint32_t height) {
+  if (width == 0 || height == 0 || (width <= l.image_size && height <= l.image_size)) return {0, 0};
+  constexpr int kMaxSlices = 9;
+  const float log_ratio = std::log(float(width) / float(height));
+  const float ratio = float(width) * float(height) / float(l.image_size * l.image_size);
+  const int multiple = int(std::fmin(std::ceil(ratio), kMaxSlices));
+  TileGrid best{1, 1};
+  float min_error = std::numeric_limits<float>::infinity();
+  for (int n : {multiple - 1, multiple, multiple + 1}) {
+    if (n == 1 || n > kMaxSlices) continue;
+    for (int m = 1; m <= n; ++m) {
+      if (n % m != 0) continue;
+      const float error = float(std::abs(log_ratio - std::log(1.0 * m / (n / m))));
+      if (error < min_error) {  // the first of equal errors wins
+        best = {uint32_t(m), uint32_t(n / m)};
+        min_error = error;
+      }
+    }
+  }
+  return best;
 }
 
 }  // namespace
@@ -371,7 +452,7 @@ protocol::Result<VisionLayout> vision_layout(const VisionSpec& s) {
     return l;
   }
   const bool gem = is_gemma3(s), sig = is_idefics3(s), pix = is_pixtral(s), ivl = is_internvl(s);
-  const bool qvl = is_qwen2vl(s);
+  const bool qvl = is_qwen2vl(s), mcv = is_minicpmv(s);
   const bool merged = pix && s.spatial_merge > 1;
   VisionLayout l;
   l.image_size = s.image_size ? s.image_size
@@ -400,10 +481,21 @@ protocol::Result<VisionLayout> vision_layout(const VisionSpec& s) {
       s.vision_layers < 2 || l.output_width == 0)
     return bad("bad vision tower shape");
   l.rows_per_chunk = pix || qvl ? 0 : side * side / (l.scale_factor * l.scale_factor);
+  if (mcv) {
+    l.slices = true;
+    l.rows_per_chunk = s.query_num ? s.query_num : s.minicpmv_version >= 3 ? 64 : 96;
+    // clip.cpp's resampler has heads of 128 fixed and splits its sin-cos keys in quarters.
+    if (l.output_width % 128 != 0)
+      return bad(
+          "minicpmv's resampler needs a projector width that is a multiple of 128 (e.g. lm_width 128)");
+    if (s.vision_width == l.output_width)
+      return bad("minicpmv needs vision_width != the projector width (the real kv_proj is then an identity)");
+  }
   return l;
 }
 
 TileGrid tile_grid(const VisionLayout& l, uint32_t width, uint32_t height) {
+  if (l.slices) return minicpmv_grid(l, width, height);
   if (l.preproc_image_size == 0 || width == 0 || height == 0) return {};
   // libmtmd's mtmd_image_preprocessor_idefics3: longest edge to L, the other by the aspect ratio (int
   // truncation, then rounded up to even), then each side up to whole tiles.
@@ -505,6 +597,11 @@ protocol::Result<VisionModelPaths> write_vision_model(const VisionSpec& spec, co
   if (is_qwen2a(spec)) {  // Qwen2-Audio's language model: qwen2's blocks, its audio markers
     lm.arch = "qwen2";
     lm.extra_special_tokens.insert(lm.extra_special_tokens.end(), {"<|audio_bos|>", "<|audio_eos|>"});
+  }
+  if (is_minicpmv(spec)) {  // MiniCPM-V 2.6's language model is Qwen2; its image and slice markers
+    lm.arch = "qwen2";
+    lm.extra_special_tokens.insert(lm.extra_special_tokens.end(),
+                                   {"<image>", "</image>", "<slice>", "</slice>"});
   }
   if (is_qwen2vl(spec)) {  // Qwen2-VL's language model: qwen2's blocks with M-RoPE, its image markers
     lm.arch = "qwen2vl";

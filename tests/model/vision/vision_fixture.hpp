@@ -68,6 +68,24 @@
 //   halves, rope.dimension_sections a quarter, 3/8 and 3/8 of a head's pairs: 2, 3, 3, 0 of 8), whose image
 //   rows llama.cpp places at (t, y, x) = the image's first position plus (0, row, column).
 //
+// "minicpmv" (MiniCPM-V 2.6 / MiniCPM-o 2.6; clip.projector_type "resampler", clip.minicpmv_version 3,
+//   clip.minicpmv_query_num Q, default 64 as the real files): idefics3's SigLIP tower (patch embedding with
+//   bias, no pre-LayerNorm, GELU blocks, v.post_ln) whose learned positions are 70 x 70 = 4900 rows as
+//   SigLIP-400m's (clip.cpp buckets a patch grid of any shape into them: row floor(70 i / h) x 70 +
+//   floor(70 j / w)), then the resampler: Q queries (resampler.query, ne {out, Q}) -> ln_q; the tower's rows
+//   -> resampler.kv.weight (vision width -> out, no bias) -> ln_kv = V, plus a 2-D sin-cos embedding of
+//   (x, y) computed in the graph = K; one attention (resampler.attn.q/k/v/out with biases, heads of 128
+//   fixed: the projector width must be a multiple of 128, e.g. lm_width 128), ln_post, resampler.proj.weight
+//   (out x out); resampler.pos_embed_k (ne {out, 4900}, the converter's sin-cos table) is required but
+//   unused by the graph. image_size 112 (a slice) / patch 14. Layout (libmtmd's llava-uhd slicing without
+//   pinpoints): an image no side of which exceeds image_size is resized to image_size x image_size, one
+//   chunk "<image>" [Q rows] "</image>"; a larger one gets the overview (its aspect kept, area about
+//   image_size^2 when larger, sides rounded to whole patches) then C x R slices (tile_grid: get_best_grid
+//   over 1 < C R <= 9 near the area ratio, by aspect), each a chunk of Q rows: "<image>" [overview]
+//   "</image>", then per grid row per column "<slice>" [Q] "</slice>", "\n" between grid rows (none after
+//   the last). Slices and overview are not square in general (e.g. 126 x 98 pixels). Its LM is a "qwen2"
+//   checkpoint.
+//
 // "ultravox" (Ultravox) and "qwen2a" (Qwen2-Audio): AUDIO-only mmproj files as llama.cpp's converter writes
 //   them (clip.has_audio_encoder true and no clip.has_vision_encoder key, clip.projector_type, clip.audio.*:
 //   embedding_length, feed_forward_length, block_count, attention.head_count,
@@ -90,9 +108,9 @@
 //   when it is at 16 kHz, else floor(F x 16000 / R), plus one when R is another multiple of 16000), pads N
 //   to at least 201 samples, then mtmd_audio_preprocessor_whisper pads 30 s of zeros and computes
 //   floor(N / 160) + 3001 mel frames cut into whole windows of 3000 (a partial last window dropped):
-//   epd::model::audio_chunks(N) = 1 + floor((floor(N / 160) + 1) / 3000) chunks, so 3 s -> 1, 29.98 s -> 1, from
-//   29.99 s (N >= 479840) -> 2, 31 s -> 2, 65 s -> 3. Every chunk is a whole 30 s window (the last mostly
-//   padding) and has the same number of rows. Layout of one clip: ultravox: its chunks, no markers;
+//   epd::model::audio_chunks(N) = 1 + floor((floor(N / 160) + 1) / 3000) chunks, so 3 s -> 1, 29.98 s -> 1,
+//   from 29.99 s (N >= 479840) -> 2, 31 s -> 2, 65 s -> 3. Every chunk is a whole 30 s window (the last
+//   mostly padding) and has the same number of rows. Layout of one clip: ultravox: its chunks, no markers;
 //   qwen2a: "<|audio_bos|>", its chunks, "<|audio_eos|>" (control tokens of the LM). The LM of qwen2a is a
 //   "qwen2" checkpoint (Q/K/V biases). Long clips outgrow the default lm_context 1024 (two qwen2a chunks
 //   are 1500 rows; llama-mtmd-cli sizes its context by it and then fails to decode): write such pairs
@@ -112,7 +130,8 @@
 // <fake_token_around_image>, 262 <global-img>, 263 + 6(Y-1) + (X-1) <row_Y_col_X> for Y, X in 1..6 (control,
 // 263..298), for pixtral 299 [IMG_END], for internvl 299 <img> and 300 </img>, for gemma3 299
 // <start_of_image> and 300 <end_of_image>, for qwen2vl 299 <|vision_start|> and 300 <|vision_end|>,
-// for qwen2a 299 <|audio_bos|> and 300 <|audio_eos|> (control), then "\n\n" (a normal piece), then word
+// for qwen2a 299 <|audio_bos|> and 300 <|audio_eos|>, for minicpmv 299 <image>, 300 </image>, 301 <slice>
+// and 302 </slice> (control), then "\n\n" (a normal piece), then word
 // pieces "▁w<id>".
 //
 // Tensor types: norms, biases, patch and position embeddings f32; the blocks' and projector's matrices f16
@@ -128,6 +147,7 @@ namespace epd::model::testing {
 
 struct VisionSpec {
   // "mlp" (LLaVA) | "idefics3" (SmolVLM) | "pixtral" | "internvl" | "gemma3" | "qwen2vl" | "qwen2.5vl"
+  // | "minicpmv" (MiniCPM-V 2.6; needs lm_width a multiple of 128)
   // | audio: "ultravox" | "qwen2a" (Qwen2-Audio); any
   // other string is written as is as clip.projector_type, with the mlp layout's tensors (for tests of
   // refusal: "qwen2vl_merger" without Qwen2-VL's tensors, "qwen3vl_merger", "no_such_projector").
@@ -154,6 +174,8 @@ struct VisionSpec {
   std::vector<int32_t> pinpoints;   // mlp only: LLaVA-1.6's (width, height) pairs; empty: LLaVA-1.5
   uint32_t max_tiles = 6;           // internvl only: clip.vision.preproc_max_tiles
   uint32_t stack_factor = 4;        // ultravox only: clip.audio.projector.stack_factor (see above)
+  uint32_t query_num = 0;           // minicpmv only: clip.minicpmv_query_num; 0 = 64 (96 for version 2)
+  uint32_t minicpmv_version = 3;    // minicpmv only: 2 = MiniCPM-Llama3-V 2.5's markers, 3 = 2.6's
   bool f16_matrices = true;
 };
 
@@ -167,6 +189,7 @@ struct VisionLayout {
   // pixtral, qwen2vl 0
   uint32_t rows_per_chunk = 0;
   uint32_t output_width = 0;  // the projector's output width
+  bool slices = false;        // minicpmv: llava-uhd slices (tile_grid), rows_per_chunk = query_num
   bool audio = false;         // ultravox, qwen2a (image_size and patch_size 0; scale_factor: the stack
                               // factor, qwen2a's pool 2)
 };
@@ -178,7 +201,8 @@ std::vector<uint8_t> make_test_wav(uint32_t sample_rate, uint32_t channels, doub
 
 // idefics3: the tile grid of a W x H image (columns, rows), as libmtmd's preprocessor computes it (the
 // overview comes on top); a side of 0 (aspect ratio beyond L:1, e.g. 1000 x 10) is an image libmtmd refuses
-// ("resize target 64x0 is out of range"). mlp: 1 x 1.
+// ("resize target 64x0 is out of range"). mlp: 1 x 1. minicpmv: its slices, 0 x 0 when no side exceeds
+// image_size (the overview alone).
 struct TileGrid {
   uint32_t cols = 1, rows = 1;
 };

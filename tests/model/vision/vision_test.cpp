@@ -20,41 +20,13 @@
 #include "epd/model/vision.hpp"
 #include "vision_fixture.hpp"
 #include "vision_oracle.hpp"
+#include "vision_pair.hpp"
 
 namespace {
 
 namespace fs = std::filesystem;
 using namespace epd::model;
 using namespace epd::model::testing;
-
-struct Pair {
-  explicit Pair(const std::string& projector, VisionSpec spec = {}) {
-    dir = fs::temp_directory_path() /
-          ("epd-vision-" + projector + "-" + std::to_string(spec.spatial_merge) + "-" +
-           std::to_string(spec.pinpoints.size()) + "-" + std::to_string(::getpid()));
-    fs::create_directories(dir);
-    spec.projector = projector;
-    auto p = write_vision_model(spec, dir);
-    REQUIRE(p.ok());
-    paths = *p;
-    auto c = read_checkpoint_config(paths.lm);
-    REQUIRE(c.ok());
-    cfg = with_mmproj(*c, paths.mmproj);
-    cfg.threads = 2;
-  }
-  ~Pair() {
-    std::error_code ec;
-    fs::remove_all(dir, ec);
-  }
-  std::shared_ptr<const PromptCodec> codec() const {
-    auto c = PromptCodec::for_model(cfg);
-    if (!c) FAIL(c.error().to_string());
-    return *c;
-  }
-  fs::path dir;
-  VisionModelPaths paths;
-  ModelConfig cfg;
-};
 
 // One conversation: its images (sizes; the pixels follow from the seed) and a user text with markers.
 struct Case {
@@ -96,6 +68,21 @@ Prepared prepare(const Pair& pair, const Case& c, uint64_t seed) {
   return p;
 }
 
+// "<__media__>" per picture then "x", as llama.cpp's libmtmd lays it out (epd-mtmd-reference --layout-only):
+// pictures of these sizes, flat (only the size matters to a layout, and flat files stay small).
+OracleRun laid_out_by_llama(const Pair& pair, std::span<const MediaDims> sizes) {
+  std::vector<fs::path> files;
+  std::string prompt;
+  for (const MediaDims& dims : sizes) {
+    files.push_back(pair.dir / ("flat-" + std::to_string(files.size()) + ".png"));
+    write_png_file(files.back(), Image{dims.width, dims.height,
+                                       std::vector<uint8_t>(size_t(dims.width) * dims.height * 3, 90)});
+    prompt += "<__media__>";
+  }
+  return run_mtmd_reference(EPD_MTMD_REFERENCE, pair.paths.lm, pair.paths.mmproj, files, prompt + "x", 0,
+                            *image_token(pair.cfg), false, 2, false, /*layout_only=*/true);
+}
+
 // The conversation as llama-server hands it to mtmd: the template's text with the markers in it (mtmd adds
 // BOS itself).
 std::string templated(const std::vector<ChatTurn>& turns) {
@@ -110,9 +97,11 @@ TEST_CASE("vision: epd lays out text and images as libmtmd does, and answers as 
           "[vision][oracle]") {
   VisionSpec merged;
   merged.spatial_merge = 2;
+  VisionSpec resampler;  // its heads are 128 wide (clip.cpp): a projector of whole heads
+  resampler.lm_width = 128;
   const std::pair<const char*, VisionSpec> pairs[] = {
-      {"mlp", {}},      {"mlp", anyres()}, {"idefics3", {}}, {"pixtral", {}},  {"pixtral", merged},
-      {"internvl", {}}, {"gemma3", {}},    {"qwen2vl", {}},  {"qwen2.5vl", {}}};
+      {"mlp", {}},      {"mlp", anyres()}, {"idefics3", {}}, {"pixtral", {}},   {"pixtral", merged},
+      {"internvl", {}}, {"gemma3", {}},    {"qwen2vl", {}},  {"qwen2.5vl", {}}, {"minicpmv", resampler}};
   for (const auto& [projector, spec] : pairs) {
     INFO("spatial merge " << spec.spatial_merge << ", pinpoints " << spec.pinpoints.size() / 2);
     Pair pair(projector, spec);
@@ -231,8 +220,6 @@ TEST_CASE(
   REQUIRE(encoder.ok());
   std::vector<MediaDims> all(std::begin(encoded), std::end(encoded));
   all.insert(all.end(), std::begin(laid_out), std::end(laid_out));
-  std::vector<fs::path> files;
-  std::string prompt;
   std::vector<std::string> grids;  // epd's nx x ny
   std::vector<uint32_t> rows;
   for (const MediaDims& dims : all) {
@@ -249,15 +236,8 @@ TEST_CASE(
     CHECK(run.rows <= 4096);
     grids.push_back(std::to_string(run.cols) + " x " + std::to_string(run.rows / run.cols));
     rows.push_back(run.rows);
-    // Only the size matters to the layout: a flat picture keeps the large files small.
-    files.push_back(pair.dir / ("resize-" + std::to_string(files.size()) + ".png"));
-    write_png_file(files.back(), Image{dims.width, dims.height,
-                                       std::vector<uint8_t>(size_t(dims.width) * dims.height * 3, 90)});
-    prompt += "<__media__>";
   }
-  const OracleRun theirs = run_mtmd_reference(EPD_MTMD_REFERENCE, pair.paths.lm, pair.paths.mmproj, files,
-                                              prompt + "x", 0, *image_token(pair.cfg), false, 2, false,
-                                              /*layout_only=*/true);
+  const OracleRun theirs = laid_out_by_llama(pair, all);
   CHECK(theirs.image_chunks == rows);
   std::vector<std::string> their_grids;
   for (const auto& [nx, ny] : theirs.image_grids)
@@ -280,6 +260,43 @@ TEST_CASE(
   REQUIRE_FALSE(over.ok());
   CHECK(over.error().code == epd::protocol::ErrorCode::invalid_request);
   CHECK_THAT(over.error().detail, Catch::Contains("3000x2000") && Catch::Contains("more than the 1024"));
+}
+
+TEST_CASE("vision: MiniCPM-V's slice grids are libmtmd's for every shape, markers and all", "[vision]") {
+  // 112-pixel slices: within one (overview only), just past one side, and images whose area in slices
+  // and aspect pick each grid of 2 to 9 slices (1 x 2 ... 3 x 3, 9 x 1), near ties of aspect, and extreme
+  // shapes. The whole prompt is llama.cpp's token for token (epd-mtmd-reference --layout-only); a few are
+  // encoded, and the encoder checks its layout against mtmd_tokenize's.
+  const MediaDims laid_out[] = {{112, 112}, {113, 20},  {20, 113},  {200, 100}, {100, 200},  {300, 100},
+                                {100, 300}, {224, 224}, {400, 120}, {120, 400}, {300, 300},  {1000, 10},
+                                {10, 1000}, {500, 499}, {336, 224}, {224, 336}, {1000, 112}, {3000, 2000},
+                                {16384, 1}, {1, 16384}, {641, 639}, {600, 112}, {800, 112}};
+  const MediaDims encoded[] = {{48, 48}, {113, 20}, {300, 300}, {1000, 10}};
+  VisionSpec spec;
+  spec.lm_width = 128;     // the resampler's heads are 128 wide
+  spec.lm_context = 4096;  // every picture in one prompt: up to 10 chunks each
+  spec.query_num = 16;     // of 16 rows (the real files' 64 would overflow the request's 4096)
+  Pair pair("minicpmv", spec);
+  auto codec = pair.codec();
+  auto ids = codec->prompt("x", laid_out);
+  if (!ids) FAIL(ids.error().detail);
+  CHECK(*ids == laid_out_by_llama(pair, laid_out).prompt);
+  std::set<size_t> grids;  // chunks of each picture: the overview alone, and every grid of 2 to 9 slices
+  for (const MediaDims& dims : laid_out) {
+    auto layout = media_layout(*codec->mmproj(), dims);
+    REQUIRE(layout.ok());
+    grids.insert(
+        std::count_if(layout->begin(), layout->end(), [](const LayoutItem& i) { return i.rows != 0; }));
+  }
+  CHECK(grids == std::set<size_t>{1, 3, 4, 5, 6, 7, 8, 9, 10});
+  auto encoder = make_vision_encoder(pair.cfg);
+  REQUIRE(encoder.ok());
+  for (const MediaDims& dims : encoded) {
+    INFO(dims.width << "x" << dims.height);
+    auto e = (*encoder)->encode(make_test_image(dims.width, dims.height, dims.width + 5 * dims.height));
+    if (!e) FAIL(e.error().detail);
+    CHECK(e->tokens == layout_rows(*media_layout(*codec->mmproj(), dims)));
+  }
 }
 
 TEST_CASE("vision: LLaVA-1.6 picks the pinpoint libmtmd picks for every shape", "[vision]") {

@@ -1,12 +1,13 @@
 // epd-write-vision-model: writes a random multimodal pair (vision_fixture.hpp) for tools and other tests:
-//   epd-write-vision-model --projector mlp|idefics3|ultravox|qwen2a|<any> --dir D [--lm-width N]
+//   epd-write-vision-model --projector mlp|idefics3|minicpmv|ultravox|qwen2a|<any> --dir D [--lm-width N]
 //                          [--projector-width N] [--seed N] [--lm-file-type f32|f16|q8_0|...]
 //                          [--lm-layers N] [--lm-heads N] [--lm-kv-heads N] [--lm-context N]
 //                          [--vision-width N] [--vision-heads N] [--vision-ffn N] [--vision-layers N]
-//                          [--stack-factor N]
+//                          [--stack-factor N] [--query-num N]
 // writes D/lm.gguf and D/mmproj.gguf and prints their paths, one a line. The shape flags make pairs of the
 // sizes people serve for benchmarks (e.g. a SmolLM2-135M-shaped LM: width 576, 30 layers, 9 heads, 3 KV).
-// The vision flags shape the audio projectors' Whisper encoder too; --stack-factor is ultravox's.
+// The vision flags shape the audio projectors' Whisper encoder too; --stack-factor is ultravox's, --query-num
+// minicpmv's (which needs --lm-width a multiple of 128).
 //   epd-write-vision-model --wav OUT --seconds S [--rate R] [--channels C] [--seed N]
 // writes a test WAV (make_test_wav; default 16000 Hz mono) and prints its path.
 #include <cstdio>
@@ -24,7 +25,7 @@ int usage() {
                "usage: epd-write-vision-model --projector P --dir D [--lm-width N] [--projector-width N] "
                "[--seed N] [--lm-file-type T] [--lm-layers N] [--lm-heads N] [--lm-kv-heads N] "
                "[--lm-context N] [--vision-width N] [--vision-heads N] [--vision-ffn N] [--vision-layers N] "
-               "[--stack-factor N]\n"
+               "[--stack-factor N] [--query-num N]\n"
                "       epd-write-vision-model --wav OUT --seconds S [--rate R] [--channels C] [--seed N]\n");
   return 2;
 }
@@ -62,7 +63,7 @@ int main(int argc, char** argv) {
       {"--lm-kv-heads", &spec.lm_kv_heads},   {"--lm-context", &spec.lm_context},
       {"--vision-width", &spec.vision_width}, {"--vision-heads", &spec.vision_heads},
       {"--vision-ffn", &spec.vision_ffn},     {"--vision-layers", &spec.vision_layers},
-      {"--stack-factor", &spec.stack_factor}};
+      {"--stack-factor", &spec.stack_factor}, {"--query-num", &spec.query_num}};
   std::string dir, wav;
   double seconds = -1;
   uint32_t rate = 16000, channels = 1;

@@ -27,11 +27,14 @@ namespace epd::model {
 // Qwen2-VL and Qwen2.5-VL ("qwen2vl_merger", "qwen2.5vl_merger": one layout): the image resized as Pixtral's
 // to 8..4096 cells of 2 x 2 patches, one row a cell, row by row between <|vision_start|> and <|vision_end|>;
 // the rows take 2-D positions in an M-RoPE language model (LayoutItem::cols).
+// MiniCPM-V 2.5 / 2.6 / MiniCPM-o ("resampler"): every chunk is the resampler's query_num rows; an image
+// within one image_size slice is the overview alone, a larger one the overview then up to 9 slices in the
+// grid whose aspect is closest to the image's (llava_uhd's best grid), with <image> / <slice> markers.
 // Audio (an mmproj with an audio tower, no vision one): a Whisper encoder cutting a clip into 30 s chunks of
 // 3000 mel frames (audio_layout below), then Ultravox's projector ("ultravox": frames stacked by
 // clip.audio.projector.stack_factor, no markers) or Qwen2-Audio's ("qwen2a": frames pooled by 2, the clip
 // between <|audio_bos|> and <|audio_eos|>).
-enum class Projector { mlp, idefics3, pixtral, internvl, gemma3, qwen2vl, ultravox, qwen2a };
+enum class Projector { mlp, idefics3, pixtral, internvl, gemma3, qwen2vl, minicpmv, ultravox, qwen2a };
 
 struct MmprojInfo {
   std::string path;
@@ -48,6 +51,7 @@ struct MmprojInfo {
   // mlp: LLaVA-1.6's image_grid_pinpoints (width, height), or none; internvl: its tile grids in pixels
   std::vector<MediaDims> pinpoints;
   uint32_t rows_per_audio_chunk = 0;  // audio: rows of one 30 s chunk
+  uint32_t minicpmv_version = 0;      // minicpmv: 2 (2.5's markers) or 3.. (2.6's)
   bool audio() const { return projector == Projector::ultravox || projector == Projector::qwen2a; }
 };
 
