@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -16,8 +17,10 @@
 #include "epd/http/base64.hpp"
 #include "epd/launcher/free_port.hpp"
 #include "epd/model/chat.hpp"
+#include "epd/model/chat_template.hpp"
 #include "epd/model/image.hpp"
 #include "epd/model/llama.hpp"
+#include "epd/model/media.hpp"
 #include "epd/model/mmproj.hpp"
 #include "epd/model/vision.hpp"
 #include "stats.hpp"
@@ -33,14 +36,20 @@ using Clock = std::chrono::steady_clock;
 
 constexpr uint32_t kSide = 256;  // every image is kSide x kSide
 constexpr const char* kText = "What is in the picture?";
+constexpr double kClipSeconds = 10;  // every clip: 16 kHz mono, one 30 s Whisper chunk
+constexpr const char* kAudioText = "What do you hear?";
 constexpr double kMiB = 1024.0 * 1024.0;
 
 // Big enough that encode times are not noise, small enough for a run of minutes on 2 cores; the LM (f32,
 // ~100 MiB) is bigger than the whole encoder process, which loads only its vocabulary.
 // Layouts by name: LLaVA-1.5 and 1.6, SmolVLM, Pixtral-12B and Mistral-Small-3.1 (Pixtral with the patch
-// merger), InternVL, Gemma 3, Qwen2.5-VL.
-const char* const kLayouts[] = {"llava-1.5",   "llava-1.6", "idefics3", "pixtral",
-                                "mistral-3.1", "internvl",  "gemma3",   "qwen2.5-vl"};
+// merger), InternVL, Gemma 3, Qwen2.5-VL; the audio towers Ultravox and Qwen2-Audio, whose items are clips.
+const char* const kLayouts[] = {"llava-1.5", "llava-1.6", "idefics3",   "pixtral",  "mistral-3.1",
+                                "internvl",  "gemma3",    "qwen2.5-vl", "ultravox", "qwen2-audio"};
+
+bool is_audio(const std::string& layout) {
+  return layout == "ultravox" || layout == "qwen2-audio";
+}
 
 model::testing::VisionSpec bench_spec(const std::string& layout) {
   model::testing::VisionSpec s;
@@ -61,6 +70,9 @@ model::testing::VisionSpec bench_spec(const std::string& layout) {
   } else if (layout == "internvl") {  // 256 x 256: 2 x 2 tiles + the overview, 64 rows each
     s.projector = "internvl";
     s.image_size = 224, s.patch_size = 14, s.scale_factor = 2;
+  } else if (is_audio(layout)) {  // Whisper's 1500 rows a chunk stacked by 4 to 375, or pooled to 750
+    s.projector = layout == "ultravox" ? "ultravox" : "qwen2a";  // (qwen2a's LM: qwen2)
+    s.lm_context = 4096;  // 4 clips: 1500 / 3000 rows in one slot of min(context, 4096)
   } else if (layout == "idefics3") {
     s.projector = "idefics3";
     s.image_size = 128, s.patch_size = 16, s.scale_factor = 2, s.preproc_image_size = 256;  // 2x2 + overview
@@ -73,7 +85,7 @@ model::testing::VisionSpec bench_spec(const std::string& layout) {
 
 struct VisionRow {
   std::string layout;
-  size_t images = 0;
+  size_t items = 0;
   std::vector<double> llama_encode, epd_encode, llama_ttft, epd_ttft, encode, prefill, transfer;
 };
 
@@ -131,20 +143,97 @@ Memory memory_of(pid_t pid, const std::string& id, const std::string& lm, const 
   return m;
 }
 
-json post_generate(httplib::Client& c, const std::vector<model::Image>& images, double& latency_ms) {
-  json body{{"prompt", kText}, {"max_tokens", 1}, {"images", json::array()}};
-  for (const auto& image : images)
-    body["images"].push_back(epd::http::base64_encode(model::encode_ppm(image)));
-  const std::string text = body.dump();
-  const auto start = Clock::now();
-  auto r = c.Post("/v1/generate", text, "application/json");
-  latency_ms = ms_since(start);
-  if (!r || r->status != 200)
-    throw std::runtime_error("the cluster did not answer: " + (r ? r->body : std::string("no reply")));
-  return json::parse(r->body);
+// An item of a request, from a seed: a kSide x kSide picture or a kClipSeconds clip, written where llama.cpp
+// reads it (`stem`.png or .wav). epd's encoder gets the picture, or the clip as the router decodes it; the
+// cluster gets the picture's PPM or the WAV file.
+struct Item {
+  model::Media media;
+  fs::path file;
+  std::vector<uint8_t> bytes;
+};
+
+Item make_item(bool audio, uint64_t seed, const fs::path& stem) {
+  if (!audio) {
+    const model::Image image = model::make_test_image(kSide, kSide, seed);
+    model::testing::write_png_file(stem.string() + ".png", image);
+    return {image, stem.string() + ".png", model::encode_ppm(image)};
+  }
+  auto wav = model::testing::make_test_wav(model::kAudioSampleRate, 1, kClipSeconds, seed);
+  auto clip = model::decode_audio(wav, UINT64_MAX);
+  if (!clip) throw std::runtime_error(clip.error().to_string());
+  std::ofstream(stem.string() + ".wav", std::ios::binary)
+      .write(reinterpret_cast<const char*>(wav.data()), std::streamsize(wav.size()));
+  return {std::move(*clip), stem.string() + ".wav", std::move(wav)};
 }
 
-// One layout: its pair written into dir, then llama.cpp, epd in-process, epd's cluster; a row per image
+// The prompt of n items for llama.cpp's program: a picture's markers before kText as /v1/generate lays them
+// out, a clip's in a chat rendered by the LM's template (ChatML) as /v1/chat/completions does.
+std::string oracle_prompt(bool audio, size_t n) {
+  std::string markers;
+  for (size_t k = 0; k < n; ++k) markers += model::kImageMarker;
+  if (!audio) return markers + kText;
+  const std::vector<model::ChatTurn> turns = {{"user", markers + kAudioText, true}};
+  auto text = model::render_chat_text("", turns, "", "");
+  if (!text) throw std::runtime_error(text.error().to_string());
+  return *text;
+}
+
+// The router's epd_request_stage_seconds sums (ms) of encode, prefill and kv_transfer, from its /metrics.
+std::array<double, 3> stage_sums(httplib::Client& metrics) {
+  auto r = metrics.Get("/metrics");
+  if (!r || r->status != 200) throw std::runtime_error("the router's /metrics did not answer");
+  std::array<double, 3> ms{};
+  const char* const stages[] = {"encode", "prefill", "kv_transfer"};
+  std::istringstream in(r->body);
+  for (std::string line; std::getline(in, line);)
+    for (size_t i = 0; i < ms.size(); ++i)
+      if (line.rfind("epd_request_stage_seconds_sum{", 0) == 0 &&
+          line.find("stage=\"" + std::string(stages[i]) + "\"") != std::string::npos)
+        ms[i] += 1000 * std::stod(line.substr(line.rfind(' ') + 1));
+  return ms;
+}
+
+struct Answer {
+  double latency_ms = 0;
+  std::array<double, 3> stages_ms{};  // as stage_sums
+};
+
+// One request through the router: pictures as /v1/generate's PPMs (before kText), clips as input_audio parts
+// of an OpenAI chat (before kAudioText). The stage times are the change of the router's sums over it (a
+// chat's reply has no timings_ms); requests go one at a time.
+Answer post_items(httplib::Client& c, httplib::Client& metrics, const std::vector<Item>& items,
+                  size_t oracle_prompt_tokens = 0) {
+  const bool audio = !items.empty() && std::holds_alternative<model::Audio>(items[0].media);
+  json body{{"max_tokens", 1}};
+  if (audio) {
+    json parts = json::array();
+    for (const Item& item : items)
+      parts.push_back({{"type", "input_audio"},
+                       {"input_audio", {{"data", epd::http::base64_encode(item.bytes)}, {"format", "wav"}}}});
+    parts.push_back({{"type", "text"}, {"text", kAudioText}});
+    body["messages"] = json::array({{{"role", "user"}, {"content", parts}}});
+  } else {
+    body["prompt"] = kText, body["images"] = json::array();
+    for (const Item& item : items) body["images"].push_back(epd::http::base64_encode(item.bytes));
+  }
+  const auto before = stage_sums(metrics);
+  const auto start = Clock::now();
+  auto r = c.Post(audio ? "/v1/chat/completions" : "/v1/generate", body.dump(), "application/json");
+  Answer a{ms_since(start)};
+  if (!r || r->status != 200)
+    throw std::runtime_error("the cluster did not answer: " + (r ? r->body : std::string("no reply")));
+  const json reply = json::parse(r->body);
+  // A chat says how long its prompt was: the one llama.cpp's program ran, or the comparison is off.
+  if (oracle_prompt_tokens && reply.contains("usage") &&
+      reply["usage"]["prompt_tokens"].get<size_t>() != oracle_prompt_tokens)
+    throw std::runtime_error("epd's prompt has " + reply["usage"]["prompt_tokens"].dump() +
+                             " tokens, llama.cpp's " + std::to_string(oracle_prompt_tokens));
+  const auto after = stage_sums(metrics);
+  for (size_t i = 0; i < a.stages_ms.size(); ++i) a.stages_ms[i] = after[i] - before[i];
+  return a;
+}
+
+// One layout: its pair written into dir, then llama.cpp, epd in-process, epd's cluster; a row per item
 // count.
 std::vector<VisionRow> run_layout(const std::string& layout, const fs::path& dir, int reps, unsigned threads,
                                   std::vector<Memory>& memory, uintmax_t& lm_bytes, uintmax_t& mmproj_bytes) {
@@ -158,39 +247,38 @@ std::vector<VisionRow> run_layout(const std::string& layout, const fs::path& dir
   model::ModelConfig cfg = model::with_mmproj(*checkpoint, mmproj);
   cfg.threads = threads;
   const model::TokenId image_id = *model::image_token(cfg);
+  const bool audio = is_audio(layout);
 
-  // Distinct images everywhere (seeds differ), so epd's embedding cache never hits; one more set warms up.
+  // Distinct items everywhere (seeds differ), so epd's embedding cache never hits; one more set warms up.
   std::vector<VisionRow> rows;
-  std::vector<std::vector<model::Image>> sets[2];  // [1 image, 4 images][rep]
-  std::vector<std::vector<fs::path>> files[2];
+  std::vector<std::vector<Item>> sets[2];  // [1 item, 4 items][rep]
   for (size_t n : {size_t(1), size_t(4)}) {
     rows.emplace_back();
-    rows.back().layout = layout, rows.back().images = n;
+    rows.back().layout = layout, rows.back().items = n;
     for (int rep = 0; rep <= reps; ++rep) {
       sets[n > 1].emplace_back();
-      files[n > 1].emplace_back();
-      for (size_t k = 0; k < n; ++k) {
-        sets[n > 1].back().push_back(model::make_test_image(kSide, kSide, 1000 * n + rep * n + k));
-        files[n > 1].back().push_back(dir / ("image-" + std::to_string(n) + "-" + std::to_string(rep) + "-" +
-                                             std::to_string(k) + ".png"));
-        model::testing::write_png_file(files[n > 1].back().back(), sets[n > 1].back().back());
-      }
+      for (size_t k = 0; k < n; ++k)
+        sets[n > 1].back().push_back(make_item(
+            audio, 1000 * n + rep * n + k,
+            dir / ("item-" + std::to_string(n) + "-" + std::to_string(rep) + "-" + std::to_string(k))));
     }
   }
 
   const std::string reference = sibling_executable("epd-mtmd-reference");
+  size_t oracle_tokens[2] = {};  // the prompt's length in llama.cpp, by item count
   for (VisionRow& row : rows) {
-    const size_t i = row.images > 1;
-    std::string markers;
-    for (size_t k = 0; k < row.images; ++k) markers += model::kImageMarker;
+    const size_t i = row.items > 1;
     for (int rep = 0; rep <= reps; ++rep) {  // rep `reps` warms up (page cache, the binary)
-      std::fprintf(stderr, "\r  llama.cpp, %zu image(s): %d/%d", row.images, rep, reps);
-      const auto run = model::testing::run_mtmd_reference(reference, lm, mmproj, files[i][reps - rep],
-                                                          markers + kText, 1, image_id);
+      std::fprintf(stderr, "\r  llama.cpp, %zu item(s): %d/%d", row.items, rep, reps);
+      std::vector<fs::path> files;
+      for (const Item& item : sets[i][reps - rep]) files.push_back(item.file);
+      const auto run = model::testing::run_mtmd_reference(reference, lm, mmproj, files,
+                                                          oracle_prompt(audio, row.items), 1, image_id);
+      oracle_tokens[i] = run.prompt.size();
       if (rep == 0) continue;
       double sum = 0;
       for (double ms : run.encode_ms) sum += ms;
-      row.llama_encode.push_back(sum / double(row.images));
+      row.llama_encode.push_back(sum / double(row.items));
       row.llama_ttft.push_back(run.ttft_ms);
     }
     std::fprintf(stderr, "\n");
@@ -201,14 +289,15 @@ std::vector<VisionRow> run_layout(const std::string& layout, const fs::path& dir
     for (VisionRow& row : rows)
       for (int rep = 0; rep <= reps; ++rep) {
         const auto start = Clock::now();
-        for (const auto& image : sets[row.images > 1][reps - rep])
-          if (auto e = (*encoder)->encode(image); !e) throw std::runtime_error(e.error().to_string());
-        if (rep > 0) row.epd_encode.push_back(ms_since(start) / double(row.images));
+        for (const Item& item : sets[row.items > 1][reps - rep])
+          if (auto e = model::encode_media(**encoder, item.media); !e)
+            throw std::runtime_error(e.error().to_string());
+        if (rep > 0) row.epd_encode.push_back(ms_since(start) / double(row.items));
       }
   }
 
   const std::string config = (dir / "cluster.toml").string();
-  const int http_port = launcher::free_port();
+  const int http_port = launcher::free_port(), metrics_port = launcher::free_port();
   {
     std::ofstream out(config);
     out << "[cluster]\nname = \"vision\"\nregistry = \"router\"\n\n[model]\npath = \"" << lm
@@ -217,24 +306,24 @@ std::vector<VisionRow> run_layout(const std::string& layout, const fs::path& dir
     for (const char* role : {"router", "encoder", "prefill", "decode"}) {
       out << "[[instance]]\nid = \"" << role << "\"\nrole = \"" << role
           << "\"\ncontrol = \"tcp://127.0.0.1:" << launcher::free_port() << "\"\n";
-      if (std::string(role) == "router") out << "http = \"127.0.0.1:" << http_port << "\"\n";
+      if (std::string(role) == "router")
+        out << "http = \"127.0.0.1:" << http_port << "\"\nmetrics = \"127.0.0.1:" << metrics_port << "\"\n";
       out << "\n";
     }
   }
   std::fprintf(stderr, "  starting the cluster\n");
   auto cluster = start_cluster(config, "127.0.0.1", http_port, 3);
   if (!cluster) throw std::runtime_error("the cluster did not start");
-  httplib::Client c("127.0.0.1", http_port);
+  httplib::Client c("127.0.0.1", http_port), metrics("127.0.0.1", metrics_port);
   c.set_read_timeout(std::chrono::seconds(120));
-  double latency = 0;
-  post_generate(c, {model::make_test_image(kSide, kSide, 999999)}, latency);  // warm-up
+  post_items(c, metrics, {make_item(audio, 999999, dir / "warm-up")});
   for (VisionRow& row : rows)
     for (int rep = 0; rep < reps; ++rep) {
-      const json t = post_generate(c, sets[row.images > 1][rep], latency)["timings_ms"];
-      row.epd_ttft.push_back(latency);
-      row.encode.push_back(t["encode"].get<double>());
-      row.prefill.push_back(t["prefill"].get<double>());
-      row.transfer.push_back(t["kv_transfer"].get<double>());
+      const Answer a = post_items(c, metrics, sets[row.items > 1][rep], oracle_tokens[row.items > 1]);
+      row.epd_ttft.push_back(a.latency_ms);
+      row.encode.push_back(a.stages_ms[0]);
+      row.prefill.push_back(a.stages_ms[1]);
+      row.transfer.push_back(a.stages_ms[2]);
     }
   for (const auto& [pid, id] : role_processes(config))
     if (id != "router") memory.push_back(memory_of(pid, layout + " " + id, lm, mmproj));
@@ -245,13 +334,17 @@ std::vector<VisionRow> run_layout(const std::string& layout, const fs::path& dir
 }  // namespace
 
 int run_vision(int argc, char** argv) {
-  CLI::App app{"epd-bench vision: image encode and TTFT, epd's encoder against llama.cpp on the same files"};
+  CLI::App app{
+      "epd-bench vision: image and audio encode and TTFT, epd's encoder against llama.cpp on the same files"};
   int reps = 5;
   unsigned threads = 2;
   std::string keep;
+  std::vector<std::string> layouts(std::begin(kLayouts), std::end(kLayouts));
   app.add_option("--reps", reps, "requests per cell (medians are printed)");
   app.add_option("--threads", threads, "compute threads of epd's encoder and of every role");
-  app.add_option("--keep", keep, "write the model pairs and images into this directory and keep them");
+  app.add_option("--keep", keep, "write the model pairs, images and clips into this directory and keep them");
+  app.add_option("--layout", layouts, "only these layouts (repeatable; default: all)")
+      ->check(CLI::IsMember(std::vector<std::string>(std::begin(kLayouts), std::end(kLayouts))));
   CLI11_PARSE(app, argc, argv);
   if (reps < 1 || threads < 1) {
     std::fprintf(stderr, "epd-bench vision: needs --reps >= 1 and --threads >= 1\n");
@@ -265,12 +358,12 @@ int run_vision(int argc, char** argv) {
   std::vector<std::string> sizes;
   int rc = 0;
   try {
-    for (const char* layout : kLayouts) {
+    for (const std::string& layout : layouts) {
       uintmax_t lm = 0, mmproj = 0;
       for (auto& row : run_layout(layout, root / layout, reps, threads, memory, lm, mmproj))
         rows.push_back(row);
       char line[160];
-      std::snprintf(line, sizeof line, "%s: lm.gguf %.1f MiB, mmproj.gguf %.1f MiB", layout,
+      std::snprintf(line, sizeof line, "%s: lm.gguf %.1f MiB, mmproj.gguf %.1f MiB", layout.c_str(),
                     double(lm) / kMiB, double(mmproj) / kMiB);
       sizes.push_back(line);
     }
@@ -282,18 +375,19 @@ int run_vision(int argc, char** argv) {
   if (rc) return rc;
 
   std::printf(
-      "epd-bench vision: %ux%u images, prompt \"%s\", 1 token, medians of %d requests; epd %u thread(s), "
-      "llama.cpp (epd-mtmd-reference) 2\n\n",
-      kSide, kSide, kText, reps, threads);
-  std::printf("%-11s %4s | %-26s | %-28s | %s\n", "", "", "encode ms/image", "TTFT ms",
+      "epd-bench vision: %ux%u images after /v1/generate's prompt \"%s\"; audio: %.0f s 16 kHz mono WAV\n"
+      "clips (one 30 s chunk each) in an OpenAI chat, \"%s\"; 1 token, medians of %d requests; epd %u "
+      "thread(s), llama.cpp (epd-mtmd-reference) 2\n\n",
+      kSide, kSide, kText, kClipSeconds, kAudioText, reps, threads);
+  std::printf("%-11s %5s | %-26s | %-28s | %s\n", "", "", "encode ms/item", "TTFT ms",
               "epd cluster stages ms");
-  std::printf("%-11s %4s | %7s %7s %10s | %7s %8s %11s | %7s %8s %11s\n", "layout", "imgs", "llama", "epd",
+  std::printf("%-11s %5s | %7s %7s %10s | %7s %8s %11s | %7s %8s %11s\n", "layout", "items", "llama", "epd",
               "epd/llama", "llama", "epd", "epd/llama", "encode", "prefill", "kv_transfer");
   for (const VisionRow& r : rows) {
     const double le = percentile(r.llama_encode, 50), ee = percentile(r.epd_encode, 50);
     const double lt = percentile(r.llama_ttft, 50), et = percentile(r.epd_ttft, 50);
-    std::printf("%-11s %4zu | %7.1f %7.1f %9.2fx | %7.1f %8.1f %10.2fx | %7.1f %8.1f %11.2f\n",
-                r.layout.c_str(), r.images, le, ee, ee / le, lt, et, et / lt, percentile(r.encode, 50),
+    std::printf("%-11s %5zu | %7.1f %7.1f %9.2fx | %7.1f %8.1f %10.2fx | %7.1f %8.1f %11.2f\n",
+                r.layout.c_str(), r.items, le, ee, ee / le, lt, et, et / lt, percentile(r.encode, 50),
                 percentile(r.prefill, 50), percentile(r.transfer, 50));
   }
   std::printf("\nfiles:");
