@@ -19,6 +19,7 @@
 #include "epd/model/llama.hpp"
 #include "epd/model/mmproj.hpp"
 #include "epd/model/prompt_codec.hpp"
+#include "openai_support.hpp"
 #include "vision_fixture.hpp"
 #include "vision_oracle.hpp"
 #include "vision_pair.hpp"
@@ -46,6 +47,7 @@ struct Expected {
   json body;
   std::vector<uint32_t> tokens;  // llama.cpp's greedy answer
   std::string text;              // its text (chat)
+  size_t prompt_tokens = 0;      // llama.cpp's prompt (audio chats)
 };
 
 std::string b64(const std::vector<uint8_t>& bytes) {
@@ -253,6 +255,8 @@ void serve_audio_and_compare(const std::string& projector, const std::string& ba
     Expected e;
     e.body = {{"messages", {{{"role", "user"}, {"content", parts}}}}, {"max_tokens", 10}};
     e.text = http::to_valid_utf8(codec->text(theirs.generated));
+    e.tokens = theirs.generated;
+    e.prompt_tokens = theirs.prompt.size();
     expected.push_back(std::move(e));
   }
 
@@ -267,6 +271,27 @@ void serve_audio_and_compare(const std::string& projector, const std::string& ba
     REQUIRE(status == 200);
     CHECK(json::parse(raw)["choices"][0]["message"]["content"] == expected[i].text);
   }
+  // The official OpenAI SDK sends the first clip as it sends input_audio (plain and streamed): llama.cpp's
+  // answer again, its usage the prompt llama.cpp laid out.
+  const std::string missing = node_sdk_missing();
+  INFO(missing);
+  REQUIRE(missing.empty());                  // fails, never skips, when the SDK cannot run
+  REQUIRE(expected[0].tokens.size() == 10);  // ran to max_tokens: its text and token count are whole
+  const json sdk = {
+      {"cases",
+       {{{"name", projector + " input_audio"},
+         {"endpoint", "chat"},
+         {"params", {{"messages", expected[0].body["messages"]}, {"max_tokens", 10}, {"temperature", 0}}},
+         {"expect_tokens", expected[0].tokens},
+         {"expect_text", expected[0].text},
+         {"expect_finish", "length"},
+         {"prompt_tokens", expected[0].prompt_tokens}}}}};
+  std::ofstream(dir / "sdk-cases.json") << sdk.dump();
+  const auto run = run_command({"node", node_sdk_dir() + "/generate.mjs", "--base-url",
+                                cluster.base_url() + "/v1", "--spec", (dir / "sdk-cases.json").string()});
+  INFO(run.output);
+  CHECK(run.exit_code == 0);
+  CHECK(run.output.find(" 0 failed") != std::string::npos);
   // Refused with a 400 that names why: a WAV cut short, bytes that are no MP3, and a picture for a model
   // that hears. Nothing is held after them.
   const auto wav = model::testing::make_test_wav(16000, 1, 2, 3);
