@@ -407,30 +407,6 @@ protocol::Status write_mmproj(const VisionSpec& s, const VisionLayout& l, const 
   return w.write(path.string());
 }
 
-// libmtmd's mtmd_image_preprocessor_llava_uhd without pinpoints (get_slice_instructions, get_best_grid),
-// in its float and double arithmetic.
-TileGrid minicpmv_grid(const VisionLayout& l, uint32_t width, uint32_t height) {
-  if (width == 0 || height == 0 || (width <= l.image_size && height <= l.image_size)) return {0, 0};
-  constexpr int kMaxSlices = 9;
-  const float log_ratio = std::log(float(width) / float(height));
-  const float ratio = float(width) * float(height) / float(l.image_size * l.image_size);
-  const int multiple = int(std::fmin(std::ceil(ratio), kMaxSlices));
-  TileGrid best{1, 1};
-  float min_error = std::numeric_limits<float>::infinity();
-  for (int n : {multiple - 1, multiple, multiple + 1}) {
-    if (n == 1 || n > kMaxSlices) continue;
-    for (int m = 1; m <= n; ++m) {
-      if (n % m != 0) continue;
-      const float error = float(std::abs(log_ratio - std::log(1.0 * m / (n / m))));
-      if (error < min_error) {  // the first of equal errors wins
-        best = {uint32_t(m), uint32_t(n / m)};
-        min_error = error;
-      }
-    }
-  }
-  return best;
-}
-
 }  // namespace
 
 protocol::Result<VisionLayout> vision_layout(const VisionSpec& s) {
@@ -492,27 +468,6 @@ protocol::Result<VisionLayout> vision_layout(const VisionSpec& s) {
       return bad("minicpmv needs vision_width != the projector width (the real kv_proj is then an identity)");
   }
   return l;
-}
-
-TileGrid tile_grid(const VisionLayout& l, uint32_t width, uint32_t height) {
-  if (l.slices) return minicpmv_grid(l, width, height);
-  if (l.preproc_image_size == 0 || width == 0 || height == 0) return {};
-  // libmtmd's mtmd_image_preprocessor_idefics3: longest edge to L, the other by the aspect ratio (int
-  // truncation, then rounded up to even), then each side up to whole tiles.
-  const int edge = static_cast<int>(l.preproc_image_size);
-  const double aspect = static_cast<double>(width) / height;
-  int w, h;
-  if (width >= height) {
-    w = edge;
-    h = static_cast<int>(edge / aspect);
-    h += h % 2;
-  } else {
-    h = edge;
-    w = static_cast<int>(edge * aspect);
-    w += w % 2;
-  }
-  const int t = static_cast<int>(l.image_size);
-  return {static_cast<uint32_t>((w + t - 1) / t), static_cast<uint32_t>((h + t - 1) / t)};
 }
 
 std::vector<uint8_t> make_test_wav(uint32_t sample_rate, uint32_t channels, double seconds, uint64_t seed) {

@@ -80,7 +80,7 @@
 //   unused by the graph. image_size 112 (a slice) / patch 14. Layout (libmtmd's llava-uhd slicing without
 //   pinpoints): an image no side of which exceeds image_size is resized to image_size x image_size, one
 //   chunk "<image>" [Q rows] "</image>"; a larger one gets the overview (its aspect kept, area about
-//   image_size^2 when larger, sides rounded to whole patches) then C x R slices (tile_grid: get_best_grid
+//   image_size^2 when larger, sides rounded to whole patches) then C x R slices (mmproj.cpp, get_best_grid
 //   over 1 < C R <= 9 near the area ratio, by aspect), each a chunk of Q rows: "<image>" [overview]
 //   "</image>", then per grid row per column "<slice>" [Q] "</slice>", "\n" between grid rows (none after
 //   the last). Slices and overview are not square in general (e.g. 126 x 98 pixels). Its LM is a "qwen2"
@@ -189,7 +189,7 @@ struct VisionLayout {
   // pixtral, qwen2vl 0
   uint32_t rows_per_chunk = 0;
   uint32_t output_width = 0;  // the projector's output width
-  bool slices = false;        // minicpmv: llava-uhd slices (tile_grid), rows_per_chunk = query_num
+  bool slices = false;        // minicpmv: llava-uhd slices, rows_per_chunk = query_num
   bool audio = false;         // ultravox, qwen2a (image_size and patch_size 0; scale_factor: the stack
                               // factor, qwen2a's pool 2)
 };
@@ -198,15 +198,6 @@ protocol::Result<VisionLayout> vision_layout(const VisionSpec& spec);
 // A 16-bit PCM RIFF WAV of round(seconds x sample_rate) frames: a few tones and a little noise, different in
 // each channel, deterministic from the seed.
 std::vector<uint8_t> make_test_wav(uint32_t sample_rate, uint32_t channels, double seconds, uint64_t seed);
-
-// idefics3: the tile grid of a W x H image (columns, rows), as libmtmd's preprocessor computes it (the
-// overview comes on top); a side of 0 (aspect ratio beyond L:1, e.g. 1000 x 10) is an image libmtmd refuses
-// ("resize target 64x0 is out of range"). mlp: 1 x 1. minicpmv: its slices, 0 x 0 when no side exceeds
-// image_size (the overview alone).
-struct TileGrid {
-  uint32_t cols = 1, rows = 1;
-};
-TileGrid tile_grid(const VisionLayout& layout, uint32_t width, uint32_t height);
 
 struct VisionModelPaths {
   std::string lm;      // dir/lm.gguf
