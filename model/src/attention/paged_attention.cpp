@@ -73,10 +73,6 @@ RopeTable::RopeTable(const RopeSpec& spec, uint32_t head_dim, uint32_t max_seq)
   }
 }
 
-void RopeTable::apply(float* head, uint32_t pos) const {
-  apply(head, Angles{cos(pos), sin(pos)});
-}
-
 void RopeTable::apply(float* head, const Angles& a) const {
   if (style_ == RopeStyle::neox)
     k::rope_neox(head, a.cos, a.sin, 2 * half_);

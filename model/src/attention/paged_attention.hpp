@@ -38,8 +38,6 @@ class RopeTable {
   RopeTable(const RopeSpec& spec, uint32_t head_dim, uint32_t max_seq);
   const float* cos(uint32_t pos) const { return &cos_[size_t{pos} * half_]; }
   const float* sin(uint32_t pos) const { return &sin_[size_t{pos} * half_]; }
-  // Rotates the first dims() values of one head at `pos`.
-  void apply(float* head, uint32_t pos) const;
   uint32_t dims() const { return static_cast<uint32_t>(2 * half_); }
 
   // The angles of one row: the table's row of pos.t, or with M-RoPE sections each pair's from the
