@@ -15,41 +15,37 @@ void put_le32(uint8_t* out, uint32_t v) {
   for (int i = 0; i < 4; ++i) out[i] = uint8_t(v >> (8 * i));
 }
 
-}  // namespace
-
-std::optional<ContentHash> content_hash(const model::Image& image) {
+// SHA-256 of a domain tag, an 8-byte header and the payload; none only if OpenSSL itself fails (the item is
+// then simply not cached).
+std::optional<ContentHash> digest(std::string_view domain, const uint8_t (&head)[8], const void* data,
+                                  size_t bytes) {
   std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
-  uint8_t dims[8];
-  put_le32(dims, image.width);
-  put_le32(dims + 4, image.height);
   ContentHash out{};
   unsigned int len = 0;
-  // These calls fail only on allocation failure or a broken OpenSSL install; the image is then not cached.
   if (!ctx || EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) != 1 ||
-      EVP_DigestUpdate(ctx.get(), kDomain.data(), kDomain.size()) != 1 ||
-      EVP_DigestUpdate(ctx.get(), dims, sizeof dims) != 1 ||
-      EVP_DigestUpdate(ctx.get(), image.rgb.data(), image.rgb.size()) != 1 ||
+      EVP_DigestUpdate(ctx.get(), domain.data(), domain.size()) != 1 ||
+      EVP_DigestUpdate(ctx.get(), head, sizeof head) != 1 || EVP_DigestUpdate(ctx.get(), data, bytes) != 1 ||
       EVP_DigestFinal_ex(ctx.get(), out.data(), &len) != 1 || len != out.size())
     return std::nullopt;
   return out;
 }
 
+}  // namespace
+
+std::optional<ContentHash> content_hash(const model::Image& image) {
+  uint8_t dims[8];
+  put_le32(dims, image.width);
+  put_le32(dims + 4, image.height);
+  return digest(kDomain, dims, image.rgb.data(), image.rgb.size());
+}
+
 std::optional<ContentHash> content_hash(const model::Audio& audio) {
   // A clip: its samples as the tower takes them (mono float at the one rate), under its own domain tag.
   constexpr std::string_view kAudio = "epd audio f32 16k mono v1";
-  std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
   uint8_t n[8];
   put_le32(n, uint32_t(audio.samples.size()));
   put_le32(n + 4, uint32_t(uint64_t(audio.samples.size()) >> 32));
-  ContentHash out{};
-  unsigned int len = 0;
-  if (!ctx || EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) != 1 ||
-      EVP_DigestUpdate(ctx.get(), kAudio.data(), kAudio.size()) != 1 ||
-      EVP_DigestUpdate(ctx.get(), n, sizeof n) != 1 ||
-      EVP_DigestUpdate(ctx.get(), audio.samples.data(), audio.samples.size() * sizeof(float)) != 1 ||
-      EVP_DigestFinal_ex(ctx.get(), out.data(), &len) != 1 || len != out.size())
-    return std::nullopt;
-  return out;
+  return digest(kAudio, n, audio.samples.data(), audio.samples.size() * sizeof(float));
 }
 
 std::optional<ContentHash> content_hash(const model::Media& item) {

@@ -182,7 +182,9 @@ caf::behavior encode_compute(caf::event_based_actor* self, model::ModelConfig cf
         uint64_t used = 0;  // floats written to the slot
         for (size_t i = 0; i < job.images.size() && done.ok; ++i) {
           auto fail = [&](protocol::Error e) {
-            if (job.images.size() > 1) e.detail = "item " + std::to_string(i) + ": " + e.detail;
+            if (job.images.size() > 1)
+              e.detail = (model::is_audio_item(job.images[i]) ? "audio clip " : "image ") +
+                         std::to_string(i) + ": " + e.detail;
             done.ok = false;
             done.error = std::move(e);
           };

@@ -102,7 +102,7 @@ protocol::Result<Audio> decode_audio(std::span<const uint8_t> file, uint64_t max
   ma_uint64 read = 0;
   const ma_result r = ma_decoder_read_pcm_frames(&dec.d, out.samples.data(), frames, &read);
   // A resampled length is counted with a frame to spare (48 kHz: one more than a third); a shortfall of
-  // more is a file that ends before its header says (truncated), which mtmd would fill with silence.
+  // more is a file that does not decode to its end.
   if ((r != MA_SUCCESS && r != MA_AT_END) || read + kResamplerSlack < frames)
     return invalid("the audio file is truncated or corrupt: " + std::to_string(read) + " of " +
                    std::to_string(frames) + " samples decode");
