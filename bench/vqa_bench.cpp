@@ -58,8 +58,9 @@ double ask_cluster(const std::string& host, int port, const std::vector<VqaQuest
       httplib::Client cli(host, port);
       cli.set_read_timeout(std::chrono::seconds(120));
       for (size_t i; (i = next++) < questions.size();) {
-        const json content = {{{"type", "text"}, {"text", questions[i].question}},
-                              {{"type", "image_url"}, {"image_url", {{"url", png_uri(questions[i].image)}}}}};
+        const json text = {{"type", "text"}, {"text", questions[i].question}};
+        const json picture = {{"type", "image_url"}, {"image_url", {{"url", png_uri(questions[i].image)}}}};
+        const json content = questions[i].picture_first ? json{picture, text} : json{text, picture};
         const json body = {{"messages", {{{"role", "user"}, {"content", content}}}}, {"max_tokens", 48}};
         auto r = cli.Post("/v1/chat/completions", body.dump(), "application/json");
         if (!r || r->status != 200)
@@ -83,11 +84,15 @@ int run_vqa(int argc, char** argv) {
   std::string config = std::string(EPD_SOURCE_DIR) + "/configs/local.toml";
   int scenes = 500, seed = 2, concurrency = 4;
   unsigned threads = 1;
-  std::string keep, painter = "scenes";
+  std::string keep, painter = "scenes", order = "both";
   app.add_option("--painter", painter,
                  "who draws the pictures: scenes (the training renderer) or imagemagick (another program, "
                  "at 64, 96 and 128 pixels)")
       ->check(CLI::IsMember({"scenes", "imagemagick"}));
+  app.add_option("--order", order,
+                 "where the picture stands in the user turn: after the question (question-first, OpenAI's "
+                 "examples), before it (picture-first, LLaVA's prompts), or each question both ways")
+      ->check(CLI::IsMember({"question-first", "picture-first", "both"}));
   app.add_option("--config", config, "a cluster config serving the demo model (its [model] path and mmproj)");
   app.add_option("--scenes", scenes, "pictures, each asked one question of every type");
   app.add_option("--seed", seed, "scene seed (training used 1; 2 is the committed held-out set)");
@@ -123,7 +128,16 @@ int run_vqa(int argc, char** argv) {
                              "'";
     std::fprintf(stderr, "drawing %d scenes (seed %d) with %s\n", scenes, seed, painter.c_str());
     if (std::system(draw.c_str()) != 0) throw std::runtime_error("failed: " + draw);
-    const auto questions = model::testing::read_vqa(dir, model::testing::VqaPick::every);
+    auto questions = model::testing::read_vqa(dir, model::testing::VqaPick::every);
+    if (order == "picture-first") questions = model::testing::picture_first(std::move(questions));
+    if (order == "both") {
+      const auto first = model::testing::picture_first(questions);
+      questions.insert(questions.end(), first.begin(), first.end());
+    }
+    // Rows per question type, and per order when both are asked.
+    const auto label = [&](const model::testing::VqaQuestion& q) {
+      return order == "both" && q.picture_first ? "pic+" + q.type : q.type;
+    };
 
     auto base = model::read_checkpoint_config(lm);
     if (!base) throw std::runtime_error(base.error().to_string());
@@ -167,28 +181,29 @@ int run_vqa(int argc, char** argv) {
     std::vector<double> ttft;
     for (size_t i = 0; i < questions.size(); ++i) {
       const auto& q = questions[i];
-      t_cluster.add(q.type, served[i].text == q.answer);
-      t_colocated.add(q.type, colocated[i].text == q.answer);
-      t_llama.add(q.type, llama[i].text == q.answer);
-      agree_cluster.add(q.type,
+      const std::string type = label(q);
+      t_cluster.add(type, served[i].text == q.answer);
+      t_colocated.add(type, colocated[i].text == q.answer);
+      t_llama.add(type, llama[i].text == q.answer);
+      agree_cluster.add(type,
                         served[i].text == colocated[i].text &&
                             served[i].completion_tokens == colocated[i].tokens.size() + colocated[i].ended);
-      agree_llama.add(q.type, llama[i].tokens == colocated[i].tokens);
+      agree_llama.add(type, llama[i].tokens == colocated[i].tokens);
       ttft.push_back(served[i].ttft_ms);
     }
     std::printf(
-        "epd-bench vqa: %s + %s, %d scenes of seed %d drawn by %s, one question of each type each (%zu); "
-        "greedy\n",
+        "epd-bench vqa: %s + %s, %d scenes of seed %d drawn by %s, one question of each type each, %s "
+        "(%zu); greedy\n",
         fs::path(lm).filename().c_str(), fs::path(mmproj).filename().c_str(), scenes, seed, painter.c_str(),
-        questions.size());
+        order == "both" ? "both orders (pic+: the picture first)" : order.c_str(), questions.size());
     std::printf(
         "cluster: %s, %d in flight; colocated and llama.cpp (epd-mtmd-reference): %u thread(s), one "
         "at a time\n\n",
         config.c_str(), concurrency, threads);
-    std::printf("%-9s %5s | %8s %10s %10s | %18s %18s\n", "type", "n", "cluster", "colocated", "llama.cpp",
+    std::printf("%-13s %5s | %8s %10s %10s | %18s %18s\n", "type", "n", "cluster", "colocated", "llama.cpp",
                 "cluster=colocated", "colocated=llama");
     auto row = [&](const std::string& name, auto rate_of) {
-      std::printf("%-9s %5zu | %7.1f%% %9.1f%% %9.1f%% | %17.1f%% %17.1f%%\n", name.c_str(),
+      std::printf("%-13s %5zu | %7.1f%% %9.1f%% %9.1f%% | %17.1f%% %17.1f%%\n", name.c_str(),
                   name == "all" ? questions.size() : t_cluster.asked(name), 100 * rate_of(t_cluster),
                   100 * rate_of(t_colocated), 100 * rate_of(t_llama), 100 * rate_of(agree_cluster),
                   100 * rate_of(agree_llama));
@@ -205,8 +220,9 @@ int run_vqa(int argc, char** argv) {
     size_t shown = 0;
     for (size_t i = 0; i < questions.size() && shown < 12; ++i)
       if (served[i].text != questions[i].answer) {
-        std::printf("  wrong: %s '%s': '%s' (right: '%s')\n", questions[i].image.filename().c_str(),
-                    questions[i].question.c_str(), served[i].text.c_str(), questions[i].answer.c_str());
+        std::printf("  wrong: %s '%s'%s: '%s' (right: '%s')\n", questions[i].image.filename().c_str(),
+                    questions[i].question.c_str(), questions[i].picture_first ? " (picture first)" : "",
+                    served[i].text.c_str(), questions[i].answer.c_str());
         ++shown;
       }
   } catch (const std::exception& e) {

@@ -1,9 +1,9 @@
 // The demo model (tools/demo-model, docs/demo-model.md) through the disaggregated cluster: 100 held-out
-// pictures (a seed never used in training), one question each, the five types in turn, over shm and over
-// tcp. Every answer is the colocated run's, which is llama.cpp's own (libllama + libmtmd on the same two
-// files), and the answers are right often enough: the pipeline carries what the pictures show. A misplaced
-// embedding row or a lost image token would not crash anything; it would show here
-// (tests/model/vision/demo_model_test.cpp proves that on purpose).
+// pictures (a seed never used in training), one question each, the five types in turn, every other picture
+// before its question, over shm and over tcp. Every answer is the colocated run's, which is llama.cpp's own
+// (libllama + libmtmd on the same two files), and the answers are right often enough: the pipeline carries
+// what the pictures show. Another picture's embeddings or rows never written would not crash anything;
+// they would show here (tests/model/vision/demo_model_test.cpp proves that on purpose).
 #include <catch2/catch.hpp>
 
 #include <atomic>
@@ -26,9 +26,10 @@ using nlohmann::json;
 namespace {
 
 const std::string kDir = std::string(EPD_SOURCE_DIR) + "/tools/demo-model/out/";
-// The shipped model's exact answers on these 100 questions are at least this often right, per type
-// (docs/demo-model.md has its measured rates).
-constexpr double kFloor = 0.90;
+// The shipped model's exact answers on these 100 questions are at least this often right, per type: 17 of
+// 20 (it answers 19 or 20; tests/model/vision/demo_model_test.cpp argues the floor and shows that a broken
+// pipeline falls below it; docs/demo-model.md has the measured rates).
+constexpr double kFloor = 0.85;
 
 std::string png_uri(const std::filesystem::path& file) {
   std::ifstream in(file, std::ios::binary);
@@ -39,8 +40,10 @@ std::string png_uri(const std::filesystem::path& file) {
 }  // namespace
 
 TEST_CASE("demo model cluster: 100 held-out pictures over shm and tcp, answered as colocated and llama.cpp") {
-  const auto questions = model::testing::read_vqa(kDir + "eval-images", model::testing::VqaPick::rotate);
+  auto questions = model::testing::read_vqa(kDir + "eval-images", model::testing::VqaPick::rotate);
   REQUIRE(questions.size() == 100);
+  // Every other picture before its question: clients send both orders.
+  for (auto& q : questions) q.picture_first = q.scene % 2 == 1;
   auto base = model::read_checkpoint_config(kDir + "lm.gguf");
   REQUIRE(base.ok());
   model::ModelConfig cfg = model::with_mmproj(*base, kDir + "mmproj.gguf");
@@ -55,7 +58,7 @@ TEST_CASE("demo model cluster: 100 held-out pictures over shm and tcp, answered 
     colocated.push_back(model::testing::ask_colocated(**runner, **codec, q));
     const auto theirs = model::testing::ask_llama_cpp(
         EPD_MTMD_REFERENCE, kDir + "lm.gguf", kDir + "mmproj.gguf", **codec, *model::image_token(cfg), q);
-    INFO("scene " << q.scene << ": " << q.question);
+    INFO("scene " << q.scene << ": " << model::testing::vqa_user_text(q));
     CHECK(colocated.back().tokens == theirs.tokens);
     tally.add(q.type, colocated.back().text == q.answer);
   }
@@ -78,9 +81,9 @@ TEST_CASE("demo model cluster: 100 held-out pictures over shm and tcp, answered 
     for (int c = 0; c < 4; ++c)  // four in flight: rooms share the roles' batches and transfer queues
       clients.push_back(std::async(std::launch::async, [&] {
         for (size_t i; (i = next++) < questions.size();) {
-          const json content = {
-              {{"type", "text"}, {"text", questions[i].question}},
-              {{"type", "image_url"}, {"image_url", {{"url", png_uri(questions[i].image)}}}}};
+          const json text = {{"type", "text"}, {"text", questions[i].question}};
+          const json picture = {{"type", "image_url"}, {"image_url", {{"url", png_uri(questions[i].image)}}}};
+          const json content = questions[i].picture_first ? json{picture, text} : json{text, picture};
           const json body = {{"messages", {{{"role", "user"}, {"content", content}}}}, {"max_tokens", 48}};
           replies[i] = cluster.post_raw("/v1/chat/completions", body.dump());
         }

@@ -209,9 +209,11 @@ void demo_model() {
        picture,
        {{"grammar", "root ::= \"The square is \" (\"red\" | \"green\" | \"blue\" | \"yellow\") \".\""}},
        {"--grammar", "root ::= \"The square is \" (\"red\" | \"green\" | \"blue\" | \"yellow\") \".\""}},
+      // A question the model, held to JSON, answers within the budget (`{}`): most of its answers, forced
+      // into a JSON string, never close it.
       {"response_format json_object",
        true,
-       "Describe the picture.",
+       "What colours do you know?",
        "",
        {{"response_format", {{"type", "json_object"}}}},
        {"--json-object"},

@@ -26,9 +26,8 @@ def draw_args(scene, size):
     k = size / scenes.IMAGE_SIZE
     args = ["-size", f"{size}x{size}", "xc:" + rgb(scene["background"]), "-stroke", "none"]
     for sh in scene["shapes"]:
-        cx, cy = scenes.POSITIONS[sh["position"]]
-        cx, cy = (cx + sh["jitter"][0]) * k, (cy + sh["jitter"][1]) * k
-        r = scenes.SIZES[sh["size"]] * k
+        cx, cy = sh["centre"][0] * k, sh["centre"][1] * k
+        r = sh["half_extent"] * k
         if sh["shape"] == "circle":
             draw = f"circle {cx:.2f},{cy:.2f} {cx + r:.2f},{cy:.2f}"
         elif sh["shape"] == "square":

@@ -82,11 +82,15 @@ class Tokens:
     def user_prefix(self):
         return [self.im_start] + self.encode("user\n")
 
-    def picture_turn(self, question, n_image):
+    def picture_turn(self, question, n_image, picture_first=False):
         """The user turn with the question before the picture, as OpenAI's clients send the parts
         ([text, image_url]) and llama-server joins them: "<|im_start|>user\nQUESTION<__media__><|im_end|>\n
-        <|im_start|>assistant\n". mtmd tokenizes the text before the picture as one piece. ->
-        (ids with n_image placeholder zeros, index of the first image row)."""
+        <|im_start|>assistant\n"; or (picture_first) the picture first, as LLaVA's own prompts have it:
+        "<|im_start|>user\n<__media__>QUESTION<|im_end|>...". mtmd tokenizes the text on each side of the
+        picture as one piece. -> (ids with n_image placeholder zeros, index of the first image row)."""
+        if picture_first:
+            head = self.user_prefix()
+            return head + [0] * n_image + self.user_suffix(question), len(head)
         head = [self.im_start] + self.encode("user\n" + question)
         tail = [self.im_end] + self.encode("\n") + [self.im_start] + self.encode("assistant\n")
         return head + [0] * n_image + tail, len(head)
@@ -267,7 +271,7 @@ def load_checkpoint(path):
     ck = torch.load(path, map_location="cpu")
     c = Config(**ck["config"])
     m = DemoVLM(c)
-    m.load_state_dict({k: v for k, v in ck["model"].items() if not k.startswith(("aux.", "patch_aux."))})
+    m.load_state_dict({k: v for k, v in ck["model"].items() if not k.startswith(("aux.", "patch_aux.", "kind_aux."))})
     return m, ck
 
 

@@ -3,9 +3,10 @@
 
 A scene is a 64x64 RGB picture on a plain light background with one to three shapes of distinct kinds
 (circle, square, triangle), each with a colour (six), a size (small, large) and a position (left, right,
-top, bottom, centre; no two shapes share one). Every scene comes with its description and question-answer
-pairs of five types (describe, colour, count, exists, where); plain-text turns (greetings, "What can you
-do?") have no picture. Everything is a pure function of (seed, index): training uses seed 1, evaluation
+top, bottom, centre; no two shapes share one); each shape's size in pixels varies within its class and its
+centre lies up to four pixels from its place's, no two shapes touching. Every scene comes with its
+description and question-answer pairs of five types (describe, colour, count, exists, where); plain-text
+turns (greetings, "What can you do?") have no picture. Everything is a pure function of (seed, index): training uses seed 1, evaluation
 the held-out seed 2 (see docs/demo-model.md).
 
     scenes.py corpus N OUT.txt        # text for spm_train (questions and answers of N scenes + text turns)
@@ -32,7 +33,11 @@ COLOURS = {
     "orange": (245, 135, 20),
 }
 SHAPES = ("circle", "square", "triangle")
-SIZES = {"small": 5.0, "large": 9.5}  # half-extent in pixels
+SIZES = {"small": 5.0, "large": 9.5}  # nominal half-extent in pixels
+# Half-extents a scene draws within each class, and how far a shape's centre may lie from its place's: the
+# model meets shapes of other sizes and places than the nominal ones (pictures other programs drew).
+SIZE_RANGE = {"small": (3.5, 6.0), "large": (8.0, 10.5)}
+OFFSET = 4.0
 # Reading order of positions: descriptions list shapes in this order.
 POSITIONS = {
     "left": (13, 32),
@@ -90,13 +95,46 @@ def make_scene(seed, index):
             "colour": colours[int(rng.integers(0, len(colours)))],
             "size": ("small", "large")[int(rng.integers(0, 2))],
             "position": POSITION_ORDER[int(p)],
-            "jitter": [int(rng.integers(-1, 2)), int(rng.integers(-1, 2))],
         })
+        rng.integers(-1, 2, size=2)  # the first model's one-pixel jitter, drawn to keep the facts' stream
     shapes.sort(key=lambda s: POSITION_ORDER.index(s["position"]))
     grey = int(rng.integers(225, 256))
     tint = rng.integers(-6, 7, size=3)
     background = [int(np.clip(grey + t, 0, 255)) for t in tint]
+    _place(shapes, rng)  # drawn after the facts, so a scene's facts are those of the first model's scenes
     return {"seed": int(seed), "index": int(index), "background": background, "shapes": shapes}
+
+
+def _extent(sh):
+    """Half width and half height of the shape's box (the triangle is the widest, 1.1 r)."""
+    r = sh["half_extent"]
+    return r * 1.1, r
+
+
+def _overlap(a, b, gap=1.0):
+    (aw, ah), (bw, bh) = _extent(a), _extent(b)
+    return (abs(a["centre"][0] - b["centre"][0]) < aw + bw + gap and
+            abs(a["centre"][1] - b["centre"][1]) < ah + bh + gap)
+
+
+def _place(shapes, rng):
+    """Each shape's size in pixels and its centre: a size drawn within its class (SIZE_RANGE), the centre
+    up to OFFSET pixels from its place's, inside the picture, no two shapes touching. After 100 tries
+    the class's nominal size at the place's centre (the first model's layout)."""
+    for _ in range(100):
+        for sh in shapes:
+            lo, hi = SIZE_RANGE[sh["size"]]
+            sh["half_extent"] = round(float(rng.uniform(lo, hi)), 2)
+            w, h = _extent(sh)
+            px, py = POSITIONS[sh["position"]]
+            cx = float(np.clip(px + rng.uniform(-OFFSET, OFFSET), w + 0.5, IMAGE_SIZE - 0.5 - w))
+            cy = float(np.clip(py + rng.uniform(-OFFSET, OFFSET), h + 0.5, IMAGE_SIZE - 0.5 - h))
+            sh["centre"] = [round(cx, 2), round(cy, 2)]
+        if not any(_overlap(a, b) for i, a in enumerate(shapes) for b in shapes[i + 1:]):
+            return
+    for sh in shapes:
+        sh["half_extent"] = SIZES[sh["size"]]
+        sh["centre"] = [float(c) for c in POSITIONS[sh["position"]]]
 
 
 def render(scene, size=IMAGE_SIZE, supersample=4):
@@ -106,10 +144,8 @@ def render(scene, size=IMAGE_SIZE, supersample=4):
     img = np.empty((s, s, 3), np.float32)
     img[:] = np.array(scene["background"], np.float32)
     for sh in scene["shapes"]:
-        cx, cy = POSITIONS[sh["position"]]
-        cx += sh["jitter"][0]
-        cy += sh["jitter"][1]
-        r = SIZES[sh["size"]]
+        cx, cy = sh["centre"]
+        r = sh["half_extent"]
         # Only the shape's bounding box (in supersampled pixels) is computed.
         x0, x1 = max(0, int((cx - r - 2) * supersample)), min(s, int((cx + r + 2) * supersample))
         y0, y1 = max(0, int((cy - r - 2) * supersample)), min(s, int((cy + r + 2) * supersample))

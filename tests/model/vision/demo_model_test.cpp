@@ -1,7 +1,8 @@
 // The committed demo model (tools/demo-model, docs/demo-model.md) still loads and answers: questions about
-// held-out pictures it answers right, read as text, from the F16 and the Q8_0 language model, with the same
+// held-out pictures it answers right, read as text, the question first or the picture first, from the F16
+// and the Q8_0 language model, with the same
 // tokens as llama.cpp itself (epd-mtmd-reference) on the same files; pictures ImageMagick drew are answered
-// too; and a pipeline broken on purpose (embedding rows one off, an image token lost) fails the accuracy
+// too; and a pipeline broken on purpose (another picture's rows, half the rows unwritten) fails the accuracy
 // floor that the cluster test (tests/e2e/demo_model_cluster_test.cpp) holds the real pipeline to. The
 // suite does not retrain the model.
 #include <catch2/catch.hpp>
@@ -69,8 +70,15 @@ DemoModel load_demo(const std::string& lm = "lm.gguf") {
   return m;
 }
 
-// The pipeline broken on purpose, in the encoder's output.
-enum class Fault { none, rows_shifted, row_dropped };
+// The pipeline broken on purpose, in the encoder's output. A row out of place is not among them: the model
+// carries a summary of the scene in every row (docs/demo-model.md), so with its rows one place off, or one
+// row and one image token lost, it still answers 17-20 of 20 per type; the rows' exact places are checked
+// against libmtmd bit for bit by the vision tests, and the answers against llama.cpp token for token.
+enum class Fault {
+  none,
+  stale_rows,    // every picture gets the previous picture's rows, as a wrong cache key or landing slot would
+  half_written,  // the last half of the rows never arrived: the landing slot holds zeros there
+};
 
 class BrokenEncoder : public ImageEncoder {
  public:
@@ -79,11 +87,11 @@ class BrokenEncoder : public ImageEncoder {
     auto e = inner_->encode(image);
     if (!e || e->tokens < 2) return e;
     const auto row = static_cast<std::ptrdiff_t>(e->dim);
-    if (fault_ == Fault::rows_shifted) {  // every row lands one place later, the last one first
-      std::rotate(e->data.begin(), e->data.end() - row, e->data.end());
-    } else if (fault_ == Fault::row_dropped) {  // the first row is lost, as is one image token
-      e->data.erase(e->data.begin(), e->data.begin() + row);
-      --e->tokens;
+    if (fault_ == Fault::stale_rows) {
+      if (previous_.data.empty()) previous_ = *e;  // the first picture: its own rows
+      std::swap(previous_, *e);
+    } else if (fault_ == Fault::half_written) {
+      std::fill(e->data.begin() + e->tokens / 2 * row, e->data.end(), 0.0f);
     }
     return e;
   }
@@ -91,10 +99,12 @@ class BrokenEncoder : public ImageEncoder {
  private:
   std::unique_ptr<ImageEncoder> inner_;
   Fault fault_;
+  Embeddings previous_;
 };
 
-// Colocated answers to the 100 held-out questions (one per scene, types in turn) with the fault.
-testing::VqaTally held_out_accuracy(Fault fault) {
+// Colocated answers to the 100 held-out questions (one per scene, types in turn) with the fault, the
+// question first or the picture first.
+testing::VqaTally held_out_accuracy(Fault fault, bool picture_first = false) {
   const ModelConfig cfg = demo_config();
   auto codec = PromptCodec::for_model(cfg);
   REQUIRE(codec.ok());
@@ -103,15 +113,20 @@ testing::VqaTally held_out_accuracy(Fault fault) {
   auto runner = make_llama_runner(cfg, std::make_unique<BrokenEncoder>(std::move(*tower), fault));
   REQUIRE(runner.ok());
   testing::VqaTally tally;
-  for (const auto& q : testing::read_vqa(kDir + "eval-images", testing::VqaPick::rotate)) {
-    const auto a = testing::ask_colocated(**runner, **codec, q, 48, fault == Fault::row_dropped ? 1 : 0);
+  auto questions = testing::read_vqa(kDir + "eval-images", testing::VqaPick::rotate);
+  if (picture_first) questions = testing::picture_first(std::move(questions));
+  for (const auto& q : questions) {
+    const auto a = testing::ask_colocated(**runner, **codec, q);
     tally.add(q.type, a.text == q.answer);
   }
   return tally;
 }
 
-// As tests/e2e/demo_model_cluster_test.cpp's floor; pictures another program drew get a lower one.
-constexpr double kFloor = 0.90;
+// As tests/e2e/demo_model_cluster_test.cpp's floor: 17 of each type's 20 questions. The shipped model
+// answers 19 or 20 of them in either order (95-100 % per type over 500 held-out scenes, docs/demo-model.md);
+// the floor leaves two answers per type to near-ties that another CPU's kernels may break the other way.
+constexpr double kFloor = 0.85;
+// Of 40 per type (pictures ImageMagick drew): the model answers 37-40.
 constexpr double kDrawnFloor = 0.85;
 
 bool every_type_above_floor(const testing::VqaTally& tally) {
@@ -122,13 +137,18 @@ bool every_type_above_floor(const testing::VqaTally& tally) {
 
 }  // namespace
 
-TEST_CASE("demo model: embeddings one row off or an image token lost fail the accuracy floor", "[vision]") {
+TEST_CASE("demo model: another picture's embeddings or an image token lost fail the accuracy floor",
+          "[vision]") {
   const auto intact = held_out_accuracy(Fault::none);
   INFO("intact: " << intact.summary());
   CHECK(every_type_above_floor(intact));
-  for (Fault fault : {Fault::rows_shifted, Fault::row_dropped}) {
+  const auto picture_first = held_out_accuracy(Fault::none, true);
+  INFO("intact, the picture first: " << picture_first.summary());
+  CHECK(every_type_above_floor(picture_first));
+  for (Fault fault : {Fault::stale_rows, Fault::half_written}) {
     const auto broken = held_out_accuracy(fault);
-    INFO((fault == Fault::rows_shifted ? "rows shifted: " : "a row dropped: ") << broken.summary());
+    INFO((fault == Fault::stale_rows ? "the previous picture's rows: " : "half the rows unwritten: ")
+         << broken.summary());
     CHECK_FALSE(every_type_above_floor(broken));
     CHECK(broken.overall() < intact.overall());
   }
@@ -137,14 +157,17 @@ TEST_CASE("demo model: embeddings one row off or an image token lost fail the ac
 TEST_CASE("demo model: pictures ImageMagick drew, at other sizes, are answered as llama.cpp answers them",
           "[vision]") {
   const DemoModel m = load_demo();
-  const auto questions = testing::read_vqa(kDir + "drawn-images", testing::VqaPick::every);
+  auto questions = testing::read_vqa(kDir + "drawn-images", testing::VqaPick::every);
   REQUIRE(questions.size() == 200);
+  const auto first = testing::picture_first(questions);
+  questions.insert(questions.end(), first.begin(), first.end());
   testing::VqaTally tally;
   for (const auto& q : questions) {
     const auto ours = testing::ask_colocated(*m.runner, *m.codec, q);
-    tally.add(q.type, ours.text == q.answer);
-    if (q.scene % 5 == 0) {  // llama.cpp on a sample: its resize of 96- and 128-pixel pictures is epd's
-      INFO(q.image << ": " << q.question);
+    tally.add(q.picture_first ? "picture first, " + q.type : q.type, ours.text == q.answer);
+    // llama.cpp on a sample of each order: its resize of 96- and 128-pixel pictures is epd's.
+    if (q.scene % 5 == (q.picture_first ? 2 : 0)) {
+      INFO(q.image << ": " << vqa_user_text(q));
       CHECK(ours.tokens == testing::ask_llama_cpp(EPD_MTMD_REFERENCE, kDir + "lm.gguf", kDir + "mmproj.gguf",
                                                   *m.codec, *image_token(m.cfg), q)
                                .tokens);
@@ -160,14 +183,18 @@ TEST_CASE("demo model: the committed files answer questions about pictures, as l
     const DemoModel m = load_demo(lm);
     for (const Question& q : kQuestions) {
       INFO(lm << ", scene " << q.scene << ": " << q.question);
-      const testing::VqaQuestion vq{kDir + "eval-images/scene-2-" + std::to_string(q.scene) + ".png", q.scene,
-                                    "", q.question, q.answer};
-      const auto ours = testing::ask_colocated(*m.runner, *m.codec, vq);
-      CHECK(ours.text == q.answer);
-      CHECK(ours.ended);
-      CHECK(ours.tokens == testing::ask_llama_cpp(EPD_MTMD_REFERENCE, kDir + lm, kDir + "mmproj.gguf",
-                                                  *m.codec, *image_token(m.cfg), vq)
-                               .tokens);
+      for (const bool picture_first : {false, true}) {
+        INFO((picture_first ? "the picture first" : "the question first"));
+        testing::VqaQuestion vq{kDir + "eval-images/scene-2-" + std::to_string(q.scene) + ".png", q.scene, "",
+                                q.question, q.answer};
+        vq.picture_first = picture_first;
+        const auto ours = testing::ask_colocated(*m.runner, *m.codec, vq);
+        CHECK(ours.text == q.answer);
+        CHECK(ours.ended);
+        CHECK(ours.tokens == testing::ask_llama_cpp(EPD_MTMD_REFERENCE, kDir + lm, kDir + "mmproj.gguf",
+                                                    *m.codec, *image_token(m.cfg), vq)
+                                 .tokens);
+      }
     }
   }
 }

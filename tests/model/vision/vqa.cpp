@@ -32,21 +32,28 @@ std::vector<VqaQuestion> read_vqa(const std::filesystem::path& dir, VqaPick pick
   return out;
 }
 
-std::string vqa_chatml(const std::string& question) {
-  return "<|im_start|>user\n" + question + std::string(kImageMarker) + "<|im_end|>\n<|im_start|>assistant\n";
+std::vector<VqaQuestion> picture_first(std::vector<VqaQuestion> questions) {
+  for (auto& q : questions) q.picture_first = true;
+  return questions;
+}
+
+std::string vqa_user_text(const VqaQuestion& q) {
+  const std::string marker(kImageMarker);
+  return q.picture_first ? marker + q.question : q.question + marker;
+}
+
+std::string vqa_chatml(const VqaQuestion& q) {
+  return "<|im_start|>user\n" + vqa_user_text(q) + "<|im_end|>\n<|im_start|>assistant\n";
 }
 
 VqaAnswer ask_colocated(ModelRunner& runner, const PromptCodec& codec, const VqaQuestion& q,
-                        uint32_t max_tokens, size_t drop_image_tokens) {
+                        uint32_t max_tokens) {
   auto image = read_image_file(q.image.string(), max_rgb_bytes_for(runner.config()));
   if (!image) throw std::runtime_error(q.image.string() + ": " + image.error().detail);
-  const std::vector<ChatTurn> turns = {{"user", q.question + std::string(kImageMarker), true}};
+  const std::vector<ChatTurn> turns = {{"user", vqa_user_text(q), true}};
   const MediaDims dims[] = {{image->width, image->height}};
   auto prompt = codec.chat(turns, dims);
   if (!prompt) throw std::runtime_error(prompt.error().detail);
-  const auto slot = image_token(runner.config());
-  for (size_t k = 0; k < drop_image_tokens && slot; ++k)
-    if (auto it = std::find(prompt->begin(), prompt->end(), *slot); it != prompt->end()) prompt->erase(it);
   GenerateOptions opts;
   opts.max_tokens = max_tokens;
   opts.stop_tokens.assign(codec.stop_tokens().begin(), codec.stop_tokens().end());
@@ -62,8 +69,8 @@ VqaAnswer ask_colocated(ModelRunner& runner, const PromptCodec& codec, const Vqa
 VqaAnswer ask_llama_cpp(const std::string& reference, const std::string& lm, const std::string& mmproj,
                         const PromptCodec& codec, TokenId image_id, const VqaQuestion& q, uint32_t max_tokens,
                         int threads) {
-  auto run = run_mtmd_reference(reference, lm, mmproj, {q.image}, vqa_chatml(q.question), max_tokens,
-                                image_id, false, threads);
+  auto run = run_mtmd_reference(reference, lm, mmproj, {q.image}, vqa_chatml(q), max_tokens, image_id, false,
+                                threads);
   VqaAnswer a{std::move(run.generated), {}, false};
   a.text = codec.text(a.tokens);
   return a;

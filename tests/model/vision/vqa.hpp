@@ -20,6 +20,9 @@ struct VqaQuestion {
   std::string type;             // describe, colour, count, exists, where
   std::string question;
   std::string answer;  // the right answer, exactly
+  // The picture before the question (LLaVA's own order, and many clients'); else the question first, as
+  // OpenAI's examples send the parts.
+  bool picture_first = false;
 };
 
 enum class VqaPick {
@@ -30,10 +33,13 @@ enum class VqaPick {
 // The questions of dir/scenes.jsonl, at most max_scenes scenes. Throws std::runtime_error naming the file.
 std::vector<VqaQuestion> read_vqa(const std::filesystem::path& dir, VqaPick pick,
                                   size_t max_scenes = static_cast<size_t>(-1));
+// The same questions with the picture first.
+std::vector<VqaQuestion> picture_first(std::vector<VqaQuestion> questions);
 
-// The demo model's ChatML prompt for a question and its picture, with llama.cpp's image marker: the
-// question first, as OpenAI clients send the parts and as the model was trained.
-std::string vqa_chatml(const std::string& question);
+// The user turn's text with llama.cpp's image marker where the picture stands, and the demo model's whole
+// ChatML prompt around it.
+std::string vqa_user_text(const VqaQuestion& q);
+std::string vqa_chatml(const VqaQuestion& q);
 
 struct VqaAnswer {
   std::vector<TokenId> tokens;  // greedy, without the end-of-generation token
@@ -42,9 +48,8 @@ struct VqaAnswer {
 };
 
 // epd colocated: the runner (make_vision_runner or make_llama_runner) and the codec of its config.
-// drop_image_tokens > 0 breaks the prompt on purpose (that many image tokens fewer than the layout's).
 VqaAnswer ask_colocated(ModelRunner& runner, const PromptCodec& codec, const VqaQuestion& q,
-                        uint32_t max_tokens = 48, size_t drop_image_tokens = 0);
+                        uint32_t max_tokens = 48);
 
 // llama.cpp itself on the two files (epd-mtmd-reference).
 VqaAnswer ask_llama_cpp(const std::string& reference, const std::string& lm, const std::string& mmproj,
