@@ -1,10 +1,9 @@
 // The committed demo model (tools/demo-model, docs/demo-model.md) still loads and answers: questions about
 // held-out pictures it answers right, read as text, the question first or the picture first, from the F16
-// and the Q8_0 language model, with the same
-// tokens as llama.cpp itself (epd-mtmd-reference) on the same files; pictures ImageMagick drew are answered
-// too; and a pipeline broken on purpose (another picture's rows, half the rows unwritten) fails the accuracy
-// floor that the cluster test (tests/e2e/demo_model_cluster_test.cpp) holds the real pipeline to. The
-// suite does not retrain the model.
+// and the Q8_0 language model, with the same tokens as llama.cpp itself (epd-mtmd-reference) on the same
+// files; pictures ImageMagick drew are answered too; and a pipeline broken on purpose (another picture's
+// rows, half the rows unwritten) fails the accuracy floor that the cluster test
+// (tests/e2e/demo_model_cluster_test.cpp) holds the real pipeline to. The suite does not retrain the model.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -137,7 +136,7 @@ bool every_type_above_floor(const testing::VqaTally& tally) {
 
 }  // namespace
 
-TEST_CASE("demo model: another picture's embeddings or an image token lost fail the accuracy floor",
+TEST_CASE("demo model: another picture's embeddings or half the rows unwritten fail the accuracy floor",
           "[vision]") {
   const auto intact = held_out_accuracy(Fault::none);
   INFO("intact: " << intact.summary());
