@@ -58,9 +58,7 @@ double ask_cluster(const std::string& host, int port, const std::vector<VqaQuest
       httplib::Client cli(host, port);
       cli.set_read_timeout(std::chrono::seconds(120));
       for (size_t i; (i = next++) < questions.size();) {
-        const json text = {{"type", "text"}, {"text", questions[i].question}};
-        const json picture = {{"type", "image_url"}, {"image_url", {{"url", png_uri(questions[i].image)}}}};
-        const json content = questions[i].picture_first ? json{picture, text} : json{text, picture};
+        const json content = model::testing::vqa_openai_content(questions[i], png_uri(questions[i].image));
         const json body = {{"messages", {{{"role", "user"}, {"content", content}}}}, {"max_tokens", 48}};
         auto r = cli.Post("/v1/chat/completions", body.dump(), "application/json");
         if (!r || r->status != 200)

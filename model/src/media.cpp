@@ -15,6 +15,10 @@ std::vector<uint8_t> encode_media_item(const Media& item) {
   return encode_ppm(std::get<Image>(item));
 }
 
+const char* media_item_kind(std::span<const uint8_t> bytes) {
+  return is_audio_item(bytes) ? "audio clip" : "image";
+}
+
 protocol::Result<Media> parse_media_item(std::span<const uint8_t> bytes, uint64_t max_rgb_bytes,
                                          uint64_t max_samples) {
   if (is_audio_item(bytes)) {

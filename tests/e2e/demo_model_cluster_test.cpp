@@ -81,9 +81,7 @@ TEST_CASE("demo model cluster: 100 held-out pictures over shm and tcp, answered 
     for (int c = 0; c < 4; ++c)  // four in flight: rooms share the roles' batches and transfer queues
       clients.push_back(std::async(std::launch::async, [&] {
         for (size_t i; (i = next++) < questions.size();) {
-          const json text = {{"type", "text"}, {"text", questions[i].question}};
-          const json picture = {{"type", "image_url"}, {"image_url", {{"url", png_uri(questions[i].image)}}}};
-          const json content = questions[i].picture_first ? json{picture, text} : json{text, picture};
+          const json content = model::testing::vqa_openai_content(questions[i], png_uri(questions[i].image));
           const json body = {{"messages", {{{"role", "user"}, {"content", content}}}}, {"max_tokens", 48}};
           replies[i] = cluster.post_raw("/v1/chat/completions", body.dump());
         }

@@ -19,6 +19,7 @@
 #include "epd/actors/process_metrics.hpp"
 #include "epd/model/image.hpp"
 #include "epd/model/llama.hpp"
+#include "epd/model/media.hpp"
 #include "epd/model/runner.hpp"
 #include "epd/model/vision.hpp"
 #include "roles/roles.hpp"
@@ -183,8 +184,8 @@ caf::behavior encode_compute(caf::event_based_actor* self, model::ModelConfig cf
         for (size_t i = 0; i < job.images.size() && done.ok; ++i) {
           auto fail = [&](protocol::Error e) {
             if (job.images.size() > 1)
-              e.detail = (model::is_audio_item(job.images[i]) ? "audio clip " : "image ") +
-                         std::to_string(i) + ": " + e.detail;
+              e.detail = std::string(model::media_item_kind(job.images[i])) + " " + std::to_string(i) + ": " +
+                         e.detail;
             done.ok = false;
             done.error = std::move(e);
           };

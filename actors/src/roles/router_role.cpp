@@ -671,8 +671,9 @@ void on_generate(RouterState& s, uint64_t ticket, GenerateRequest& req, SinkPtr&
     auto item = model::parse_media_item(req.media[i]);
     if (!item) {
       count_failure(s, "invalid_request");
-      const char* what = model::is_audio_item(req.media[i]) ? "audio clip " : "image ";
-      return reject(400, "invalid_request", what + std::to_string(i) + ": " + item.error().detail);
+      return reject(400, "invalid_request",
+                    std::string(model::media_item_kind(req.media[i])) + " " + std::to_string(i) + ": " +
+                        item.error().detail);
     }
     dims.push_back(model::media_dims(*item));
     hashes.push_back(content_hash(*item));

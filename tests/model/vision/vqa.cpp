@@ -42,6 +42,12 @@ std::string vqa_user_text(const VqaQuestion& q) {
   return q.picture_first ? marker + q.question : q.question + marker;
 }
 
+nlohmann::json vqa_openai_content(const VqaQuestion& q, const std::string& picture_url) {
+  const nlohmann::json text = {{"type", "text"}, {"text", q.question}};
+  const nlohmann::json picture = {{"type", "image_url"}, {"image_url", {{"url", picture_url}}}};
+  return q.picture_first ? nlohmann::json{picture, text} : nlohmann::json{text, picture};
+}
+
 std::string vqa_chatml(const VqaQuestion& q) {
   return "<|im_start|>user\n" + vqa_user_text(q) + "<|im_end|>\n<|im_start|>assistant\n";
 }

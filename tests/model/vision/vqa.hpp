@@ -5,6 +5,7 @@
 // The cluster is asked by the callers, through the OpenAI chat route.
 #include <cstddef>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,9 @@ std::vector<VqaQuestion> picture_first(std::vector<VqaQuestion> questions);
 // ChatML prompt around it.
 std::string vqa_user_text(const VqaQuestion& q);
 std::string vqa_chatml(const VqaQuestion& q);
+// The user message's content as OpenAI's chat API takes it: the question's text part and the picture's
+// image_url part (picture_url, e.g. a data: URI), in the question's order.
+nlohmann::json vqa_openai_content(const VqaQuestion& q, const std::string& picture_url);
 
 struct VqaAnswer {
   std::vector<TokenId> tokens;  // greedy, without the end-of-generation token
