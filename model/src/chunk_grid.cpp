@@ -55,26 +55,30 @@ uint32_t ChunkGrid::page_step(uint32_t page_size) const {
   return step > UINT32_MAX ? 0 : uint32_t(step);
 }
 
+PrefillChunk piece_chunk(const ModelConfig& cfg, const ChunkGrid::Piece& piece,
+                         std::span<const TokenId> prompt, std::span<const float> embeddings,
+                         const PrefillChunk& draw) {
+  PrefillChunk c = slice_prompt(prompt, embeddings, cfg.d_model, piece.begin, piece.end,
+                                image_token(cfg).value_or(kImage));
+  c.positions = draw.positions;
+  if (piece.end == prompt.size()) {
+    c.sampling = draw.sampling;
+    c.generated = draw.generated;
+    c.history = prompt.first(piece.end);
+    c.logprobs = draw.logprobs;
+    c.constraint = draw.constraint;
+  }
+  return c;
+}
+
 protocol::Result<TokenId> compute_piece(ModelRunner& runner, const KvPool& pool,
                                         std::span<const PageId> pages, const ChunkGrid::Piece& piece,
                                         std::span<const TokenId> prompt, std::span<const float> embeddings,
                                         const PrefillChunk& draw) {
   const uint32_t n = uint32_t(prompt.size());
-  const bool last = piece.end == n;
-  if (!piece.decode_steps) {
-    const ModelConfig& cfg = runner.config();
-    PrefillChunk c = slice_prompt(prompt, embeddings, cfg.d_model, piece.begin, piece.end,
-                                  image_token(cfg).value_or(kImage));
-    c.positions = draw.positions;
-    if (last) {
-      c.sampling = draw.sampling;
-      c.generated = draw.generated;
-      c.history = prompt.first(piece.end);
-      c.logprobs = draw.logprobs;
-      c.constraint = draw.constraint;
-    }
-    return runner.prefill_chunk(pool, pages, piece.begin, c);
-  }
+  if (!piece.decode_steps)
+    return runner.prefill_chunk(pool, pages, piece.begin,
+                                piece_chunk(runner.config(), piece, prompt, embeddings, draw));
   // A resumed answer's tokens, one decode step each (greedy and unread until the last, which draws the
   // token after the prompt): their K/V get the bits decode gave them, whatever batch it ran them in.
   TokenId next = 0;

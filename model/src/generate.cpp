@@ -25,6 +25,14 @@ PrefillChunk slice_prompt(std::span<const TokenId> prompt, std::span<const float
   return PrefillChunk{toks, embeddings.subspan(lo, len)};
 }
 
+std::vector<protocol::Result<TokenId>> ModelRunner::prefill_batch(const KvPool& pool,
+                                                                  std::span<const PrefillPiece> pieces) {
+  std::vector<protocol::Result<TokenId>> out;
+  out.reserve(pieces.size());
+  for (const PrefillPiece& p : pieces) out.push_back(prefill_chunk(pool, p.pages, p.start, p.chunk));
+  return out;
+}
+
 namespace {
 
 double ms_since(std::chrono::steady_clock::time_point t0) {

@@ -10,6 +10,7 @@
 #include "epd/model/chunk_grid.hpp"
 #include "epd/model/generate.hpp"
 #include "epd/model/llama.hpp"
+#include "epd/model/mmproj.hpp"
 #include "epd/model/quantize.hpp"
 #include "helpers.hpp"
 #include "llama_checkpoint.hpp"

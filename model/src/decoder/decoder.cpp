@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <unordered_map>
 
 #include "attention/blocked_attention.hpp"
 #include "attention/paged_attention.hpp"
@@ -67,59 +68,68 @@ class Decoder final : public LlamaRunner {
   }
 
   protocol::Result<Embeddings> encode_audio(const Audio& audio) override {
-    if (!opts_.encoder) return invalid("model " + cfg_.name + " is a text-only checkpoint: it has no audio tower");
+    if (!opts_.encoder)
+      return invalid("model " + cfg_.name + " is a text-only checkpoint: it has no audio tower");
     return opts_.encoder->encode_audio(audio);
   }
 
   protocol::Result<TokenId> prefill_chunk(const KvPool& pool, std::span<const PageId> pages, uint32_t start,
                                           const PrefillChunk& chunk) override {
-    if (auto st = check_pool(cfg_, pool); !st) return st.error();
-    const size_t n = chunk.tokens.size(), d = cfg_.d_model;
-    if (n == 0) return invalid("empty prefill chunk");
-    if (uint64_t{start} + n > cfg_.max_seq)
-      return invalid("prefill reaches position " + std::to_string(uint64_t{start} + n) + " > max_seq " +
-                     std::to_string(cfg_.max_seq));
-    if (auto st = check_pages(pool.layout, pages, uint64_t{start} + n); !st) return st.error();
-    for (TokenId t : chunk.tokens)
-      if (t >= cfg_.vocab && !(opts_.image_token && t == *opts_.image_token))
-        return invalid("token id " + std::to_string(t) + " outside vocab");
-    if (auto st = validate(chunk.sampling); !st) return st.error();
-    // A penalty without the tokens it counts would silently draw something else than every other role.
-    if (chunk.sampling.penalized() && chunk.history.size() != uint64_t{start} + n)
-      return invalid("penalized prefill chunk ending at " + std::to_string(uint64_t{start} + n) + " has " +
-                     std::to_string(chunk.history.size()) + " history tokens");
-    if (auto st = check_embeddings(chunk); !st) return st.error();
-    if (auto st = check_positions(chunk, start); !st) return st.error();
+    const PrefillPiece piece{pages, start, chunk};
+    return std::move(prefill_batch(pool, {&piece, 1}).front());
+  }
 
+  std::vector<protocol::Result<TokenId>> prefill_batch(const KvPool& pool,
+                                                       std::span<const PrefillPiece> pieces) override {
+    std::vector<protocol::Result<TokenId>> out;
+    out.reserve(pieces.size());
+    for (const PrefillPiece& p : pieces) {
+      auto st = check_piece(pool, p);
+      out.push_back(st ? protocol::Result<TokenId>(TokenId{0}) : protocol::Result<TokenId>(st.error()));
+    }
+    check_page_sharing(pool.layout, pieces, out);
+    // The valid pieces' rows, one segment each, in order.
+    const size_t d = cfg_.d_model;
+    size_t n = 0;
+    segments_.clear();
+    for (size_t i = 0; i < pieces.size(); ++i)
+      if (out[i]) {
+        segments_.push_back(pieces[i].chunk.tokens.size());
+        n += segments_.back();
+      }
+    if (n == 0) return out;
     x_.resize(n * d);
     targets_.resize(n);
-    size_t img_row = 0;
-    for (size_t i = 0; i < n; ++i) {
-      const TokenId t = chunk.tokens[i];
-      if (opts_.image_token && t == *opts_.image_token)
-        std::memcpy(&x_[i * d], &chunk.embeddings[img_row++ * d], d * sizeof(float));
-      else
-        embed(t, &x_[i * d]);
-      const auto slot = static_cast<uint32_t>(start + i);
-      targets_[i] =
-          chunk.positions ? RowTarget{pages, slot, chunk.positions->at(slot)} : RowTarget{pages, slot};
-    }
-    // Bidirectional images: a row of an image sees up to its run's last row (the chunk holds the run).
     sees_to_.clear();
-    if (opts_.bidirectional_images && opts_.image_token) {
-      sees_to_.resize(n);
-      for (size_t i = n; i-- > 0;) {
-        const bool run_goes_on =
-            i + 1 < n && chunk.tokens[i] == *opts_.image_token && chunk.tokens[i + 1] == *opts_.image_token;
-        sees_to_[i] = run_goes_on ? sees_to_[i + 1] : static_cast<uint32_t>(start + i);
+    if (opts_.bidirectional_images && opts_.image_token) sees_to_.resize(n);
+    size_t row = 0;
+    for (size_t i = 0; i < pieces.size(); ++i)
+      if (out[i]) {
+        lay_out(pieces[i], row);
+        row += pieces[i].chunk.tokens.size();
+      }
+    forward(pool, n, /*prefill=*/true);
+    // Logits of each piece's last row (of every row of a lone chunk, with keep_all_logits), by the decode
+    // kernels: they do not depend on which rows are computed together.
+    const bool all = keep_all_ && segments_.size() == 1;
+    last_rows_.resize(segments_.size() * d);
+    if (!all) {
+      size_t end = 0;
+      for (size_t s = 0; s < segments_.size(); ++s) {
+        end += segments_[s];
+        std::copy_n(&x_[(end - 1) * d], d, &last_rows_[s * d]);
       }
     }
-    forward(pool, n, /*prefill=*/true);
-    const size_t first = keep_all_ ? 0 : n - 1;
-    compute_logits(&x_[first * d], n - first);
-    return sample_constrained(std::span(logits_).subspan((n - 1 - first) * cfg_.vocab, cfg_.vocab),
-                              chunk.sampling, chunk.generated, opts_.filter, chunk.history, chunk.constraint,
-                              chunk.logprobs);
+    compute_logits(all ? x_.data() : last_rows_.data(), all ? n : segments_.size());
+    size_t seg = 0;
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      if (!out[i]) continue;
+      const PrefillChunk& c = pieces[i].chunk;
+      const size_t logit_row = all ? n - 1 : seg++;
+      out[i] = sample_constrained(std::span(logits_).subspan(logit_row * cfg_.vocab, cfg_.vocab), c.sampling,
+                                  c.generated, opts_.filter, c.history, c.constraint, c.logprobs);
+    }
+    return out;
   }
 
   protocol::Status decode_step(const KvPool& pool, std::span<const DecodeSeq> batch, std::span<TokenId> next,
@@ -148,6 +158,7 @@ class Decoder final : public LlamaRunner {
     x_.resize(n * d);
     targets_.resize(n);
     sees_to_.clear();
+    segments_.clear();
     for (size_t i = 0; i < n; ++i) {
       embed(batch[i].last_token, &x_[i * d]);
       const uint32_t p = batch[i].length - batch[i].position_lag;
@@ -164,6 +175,80 @@ class Decoder final : public LlamaRunner {
 
  private:
   using Out = Matmul::Out;
+
+  // Everything prefill_chunk refuses, before any write.
+  protocol::Status check_piece(const KvPool& pool, const PrefillPiece& piece) const {
+    const PrefillChunk& chunk = piece.chunk;
+    const uint32_t start = piece.start;
+    if (auto st = check_pool(cfg_, pool); !st) return st;
+    const size_t n = chunk.tokens.size();
+    if (n == 0) return invalid("empty prefill chunk");
+    if (uint64_t{start} + n > cfg_.max_seq)
+      return invalid("prefill reaches position " + std::to_string(uint64_t{start} + n) + " > max_seq " +
+                     std::to_string(cfg_.max_seq));
+    if (auto st = check_pages(pool.layout, piece.pages, uint64_t{start} + n); !st) return st;
+    for (TokenId t : chunk.tokens)
+      if (t >= cfg_.vocab && !(opts_.image_token && t == *opts_.image_token))
+        return invalid("token id " + std::to_string(t) + " outside vocab");
+    if (auto st = validate(chunk.sampling); !st) return st;
+    // A penalty without the tokens it counts would silently draw something else than every other role.
+    if (chunk.sampling.penalized() && chunk.history.size() != uint64_t{start} + n)
+      return invalid("penalized prefill chunk ending at " + std::to_string(uint64_t{start} + n) + " has " +
+                     std::to_string(chunk.history.size()) + " history tokens");
+    if (auto st = check_embeddings(chunk); !st) return st;
+    return check_positions(chunk, start);
+  }
+
+  // Pieces of one pass may share pages they only read (a cached prefix), never a page one of them writes:
+  // its rows would be read while written. The later piece of such a pair is refused.
+  static void check_page_sharing(const KvLayout& layout, std::span<const PrefillPiece> pieces,
+                                 std::vector<protocol::Result<TokenId>>& out) {
+    if (pieces.size() < 2) return;
+    std::unordered_map<PageId, size_t> written, read;  // page -> the first piece that writes / reads it
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      if (!out[i]) continue;
+      const PrefillPiece& p = pieces[i];
+      const uint32_t first = p.start / layout.page_size,
+                     end = uint32_t((uint64_t{p.start} + p.chunk.tokens.size() - 1) / layout.page_size) + 1;
+      for (uint32_t l = 0; l < end && out[i]; ++l) {
+        std::optional<size_t> other;
+        if (auto w = written.find(p.pages[l]); w != written.end())
+          other = w->second;
+        else if (auto r = read.find(p.pages[l]); r != read.end() && l >= first)
+          other = r->second;
+        if (!other) continue;
+        out[i] = invalid("prefill pieces " + std::to_string(*other) + " and " + std::to_string(i) +
+                         " of one pass share page " + std::to_string(p.pages[l]) + ", which one writes");
+      }
+      if (!out[i]) continue;
+      for (uint32_t l = 0; l < end; ++l) (l >= first ? written : read).emplace(p.pages[l], i);
+    }
+  }
+
+  // A valid piece's rows into x_, targets_ (and sees_to_) from row `first` on.
+  void lay_out(const PrefillPiece& piece, size_t first) {
+    const PrefillChunk& chunk = piece.chunk;
+    const size_t n = chunk.tokens.size(), d = cfg_.d_model;
+    size_t img_row = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const TokenId t = chunk.tokens[i];
+      float* x = &x_[(first + i) * d];
+      if (opts_.image_token && t == *opts_.image_token)
+        std::memcpy(x, &chunk.embeddings[img_row++ * d], d * sizeof(float));
+      else
+        embed(t, x);
+      const auto slot = static_cast<uint32_t>(piece.start + i);
+      targets_[first + i] = chunk.positions ? RowTarget{piece.pages, slot, chunk.positions->at(slot)}
+                                            : RowTarget{piece.pages, slot};
+    }
+    // Bidirectional images: a row of an image sees up to its run's last row (the chunk holds the run).
+    if (sees_to_.empty()) return;
+    for (size_t i = n; i-- > 0;) {
+      const bool run_goes_on =
+          i + 1 < n && chunk.tokens[i] == *opts_.image_token && chunk.tokens[i + 1] == *opts_.image_token;
+      sees_to_[first + i] = run_goes_on ? sees_to_[first + i + 1] : static_cast<uint32_t>(piece.start + i);
+    }
+  }
 
   // One embedding row per image token of the chunk, finite and of sane size; none if the model takes none.
   protocol::Status check_embeddings(const PrefillChunk& chunk) const {
@@ -261,7 +346,7 @@ class Decoder final : public LlamaRunner {
       });
       attend(kv, layer, n, prefill, arch.slides(layer) ? arch.sliding_window : 0);
       const Out o[] = {{&b.wo.w, proj_.data()}};
-      matmul_.run(attn_.data(), n, q_dim, o, prefill);
+      matmul_.run(attn_.data(), n, q_dim, o, prefill, segments_);
       per_row([&](size_t r) {
         add_bias(proj_.data(), b.wo.bias, r);
         if (!b.attn_post_norm.empty())
@@ -294,13 +379,13 @@ class Decoder final : public LlamaRunner {
                  kv_dim = size_t{cfg_.kv_heads} * cfg_.head_dim;
     if (!b.wqkv.w.rows()) {
       const Out qkv[] = {{&b.wq.w, q_.data()}, {&b.wk.w, k_.data()}, {&b.wv.w, v_.data()}};
-      matmul_.run(h_.data(), n, d, qkv, prefill);
+      matmul_.run(h_.data(), n, d, qkv, prefill, segments_);
       return;
     }
     const size_t all = q_dim + 2 * kv_dim;
     fused_.resize(n * all);
     const Out qkv[] = {{&b.wqkv.w, fused_.data()}};
-    matmul_.run(h_.data(), n, d, qkv, prefill);
+    matmul_.run(h_.data(), n, d, qkv, prefill, segments_);
     threads_.run(n, [&](size_t b0, size_t e0, unsigned) {
       for (size_t r = b0; r < e0; ++r) {
         add_bias(fused_.data(), b.wqkv.bias, r);
@@ -319,10 +404,10 @@ class Decoder final : public LlamaRunner {
     if (b.w_gate_up.w.rows()) {  // gate rows, then up rows, in one product
       fused_.resize(n * 2 * f);
       const Out gate_up[] = {{&b.w_gate_up.w, fused_.data()}};
-      matmul_.run(h_.data(), n, d, gate_up, prefill);
+      matmul_.run(h_.data(), n, d, gate_up, prefill, segments_);
     } else {
       const Out gate_up[] = {{&b.w_gate.w, gate_.data()}, {&b.w_up.w, up_.data()}};
-      matmul_.run(h_.data(), n, d, gate_up, prefill);
+      matmul_.run(h_.data(), n, d, gate_up, prefill, segments_);
     }
     threads_.run(n, [&](size_t b0, size_t e0, unsigned) {
       for (size_t r = b0; r < e0; ++r) {
@@ -340,7 +425,7 @@ class Decoder final : public LlamaRunner {
       }
     });
     const Out down[] = {{&b.w_down.w, proj_.data()}};
-    matmul_.run(gate_.data(), n, f, down, prefill);
+    matmul_.run(gate_.data(), n, f, down, prefill, segments_);
   }
 
   // The feed-forward of a mixture-of-experts block into proj_, as llama.cpp's build_moe_ffn: the router's
@@ -355,7 +440,7 @@ class Decoder final : public LlamaRunner {
     const size_t d = cfg_.d_model, n_exp = arch.experts, used = arch.experts_used, f = arch.expert_ffn;
     router_.resize(n * n_exp);
     const Out router[] = {{&b.router.w, router_.data()}};
-    matmul_.run(h_.data(), n, d, router, prefill);
+    matmul_.run(h_.data(), n, d, router, prefill, segments_);
     chosen_.resize(n * used);
     chosen_weight_.resize(n * used);
     threads_.run(n, [&](size_t b0, size_t e0, unsigned) {
@@ -391,11 +476,17 @@ class Decoder final : public LlamaRunner {
       }
     });
     // Each expert's rows, in row order: gathered, multiplied, scattered to their (row, rank) slot.
+    // In a batched prompt an expert's rows of each piece are a segment of their own, as they are alone.
     expert_out_.resize(n * used * d);
     for (uint32_t e = 0; e < n_exp; ++e) {
       slots_.clear();
-      for (size_t i = 0; i < n * used; ++i)
-        if (chosen_[i] == e) slots_.push_back(i);
+      expert_segments_.assign(segments_.size(), 0);
+      for (size_t i = 0, seg = 0, seg_end = segments_.empty() ? n : segments_[0]; i < n * used; ++i) {
+        while (!segments_.empty() && i / used >= seg_end) seg_end += segments_[++seg];
+        if (chosen_[i] != e) continue;
+        slots_.push_back(i);
+        if (!segments_.empty()) ++expert_segments_[seg];
+      }
       const size_t m = slots_.size();
       if (m == 0) continue;
       expert_in_.resize(m * d);
@@ -404,12 +495,12 @@ class Decoder final : public LlamaRunner {
       expert_down_.resize(m * d);
       for (size_t j = 0; j < m; ++j) std::copy_n(&h_[slots_[j] / used * d], d, &expert_in_[j * d]);
       const Out gate_up[] = {{&b.gate_exps[e], gate_.data()}, {&b.up_exps[e], up_.data()}};
-      matmul_.run(expert_in_.data(), m, d, gate_up, prefill);
+      matmul_.run(expert_in_.data(), m, d, gate_up, prefill, expert_segments_);
       threads_.run(m, [&](size_t b0, size_t e0, unsigned) {
         for (size_t j = b0; j < e0; ++j) k::swiglu(&gate_[j * f], &up_[j * f], f);
       });
       const Out down[] = {{&b.down_exps[e], expert_down_.data()}};
-      matmul_.run(gate_.data(), m, f, down, prefill);
+      matmul_.run(gate_.data(), m, f, down, prefill, expert_segments_);
       for (size_t j = 0; j < m; ++j) std::copy_n(&expert_down_[j * d], d, &expert_out_[slots_[j] * d]);
     }
     threads_.run(n, [&](size_t b0, size_t e0, unsigned) {
@@ -424,8 +515,9 @@ class Decoder final : public LlamaRunner {
     });
   }
 
-  // Attention of the n rows in q_ into attn_: exact, by attend_group; fast (blocked_attention.hpp), a prompt
-  // chunk (all rows of one sequence) by blocks of rows, a decode batch by segments of each row's positions.
+  // Attention of the n rows in q_ into attn_: exact, by attend_group; fast (blocked_attention.hpp), each
+  // prompt chunk of several rows by blocks of its rows, every other row (a decode step, a one-token chunk)
+  // by segments of its positions: a chunk gets the same bits in a batch as alone.
   void attend(const KvView& kv, uint32_t layer, size_t n, bool prefill, uint32_t window) {
     const size_t q_dim = size_t{cfg_.heads} * cfg_.head_dim;
     if (exact_) {  // the reference kernel, one (row, kv head) at a time
@@ -436,37 +528,52 @@ class Decoder final : public LlamaRunner {
       });
       return;
     }
-    if (prefill && n > 1) {
-      const size_t blocks = (n + kPromptRows - 1) / kPromptRows;
-      const uint32_t start = targets_[0].pos;
-      threads_.run_chunks(blocks * cfg_.kv_heads, [&](size_t i, unsigned t) {
-        // Last blocks first: they see the most positions, so the threads finish together.
-        const size_t blk = blocks - 1 - i / cfg_.kv_heads;
-        attend_prompt_rows(cfg_, kv, layer, targets_[0].pages, start, blk * kPromptRows,
-                           std::min(n, (blk + 1) * kPromptRows), static_cast<uint32_t>(i % cfg_.kv_heads),
-                           window, q_.data(), q_dim, attn_.data(), q_dim, prompt_scratch_[t],
-                           sees_to_.empty() ? nullptr : sees_to_.data());
-      });
-      return;
+    alone_rows_.clear();
+    prompt_blocks_.clear();
+    if (!prefill) {
+      for (size_t r = 0; r < n; ++r) alone_rows_.push_back(r);
+    } else {
+      for (size_t s = 0, first = 0; s < segments_.size(); first += segments_[s++]) {
+        if (segments_[s] == 1) alone_rows_.push_back(first);
+        for (size_t r0 = 0; segments_[s] > 1 && r0 < segments_[s]; r0 += kPromptRows)
+          prompt_blocks_.push_back({first, r0, std::min(segments_[s], r0 + kPromptRows)});
+      }
+      // Blocks that see the most positions first, so the threads finish together.
+      std::stable_sort(prompt_blocks_.begin(), prompt_blocks_.end(),
+                       [&](const PromptBlock& a, const PromptBlock& b) {
+                         return targets_[a.first].pos + a.r1 > targets_[b.first].pos + b.r1;
+                       });
     }
-    // Decode: (row, kv head, segment) items, then each (row, kv head) combines its segments.
-    seg_first_.resize(n + 1);
+    threads_.run_chunks(prompt_blocks_.size() * cfg_.kv_heads, [&](size_t i, unsigned t) {
+      const PromptBlock& blk = prompt_blocks_[i / cfg_.kv_heads];
+      const RowTarget& head = targets_[blk.first];
+      attend_prompt_rows(cfg_, kv, layer, head.pages, head.pos, blk.r0, blk.r1,
+                         static_cast<uint32_t>(i % cfg_.kv_heads), window, &q_[blk.first * q_dim], q_dim,
+                         &attn_[blk.first * q_dim], q_dim, prompt_scratch_[t],
+                         sees_to_.empty() ? nullptr : &sees_to_[blk.first]);
+    });
+    if (alone_rows_.empty()) return;
+    // Rows alone: (row, kv head, segment) items, then each (row, kv head) combines its segments.
+    const size_t m = alone_rows_.size();
+    seg_first_.resize(m + 1);
     seg_first_[0] = 0;
-    for (size_t r = 0; r < n; ++r)
-      seg_first_[r + 1] = seg_first_[r] + cfg_.kv_heads * decode_segments(targets_[r].pos, window).count;
-    if (partials_.size() < seg_first_[n]) partials_.resize(seg_first_[n]);
-    threads_.run_chunks(seg_first_[n], [&](size_t i, unsigned t) {
-      const size_t r = std::upper_bound(seg_first_.begin(), seg_first_.end(), i) - seg_first_.begin() - 1;
+    for (size_t j = 0; j < m; ++j)
+      seg_first_[j + 1] =
+          seg_first_[j] + cfg_.kv_heads * decode_segments(targets_[alone_rows_[j]].pos, window).count;
+    if (partials_.size() < seg_first_[m]) partials_.resize(seg_first_[m]);
+    threads_.run_chunks(seg_first_[m], [&](size_t i, unsigned t) {
+      const size_t j = std::upper_bound(seg_first_.begin(), seg_first_.end(), i) - seg_first_.begin() - 1;
+      const size_t r = alone_rows_[j];
       const SegmentRange segs = decode_segments(targets_[r].pos, window);
-      const uint32_t local = uint32_t(i - seg_first_[r]);
+      const uint32_t local = uint32_t(i - seg_first_[j]);
       attend_decode_segment(cfg_, kv, layer, targets_[r], local / segs.count, segs.first + local % segs.count,
                             window, &q_[r * q_dim], partials_[i], decode_scratch_[t]);
     });
-    threads_.run(n * cfg_.kv_heads, [&](size_t b0, size_t e0, unsigned) {
+    threads_.run(m * cfg_.kv_heads, [&](size_t b0, size_t e0, unsigned) {
       for (size_t i = b0; i < e0; ++i) {
-        const size_t r = i / cfg_.kv_heads;
+        const size_t j = i / cfg_.kv_heads, r = alone_rows_[j];
         const uint32_t g = uint32_t(i % cfg_.kv_heads), segs = decode_segments(targets_[r].pos, window).count;
-        combine_decode_segments(cfg_, g, std::span(partials_).subspan(seg_first_[r] + g * segs, segs),
+        combine_decode_segments(cfg_, g, std::span(partials_).subspan(seg_first_[j] + g * segs, segs),
                                 &attn_[r * q_dim]);
       }
     });
@@ -500,8 +607,17 @@ class Decoder final : public LlamaRunner {
   std::vector<AttentionScratch> exact_scratch_;
   std::vector<PromptAttentionScratch> prompt_scratch_;
   std::vector<DecodeScratch> decode_scratch_;
-  std::vector<DecodePartial> partials_;  // decode: per (row, kv head, segment)
-  std::vector<size_t> seg_first_;        // decode: row r's first partial
+  std::vector<DecodePartial> partials_;  // rows alone: per (row, kv head, segment)
+  std::vector<size_t> seg_first_;        // rows alone: the j-th one's first partial
+  std::vector<size_t> alone_rows_;       // rows attended alone (decode, one-token chunks)
+  struct PromptBlock {
+    size_t first;   // the chunk's first row
+    size_t r0, r1;  // the block's rows in the chunk
+  };
+  std::vector<PromptBlock> prompt_blocks_;
+  // Prefill: each piece's row count, in row order (one entry for a lone chunk); empty in decode.
+  std::vector<size_t> segments_, expert_segments_;
+  std::vector<float> last_rows_;  // a batch's last row of each piece, for the LM head
   bool keep_all_ = false;
   RopeTable rope_;
   std::optional<RopeTable> rope_swa_;  // the sliding layers', when some slide

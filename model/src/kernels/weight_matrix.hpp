@@ -75,6 +75,10 @@ class WeightMatrix {
 // Threads take fixed blocks of output columns, and every kernel computes an element the same way wherever
 // its block starts: results never depend on the thread count, and a sequence decoded in a batch gets
 // exactly the bits it gets alone. Prefill and decode may differ in the last bits (another kernel).
+//
+// A prompt's rows may come in segments (several rooms' chunks in one pass): each segment is multiplied as
+// if it were the whole call (its own groups of four, its own sgemm shapes), so it gets exactly the bits it
+// gets alone, while each block of weight rows is still read from memory once for all of them.
 class Matmul {
  public:
   // exact: every f32 matrix, in prefill and decode, through epd's fixed-order dot product (kernels.hpp): the
@@ -86,10 +90,17 @@ class Matmul {
     const WeightMatrix* w;
     float* y;
   };
-  void run(const float* x, size_t rows, size_t in, std::span<const Out> outs, bool prefill);
+  // `segments` (prefill only): the rows' split, counts summing to `rows`; empty: one segment.
+  void run(const float* x, size_t rows, size_t in, std::span<const Out> outs, bool prefill,
+           std::span<const size_t> segments = {});
 
  private:
-  void run_f32(const float* x, size_t rows, size_t in, const Out& out, bool prefill);
+  // A segment of the call's rows.
+  struct Segment {
+    size_t first = 0, rows = 0;
+    size_t group = 0;  // its first group of four in an interleaved input
+  };
+  void run_f32(const float* x, size_t in, const Out& out, bool prefill);
   void run_ggml(const float* x, size_t rows, size_t in, std::span<const Out> outs, bool prefill);
   // The input converted to `type` (row by row, or for GEMM four rows interleaved, then the rest row by row).
   struct Converted {
@@ -103,13 +114,15 @@ class Matmul {
   };
   // The index of the input in `type`, row by row, or (gemm set) interleaved for that packing's GEMM.
   size_t converted(uint32_t type, const ggml::Packing* gemm, size_t rows, size_t in);
-  void multiply_block(const Out& o, size_t c0, size_t c1, size_t rows, size_t in, bool prefill,
+  void multiply_block(const Out& o, size_t c0, size_t c1, const Segment& seg, size_t in, bool prefill,
                       const Converted& rowwise, const Converted* gemm_input) const;
 
   ThreadPool& threads_;
   const ggml::Library* lib_;
   bool exact_;
   // Scratch of one call, kept to spare allocations.
+  std::vector<Segment> segments_;
+  std::vector<size_t> group_first_;  // each interleaved group's first row
   std::vector<Converted> converted_;
   size_t n_converted_ = 0;
   std::vector<Out> others_;

@@ -64,6 +64,13 @@ class ChunkGrid {
   std::optional<TokenId> image_run_;  // bidirectional images: their rows' id
 };
 
+// The prefill chunk of `piece` (a chunk of the grid, not decode steps) of `prompt`: its tokens, its image
+// rows of `embeddings`, draw.positions, and where the piece ends the prompt the rest of `draw` (sampling,
+// index, history, constraint, logprobs).
+PrefillChunk piece_chunk(const ModelConfig& cfg, const ChunkGrid::Piece& piece,
+                         std::span<const TokenId> prompt, std::span<const float> embeddings,
+                         const PrefillChunk& draw);
+
 // Computes `piece` of `prompt` into `pages` (its image rows from `embeddings`). Returns the token after the
 // piece, drawn as `draw` says (its sampling, index `generated`, constraint and logprobs) where the piece ends
 // (and rotated at draw.positions throughout, for M-RoPE)

@@ -61,6 +61,13 @@ struct PrefillChunk {
 PrefillChunk slice_prompt(std::span<const TokenId> prompt, std::span<const float> embeddings, uint32_t dim,
                           uint32_t begin, uint32_t end, TokenId image = kImage);
 
+// One room's chunk in a batched prefill pass (ModelRunner::prefill_batch): its pages and the chunk's start.
+struct PrefillPiece {
+  std::span<const PageId> pages;
+  uint32_t start = 0;
+  PrefillChunk chunk;
+};
+
 // One sequence in a decode step: feed `last_token` at position `length` (its K/V go to that slot) and
 // predict the next token, generated token number `generated` (the draw's index: prefill's token was 0, so
 // the first decode step predicts 1). Afterwards the caller sets length += 1, generated += 1,
@@ -125,6 +132,13 @@ class ModelRunner {
   // untouched.
   virtual protocol::Result<TokenId> prefill_chunk(const KvPool& pool, std::span<const PageId> pages,
                                                   uint32_t start, const PrefillChunk& chunk) = 0;
+
+  // Several rooms' chunks in one pass, each computed exactly as prefill_chunk computes it alone (the same
+  // K/V bits and token) while each weight is read once for all of them. Result i is piece i's token or its
+  // own error: a piece that fails validation, or writes a page another piece of the pass touches, is left
+  // out (its pages untouched) and the others run. Default: prefill_chunk on each in turn.
+  virtual std::vector<protocol::Result<TokenId>> prefill_batch(const KvPool& pool,
+                                                               std::span<const PrefillPiece> pieces);
 
   // One step for every sequence in `batch`; next[i] receives sequence i's token, sampled with its own
   // params at index `generated`. Per-sequence results are bit-identical to decoding it alone. `logprobs`
