@@ -537,10 +537,11 @@ TEST_CASE(
     "prefill: a crashed transfer worker fails only the room it cut short, the rest go to its replacement",
     "[prefill][fault]") {
   // One worker; each room writes page 0 (4 ops: 2 layers x K/V), page 1 (4 ops), then its aux record (1 op).
-  // The compute actor interleaves the two rooms' chunks, so the role hands the worker the page writes of
-  // both before it runs them: with the session throwing at op 10, room 6's page 1 write throws while room 5's
-  // page 1 write waits in the worker's mailbox, never started. Under the test coordinator the order is the
-  // same every run. The replacement's fresh session takes room 5's writes (5 ops) well before its op 10.
+  // The compute actor computes the two rooms' chunks in the same passes (room 5's, then room 6's), so the
+  // role hands the worker the page writes of both before it runs them: both page 0s (ops 1-8), then with
+  // the session throwing at op 10, room 5's page 1 write throws while room 6's page 1 write waits in the
+  // worker's mailbox, never started. Under the test coordinator the order is the same every run. The
+  // replacement's fresh session takes room 6's writes (5 ops) well before its op 10.
   const std::string toml = cluster_with_worker_crash(10);
   PrefillFixture f(false, toml.c_str());
   test::LogCapture logs;
@@ -555,16 +556,16 @@ TEST_CASE(
     results[r->as<protocol::RoomResult>()->room] = *r->as<protocol::RoomResult>();
   REQUIRE(results.size() == 2);
   CHECK(f.prefill.ctx.load->worker_restarts == 1);  // exactly one crash
-  CHECK(logs.lines_with("cut short: room(s) 6)").size() == 1);
+  CHECK(logs.lines_with("cut short: room(s) 5)").size() == 1);
   // The room whose write threw fails with the crash's cause, retryable ...
-  CHECK_FALSE(results[6].ok);
-  CHECK(results[6].code == ErrorCode::worker_crashed);
-  CHECK_THAT(results[6].reason,
+  CHECK_FALSE(results[5].ok);
+  CHECK(results[5].code == ErrorCode::worker_crashed);
+  CHECK_THAT(results[5].reason,
              Catch::Contains("transfer worker crashed") && Catch::Contains("fault backend"));
   // ... the other one was not touched by it: its write went to the replacement, and it gives its tokens.
-  INFO(results[5].reason);
-  CHECK(results[5].ok);
-  CHECK(results[5].tokens == f.colocated("the quick brown fox"));
+  INFO(results[6].reason);
+  CHECK(results[6].ok);
+  CHECK(results[6].tokens == f.colocated("the quick brown fox"));
   CHECK(logs.lines_with("sent again to transfer worker 0").size() == 1);
   f.check_prefill_idle();
   CHECK(f.decode.ctx.load->free_kv_pages == 16);

@@ -1,6 +1,7 @@
 // A Llama-family checkpoint served by the disaggregated cluster (router, encoder, prefill, decode as
 // processes), driven by token ids through POST /v1/generate: every answer equals the colocated run
-// (generate_tokens, the code epd-run uses) with the same chunking — over shm, over tcp, and with decode
+// (generate_tokens, the code epd-run uses) with the same chunking, though prefill computes the rooms' chunks
+// in shared passes — over shm, over tcp, and with decode
 // holding its KV in fp16 (the staged path; the reference then decodes from an fp16 copy of the prompt's KV),
 // for an f32 GGUF, a Hugging Face directory and GGUF files in F16, Q8_0, Q4_0 and Q4_K_M (made by
 // llama.cpp's quantizer, run on ggml's kernels). For the quantized files the colocated answers are also
@@ -101,12 +102,15 @@ void serve_and_compare(const std::string& model_path, const std::string& backend
   ClusterSpec spec;
   spec.model_path = model_path;
   spec.backend = backend;
+  spec.metrics = true;
   if (!decode_lines.empty()) spec.defaults["decode"] = decode_lines;
+  // Every prefill pass waits a while first, so rooms that arrive together are computed together.
+  spec.defaults["prefill"] = "chunk_delay_ms = 150\n";
   Cluster cluster(spec);
   cluster.start();
   constexpr int kCases = 4;
   std::vector<std::future<std::pair<int, json>>> answers;
-  for (int i = 0; i < kCases; ++i)  // in flight together: decode batches them
+  for (int i = 0; i < kCases; ++i)  // in flight together: prefill's passes and decode's steps batch them
     answers.push_back(std::async(std::launch::async, [&, i] {
       return cluster.generate({{"prompt_tokens", prompt_of(i)}, {"max_tokens", 12}});
     }));
@@ -116,6 +120,13 @@ void serve_and_compare(const std::string& model_path, const std::string& backend
     REQUIRE(status == 200);
     CHECK(body["tokens"].get<std::vector<uint32_t>>() == colocated(model_path, prompt_of(i), decode_kv));
   }
+  // ... and some of those chunks were computed in one pass with another room's.
+  const std::string prefill_metrics = cluster.scrape("prefill-0");
+  const double passes = metric_sum(prefill_metrics, "epd_prefill_passes_total"),
+               chunks = metric_sum(prefill_metrics, "epd_prefill_pass_chunks_total");
+  INFO(passes << " passes computed " << chunks << " chunks");
+  CHECK(passes > 0);
+  CHECK(chunks > passes);
   // Text needs the checkpoint's tokenizer: the GGUF has one, the HF directory (no tokenizer files) is
   // served by token ids only. An id outside the vocabulary is refused.
   const bool has_tokenizer = model::PromptCodec::for_model(*model::load_model_path(model_path)).ok();

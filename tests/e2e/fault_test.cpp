@@ -562,14 +562,16 @@ TEST_CASE("stale writer over shm: pages a frozen writer could still map are held
 }
 
 // Deadlines are end to end (docs/failure-handling.md, "Deadlines"): with decode's and the encoder's own
-// timers at 1 s and a slow prefill (400 ms per chunk) taking 8 requests at once, the last ones wait seconds
-// at prefill before it starts them, and each must still complete on its first attempt: a room queued at
-// another role is late, not failed. (Before, decode gave up on KV 1 s after SUBMIT and the router retried.)
+// timers at 1 s and a slow prefill (400 ms per chunk, one room at a time) taking 8 requests at once, the
+// last ones wait seconds at prefill before it starts them, and each must still complete on its first
+// attempt: a room queued at another role is late, not failed. (Before, decode gave up on KV 1 s after
+// SUBMIT and the router retried.)
 TEST_CASE(
     "deadlines: rooms queued at prefill longer than decode's own timeout complete on their first attempt",
     "[fault][multiproc]") {
   ClusterSpec spec;
-  spec.defaults["prefill"] = "chunk_delay_ms = 400\n";
+  // One room per pass (batch_tokens 1): the rooms queue behind each other at prefill.
+  spec.defaults["prefill"] = "chunk_delay_ms = 400\nbatch_tokens = 1\n";
   spec.defaults["decode"] = "waiting_timeout_ms = 1000\n";
   spec.defaults["encoder"] = "waiting_timeout_ms = 1000\n";
   Cluster cluster(spec);

@@ -1,8 +1,10 @@
 #pragma once
-// Prefill's compute actor (detached: prefill is blocking CPU work). Runs a room's prompt chunk by chunk into
+// Prefill's compute actor (detached: prefill is blocking CPU work). Runs rooms' prompts chunk by chunk into
 // local KV pages and reports each chunk as soon as it is computed, so the role can ship its pages while the
-// next chunk computes. Jobs run one after the other, one chunk per message, so a PrefillDrop that arrives
-// mid-prompt stops the room before its next chunk.
+// next chunk computes. One pass per message takes the oldest job's next chunk and the next chunks of the
+// jobs behind it, up to batch_tokens in all, in one forward pass (ModelRunner::prefill_batch: each chunk
+// gets the bits it gets alone), so a short prompt is not held back by a long one before it; a PrefillDrop
+// that arrives mid-prompt stops the room before its next chunk.
 #include <caf/all.hpp>
 #include <deque>
 #include <string>
@@ -41,13 +43,15 @@ struct ChunkComputed {
   protocol::Error error;
   uint32_t first_token = 0;               // valid when last
   model::TokenLogprobs first_logprobs{};  // first_token's, when the job's sampling asks for logprobs
-  uint64_t compute_us = 0;
+  uint64_t compute_us = 0;                // the pass's (several rooms' chunks may share one)
+  bool opens_pass = false;                // the first report of its pass
 };
 
-// `detached`: RoleContext::detached_workers. `chunk_delay` (fault injection, 0 in service): a pause before
-// every chunk, so tests can hold rooms on a slow prefill.
+// `detached`: RoleContext::detached_workers. `batch_tokens`: the most prompt tokens a pass takes (the oldest
+// job's chunk always runs). `chunk_delay` (fault injection, 0 in service): a pause before every pass, so
+// tests can hold rooms on a slow prefill.
 caf::actor spawn_prefill_compute(caf::actor_system& system, bool detached, model::ModelConfig model,
-                                 model::KvPool pool, caf::actor role,
+                                 model::KvPool pool, caf::actor role, uint32_t batch_tokens,
                                  std::chrono::milliseconds chunk_delay = std::chrono::milliseconds{0});
 
 }  // namespace epd::actors

@@ -364,6 +364,8 @@ void maybe_send_aux(PrefillState& st, uint64_t id, PrefillRoom& r) {
 }
 
 void on_chunk(PrefillState& st, ChunkComputed& c) {
+  if (c.opens_pass) st.passes->Increment();
+  st.pass_chunks->Increment();
   PrefillRoom* found = st.rooms.find(c.room);
   if (!found) return;
   PrefillRoom& r = *found;
@@ -760,15 +762,20 @@ caf::behavior prefill_role(caf::stateful_actor<PrefillState>* self, RoleContext 
   st.aux_base = find_local_region(*st.ctx.engine, kAuxRegion)->base;
   st.cache = std::make_unique<EmbeddingCache>(settings.embedding_cache_bytes);
   export_embedding_cache(*st.ctx.metrics, st.cache->stats());
+  st.passes = &st.ctx.metrics->counter("epd_prefill_passes_total", "Prefill compute passes").Add({});
+  st.pass_chunks =
+      &st.ctx.metrics->counter("epd_prefill_pass_chunks_total", "Prompt chunks computed by prefill's passes")
+           .Add({});
   st.prefix = std::make_unique<PrefixCache>(settings.prefix_cache_pages);
   export_prefix_cache(*st.ctx.metrics, st.prefix->stats());
   SupervisorConfig sc = settings.transfer;
   sc.name = "prefill-transfer";
   sc.workers = settings.transfer_workers;
   st.workers.start(self, st.ctx, sc);
-  st.compute = spawn_prefill_compute(*st.ctx.system, st.ctx.detached_workers, st.ctx.model,
-                                     model::KvPool{reinterpret_cast<std::byte*>(kv->base), st.layout},
-                                     caf::actor_cast<caf::actor>(self), settings.chunk_delay);
+  st.compute =
+      spawn_prefill_compute(*st.ctx.system, st.ctx.detached_workers, st.ctx.model,
+                            model::KvPool{reinterpret_cast<std::byte*>(kv->base), st.layout},
+                            caf::actor_cast<caf::actor>(self), settings.batch_tokens, settings.chunk_delay);
   self->link_to(st.compute);
   publish_load(st);
   return kernel::role_behavior(
@@ -803,9 +810,10 @@ protocol::Result<RoleHandle> spawn_prefill(RoleContext& ctx, PrefillSettings s) 
     return r.error();
   spdlog::info(
       "prefill: local KV pool of {} pages ({}), up to {} of them kept by the prefix cache, {} embedding "
-      "slots of {} KiB, chunks of {} tokens, {} transfer workers, {} staging buffers of {} KiB",
+      "slots of {} KiB, chunks of {} tokens, up to {} tokens a pass, {} transfer workers, {} staging buffers "
+      "of {} KiB",
       s.kv_pages, describe_layout(layout), s.prefix_cache_pages, s.embed_slots, slot_bytes >> 10,
-      s.chunk_tokens, s.transfer_workers, s.staging_slots, stage_slot_bytes >> 10);
+      s.chunk_tokens, s.batch_tokens, s.transfer_workers, s.staging_slots, stage_slot_bytes >> 10);
   auto table = std::make_shared<Table>();
   table->on<protocol::Submit>(on_submit)
       .on<protocol::Bootstrap>(on_bootstrap)
@@ -829,6 +837,7 @@ RoleSpec prefill_role_spec() {
   kernel::SettingsSchema<PrefillSettings> settings;
   settings.u32("kv_pages", &PrefillSettings::kv_pages, 1, kMaxKvPages)
       .u32("chunk_tokens", &PrefillSettings::chunk_tokens, 1, 1u << 20)
+      .u32("batch_tokens", &PrefillSettings::batch_tokens, 1, 1u << 20)
       .u32("transfer_workers", &PrefillSettings::transfer_workers, 1, 64)
       .u32("embed_slots", &PrefillSettings::embed_slots, 1, 1u << 16)
       .u32("aux_slots", &PrefillSettings::aux_slots, 1, 1u << 20)

@@ -24,6 +24,7 @@ using clock = std::chrono::steady_clock;
 struct PrefillSettings {
   uint32_t kv_pages = 512;
   uint32_t chunk_tokens = 64;
+  uint32_t batch_tokens = 256;  // prompt tokens one compute pass takes, over rooms (chunks stay whole)
   uint32_t transfer_workers = 2;
   uint32_t embed_slots = 16;
   uint32_t aux_slots = 1024;
@@ -152,6 +153,9 @@ struct PrefillState : kernel::RoleBase {
   std::map<std::string, StagingTarget> staging;  // by decode id
   kernel::TransferWorkers workers;
   caf::actor compute;
+  // Compute passes, and the chunks they computed (over passes: how many rooms a pass batches).
+  metrics::Counter* passes = nullptr;
+  metrics::Counter* pass_chunks = nullptr;
   // Embeddings of recent images by content hash: a room whose image is here skips its E->P transfer.
   std::unique_ptr<EmbeddingCache> cache;
   // KV pages of prompts computed before: a room whose prompt starts with them computes only the rest.
