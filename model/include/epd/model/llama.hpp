@@ -40,7 +40,8 @@ protocol::Result<ModelConfig> load_model_path(const std::string& path);
 class LlamaRunner : public ModelRunner {
  public:
   // Logits of the rows of the last call: the last position of a prefill chunk (every position when
-  // keep_all_logits(true)), or each sequence of a decode step; vocab floats per row.
+  // keep_all_logits(true)), of each piece that ran in a prefill_batch (in order; keep_all_logits only
+  // for a lone piece), or each sequence of a decode step; vocab floats per row.
   virtual std::span<const float> last_logits() const = 0;
   virtual void keep_all_logits(bool on) = 0;
   // Which kernels multiply its matrices, for logs and benchmarks: "ggml-cpu zen4; 180 of 211 matrices

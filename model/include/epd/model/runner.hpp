@@ -1,7 +1,7 @@
 #pragma once
-// The interface the roles call. Encoder: encode(). Prefill: prefill_chunk() per chunk. Decode: decode_step()
-// over a batch. A sequence's entire state is (page table, length, last token, sampling params, number of
-// tokens generated), owned by the caller.
+// The interface the roles call. Encoder: encode(). Prefill: prefill_chunk() per chunk, or prefill_batch()
+// for several rooms' chunks in one pass. Decode: decode_step() over a batch. A sequence's entire state is
+// (page table, length, last token, sampling params, number of tokens generated), owned by the caller.
 #include <cstdint>
 #include <memory>
 #include <span>
