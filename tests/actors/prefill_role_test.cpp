@@ -533,6 +533,45 @@ std::string cluster_with_worker_crash(uint64_t throw_after_ops) {
 
 }  // namespace
 
+TEST_CASE("prefill: a short prompt behind a long one is computed in the long one's passes, not after them",
+          "[prefill]") {
+  // 12 chunks of (at most) 8 tokens, then 1. With batch_tokens 1 (one room a pass, as prefill once was) the short
+  // room waits for every chunk of the long one, which then answers first; by default each pass takes the
+  // long room's next chunk and the short room's, which answers first.
+  const std::string long_text(90, 'x'), short_text = "hi";
+  for (const bool one_room_a_pass : {false, true}) {
+    DYNAMIC_SECTION((one_room_a_pass ? "batch_tokens = 1" : "batch_tokens by default")) {
+      std::string toml = kPrefillCluster;
+      if (one_room_a_pass) {
+        const std::string at = "[defaults.prefill]\n";
+        toml.insert(toml.find(at) + at.size(), "batch_tokens = 1\n");
+      }
+      PrefillFixture f(false, toml.c_str());
+      const auto long_prompt = f.prompt(long_text), short_prompt = f.prompt(short_text);
+      REQUIRE(long_prompt.size() > 11 * 8);  // 12 chunks
+      REQUIRE(short_prompt.size() <= 8);
+      f.submit_prefill(5, long_prompt);
+      f.submit_decode(5, long_prompt);
+      f.submit_prefill(6, short_prompt);
+      f.submit_decode(6, short_prompt);
+      const auto out = f.c.pump();
+      const auto results = test::of_type<protocol::RoomResult>(out);
+      REQUIRE(results.size() == 2);
+      const auto& first = *results[0]->as<protocol::RoomResult>();
+      const auto& second = *results[1]->as<protocol::RoomResult>();
+      CHECK(first.room == (one_room_a_pass ? 5u : 6u));
+      CHECK(second.room == (one_room_a_pass ? 6u : 5u));
+      for (const auto* r : {&first, &second}) {
+        INFO("room " << r->room << ": " << r->reason);
+        CHECK(r->ok);
+        CHECK(r->tokens == f.colocated(r->room == 5 ? long_text : short_text));
+      }
+      f.check_prefill_idle();
+      f.check_decode_idle();
+    }
+  }
+}
+
 TEST_CASE(
     "prefill: a crashed transfer worker fails only the room it cut short, the rest go to its replacement",
     "[prefill][fault]") {
