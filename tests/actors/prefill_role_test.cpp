@@ -535,9 +535,9 @@ std::string cluster_with_worker_crash(uint64_t throw_after_ops) {
 
 TEST_CASE("prefill: a short prompt behind a long one is computed in the long one's passes, not after them",
           "[prefill]") {
-  // 12 chunks of (at most) 8 tokens, then 1. With batch_tokens 1 (one room a pass, as prefill once was) the short
-  // room waits for every chunk of the long one, which then answers first; by default each pass takes the
-  // long room's next chunk and the short room's, which answers first.
+  // 12 chunks of at most 8 tokens, then 1. With batch_tokens 1 (one room a pass, as prefill once was) the
+  // short room waits for every chunk of the long one, which then answers first; by default each pass takes
+  // the long room's next chunk and the short room's, which answers first.
   const std::string long_text(90, 'x'), short_text = "hi";
   for (const bool one_room_a_pass : {false, true}) {
     DYNAMIC_SECTION((one_room_a_pass ? "batch_tokens = 1" : "batch_tokens by default")) {
