@@ -103,9 +103,10 @@ void serve_and_compare(const std::string& model_path, const std::string& backend
   spec.model_path = model_path;
   spec.backend = backend;
   spec.metrics = true;
-  if (!decode_lines.empty()) spec.defaults["decode"] = decode_lines;
-  // Every prefill pass waits a while first, so rooms that arrive together are computed together.
+  // Every prefill pass waits a while first, so rooms that arrive together are computed together; decode
+  // pauses between steps, so rooms that reach it together are decoded together.
   spec.defaults["prefill"] = "chunk_delay_ms = 150\n";
+  spec.defaults["decode"] = "step_delay_ms = 30\n" + decode_lines;
   Cluster cluster(spec);
   cluster.start();
   constexpr int kCases = 4;
@@ -127,6 +128,13 @@ void serve_and_compare(const std::string& model_path, const std::string& backend
   INFO(passes << " passes computed " << chunks << " chunks");
   CHECK(passes > 0);
   CHECK(chunks > passes);
+  // Rooms reach decode together then, and its steps advance several at once.
+  const std::string decode_metrics = cluster.scrape("decode-0");
+  const double steps = metric_sum(decode_metrics, "epd_decode_steps_total"),
+               sequences = metric_sum(decode_metrics, "epd_decode_step_sequences_total");
+  INFO(steps << " decode steps advanced " << sequences << " sequences");
+  CHECK(steps > 0);
+  CHECK(sequences > steps);
   // Text needs the checkpoint's tokenizer: the GGUF has one, the HF directory (no tokenizer files) is
   // served by token ids only. An id outside the vocabulary is refused.
   const bool has_tokenizer = model::PromptCodec::for_model(*model::load_model_path(model_path)).ok();

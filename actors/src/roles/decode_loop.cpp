@@ -83,6 +83,8 @@ void step(caf::event_based_actor* self, LoopState& st) {
     batch[i].position_lag = s.join.position_lag;
   }
   auto status = st.runner->decode_step(st.config.pool, batch, next, logprobs);
+  st.config.steps->Increment();
+  st.config.step_sequences->Increment(double(n));
   std::deque<Sequence> rest;
   size_t stepped = 0;  // survivors among the first n
   const bool overfull = st.active.size() > n;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "epd/actors/bridge.hpp"
+#include "epd/metrics/registry.hpp"
 #include "epd/model/runner.hpp"
 
 namespace epd::actors {
@@ -52,6 +53,9 @@ struct DecodeLoopConfig {
   uint32_t max_batch = 16;
   bool detached = true;                     // RoleContext::detached_workers
   std::chrono::milliseconds step_delay{0};  // fault injection: between steps (decode's step_delay_ms)
+  // Decode steps, and the sequences they advanced (over steps: how full the batches are). Thread-safe.
+  metrics::Counter* steps = nullptr;
+  metrics::Counter* step_sequences = nullptr;
 };
 
 caf::actor spawn_decode_loop(caf::actor_system& system, BridgePtr bridge, DecodeLoopConfig config,

@@ -316,11 +316,11 @@ void on_submit(DecodeState& st, const Envelope& env, protocol::Submit& s) {
   // More than the whole pool: no wait or retry would ever place it (the router would retry it until its
   // deadline), so it is the request's fault.
   if (need > st.pages.total())
-    return refuse(make_error(ErrorCode::invalid_request,
-                             "the prompt and max_tokens need " + std::to_string(need) + " KV pages of " +
-                                 std::to_string(st.layout.page_size) + " tokens, decode '" +
-                                 st.ctx.instance->id + "' holds " + std::to_string(st.pages.total()) +
-                                 " in all"));
+    return refuse(
+        make_error(ErrorCode::invalid_request, "the prompt and max_tokens need " + std::to_string(need) +
+                                                   " KV pages of " + std::to_string(st.layout.page_size) +
+                                                   " tokens, decode '" + st.ctx.instance->id + "' holds " +
+                                                   std::to_string(st.pages.total()) + " in all"));
   // The prompt's leading pages held already: prefill writes none of them. The router names the images
   // (SUBMIT's images_key), so pages with image rows are keyed too.
   const auto image_token = model::image_token(m);
@@ -796,6 +796,10 @@ caf::behavior decode_role(caf::stateful_actor<DecodeState>* self, RoleContext ct
   lc.max_batch = settings.max_batch;
   lc.detached = st.ctx.detached_workers;
   lc.step_delay = settings.step_delay;
+  lc.steps = &st.ctx.metrics->counter("epd_decode_steps_total", "Decode steps").Add({});
+  lc.step_sequences =
+      &st.ctx.metrics->counter("epd_decode_step_sequences_total", "Sequences advanced by decode's steps")
+           .Add({});
   st.loop = spawn_decode_loop(*st.ctx.system, st.ctx.bridge, lc, caf::actor_cast<caf::actor>(self));
   self->link_to(st.loop);
   publish_load(st);

@@ -15,6 +15,7 @@
 #include "epd/actors/kernel/role_kernel.hpp"
 #include "epd/actors/kernel/transfer_workers.hpp"
 #include "epd/actors/room.hpp"
+#include "epd/metrics/registry.hpp"
 #include "epd/model/sampling.hpp"
 
 namespace epd::actors::prefill {
