@@ -96,6 +96,15 @@ void check_against_llama_cpp(const Checkpoint& ck, double tolerance = 0) {
   }
 }
 
+// A role's counters of its compute `calls` (prefill passes, decode steps) and the `rooms` they took:
+// more rooms than calls, so some call took several.
+void check_batched(const std::string& scrape, const std::string& calls, const std::string& rooms) {
+  const double n_calls = metric_sum(scrape, calls), n_rooms = metric_sum(scrape, rooms);
+  INFO(calls << " " << n_calls << ", " << rooms << " " << n_rooms);
+  CHECK(n_calls > 0);
+  CHECK(n_rooms > n_calls);
+}
+
 void serve_and_compare(const std::string& model_path, const std::string& backend,
                        const std::string& decode_lines,
                        const std::optional<model::KvLayoutChoice>& decode_kv) {
@@ -121,20 +130,10 @@ void serve_and_compare(const std::string& model_path, const std::string& backend
     REQUIRE(status == 200);
     CHECK(body["tokens"].get<std::vector<uint32_t>>() == colocated(model_path, prompt_of(i), decode_kv));
   }
-  // ... and some of those chunks were computed in one pass with another room's.
-  const std::string prefill_metrics = cluster.scrape("prefill-0");
-  const double passes = metric_sum(prefill_metrics, "epd_prefill_passes_total"),
-               chunks = metric_sum(prefill_metrics, "epd_prefill_pass_chunks_total");
-  INFO(passes << " passes computed " << chunks << " chunks");
-  CHECK(passes > 0);
-  CHECK(chunks > passes);
-  // Rooms reach decode together then, and its steps advance several at once.
-  const std::string decode_metrics = cluster.scrape("decode-0");
-  const double steps = metric_sum(decode_metrics, "epd_decode_steps_total"),
-               sequences = metric_sum(decode_metrics, "epd_decode_step_sequences_total");
-  INFO(steps << " decode steps advanced " << sequences << " sequences");
-  CHECK(steps > 0);
-  CHECK(sequences > steps);
+  // ... and some of those chunks were computed in one pass with another room's, and some decode steps
+  // advanced several rooms.
+  check_batched(cluster.scrape("prefill-0"), "epd_prefill_passes_total", "epd_prefill_pass_chunks_total");
+  check_batched(cluster.scrape("decode-0"), "epd_decode_steps_total", "epd_decode_step_sequences_total");
   // Text needs the checkpoint's tokenizer: the GGUF has one, the HF directory (no tokenizer files) is
   // served by token ids only. An id outside the vocabulary is refused.
   const bool has_tokenizer = model::PromptCodec::for_model(*model::load_model_path(model_path)).ok();
